@@ -1,0 +1,191 @@
+//! Text rendering of the probe report: one section per table, every number with its unit.
+
+use rdma_hint::core::topology::NicKind;
+use rdma_hint::ProbeReport;
+use std::fmt::Write;
+
+fn bytes(value: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    match UNITS.iter().find(|(size, _)| value >= *size) {
+        Some((size, unit)) if value % size == 0 => format!("{} {unit}", value / size),
+        Some((size, unit)) => format!("{:.1} {unit}", value as f64 / *size as f64),
+        None => format!("{value} B"),
+    }
+}
+
+fn or_dash<T: ToString>(value: Option<T>) -> String {
+    value.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The full text report.
+pub(crate) fn probe_text(report: &ProbeReport) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = render(report, &mut out);
+    out
+}
+
+fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
+    writeln!(out, "# rdma-hint probe — sysfs root {}", report.sysfs_root)?;
+    writeln!(out, "# GPU facts: {}", report.gpu_facts)?;
+    writeln!(out)?;
+    writeln!(out, "## Memory sources")?;
+    writeln!(out, "{:<8} {:<5} {:<13} {:>5} {:>11}  pcie / gpu", "source", "kind", "pci", "numa", "memory")?;
+    for source in &report.sources {
+        let mut detail = source.pcie.map(|l| l.to_string()).unwrap_or_default();
+        if let Some(gpu) = &source.gpu {
+            let flag = |v: Option<bool>| match v {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "?",
+            };
+            write!(
+                detail,
+                "{}{} gpudirect-rdma={} dmabuf={} vmm-granularity={}",
+                if detail.is_empty() { "" } else { "; " },
+                gpu.name.as_deref().unwrap_or("GPU"),
+                flag(gpu.gpudirect_rdma),
+                flag(gpu.dmabuf),
+                gpu.vmm_granularity_bytes.map(bytes).unwrap_or_else(|| "?".into())
+            )?;
+        }
+        writeln!(
+            out,
+            "{:<8} {:<5} {:<13} {:>5} {:>11}  {}",
+            source.id.to_string(),
+            source.kind,
+            or_dash(source.pci.as_ref()),
+            or_dash(source.numa),
+            source.memory_bytes.map(bytes).unwrap_or_else(|| "-".into()),
+            detail
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "## NICs")?;
+    if report.nics.is_empty() {
+        writeln!(out, "(none)")?;
+    }
+    for nic in &report.nics {
+        let kind = match nic.kind {
+            NicKind::Rdma => "rdma",
+            NicKind::Net => "net",
+        };
+        writeln!(
+            out,
+            "{:<10} {:<4} pci={} numa={} rate={} mtu={} link={} state={} fw={} driver={}",
+            nic.name,
+            kind,
+            or_dash(nic.pci.as_ref()),
+            or_dash(nic.numa_node),
+            nic.rate_gbits.map(|r| format!("{r} Gb/s")).unwrap_or_else(|| "-".into()),
+            nic.mtu_bytes.map(|m| format!("{m} B")).unwrap_or_else(|| "-".into()),
+            nic.link.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+            if nic.active { "active" } else { "down" },
+            or_dash(nic.firmware.as_ref()),
+            or_dash(nic.driver.as_ref()),
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "## Path matrix (source × NIC; PIX/PXB/PHB/NODE/SYS as in nvidia-smi topo -m)")?;
+    if report.nics.is_empty() {
+        writeln!(out, "(no NIC)")?;
+    } else {
+        write!(out, "{:<8}", "")?;
+        for nic in &report.nics {
+            write!(out, " {:>10}", nic.name)?;
+        }
+        writeln!(out)?;
+        for source in &report.sources {
+            write!(out, "{:<8}", source.id.to_string())?;
+            for nic in &report.nics {
+                let class = report
+                    .paths
+                    .iter()
+                    .find(|p| p.source == source.id && p.nic == nic.name)
+                    .map(|p| p.class.label())
+                    .unwrap_or("?");
+                write!(out, " {class:>10}")?;
+            }
+            writeln!(out)?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "## Hints")?;
+    writeln!(
+        out,
+        "{:<8} {:<16} {:>10} {:>8} {:>6} {:>9} {:>9} {:>7} {:>11} {:<8}",
+        "source", "transport", "block", "align", "class", "B GB/s", "pred GB/s", "η", "latency µs", "origin"
+    )?;
+    for hint in &report.hints {
+        writeln!(
+            out,
+            "{:<8} {:<16} {:>10} {:>8} {:>6} {:>9.1} {:>9.1} {:>7.3} {:>11.2} {:<8}",
+            hint.source.to_string(),
+            hint.transport,
+            bytes(hint.block_bytes),
+            bytes(hint.align_bytes),
+            hint.path_class.label(),
+            hint.bandwidth_gbps,
+            hint.predicted_gbps,
+            hint.efficiency,
+            hint.predicted_latency_us,
+            format!("{:?}", hint.origin).to_lowercase(),
+        )?;
+    }
+    for hint in &report.hints {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "### {} over {} ({}): {} blocks, {} aligned",
+            hint.source,
+            hint.transport,
+            hint.path_class,
+            bytes(hint.block_bytes),
+            bytes(hint.align_bytes)
+        )?;
+        for reason in &hint.reasons {
+            writeln!(out, "  - {reason}")?;
+        }
+    }
+    if !report.no_hint.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "## Pairs without a hint")?;
+        for missing in &report.no_hint {
+            writeln!(
+                out,
+                "{} over {}: {}{}",
+                missing.source,
+                missing.transport,
+                missing.reason,
+                missing.fallback.as_ref().map(|f| format!(" → fall back to {f}")).unwrap_or_default()
+            )?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "## Not available here")?;
+    for absence in &report.absent {
+        writeln!(out, "{}: {}", absence.component, absence.why)?;
+    }
+    if !report.warnings.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "## Warnings")?;
+        for warning in &report.warnings {
+            writeln!(out, "- {warning}")?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bytes;
+
+    #[test]
+    fn bytes_pick_the_exact_unit() {
+        assert_eq!(bytes(4096), "4 KiB");
+        assert_eq!(bytes(2 << 20), "2 MiB");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(100), "100 B");
+        assert_eq!(bytes(5465888 * 1024), "5.2 GiB");
+    }
+}

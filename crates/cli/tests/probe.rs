@@ -1,0 +1,93 @@
+//! The `rdma-hint probe` command, run as a process.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/sysfs").join(name)
+}
+
+fn rdma_hint(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rdma-hint")).args(args).output().unwrap()
+}
+
+fn probe_json(args: &[&str]) -> Value {
+    let output = rdma_hint(&[&["probe", "--json"], args].concat());
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn check_hints(report: &Value) {
+    let hints = report["hints"].as_array().unwrap();
+    assert!(!hints.is_empty());
+    for hint in hints {
+        let block = hint["block_bytes"].as_u64().unwrap();
+        let align = hint["align_bytes"].as_u64().unwrap();
+        assert!(block > 0 && align.is_power_of_two() && block % align == 0, "{hint}");
+        for key in
+            ["source", "transport", "class", "predicted_gbps", "predicted_latency_us", "origin", "reasons"]
+        {
+            assert!(!hint[key].is_null(), "hint lacks {key}: {hint}");
+        }
+        assert!(!hint["reasons"].as_array().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn live_probe_prints_host_hints_and_says_why_others_are_absent() {
+    let report = probe_json(&[]);
+    check_hints(&report);
+    let hints = report["hints"].as_array().unwrap();
+    assert!(hints.iter().any(|h| h["source"] == "host:0" && h["transport"] == "staged:tcp"));
+    let absent = report["absent"].as_array().unwrap();
+    for component in ["verbs", "ucx"] {
+        assert!(absent.iter().any(|a| a["component"] == component), "no word on {component}");
+    }
+}
+
+#[test]
+fn fixture_probe_classifies_every_pair() {
+    let root = fixture("dgx-like");
+    let report = probe_json(&["--sysfs-root", root.to_str().unwrap()]);
+    check_hints(&report);
+    let class = |source: &str, nic: &str| {
+        report["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["source"] == source && p["nic"] == nic)
+            .map(|p| p["class"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(class("gpu:0", "mlx5_0"), "PIX");
+    assert_eq!(class("gpu:2", "mlx5_0"), "NODE");
+    assert_eq!(class("gpu:3", "mlx5_0"), "SYS");
+    assert_eq!(class("host:1", "mlx5_2"), "PHB");
+    let sources = report["sources"].as_array().unwrap();
+    assert_eq!(sources.iter().filter(|s| s["kind"] == "gpu").count(), 4);
+    assert_eq!(sources[2]["pci"], "0000:03:00.0");
+    assert_eq!(report["nics"][0]["name"], "mlx5_0");
+    assert_eq!(report["nics"][0]["numa"], 0);
+}
+
+#[test]
+fn text_report_has_every_section() {
+    let root = fixture("gpu-behind-switch");
+    let output = rdma_hint(&["probe", "--sysfs-root", root.to_str().unwrap()]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    for section in ["## Memory sources", "## NICs", "## Path matrix", "## Hints", "## Not available here"] {
+        assert!(text.contains(section), "missing {section}:\n{text}");
+    }
+    assert!(text.contains("PXB") && text.contains("GB/s") && text.contains("µs"));
+}
+
+#[test]
+fn unreadable_root_is_a_one_line_error() {
+    let output = rdma_hint(&["probe", "--sysfs-root", "/nonexistent/sysfs"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.starts_with("rdma-hint: cannot read sysfs root"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1);
+}

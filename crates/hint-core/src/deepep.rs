@@ -1,0 +1,1 @@
+//! DeepEP-compatible buffer sizing (filled by the DeepEP issue).

@@ -1,0 +1,292 @@
+//! The `Transport` trait every backend implements, and the plain data it moves.
+//!
+//! The shape follows RDMA WRITE: a registered local region is written into a registered remote
+//! region at an offset. Posting takes a slice of [`WriteOp`]s (all `Copy`, so callers keep them in
+//! pre-sized buffers) and rings one doorbell for the whole slice; completions are drained into a
+//! caller-provided slice. Neither allocates.
+
+use crate::profile::TransportFacts;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Instant;
+use thiserror::Error;
+
+/// Which kinds of memory a transport can register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MemoryKind {
+    /// Host memory.
+    Host,
+    /// CUDA device memory of the GPU with this ordinal.
+    CudaDevice {
+        /// CUDA device ordinal.
+        ordinal: u32,
+    },
+    /// Memory exported as a dma-buf file descriptor (GPU memory through `ibv_reg_dmabuf_mr`).
+    DmaBuf,
+}
+
+/// What a transport can do, as the backend reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Rates, costs and limits the hint model reads (max message, MTU, wire rate, per-op cost).
+    pub facts: TransportFacts,
+    /// Work requests that may be outstanding at once (`max_qp_wr`, bounded by the CQ depth).
+    pub max_outstanding_wrs: u32,
+    /// Work requests accepted by one [`Transport::post_writes`] call (one doorbell).
+    pub max_wrs_per_post: u32,
+    /// Scatter/gather entries per work request (`max_sge`).
+    pub max_sges: u32,
+    /// Memory kinds [`Transport::register`] accepts.
+    pub memory_kinds: Vec<MemoryKind>,
+}
+
+/// Index of a registered region inside one transport instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RegionId(pub u32);
+
+/// A region registered on this side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalRegion {
+    /// Handle for [`WriteOp::local`].
+    pub id: RegionId,
+    /// Memory kind.
+    pub kind: MemoryKind,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A region the peer exposed during [`Transport::connect`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteRegion {
+    /// Handle for [`WriteOp::remote`].
+    pub id: RegionId,
+    /// Length in bytes the peer advertised.
+    pub len: u64,
+}
+
+/// Who opens the out-of-band connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerEndpoint {
+    /// Wait for the peer on this address (binds loopback unless told otherwise).
+    Listen(SocketAddr),
+    /// Dial the peer at this address.
+    Dial(SocketAddr),
+}
+
+/// One RDMA WRITE: `len` bytes from `local[local_offset..]` to `remote[remote_offset..]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOp {
+    /// Caller's tag, returned in the [`Completion`].
+    pub wr_id: u64,
+    /// Source region.
+    pub local: RegionId,
+    /// Offset in the source region, in bytes.
+    pub local_offset: u64,
+    /// Destination region (from [`Transport::connect`]).
+    pub remote: RegionId,
+    /// Offset in the destination region, in bytes.
+    pub remote_offset: u64,
+    /// Bytes to write.
+    pub len: u64,
+    /// Whether this op produces a completion (selective signalling).
+    pub signalled: bool,
+    /// Immediate data delivered to the receiver with the write, if any.
+    pub imm: Option<u32>,
+}
+
+impl WriteOp {
+    /// Checks the op against its regions and the transport's max message, before posting.
+    ///
+    /// ```
+    /// use rdma_hint_core::{LocalRegion, MemoryKind, RegionId, RemoteRegion, WriteOp};
+    /// let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 4096 };
+    /// let remote = RemoteRegion { id: RegionId(0), len: 4096 };
+    /// let op = WriteOp { wr_id: 1, local: local.id, local_offset: 0, remote: remote.id,
+    ///                    remote_offset: 2048, len: 4096, signalled: true, imm: None };
+    /// assert!(op.check(&local, &remote, 1 << 30).is_err()); // runs past the remote end
+    /// ```
+    pub fn check(
+        &self,
+        local: &LocalRegion,
+        remote: &RemoteRegion,
+        max_msg_bytes: u64,
+    ) -> Result<(), TransportError> {
+        if self.len == 0 {
+            return Err(TransportError::ZeroLength { wr_id: self.wr_id });
+        }
+        if self.len > max_msg_bytes {
+            return Err(TransportError::MessageTooLarge { len: self.len, max_msg_bytes });
+        }
+        for (side, offset, len) in
+            [("local", self.local_offset, local.len), ("remote", self.remote_offset, remote.len)]
+        {
+            if offset.checked_add(self.len).is_none_or(|end| end > len) {
+                return Err(TransportError::OutOfBounds { side, offset, len: self.len, region_len: len });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Outcome of one signalled work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionStatus {
+    /// Written and acknowledged by the peer.
+    Success,
+    /// Failed with the backend's status code (e.g. `ibv_wc_status`).
+    Failed {
+        /// Backend status code.
+        code: u32,
+    },
+}
+
+/// One drained completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The `wr_id` of the signalled op.
+    pub wr_id: u64,
+    /// Result.
+    pub status: CompletionStatus,
+}
+
+impl Completion {
+    /// A placeholder to pre-fill completion buffers with.
+    pub const EMPTY: Completion = Completion { wr_id: 0, status: CompletionStatus::Success };
+}
+
+/// Errors of any transport. Every wait has a deadline, so a dead peer ends in
+/// [`TransportError::DeadlineExceeded`] or [`TransportError::PeerGone`], never a hang.
+#[derive(Debug, Error)]
+pub enum TransportError {
+    /// The backend exists as a crate but does not move data yet.
+    #[error("the {backend} backend is not implemented yet ({tracking})")]
+    NotImplemented {
+        /// Backend name.
+        backend: &'static str,
+        /// Where the work is tracked.
+        tracking: &'static str,
+    },
+    /// The backend cannot run here (library or device missing).
+    #[error("the {backend} backend is unavailable: {reason}")]
+    Unavailable {
+        /// Backend name.
+        backend: &'static str,
+        /// Why (e.g. "libibverbs.so.1 not found").
+        reason: String,
+    },
+    /// The transport cannot register this memory kind.
+    #[error("memory kind {kind:?} cannot be registered on this transport")]
+    UnsupportedMemory {
+        /// The kind asked for.
+        kind: MemoryKind,
+    },
+    /// An op names a region that is not registered (or was deregistered).
+    #[error("region {0:?} is not registered")]
+    UnregisteredRegion(RegionId),
+    /// An op runs past the end of a region.
+    #[error("{side} range {offset}+{len} B exceeds the region's {region_len} B")]
+    OutOfBounds {
+        /// `local` or `remote`.
+        side: &'static str,
+        /// Offset in bytes.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Region length in bytes.
+        region_len: u64,
+    },
+    /// An op of zero bytes.
+    #[error("work request {wr_id} has zero length")]
+    ZeroLength {
+        /// The op's tag.
+        wr_id: u64,
+    },
+    /// An op larger than the transport's max message.
+    #[error("message of {len} B exceeds max_msg {max_msg_bytes} B")]
+    MessageTooLarge {
+        /// Length in bytes.
+        len: u64,
+        /// Largest message in bytes.
+        max_msg_bytes: u64,
+    },
+    /// More ops in one post, or outstanding, than the queue allows.
+    #[error("{given} work requests exceed the limit of {max}")]
+    QueueFull {
+        /// Requested.
+        given: u32,
+        /// Allowed.
+        max: u32,
+    },
+    /// A deadline passed before the operation finished.
+    #[error("deadline passed after {waited_ms} ms waiting for {what}")]
+    DeadlineExceeded {
+        /// What was awaited.
+        what: &'static str,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// The peer closed the connection or stopped answering.
+    #[error("peer gone: {0}")]
+    PeerGone(String),
+    /// The out-of-band exchange carried something we do not accept.
+    #[error("handshake rejected: {0}")]
+    Handshake(String),
+    /// A signalled op completed with an error status.
+    #[error("work request {wr_id} failed with status {code}")]
+    Completion {
+        /// The op's tag.
+        wr_id: u64,
+        /// Backend status code.
+        code: u32,
+    },
+    /// I/O error of the out-of-band channel or a software transport.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A data mover with RDMA WRITE semantics.
+///
+/// Lifecycle: [`register`](Transport::register) regions, [`connect`](Transport::connect) to the
+/// peer exposing some of them, then [`post_writes`](Transport::post_writes) batches and drain
+/// completions with [`poll_completions`](Transport::poll_completions) or
+/// [`wait_completions`](Transport::wait_completions). Posting and polling never allocate.
+#[async_trait]
+pub trait Transport: Send + Sync {
+    /// What this transport can do; feeds the hint model.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// Allocates and registers `len` bytes of `kind` memory for local use and remote exposure.
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;
+
+    /// Releases a registered region.
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError>;
+
+    /// Copies `data` into a local region at `offset` (staging it for GPU memory).
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError>;
+
+    /// Copies from a local region at `offset` into `out`.
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError>;
+
+    /// Exchanges endpoint information with the peer over an out-of-band TCP connection and
+    /// returns the regions the peer exposed. `expose` lists the local regions the peer may write.
+    async fn connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError>;
+
+    /// Posts every op in `ops` with one doorbell. Ops are checked before anything is posted.
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
+
+    /// Moves finished completions into `out` without waiting; returns how many.
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError>;
+
+    /// Waits until at least one completion is ready or `deadline` passes.
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+    ) -> Result<usize, TransportError>;
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building and testing rdma-hint needs on Debian 12, skipping what is present.
+# Run as root. Idempotent: a second run installs nothing.
+set -euo pipefail
+
+packages=(ca-certificates curl build-essential pkg-config python3)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    echo "install-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: installing the Rust toolchain (rustup, stable, minimal + rustfmt + clippy)"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
+        sh -s -- -y --profile minimal --component rustfmt,clippy
+fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it: formatting, lints (default and all features),
+# every unit, integration and doc test. Run from anywhere as root on Debian 12.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_TERM_COLOR=never
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy (default features)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo clippy (all features: verbs, ucx, cuda)"
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+echo "== cargo test (all features)"
+cargo test --workspace --all-features --locked
+echo "== rdma-hint probe --json on this machine"
+cargo run -q --locked -p rdma-hint-cli --all-features -- probe --json >/dev/null
+echo "test-all: OK"
