@@ -1,6 +1,8 @@
 //! `rdma-hint`: probe the machine and print every hint with its reasons.
 
+mod deepep;
 mod render;
+mod units;
 
 use clap::{Parser, Subcommand};
 use rdma_hint::{probe, ProbeOptions};
@@ -24,6 +26,28 @@ enum Command {
         /// Read this sysfs tree instead of /sys (live CUDA facts are then not used).
         #[arg(long, value_name = "DIR")]
         sysfs_root: Option<PathBuf>,
+    },
+    /// DeepEP's `get_low_latency_rdma_size_hint`: RDMA *buffer bytes* its low-latency MoE kernels
+    /// need for a model shape (BF16). A different meaning from the block-size hint of `probe`.
+    DeepepSize {
+        /// num_max_dispatch_tokens_per_rank.
+        #[arg(long)]
+        tokens: Option<u64>,
+        /// Hidden size (a multiple of 128).
+        #[arg(long)]
+        hidden: u64,
+        /// Number of ranks (checked, unused by DeepEP's formula).
+        #[arg(long)]
+        ranks: u64,
+        /// Number of experts.
+        #[arg(long)]
+        experts: u64,
+        /// Print the largest token count whose buffer fits this many bytes (e.g. 2GiB).
+        #[arg(long, value_parser = units::parse_bytes)]
+        budget: Option<u64>,
+        /// Print JSON: {"bytes","gib","within_deepep_limits","warnings"}.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -58,6 +82,11 @@ fn run(cli: Cli) -> Result<(), String> {
             } else {
                 print!("{}", render::probe_text(&report));
             }
+            Ok(())
+        }
+        Command::DeepepSize { tokens, hidden, ranks, experts, budget, json } => {
+            let text = deepep::run(&deepep::DeepEpArgs { tokens, hidden, ranks, experts, budget, json })?;
+            println!("{}", text.trim_end());
             Ok(())
         }
     }

@@ -1,17 +1,9 @@
 //! Text rendering of the probe report: one section per table, every number with its unit.
 
+use crate::units::format_bytes as bytes;
 use rdma_hint::core::topology::NicKind;
 use rdma_hint::ProbeReport;
 use std::fmt::Write;
-
-fn bytes(value: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    match UNITS.iter().find(|(size, _)| value >= *size) {
-        Some((size, unit)) if value % size == 0 => format!("{} {unit}", value / size),
-        Some((size, unit)) => format!("{:.1} {unit}", value as f64 / *size as f64),
-        None => format!("{value} B"),
-    }
-}
 
 fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
@@ -174,18 +166,4 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bytes;
-
-    #[test]
-    fn bytes_pick_the_exact_unit() {
-        assert_eq!(bytes(4096), "4 KiB");
-        assert_eq!(bytes(2 << 20), "2 MiB");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(100), "100 B");
-        assert_eq!(bytes(5465888 * 1024), "5.2 GiB");
-    }
 }

@@ -1,0 +1,61 @@
+//! `rdma-hint deepep-size`: DeepEP's low-latency RDMA buffer bytes for a model shape.
+
+use crate::units::format_bytes;
+use rdma_hint::core::deepep::{low_latency_rdma_size_hint, max_tokens_for_budget};
+use serde_json::json;
+
+/// Arguments of `deepep-size`.
+pub(crate) struct DeepEpArgs {
+    pub(crate) tokens: Option<u64>,
+    pub(crate) hidden: u64,
+    pub(crate) ranks: u64,
+    pub(crate) experts: u64,
+    pub(crate) budget: Option<u64>,
+    pub(crate) json: bool,
+}
+
+/// Runs the command; the first line of plain output is the answer (bytes, or tokens with
+/// `--budget`).
+pub(crate) fn run(args: &DeepEpArgs) -> Result<String, String> {
+    let tokens = match (args.budget, args.tokens) {
+        (Some(budget), _) => {
+            max_tokens_for_budget(budget, args.hidden, args.ranks, args.experts).map_err(|e| e.to_string())?
+        }
+        (None, Some(tokens)) => tokens,
+        (None, None) => {
+            return Err("give --tokens T (bytes for a shape) or --budget BYTES (tokens that fit)".into())
+        }
+    };
+    let size = low_latency_rdma_size_hint(tokens, args.hidden, args.ranks, args.experts)
+        .map_err(|e| e.to_string())?;
+    if args.json {
+        let mut object = json!({
+            "bytes": size.bytes,
+            "gib": size.gib(),
+            "within_deepep_limits": size.within_deepep_limits(),
+            "warnings": size.warnings,
+            "num_max_dispatch_tokens_per_rank": tokens,
+        });
+        if let Some(budget) = args.budget {
+            object["budget_bytes"] = json!(budget);
+            object["max_tokens"] = json!(tokens);
+        }
+        return serde_json::to_string_pretty(&object).map_err(|e| e.to_string());
+    }
+    let mut out = match args.budget {
+        Some(budget) => format!(
+            "{tokens}\nlargest num_max_dispatch_tokens_per_rank within {} ({budget} B): {tokens} tokens need {} B ({})\n",
+            format_bytes(budget),
+            size.bytes,
+            format_bytes(size.bytes)
+        ),
+        None => format!("{}\n{} for T={tokens} H={} ranks={} experts={}\n", size.bytes, format_bytes(size.bytes), args.hidden, args.ranks, args.experts),
+    };
+    out.push_str(
+        "DeepEP low-latency RDMA buffer (DeepEP's meaning of the name: buffer bytes, not a block size)\n",
+    );
+    for warning in &size.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    Ok(out)
+}
