@@ -1,1 +1,172 @@
-//! Benchmarks live in `benches/`; run them with `cargo bench -p rdma-hint-benches`.
+//! Helpers for the criterion benches in `benches/`: a null transport (posting costs only) and an
+//! allocation-free `block_on`. Run the benches with `cargo bench -p rdma-hint-benches`.
+
+use async_trait::async_trait;
+use crossbeam_channel::{Receiver, Sender};
+use rdma_hint_core::{
+    Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
+};
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+/// Polls a future that never waits on I/O to completion; allocates nothing.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut context = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+    }
+}
+
+/// A transport that moves no bytes: every signalled op completes at once. Measures what the
+/// posting machinery itself costs per block.
+#[derive(Debug)]
+pub struct NullTransport {
+    caps: Capabilities,
+    completed: Sender<Completion>,
+    completions: Receiver<Completion>,
+}
+
+impl NullTransport {
+    /// A null transport with `max_outstanding` completions in flight.
+    pub fn new(max_outstanding: u32) -> NullTransport {
+        let (completed, completions) = crossbeam_channel::bounded(max_outstanding as usize);
+        NullTransport {
+            caps: Capabilities {
+                facts: TransportFacts {
+                    id: "null".into(),
+                    kind: TransportKind::Loopback,
+                    wire_gbps: 1e6,
+                    nic_pcie: None,
+                    per_op_overhead_us: 0.0,
+                    mtu_bytes: None,
+                    max_msg_bytes: 1 << 40,
+                    max_payload_bytes: None,
+                    queried_from_backend: true,
+                },
+                max_outstanding_wrs: max_outstanding,
+                max_wrs_per_post: 64,
+                max_sges: 1,
+                memory_kinds: vec![MemoryKind::Host],
+            },
+            completed,
+            completions,
+        }
+    }
+
+    /// A region handle of `len` bytes (nothing is allocated).
+    pub fn region(&self, id: u32, len: u64) -> LocalRegion {
+        LocalRegion { id: RegionId(id), kind: MemoryKind::Host, len }
+    }
+}
+
+#[async_trait]
+impl Transport for NullTransport {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        Ok(LocalRegion { id: RegionId(0), kind, len })
+    }
+    fn deregister(&self, _region: RegionId) -> Result<(), TransportError> {
+        Ok(())
+    }
+    fn write_region(&self, _region: RegionId, _offset: u64, _data: &[u8]) -> Result<(), TransportError> {
+        Ok(())
+    }
+    fn read_region(&self, _region: RegionId, _offset: u64, _out: &mut [u8]) -> Result<(), TransportError> {
+        Ok(())
+    }
+    async fn connect(
+        &self,
+        _peer: PeerEndpoint,
+        expose: &[RegionId],
+        _deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        Ok(expose.iter().map(|id| RemoteRegion { id: *id, len: u64::MAX }).collect())
+    }
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
+        for op in ops.iter().filter(|op| op.signalled) {
+            self.completed
+                .try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success })
+                .map_err(|_| TransportError::QueueFull { given: 1, max: self.caps.max_outstanding_wrs })?;
+        }
+        Ok(())
+    }
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
+        let mut ready = 0;
+        while ready < out.len() {
+            match self.completions.try_recv() {
+                Ok(completion) => {
+                    out[ready] = completion;
+                    ready += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(ready)
+    }
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        _deadline: Instant,
+    ) -> Result<usize, TransportError> {
+        self.poll_completions(out)
+    }
+}
+
+/// The posting loop a careful user would write by hand for the same policy (N per doorbell,
+/// signal every k-th and the last, window W), without planning or checks: the yardstick the
+/// chunker is compared against. Returns the number of blocks posted.
+pub fn hand_written_loop<T: Transport>(
+    transport: &T,
+    len: u64,
+    block: u64,
+    n: usize,
+    k: u64,
+    window: u64,
+) -> u64 {
+    let count = len.div_ceil(block);
+    let mut ops = [WriteOp {
+        wr_id: 0,
+        local: RegionId(0),
+        local_offset: 0,
+        remote: RegionId(1),
+        remote_offset: 0,
+        len: 0,
+        signalled: false,
+        imm: None,
+    }; 64];
+    let mut completions = [Completion::EMPTY; 256];
+    let (mut posted, mut retired, mut filled) = (0u64, 0u64, 0usize);
+    while retired < count {
+        while posted < count && posted - retired + (n as u64) <= window {
+            let index = posted;
+            let offset = index * block;
+            ops[filled] = WriteOp {
+                wr_id: index,
+                local_offset: offset,
+                remote_offset: offset,
+                len: block.min(len - offset),
+                signalled: (index + 1) % k == 0 || index + 1 == count,
+                ..ops[filled]
+            };
+            filled += 1;
+            posted += 1;
+            if filled == n || posted == count {
+                transport.post_writes(&ops[..filled]).expect("post");
+                filled = 0;
+            }
+        }
+        let ready = transport.poll_completions(&mut completions).expect("poll");
+        for completion in &completions[..ready] {
+            retired = retired.max(completion.wr_id + 1);
+        }
+    }
+    count
+}

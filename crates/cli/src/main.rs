@@ -1,6 +1,7 @@
 //! `rdma-hint`: probe the machine and print every hint with its reasons.
 
 mod deepep;
+mod plan;
 mod render;
 mod units;
 
@@ -26,6 +27,33 @@ enum Command {
         /// Read this sysfs tree instead of /sys (live CUDA facts are then not used).
         #[arg(long, value_name = "DIR")]
         sysfs_root: Option<PathBuf>,
+    },
+    /// Print how a transfer is cut into blocks, doorbell batches and signalled requests.
+    Plan {
+        /// Bytes to transfer (e.g. 1048576, 1M).
+        #[arg(long, value_parser = units::parse_bytes)]
+        len: u64,
+        /// Block size (a multiple of --align).
+        #[arg(long, value_parser = units::parse_bytes)]
+        block: u64,
+        /// Alignment (a power of two).
+        #[arg(long, value_parser = units::parse_bytes)]
+        align: u64,
+        /// Start of the transfer in the region (a multiple of --align).
+        #[arg(long, value_parser = units::parse_bytes, default_value = "0")]
+        offset: u64,
+        /// Registered region size (default: offset + len rounded up to --align).
+        #[arg(long, value_parser = units::parse_bytes)]
+        region: Option<u64>,
+        /// Work requests per doorbell.
+        #[arg(long, default_value_t = 8)]
+        batch: u32,
+        /// Signal every k-th work request (and the last).
+        #[arg(long, default_value_t = 8)]
+        signal_every: u32,
+        /// Print JSON: {"blocks":[{offset,payload_len,wire_len}],"batches":[[..]],"signalled":[..]}.
+        #[arg(long)]
+        json: bool,
     },
     /// DeepEP's `get_low_latency_rdma_size_hint`: RDMA *buffer bytes* its low-latency MoE kernels
     /// need for a model shape (BF16). A different meaning from the block-size hint of `probe`.
@@ -82,6 +110,11 @@ fn run(cli: Cli) -> Result<(), String> {
             } else {
                 print!("{}", render::probe_text(&report));
             }
+            Ok(())
+        }
+        Command::Plan { len, block, align, offset, region, batch, signal_every, json } => {
+            let args = plan::PlanArgs { len, block, align, offset, region, batch, signal_every, json };
+            println!("{}", plan::run(&args)?.trim_end());
             Ok(())
         }
         Command::DeepepSize { tokens, hidden, ranks, experts, budget, json } => {

@@ -183,6 +183,8 @@ pub enum TransportKind {
     Ucx,
     /// Host-staged fallback (pinned bounce ring over shared memory or TCP).
     Staged,
+    /// In-process `memcpy` between two regions (tests and benches).
+    Loopback,
 }
 
 /// Facts about the transport side of a path: NIC or software channel.

@@ -181,6 +181,14 @@ pub enum TransportError {
         /// The kind asked for.
         kind: MemoryKind,
     },
+    /// Memory could not be registered (zero or absurd length, allocation refused).
+    #[error("cannot register {len} B: {reason}")]
+    Registration {
+        /// Length asked for.
+        len: u64,
+        /// Why.
+        reason: String,
+    },
     /// An op names a region that is not registered (or was deregistered).
     #[error("region {0:?} is not registered")]
     UnregisteredRegion(RegionId),

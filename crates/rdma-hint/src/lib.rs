@@ -37,7 +37,7 @@ pub use rdma_hint_core::{HintPolicy, Origin, PathClass, Reason, SizeHint, Source
 pub type Device = SourceId;
 
 use probe::Inventory;
-use rdma_hint_core::{compute_hint, HintCache, HintKey, PathProfile};
+use rdma_hint_core::{compute_hint, HintCache, HintKey, PathProfile, TransportKind};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Which transport a hint is for.
@@ -140,7 +140,7 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
             let best_nic = for_device
                 .clone()
                 .filter_map(|c| c.as_ref().ok())
-                .filter(|p| p.transport.kind != rdma_hint_core::TransportKind::Staged)
+                .filter(|p| matches!(p.transport.kind, TransportKind::Verbs | TransportKind::Ucx))
                 .filter_map(|p| cached_hint(p).ok())
                 .min_by(|a, b| {
                     a.path_class.cmp(&b.path_class).then(b.predicted_gbps.total_cmp(&a.predicted_gbps))

@@ -1,0 +1,106 @@
+//! `rdma-hint plan`: the blocks, doorbell batches and signalled requests of one transfer.
+
+use crate::units::format_bytes;
+use rdma_hint_chunker::{BlockSpec, ChunkPlan, PostPolicy};
+use serde_json::json;
+use std::fmt::Write;
+
+/// Plans with more blocks than this are summarised, not listed, in JSON.
+const MAX_LISTED_BLOCKS: u64 = 1_000_000;
+
+/// Arguments of `plan`.
+pub(crate) struct PlanArgs {
+    pub(crate) len: u64,
+    pub(crate) block: u64,
+    pub(crate) align: u64,
+    pub(crate) offset: u64,
+    pub(crate) region: Option<u64>,
+    pub(crate) batch: u32,
+    pub(crate) signal_every: u32,
+    pub(crate) json: bool,
+}
+
+pub(crate) fn run(args: &PlanArgs) -> Result<String, String> {
+    let spec = BlockSpec::new(args.block, args.align).map_err(|e| e.to_string())?;
+    let region = match args.region {
+        Some(region) => region,
+        None => args
+            .offset
+            .checked_add(args.len)
+            .and_then(|end| end.checked_next_multiple_of(args.align))
+            .ok_or("offset + len overflows 64 bits")?,
+    };
+    let plan = ChunkPlan::new(region, args.offset, args.len, spec).map_err(|e| e.to_string())?;
+    let window = args.batch.max(args.signal_every);
+    let policy = PostPolicy { wrs_per_doorbell: args.batch, signal_every: args.signal_every, window };
+    policy.validate().map_err(|e| e.to_string())?;
+    let count = plan.block_count();
+    let signalled = (0..count).filter(|i| policy.is_signalled(*i, count));
+
+    if args.json {
+        if count > MAX_LISTED_BLOCKS {
+            return Err(format!("the plan has {count} blocks; --json lists at most {MAX_LISTED_BLOCKS}"));
+        }
+        let batches: Vec<Vec<u64>> =
+            (0..policy.batch_count(count)).map(|b| policy.batch(b, count).collect()).collect();
+        let object = json!({
+            "len": plan.len(),
+            "offset": plan.offset(),
+            "region_bytes": plan.region_len(),
+            "block_bytes": spec.block_bytes(),
+            "align_bytes": spec.align_bytes(),
+            "wire_bytes": plan.wire_bytes(),
+            "padding_bytes": plan.wire_bytes() - plan.len(),
+            "blocks": plan.blocks().collect::<Vec<_>>(),
+            "batches": batches,
+            "signalled": signalled.collect::<Vec<_>>(),
+        });
+        return serde_json::to_string_pretty(&object).map_err(|e| e.to_string());
+    }
+
+    let mut out = String::new();
+    let signalled_count = signalled.count();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "{} at offset {} in a {} region: {count} blocks of {} ({} aligned), {} on the wire ({} B padding)",
+        format_bytes(plan.len()),
+        plan.offset(),
+        format_bytes(plan.region_len()),
+        format_bytes(spec.block_bytes()),
+        format_bytes(spec.align_bytes()),
+        format_bytes(plan.wire_bytes()),
+        plan.wire_bytes() - plan.len()
+    );
+    let _ = writeln!(
+        out,
+        "{} doorbells of ≤ {} work requests; {signalled_count} signalled (every {} and the last)",
+        policy.batch_count(count),
+        policy.wrs_per_doorbell,
+        policy.signal_every
+    );
+    let _ = writeln!(
+        out,
+        "{:>8} {:>14} {:>12} {:>12} {:>6} {:>9}",
+        "block", "offset B", "payload B", "wire B", "batch", "signalled"
+    );
+    let shown = |i: u64| i < 16 || i + 4 >= count;
+    let mut previous = None;
+    for index in (0..count).filter(|i| shown(*i)) {
+        if previous.is_some_and(|p: u64| index > p + 1) {
+            let _ = writeln!(out, "{:>8}", "…");
+        }
+        previous = Some(index);
+        let block = plan.block(index);
+        let _ = writeln!(
+            out,
+            "{index:>8} {:>14} {:>12} {:>12} {:>6} {:>9}",
+            block.offset,
+            block.payload_len,
+            block.wire_len,
+            index / u64::from(policy.wrs_per_doorbell),
+            if policy.is_signalled(index, count) { "yes" } else { "" }
+        );
+    }
+    Ok(out)
+}
