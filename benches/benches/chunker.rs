@@ -2,7 +2,8 @@
 //!
 //! * `null/*`: planning + posting on a transport that moves nothing → ns per block;
 //! * `hand_loop/*`: the same batches and signalling posted by a minimal hand-written loop;
-//! * `loopback/*`: real `memcpy` transfers through the loopback transport → GB/s.
+//! * `loopback/*`: real `memcpy` transfers through the loopback transport → GB/s, next to one
+//!   plain `memcpy` of the whole transfer (`loopback/memcpy_whole`).
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -74,6 +75,11 @@ fn loopback(c: &mut Criterion) {
     let deadline = Instant::now() + Duration::from_secs(3600);
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().expect("address"));
     let remote = block_on(transport.connect(listen, &[dst.id], deadline)).expect("connect")[0];
+    // Yardstick: one plain memcpy of the whole transfer, no blocks.
+    let source = vec![1u8; LOOPBACK_TRANSFER as usize];
+    let mut target = vec![0u8; LOOPBACK_TRANSFER as usize];
+    group.throughput(Throughput::Bytes(LOOPBACK_TRANSFER));
+    group.bench_function("memcpy_whole", |b| b.iter(|| target.copy_from_slice(&source)));
     for block in BLOCKS {
         let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).expect("policy");
         chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));

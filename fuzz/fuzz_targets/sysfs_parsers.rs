@@ -10,7 +10,8 @@ fuzz_target!(|data: &[u8]| {
         assert!(mps.is_power_of_two() && (128..=4096).contains(&mps));
     }
     let text = String::from_utf8_lossy(data);
-    let (left, right) = text.split_at(text.len() / 2);
+    let middle = (0..=text.len() / 2).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    let (left, right) = text.split_at(middle);
     if let Some(link) = PcieLink::from_sysfs(left, right) {
         assert!(link.effective_gbps().is_finite() && link.effective_gbps() > 0.0);
     }

@@ -48,7 +48,7 @@ pub use chunker::Chunker;
 pub use error::{PlanError, TransferError};
 pub use loopback::LoopbackTransport;
 pub use pipeline::{Pipeline, TransferReport};
-pub use plan::{Block, BlockSpec, ChunkPlan};
+pub use plan::{Block, BlockSpec, Blocks, ChunkPlan};
 pub use policy::PostPolicy;
 
 #[doc(no_inline)]

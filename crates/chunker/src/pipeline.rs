@@ -2,7 +2,7 @@
 //! as completions arrive. Buffers are sized once; a transfer allocates nothing.
 
 use crate::error::{PlanError, TransferError};
-use crate::plan::ChunkPlan;
+use crate::plan::{Blocks, ChunkPlan};
 use crate::policy::PostPolicy;
 use rdma_hint_core::{
     Capabilities, Completion, CompletionStatus, RegionId, RemoteRegion, Transport, TransportError, WriteOp,
@@ -35,6 +35,17 @@ pub struct Pipeline {
     sequence: u32,
 }
 
+const EMPTY_OP: WriteOp = WriteOp {
+    wr_id: 0,
+    local: RegionId(0),
+    local_offset: 0,
+    remote: RegionId(0),
+    remote_offset: 0,
+    len: 0,
+    signalled: false,
+    imm: None,
+};
+
 const INDEX_BITS: u32 = 32;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
@@ -47,7 +58,7 @@ impl Pipeline {
         Ok(Pipeline {
             policy,
             max_msg_bytes: caps.facts.max_msg_bytes,
-            ops: Vec::with_capacity(policy.wrs_per_doorbell as usize),
+            ops: vec![EMPTY_OP; policy.wrs_per_doorbell as usize],
             completions: vec![Completion::EMPTY; policy.window as usize],
             sequence: 0,
         })
@@ -115,88 +126,143 @@ impl Pipeline {
     ) -> Result<TransferReport, TransferError> {
         self.check_remote(plan, remote, remote_offset)?;
         self.sequence = self.sequence.wrapping_add(1);
-        let tag = u64::from(self.sequence) << INDEX_BITS;
-        let policy = self.policy;
+        let job = Job {
+            plan: *plan,
+            local,
+            remote: remote.id,
+            remote_offset,
+            tag: u64::from(self.sequence) << INDEX_BITS,
+        };
+        let mut progress = Progress {
+            blocks: plan.blocks(),
+            posted: 0,
+            retired: 0,
+            doorbells: 0,
+            signalled: 0,
+            until_signal: self.policy.signal_every,
+        };
         let count = plan.block_count();
-        let batches = policy.batch_count(count);
-        let window = u64::from(policy.window);
-        let (mut next_batch, mut posted, mut retired, mut signalled) = (0u64, 0u64, 0u64, 0u64);
         let failed = |source: TransportError, retired: u64| TransferError::Transport {
             source,
             confirmed_bytes: plan.payload_through(retired),
         };
+        let deadline_passed = |retired: u64| TransferError::DeadlineExceeded {
+            confirmed_bytes: plan.payload_through(retired),
+            len: plan.len(),
+        };
 
-        while retired < count {
-            while next_batch < batches {
-                let range = policy.batch(next_batch, count);
-                if posted - retired + (range.end - range.start) > window {
-                    break;
-                }
-                self.ops.clear();
-                for index in range {
-                    let block = plan.block(index);
-                    let is_signalled = policy.is_signalled(index, count);
-                    signalled += u64::from(is_signalled);
-                    self.ops.push(WriteOp {
-                        wr_id: tag | index,
-                        local,
-                        local_offset: block.offset,
-                        remote: remote.id,
-                        remote_offset: remote_offset + (block.offset - plan.offset()),
-                        len: block.wire_len,
-                        signalled: is_signalled,
-                        imm: None,
-                    });
-                }
-                transport.post_writes(&self.ops).map_err(|e| failed(e, retired))?;
-                posted += self.ops.len() as u64;
-                next_batch += 1;
-            }
-
+        while progress.retired < count {
+            self.post_ready(transport, &job, &mut progress).map_err(|e| failed(e, progress.retired))?;
             let mut ready =
-                transport.poll_completions(&mut self.completions).map_err(|e| failed(e, retired))?;
+                transport.poll_completions(&mut self.completions).map_err(|e| failed(e, progress.retired))?;
             if ready == 0 {
                 if Instant::now() >= deadline {
-                    return Err(TransferError::DeadlineExceeded {
-                        confirmed_bytes: plan.payload_through(retired),
-                        len: plan.len(),
-                    });
+                    return Err(deadline_passed(progress.retired));
                 }
                 ready = match transport.wait_completions(&mut self.completions, deadline).await {
                     Ok(ready) => ready,
                     Err(TransportError::DeadlineExceeded { .. }) => {
-                        return Err(TransferError::DeadlineExceeded {
-                            confirmed_bytes: plan.payload_through(retired),
-                            len: plan.len(),
-                        })
+                        return Err(deadline_passed(progress.retired))
                     }
-                    Err(other) => return Err(failed(other, retired)),
+                    Err(other) => return Err(failed(other, progress.retired)),
                 };
             }
-            for completion in &self.completions[..ready] {
-                if completion.wr_id & !INDEX_MASK != tag {
-                    // Left over from an earlier transfer that stopped early.
-                    continue;
-                }
-                match completion.status {
-                    CompletionStatus::Success => {
-                        retired = retired.max((completion.wr_id & INDEX_MASK) + 1).min(posted)
-                    }
-                    CompletionStatus::Failed { code } => {
-                        return Err(failed(
-                            TransportError::Completion { wr_id: completion.wr_id, code },
-                            retired,
-                        ))
-                    }
-                }
-            }
+            self.retire(ready, &job, &mut progress).map_err(|e| failed(e, progress.retired))?;
         }
         Ok(TransferReport {
             payload_bytes: plan.len(),
             wire_bytes: plan.wire_bytes(),
             blocks: count,
-            doorbells: batches,
-            signalled,
+            doorbells: progress.doorbells,
+            signalled: progress.signalled,
         })
     }
+
+    /// Posts every whole batch the window has room for. Synchronous, and working on local
+    /// copies, so the hot loop keeps its counters in registers rather than in the future's state.
+    fn post_ready<T: Transport + ?Sized>(
+        &mut self,
+        transport: &T,
+        job: &Job,
+        progress: &mut Progress,
+    ) -> Result<(), TransportError> {
+        let mut p = *progress;
+        let plan = &job.plan;
+        let count = plan.block_count();
+        let batch = u64::from(self.policy.wrs_per_doorbell);
+        let window = u64::from(self.policy.window);
+        while p.posted < count {
+            let end = (p.posted + batch).min(count);
+            if end - p.retired > window {
+                break;
+            }
+            let ops = &mut self.ops[..(end - p.posted) as usize];
+            let remote_shift = job.remote_offset.wrapping_sub(plan.offset());
+            for (slot, index) in ops.iter_mut().zip(p.posted..end) {
+                let Some(block) = p.blocks.next() else { break };
+                p.until_signal -= 1;
+                let signalled = p.until_signal == 0 || index + 1 == count;
+                if p.until_signal == 0 {
+                    p.until_signal = self.policy.signal_every;
+                }
+                p.signalled += u64::from(signalled);
+                *slot = WriteOp {
+                    wr_id: job.tag | index,
+                    local: job.local,
+                    local_offset: block.offset,
+                    remote: job.remote,
+                    remote_offset: block.offset.wrapping_add(remote_shift),
+                    len: block.wire_len,
+                    signalled,
+                    imm: None,
+                };
+            }
+            transport.post_writes(ops)?;
+            p.posted = end;
+            p.doorbells += 1;
+        }
+        *progress = p;
+        Ok(())
+    }
+
+    /// Retires every block up to the newest successful completion of this transfer.
+    fn retire(&self, ready: usize, job: &Job, progress: &mut Progress) -> Result<(), TransportError> {
+        for completion in &self.completions[..ready] {
+            if completion.wr_id & !INDEX_MASK != job.tag {
+                // Left over from an earlier transfer that stopped early.
+                continue;
+            }
+            match completion.status {
+                CompletionStatus::Success => {
+                    progress.retired =
+                        progress.retired.max((completion.wr_id & INDEX_MASK) + 1).min(progress.posted)
+                }
+                CompletionStatus::Failed { code } => {
+                    return Err(TransportError::Completion { wr_id: completion.wr_id, code })
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one transfer writes where.
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    plan: ChunkPlan,
+    local: RegionId,
+    remote: RegionId,
+    remote_offset: u64,
+    tag: u64,
+}
+
+/// Counters of one transfer.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    blocks: Blocks,
+    posted: u64,
+    retired: u64,
+    doorbells: u64,
+    signalled: u64,
+    until_signal: u32,
 }

@@ -144,20 +144,32 @@ impl ChunkPlan {
     /// Block `index` (< [`block_count`](Self::block_count)); indexes past the end give the last.
     pub fn block(&self, index: u64) -> Block {
         let index = index.min(self.block_count - 1);
+        let block = self.spec.block_bytes;
         let cell = self.first_cell + index;
-        let start = (cell * self.spec.block_bytes).max(self.offset);
-        let end = ((cell + 1).saturating_mul(self.spec.block_bytes)).min(self.offset + self.len);
-        let is_last = index + 1 == self.block_count;
-        Block {
-            offset: start,
-            payload_len: end - start,
-            wire_len: if is_last { self.padded_end - start } else { end - start },
+        let start = if index == 0 { self.offset } else { cell * block };
+        if index + 1 < self.block_count {
+            // Every block but the last ends on a grid boundary.
+            let len = (cell + 1) * block - start;
+            Block { offset: start, payload_len: len, wire_len: len }
+        } else {
+            Block {
+                offset: start,
+                payload_len: self.offset + self.len - start,
+                wire_len: self.padded_end - start,
+            }
         }
     }
 
-    /// Every block, in order.
-    pub fn blocks(&self) -> impl Iterator<Item = Block> + '_ {
-        (0..self.block_count).map(|i| self.block(i))
+    /// Every block, in order (a cursor walking the grid: no division per block).
+    pub fn blocks(&self) -> Blocks {
+        Blocks {
+            remaining: self.block_count,
+            cursor: self.offset,
+            boundary: (self.first_cell + 1) * self.spec.block_bytes,
+            block_bytes: self.spec.block_bytes,
+            end: self.offset + self.len,
+            padded_end: self.padded_end,
+        }
     }
 
     /// Payload bytes carried by blocks `0..blocks` (what is confirmed once they complete).
@@ -204,6 +216,54 @@ impl ChunkPlan {
         self.padded_end - self.offset
     }
 }
+
+/// Iterator over the blocks of a [`ChunkPlan`], in order. `Copy`, so a pipeline can keep its
+/// position between batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocks {
+    remaining: u64,
+    cursor: u64,
+    boundary: u64,
+    block_bytes: u64,
+    end: u64,
+    padded_end: u64,
+}
+
+impl Iterator for Blocks {
+    type Item = Block;
+
+    #[inline]
+    fn next(&mut self) -> Option<Block> {
+        match self.remaining {
+            0 => None,
+            1 => {
+                self.remaining = 0;
+                let start = self.cursor;
+                self.cursor = self.end;
+                Some(Block {
+                    offset: start,
+                    payload_len: self.end - start,
+                    wire_len: self.padded_end - start,
+                })
+            }
+            _ => {
+                self.remaining -= 1;
+                let start = self.cursor;
+                let len = self.boundary - start;
+                self.cursor = self.boundary;
+                self.boundary += self.block_bytes;
+                Some(Block { offset: start, payload_len: len, wire_len: len })
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let remaining = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        (remaining, Some(remaining))
+    }
+}
+
+impl ExactSizeIterator for Blocks {}
 
 #[cfg(test)]
 mod tests {
@@ -294,6 +354,8 @@ mod tests {
                         cursor += block.payload_len;
                     }
                     prop_assert_eq!(cursor, offset + len, "exactly len bytes");
+                    let indexed: Vec<Block> = (0..plan.block_count()).map(|i| plan.block(i)).collect();
+                    prop_assert_eq!(plan.blocks().collect::<Vec<_>>(), indexed, "cursor and index agree");
                     prop_assert_eq!(plan.payload_through(plan.block_count()), len);
                 }
                 Err(PlanError::PaddingOutsideRegion { .. }) => {

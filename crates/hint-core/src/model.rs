@@ -37,6 +37,11 @@ pub const GPU_PHB_CAP_GBPS: f64 = 19.0;
 /// a plain cuMemcpyAsync loop 2.1 µs), charged per block when a GPU is staged through host.
 pub const COPY_ENGINE_LAUNCH_US: f64 = 1.0;
 
+/// Largest wire rate a profile may claim (1 PB/s): beyond it the input is garbage, not hardware.
+pub const MAX_WIRE_GBPS: f64 = 1e6;
+/// Largest per-op cost a profile may claim (1 s).
+pub const MAX_PER_OP_US: f64 = 1e6;
+
 /// Knobs of the computation. `Default` is what `get_low_latency_rdma_size_hint` uses.
 ///
 /// ```
@@ -183,7 +188,7 @@ pub struct SizeHint {
     pub predicted_gbps: f64,
     /// Predicted time for one block, `o + s/B`, in µs.
     pub predicted_latency_us: f64,
-    /// Predicted share of `B` reached at this block size, in (0, 1).
+    /// Predicted share of `B` reached at this block size, in (0, 1].
     pub efficiency: f64,
     /// Model or measurement.
     pub origin: Origin,
@@ -208,14 +213,14 @@ fn check_profile(profile: &PathProfile) -> Result<(), HintError> {
     let invalid = |field: &'static str, value: String, why: &'static str| {
         Err(HintError::InvalidProfile { field, value, why })
     };
-    if !(transport.wire_gbps.is_finite() && transport.wire_gbps > 0.0) {
-        return invalid("wire_gbps", transport.wire_gbps.to_string(), "must be a positive rate");
+    if !(transport.wire_gbps > 0.0 && transport.wire_gbps <= MAX_WIRE_GBPS) {
+        return invalid("wire_gbps", transport.wire_gbps.to_string(), "must be in (0, 10⁶] GB/s");
     }
-    if !(transport.per_op_overhead_us.is_finite() && transport.per_op_overhead_us >= 0.0) {
+    if !(transport.per_op_overhead_us >= 0.0 && transport.per_op_overhead_us <= MAX_PER_OP_US) {
         return invalid(
             "per_op_overhead_us",
             transport.per_op_overhead_us.to_string(),
-            "must be a non-negative number of µs",
+            "must be in [0, 10⁶] µs",
         );
     }
     if transport.max_msg_bytes == 0 {
@@ -630,6 +635,26 @@ mod tests {
         }
     }
 
+    /// Found by the `hint_model` fuzz target: a negligible fixed cost rounds the efficiency to
+    /// exactly 1.0, which validation once refused; absurd rates and costs are input errors.
+    #[test]
+    fn fuzz_regression_efficiency_rounds_to_one() {
+        let mut profile = PathProfile::example_host_nic();
+        profile.transport.per_op_overhead_us = 1e-300;
+        profile.bridges = 0;
+        let hint = compute_hint(&profile, &HintPolicy::default()).unwrap();
+        assert_eq!(hint.efficiency, 1.0);
+        validate_hint(&hint, &HintLimits::from_profile(&profile)).unwrap();
+        for (rate, cost) in [(f64::MAX, 1.0), (1.0, f64::MAX), (f64::INFINITY, 1.0), (1.0, -1.0)] {
+            profile.transport.wire_gbps = rate;
+            profile.transport.per_op_overhead_us = cost;
+            assert!(matches!(
+                compute_hint(&profile, &HintPolicy::default()),
+                Err(HintError::InvalidProfile { .. })
+            ));
+        }
+    }
+
     #[test]
     fn small_memory_bounds_the_block() {
         let profile = PathProfile {
@@ -719,7 +744,7 @@ mod tests {
                         prop_assert!(hint.align_bytes.is_power_of_two());
                         prop_assert_eq!(hint.block_bytes % hint.align_bytes, 0);
                         prop_assert!(hint.block_bytes <= profile.transport.max_msg_bytes);
-                        prop_assert!(hint.efficiency > 0.0 && hint.efficiency < 1.0);
+                        prop_assert!(hint.efficiency > 0.0 && hint.efficiency <= 1.0);
                         prop_assert!(validate_hint(&hint, &HintLimits::from_profile(&profile)).is_ok());
                     }
                     Err(HintError::Unsupported { fallback, .. }) => prop_assert!(!fallback.is_empty()),

@@ -1,0 +1,56 @@
+//! Runs `TRANSFERS` chunked transfers of 64 MiB on the null transport, through the chunker or
+//! the hand-written loop, for instruction counting under callgrind (`benches/posting-cost.sh`).
+//!
+//! `posting_cost chunker|hand BLOCK_BYTES TRANSFERS`
+
+use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
+use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy};
+use rdma_hint_core::{RemoteRegion, SourceId, Transport};
+use std::time::{Duration, Instant};
+
+const TRANSFER: u64 = 64 << 20;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: posting_cost chunker|hand BLOCK_BYTES TRANSFERS";
+    let (Some(mode), Some(block), Some(transfers)) = (args.get(1), args.get(2), args.get(3)) else {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    };
+    let block: u64 = block.parse().expect(usage);
+    let transfers: u64 = transfers.parse().expect(usage);
+    let policy = PostPolicy::default();
+    let transport = NullTransport::new(256);
+    let mut blocks = 0;
+    match mode.as_str() {
+        "chunker" => {
+            let local = transport.region(0, TRANSFER);
+            let remote = RemoteRegion { id: local.id, len: TRANSFER };
+            let mut chunker = Chunker::new(policy, transport.capabilities()).expect("policy");
+            chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));
+            let deadline = Instant::now() + Duration::from_secs(3600);
+            for _ in 0..transfers {
+                blocks += block_on(chunker.write(&transport, &local, 0, &remote, 0, TRANSFER, deadline))
+                    .expect("transfer")
+                    .blocks;
+            }
+        }
+        "hand" => {
+            for _ in 0..transfers {
+                blocks += hand_written_loop(
+                    &transport,
+                    TRANSFER,
+                    block,
+                    policy.wrs_per_doorbell as usize,
+                    u64::from(policy.signal_every),
+                    u64::from(policy.window),
+                );
+            }
+        }
+        _ => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
+    }
+    println!("{blocks}");
+}
