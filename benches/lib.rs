@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};
 use rdma_hint_core::{
-    Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
 };
 use std::future::Future;
@@ -117,6 +117,12 @@ impl Transport for NullTransport {
         _deadline: Instant,
     ) -> Result<usize, TransportError> {
         self.poll_completions(out)
+    }
+    fn poll_arrivals(&self, _out: &mut [Arrival]) -> Result<usize, TransportError> {
+        Ok(0)
+    }
+    async fn wait_arrivals(&self, _out: &mut [Arrival], _deadline: Instant) -> Result<usize, TransportError> {
+        Ok(0)
     }
 }
 

@@ -8,7 +8,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
-use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy};
+use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 use rdma_hint_core::{MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ fn posting(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::from_parameter(label(block)), &block, |b, _| {
             let deadline = Instant::now() + Duration::from_secs(3600);
             b.iter(|| {
-                block_on(chunker.write(&transport, &local, 0, &remote, 0, NULL_TRANSFER, deadline))
+                block_on(chunker.write(&transport, Transfer::new(&local, &remote, NULL_TRANSFER), deadline))
                     .expect("transfer")
             })
         });
@@ -86,7 +86,7 @@ fn loopback(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(LOOPBACK_TRANSFER));
         group.bench_with_input(BenchmarkId::from_parameter(label(block)), &block, |b, _| {
             b.iter(|| {
-                block_on(chunker.write(&transport, &src, 0, &remote, 0, LOOPBACK_TRANSFER, deadline))
+                block_on(chunker.write(&transport, Transfer::new(&src, &remote, LOOPBACK_TRANSFER), deadline))
                     .expect("transfer")
             })
         });

@@ -4,7 +4,7 @@
 //! `posting_cost chunker|hand BLOCK_BYTES TRANSFERS`
 
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
-use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy};
+use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint_core::{RemoteRegion, SourceId, Transport};
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,10 @@ fn main() {
             chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));
             let deadline = Instant::now() + Duration::from_secs(3600);
             for _ in 0..transfers {
-                blocks += block_on(chunker.write(&transport, &local, 0, &remote, 0, TRANSFER, deadline))
-                    .expect("transfer")
-                    .blocks;
+                blocks +=
+                    block_on(chunker.write(&transport, Transfer::new(&local, &remote, TRANSFER), deadline))
+                        .expect("transfer")
+                        .blocks;
             }
         }
         "hand" => {

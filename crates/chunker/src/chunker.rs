@@ -85,39 +85,64 @@ impl Chunker {
         ChunkPlan::new(local.len, offset, len, self.spec_for(source)?)
     }
 
-    /// Writes `len` bytes from `local[local_offset..]` to `remote[remote_offset..]` in blocks of
-    /// the hint of the local region's source device.
-    #[allow(clippy::too_many_arguments)] // the RDMA WRITE tuple: two regions, two offsets, length, deadline
+    /// Writes `transfer.len` bytes in blocks of the hint of the local region's source device.
     pub async fn write<T: Transport + ?Sized>(
         &mut self,
         transport: &T,
-        local: &LocalRegion,
-        local_offset: u64,
-        remote: &RemoteRegion,
-        remote_offset: u64,
-        len: u64,
+        transfer: Transfer<'_>,
         deadline: Instant,
     ) -> Result<TransferReport, TransferError> {
-        let source = self.source_of(local.kind).ok_or_else(|| {
+        let source = self.source_of(transfer.local.kind).ok_or_else(|| {
             PlanError::InvalidPolicy("a dma-buf region has no known source device; use write_as".into())
         })?;
-        self.write_as(transport, source, local, local_offset, remote, remote_offset, len, deadline).await
+        self.write_as(transport, source, transfer, deadline).await
     }
 
     /// [`write`](Chunker::write) with the source given explicitly.
-    #[allow(clippy::too_many_arguments)]
     pub async fn write_as<T: Transport + ?Sized>(
         &mut self,
         transport: &T,
         source: SourceId,
-        local: &LocalRegion,
-        local_offset: u64,
-        remote: &RemoteRegion,
-        remote_offset: u64,
-        len: u64,
+        transfer: Transfer<'_>,
         deadline: Instant,
     ) -> Result<TransferReport, TransferError> {
-        let plan = self.plan_as(source, local, local_offset, len)?;
-        self.pipeline.run(transport, &plan, local.id, remote, remote_offset, deadline).await
+        let plan = self.plan_as(source, transfer.local, transfer.local_offset, transfer.len)?;
+        self.pipeline.run(transport, &plan, &transfer, deadline).await
+    }
+}
+
+/// One RDMA-WRITE-style transfer: `len` bytes from `local[local_offset..]` to
+/// `remote[remote_offset..]`, optionally announced to the receiver with an immediate value.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer<'a> {
+    /// Source region.
+    pub local: &'a LocalRegion,
+    /// Start in the source region, in bytes (a multiple of the alignment).
+    pub local_offset: u64,
+    /// Destination region (from `connect`).
+    pub remote: &'a RemoteRegion,
+    /// Start in the destination region, in bytes (a multiple of the alignment).
+    pub remote_offset: u64,
+    /// Payload bytes.
+    pub len: u64,
+    /// Immediate value delivered with the last block: the receiver's `poll_arrivals` /
+    /// `wait_arrivals` sees it once every byte of the transfer has landed.
+    pub notify: Option<u32>,
+}
+
+impl<'a> Transfer<'a> {
+    /// `len` bytes from the start of `local` to the start of `remote`, no notification.
+    pub fn new(local: &'a LocalRegion, remote: &'a RemoteRegion, len: u64) -> Transfer<'a> {
+        Transfer { local, local_offset: 0, remote, remote_offset: 0, len, notify: None }
+    }
+
+    /// The same transfer at other offsets.
+    pub fn at(self, local_offset: u64, remote_offset: u64) -> Transfer<'a> {
+        Transfer { local_offset, remote_offset, ..self }
+    }
+
+    /// The same transfer, announced to the receiver with `imm`.
+    pub fn notify(self, imm: u32) -> Transfer<'a> {
+        Transfer { notify: Some(imm), ..self }
     }
 }

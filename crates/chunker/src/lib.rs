@@ -14,7 +14,7 @@
 //!   completions through a crossbeam queue) for tests and benches.
 //!
 //! ```
-//! use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy};
+//! use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 //! use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
 //! use std::time::{Duration, Instant};
 //!
@@ -28,9 +28,14 @@
 //!
 //! let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
 //! chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
-//! let report = pollster::block_on(chunker.write(&transport, &src, 0, &remote, 0, 100_000, deadline)).unwrap();
+//! let transfer = Transfer::new(&src, &remote, 100_000).notify(42);
+//! let report = pollster::block_on(chunker.write(&transport, transfer, deadline)).unwrap();
 //! assert_eq!(report.payload_bytes, 100_000);
 //! assert_eq!(report.blocks, 2);
+//! // The receiver side learns that the whole transfer landed.
+//! let mut arrivals = [rdma_hint_core::Arrival::EMPTY; 4];
+//! assert_eq!(transport.poll_arrivals(&mut arrivals).unwrap(), 1);
+//! assert_eq!(arrivals[0].imm, 42);
 //! let mut arrived = vec![0u8; 100_000];
 //! transport.read_region(dst.id, 0, &mut arrived).unwrap();
 //! assert!(arrived.iter().all(|b| *b == 7));
@@ -44,7 +49,7 @@ mod pipeline;
 mod plan;
 mod policy;
 
-pub use chunker::Chunker;
+pub use chunker::{Chunker, Transfer};
 pub use error::{PlanError, TransferError};
 pub use loopback::LoopbackTransport;
 pub use pipeline::{Pipeline, TransferReport};

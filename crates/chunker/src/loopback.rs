@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use rdma_hint_core::{
-    Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
 };
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -32,13 +32,19 @@ pub struct LoopbackTransport {
     regions: Mutex<Regions>,
     completed: Sender<Completion>,
     completions: Receiver<Completion>,
+    arrived: Sender<Arrival>,
+    arrivals: Receiver<Arrival>,
 }
+
+/// Writes-with-immediate the receiver side has not drained yet, at most.
+const MAX_PENDING_ARRIVALS: usize = 4096;
 
 impl LoopbackTransport {
     /// A loopback transport allowing `max_outstanding` signalled completions in flight.
     pub fn new(max_outstanding: u32) -> LoopbackTransport {
         let max_outstanding = max_outstanding.max(1);
         let (completed, completions) = crossbeam_channel::bounded(max_outstanding as usize);
+        let (arrived, arrivals) = crossbeam_channel::bounded(MAX_PENDING_ARRIVALS);
         LoopbackTransport {
             caps: Capabilities {
                 facts: TransportFacts {
@@ -60,6 +66,8 @@ impl LoopbackTransport {
             regions: Mutex::new(Regions::default()),
             completed,
             completions,
+            arrived,
+            arrivals,
         }
     }
 
@@ -168,7 +176,7 @@ impl Transport for LoopbackTransport {
         }
         let mut regions = self.regions();
         // Check every op before moving a byte: a rejected batch changes nothing.
-        let mut signalled = 0;
+        let (mut signalled, mut notifying) = (0, 0);
         for op in ops {
             let local = buffer(&regions, op.local)?.len() as u64;
             let remote = buffer(&regions, op.remote)?.len() as u64;
@@ -181,10 +189,17 @@ impl Transport for LoopbackTransport {
                 self.caps.facts.max_msg_bytes,
             )?;
             signalled += usize::from(op.signalled);
+            notifying += usize::from(op.imm.is_some());
         }
         let free = self.caps.max_outstanding_wrs as usize - self.completed.len();
         if signalled > free {
             return Err(TransportError::QueueFull { given: signalled as u32, max: free as u32 });
+        }
+        if notifying > MAX_PENDING_ARRIVALS - self.arrived.len() {
+            return Err(TransportError::QueueFull {
+                given: notifying as u32,
+                max: MAX_PENDING_ARRIVALS as u32,
+            });
         }
         for op in ops {
             let (len, from, to) = (op.len as usize, op.local_offset as usize, op.remote_offset as usize);
@@ -202,6 +217,12 @@ impl Transport for LoopbackTransport {
                 }
                 regions.buffers[op.local.0 as usize] = source;
             }
+            if let Some(imm) = op.imm {
+                let arrival = Arrival { imm, region: op.remote, len: op.len };
+                if self.arrived.try_send(arrival).is_err() {
+                    return Err(TransportError::QueueFull { given: 1, max: 0 });
+                }
+            }
             if op.signalled {
                 let completion = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
                 if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
@@ -215,17 +236,7 @@ impl Transport for LoopbackTransport {
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        let mut ready = 0;
-        while ready < out.len() {
-            match self.completions.try_recv() {
-                Ok(completion) => {
-                    out[ready] = completion;
-                    ready += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        Ok(ready)
+        Ok(drain(&self.completions, out))
     }
 
     async fn wait_completions(
@@ -233,20 +244,52 @@ impl Transport for LoopbackTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        let ready = self.poll_completions(out)?;
-        if ready > 0 || out.is_empty() {
-            return Ok(ready);
-        }
-        let started = Instant::now();
-        match self.completions.recv_deadline(deadline) {
-            Ok(completion) => {
-                out[0] = completion;
-                Ok(1 + self.poll_completions(&mut out[1..])?)
+        wait(&self.completions, out, deadline, "loopback completions")
+    }
+
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        Ok(drain(&self.arrivals, out))
+    }
+
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        wait(&self.arrivals, out, deadline, "loopback arrivals")
+    }
+}
+
+/// Moves ready items into `out` without waiting.
+fn drain<T>(queue: &Receiver<T>, out: &mut [T]) -> usize {
+    let mut ready = 0;
+    while ready < out.len() {
+        match queue.try_recv() {
+            Ok(item) => {
+                out[ready] = item;
+                ready += 1;
             }
-            Err(_) => Err(TransportError::DeadlineExceeded {
-                what: "loopback completions",
-                waited_ms: started.elapsed().as_millis() as u64,
-            }),
+            Err(_) => break,
+        }
+    }
+    ready
+}
+
+/// Blocks until one item or `deadline`, then drains what else is ready.
+fn wait<T>(
+    queue: &Receiver<T>,
+    out: &mut [T],
+    deadline: Instant,
+    what: &'static str,
+) -> Result<usize, TransportError> {
+    let ready = drain(queue, out);
+    if ready > 0 || out.is_empty() {
+        return Ok(ready);
+    }
+    let started = Instant::now();
+    match queue.recv_deadline(deadline) {
+        Ok(item) => {
+            out[0] = item;
+            Ok(1 + drain(queue, &mut out[1..]))
+        }
+        Err(_) => {
+            Err(TransportError::DeadlineExceeded { what, waited_ms: started.elapsed().as_millis() as u64 })
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The posting engine: batches per doorbell, selective signalling, a bounded window refilled
 //! as completions arrive. Buffers are sized once; a transfer allocates nothing.
 
+use crate::chunker::Transfer;
 use crate::error::{PlanError, TransferError};
 use crate::plan::{Blocks, ChunkPlan};
 use crate::policy::PostPolicy;
@@ -111,7 +112,8 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Writes `plan` (blocks of the local region `local`) to `remote` at `remote_offset`.
+    /// Writes `plan` (blocks of `transfer.local`) to `transfer.remote` at
+    /// `transfer.remote_offset`; the last block carries `transfer.notify` as its immediate.
     ///
     /// Completes when every block is confirmed; on error reports how many payload bytes were
     /// confirmed, counted in order from the start.
@@ -119,19 +121,18 @@ impl Pipeline {
         &mut self,
         transport: &T,
         plan: &ChunkPlan,
-        local: RegionId,
-        remote: &RemoteRegion,
-        remote_offset: u64,
+        transfer: &Transfer<'_>,
         deadline: Instant,
     ) -> Result<TransferReport, TransferError> {
-        self.check_remote(plan, remote, remote_offset)?;
+        self.check_remote(plan, transfer.remote, transfer.remote_offset)?;
         self.sequence = self.sequence.wrapping_add(1);
         let job = Job {
             plan: *plan,
-            local,
-            remote: remote.id,
-            remote_offset,
+            local: transfer.local.id,
+            remote: transfer.remote.id,
+            remote_offset: transfer.remote_offset,
             tag: u64::from(self.sequence) << INDEX_BITS,
+            notify: transfer.notify,
         };
         let mut progress = Progress {
             blocks: plan.blocks(),
@@ -201,7 +202,8 @@ impl Pipeline {
             for (slot, index) in ops.iter_mut().zip(p.posted..end) {
                 let Some(block) = p.blocks.next() else { break };
                 p.until_signal -= 1;
-                let signalled = p.until_signal == 0 || index + 1 == count;
+                let is_last = index + 1 == count;
+                let signalled = p.until_signal == 0 || is_last;
                 if p.until_signal == 0 {
                     p.until_signal = self.policy.signal_every;
                 }
@@ -214,7 +216,7 @@ impl Pipeline {
                     remote_offset: block.offset.wrapping_add(remote_shift),
                     len: block.wire_len,
                     signalled,
-                    imm: None,
+                    imm: if is_last { job.notify } else { None },
                 };
             }
             transport.post_writes(ops)?;
@@ -254,6 +256,7 @@ struct Job {
     remote: RegionId,
     remote_offset: u64,
     tag: u64,
+    notify: Option<u32>,
 }
 
 /// Counters of one transfer.

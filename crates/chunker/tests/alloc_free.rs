@@ -1,7 +1,7 @@
 //! The posting path allocates nothing: a whole chunked transfer on the loopback transport,
 //! counted by a global allocator.
 
-use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy};
+use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
@@ -55,10 +55,10 @@ fn a_transfer_allocates_nothing() {
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(16 * 1024, 4096).unwrap());
     // Warm up once (first-use initialisation in the runtime, if any).
-    pollster::block_on(chunker.write(&transport, &src, 0, &remote, 0, 1 << 20, deadline)).unwrap();
+    pollster::block_on(chunker.write(&transport, Transfer::new(&src, &remote, 1 << 20), deadline)).unwrap();
 
     COUNTING.store(true, Ordering::SeqCst);
-    let report = block_on(chunker.write(&transport, &src, 0, &remote, 0, (8 << 20) - 5, deadline));
+    let report = block_on(chunker.write(&transport, Transfer::new(&src, &remote, (8 << 20) - 5), deadline));
     COUNTING.store(false, Ordering::SeqCst);
     assert_eq!(report.unwrap().blocks, 512);
     assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "allocations during a 512-block transfer");

@@ -1,8 +1,10 @@
 //! Real transfers through the loopback transport: random bytes, verified where they land.
 
-use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PlanError, PostPolicy, TransferError};
+use rdma_hint_chunker::{
+    BlockSpec, Chunker, LoopbackTransport, PlanError, PostPolicy, Transfer, TransferError,
+};
 use rdma_hint_core::{
-    LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport, TransportError,
+    Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport, TransportError,
 };
 use std::time::{Duration, Instant};
 
@@ -56,17 +58,17 @@ fn random_sizes_arrive_byte_exact() {
             let data = random_bytes(len as usize, i as u64 * 31 + local_offset);
             s.transport.write_region(s.src.id, local_offset, &data).unwrap();
             s.transport.write_region(s.dst.id, 0, &before).unwrap();
-            let report = pollster::block_on(chunker.write(
-                &s.transport,
-                &s.src,
-                local_offset,
-                &s.dst,
-                remote_offset,
-                len,
-                deadline(),
-            ))
-            .unwrap();
+            let imm = i as u32 * 10 + (local_offset / 4096) as u32;
+            let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset).notify(imm);
+            let report = pollster::block_on(chunker.write(&s.transport, transfer, deadline())).unwrap();
             assert_eq!(report.payload_bytes, len);
+            let mut arrivals = [Arrival::EMPTY; 2];
+            assert_eq!(pollster::block_on(s.transport.wait_arrivals(&mut arrivals, deadline())).unwrap(), 1);
+            assert_eq!(
+                (arrivals[0].imm, arrivals[0].region),
+                (imm, s.dst.id),
+                "one arrival, after the last block"
+            );
             let mut arrived = vec![0u8; len as usize];
             s.transport.read_region(s.dst.id, remote_offset, &mut arrived).unwrap();
             assert!(arrived == data, "len {len} at {local_offset}->{remote_offset}: bytes differ");
@@ -93,17 +95,20 @@ fn each_source_gets_its_own_hint() {
     let data = random_bytes(1 << 20, 5);
     s.transport.write_region(s.src.id, 0, &data).unwrap();
     let node0 =
-        pollster::block_on(chunker.write(&s.transport, &s.src, 0, &s.dst, 0, 1 << 20, deadline())).unwrap();
+        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 1 << 20), deadline()))
+            .unwrap();
     chunker.set_host_node(1);
     let node1 =
-        pollster::block_on(chunker.write(&s.transport, &s.src, 0, &s.dst, 0, 1 << 20, deadline())).unwrap();
+        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 1 << 20), deadline()))
+            .unwrap();
     assert_eq!((node0.blocks, node1.blocks), (4, 16));
     let gpu = LocalRegion { id: s.src.id, kind: MemoryKind::CudaDevice { ordinal: 3 }, len: s.src.len };
     assert_eq!(chunker.source_of(gpu.kind), Some(SourceId::Gpu(3)));
     assert_eq!(chunker.plan_as(SourceId::Gpu(3), &gpu, 0, 1 << 20).unwrap().block_count(), 2);
     chunker.set_latency_first(Some(0.5));
     let shrunk =
-        pollster::block_on(chunker.write(&s.transport, &s.src, 0, &s.dst, 0, 1 << 20, deadline())).unwrap();
+        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 1 << 20), deadline()))
+            .unwrap();
     assert_eq!(shrunk.blocks, 32, "latency-first halves the 64 KiB hint of node 1");
     let mut arrived = vec![0u8; 1 << 20];
     s.transport.read_region(s.dst.id, 0, &mut arrived).unwrap();
@@ -117,15 +122,8 @@ fn bad_requests_are_typed_and_move_nothing() {
     let marker = random_bytes(1 << 20, 7);
     s.transport.write_region(s.dst.id, 0, &marker).unwrap();
     let write = |chunker: &mut Chunker, local_offset, remote_offset, len| {
-        pollster::block_on(chunker.write(
-            &s.transport,
-            &s.src,
-            local_offset,
-            &s.dst,
-            remote_offset,
-            len,
-            deadline(),
-        ))
+        let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset);
+        pollster::block_on(chunker.write(&s.transport, transfer, deadline()))
     };
     assert!(matches!(write(&mut chunker, 0, 0, 0), Err(TransferError::Plan(PlanError::ZeroLength))));
     assert!(matches!(
@@ -142,6 +140,8 @@ fn bad_requests_are_typed_and_move_nothing() {
     ));
     let mut unknown = Chunker::new(PostPolicy::default(), s.transport.capabilities()).unwrap();
     assert!(matches!(write(&mut unknown, 0, 0, 10), Err(TransferError::Plan(PlanError::NoHintForSource(_)))));
+    let mut arrivals = [Arrival::EMPTY; 1];
+    assert_eq!(s.transport.poll_arrivals(&mut arrivals).unwrap(), 0, "no arrival for refused transfers");
     let mut after = vec![0u8; 1 << 20];
     s.transport.read_region(s.dst.id, 0, &mut after).unwrap();
     assert!(after == marker, "a refused transfer wrote nothing");
@@ -153,14 +153,18 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
     let mut chunker = chunker(&s.transport, 65536, 4096);
     let private = s.transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let not_exposed = RemoteRegion { id: private.id, len: private.len };
-    let result =
-        pollster::block_on(chunker.write(&s.transport, &s.src, 0, &not_exposed, 0, 4096, deadline()));
+    let result = pollster::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &not_exposed, 4096),
+        deadline(),
+    ));
     assert!(matches!(
         result,
         Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), confirmed_bytes: 0 })
     ));
     s.transport.deregister(s.src.id).unwrap();
-    let result = pollster::block_on(chunker.write(&s.transport, &s.src, 0, &s.dst, 0, 4096, deadline()));
+    let result =
+        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 4096), deadline()));
     assert!(matches!(
         result,
         Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), .. })

@@ -3,9 +3,9 @@
 
 use async_trait::async_trait;
 use mockall::mock;
-use rdma_hint_chunker::{BlockSpec, ChunkPlan, Pipeline, PostPolicy, TransferError};
+use rdma_hint_chunker::{BlockSpec, ChunkPlan, Pipeline, PostPolicy, Transfer, TransferError};
 use rdma_hint_core::{
-    Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
 };
 use std::collections::VecDeque;
@@ -25,6 +25,8 @@ mock! {
         fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
         fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError>;
         async fn wait_completions(&self, out: &mut [Completion], deadline: Instant) -> Result<usize, TransportError>;
+        fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError>;
+        async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError>;
     }
 }
 
@@ -104,7 +106,8 @@ fn run(
     let plan = ChunkPlan::new(len + block, 0, len, BlockSpec::new(block, 4096).unwrap()).unwrap();
     let remote = RemoteRegion { id: RegionId(1), len: len + block };
     let deadline = Instant::now() + Duration::from_secs(5);
-    pollster::block_on(pipeline.run(nic, &plan, RegionId(0), &remote, 0, deadline))
+    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: len + block };
+    pollster::block_on(pipeline.run(nic, &plan, &Transfer::new(&local, &remote, len).notify(9), deadline))
 }
 
 #[test]
@@ -129,6 +132,8 @@ fn batches_signalling_and_window() {
         .enumerate()
         .all(|(i, op)| op.local_offset == i as u64 * 65536 && op.remote_offset == op.local_offset));
     assert_eq!(ops.last().unwrap().len, 4096, "tail padded to the 4 KiB alignment");
+    assert_eq!(ops.last().unwrap().imm, Some(9), "the notification rides on the last block");
+    assert!(ops[..ops.len() - 1].iter().all(|op| op.imm.is_none()));
     assert_eq!(report.signalled, 12);
 }
 
@@ -176,14 +181,10 @@ fn silent_transport_hits_the_deadline_instead_of_hanging() {
     let plan = ChunkPlan::new(1 << 20, 0, 1 << 20, BlockSpec::new(65536, 4096).unwrap()).unwrap();
     let remote = RemoteRegion { id: RegionId(1), len: 1 << 20 };
     let started = Instant::now();
-    let result = pollster::block_on(pipeline.run(
-        &nic,
-        &plan,
-        RegionId(0),
-        &remote,
-        0,
-        started + Duration::from_millis(50),
-    ));
+    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
+    let transfer = Transfer::new(&local, &remote, 1 << 20);
+    let result =
+        pollster::block_on(pipeline.run(&nic, &plan, &transfer, started + Duration::from_millis(50)));
     assert!(
         matches!(result, Err(TransferError::DeadlineExceeded { confirmed_bytes: 0, len: 1048576 })),
         "{result:?}"
@@ -215,8 +216,9 @@ fn bad_remote_ranges_fail_before_posting() {
         [(99_999, 0), (100_000, 0), (1 << 20, 100), (1 << 20, (1 << 20) - 4096)]
     {
         let remote = RemoteRegion { id: RegionId(1), len: remote_len };
-        let result =
-            pollster::block_on(pipeline.run(&nic, &plan, RegionId(0), &remote, remote_offset, deadline));
+        let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
+        let transfer = Transfer::new(&local, &remote, 100_000).at(0, remote_offset);
+        let result = pollster::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
         assert!(matches!(result, Err(TransferError::Plan(_))), "{remote_len} {remote_offset}: {result:?}");
     }
 }

@@ -49,7 +49,7 @@ pub use profile::{
 };
 pub use topology::Topology;
 pub use transport::{
-    Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, WriteOp,
 };
 pub use validate::{validate_hint, HintLimits};

@@ -155,6 +155,23 @@ impl Completion {
     pub const EMPTY: Completion = Completion { wr_id: 0, status: CompletionStatus::Success };
 }
 
+/// A write with immediate data that arrived from the peer: every byte written before it on the
+/// same connection has landed in `region`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// The immediate value the peer attached.
+    pub imm: u32,
+    /// The local region the write landed in.
+    pub region: RegionId,
+    /// Bytes of the write that carried the immediate.
+    pub len: u64,
+}
+
+impl Arrival {
+    /// A placeholder to pre-fill arrival buffers with.
+    pub const EMPTY: Arrival = Arrival { imm: 0, region: RegionId(0), len: 0 };
+}
+
 /// Errors of any transport. Every wait has a deadline, so a dead peer ends in
 /// [`TransportError::DeadlineExceeded`] or [`TransportError::PeerGone`], never a hang.
 #[derive(Debug, Error)]
@@ -297,4 +314,11 @@ pub trait Transport: Send + Sync {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError>;
+
+    /// Receiver side: moves writes-with-immediate that arrived from the peer into `out` without
+    /// waiting; returns how many.
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError>;
+
+    /// Receiver side: waits until at least one arrival or `deadline`.
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError>;
 }
