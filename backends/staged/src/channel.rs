@@ -64,7 +64,7 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
             max_payload_bytes: None,
             queried_from_backend: false,
         },
-        max_outstanding_wrs: 1024,
+        max_outstanding_wrs: 256,
         max_wrs_per_post: 64,
         max_sges: 1,
         memory_kinds,

@@ -1,35 +1,31 @@
 //! Host-staged fallback backend for rdma-hint: the path every machine has.
 //!
-//! Data goes source → pinned staging ring → shared memory or TCP → pinned staging ring →
-//! destination. This crate already supplies the channel capabilities the hint model reads
-//! ([`capabilities`]) and, with feature `cuda`, the GPU facts of the machine ([`gpu`]). The data
-//! path itself is tracked in issue #6: [`StagedTransport::open`] says so through
-//! [`TransportError::NotImplemented`].
+//! [`StagedTransport`] gives RDMA-WRITE semantics without an RDMA NIC: a registered local region
+//! is written into a registered remote region at an offset, with selective signalling and
+//! write-with-immediate arrivals.
+//!
+//! * **shm** (same host): regions live in `/dev/shm` files; the peer maps them at connect and
+//!   the sender thread copies each block straight into the receiver's memory (one copy);
+//!   completions are local, arrivals travel as small frames over the control socket.
+//! * **tcp** (any host): each block is a framed write on the socket, read by the receiver
+//!   straight into the target region; signalled writes are acknowledged once placed.
+//!
+//! Out-of-band setup and every frame are validated ([`wire`]); a peer that vanishes breaks
+//! the link, flushes outstanding signalled writes with an error, and every wait has a deadline.
+//! With feature `cuda`, [`gpu`] reports the machine's GPU facts.
 
 pub mod channel;
 pub mod gpu;
+mod link;
+mod memory;
+mod transport;
+pub mod wire;
 
 pub use channel::{capabilities, StagedChannel};
-
-use rdma_hint_core::TransportError;
+pub use transport::StagedTransport;
 
 /// Backend name used in transport ids (`staged:shm`, `staged:tcp`).
 pub const BACKEND: &str = "staged";
 
-/// The staged transport over one channel.
-#[derive(Debug)]
-pub struct StagedTransport {
-    _not_constructible: (),
-}
-
-impl StagedTransport {
-    /// Opens a staged transport over `channel`.
-    ///
-    /// ```
-    /// use rdma_hint_staged::{StagedChannel, StagedTransport};
-    /// assert!(StagedTransport::open(StagedChannel::Tcp).is_err());
-    /// ```
-    pub fn open(_channel: StagedChannel) -> Result<StagedTransport, TransportError> {
-        Err(TransportError::NotImplemented { backend: BACKEND, tracking: "issue #6" })
-    }
-}
+/// Status code of work requests flushed because the connection broke.
+pub const FLUSHED_STATUS: u32 = link::FLUSHED;

@@ -1,0 +1,336 @@
+//! One connected peer: a sender thread that moves posted writes (socket payload or shm copy)
+//! and a reader thread that places incoming writes, acknowledges them and collects arrivals.
+
+use crate::memory::Memory;
+use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
+use crossbeam_channel::{select, Receiver, Sender};
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::thread::JoinHandle;
+
+/// Status code of work requests flushed because the connection broke (as `IBV_WC_WR_FLUSH_ERR`).
+pub(crate) const FLUSHED: u32 = 5;
+/// Arrivals the application has not drained yet, at most.
+pub(crate) const MAX_PENDING_ARRIVALS: usize = 4096;
+
+/// A registered local region and whether the peer may write it.
+#[derive(Debug, Clone)]
+pub(crate) struct LocalEntry {
+    pub(crate) memory: Arc<Memory>,
+    pub(crate) exposed: bool,
+}
+
+/// The local region table, shared with the link threads.
+pub(crate) type LocalRegions = Arc<RwLock<Vec<Option<LocalEntry>>>>;
+
+/// A region the peer exposed: its length and, on the shm channel, its mapping here.
+#[derive(Debug)]
+pub(crate) struct RemoteEntry {
+    pub(crate) len: u64,
+    pub(crate) mapped: Option<Memory>,
+}
+
+/// The peer's regions by id (fixed at connect).
+pub(crate) type RemoteRegions = Arc<Vec<Option<RemoteEntry>>>;
+
+pub(crate) fn local(regions: &LocalRegions, id: RegionId) -> Option<LocalEntry> {
+    regions.read().unwrap_or_else(PoisonError::into_inner).get(id.0 as usize).cloned().flatten()
+}
+
+/// Why the link stopped; first reason wins.
+pub(crate) type Broken = Arc<OnceLock<String>>;
+
+/// A running link.
+pub(crate) struct Link {
+    pub(crate) ops: Sender<WriteOp>,
+    pub(crate) completions: Receiver<Completion>,
+    pub(crate) arrivals: Receiver<Arrival>,
+    pub(crate) broken: Broken,
+    pub(crate) remote: RemoteRegions,
+    socket: TcpStream,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("broken", &self.broken.get()).finish()
+    }
+}
+
+struct Shared {
+    channel: ChannelKind,
+    local: LocalRegions,
+    remote: RemoteRegions,
+    writer: Mutex<TcpStream>,
+    broken: Broken,
+    signalled_sent: AtomicU64,
+    acks_received: AtomicU64,
+    max_msg_bytes: u64,
+}
+
+impl Shared {
+    fn fail(&self, reason: String) {
+        if self.broken.set(reason.clone()).is_ok() {
+            tracing::warn!(%reason, "staged link broken");
+        }
+        if let Ok(writer) = self.writer.lock() {
+            let _ = writer.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn send_frame(&self, frame: &Frame, payload: Option<&[u8]>) -> std::io::Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        writer.write_all(&frame.encode())?;
+        if let Some(payload) = payload {
+            writer.write_all(payload)?;
+        }
+        Ok(())
+    }
+}
+
+impl Link {
+    /// Starts the threads on a socket whose handshake is done.
+    pub(crate) fn start(
+        socket: TcpStream,
+        channel: ChannelKind,
+        local: LocalRegions,
+        remote: RemoteRegions,
+        max_outstanding: usize,
+        max_msg_bytes: u64,
+    ) -> Result<Link, TransportError> {
+        let (ops_tx, ops_rx) = crossbeam_channel::bounded(max_outstanding);
+        let (completion_tx, completions) = crossbeam_channel::bounded(max_outstanding * 2);
+        let (arrival_tx, arrivals) = crossbeam_channel::bounded(MAX_PENDING_ARRIVALS);
+        let (reader_alive, reader_gone) = crossbeam_channel::bounded::<()>(0);
+        let broken: Broken = Arc::new(OnceLock::new());
+        let shared = Arc::new(Shared {
+            channel,
+            local,
+            remote: remote.clone(),
+            writer: Mutex::new(socket.try_clone()?),
+            broken: broken.clone(),
+            signalled_sent: AtomicU64::new(0),
+            acks_received: AtomicU64::new(0),
+            max_msg_bytes,
+        });
+        let reader_socket = socket.try_clone()?;
+        let reader = {
+            let shared = shared.clone();
+            let completion_tx = completion_tx.clone();
+            std::thread::Builder::new().name("staged-reader".into()).spawn(move || {
+                let _alive = reader_alive;
+                let reason = read_loop(&shared, reader_socket, &completion_tx, &arrival_tx);
+                shared.fail(reason);
+            })?
+        };
+        let sender = std::thread::Builder::new()
+            .name("staged-sender".into())
+            .spawn(move || send_loop(&shared, &ops_rx, &reader_gone, &completion_tx))?;
+        Ok(Link { ops: ops_tx, completions, arrivals, broken, remote, socket, threads: vec![reader, sender] })
+    }
+
+    /// The reason the link broke, as an error.
+    pub(crate) fn gone(&self) -> TransportError {
+        TransportError::PeerGone(self.broken.get().cloned().unwrap_or_else(|| "connection closed".into()))
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let _ = self.broken.set("transport dropped".into());
+        let _ = self.socket.shutdown(Shutdown::Both);
+        // Closing the op queue stops the sender; the shutdown socket stops the reader.
+        let (closed, _) = crossbeam_channel::bounded(0);
+        self.ops = closed;
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn send_loop(
+    shared: &Shared,
+    ops: &Receiver<WriteOp>,
+    reader_gone: &Receiver<()>,
+    completions: &Sender<Completion>,
+) {
+    loop {
+        let op = select! {
+            recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
+            recv(reader_gone) -> _ => break,
+        };
+        if let Err(reason) = send_one(shared, &op, completions) {
+            shared.fail(reason);
+            flush(&op, completions);
+            break;
+        }
+    }
+    // The link is down: every queued signalled op completes with a flush error.
+    while let Ok(op) = ops.try_recv() {
+        flush(&op, completions);
+    }
+}
+
+fn flush(op: &WriteOp, completions: &Sender<Completion>) {
+    if op.signalled {
+        let _ = completions
+            .try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Failed { code: FLUSHED } });
+    }
+}
+
+fn send_one(shared: &Shared, op: &WriteOp, completions: &Sender<Completion>) -> Result<(), String> {
+    if shared.broken.get().is_some() {
+        return Err("link already broken".into());
+    }
+    let source =
+        local(&shared.local, op.local).ok_or_else(|| format!("local region {:?} vanished", op.local))?;
+    let mut flags = 0;
+    if op.imm.is_some() {
+        flags |= FLAG_IMM;
+    }
+    let mut frame = Frame {
+        kind: FrameKind::Write,
+        flags,
+        status: 0,
+        region: op.remote.0,
+        offset: op.remote_offset,
+        len: op.len,
+        wr_id: op.wr_id,
+        imm: op.imm.unwrap_or(0),
+    };
+    match shared.channel {
+        ChannelKind::Tcp => {
+            if op.signalled {
+                frame.flags |= FLAG_SIGNALLED;
+                shared.signalled_sent.fetch_add(1, Ordering::SeqCst);
+            }
+            // SAFETY: the range was checked at post time; the application does not write its
+            // source range while the write is in flight (RDMA contract).
+            let payload =
+                unsafe { source.memory.slice(op.local_offset, op.len) }.map_err(|e| e.to_string())?;
+            shared.send_frame(&frame, Some(payload)).map_err(|e| format!("sending a write: {e}"))?;
+        }
+        ChannelKind::Shm => {
+            let target = shared
+                .remote
+                .get(op.remote.0 as usize)
+                .and_then(Option::as_ref)
+                .and_then(|r| r.mapped.as_ref())
+                .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
+            source
+                .memory
+                .copy_to(op.local_offset, target, op.remote_offset, op.len)
+                .map_err(|e| e.to_string())?;
+            if op.signalled {
+                // The bytes are in the peer's memory: that is what an RDMA WRITE completion means.
+                let _ =
+                    completions.try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
+            }
+            if op.imm.is_some() {
+                frame.flags |= FLAG_PLACED;
+                shared.send_frame(&frame, None).map_err(|e| format!("sending a notification: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs until the socket closes or the peer breaks the protocol; returns why it stopped.
+fn read_loop(
+    shared: &Shared,
+    mut socket: TcpStream,
+    completions: &Sender<Completion>,
+    arrivals: &Sender<Arrival>,
+) -> String {
+    let mut header = [0u8; HEADER_BYTES];
+    loop {
+        if let Err(e) = socket.read_exact(&mut header) {
+            return match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
+                _ => format!("reading from the peer: {e}"),
+            };
+        }
+        let frame = match Frame::decode(&header) {
+            Ok(frame) => frame,
+            Err(e) => return format!("protocol error: {e}"),
+        };
+        let step = match frame.kind {
+            FrameKind::Write => place(shared, &mut socket, &frame, arrivals),
+            FrameKind::Ack => acknowledge(shared, &frame, completions),
+        };
+        if let Err(reason) = step {
+            return reason;
+        }
+    }
+}
+
+fn place(
+    shared: &Shared,
+    socket: &mut TcpStream,
+    frame: &Frame,
+    arrivals: &Sender<Arrival>,
+) -> Result<(), String> {
+    let region = RegionId(frame.region);
+    let target = local(&shared.local, region)
+        .filter(|entry| entry.exposed)
+        .ok_or_else(|| format!("protocol error: write to region {} which is not exposed", frame.region))?;
+    let in_bounds = frame.offset.checked_add(frame.len).is_some_and(|end| end <= target.memory.len());
+    if !in_bounds || frame.len == 0 || frame.len > shared.max_msg_bytes {
+        return Err(format!(
+            "protocol error: write {}+{} B outside region {} ({} B)",
+            frame.offset,
+            frame.len,
+            frame.region,
+            target.memory.len()
+        ));
+    }
+    let placed = frame.flags & FLAG_PLACED != 0;
+    match (shared.channel, placed) {
+        (ChannelKind::Tcp, false) => {
+            // SAFETY: in bounds (checked above); the exposing application does not touch a range
+            // while a transfer into it is in flight (RDMA contract).
+            let destination =
+                unsafe { target.memory.slice_mut(frame.offset, frame.len) }.map_err(|e| e.to_string())?;
+            socket.read_exact(destination).map_err(|e| format!("the peer vanished mid-write: {e}"))?;
+        }
+        (ChannelKind::Shm, true) => {}
+        _ => return Err("protocol error: write framing does not match the channel".into()),
+    }
+    if frame.flags & FLAG_SIGNALLED != 0 {
+        let ack = Frame {
+            kind: FrameKind::Ack,
+            flags: 0,
+            status: 0,
+            region: frame.region,
+            offset: 0,
+            len: 0,
+            wr_id: frame.wr_id,
+            imm: 0,
+        };
+        shared.send_frame(&ack, None).map_err(|e| format!("sending an ack: {e}"))?;
+    }
+    if frame.flags & FLAG_IMM != 0 {
+        let arrival = Arrival { imm: frame.imm, region, len: frame.len };
+        arrivals
+            .try_send(arrival)
+            .map_err(|_| "arrival queue overflow: the application is not draining arrivals".to_string())?;
+    }
+    Ok(())
+}
+
+fn acknowledge(shared: &Shared, frame: &Frame, completions: &Sender<Completion>) -> Result<(), String> {
+    let received = shared.acks_received.fetch_add(1, Ordering::SeqCst) + 1;
+    if shared.channel != ChannelKind::Tcp || received > shared.signalled_sent.load(Ordering::SeqCst) {
+        return Err("protocol error: acknowledgement for a write that was never sent".into());
+    }
+    let status = match frame.status {
+        0 => CompletionStatus::Success,
+        code => CompletionStatus::Failed { code: u32::from(code) },
+    };
+    completions
+        .try_send(Completion { wr_id: frame.wr_id, status })
+        .map_err(|_| "completion queue overflow: the application is not draining completions".to_string())
+}

@@ -1,0 +1,380 @@
+//! `StagedTransport`: the `Transport` implementation.
+
+use crate::channel::{capabilities, StagedChannel};
+use crate::link::{local, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
+use crate::memory::Memory;
+use crate::wire::{ChannelKind, ExposedRegion, Hello, MAX_REGIONS};
+use async_trait::async_trait;
+use crossbeam_channel::Receiver;
+use rdma_hint_core::{
+    Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
+    Transport, TransportError, WriteOp,
+};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+/// Host-staged transport over shared memory (same host) or TCP (any host).
+///
+/// Regions are host memory the transport allocates (on the shm channel, files under `/dev/shm`
+/// the peer maps). `connect` runs a validated handshake over TCP; afterwards a sender thread
+/// moves posted writes and a reader thread places incoming ones, acknowledges signalled writes
+/// and queues arrivals. Waits block the calling thread up to their deadline.
+///
+/// ```no_run
+/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_staged::{StagedChannel, StagedTransport};
+/// use std::time::{Duration, Instant};
+///
+/// let transport = StagedTransport::new(StagedChannel::Tcp);
+/// let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+/// let deadline = Instant::now() + Duration::from_secs(10);
+/// let peer = PeerEndpoint::Dial("10.0.0.2:7000".parse().unwrap());
+/// let remote = pollster::block_on(transport.connect(peer, &[region.id], deadline)).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct StagedTransport {
+    channel: StagedChannel,
+    caps: Capabilities,
+    regions: LocalRegions,
+    listener: Mutex<Option<TcpListener>>,
+    link: OnceLock<Link>,
+}
+
+fn wire_channel(channel: StagedChannel) -> ChannelKind {
+    match channel {
+        StagedChannel::SharedMemory => ChannelKind::Shm,
+        StagedChannel::Tcp => ChannelKind::Tcp,
+    }
+}
+
+impl StagedTransport {
+    /// A transport over `channel`, not yet connected.
+    pub fn new(channel: StagedChannel) -> StagedTransport {
+        StagedTransport {
+            channel,
+            caps: capabilities(channel),
+            regions: Arc::new(RwLock::new(Vec::new())),
+            listener: Mutex::new(None),
+            link: OnceLock::new(),
+        }
+    }
+
+    /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
+    /// so the peer can be told where to dial before [`Transport::connect`] with
+    /// [`PeerEndpoint::Listen`] accepts.
+    pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        let listener = TcpListener::bind(address)?;
+        let bound = listener.local_addr()?;
+        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
+        Ok(bound)
+    }
+
+    /// The channel this transport speaks.
+    pub fn channel(&self) -> StagedChannel {
+        self.channel
+    }
+
+    fn link(&self) -> Result<&Link, TransportError> {
+        self.link.get().ok_or_else(|| TransportError::Handshake("not connected: call connect first".into()))
+    }
+
+    fn accept(&self, address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
+        let listener = match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(listener) => listener,
+            None => TcpListener::bind(address)?,
+        };
+        listener.set_nonblocking(true)?;
+        let started = Instant::now();
+        loop {
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    tracing::debug!(%peer, "staged: accepted");
+                    stream.set_nonblocking(false)?;
+                    return Ok(stream);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(TransportError::DeadlineExceeded {
+                            what: "a peer to connect",
+                            waited_ms: started.elapsed().as_millis() as u64,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn dial(address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
+        let started = Instant::now();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(TransportError::DeadlineExceeded {
+                    what: "the peer to accept",
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            match TcpStream::connect_timeout(&address, remaining) {
+                Ok(stream) => return Ok(stream),
+                // The peer may not listen yet: retry until the deadline.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    std::thread::sleep(Duration::from_millis(20).min(remaining))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn handshake(
+        &self,
+        stream: &mut TcpStream,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Hello, TransportError> {
+        let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        stream.set_read_timeout(Some(remaining))?;
+        stream.set_write_timeout(Some(remaining))?;
+        stream.set_nodelay(true)?;
+        let channel = wire_channel(self.channel);
+        let mut regions = Vec::with_capacity(expose.len());
+        for id in expose {
+            let entry = local(&self.regions, *id).ok_or(TransportError::UnregisteredRegion(*id))?;
+            regions.push(ExposedRegion {
+                id: id.0,
+                len: entry.memory.len(),
+                shm_name: entry.memory.shm_name(),
+            });
+        }
+        if regions.len() > MAX_REGIONS {
+            return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
+        }
+        stream.write_all(&Hello { channel, regions }.encode())?;
+        let peer = Hello::decode(stream)?;
+        if peer.channel != channel {
+            return Err(TransportError::Handshake(format!(
+                "the peer speaks the {:?} channel, this side {:?}",
+                peer.channel, channel
+            )));
+        }
+        stream.set_read_timeout(None)?;
+        // Writes keep a bound so a peer that stops reading breaks the link instead of a thread.
+        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+        Ok(peer)
+    }
+
+    fn check_op(&self, link: &Link, op: &WriteOp) -> Result<(), TransportError> {
+        let source = local(&self.regions, op.local).ok_or(TransportError::UnregisteredRegion(op.local))?;
+        let remote_len = link
+            .remote
+            .get(op.remote.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|r| r.len)
+            .ok_or(TransportError::UnregisteredRegion(op.remote))?;
+        op.check(
+            &LocalRegion { id: op.local, kind: MemoryKind::Host, len: source.memory.len() },
+            &RemoteRegion { id: op.remote, len: remote_len },
+            self.caps.facts.max_msg_bytes,
+        )
+    }
+}
+
+fn drained<T>(queue: &Receiver<T>, out: &mut [T]) -> usize {
+    let mut ready = 0;
+    while ready < out.len() {
+        match queue.try_recv() {
+            Ok(item) => {
+                out[ready] = item;
+                ready += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    ready
+}
+
+fn wait_on<T>(
+    link: &Link,
+    queue: &Receiver<T>,
+    out: &mut [T],
+    deadline: Instant,
+    what: &'static str,
+) -> Result<usize, TransportError> {
+    let ready = drained(queue, out);
+    if ready > 0 || out.is_empty() {
+        return Ok(ready);
+    }
+    let started = Instant::now();
+    match queue.recv_deadline(deadline) {
+        Ok(item) => {
+            out[0] = item;
+            Ok(1 + drained(queue, &mut out[1..]))
+        }
+        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+            Err(TransportError::DeadlineExceeded { what, waited_ms: started.elapsed().as_millis() as u64 })
+        }
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(link.gone()),
+    }
+}
+
+#[async_trait]
+impl Transport for StagedTransport {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        if kind != MemoryKind::Host {
+            return Err(TransportError::UnsupportedMemory { kind });
+        }
+        let memory = match self.channel {
+            StagedChannel::SharedMemory => Memory::shared(len)?,
+            StagedChannel::Tcp => Memory::host(len)?,
+        };
+        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        if regions.len() >= MAX_REGIONS {
+            return Err(TransportError::Registration {
+                len,
+                reason: format!("at most {MAX_REGIONS} regions"),
+            });
+        }
+        let id = RegionId(regions.len() as u32);
+        regions.push(Some(LocalEntry { memory: Arc::new(memory), exposed: false }));
+        Ok(LocalRegion { id, kind, len })
+    }
+
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        match regions.get_mut(region.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(TransportError::UnregisteredRegion(region)),
+        }
+    }
+
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        local(&self.regions, region)
+            .ok_or(TransportError::UnregisteredRegion(region))?
+            .memory
+            .copy_in(offset, data)
+    }
+
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        local(&self.regions, region)
+            .ok_or(TransportError::UnregisteredRegion(region))?
+            .memory
+            .copy_out(offset, out)
+    }
+
+    async fn connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        if self.link.get().is_some() {
+            return Err(TransportError::Handshake("already connected".into()));
+        }
+        let mut stream = match peer {
+            PeerEndpoint::Listen(address) => self.accept(address, deadline)?,
+            PeerEndpoint::Dial(address) => Self::dial(address, deadline)?,
+        };
+        let hello = self.handshake(&mut stream, expose, deadline)?;
+        let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
+        for region in &hello.regions {
+            let mapped = match &region.shm_name {
+                Some(name) => Some(Memory::map_peer(name, region.len)?),
+                None => None,
+            };
+            let index = region.id as usize;
+            if remote.len() <= index {
+                remote.resize_with(index + 1, || None);
+            }
+            remote[index] = Some(RemoteEntry { len: region.len, mapped });
+        }
+        {
+            let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+            for id in expose {
+                if let Some(Some(entry)) = regions.get_mut(id.0 as usize) {
+                    entry.exposed = true;
+                }
+            }
+        }
+        let remote: RemoteRegions = Arc::new(remote);
+        let link = Link::start(
+            stream,
+            wire_channel(self.channel),
+            self.regions.clone(),
+            remote,
+            self.caps.max_outstanding_wrs as usize,
+            self.caps.facts.max_msg_bytes,
+        )?;
+        self.link.set(link).map_err(|_| TransportError::Handshake("connected twice at once".into()))?;
+        Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+    }
+
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
+        let link = self.link()?;
+        if link.broken.get().is_some() {
+            return Err(link.gone());
+        }
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        for op in ops {
+            self.check_op(link, op)?;
+        }
+        let capacity = link.ops.capacity().unwrap_or(usize::MAX);
+        if link.ops.len() + ops.len() > capacity {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: (capacity - link.ops.len()) as u32,
+            });
+        }
+        for op in ops {
+            link.ops.try_send(*op).map_err(|_| link.gone())?;
+        }
+        Ok(())
+    }
+
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
+        let link = self.link()?;
+        let ready = drained(&link.completions, out);
+        if ready == 0 && link.completions.is_empty() && link.broken.get().is_some() && link.ops.is_empty() {
+            return Err(link.gone());
+        }
+        Ok(ready)
+    }
+
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+    ) -> Result<usize, TransportError> {
+        let link = self.link()?;
+        wait_on(link, &link.completions, out, deadline, "staged completions")
+    }
+
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        let link = self.link()?;
+        let ready = drained(&link.arrivals, out);
+        if ready == 0 && link.broken.get().is_some() {
+            return Err(link.gone());
+        }
+        Ok(ready)
+    }
+
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        let link = self.link()?;
+        wait_on(link, &link.arrivals, out, deadline, "staged arrivals")
+    }
+}

@@ -1,0 +1,323 @@
+//! The out-of-band handshake and the data frames, with strict decoding.
+//!
+//! Handshake (each side sends one `Hello`, little-endian):
+//! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64,
+//! shm name length u8 and name (shm channel only).
+//!
+//! Frames (fixed 40-byte header, then `len` payload bytes for `Write` on the TCP channel):
+//! kind u8 · flags u8 · status u16 · region u32 · offset u64 · len u64 · wr_id u64 · imm u32 ·
+//! reserved u32 (zero).
+
+use crate::memory::{is_shm_name, MAX_REGION_BYTES};
+use rdma_hint_core::TransportError;
+use std::io::Read;
+
+/// Handshake magic.
+pub const MAGIC: [u8; 8] = *b"RDMAHINT";
+/// The only protocol version spoken.
+pub const VERSION: u16 = 1;
+/// Regions one side may expose.
+pub const MAX_REGIONS: usize = 1024;
+/// Size of a frame header in bytes.
+pub const HEADER_BYTES: usize = 40;
+
+/// How payloads travel after the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelKind {
+    /// Payload bytes follow each `Write` frame on the socket.
+    Tcp = 0,
+    /// Payload is copied into the peer's mapped shm region; frames only notify.
+    Shm = 1,
+}
+
+/// A region one side exposes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExposedRegion {
+    /// Region id on the exposing side.
+    pub id: u32,
+    /// Length in bytes.
+    pub len: u64,
+    /// Shm file name (shm channel).
+    pub shm_name: Option<String>,
+}
+
+/// One side's handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Channel the side speaks.
+    pub channel: ChannelKind,
+    /// Regions the peer may write.
+    pub regions: Vec<ExposedRegion>,
+}
+
+fn handshake(why: impl Into<String>) -> TransportError {
+    TransportError::Handshake(why.into())
+}
+
+impl Hello {
+    /// Encodes the hello.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.regions.len() * 80);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.push(self.channel as u8);
+        out.extend_from_slice(&(self.regions.len() as u16).to_le_bytes());
+        for region in &self.regions {
+            out.extend_from_slice(&region.id.to_le_bytes());
+            out.extend_from_slice(&region.len.to_le_bytes());
+            if self.channel == ChannelKind::Shm {
+                let name = region.shm_name.as_deref().unwrap_or_default();
+                out.push(name.len() as u8);
+                out.extend_from_slice(name.as_bytes());
+            }
+        }
+        out
+    }
+
+    /// Reads and validates a hello: magic, version, channel, region count and every region
+    /// field. Reads at most what the counts announce, each bounded.
+    pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
+        let mut fixed = [0u8; 13];
+        read(reader, &mut fixed)?;
+        if fixed[..8] != MAGIC {
+            return Err(handshake("bad magic: the peer is not an rdma-hint staged transport"));
+        }
+        let version = u16::from_le_bytes([fixed[8], fixed[9]]);
+        if version != VERSION {
+            return Err(handshake(format!("protocol version {version} is not spoken here (only {VERSION})")));
+        }
+        let channel = match fixed[10] {
+            0 => ChannelKind::Tcp,
+            1 => ChannelKind::Shm,
+            other => return Err(handshake(format!("unknown channel kind {other}"))),
+        };
+        let count = usize::from(u16::from_le_bytes([fixed[11], fixed[12]]));
+        if count > MAX_REGIONS {
+            return Err(handshake(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
+        }
+        let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut entry = [0u8; 12];
+            read(reader, &mut entry)?;
+            let id = u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
+            let len =
+                u64::from_le_bytes(entry[4..12].try_into().map_err(|_| handshake("short region entry"))?);
+            if len == 0 || len > MAX_REGION_BYTES {
+                return Err(handshake(format!(
+                    "region {id} length {len} B is outside 1 B … {MAX_REGION_BYTES} B"
+                )));
+            }
+            if id as usize >= MAX_REGIONS * 64 {
+                return Err(handshake(format!("region id {id} is out of range")));
+            }
+            if regions.iter().any(|r| r.id == id) {
+                return Err(handshake(format!("region {id} advertised twice")));
+            }
+            let shm_name = if channel == ChannelKind::Shm {
+                let mut length = [0u8; 1];
+                read(reader, &mut length)?;
+                let mut name = vec![0u8; usize::from(length[0])];
+                read(reader, &mut name)?;
+                let name = String::from_utf8(name).map_err(|_| handshake("shm name is not UTF-8"))?;
+                if !is_shm_name(&name) {
+                    return Err(handshake(format!("shm name {name:?} is not an rdma-hint region")));
+                }
+                Some(name)
+            } else {
+                None
+            };
+            regions.push(ExposedRegion { id, len, shm_name });
+        }
+        Ok(Hello { channel, regions })
+    }
+}
+
+fn read(reader: &mut impl Read, buffer: &mut [u8]) -> Result<(), TransportError> {
+    reader.read_exact(buffer).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => TransportError::PeerGone("closed during the handshake".into()),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            TransportError::DeadlineExceeded { what: "the peer's handshake", waited_ms: 0 }
+        }
+        _ => TransportError::Io(e),
+    })
+}
+
+/// Frame kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// A write; on TCP its payload follows.
+    Write = 1,
+    /// A signalled write landed: completes `wr_id` on the writer.
+    Ack = 2,
+}
+
+/// Flag: the writer wants an `Ack`.
+pub const FLAG_SIGNALLED: u8 = 1;
+/// Flag: `imm` is valid and must be delivered as an arrival.
+pub const FLAG_IMM: u8 = 2;
+/// Flag (shm channel): the payload is already in the mapped region; no bytes follow.
+pub const FLAG_PLACED: u8 = 4;
+const KNOWN_FLAGS: u8 = FLAG_SIGNALLED | FLAG_IMM | FLAG_PLACED;
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// Kind.
+    pub kind: FrameKind,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Completion status for `Ack` (0 = success).
+    pub status: u16,
+    /// Target region id (on the receiver).
+    pub region: u32,
+    /// Offset in the target region.
+    pub offset: u64,
+    /// Payload length.
+    pub len: u64,
+    /// Writer's tag.
+    pub wr_id: u64,
+    /// Immediate value (with `FLAG_IMM`).
+    pub imm: u32,
+}
+
+impl Frame {
+    /// Encodes into a fixed header.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        out[0] = self.kind as u8;
+        out[1] = self.flags;
+        out[2..4].copy_from_slice(&self.status.to_le_bytes());
+        out[4..8].copy_from_slice(&self.region.to_le_bytes());
+        out[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        out[16..24].copy_from_slice(&self.len.to_le_bytes());
+        out[24..32].copy_from_slice(&self.wr_id.to_le_bytes());
+        out[32..36].copy_from_slice(&self.imm.to_le_bytes());
+        out
+    }
+
+    /// Decodes a header, rejecting unknown kinds, unknown flags and non-zero reserved bytes.
+    /// Range checks against regions happen where the regions are known.
+    pub fn decode(bytes: &[u8; HEADER_BYTES]) -> Result<Frame, TransportError> {
+        let u64_at = |at: usize| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(word)
+        };
+        let kind = match bytes[0] {
+            1 => FrameKind::Write,
+            2 => FrameKind::Ack,
+            other => return Err(handshake(format!("unknown frame kind {other}"))),
+        };
+        let flags = bytes[1];
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(handshake(format!("unknown frame flags {flags:#04x}")));
+        }
+        if bytes[36..40] != [0; 4] {
+            return Err(handshake("reserved frame bytes are not zero"));
+        }
+        let frame = Frame {
+            kind,
+            flags,
+            status: u16::from_le_bytes([bytes[2], bytes[3]]),
+            region: u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+            offset: u64_at(8),
+            len: u64_at(16),
+            wr_id: u64_at(24),
+            imm: u32::from_le_bytes([bytes[32], bytes[33], bytes[34], bytes[35]]),
+        };
+        if kind == FrameKind::Ack && (flags != 0 || frame.len != 0) {
+            return Err(handshake("an ack carries no flags and no payload"));
+        }
+        Ok(frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(channel: ChannelKind) -> Hello {
+        Hello {
+            channel,
+            regions: vec![
+                ExposedRegion {
+                    id: 0,
+                    len: 4096,
+                    shm_name: (channel == ChannelKind::Shm).then(|| "rdma-hint-1-0-5".to_string()),
+                },
+                ExposedRegion {
+                    id: 3,
+                    len: 1 << 30,
+                    shm_name: (channel == ChannelKind::Shm).then(|| "rdma-hint-1-1-5".to_string()),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn hello_round_trips() {
+        for channel in [ChannelKind::Tcp, ChannelKind::Shm] {
+            let bytes = hello(channel).encode();
+            assert_eq!(Hello::decode(&mut bytes.as_slice()).unwrap(), hello(channel));
+        }
+    }
+
+    #[test]
+    fn malformed_hellos_are_rejected() {
+        let good = hello(ChannelKind::Shm).encode();
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        let mut bad_magic = good.clone();
+        bad_magic[0] = b'X';
+        cases.push(bad_magic);
+        let mut bad_version = good.clone();
+        bad_version[8] = 9;
+        cases.push(bad_version);
+        let mut bad_channel = good.clone();
+        bad_channel[10] = 7;
+        cases.push(bad_channel);
+        let mut too_many = good.clone();
+        too_many[11..13].copy_from_slice(&u16::MAX.to_le_bytes());
+        cases.push(too_many);
+        let mut zero_len = good.clone();
+        zero_len[17..25].copy_from_slice(&0u64.to_le_bytes());
+        cases.push(zero_len);
+        let mut evil_name = good.clone();
+        let at = 13 + 12 + 1;
+        evil_name[at..at + 3].copy_from_slice(b"../");
+        cases.push(evil_name);
+        cases.push(good[..good.len() - 1].to_vec());
+        cases.push(Vec::new());
+        let mut duplicate = hello(ChannelKind::Tcp);
+        duplicate.regions[1].id = 0;
+        cases.push(duplicate.encode());
+        for (i, case) in cases.iter().enumerate() {
+            assert!(Hello::decode(&mut case.as_slice()).is_err(), "case {i} accepted");
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_and_reject_garbage() {
+        let frame = Frame {
+            kind: FrameKind::Write,
+            flags: FLAG_SIGNALLED | FLAG_IMM,
+            status: 0,
+            region: 3,
+            offset: 4096,
+            len: 65536,
+            wr_id: 1 << 33 | 7,
+            imm: 42,
+        };
+        assert_eq!(Frame::decode(&frame.encode()).unwrap(), frame);
+        let mut bytes = frame.encode();
+        bytes[0] = 9;
+        assert!(Frame::decode(&bytes).is_err());
+        let mut bytes = frame.encode();
+        bytes[1] = 0x80;
+        assert!(Frame::decode(&bytes).is_err());
+        let mut bytes = frame.encode();
+        bytes[39] = 1;
+        assert!(Frame::decode(&bytes).is_err());
+        let ack = Frame { kind: FrameKind::Ack, flags: FLAG_IMM, ..frame };
+        assert!(Frame::decode(&ack.encode()).is_err());
+    }
+}

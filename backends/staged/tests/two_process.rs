@@ -1,0 +1,411 @@
+//! Two processes, real sockets and shared memory: chunked writes of random data over the shm
+//! and TCP channels, bytes verified by the receiver; peers that die mid-transfer; malformed
+//! handshakes and frames.
+//!
+//! Peers are this test binary re-run with `STAGED_PEER` set (see `peer_main`).
+
+use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError};
+use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport, TransportError};
+use rdma_hint_staged::wire::{ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM};
+use rdma_hint_staged::{StagedChannel, StagedTransport};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ALIGN: u64 = 4096;
+
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+fn deadline(seconds: u64) -> Instant {
+    Instant::now() + Duration::from_secs(seconds)
+}
+
+fn channel_named(name: &str) -> StagedChannel {
+    match name {
+        "shm" => StagedChannel::SharedMemory,
+        _ => StagedChannel::Tcp,
+    }
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
+}
+
+/// Entry point of the peer processes; does nothing in a normal test run.
+#[test]
+#[ignore = "runs only as a peer process spawned by the other tests"]
+fn peer_main() {
+    let Ok(role) = std::env::var("STAGED_PEER") else { return };
+    match role.as_str() {
+        "receiver" => receiver(),
+        "sender" => sender(),
+        "raw-reader" => raw_reader(),
+        "raw-half-writer" => raw_half_writer(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Registers a region, tells the parent where to dial, waits for the transfer's arrival and
+/// checks every byte against the seed.
+fn receiver() {
+    let channel = channel_named(&env("CHANNEL"));
+    let len: u64 = env("LEN").parse().unwrap();
+    let seed: u64 = env("SEED").parse().unwrap();
+    let transport = StagedTransport::new(channel);
+    let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
+    let address = transport.bind(env("LISTEN").parse().unwrap()).unwrap();
+    println!("LISTENING {address}");
+    std::io::stdout().flush().unwrap();
+    pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(20))).unwrap();
+    let mut arrivals = [Arrival::EMPTY; 4];
+    let ready = pollster::block_on(transport.wait_arrivals(&mut arrivals, deadline(20))).unwrap();
+    assert_eq!(ready, 1);
+    assert_eq!((arrivals[0].imm, arrivals[0].region), (7, region.id));
+    let mut arrived = vec![0u8; len as usize];
+    transport.read_region(region.id, 0, &mut arrived).unwrap();
+    let expected = random_bytes(len as usize, seed);
+    match arrived.iter().zip(&expected).position(|(a, b)| a != b) {
+        None => println!("RESULT OK {len}"),
+        Some(at) => println!("RESULT MISMATCH at {at}"),
+    }
+}
+
+/// Dials the receiver and writes `LEN` random bytes in chunked blocks.
+fn sender() {
+    let channel = channel_named(&env("CHANNEL"));
+    let len: u64 = env("LEN").parse().unwrap();
+    let seed: u64 = env("SEED").parse().unwrap();
+    let transport = StagedTransport::new(channel);
+    let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
+    transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
+    let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
+    let remote = pollster::block_on(transport.connect(peer, &[], deadline(20))).unwrap()[0];
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
+    let report = pollster::block_on(chunker.write(
+        &transport,
+        Transfer::new(&source, &remote, len).notify(7),
+        deadline(20),
+    ));
+    println!("SENT {}", report.unwrap().payload_bytes);
+    std::io::stdout().flush().unwrap();
+    // Stay until killed or the receiver is done.
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A bare TCP peer on the TCP channel: handshakes, exposes a 256 MiB region, reads 1 MiB of
+/// frames, says so, then waits to be killed.
+fn raw_reader() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    println!("LISTENING {}", listener.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    let (mut stream, _) = listener.accept().unwrap();
+    let hello = Hello {
+        channel: ChannelKind::Tcp,
+        regions: vec![ExposedRegion { id: 0, len: 256 << 20, shm_name: None }],
+    };
+    stream.write_all(&hello.encode()).unwrap();
+    Hello::decode(&mut stream).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    stream.read_exact(&mut sink).unwrap();
+    println!("READ 1MiB");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A bare TCP peer that announces a 1 MiB write with a notification, sends half of it, and
+/// waits to be killed.
+fn raw_half_writer() {
+    let mut stream = TcpStream::connect(env("DIAL").parse::<SocketAddr>().unwrap()).unwrap();
+    stream.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode()).unwrap();
+    Hello::decode(&mut stream).unwrap();
+    let frame = Frame {
+        kind: FrameKind::Write,
+        flags: FLAG_IMM,
+        status: 0,
+        region: 0,
+        offset: 0,
+        len: 1 << 20,
+        wr_id: 1,
+        imm: 7,
+    };
+    stream.write_all(&frame.encode()).unwrap();
+    stream.write_all(&vec![0xAB; 1 << 19]).unwrap();
+    println!("HALF SENT");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+struct Peer {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Peer {
+    fn spawn(role: &str, vars: &[(&str, String)]) -> Peer {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--exact", "peer_main", "--ignored", "--nocapture", "--test-threads=1"])
+            .env("STAGED_PEER", role)
+            .stdout(Stdio::piped());
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Peer { child, lines }
+    }
+
+    /// What follows `prefix` on the next line that holds it (libtest prefixes the first line
+    /// a test prints with `test peer_main ... `).
+    fn expect(&mut self, prefix: &str) -> String {
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(at) = line.find(prefix) {
+                return line[at + prefix.len()..].trim().to_string();
+            }
+        }
+        panic!("peer exited before printing {prefix}");
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The parent sends; a child process receives and verifies.
+fn transfer_to_child(channel: &str, len: u64) {
+    let seed = len ^ 0x5eed;
+    let mut peer = Peer::spawn(
+        "receiver",
+        &[
+            ("CHANNEL", channel.to_string()),
+            ("LEN", len.to_string()),
+            ("SEED", seed.to_string()),
+            ("LISTEN", "127.0.0.1:0".to_string()),
+        ],
+    );
+    let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
+    let transport = StagedTransport::new(channel_named(channel));
+    let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
+    transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
+    let remote =
+        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).unwrap();
+    assert_eq!(remote.len(), 1);
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
+    let transfer = Transfer::new(&source, &remote[0], len).notify(7);
+    let report = pollster::block_on(chunker.write(&transport, transfer, deadline(20))).unwrap();
+    assert_eq!(report.payload_bytes, len);
+    assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{channel}, {len} B");
+    assert!(peer.child.wait().unwrap().success());
+}
+
+const SIZES: [u64; 5] = [1, 4095, 64 * 1024, (1 << 20) + 3, 64 << 20];
+
+#[test]
+fn shm_chunked_writes_arrive_byte_exact() {
+    for len in SIZES {
+        transfer_to_child("shm", len);
+    }
+}
+
+#[test]
+fn tcp_chunked_writes_arrive_byte_exact() {
+    for len in SIZES {
+        transfer_to_child("tcp", len);
+    }
+}
+
+#[test]
+fn child_sender_reaches_parent_receiver_over_tcp() {
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    let len: u64 = 3 * (1 << 20) + 5;
+    let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
+    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut peer = Peer::spawn(
+        "sender",
+        &[
+            ("CHANNEL", "tcp".into()),
+            ("LEN", len.to_string()),
+            ("SEED", "11".into()),
+            ("DIAL", address.to_string()),
+        ],
+    );
+    pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(30))).unwrap();
+    let mut arrivals = [Arrival::EMPTY; 2];
+    assert_eq!(pollster::block_on(transport.wait_arrivals(&mut arrivals, deadline(30))).unwrap(), 1);
+    assert_eq!(arrivals[0].imm, 7);
+    let mut arrived = vec![0u8; len as usize];
+    transport.read_region(region.id, 0, &mut arrived).unwrap();
+    assert!(arrived == random_bytes(len as usize, 11));
+    assert_eq!(peer.expect("SENT"), len.to_string());
+}
+
+#[test]
+fn receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
+    let mut peer = Peer::spawn("raw-reader", &[]);
+    let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    let len = 64 << 20;
+    let source = transport.register(MemoryKind::Host, len).unwrap();
+    let remote =
+        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).unwrap()[0];
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
+    let killer = std::thread::spawn(move || {
+        assert_eq!(peer.expect("READ"), "1MiB");
+        peer.child.kill().unwrap();
+        peer
+    });
+    let started = Instant::now();
+    let result = pollster::block_on(chunker.write(
+        &transport,
+        Transfer::new(&source, &remote, len).notify(1),
+        started + Duration::from_secs(20),
+    ));
+    drop(killer.join().unwrap());
+    match result {
+        Err(TransferError::Transport {
+            source: TransportError::PeerGone(_) | TransportError::Completion { .. },
+            confirmed_bytes,
+        })
+        | Err(TransferError::DeadlineExceeded { confirmed_bytes, .. }) => assert!(confirmed_bytes < len),
+        other => panic!("expected the transfer to fail, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(25), "bounded by the deadline");
+    // The link stays broken: new posts fail at once with a typed error.
+    let again =
+        pollster::block_on(chunker.write(&transport, Transfer::new(&source, &remote, 4096), deadline(5)));
+    assert!(
+        matches!(again, Err(TransferError::Transport { source: TransportError::PeerGone(_), .. })),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn sender_killed_mid_write_never_reports_the_region_complete() {
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut peer = Peer::spawn("raw-half-writer", &[("DIAL", address.to_string())]);
+    pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(30))).unwrap();
+    assert_eq!(peer.expect("HALF"), "SENT");
+    peer.child.kill().unwrap();
+    let started = Instant::now();
+    let mut arrivals = [Arrival::EMPTY; 1];
+    let result = pollster::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)));
+    assert!(matches!(result, Err(TransportError::PeerGone(_))), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(matches!(transport.poll_arrivals(&mut arrivals), Err(TransportError::PeerGone(_))));
+}
+
+fn raw_peer_sends(bytes: Vec<u8>) -> TransportError {
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let raw = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).unwrap();
+        let _ = stream.write_all(&bytes);
+        let mut sink = [0u8; 4096];
+        let _ = stream.read(&mut sink);
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let connected =
+        pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(10)));
+    let error = match connected {
+        Err(e) => e,
+        Ok(_) => {
+            let mut arrivals = [Arrival::EMPTY; 1];
+            pollster::block_on(transport.wait_arrivals(&mut arrivals, deadline(10))).unwrap_err()
+        }
+    };
+    raw.join().unwrap();
+    error
+}
+
+#[test]
+fn malformed_handshakes_are_rejected() {
+    let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
+    bad_version[8] = 2;
+    assert!(matches!(raw_peer_sends(bad_version), TransportError::Handshake(_)));
+    assert!(matches!(raw_peer_sends(b"GET / HTTP/1.1\r\n\r\n".to_vec()), TransportError::Handshake(_)));
+    let shm_hello = Hello { channel: ChannelKind::Shm, regions: vec![] }.encode();
+    assert!(matches!(raw_peer_sends(shm_hello), TransportError::Handshake(_)), "channel mismatch");
+    assert!(matches!(raw_peer_sends(b"RDMAH".to_vec()), TransportError::PeerGone(_)), "truncated hello");
+}
+
+#[test]
+fn malformed_frames_break_the_link_without_an_arrival() {
+    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
+    let frame = |region: u32, offset: u64, len: u64| {
+        Frame { kind: FrameKind::Write, flags: FLAG_IMM, status: 0, region, offset, len, wr_id: 1, imm: 9 }
+            .encode()
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage header", [hello.clone(), vec![0xFF; 40]].concat()),
+        ("unexposed region", [hello.clone(), frame(5, 0, 16).to_vec()].concat()),
+        ("past the region end", [hello.clone(), frame(0, (1 << 20) - 8, 16).to_vec()].concat()),
+        ("offset overflow", [hello.clone(), frame(0, u64::MAX, 16).to_vec()].concat()),
+        ("ack never asked for", {
+            let ack = Frame {
+                kind: FrameKind::Ack,
+                flags: 0,
+                status: 0,
+                region: 0,
+                offset: 0,
+                len: 0,
+                wr_id: 3,
+                imm: 0,
+            };
+            [hello.clone(), ack.encode().to_vec()].concat()
+        }),
+    ];
+    for (name, bytes) in cases {
+        match raw_peer_sends(bytes) {
+            TransportError::PeerGone(reason) => {
+                assert!(reason.contains("protocol error"), "{name}: {reason}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn unregistered_memory_fails_before_posting() {
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    assert!(matches!(transport.register(MemoryKind::Host, 0), Err(TransportError::Registration { .. })));
+    assert!(matches!(
+        transport.register(MemoryKind::CudaDevice { ordinal: 0 }, 4096),
+        Err(TransportError::UnsupportedMemory { .. })
+    ));
+    let region = transport.register(MemoryKind::Host, 4096).unwrap();
+    transport.deregister(region.id).unwrap();
+    assert!(matches!(transport.write_region(region.id, 0, &[1]), Err(TransportError::UnregisteredRegion(_))));
+    let op = rdma_hint_core::WriteOp {
+        wr_id: 0,
+        local: region.id,
+        local_offset: 0,
+        remote: region.id,
+        remote_offset: 0,
+        len: 1,
+        signalled: true,
+        imm: None,
+    };
+    assert!(matches!(transport.post_writes(&[op]), Err(TransportError::Handshake(_))), "not connected");
+}
