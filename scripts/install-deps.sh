@@ -3,7 +3,7 @@
 # Run as root. Idempotent: a second run installs nothing.
 set -euo pipefail
 
-packages=(ca-certificates curl build-essential pkg-config python3)
+packages=(ca-certificates curl build-essential pkg-config python3 iproute2)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

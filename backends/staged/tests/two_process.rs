@@ -155,7 +155,20 @@ struct Peer {
 
 impl Peer {
     fn spawn(role: &str, vars: &[(&str, String)]) -> Peer {
-        let mut command = Command::new(std::env::current_exe().unwrap());
+        Peer::spawn_in(None, role, vars)
+    }
+
+    /// Spawns the peer inside network namespace `netns` (via `ip netns exec`) when given.
+    fn spawn_in(netns: Option<&str>, role: &str, vars: &[(&str, String)]) -> Peer {
+        let exe = std::env::current_exe().unwrap();
+        let mut command = match netns {
+            Some(name) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", name]).arg(exe);
+                command
+            }
+            None => Command::new(exe),
+        };
         command
             .args(["--exact", "peer_main", "--ignored", "--nocapture", "--test-threads=1"])
             .env("STAGED_PEER", role)
@@ -408,4 +421,86 @@ fn unregistered_memory_fails_before_posting() {
         imm: None,
     };
     assert!(matches!(transport.post_writes(&[op]), Err(TransportError::Handshake(_))), "not connected");
+}
+
+/// Two network namespaces joined by a veth pair, each with its own address; removed on drop.
+struct TwoHosts {
+    names: [String; 2],
+    addresses: [String; 2],
+}
+
+fn ip(args: &[&str]) {
+    let status = Command::new("ip").args(args).status().expect("run ip (iproute2)");
+    assert!(status.success(), "ip {}", args.join(" "));
+}
+
+impl TwoHosts {
+    fn create() -> TwoHosts {
+        let tag = std::process::id() % 100_000;
+        let names = [format!("rh-a-{tag}"), format!("rh-b-{tag}")];
+        let links = [format!("rha{tag}"), format!("rhb{tag}")];
+        let subnet = 10 + tag % 200;
+        let addresses = [format!("10.77.{subnet}.1"), format!("10.77.{subnet}.2")];
+        let hosts = TwoHosts { names: names.clone(), addresses };
+        for name in &names {
+            ip(&["netns", "add", name]);
+        }
+        ip(&["link", "add", &links[0], "type", "veth", "peer", "name", &links[1]]);
+        for i in 0..2 {
+            ip(&["link", "set", &links[i], "netns", &names[i]]);
+            let address = format!("{}/24", hosts.addresses[i]);
+            ip(&["-n", &names[i], "addr", "add", &address, "dev", &links[i]]);
+            ip(&["-n", &names[i], "link", "set", &links[i], "up"]);
+            ip(&["-n", &names[i], "link", "set", "lo", "up"]);
+        }
+        hosts
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for name in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn tcp_across_two_network_namespaces() {
+    if !is_root() {
+        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "netns tests required but not root");
+        eprintln!("skipped: creating network namespaces needs root (CI runs it as root)");
+        return;
+    }
+    let hosts = TwoHosts::create();
+    for len in [(1 << 20) + 3, 64 << 20] {
+        let seed = len ^ 0xabc;
+        let common = [("CHANNEL", "tcp".to_string()), ("LEN", len.to_string()), ("SEED", seed.to_string())];
+        let mut receiver = Peer::spawn_in(
+            Some(&hosts.names[1]),
+            "receiver",
+            &[common.as_slice(), &[("LISTEN", format!("{}:0", hosts.addresses[1]))]].concat(),
+        );
+        let address = receiver.expect("LISTENING");
+        assert!(
+            address.starts_with(&hosts.addresses[1]),
+            "receiver listens on its namespace's address: {address}"
+        );
+        let mut sender = Peer::spawn_in(
+            Some(&hosts.names[0]),
+            "sender",
+            &[common.as_slice(), &[("DIAL", address)]].concat(),
+        );
+        assert_eq!(receiver.expect("RESULT"), format!("OK {len}"));
+        assert_eq!(sender.expect("SENT"), len.to_string());
+    }
 }

@@ -1,7 +1,19 @@
-//! GPU facts from the CUDA driver (feature `cuda`), loaded at run time.
+//! GPU facts and GPU staging through the CUDA driver (feature `cuda`), loaded at run time.
 //!
 //! Without the feature, or on a machine without `libcuda`, [`probe_gpus`] answers a
 //! [`GpuProbeError`] that says which, and everything else keeps working on host memory.
+//! With it, [`Gpu`], [`DeviceBuffer`], [`PinnedBuffer`] and [`StagingPipeline`] move GPU memory
+//! through pinned host memory on the copy engines.
+
+#[cfg(feature = "cuda")]
+mod buffers;
+#[cfg(feature = "cuda")]
+mod pipeline;
+
+#[cfg(feature = "cuda")]
+pub use buffers::{DeviceBuffer, Gpu, PinnedBuffer};
+#[cfg(feature = "cuda")]
+pub use pipeline::{CopyDirection, StagingPipeline};
 
 use rdma_hint_core::GpuFacts;
 use thiserror::Error;
@@ -23,6 +35,9 @@ pub enum GpuProbeError {
         /// The driver's error.
         detail: String,
     },
+    /// A size or range the GPU path cannot take.
+    #[error("invalid GPU request: {0}")]
+    Invalid(String),
 }
 
 /// One GPU as the CUDA driver numbers it.
@@ -61,16 +76,30 @@ mod imp {
     }
 }
 
+/// Maps a driver error to [`GpuProbeError::Driver`] naming the call.
+#[cfg(feature = "cuda")]
+pub(crate) fn driver_error(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> GpuProbeError {
+    move |err| GpuProbeError::Driver { call, detail: format!("{err:?}") }
+}
+
+/// Checks for `libcuda` before any driver call (cudarc panics on calls without it) and
+/// initialises the driver.
+#[cfg(feature = "cuda")]
+pub(crate) fn init_driver() -> Result<(), GpuProbeError> {
+    // SAFETY: only tries to dlopen the driver library by its known names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuProbeError::NoDriver);
+    }
+    cudarc::driver::result::init().map_err(driver_error("cuInit"))
+}
+
 #[cfg(feature = "cuda")]
 mod imp {
+    use super::driver_error;
     use super::{CudaGpu, GpuProbeError};
-    use cudarc::driver::{result, sys, DriverError};
+    use cudarc::driver::{result, sys};
     use rdma_hint_core::GpuFacts;
     use std::sync::OnceLock;
-
-    fn driver_error(call: &'static str) -> impl Fn(DriverError) -> GpuProbeError {
-        move |err| GpuProbeError::Driver { call, detail: format!("{err:?}") }
-    }
 
     pub(super) fn probe_gpus() -> Result<Vec<CudaGpu>, GpuProbeError> {
         // The driver answers the same for the life of the process; ask it once.
@@ -79,12 +108,7 @@ mod imp {
     }
 
     fn probe_uncached() -> Result<Vec<CudaGpu>, GpuProbeError> {
-        // SAFETY: only tries to dlopen the driver library by its known names; no driver call is
-        // made, and cudarc panics on any driver call when the library is absent.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(GpuProbeError::NoDriver);
-        }
-        result::init().map_err(driver_error("cuInit"))?;
+        super::init_driver()?;
         let mut version = 0;
         // SAFETY: `version` is a valid, writable c_int for the duration of the call.
         unsafe { sys::cuDriverGetVersion(&mut version) }
