@@ -18,6 +18,7 @@ pub mod channel;
 pub mod gpu;
 mod link;
 mod memory;
+mod region;
 mod transport;
 pub mod wire;
 

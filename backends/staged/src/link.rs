@@ -2,6 +2,7 @@
 //! and a reader thread that places incoming writes, acknowledges them and collects arrivals.
 
 use crate::memory::Memory;
+use crate::region::{RegionMemory, Staging};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
@@ -19,7 +20,7 @@ pub(crate) const MAX_PENDING_ARRIVALS: usize = 4096;
 /// A registered local region and whether the peer may write it.
 #[derive(Debug, Clone)]
 pub(crate) struct LocalEntry {
-    pub(crate) memory: Arc<Memory>,
+    pub(crate) memory: Arc<RegionMemory>,
     pub(crate) exposed: bool,
 }
 
@@ -81,13 +82,8 @@ impl Shared {
         }
     }
 
-    fn send_frame(&self, frame: &Frame, payload: Option<&[u8]>) -> std::io::Result<()> {
-        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        writer.write_all(&frame.encode())?;
-        if let Some(payload) = payload {
-            writer.write_all(payload)?;
-        }
-        Ok(())
+    fn send_frame(&self, frame: &Frame) -> std::io::Result<()> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner).write_all(&frame.encode())
     }
 }
 
@@ -157,12 +153,13 @@ fn send_loop(
     reader_gone: &Receiver<()>,
     completions: &Sender<Completion>,
 ) {
+    let mut staging = Staging::default();
     loop {
         let op = select! {
             recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
             recv(reader_gone) -> _ => break,
         };
-        if let Err(reason) = send_one(shared, &op, completions) {
+        if let Err(reason) = send_one(shared, &op, completions, &mut staging) {
             shared.fail(reason);
             flush(&op, completions);
             break;
@@ -181,7 +178,12 @@ fn flush(op: &WriteOp, completions: &Sender<Completion>) {
     }
 }
 
-fn send_one(shared: &Shared, op: &WriteOp, completions: &Sender<Completion>) -> Result<(), String> {
+fn send_one(
+    shared: &Shared,
+    op: &WriteOp,
+    completions: &Sender<Completion>,
+    staging: &mut Staging,
+) -> Result<(), String> {
     if shared.broken.get().is_some() {
         return Err("link already broken".into());
     }
@@ -207,11 +209,11 @@ fn send_one(shared: &Shared, op: &WriteOp, completions: &Sender<Completion>) -> 
                 frame.flags |= FLAG_SIGNALLED;
                 shared.signalled_sent.fetch_add(1, Ordering::SeqCst);
             }
-            // SAFETY: the range was checked at post time; the application does not write its
-            // source range while the write is in flight (RDMA contract).
-            let payload =
-                unsafe { source.memory.slice(op.local_offset, op.len) }.map_err(|e| e.to_string())?;
-            shared.send_frame(&frame, Some(payload)).map_err(|e| format!("sending a write: {e}"))?;
+            let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            writer
+                .write_all(&frame.encode())
+                .and_then(|()| source.memory.send(op.local_offset, op.len, &mut *writer, staging))
+                .map_err(|e| format!("sending a write: {e}"))?;
         }
         ChannelKind::Shm => {
             let target = shared
@@ -222,7 +224,7 @@ fn send_one(shared: &Shared, op: &WriteOp, completions: &Sender<Completion>) -> 
                 .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
             source
                 .memory
-                .copy_to(op.local_offset, target, op.remote_offset, op.len)
+                .copy_to_host(op.local_offset, target, op.remote_offset, op.len)
                 .map_err(|e| e.to_string())?;
             if op.signalled {
                 // The bytes are in the peer's memory: that is what an RDMA WRITE completion means.
@@ -231,7 +233,7 @@ fn send_one(shared: &Shared, op: &WriteOp, completions: &Sender<Completion>) -> 
             }
             if op.imm.is_some() {
                 frame.flags |= FLAG_PLACED;
-                shared.send_frame(&frame, None).map_err(|e| format!("sending a notification: {e}"))?;
+                shared.send_frame(&frame).map_err(|e| format!("sending a notification: {e}"))?;
             }
         }
     }
@@ -246,6 +248,7 @@ fn read_loop(
     arrivals: &Sender<Arrival>,
 ) -> String {
     let mut header = [0u8; HEADER_BYTES];
+    let mut staging = Staging::default();
     loop {
         if let Err(e) = socket.read_exact(&mut header) {
             return match e.kind() {
@@ -258,7 +261,7 @@ fn read_loop(
             Err(e) => return format!("protocol error: {e}"),
         };
         let step = match frame.kind {
-            FrameKind::Write => place(shared, &mut socket, &frame, arrivals),
+            FrameKind::Write => place(shared, &mut socket, &frame, arrivals, &mut staging),
             FrameKind::Ack => acknowledge(shared, &frame, completions),
         };
         if let Err(reason) = step {
@@ -272,6 +275,7 @@ fn place(
     socket: &mut TcpStream,
     frame: &Frame,
     arrivals: &Sender<Arrival>,
+    staging: &mut Staging,
 ) -> Result<(), String> {
     let region = RegionId(frame.region);
     let target = local(&shared.local, region)
@@ -290,11 +294,10 @@ fn place(
     let placed = frame.flags & FLAG_PLACED != 0;
     match (shared.channel, placed) {
         (ChannelKind::Tcp, false) => {
-            // SAFETY: in bounds (checked above); the exposing application does not touch a range
-            // while a transfer into it is in flight (RDMA contract).
-            let destination =
-                unsafe { target.memory.slice_mut(frame.offset, frame.len) }.map_err(|e| e.to_string())?;
-            socket.read_exact(destination).map_err(|e| format!("the peer vanished mid-write: {e}"))?;
+            target
+                .memory
+                .receive(frame.offset, frame.len, socket, staging)
+                .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
         }
         (ChannelKind::Shm, true) => {}
         _ => return Err("protocol error: write framing does not match the channel".into()),
@@ -310,7 +313,7 @@ fn place(
             wr_id: frame.wr_id,
             imm: 0,
         };
-        shared.send_frame(&ack, None).map_err(|e| format!("sending an ack: {e}"))?;
+        shared.send_frame(&ack).map_err(|e| format!("sending an ack: {e}"))?;
     }
     if frame.flags & FLAG_IMM != 0 {
         let arrival = Arrival { imm: frame.imm, region, len: frame.len };

@@ -3,6 +3,7 @@
 use crate::channel::{capabilities, StagedChannel};
 use crate::link::{local, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
 use crate::memory::Memory;
+use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use crossbeam_channel::Receiver;
@@ -144,11 +145,15 @@ impl StagedTransport {
         let mut regions = Vec::with_capacity(expose.len());
         for id in expose {
             let entry = local(&self.regions, *id).ok_or(TransportError::UnregisteredRegion(*id))?;
-            regions.push(ExposedRegion {
-                id: id.0,
-                len: entry.memory.len(),
-                shm_name: entry.memory.shm_name(),
-            });
+            let shm_name = entry.memory.host().and_then(Memory::shm_name);
+            if channel == ChannelKind::Shm && shm_name.is_none() {
+                return Err(TransportError::Handshake(format!(
+                    "region {} is {:?} memory: the shm channel exposes host regions only (use tcp, or expose a host region)",
+                    id.0,
+                    entry.memory.kind()
+                )));
+            }
+            regions.push(ExposedRegion { id: id.0, len: entry.memory.len(), shm_name });
         }
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
@@ -176,7 +181,7 @@ impl StagedTransport {
             .map(|r| r.len)
             .ok_or(TransportError::UnregisteredRegion(op.remote))?;
         op.check(
-            &LocalRegion { id: op.local, kind: MemoryKind::Host, len: source.memory.len() },
+            &LocalRegion { id: op.local, kind: source.memory.kind(), len: source.memory.len() },
             &RemoteRegion { id: op.remote, len: remote_len },
             self.caps.facts.max_msg_bytes,
         )
@@ -228,13 +233,7 @@ impl Transport for StagedTransport {
     }
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
-        if kind != MemoryKind::Host {
-            return Err(TransportError::UnsupportedMemory { kind });
-        }
-        let memory = match self.channel {
-            StagedChannel::SharedMemory => Memory::shared(len)?,
-            StagedChannel::Tcp => Memory::host(len)?,
-        };
+        let memory = RegionMemory::allocate(kind, len, self.channel == StagedChannel::SharedMemory)?;
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         if regions.len() >= MAX_REGIONS {
             return Err(TransportError::Registration {

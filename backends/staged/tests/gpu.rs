@@ -55,3 +55,68 @@ fn without_a_driver_the_error_says_so() {
         Err(e) => assert!(matches!(e, GpuProbeError::NoDriver | GpuProbeError::Driver { .. }), "{e}"),
     }
 }
+
+mod transport {
+    use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+    use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport};
+    use rdma_hint_staged::{StagedChannel, StagedTransport};
+    use std::time::{Duration, Instant};
+
+    /// GPU memory on both ends of a real TCP connection: sender stages D2H through pinned
+    /// halves, receiver H2D; bytes checked after the arrival.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and libcuda"]
+    fn gpu_regions_over_tcp_arrive_byte_exact() {
+        for len in [1u64, 4095, 65536, (1 << 20) + 3, 64 << 20] {
+            let padded = len.next_multiple_of(64 * 1024);
+            let receiver = StagedTransport::new(StagedChannel::Tcp);
+            let target = receiver.register(MemoryKind::CudaDevice { ordinal: 0 }, padded).unwrap();
+            let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let listening = std::thread::spawn(move || {
+                pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
+                    .unwrap();
+                let mut arrivals = [Arrival::EMPTY; 1];
+                assert_eq!(pollster::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap(), 1);
+                let mut back = vec![0u8; len as usize];
+                receiver.read_region(target.id, 0, &mut back).unwrap();
+                back
+            });
+            let sender = StagedTransport::new(StagedChannel::Tcp);
+            let source = sender.register(MemoryKind::CudaDevice { ordinal: 0 }, padded).unwrap();
+            let data = super::random_bytes(len as usize, len);
+            sender.write_region(source.id, 0, &data).unwrap();
+            let remote =
+                pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap()[0];
+            let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
+            chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
+            pollster::block_on(chunker.write(
+                &sender,
+                Transfer::new(&source, &remote, len).notify(1),
+                deadline,
+            ))
+            .unwrap();
+            assert!(listening.join().unwrap() == data, "{len} B GPU -> TCP -> GPU");
+        }
+    }
+
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and libcuda"]
+    fn gpu_regions_cannot_be_exposed_over_shm() {
+        let listener = StagedTransport::new(StagedChannel::SharedMemory);
+        let host = listener.register(MemoryKind::Host, 1 << 20).unwrap();
+        let address = listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let accepting = std::thread::spawn(move || {
+            pollster::block_on(listener.connect(PeerEndpoint::Listen(address), &[host.id], deadline))
+                .map(|_| ())
+        });
+        let dialer = StagedTransport::new(StagedChannel::SharedMemory);
+        let region = dialer.register(MemoryKind::CudaDevice { ordinal: 0 }, 1 << 20).unwrap();
+        let error = pollster::block_on(dialer.connect(PeerEndpoint::Dial(address), &[region.id], deadline))
+            .unwrap_err();
+        assert!(error.to_string().contains("host regions only"), "{error}");
+        drop(dialer);
+        assert!(accepting.join().unwrap().is_err(), "the listener sees the dialer go");
+    }
+}

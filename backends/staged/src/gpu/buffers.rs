@@ -81,6 +81,11 @@ impl DeviceBuffer {
         false
     }
 
+    /// The GPU the buffer lives on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// Device address of byte `offset` (checked against the length).
     pub fn address(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuProbeError> {
         offset.checked_add(len).filter(|end| *end <= self.len).map(|_| self.ptr + offset as u64).ok_or_else(

@@ -9,11 +9,15 @@
 mod buffers;
 #[cfg(feature = "cuda")]
 mod pipeline;
+#[cfg(feature = "cuda")]
+mod staging;
 
 #[cfg(feature = "cuda")]
 pub use buffers::{DeviceBuffer, Gpu, PinnedBuffer};
 #[cfg(feature = "cuda")]
 pub use pipeline::{CopyDirection, StagingPipeline};
+#[cfg(feature = "cuda")]
+pub use staging::{SocketStaging, STAGING_HALF_BYTES};
 
 use rdma_hint_core::GpuFacts;
 use thiserror::Error;

@@ -1,0 +1,192 @@
+//! What a registered region is backed by: host memory (heap or shm) or, with feature `cuda`,
+//! GPU memory staged through pinned buffers on its way to and from the wire.
+
+use crate::memory::Memory;
+use rdma_hint_core::{MemoryKind, TransportError};
+use std::io::{Read, Write};
+
+/// A registered region's memory.
+#[derive(Debug)]
+pub(crate) enum RegionMemory {
+    Host(Memory),
+    #[cfg(feature = "cuda")]
+    Gpu(crate::gpu::DeviceBuffer, u32),
+}
+
+/// Per-thread staging for GPU regions, created on first use.
+#[derive(Debug, Default)]
+pub(crate) struct Staging {
+    #[cfg(feature = "cuda")]
+    socket: Option<crate::gpu::SocketStaging>,
+}
+
+#[cfg(feature = "cuda")]
+impl Staging {
+    fn for_buffer(
+        &mut self,
+        buffer: &crate::gpu::DeviceBuffer,
+    ) -> std::io::Result<&mut crate::gpu::SocketStaging> {
+        let gpu = buffer.gpu();
+        if self.socket.as_ref().is_none_or(|s| s.gpu().ordinal() != gpu.ordinal()) {
+            self.socket =
+                Some(crate::gpu::SocketStaging::new(gpu).map_err(|e| std::io::Error::other(e.to_string()))?);
+        }
+        self.socket.as_mut().ok_or_else(|| std::io::Error::other("staging vanished"))
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn usize_of(value: u64) -> Result<usize, TransportError> {
+    usize::try_from(value)
+        .map_err(|_| TransportError::MessageTooLarge { len: value, max_msg_bytes: usize::MAX as u64 })
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_error(error: crate::gpu::GpuProbeError) -> TransportError {
+    TransportError::Io(std::io::Error::other(error.to_string()))
+}
+
+impl RegionMemory {
+    /// Registers `len` bytes of `kind` memory.
+    pub(crate) fn allocate(kind: MemoryKind, len: u64, shared: bool) -> Result<RegionMemory, TransportError> {
+        match kind {
+            MemoryKind::Host if shared => Ok(RegionMemory::Host(Memory::shared(len)?)),
+            MemoryKind::Host => Ok(RegionMemory::Host(Memory::host(len)?)),
+            #[cfg(feature = "cuda")]
+            MemoryKind::CudaDevice { ordinal } => {
+                use crate::gpu::GpuProbeError;
+                let size = usize_of(len)?;
+                let unavailable = |e: GpuProbeError| match e {
+                    GpuProbeError::NoDriver | GpuProbeError::NotCompiled => {
+                        TransportError::Unavailable { backend: crate::BACKEND, reason: e.to_string() }
+                    }
+                    other => TransportError::Registration { len, reason: other.to_string() },
+                };
+                let gpu = crate::gpu::Gpu::open(ordinal).map_err(unavailable)?;
+                Ok(RegionMemory::Gpu(
+                    crate::gpu::DeviceBuffer::new(&gpu, size).map_err(unavailable)?,
+                    ordinal,
+                ))
+            }
+            other => Err(TransportError::UnsupportedMemory { kind: other }),
+        }
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            RegionMemory::Host(memory) => memory.len(),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => buffer.len() as u64,
+        }
+    }
+
+    /// The memory kind.
+    pub(crate) fn kind(&self) -> MemoryKind {
+        match self {
+            RegionMemory::Host(_) => MemoryKind::Host,
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(_, ordinal) => MemoryKind::CudaDevice { ordinal: *ordinal },
+        }
+    }
+
+    /// The host memory, if this is a host region.
+    pub(crate) fn host(&self) -> Option<&Memory> {
+        match self {
+            RegionMemory::Host(memory) => Some(memory),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(..) => None,
+        }
+    }
+
+    pub(crate) fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        match self {
+            RegionMemory::Host(memory) => memory.copy_in(offset, data),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => buffer.upload(usize_of(offset)?, data).map_err(gpu_error),
+        }
+    }
+
+    pub(crate) fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        match self {
+            RegionMemory::Host(memory) => memory.copy_out(offset, out),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => buffer.download(usize_of(offset)?, out).map_err(gpu_error),
+        }
+    }
+
+    /// Writes `len` bytes at `offset` to a socket (TCP channel); GPU memory goes through pinned
+    /// halves, copy engine and socket overlapped.
+    pub(crate) fn send(
+        &self,
+        offset: u64,
+        len: u64,
+        sink: &mut dyn Write,
+        _staging: &mut Staging,
+    ) -> std::io::Result<()> {
+        match self {
+            RegionMemory::Host(memory) => {
+                // SAFETY: the range was checked at post time; the application leaves the source
+                // of an in-flight write alone (RDMA contract).
+                let bytes =
+                    unsafe { memory.slice(offset, len) }.map_err(|e| std::io::Error::other(e.to_string()))?;
+                sink.write_all(bytes)
+            }
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => {
+                let (offset, len) = (
+                    usize_of(offset).map_err(std::io::Error::other)?,
+                    usize_of(len).map_err(std::io::Error::other)?,
+                );
+                _staging.for_buffer(buffer)?.send(buffer, offset, len, sink)
+            }
+        }
+    }
+
+    /// Reads `len` bytes from a socket into `offset` (TCP channel).
+    pub(crate) fn receive(
+        &self,
+        offset: u64,
+        len: u64,
+        source: &mut dyn Read,
+        _staging: &mut Staging,
+    ) -> std::io::Result<()> {
+        match self {
+            RegionMemory::Host(memory) => {
+                // SAFETY: bounds checked by the caller against the frame; the exposing
+                // application does not touch a range while a transfer into it is in flight.
+                let bytes = unsafe { memory.slice_mut(offset, len) }
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                source.read_exact(bytes)
+            }
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => {
+                let (offset, len) = (
+                    usize_of(offset).map_err(std::io::Error::other)?,
+                    usize_of(len).map_err(std::io::Error::other)?,
+                );
+                _staging.for_buffer(buffer)?.receive(buffer, offset, len, source)
+            }
+        }
+    }
+
+    /// Copies `len` bytes at `from` into the peer's mapped host memory (shm channel).
+    pub(crate) fn copy_to_host(
+        &self,
+        from: u64,
+        target: &Memory,
+        to: u64,
+        len: u64,
+    ) -> Result<(), TransportError> {
+        match self {
+            RegionMemory::Host(memory) => memory.copy_to(from, target, to, len),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => {
+                // SAFETY: bounds checked inside `slice_mut`; the peer does not read the range
+                // until the notification that follows this copy.
+                let destination = unsafe { target.slice_mut(to, len) }?;
+                buffer.download(usize_of(from)?, destination).map_err(gpu_error)
+            }
+        }
+    }
+}
