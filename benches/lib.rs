@@ -99,17 +99,7 @@ impl Transport for NullTransport {
         Ok(())
     }
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        let mut ready = 0;
-        while ready < out.len() {
-            match self.completions.try_recv() {
-                Ok(completion) => {
-                    out[ready] = completion;
-                    ready += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        Ok(ready)
+        Ok(rdma_hint_core::queue::drain(&self.completions, out))
     }
     async fn wait_completions(
         &self,

@@ -6,7 +6,7 @@ use crate::memory::Memory;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Hello, MAX_REGIONS};
 use async_trait::async_trait;
-use crossbeam_channel::Receiver;
+use rdma_hint_core::queue::{drain, wait};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WriteOp,
@@ -188,44 +188,6 @@ impl StagedTransport {
     }
 }
 
-fn drained<T>(queue: &Receiver<T>, out: &mut [T]) -> usize {
-    let mut ready = 0;
-    while ready < out.len() {
-        match queue.try_recv() {
-            Ok(item) => {
-                out[ready] = item;
-                ready += 1;
-            }
-            Err(_) => break,
-        }
-    }
-    ready
-}
-
-fn wait_on<T>(
-    link: &Link,
-    queue: &Receiver<T>,
-    out: &mut [T],
-    deadline: Instant,
-    what: &'static str,
-) -> Result<usize, TransportError> {
-    let ready = drained(queue, out);
-    if ready > 0 || out.is_empty() {
-        return Ok(ready);
-    }
-    let started = Instant::now();
-    match queue.recv_deadline(deadline) {
-        Ok(item) => {
-            out[0] = item;
-            Ok(1 + drained(queue, &mut out[1..]))
-        }
-        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-            Err(TransportError::DeadlineExceeded { what, waited_ms: started.elapsed().as_millis() as u64 })
-        }
-        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(link.gone()),
-    }
-}
-
 #[async_trait]
 impl Transport for StagedTransport {
     fn capabilities(&self) -> &Capabilities {
@@ -347,7 +309,7 @@ impl Transport for StagedTransport {
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
         let link = self.link()?;
-        let ready = drained(&link.completions, out);
+        let ready = drain(&link.completions, out);
         if ready == 0 && link.completions.is_empty() && link.broken.get().is_some() && link.ops.is_empty() {
             return Err(link.gone());
         }
@@ -360,12 +322,12 @@ impl Transport for StagedTransport {
         deadline: Instant,
     ) -> Result<usize, TransportError> {
         let link = self.link()?;
-        wait_on(link, &link.completions, out, deadline, "staged completions")
+        wait(&link.completions, out, deadline, "staged completions", || link.gone())
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
         let link = self.link()?;
-        let ready = drained(&link.arrivals, out);
+        let ready = drain(&link.arrivals, out);
         if ready == 0 && link.broken.get().is_some() {
             return Err(link.gone());
         }
@@ -374,6 +336,6 @@ impl Transport for StagedTransport {
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
         let link = self.link()?;
-        wait_on(link, &link.arrivals, out, deadline, "staged arrivals")
+        wait(&link.arrivals, out, deadline, "staged arrivals", || link.gone())
     }
 }

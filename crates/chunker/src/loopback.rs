@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+use rdma_hint_core::queue::{drain, wait};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
@@ -244,7 +245,9 @@ impl Transport for LoopbackTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        wait(&self.completions, out, deadline, "loopback completions")
+        wait(&self.completions, out, deadline, "loopback completions", || {
+            TransportError::PeerGone("loopback queue closed".into())
+        })
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
@@ -252,44 +255,8 @@ impl Transport for LoopbackTransport {
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
-        wait(&self.arrivals, out, deadline, "loopback arrivals")
-    }
-}
-
-/// Moves ready items into `out` without waiting.
-fn drain<T>(queue: &Receiver<T>, out: &mut [T]) -> usize {
-    let mut ready = 0;
-    while ready < out.len() {
-        match queue.try_recv() {
-            Ok(item) => {
-                out[ready] = item;
-                ready += 1;
-            }
-            Err(_) => break,
-        }
-    }
-    ready
-}
-
-/// Blocks until one item or `deadline`, then drains what else is ready.
-fn wait<T>(
-    queue: &Receiver<T>,
-    out: &mut [T],
-    deadline: Instant,
-    what: &'static str,
-) -> Result<usize, TransportError> {
-    let ready = drain(queue, out);
-    if ready > 0 || out.is_empty() {
-        return Ok(ready);
-    }
-    let started = Instant::now();
-    match queue.recv_deadline(deadline) {
-        Ok(item) => {
-            out[0] = item;
-            Ok(1 + drain(queue, &mut out[1..]))
-        }
-        Err(_) => {
-            Err(TransportError::DeadlineExceeded { what, waited_ms: started.elapsed().as_millis() as u64 })
-        }
+        wait(&self.arrivals, out, deadline, "loopback arrivals", || {
+            TransportError::PeerGone("loopback queue closed".into())
+        })
     }
 }

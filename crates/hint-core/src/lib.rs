@@ -34,6 +34,7 @@ pub mod error;
 pub mod model;
 pub mod pcie;
 pub mod profile;
+pub mod queue;
 pub mod sysfs;
 pub mod topology;
 pub mod transport;
