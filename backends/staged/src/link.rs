@@ -16,6 +16,9 @@ use std::thread::JoinHandle;
 pub(crate) const FLUSHED: u32 = 5;
 /// Arrivals the application has not drained yet, at most.
 pub(crate) const MAX_PENDING_ARRIVALS: usize = 4096;
+/// Acknowledgements waiting for the sender thread, at most (a peer keeps far fewer signalled
+/// writes outstanding; more is a broken peer).
+const MAX_PENDING_ACKS: usize = 4096;
 
 /// A registered local region and whether the peer may write it.
 #[derive(Debug, Clone)]
@@ -101,6 +104,9 @@ impl Link {
         let (completion_tx, completions) = crossbeam_channel::bounded(max_outstanding * 2);
         let (arrival_tx, arrivals) = crossbeam_channel::bounded(MAX_PENDING_ARRIVALS);
         let (reader_alive, reader_gone) = crossbeam_channel::bounded::<()>(0);
+        // Acks go out through the sender thread, so a reader never waits on the socket's write
+        // side: two links writing to each other at once cannot deadlock.
+        let (ack_tx, acks) = crossbeam_channel::bounded(MAX_PENDING_ACKS);
         let broken: Broken = Arc::new(OnceLock::new());
         let shared = Arc::new(Shared {
             channel,
@@ -118,13 +124,13 @@ impl Link {
             let completion_tx = completion_tx.clone();
             std::thread::Builder::new().name("staged-reader".into()).spawn(move || {
                 let _alive = reader_alive;
-                let reason = read_loop(&shared, reader_socket, &completion_tx, &arrival_tx);
+                let reason = read_loop(&shared, reader_socket, &completion_tx, &arrival_tx, &ack_tx);
                 shared.fail(reason);
             })?
         };
         let sender = std::thread::Builder::new()
             .name("staged-sender".into())
-            .spawn(move || send_loop(&shared, &ops_rx, &reader_gone, &completion_tx))?;
+            .spawn(move || send_loop(&shared, &ops_rx, &acks, &reader_gone, &completion_tx))?;
         Ok(Link { ops: ops_tx, completions, arrivals, broken, remote, socket, threads: vec![reader, sender] })
     }
 
@@ -150,6 +156,7 @@ impl Drop for Link {
 fn send_loop(
     shared: &Shared,
     ops: &Receiver<WriteOp>,
+    acks: &Receiver<Frame>,
     reader_gone: &Receiver<()>,
     completions: &Sender<Completion>,
 ) {
@@ -157,6 +164,16 @@ fn send_loop(
     loop {
         let op = select! {
             recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
+            recv(acks) -> ack => match ack {
+                Ok(ack) => {
+                    if let Err(e) = shared.send_frame(&ack) {
+                        shared.fail(format!("sending an ack: {e}"));
+                        break;
+                    }
+                    continue;
+                }
+                Err(_) => break,
+            },
             recv(reader_gone) -> _ => break,
         };
         if let Err(reason) = send_one(shared, &op, completions, &mut staging) {
@@ -246,6 +263,7 @@ fn read_loop(
     mut socket: TcpStream,
     completions: &Sender<Completion>,
     arrivals: &Sender<Arrival>,
+    acks: &Sender<Frame>,
 ) -> String {
     let mut header = [0u8; HEADER_BYTES];
     let mut staging = Staging::default();
@@ -261,7 +279,7 @@ fn read_loop(
             Err(e) => return format!("protocol error: {e}"),
         };
         let step = match frame.kind {
-            FrameKind::Write => place(shared, &mut socket, &frame, arrivals, &mut staging),
+            FrameKind::Write => place(shared, &mut socket, &frame, arrivals, acks, &mut staging),
             FrameKind::Ack => acknowledge(shared, &frame, completions),
         };
         if let Err(reason) = step {
@@ -275,6 +293,7 @@ fn place(
     socket: &mut TcpStream,
     frame: &Frame,
     arrivals: &Sender<Arrival>,
+    acks: &Sender<Frame>,
     staging: &mut Staging,
 ) -> Result<(), String> {
     let region = RegionId(frame.region);
@@ -313,7 +332,9 @@ fn place(
             wr_id: frame.wr_id,
             imm: 0,
         };
-        shared.send_frame(&ack).map_err(|e| format!("sending an ack: {e}"))?;
+        acks.try_send(ack).map_err(|_| {
+            "protocol error: the peer exceeded its window of unacknowledged writes".to_string()
+        })?;
     }
     if frame.flags & FLAG_IMM != 0 {
         let arrival = Arrival { imm: frame.imm, region, len: frame.len };
