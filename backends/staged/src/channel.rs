@@ -31,12 +31,14 @@ impl fmt::Display for StagedChannel {
     }
 }
 
-/// Rates and per-block costs the model assumes for a channel, before any sweep calibrates them.
+/// Rates and per-block costs the model assumes for a channel, calibrated with `rdma-hint sweep`
+/// on a 2-core CI-class VM (README, "Hint fidelity"); a sweep on the target machine replaces
+/// them with measured hints.
 ///
-/// * shared memory: every byte is copied twice (into and out of the ring) by one core each;
-///   ≈ 10 GB/s per memcpy stream, ≈ 1 µs per block for the ring handoff (atomics + futex wake);
-/// * TCP: loopback/datacenter socket streams reach ≈ 3 GB/s per connection, ≈ 8 µs per block
-///   (syscalls on both sides plus a wakeup).
+/// * shared memory: one `memcpy` per block by the sender thread into the peer's mapping:
+///   plateau ≈ 5.5 GB/s, ≈ 0.6 µs per block (queue handoff and completion);
+/// * TCP: plateau ≈ 3.0 GB/s per connection, ≈ 22 µs per block (frame, syscalls and the
+///   acknowledgement on both sides).
 ///
 /// ```
 /// use rdma_hint_staged::{capabilities, StagedChannel};
@@ -46,8 +48,8 @@ impl fmt::Display for StagedChannel {
 /// ```
 pub fn capabilities(channel: StagedChannel) -> Capabilities {
     let (wire_gbps, per_op_overhead_us) = match channel {
-        StagedChannel::SharedMemory => (10.0, 1.0),
-        StagedChannel::Tcp => (3.0, 8.0),
+        StagedChannel::SharedMemory => (5.5, 0.6),
+        StagedChannel::Tcp => (3.0, 22.0),
     };
     let mut memory_kinds = vec![MemoryKind::Host];
     memory_kinds.extend(crate::gpu::visible_ordinals().map(|ordinal| MemoryKind::CudaDevice { ordinal }));

@@ -78,7 +78,12 @@ struct Shared {
 impl Shared {
     fn fail(&self, reason: String) {
         if self.broken.set(reason.clone()).is_ok() {
-            tracing::warn!(%reason, "staged link broken");
+            // A peer that leaves is ordinary at the end of a session; a protocol violation is not.
+            if reason.starts_with("protocol error") {
+                tracing::warn!(%reason, "staged link broken");
+            } else {
+                tracing::debug!(%reason, "staged link closed");
+            }
         }
         if let Ok(writer) = self.writer.lock() {
             let _ = writer.shutdown(Shutdown::Both);
@@ -124,13 +129,13 @@ impl Link {
             let completion_tx = completion_tx.clone();
             std::thread::Builder::new().name("staged-reader".into()).spawn(move || {
                 let _alive = reader_alive;
-                let reason = read_loop(&shared, reader_socket, &completion_tx, &arrival_tx, &ack_tx);
+                let reason = read_loop(&shared, reader_socket, &completion_tx, &ack_tx);
                 shared.fail(reason);
             })?
         };
         let sender = std::thread::Builder::new()
             .name("staged-sender".into())
-            .spawn(move || send_loop(&shared, &ops_rx, &acks, &reader_gone, &completion_tx))?;
+            .spawn(move || send_loop(&shared, &ops_rx, &acks, &arrival_tx, &reader_gone, &completion_tx))?;
         Ok(Link { ops: ops_tx, completions, arrivals, broken, remote, socket, threads: vec![reader, sender] })
     }
 
@@ -153,10 +158,36 @@ impl Drop for Link {
     }
 }
 
+/// What the reader hands the sender thread, in arrival order: an acknowledgement to write
+/// (and the arrival to publish once it is on the wire), or an arrival alone.
+pub(crate) enum Outgoing {
+    Ack { ack: Frame, then: Option<Arrival> },
+    Arrival(Arrival),
+}
+
+/// Writes an ack before publishing the arrival it precedes: an application that exits as soon
+/// as it sees the arrival must not strand the writer's completions.
+fn deliver(shared: &Shared, outgoing: Outgoing, arrivals: &Sender<Arrival>) -> Result<(), String> {
+    let arrival = match outgoing {
+        Outgoing::Ack { ack, then } => {
+            shared.send_frame(&ack).map_err(|e| format!("sending an ack: {e}"))?;
+            then
+        }
+        Outgoing::Arrival(arrival) => Some(arrival),
+    };
+    match arrival {
+        Some(arrival) => arrivals
+            .try_send(arrival)
+            .map_err(|_| "arrival queue overflow: the application is not draining arrivals".to_string()),
+        None => Ok(()),
+    }
+}
+
 fn send_loop(
     shared: &Shared,
     ops: &Receiver<WriteOp>,
-    acks: &Receiver<Frame>,
+    acks: &Receiver<Outgoing>,
+    arrivals: &Sender<Arrival>,
     reader_gone: &Receiver<()>,
     completions: &Sender<Completion>,
 ) {
@@ -164,10 +195,10 @@ fn send_loop(
     loop {
         let op = select! {
             recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
-            recv(acks) -> ack => match ack {
-                Ok(ack) => {
-                    if let Err(e) = shared.send_frame(&ack) {
-                        shared.fail(format!("sending an ack: {e}"));
+            recv(acks) -> outgoing => match outgoing {
+                Ok(outgoing) => {
+                    if let Err(reason) = deliver(shared, outgoing, arrivals) {
+                        shared.fail(reason);
                         break;
                     }
                     continue;
@@ -182,9 +213,15 @@ fn send_loop(
             break;
         }
     }
-    // The link is down: every queued signalled op completes with a flush error.
+    // The link is down: every queued signalled op completes with a flush error, and writes
+    // that fully landed before it still announce themselves.
     while let Ok(op) = ops.try_recv() {
         flush(&op, completions);
+    }
+    while let Ok(outgoing) = acks.try_recv() {
+        if let Outgoing::Ack { then: Some(arrival), .. } | Outgoing::Arrival(arrival) = outgoing {
+            let _ = arrivals.try_send(arrival);
+        }
     }
 }
 
@@ -262,8 +299,7 @@ fn read_loop(
     shared: &Shared,
     mut socket: TcpStream,
     completions: &Sender<Completion>,
-    arrivals: &Sender<Arrival>,
-    acks: &Sender<Frame>,
+    acks: &Sender<Outgoing>,
 ) -> String {
     let mut header = [0u8; HEADER_BYTES];
     let mut staging = Staging::default();
@@ -279,7 +315,7 @@ fn read_loop(
             Err(e) => return format!("protocol error: {e}"),
         };
         let step = match frame.kind {
-            FrameKind::Write => place(shared, &mut socket, &frame, arrivals, acks, &mut staging),
+            FrameKind::Write => place(shared, &mut socket, &frame, acks, &mut staging),
             FrameKind::Ack => acknowledge(shared, &frame, completions),
         };
         if let Err(reason) = step {
@@ -292,8 +328,7 @@ fn place(
     shared: &Shared,
     socket: &mut TcpStream,
     frame: &Frame,
-    arrivals: &Sender<Arrival>,
-    acks: &Sender<Frame>,
+    acks: &Sender<Outgoing>,
     staging: &mut Staging,
 ) -> Result<(), String> {
     let region = RegionId(frame.region);
@@ -321,7 +356,8 @@ fn place(
         (ChannelKind::Shm, true) => {}
         _ => return Err("protocol error: write framing does not match the channel".into()),
     }
-    if frame.flags & FLAG_SIGNALLED != 0 {
+    let arrival = (frame.flags & FLAG_IMM != 0).then_some(Arrival { imm: frame.imm, region, len: frame.len });
+    let outgoing = if frame.flags & FLAG_SIGNALLED != 0 {
         let ack = Frame {
             kind: FrameKind::Ack,
             flags: 0,
@@ -332,15 +368,14 @@ fn place(
             wr_id: frame.wr_id,
             imm: 0,
         };
-        acks.try_send(ack).map_err(|_| {
+        Some(Outgoing::Ack { ack, then: arrival })
+    } else {
+        arrival.map(Outgoing::Arrival)
+    };
+    if let Some(outgoing) = outgoing {
+        acks.try_send(outgoing).map_err(|_| {
             "protocol error: the peer exceeded its window of unacknowledged writes".to_string()
         })?;
-    }
-    if frame.flags & FLAG_IMM != 0 {
-        let arrival = Arrival { imm: frame.imm, region, len: frame.len };
-        arrivals
-            .try_send(arrival)
-            .map_err(|_| "arrival queue overflow: the application is not draining arrivals".to_string())?;
     }
     Ok(())
 }

@@ -2,7 +2,10 @@
 
 mod deepep;
 mod plan;
+mod plot;
 mod render;
+mod serve;
+mod sweep;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +30,61 @@ enum Command {
         /// Read this sysfs tree instead of /sys (live CUDA facts are then not used).
         #[arg(long, value_name = "DIR")]
         sysfs_root: Option<PathBuf>,
+    },
+    /// Measure the block-size curve on a real backend: bandwidth, latency percentiles, CPU use,
+    /// plateau and knee next to the model's hint; stores the knee as a measured hint.
+    Sweep {
+        /// Backend to measure (staged; ucx and verbs once they move data).
+        #[arg(long, default_value = "staged")]
+        backend: String,
+        /// Staged channel: shm or tcp.
+        #[arg(long, default_value = "shm")]
+        channel: String,
+        /// Memory source: host:N or gpu:N.
+        #[arg(long, default_value = "host:0")]
+        source: String,
+        /// Block sizes: a power-of-two range `4K..64M` or a list `64K,1M` (the hint is added).
+        #[arg(long, default_value = "4K..64M")]
+        sizes: String,
+        /// Timed transfers per size (after one warm-up).
+        #[arg(long, default_value_t = 5)]
+        iters: u32,
+        /// Bytes per transfer.
+        #[arg(long, value_parser = units::parse_bytes, default_value = "64M")]
+        transfer: u64,
+        /// Single-block round trips per size for the latency histogram.
+        #[arg(long, default_value_t = 200)]
+        latency_samples: u32,
+        /// Write the report as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Write an SVG plot to this file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        /// Send to a peer running `rdma-hint serve` (TCP) instead of an in-process receiver.
+        #[arg(long, conflicts_with = "loopback")]
+        peer: Option<std::net::SocketAddr>,
+        /// Loop back inside this process (the default).
+        #[arg(long)]
+        loopback: bool,
+        /// Do not store the measured knee in the hint cache.
+        #[arg(long)]
+        no_record: bool,
+    },
+    /// Receive for a `sweep --peer` on another host: expose a region and serve one peer.
+    Serve {
+        /// Address to listen on (loopback unless told otherwise).
+        #[arg(long, default_value = "127.0.0.1:7470")]
+        listen: std::net::SocketAddr,
+        /// Staged channel: shm or tcp.
+        #[arg(long, default_value = "tcp")]
+        channel: String,
+        /// Bytes to expose (at least the sweep's largest transfer).
+        #[arg(long, value_parser = units::parse_bytes, default_value = "128M")]
+        bytes: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout_s: u64,
     },
     /// Print how a transfer is cut into blocks, doorbell batches and signalled requests.
     Plan {
@@ -96,6 +154,14 @@ fn main() -> ExitCode {
     }
 }
 
+fn channel_named(name: &str) -> Result<rdma_hint_staged::StagedChannel, String> {
+    match name {
+        "shm" => Ok(rdma_hint_staged::StagedChannel::SharedMemory),
+        "tcp" => Ok(rdma_hint_staged::StagedChannel::Tcp),
+        other => Err(format!("unknown channel `{other}` (shm or tcp)")),
+    }
+}
+
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Probe { json, sysfs_root } => {
@@ -111,6 +177,48 @@ fn run(cli: Cli) -> Result<(), String> {
                 print!("{}", render::probe_text(&report));
             }
             Ok(())
+        }
+        Command::Sweep {
+            backend,
+            channel,
+            source,
+            sizes,
+            iters,
+            transfer,
+            latency_samples,
+            json,
+            plot,
+            peer,
+            loopback: _,
+            no_record,
+        } => {
+            if iters == 0 || transfer == 0 {
+                return Err("--iters and --transfer must be at least 1".into());
+            }
+            let args = sweep::SweepArgs {
+                backend,
+                channel: channel_named(&channel)?,
+                source: source.parse()?,
+                sizes: sweep::parse_sizes(&sizes)?,
+                iters,
+                transfer_bytes: transfer,
+                latency_samples,
+                peer,
+                record: !no_record,
+            };
+            let report = sweep::run(&args)?;
+            print!("{}", sweep::table(&report));
+            if let Some(path) = json {
+                let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+                std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+            }
+            if let Some(path) = plot {
+                plot::write_svg(&report, &path)?;
+            }
+            Ok(())
+        }
+        Command::Serve { listen, channel, bytes, timeout_s } => {
+            serve::run(listen, channel_named(&channel)?, bytes, std::time::Duration::from_secs(timeout_s))
         }
         Command::Plan { len, block, align, offset, region, batch, signal_every, json } => {
             let args = plan::PlanArgs { len, block, align, offset, region, batch, signal_every, json };

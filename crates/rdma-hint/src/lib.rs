@@ -22,6 +22,7 @@
 
 mod backends;
 mod error;
+pub mod measured;
 mod probe;
 mod profiles;
 
@@ -71,8 +72,59 @@ pub fn refresh() {
 
 fn cached_hint(profile: &PathProfile) -> Result<SizeHint, Error> {
     let key = HintKey { source: profile.source.id, transport: profile.transport.id.clone() };
-    Ok(HintCache::global()
-        .get_or_compute(&key, &profile.versions, || compute_hint(profile, &HintPolicy::default()))?)
+    Ok(HintCache::global().get_or_compute(&key, &profile.versions, || {
+        let hint = compute_hint(profile, &HintPolicy::default())?;
+        let measured = measured::cache_file().and_then(|file| {
+            measured::lookup(&file, profile.source.id, &profile.transport.id, &profile.versions)
+        });
+        Ok(match measured {
+            Some(measured) => measured::apply(hint, &measured),
+            None => hint,
+        })
+    })?)
+}
+
+/// Records a measured knee for `device` over `transport` (as `rdma-hint sweep` does) in the
+/// cache file, keyed by the versions the machine runs now, and drops the in-process cache so
+/// the next hint uses it. Returns the file written.
+pub fn record_measurement(
+    device: Device,
+    transport: &str,
+    knee_bytes: u64,
+    plateau_gbps: f64,
+) -> Result<std::path::PathBuf, Error> {
+    let inventory = live_inventory()?;
+    let profile = inventory
+        .candidates
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .find(|p| p.source.id == device && p.transport.id == transport)
+        .ok_or_else(|| Error::UnknownTransport {
+            transport: transport.to_string(),
+            available: transport_ids(&inventory).join(", "),
+        })?;
+    let file = measured::cache_file().ok_or_else(|| Error::NoPath {
+        device,
+        transport: transport.to_string(),
+        why: "no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".into(),
+    })?;
+    let entry = measured::MeasuredHint {
+        source: device,
+        transport: transport.to_string(),
+        versions: profile.versions.clone(),
+        knee_bytes,
+        plateau_gbps,
+        measured_at_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    measured::store(&file, entry).map_err(|e| Error::NoPath {
+        device,
+        transport: transport.to_string(),
+        why: format!("writing {}: {e}", file.display()),
+    })?;
+    HintCache::global().clear();
+    Ok(file)
 }
 
 /// The block size and alignment to use for transfers from `device` over the best transport.

@@ -138,7 +138,7 @@ impl Inventory {
         })
     }
 
-    pub(crate) fn report(&self, policy: &HintPolicy) -> ProbeReport {
+    pub(crate) fn report(&self, policy: &HintPolicy, measured: Option<&std::path::Path>) -> ProbeReport {
         let mut hints = Vec::new();
         let mut no_hint = Vec::new();
         let mut transports: Vec<TransportFacts> = Vec::new();
@@ -148,8 +148,19 @@ impl Inventory {
                     if !transports.iter().any(|t| t.id == profile.transport.id) {
                         transports.push(profile.transport.clone());
                     }
+                    let found = measured.and_then(|file| {
+                        crate::measured::lookup(
+                            file,
+                            profile.source.id,
+                            &profile.transport.id,
+                            &profile.versions,
+                        )
+                    });
                     match compute_hint(profile, policy) {
-                        Ok(hint) => hints.push(hint),
+                        Ok(hint) => hints.push(match found {
+                            Some(found) => crate::measured::apply(hint, &found),
+                            None => hint,
+                        }),
                         Err(err) => no_hint.push(NoHint {
                             source: profile.source.id,
                             transport: profile.transport.id.clone(),
@@ -228,6 +239,10 @@ impl Inventory {
 /// let report = probe(&ProbeOptions::for_tree(&empty)).unwrap();
 /// assert!(report.hints.iter().all(|h| h.block_bytes > 0 && h.block_bytes % h.align_bytes == 0));
 /// ```
+///
+/// On the live machine (`live_gpus`), hints measured by `rdma-hint sweep` under the current
+/// driver and firmware versions replace the model's (`origin: measured`).
 pub fn probe(options: &ProbeOptions) -> Result<ProbeReport, Error> {
-    Ok(Inventory::discover(options)?.report(&options.policy))
+    let measured = if options.live_gpus { crate::measured::cache_file() } else { None };
+    Ok(Inventory::discover(options)?.report(&options.policy, measured.as_deref()))
 }

@@ -1,0 +1,363 @@
+//! `rdma-hint sweep`: the block-size curve of a real backend, its knee, and the model's hint
+//! next to it.
+
+use crate::units::{format_bytes, parse_bytes};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
+use rdma_hint::{get_low_latency_rdma_size_hint_with, TransportSelector};
+use rdma_hint_staged::{StagedChannel, StagedTransport};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+/// Above this share of one core busy per GB/s-path, a path that should bypass the CPU is
+/// flagged (the seed's "CPU copy suspected").
+const CPU_COPY_THRESHOLD: f64 = 0.5;
+/// Alignment the sweep's blocks keep (staged ring slots; GPU blocks use 64 KiB).
+const HOST_ALIGN: u64 = 4096;
+
+/// Arguments of `sweep`.
+pub(crate) struct SweepArgs {
+    pub(crate) backend: String,
+    pub(crate) channel: StagedChannel,
+    pub(crate) source: SourceId,
+    pub(crate) sizes: Vec<u64>,
+    pub(crate) iters: u32,
+    pub(crate) transfer_bytes: u64,
+    pub(crate) latency_samples: u32,
+    pub(crate) peer: Option<std::net::SocketAddr>,
+    pub(crate) record: bool,
+}
+
+/// One block size's measurements.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Point {
+    pub(crate) block_bytes: u64,
+    pub(crate) avg_gbps: f64,
+    pub(crate) peak_gbps: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) p999_us: f64,
+    pub(crate) max_us: f64,
+    pub(crate) sharpness: f64,
+    pub(crate) cpu_util: f64,
+    pub(crate) is_hint: bool,
+}
+
+/// The whole sweep, as `--json` writes it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SweepReport {
+    pub(crate) backend: String,
+    pub(crate) transport: String,
+    pub(crate) source: SourceId,
+    pub(crate) transfer_bytes: u64,
+    pub(crate) iters: u32,
+    pub(crate) plateau_gbps: f64,
+    pub(crate) knee_bytes: u64,
+    pub(crate) hint_bytes: u64,
+    pub(crate) efficiency_at_hint: f64,
+    pub(crate) hint_over_knee: f64,
+    pub(crate) cpu_copy_suspected: bool,
+    pub(crate) cpu_note: String,
+    pub(crate) points: Vec<Point>,
+}
+
+/// Parses `4K..64M` (powers of two between) or a comma list `64K,1M`.
+pub(crate) fn parse_sizes(text: &str) -> Result<Vec<u64>, String> {
+    let sizes = match text.split_once("..") {
+        Some((low, high)) => {
+            let (low, high) = (parse_bytes(low)?, parse_bytes(high)?);
+            if low == 0 || high < low {
+                return Err(format!("`{text}`: need 0 < low ≤ high"));
+            }
+            let mut sizes = Vec::new();
+            let mut size = low;
+            while size <= high {
+                sizes.push(size);
+                size = size.checked_mul(2).ok_or("size overflows")?;
+            }
+            sizes
+        }
+        None => text.split(',').map(parse_bytes).collect::<Result<Vec<_>, _>>()?,
+    };
+    if sizes.is_empty() || sizes.contains(&0) {
+        return Err(format!("`{text}` gives no non-zero sizes"));
+    }
+    Ok(sizes)
+}
+
+/// CPU seconds this process has used on all its threads: the sum of each thread's
+/// `/proc/self/task/*/schedstat` run time (nanosecond resolution), falling back to the
+/// 10 ms ticks of `/proc/self/stat`.
+fn cpu_seconds() -> Option<f64> {
+    let from_schedstat = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
+        tasks
+            .filter_map(|task| task.ok())
+            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+            .filter_map(|stat| stat.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()))
+            .sum::<f64>()
+            / 1e9
+    });
+    from_schedstat.filter(|s| *s > 0.0).or_else(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // utime and stime are fields 14 and 15, counted after the parenthesised command name.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
+    })
+}
+
+struct Endpoints {
+    sender: StagedTransport,
+    _receiver: Option<StagedTransport>,
+    source: LocalRegion,
+    remote: RemoteRegion,
+}
+
+fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let kind = match args.source {
+        SourceId::Host(_) => MemoryKind::Host,
+        SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
+    };
+    let sender = StagedTransport::new(args.channel);
+    let source = sender.register(kind, region_bytes).map_err(|e| e.to_string())?;
+    sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize]).map_err(|e| e.to_string())?;
+    let (address, receiver) = match args.peer {
+        Some(address) => (address, None),
+        None => {
+            let receiver = StagedTransport::new(args.channel);
+            let target = receiver.register(MemoryKind::Host, region_bytes).map_err(|e| e.to_string())?;
+            let address = receiver
+                .bind("127.0.0.1:0".parse().map_err(|e| format!("{e}"))?)
+                .map_err(|e| e.to_string())?;
+            let accepting = std::thread::spawn(move || {
+                pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
+                    .map(|_| receiver)
+                    .map_err(|e| e.to_string())
+            });
+            let remote = pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+                .map_err(|e| e.to_string())?;
+            let receiver = accepting.join().map_err(|_| "the loopback receiver panicked".to_string())??;
+            let remote = *remote.first().ok_or("the receiver exposed no region")?;
+            return Ok(Endpoints { sender, _receiver: Some(receiver), source, remote });
+        }
+    };
+    let remote = pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+        .map_err(|e| e.to_string())?;
+    let remote = *remote.first().ok_or("the peer exposed no region")?;
+    if remote.len < region_bytes {
+        return Err(format!("the peer exposed {} B, the sweep needs {region_bytes} B", remote.len));
+    }
+    Ok(Endpoints { sender, _receiver: receiver, source, remote })
+}
+
+fn measure(
+    endpoints: &Endpoints,
+    args: &SweepArgs,
+    block: u64,
+    align: u64,
+    is_hint: bool,
+) -> Result<Point, String> {
+    let deadline = || Instant::now() + Duration::from_secs(60);
+    let transport = &endpoints.sender;
+    let spec = BlockSpec::new(block, align).map_err(|e| e.to_string())?;
+    let mut chunker =
+        Chunker::new(PostPolicy::default(), transport.capabilities()).map_err(|e| e.to_string())?;
+    chunker.set_hint(args.source, spec);
+    // Whole blocks only, never past the region: at least one block, at most the transfer size.
+    let len = (args.transfer_bytes / block).max(1) * block;
+    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
+    pollster::block_on(chunker.write_as(transport, args.source, transfer, deadline()))
+        .map_err(|e| e.to_string())?;
+    let (cpu_before, wall) = (cpu_seconds(), Instant::now());
+    let mut peak: f64 = 0.0;
+    for _ in 0..args.iters {
+        let started = Instant::now();
+        pollster::block_on(chunker.write_as(transport, args.source, transfer, deadline()))
+            .map_err(|e| e.to_string())?;
+        peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
+    }
+    let elapsed = wall.elapsed().as_secs_f64();
+    let cpu_util = match (cpu_before, cpu_seconds()) {
+        (Some(before), Some(after)) => (after - before) / elapsed,
+        _ => f64::NAN,
+    };
+    let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
+
+    // Latency: one block at a time, signalled, as ib_write_lat does.
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let single = Transfer::new(&endpoints.source, &endpoints.remote, block);
+    for _ in 0..args.latency_samples {
+        let started = Instant::now();
+        pollster::block_on(chunker.write_as(transport, args.source, single, deadline()))
+            .map_err(|e| e.to_string())?;
+        histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
+    }
+    let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
+    let (p50_us, p99_us) = (us(0.5), us(0.99));
+    Ok(Point {
+        block_bytes: block,
+        avg_gbps,
+        peak_gbps: peak,
+        p50_us,
+        p99_us,
+        p999_us: us(0.999),
+        max_us: histogram.max() as f64 / 1e3,
+        sharpness: if p50_us > 0.0 { p99_us / p50_us } else { f64::NAN },
+        cpu_util,
+        is_hint,
+    })
+}
+
+/// Runs the sweep.
+pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
+    match args.backend.as_str() {
+        "staged" => {}
+        "ucx" => {
+            return Err("the ucx backend does not move data yet (issue #5); sweep --backend staged".into())
+        }
+        "verbs" => {
+            return Err("the verbs backend does not move data yet (issue #4); sweep --backend staged".into())
+        }
+        other => return Err(format!("unknown backend `{other}` (staged, ucx, verbs)")),
+    }
+    let transport_id = format!("staged:{}", args.channel.name());
+    let hint = get_low_latency_rdma_size_hint_with(args.source, &TransportSelector::Id(transport_id.clone()))
+        .map_err(|e| format!("no model hint for {} over {transport_id}: {e}", args.source))?;
+    let align = match args.source {
+        SourceId::Gpu(_) => hint.align_bytes.max(64 * 1024),
+        SourceId::Host(_) => hint.align_bytes.max(HOST_ALIGN),
+    };
+    let mut blocks: Vec<(u64, bool)> =
+        args.sizes.iter().map(|s| (s.next_multiple_of(align), false)).collect();
+    blocks.push((hint.block_bytes, true));
+    blocks.sort_unstable();
+    blocks.dedup_by(|a, b| {
+        let same = a.0 == b.0;
+        b.1 |= same && a.1;
+        same
+    });
+    let largest = blocks.iter().map(|b| b.0).max().unwrap_or(align);
+    let region_bytes = args.transfer_bytes.max(largest);
+    let endpoints = connect(args, region_bytes)?;
+
+    let progress = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(blocks.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut points = Vec::with_capacity(blocks.len());
+    for (block, is_hint) in blocks {
+        progress.set_message(format_bytes(block));
+        points.push(measure(&endpoints, args, block, align, is_hint)?);
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+
+    let plateau_gbps = points.iter().map(|p| p.avg_gbps).fold(0.0, f64::max);
+    let knee_bytes = points
+        .iter()
+        .filter(|p| p.avg_gbps >= 0.9 * plateau_gbps)
+        .map(|p| p.block_bytes)
+        .min()
+        .unwrap_or(hint.block_bytes);
+    let at_hint = points.iter().find(|p| p.is_hint).map_or(f64::NAN, |p| p.avg_gbps);
+    let cpu_peak = points.iter().map(|p| p.cpu_util).fold(0.0, f64::max);
+    if args.record {
+        rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(SweepReport {
+        backend: args.backend.clone(),
+        transport: transport_id,
+        source: args.source,
+        transfer_bytes: args.transfer_bytes,
+        iters: args.iters,
+        plateau_gbps,
+        knee_bytes,
+        hint_bytes: hint.block_bytes,
+        efficiency_at_hint: at_hint / plateau_gbps,
+        hint_over_knee: hint.block_bytes as f64 / knee_bytes as f64,
+        // The staged backend copies with the CPU by design; only an RDMA path burning a core
+        // means its NIC is not doing the work.
+        cpu_copy_suspected: args.backend != "staged" && cpu_peak > CPU_COPY_THRESHOLD,
+        cpu_note: format!(
+            "peak process CPU {:.0} % of one core during the bandwidth runs; the staged backend copies with the CPU by design",
+            cpu_peak * 100.0
+        ),
+        points,
+    })
+}
+
+/// The table `sweep` prints, perftest style.
+pub(crate) fn table(report: &SweepReport) -> String {
+    let mut out = format!(
+        "# rdma-hint sweep: {} from {}, {} per transfer, {} iterations\n{:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}\n",
+        report.transport,
+        report.source,
+        format_bytes(report.transfer_bytes),
+        report.iters,
+        "block",
+        "avg GB/s",
+        "peak GB/s",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "max µs",
+        "p99/p50",
+        "CPU %"
+    );
+    for p in &report.points {
+        out.push_str(&format!(
+            "{:>10} {:>10.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.2} {:>6.0}{}\n",
+            format_bytes(p.block_bytes),
+            p.avg_gbps,
+            p.peak_gbps,
+            p.p50_us,
+            p.p99_us,
+            p.p999_us,
+            p.max_us,
+            p.sharpness,
+            p.cpu_util * 100.0,
+            if p.is_hint { "  ← model hint" } else { "" }
+        ));
+    }
+    out.push_str(&format!(
+        "plateau {:.3} GB/s; knee (90 % of plateau) {}; model hint {} → {:.3} of plateau, hint/knee {:.2}\n{}{}\n",
+        report.plateau_gbps,
+        format_bytes(report.knee_bytes),
+        format_bytes(report.hint_bytes),
+        report.efficiency_at_hint,
+        report.hint_over_knee,
+        report.cpu_note,
+        if report.cpu_copy_suspected { "\nCPU copy suspected: this path should bypass the CPU" } else { "" }
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_ranges_parse() {
+        assert_eq!(parse_sizes("4K..32K").unwrap(), vec![4096, 8192, 16384, 32768]);
+        assert_eq!(parse_sizes("64K,1M").unwrap(), vec![65536, 1 << 20]);
+        assert!(parse_sizes("0..4K").is_err());
+        assert!(parse_sizes("8K..4K").is_err());
+        assert!(parse_sizes("lots").is_err());
+    }
+
+    #[test]
+    fn cpu_time_is_readable() {
+        assert!(cpu_seconds().is_some_and(|s| s >= 0.0));
+    }
+}

@@ -1,0 +1,118 @@
+//! Measured hints: what `rdma-hint sweep` found, kept in a cache file and preferred over the
+//! model while the driver and firmware versions are the ones it was measured under.
+
+use rdma_hint_core::model::{efficiency, Factor, Reason};
+use rdma_hint_core::{DriverVersions, Origin, SizeHint, SourceId};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One measured result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredHint {
+    /// Memory source.
+    pub source: SourceId,
+    /// Transport id (`staged:shm`, …).
+    pub transport: String,
+    /// Versions the sweep ran under; the entry is ignored under any others.
+    pub versions: DriverVersions,
+    /// Smallest block reaching 90 % of the plateau, in bytes.
+    pub knee_bytes: u64,
+    /// Plateau bandwidth in GB/s.
+    pub plateau_gbps: f64,
+    /// When it was measured (seconds since the Unix epoch).
+    pub measured_at_unix: u64,
+}
+
+/// The cache file: `$RDMA_HINT_CACHE_DIR/measured.json`, else `$XDG_CACHE_HOME/rdma-hint/…`,
+/// else `~/.cache/rdma-hint/…`.
+pub fn cache_file() -> Option<PathBuf> {
+    let dir = std::env::var_os("RDMA_HINT_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("rdma-hint")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rdma-hint")))?;
+    Some(dir.join("measured.json"))
+}
+
+/// Every entry in `file` (none if it is missing or unreadable: a cache, not a source of truth).
+pub fn load(file: &Path) -> Vec<MeasuredHint> {
+    std::fs::read(file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+}
+
+/// Stores `entry` in `file`, replacing the entry of the same source and transport.
+pub fn store(file: &Path, entry: MeasuredHint) -> std::io::Result<()> {
+    let mut entries = load(file);
+    entries.retain(|e| !(e.source == entry.source && e.transport == entry.transport));
+    entries.push(entry);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temporary = file.with_extension("json.tmp");
+    std::fs::write(&temporary, serde_json::to_vec_pretty(&entries).map_err(std::io::Error::other)?)?;
+    std::fs::rename(temporary, file)
+}
+
+/// The entry for this pair under exactly these versions; stale entries are ignored.
+pub fn lookup(
+    file: &Path,
+    source: SourceId,
+    transport: &str,
+    versions: &DriverVersions,
+) -> Option<MeasuredHint> {
+    load(file).into_iter().find(|e| e.source == source && e.transport == transport && &e.versions == versions)
+}
+
+/// The model's hint with the measured knee as its block (rounded up to the alignment).
+pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
+    let block = measured.knee_bytes.div_ceil(hint.align_bytes).max(1) * hint.align_bytes;
+    hint.block_bytes = block;
+    hint.efficiency = efficiency(block, hint.fixed_cost_us, hint.bandwidth_gbps);
+    hint.predicted_gbps = hint.bandwidth_gbps * hint.efficiency;
+    hint.predicted_latency_us = hint.fixed_cost_us + block as f64 / (hint.bandwidth_gbps * 1e3);
+    hint.origin = Origin::Measured;
+    hint.reasons.push(Reason::new(
+        Factor::Measured,
+        format!("{block} B"),
+        format!(
+            "measured knee {} B (90 % of a {:.2} GB/s plateau) from `rdma-hint sweep` at unix time {}",
+            measured.knee_bytes, measured.plateau_gbps, measured.measured_at_unix
+        ),
+    ));
+    hint
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_hint_core::{compute_hint, HintPolicy, PathProfile};
+
+    #[test]
+    fn stored_entries_apply_only_under_their_versions() {
+        let dir = std::env::temp_dir().join(format!("rdma-hint-measured-{}", std::process::id()));
+        let file = dir.join("measured.json");
+        let versions = DriverVersions { firmware: Some("1.0".into()), ..Default::default() };
+        let entry = MeasuredHint {
+            source: SourceId::Host(0),
+            transport: "staged:shm".into(),
+            versions: versions.clone(),
+            knee_bytes: 60_000,
+            plateau_gbps: 9.5,
+            measured_at_unix: 1,
+        };
+        store(&file, entry.clone()).unwrap();
+        store(&file, MeasuredHint { knee_bytes: 70_000, ..entry.clone() }).unwrap();
+        assert_eq!(load(&file).len(), 1, "replaced, not appended");
+        let found = lookup(&file, SourceId::Host(0), "staged:shm", &versions).unwrap();
+        assert_eq!(found.knee_bytes, 70_000);
+        let other = DriverVersions { firmware: Some("2.0".into()), ..Default::default() };
+        assert!(lookup(&file, SourceId::Host(0), "staged:shm", &other).is_none(), "stale");
+        let model = compute_hint(&PathProfile::example_host_nic(), &HintPolicy::default()).unwrap();
+        let measured = apply(model.clone(), &found);
+        assert_eq!(measured.origin, Origin::Measured);
+        assert_eq!(measured.block_bytes % measured.align_bytes, 0);
+        assert!(measured.block_bytes >= 70_000);
+        assert!(load(&dir.join("missing.json")).is_empty());
+        std::fs::write(&file, b"not json").unwrap();
+        assert!(load(&file).is_empty(), "a garbled cache is ignored");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
