@@ -1,0 +1,127 @@
+//! `rdma-hint sweep` end to end on the staged backend: a short real sweep, its JSON invariants
+//! (not its speed), a well-formed SVG, and the measured knee reaching `probe` and the hint API.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn rdma_hint(cache: &PathBuf, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", cache)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdma-hint-sweep-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn short_sweep(channel: &str) -> (PathBuf, Value, String) {
+    let dir = scratch(channel);
+    let (json, svg) = (dir.join("out.json"), dir.join("out.svg"));
+    let output = rdma_hint(
+        &dir,
+        &[
+            "sweep",
+            "--backend",
+            "staged",
+            "--channel",
+            channel,
+            "--loopback",
+            "--sizes",
+            "16K..256K",
+            "--iters",
+            "2",
+            "--transfer",
+            "2M",
+            "--latency-samples",
+            "20",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (dir, report, std::fs::read_to_string(&svg).unwrap())
+}
+
+fn check_report(report: &Value) {
+    let plateau = report["plateau_gbps"].as_f64().unwrap();
+    let knee = report["knee_bytes"].as_u64().unwrap();
+    let hint = report["hint_bytes"].as_u64().unwrap();
+    assert!(plateau > 0.0);
+    assert!(hint > 0 && knee > 0);
+    let efficiency = report["efficiency_at_hint"].as_f64().unwrap();
+    assert!(efficiency > 0.0 && efficiency <= 1.0 + 1e-9);
+    assert!((report["hint_over_knee"].as_f64().unwrap() - hint as f64 / knee as f64).abs() < 1e-9);
+    let points = report["points"].as_array().unwrap();
+    assert!(points.len() >= 5, "16K..256K plus the hint");
+    let mut previous = 0;
+    for point in points {
+        let block = point["block_bytes"].as_u64().unwrap();
+        assert!(block > previous, "sorted, no duplicates");
+        previous = block;
+        let (avg, peak) = (point["avg_gbps"].as_f64().unwrap(), point["peak_gbps"].as_f64().unwrap());
+        assert!(avg > 0.0 && avg <= plateau + 1e-9 && peak > 0.0);
+        let (p50, p99, p999) = (
+            point["p50_us"].as_f64().unwrap(),
+            point["p99_us"].as_f64().unwrap(),
+            point["p999_us"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{point}");
+        assert!(point["cpu_util"].as_f64().unwrap() >= 0.0);
+    }
+    let knee_point = points.iter().find(|p| p["block_bytes"] == knee).expect("knee is a measured point");
+    assert!(knee_point["avg_gbps"].as_f64().unwrap() >= 0.9 * plateau - 1e-9);
+    assert!(points.iter().any(|p| p["block_bytes"] == hint && p["is_hint"] == true), "the hint is measured");
+}
+
+#[test]
+fn shm_sweep_writes_json_svg_and_a_measured_hint() {
+    let (dir, report, svg) = short_sweep("shm");
+    check_report(&report);
+    assert_eq!(report["transport"], "staged:shm");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "well-formed SVG");
+    assert!(svg.contains("knee") && svg.contains("hint") && svg.contains("<polyline"));
+    // The knee is now the hint for host:0 over staged:shm.
+    let probe = rdma_hint(&dir, &["probe", "--json"]);
+    let probe: Value = serde_json::from_slice(&probe.stdout).unwrap();
+    let hint = probe["hints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["source"] == "host:0" && h["transport"] == "staged:shm")
+        .unwrap()
+        .clone();
+    assert_eq!(hint["origin"], "measured");
+    assert!(hint["block_bytes"].as_u64().unwrap() >= report["knee_bytes"].as_u64().unwrap());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn tcp_sweep_reports_valid_points() {
+    let (dir, report, _) = short_sweep("tcp");
+    check_report(&report);
+    assert_eq!(report["transport"], "staged:tcp");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn backends_that_do_not_move_data_say_so() {
+    let dir = scratch("absent");
+    for backend in ["ucx", "verbs", "nonsense"] {
+        let output = rdma_hint(&dir, &["sweep", "--backend", backend, "--loopback"]);
+        assert!(!output.status.success());
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    }
+    let output = rdma_hint(&dir, &["sweep", "--sizes", "0..4K", "--no-record"]);
+    assert!(!output.status.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
