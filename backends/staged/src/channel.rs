@@ -32,12 +32,13 @@ impl fmt::Display for StagedChannel {
 }
 
 /// Rates and per-block costs the model assumes for a channel, calibrated with `rdma-hint sweep`
-/// on a 2-core CI-class VM (README, "Hint fidelity"); a sweep on the target machine replaces
-/// them with measured hints.
+/// on a 2-core CI-class VM and the 16-core H200 host (README, "Hint fidelity") so the hint lands
+/// within 2× of the measured knee at ≥ 0.9 of the plateau on both; a sweep on the target machine
+/// replaces them with measured hints.
 ///
 /// * shared memory: one `memcpy` per block by the sender thread into the peer's mapping:
-///   plateau ≈ 5.5 GB/s, ≈ 0.6 µs per block (queue handoff and completion);
-/// * TCP: plateau ≈ 3.0 GB/s per connection, ≈ 22 µs per block (frame, syscalls and the
+///   plateau ≈ 5.5 GB/s, ≈ 1.3 µs per block (queue handoff, thread wake-up, completion);
+/// * TCP: plateau ≈ 3.0 GB/s per connection, ≈ 19.4 µs per block (frame, syscalls and the
 ///   acknowledgement on both sides).
 ///
 /// ```
@@ -48,8 +49,8 @@ impl fmt::Display for StagedChannel {
 /// ```
 pub fn capabilities(channel: StagedChannel) -> Capabilities {
     let (wire_gbps, per_op_overhead_us) = match channel {
-        StagedChannel::SharedMemory => (5.5, 0.6),
-        StagedChannel::Tcp => (3.0, 22.0),
+        StagedChannel::SharedMemory => (5.5, 1.3),
+        StagedChannel::Tcp => (3.0, 19.4),
     };
     let mut memory_kinds = vec![MemoryKind::Host];
     memory_kinds.extend(crate::gpu::visible_ordinals().map(|ordinal| MemoryKind::CudaDevice { ordinal }));
