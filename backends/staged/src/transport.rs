@@ -172,8 +172,18 @@ impl StagedTransport {
         Ok(peer)
     }
 
-    fn check_op(&self, link: &Link, op: &WriteOp) -> Result<(), TransportError> {
-        let source = local(&self.regions, op.local).ok_or(TransportError::UnregisteredRegion(op.local))?;
+    /// Checks one op against the region table (read-locked once per batch by the caller: no
+    /// reference counting on the posting path).
+    fn check_op(
+        &self,
+        regions: &[Option<LocalEntry>],
+        link: &Link,
+        op: &WriteOp,
+    ) -> Result<(), TransportError> {
+        let source = regions
+            .get(op.local.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TransportError::UnregisteredRegion(op.local))?;
         let remote_len = link
             .remote
             .get(op.remote.0 as usize)
@@ -291,8 +301,11 @@ impl Transport for StagedTransport {
                 max: self.caps.max_wrs_per_post,
             });
         }
-        for op in ops {
-            self.check_op(link, op)?;
+        {
+            let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+            for op in ops {
+                self.check_op(&regions, link, op)?;
+            }
         }
         let capacity = link.ops.capacity().unwrap_or(usize::MAX);
         if link.ops.len() + ops.len() > capacity {
