@@ -15,6 +15,8 @@ echo "== cargo clippy (default features)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo clippy (all features: verbs, ucx, cuda)"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+echo "== cargo doc (warnings are errors: broken intra-doc links, missing docs)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked -q
 echo "== cargo test (all features)"
 cargo test --workspace --all-features --locked
 echo "== rdma-hint probe --json on this machine"
