@@ -4,7 +4,7 @@ use crate::channel::{capabilities, StagedChannel};
 use crate::link::{local, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
 use crate::memory::Memory;
 use crate::region::RegionMemory;
-use crate::wire::{ChannelKind, ExposedRegion, Hello, MAX_REGIONS};
+use crate::wire::{tokens_match, ChannelKind, ExposedRegion, Hello, MAX_REGIONS, MAX_TOKEN_BYTES};
 use async_trait::async_trait;
 use rdma_hint_core::queue::{drain, wait};
 use rdma_hint_core::{
@@ -41,6 +41,7 @@ pub struct StagedTransport {
     regions: LocalRegions,
     listener: Mutex<Option<TcpListener>>,
     link: OnceLock<Link>,
+    token: Option<Vec<u8>>,
 }
 
 fn wire_channel(channel: StagedChannel) -> ChannelKind {
@@ -59,7 +60,19 @@ impl StagedTransport {
             regions: Arc::new(RwLock::new(Vec::new())),
             listener: Mutex::new(None),
             link: OnceLock::new(),
+            token: None,
         }
+    }
+
+    /// Requires the peer to present `token` (1…64 bytes, pre-shared out of band) in its
+    /// handshake, and presents it in ours. Compared in constant time; a mismatch is rejected
+    /// and logged with the peer's address.
+    pub fn with_token(mut self, token: &[u8]) -> Result<StagedTransport, TransportError> {
+        if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
+            return Err(TransportError::Handshake(format!("a token has 1…{MAX_TOKEN_BYTES} bytes")));
+        }
+        self.token = Some(token.to_vec());
+        Ok(self)
     }
 
     /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
@@ -158,8 +171,18 @@ impl StagedTransport {
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        stream.write_all(&Hello { channel, regions }.encode())?;
-        let peer = Hello::decode(stream)?;
+        let token = self.token.clone().unwrap_or_default();
+        stream.write_all(&Hello { channel, regions, token }.encode())?;
+        let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+        let peer = Hello::decode(stream).inspect_err(|e| {
+            tracing::warn!(peer = %peer_address, error = %e, "staged: rejected peer (handshake)");
+        })?;
+        if let Some(expected) = &self.token {
+            if !tokens_match(&peer.token, expected) {
+                tracing::warn!(peer = %peer_address, "staged: rejected peer (wrong or missing token)");
+                return Err(TransportError::Handshake("the peer presented a wrong or no token".into()));
+            }
+        }
         if peer.channel != channel {
             return Err(TransportError::Handshake(format!(
                 "the peer speaks the {:?} channel, this side {:?}",

@@ -2,7 +2,8 @@
 //!
 //! Handshake (each side sends one `Hello`, little-endian):
 //! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64,
-//! shm name length u8 and name (shm channel only).
+//! shm name length u8 and name (shm channel only) · token length u8 (≤ 64) and the pre-shared
+//! token (empty when none is configured).
 //!
 //! Frames (fixed 40-byte header, then `len` payload bytes for `Write` on the TCP channel):
 //! kind u8 · flags u8 · status u16 · region u32 · offset u64 · len u64 · wr_id u64 · imm u32 ·
@@ -48,7 +49,12 @@ pub struct Hello {
     pub channel: ChannelKind,
     /// Regions the peer may write.
     pub regions: Vec<ExposedRegion>,
+    /// Pre-shared token (empty when none is configured).
+    pub token: Vec<u8>,
 }
+
+/// Longest pre-shared token, in bytes.
+pub const MAX_TOKEN_BYTES: usize = 64;
 
 fn handshake(why: impl Into<String>) -> TransportError {
     TransportError::Handshake(why.into())
@@ -71,6 +77,9 @@ impl Hello {
                 out.extend_from_slice(name.as_bytes());
             }
         }
+        let token = &self.token[..self.token.len().min(MAX_TOKEN_BYTES)];
+        out.push(token.len() as u8);
+        out.extend_from_slice(token);
         out
     }
 
@@ -128,7 +137,14 @@ impl Hello {
             };
             regions.push(ExposedRegion { id, len, shm_name });
         }
-        Ok(Hello { channel, regions })
+        let mut length = [0u8; 1];
+        read(reader, &mut length)?;
+        if usize::from(length[0]) > MAX_TOKEN_BYTES {
+            return Err(handshake(format!("token of {} B exceeds {MAX_TOKEN_BYTES} B", length[0])));
+        }
+        let mut token = vec![0u8; usize::from(length[0])];
+        read(reader, &mut token)?;
+        Ok(Hello { channel, regions, token })
     }
 }
 
@@ -232,12 +248,26 @@ impl Frame {
     }
 }
 
+/// Compares a presented token with the expected one in time independent of where they differ.
+///
+/// ```
+/// use rdma_hint_staged::wire::tokens_match;
+/// assert!(tokens_match(b"secret", b"secret"));
+/// assert!(!tokens_match(b"secret", b"secreT"));
+/// assert!(!tokens_match(b"secret", b"secret!"));
+/// ```
+pub fn tokens_match(presented: &[u8], expected: &[u8]) -> bool {
+    let differences = presented.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    (differences == 0) & (presented.len() == expected.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn hello(channel: ChannelKind) -> Hello {
         Hello {
+            token: b"secret".to_vec(),
             channel,
             regions: vec![
                 ExposedRegion {
@@ -275,6 +305,10 @@ mod tests {
         let mut bad_channel = good.clone();
         bad_channel[10] = 7;
         cases.push(bad_channel);
+        let mut long_token = good.clone();
+        let at = long_token.len() - 7;
+        long_token[at] = 65;
+        cases.push(long_token);
         let mut too_many = good.clone();
         too_many[11..13].copy_from_slice(&u16::MAX.to_le_bytes());
         cases.push(too_many);

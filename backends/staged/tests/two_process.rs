@@ -115,6 +115,7 @@ fn raw_reader() {
     let hello = Hello {
         channel: ChannelKind::Tcp,
         regions: vec![ExposedRegion { id: 0, len: 256 << 20, shm_name: None }],
+        token: vec![],
     };
     stream.write_all(&hello.encode()).unwrap();
     Hello::decode(&mut stream).unwrap();
@@ -129,7 +130,7 @@ fn raw_reader() {
 /// waits to be killed.
 fn raw_half_writer() {
     let mut stream = TcpStream::connect(env("DIAL").parse::<SocketAddr>().unwrap()).unwrap();
-    stream.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode()).unwrap();
+    stream.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], token: vec![] }.encode()).unwrap();
     Hello::decode(&mut stream).unwrap();
     let frame = Frame {
         kind: FrameKind::Write,
@@ -354,18 +355,18 @@ fn raw_peer_sends(bytes: Vec<u8>) -> TransportError {
 
 #[test]
 fn malformed_handshakes_are_rejected() {
-    let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
+    let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![], token: vec![] }.encode();
     bad_version[8] = 2;
     assert!(matches!(raw_peer_sends(bad_version), TransportError::Handshake(_)));
     assert!(matches!(raw_peer_sends(b"GET / HTTP/1.1\r\n\r\n".to_vec()), TransportError::Handshake(_)));
-    let shm_hello = Hello { channel: ChannelKind::Shm, regions: vec![] }.encode();
+    let shm_hello = Hello { channel: ChannelKind::Shm, regions: vec![], token: vec![] }.encode();
     assert!(matches!(raw_peer_sends(shm_hello), TransportError::Handshake(_)), "channel mismatch");
     assert!(matches!(raw_peer_sends(b"RDMAH".to_vec()), TransportError::PeerGone(_)), "truncated hello");
 }
 
 #[test]
 fn malformed_frames_break_the_link_without_an_arrival() {
-    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
+    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![], token: vec![] }.encode();
     let frame = |region: u32, offset: u64, len: u64| {
         Frame { kind: FrameKind::Write, flags: FLAG_IMM, status: 0, region, offset, len, wr_id: 1, imm: 9 }
             .encode()
@@ -546,4 +547,36 @@ fn simultaneous_writes_in_both_directions_complete() {
         scope.spawn(move || run(a, PeerEndpoint::Listen(address), a_src.id, a_dst.id, 1));
         scope.spawn(move || run(b, PeerEndpoint::Dial(address), b_src.id, b_dst.id, 2));
     });
+}
+
+/// Connects a listener and a dialer with the given tokens; returns both sides' results.
+fn connect_with_tokens(listener_token: Option<&[u8]>, dialer_token: Option<&[u8]>) -> (bool, bool) {
+    let with = |token: Option<&[u8]>| {
+        let transport = StagedTransport::new(StagedChannel::Tcp);
+        match token {
+            Some(token) => transport.with_token(token).unwrap(),
+            None => transport,
+        }
+    };
+    let listener = with(listener_token);
+    let region = listener.register(MemoryKind::Host, 4096).unwrap();
+    let address = listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let accepting = std::thread::spawn(move || {
+        pollster::block_on(listener.connect(PeerEndpoint::Listen(address), &[region.id], deadline(5))).is_ok()
+    });
+    let dialer = with(dialer_token);
+    let dialed = pollster::block_on(dialer.connect(PeerEndpoint::Dial(address), &[], deadline(5))).is_ok();
+    drop(dialer);
+    (accepting.join().unwrap(), dialed)
+}
+
+#[test]
+fn pre_shared_tokens_gate_the_handshake() {
+    assert_eq!(connect_with_tokens(Some(b"s3cret"), Some(b"s3cret")), (true, true));
+    assert!(!connect_with_tokens(Some(b"s3cret"), Some(b"s3creT")).0, "wrong token rejected");
+    assert!(!connect_with_tokens(Some(b"s3cret"), None).0, "missing token rejected");
+    assert!(!connect_with_tokens(None, Some(b"s3cret")).1, "the dialer insists on its token too");
+    assert_eq!(connect_with_tokens(None, None), (true, true), "no token configured: open");
+    assert!(StagedTransport::new(StagedChannel::Tcp).with_token(b"").is_err());
+    assert!(StagedTransport::new(StagedChannel::Tcp).with_token(&[7; 65]).is_err());
 }
