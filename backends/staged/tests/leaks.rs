@@ -1,0 +1,52 @@
+//! Resource accounting over 100 connect/transfer/drop cycles. Alone in its own test binary
+//! because it counts process-wide descriptors and threads.
+
+mod common;
+
+use common::{chunker, deadline, loopback, pair};
+use rdma_hint_chunker::Transfer;
+use rdma_hint_core::{Arrival, Transport};
+use rdma_hint_staged::StagedChannel;
+use std::time::Duration;
+
+fn count(dir: &str, prefix: &str) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn shm_files_of_this_process() -> usize {
+    count("/dev/shm", &format!("rdma-hint-{}-", std::process::id()))
+}
+
+#[test]
+fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_files() {
+    // Settle anything a previous cycle in this process left to the scheduler.
+    let measure = || (count("/proc/self/fd", ""), count("/proc/self/task", ""), shm_files_of_this_process());
+    for channel in StagedChannel::ALL {
+        let warm = pair(channel, 64 * 1024, loopback());
+        drop(warm);
+        std::thread::sleep(Duration::from_millis(50));
+        let before = measure();
+        for cycle in 0..100u32 {
+            let p = pair(channel, 64 * 1024, loopback());
+            p.sender.write_region(p.source.id, 0, &[cycle as u8; 64 * 1024]).unwrap();
+            let mut chunker = chunker(&p.sender, 16 * 1024);
+            let transfer = Transfer::new(&p.source, &p.remote, 64 * 1024).notify(cycle);
+            pollster::block_on(chunker.write(&p.sender, transfer, deadline(10))).unwrap();
+            let mut arrivals = [Arrival::EMPTY; 1];
+            pollster::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap();
+            let mut arrived = [0u8; 64 * 1024];
+            p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();
+            assert!(arrived.iter().all(|b| *b == cycle as u8), "cycle {cycle}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let after = measure();
+        assert_eq!(before, after, "{channel:?}: (fds, threads, shm files) before and after 100 cycles");
+    }
+}
