@@ -53,6 +53,7 @@ fn peer_main() {
         "sender" => sender(),
         "raw-reader" => raw_reader(),
         "raw-half-writer" => raw_half_writer(),
+        "sender-outcome" => sender_outcome(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -103,6 +104,30 @@ fn sender() {
     std::io::stdout().flush().unwrap();
     // Stay until killed or the receiver is done.
     std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Dials the receiver, says so, writes `LEN` bytes with a `DEADLINE_MS` deadline and reports
+/// the outcome and how long it took instead of panicking.
+fn sender_outcome() {
+    let len: u64 = env("LEN").parse().unwrap();
+    let transport = StagedTransport::new(channel_named(&env("CHANNEL")));
+    let source = transport.register(MemoryKind::Host, len).unwrap();
+    let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
+    let remote = pollster::block_on(transport.connect(peer, &[], deadline(20))).unwrap()[0];
+    println!("CONNECTED");
+    std::io::stdout().flush().unwrap();
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
+    let started = Instant::now();
+    let limit = Duration::from_millis(env("DEADLINE_MS").parse().unwrap());
+    let result =
+        pollster::block_on(chunker.write(&transport, Transfer::new(&source, &remote, len), started + limit));
+    let verdict = match result {
+        Ok(_) => "completed".to_string(),
+        Err(e) => format!("failed after {} B confirmed: {e}", e.confirmed_bytes()),
+    };
+    println!("OUTCOME {} ms {verdict}", started.elapsed().as_millis());
+    std::io::stdout().flush().unwrap();
 }
 
 /// A bare TCP peer on the TCP channel: handshakes, exposes a 256 MiB region, reads 1 MiB of
@@ -313,6 +338,50 @@ fn receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
 }
 
 #[test]
+fn shm_receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
+    let len: u64 = 1 << 30;
+    let mut peer = Peer::spawn(
+        "receiver",
+        &[
+            ("CHANNEL", "shm".into()),
+            ("LEN", len.to_string()),
+            ("SEED", "1".into()),
+            ("LISTEN", "127.0.0.1:0".into()),
+        ],
+    );
+    let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
+    let transport = StagedTransport::new(StagedChannel::SharedMemory);
+    let source = transport.register(MemoryKind::Host, len).unwrap();
+    let remote =
+        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).unwrap()[0];
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(4096, ALIGN).unwrap());
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        peer.child.kill().unwrap();
+        peer
+    });
+    let started = Instant::now();
+    let result = pollster::block_on(chunker.write(
+        &transport,
+        Transfer::new(&source, &remote, len).notify(7),
+        started + Duration::from_secs(20),
+    ));
+    drop(killer.join().unwrap());
+    match result {
+        Err(TransferError::Transport { confirmed_bytes, .. })
+        | Err(TransferError::DeadlineExceeded { confirmed_bytes, .. }) => {
+            assert!(confirmed_bytes < len)
+        }
+        Ok(_) => {
+            panic!("1 GiB in 4 KiB blocks finished within 30 ms: the kill came too late to test anything")
+        }
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
 fn sender_killed_mid_write_never_reports_the_region_complete() {
     let transport = StagedTransport::new(StagedChannel::Tcp);
     let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
@@ -431,6 +500,7 @@ fn unregistered_memory_fails_before_posting() {
 /// Two network namespaces joined by a veth pair, each with its own address; removed on drop.
 struct TwoHosts {
     names: [String; 2],
+    links: [String; 2],
     addresses: [String; 2],
 }
 
@@ -446,7 +516,7 @@ impl TwoHosts {
         let links = [format!("rha{tag}"), format!("rhb{tag}")];
         let subnet = 10 + tag % 200;
         let addresses = [format!("10.77.{subnet}.1"), format!("10.77.{subnet}.2")];
-        let hosts = TwoHosts { names: names.clone(), addresses };
+        let hosts = TwoHosts { names: names.clone(), links: links.clone(), addresses };
         for name in &names {
             ip(&["netns", "add", name]);
         }
@@ -508,6 +578,30 @@ fn tcp_across_two_network_namespaces() {
         assert_eq!(receiver.expect("RESULT"), format!("OK {len}"));
         assert_eq!(sender.expect("SENT"), len.to_string());
     }
+
+    // The link goes down in the middle of a transfer: the sender stops at its deadline with a
+    // typed error, no hang.
+    let len: u64 = 1 << 30;
+    let common = [("CHANNEL", "tcp".to_string()), ("LEN", len.to_string()), ("SEED", "5".to_string())];
+    let mut receiver = Peer::spawn_in(
+        Some(&hosts.names[1]),
+        "receiver",
+        &[common.as_slice(), &[("LISTEN", format!("{}:0", hosts.addresses[1]))]].concat(),
+    );
+    let address = receiver.expect("LISTENING");
+    let mut sender = Peer::spawn_in(
+        Some(&hosts.names[0]),
+        "sender-outcome",
+        &[common.as_slice(), &[("DIAL", address), ("DEADLINE_MS", "3000".to_string())]].concat(),
+    );
+    assert_eq!(sender.expect("CONNECTED"), "");
+    std::thread::sleep(Duration::from_millis(50));
+    ip(&["-n", &hosts.names[0], "link", "set", &hosts.links[0], "down"]);
+    let outcome = sender.expect("OUTCOME");
+    let elapsed_ms: u64 = outcome.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(outcome.contains("failed after"), "{outcome}");
+    assert!(elapsed_ms < 6000, "{outcome}");
+    drop(receiver);
 }
 
 /// Both sides write 32 MiB to each other at once with every block signalled: acks travel
