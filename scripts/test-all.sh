@@ -19,6 +19,8 @@ echo "== cargo doc (warnings are errors: broken intra-doc links, missing docs)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked -q
 echo "== cargo test (all features)"
 cargo test --workspace --all-features --locked
+echo "== fuzz smoke (20 s per target)"
+./fuzz/smoke.sh 20
 echo "== rdma-hint probe --json on this machine"
 cargo run -q --locked -p rdma-hint-cli --all-features -- probe --json >/dev/null
 echo "test-all: OK"
