@@ -10,6 +10,8 @@ for target in $(cargo +stable fuzz list); do
     mkdir -p "corpus/$target" "artifacts/$target"
     # Seeds (valid inputs the target would take ages to guess) live in fuzz/seeds/<target>/.
     if [ -d "seeds/$target" ]; then cp -n "seeds/$target"/* "corpus/$target/"; fi
+    # Inputs that once crashed stay in the corpus as regression cases.
+    if [ -d "regressions/$target" ]; then cp -n "regressions/$target"/* "corpus/$target/"; fi
     echo "== $target: $runs runs"
     ./target/x86_64-unknown-linux-gnu/release/"$target" "corpus/$target" -runs="$runs" -max_len=256 \
         -artifact_prefix="artifacts/$target/" 2>&1 | grep -E "^(Done|==|INFO: Seed)|panicked|ERROR" || true

@@ -12,6 +12,8 @@ cargo +stable fuzz build -s none -O
 for target in $(cargo +stable fuzz list); do
     mkdir -p "corpus/$target" "artifacts/$target"
     if [ -d "seeds/$target" ]; then cp -n "seeds/$target"/* "corpus/$target/"; fi
+    # Inputs that once crashed stay in the corpus as regression cases.
+    if [ -d "regressions/$target" ]; then cp -n "regressions/$target"/* "corpus/$target/"; fi
     echo "== fuzz smoke: $target for ${seconds} s"
     ./target/x86_64-unknown-linux-gnu/release/"$target" "corpus/$target" -max_total_time="$seconds" \
         -max_len=256 -artifact_prefix="artifacts/$target/" 2>&1 | grep -E "^(Done|#[0-9]+ +DONE)|panicked|ERROR" || true

@@ -312,10 +312,12 @@ pub fn compute_hint(profile: &PathProfile, policy: &HintPolicy) -> Result<SizeHi
         target = upper;
     }
 
-    let mut block_bytes = target.div_ceil(align_bytes).saturating_mul(align_bytes);
-    if block_bytes > upper {
-        block_bytes = upper / align_bytes * align_bytes;
-    }
+    // Round up to the alignment; if that overflows or passes the upper bound, round down.
+    let block_bytes = target
+        .div_ceil(align_bytes)
+        .checked_mul(align_bytes)
+        .filter(|block| *block <= upper)
+        .unwrap_or(upper / align_bytes * align_bytes);
     if block_bytes == 0 {
         return Err(HintError::Unsupported {
             reason: format!(
@@ -660,6 +662,25 @@ mod tests {
                 Err(HintError::InvalidProfile { .. })
             ));
         }
+    }
+
+    /// Found by the CI fuzz smoke: a policy minimum near `u64::MAX` made rounding up to the
+    /// alignment saturate to an unaligned block.
+    #[test]
+    fn fuzz_regression_rounding_near_u64_max_stays_aligned() {
+        let mut profile = PathProfile::example_host_nic();
+        profile.transport.max_msg_bytes = u64::MAX;
+        profile.transport.mtu_bytes = None;
+        profile.source.memory_bytes = Some(u64::MAX);
+        let policy = HintPolicy {
+            target_efficiency: 0.5,
+            latency_budget_us: None,
+            min_block_bytes: u64::MAX - 231,
+            max_block_bytes: u64::MAX,
+        };
+        let hint = compute_hint(&profile, &policy).unwrap();
+        assert_eq!(hint.block_bytes % hint.align_bytes, 0);
+        validate_hint(&hint, &HintLimits::from_profile(&profile)).unwrap();
     }
 
     #[test]
