@@ -4,15 +4,16 @@ use crate::channel::{capabilities, StagedChannel};
 use crate::link::{local, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
 use crate::memory::Memory;
 use crate::region::RegionMemory;
-use crate::wire::{tokens_match, ChannelKind, ExposedRegion, Hello, MAX_REGIONS, MAX_TOKEN_BYTES};
+use crate::wire::{ChannelKind, ExposedRegion, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use rdma_hint_core::queue::{drain, wait};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WriteOp,
 };
+use rdma_hint_oob::{dial, prepare, Listener, Token};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -39,9 +40,9 @@ pub struct StagedTransport {
     channel: StagedChannel,
     caps: Capabilities,
     regions: LocalRegions,
-    listener: Mutex<Option<TcpListener>>,
+    listener: Mutex<Option<Listener>>,
     link: OnceLock<Link>,
-    token: Option<Vec<u8>>,
+    token: Option<Token>,
 }
 
 fn wire_channel(channel: StagedChannel) -> ChannelKind {
@@ -68,10 +69,7 @@ impl StagedTransport {
     /// handshake, and presents it in ours. Compared in constant time; a mismatch is rejected
     /// and logged with the peer's address.
     pub fn with_token(mut self, token: &[u8]) -> Result<StagedTransport, TransportError> {
-        if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
-            return Err(TransportError::Handshake(format!("a token has 1…{MAX_TOKEN_BYTES} bytes")));
-        }
-        self.token = Some(token.to_vec());
+        self.token = Some(Token::new(token)?);
         Ok(self)
     }
 
@@ -79,8 +77,8 @@ impl StagedTransport {
     /// so the peer can be told where to dial before [`Transport::connect`] with
     /// [`PeerEndpoint::Listen`] accepts.
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        let listener = TcpListener::bind(address)?;
-        let bound = listener.local_addr()?;
+        let listener = Listener::bind(address)?;
+        let bound = listener.local_addr();
         *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
         Ok(bound)
     }
@@ -97,51 +95,9 @@ impl StagedTransport {
     fn accept(&self, address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
         let listener = match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
             Some(listener) => listener,
-            None => TcpListener::bind(address)?,
+            None => Listener::bind(address)?,
         };
-        listener.set_nonblocking(true)?;
-        let started = Instant::now();
-        loop {
-            match listener.accept() {
-                Ok((stream, peer)) => {
-                    tracing::debug!(%peer, "staged: accepted");
-                    stream.set_nonblocking(false)?;
-                    return Ok(stream);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err(TransportError::DeadlineExceeded {
-                            what: "a peer to connect",
-                            waited_ms: started.elapsed().as_millis() as u64,
-                        });
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    fn dial(address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
-        let started = Instant::now();
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(TransportError::DeadlineExceeded {
-                    what: "the peer to accept",
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
-            }
-            match TcpStream::connect_timeout(&address, remaining) {
-                Ok(stream) => return Ok(stream),
-                // The peer may not listen yet: retry until the deadline.
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    std::thread::sleep(Duration::from_millis(20).min(remaining))
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        listener.accept(deadline)
     }
 
     fn handshake(
@@ -150,10 +106,7 @@ impl StagedTransport {
         expose: &[RegionId],
         deadline: Instant,
     ) -> Result<Hello, TransportError> {
-        let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        stream.set_read_timeout(Some(remaining))?;
-        stream.set_write_timeout(Some(remaining))?;
-        stream.set_nodelay(true)?;
+        prepare(stream, deadline)?;
         let channel = wire_channel(self.channel);
         let mut regions = Vec::with_capacity(expose.len());
         for id in expose {
@@ -171,14 +124,14 @@ impl StagedTransport {
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        let token = self.token.clone().unwrap_or_default();
+        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
         stream.write_all(&Hello { channel, regions, token }.encode())?;
         let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
         let peer = Hello::decode(stream).inspect_err(|e| {
             tracing::warn!(peer = %peer_address, error = %e, "staged: rejected peer (handshake)");
         })?;
         if let Some(expected) = &self.token {
-            if !tokens_match(&peer.token, expected) {
+            if !expected.matches(&peer.token) {
                 tracing::warn!(peer = %peer_address, "staged: rejected peer (wrong or missing token)");
                 return Err(TransportError::Handshake("the peer presented a wrong or no token".into()));
             }
@@ -277,7 +230,7 @@ impl Transport for StagedTransport {
         }
         let mut stream = match peer {
             PeerEndpoint::Listen(address) => self.accept(address, deadline)?,
-            PeerEndpoint::Dial(address) => Self::dial(address, deadline)?,
+            PeerEndpoint::Dial(address) => dial(address, deadline)?,
         };
         let hello = self.handshake(&mut stream, expose, deadline)?;
         let mut remote: Vec<Option<RemoteEntry>> = Vec::new();

@@ -11,6 +11,7 @@
 
 use crate::memory::{is_shm_name, MAX_REGION_BYTES};
 use rdma_hint_core::TransportError;
+use rdma_hint_oob::{handshake_error as handshake, WireReader, WireWriter, MAX_TOKEN_BYTES};
 use std::io::Read;
 
 /// Handshake magic.
@@ -53,64 +54,47 @@ pub struct Hello {
     pub token: Vec<u8>,
 }
 
-/// Longest pre-shared token, in bytes.
-pub const MAX_TOKEN_BYTES: usize = 64;
-
-fn handshake(why: impl Into<String>) -> TransportError {
-    TransportError::Handshake(why.into())
-}
-
 impl Hello {
     /// Encodes the hello.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + self.regions.len() * 80);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.push(self.channel as u8);
-        out.extend_from_slice(&(self.regions.len() as u16).to_le_bytes());
+        let mut out = WireWriter::default();
+        out.raw(&MAGIC).u16(VERSION).u8(self.channel as u8).u16(self.regions.len() as u16);
         for region in &self.regions {
-            out.extend_from_slice(&region.id.to_le_bytes());
-            out.extend_from_slice(&region.len.to_le_bytes());
+            out.u32(region.id).u64(region.len);
             if self.channel == ChannelKind::Shm {
-                let name = region.shm_name.as_deref().unwrap_or_default();
-                out.push(name.len() as u8);
-                out.extend_from_slice(name.as_bytes());
+                out.bytes_u8(region.shm_name.as_deref().unwrap_or_default().as_bytes());
             }
         }
-        let token = &self.token[..self.token.len().min(MAX_TOKEN_BYTES)];
-        out.push(token.len() as u8);
-        out.extend_from_slice(token);
-        out
+        out.bytes_u8(&self.token[..self.token.len().min(MAX_TOKEN_BYTES)]);
+        out.finish()
     }
 
     /// Reads and validates a hello: magic, version, channel, region count and every region
     /// field. Reads at most what the counts announce, each bounded.
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
-        let mut fixed = [0u8; 13];
-        read(reader, &mut fixed)?;
-        if fixed[..8] != MAGIC {
+        let mut reader = WireReader::new(reader);
+        let mut magic = [0u8; 8];
+        reader.exact(&mut magic)?;
+        if magic != MAGIC {
             return Err(handshake("bad magic: the peer is not an rdma-hint staged transport"));
         }
-        let version = u16::from_le_bytes([fixed[8], fixed[9]]);
+        let version = reader.u16()?;
         if version != VERSION {
             return Err(handshake(format!("protocol version {version} is not spoken here (only {VERSION})")));
         }
-        let channel = match fixed[10] {
+        let channel = match reader.u8()? {
             0 => ChannelKind::Tcp,
             1 => ChannelKind::Shm,
             other => return Err(handshake(format!("unknown channel kind {other}"))),
         };
-        let count = usize::from(u16::from_le_bytes([fixed[11], fixed[12]]));
+        let count = usize::from(reader.u16()?);
         if count > MAX_REGIONS {
             return Err(handshake(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
         }
         let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
         for _ in 0..count {
-            let mut entry = [0u8; 12];
-            read(reader, &mut entry)?;
-            let id = u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
-            let len =
-                u64::from_le_bytes(entry[4..12].try_into().map_err(|_| handshake("short region entry"))?);
+            let id = reader.u32()?;
+            let len = reader.u64()?;
             if len == 0 || len > MAX_REGION_BYTES {
                 return Err(handshake(format!(
                     "region {id} length {len} B is outside 1 B … {MAX_REGION_BYTES} B"
@@ -123,10 +107,7 @@ impl Hello {
                 return Err(handshake(format!("region {id} advertised twice")));
             }
             let shm_name = if channel == ChannelKind::Shm {
-                let mut length = [0u8; 1];
-                read(reader, &mut length)?;
-                let mut name = vec![0u8; usize::from(length[0])];
-                read(reader, &mut name)?;
+                let name = reader.bytes_u8(usize::from(u8::MAX), "shm name")?;
                 let name = String::from_utf8(name).map_err(|_| handshake("shm name is not UTF-8"))?;
                 if !is_shm_name(&name) {
                     return Err(handshake(format!("shm name {name:?} is not an rdma-hint region")));
@@ -137,25 +118,9 @@ impl Hello {
             };
             regions.push(ExposedRegion { id, len, shm_name });
         }
-        let mut length = [0u8; 1];
-        read(reader, &mut length)?;
-        if usize::from(length[0]) > MAX_TOKEN_BYTES {
-            return Err(handshake(format!("token of {} B exceeds {MAX_TOKEN_BYTES} B", length[0])));
-        }
-        let mut token = vec![0u8; usize::from(length[0])];
-        read(reader, &mut token)?;
+        let token = reader.bytes_u8(MAX_TOKEN_BYTES, "token")?;
         Ok(Hello { channel, regions, token })
     }
-}
-
-fn read(reader: &mut impl Read, buffer: &mut [u8]) -> Result<(), TransportError> {
-    reader.read_exact(buffer).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => TransportError::PeerGone("closed during the handshake".into()),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-            TransportError::DeadlineExceeded { what: "the peer's handshake", waited_ms: 0 }
-        }
-        _ => TransportError::Io(e),
-    })
 }
 
 /// Frame kinds.
@@ -246,19 +211,6 @@ impl Frame {
         }
         Ok(frame)
     }
-}
-
-/// Compares a presented token with the expected one in time independent of where they differ.
-///
-/// ```
-/// use rdma_hint_staged::wire::tokens_match;
-/// assert!(tokens_match(b"secret", b"secret"));
-/// assert!(!tokens_match(b"secret", b"secreT"));
-/// assert!(!tokens_match(b"secret", b"secret!"));
-/// ```
-pub fn tokens_match(presented: &[u8], expected: &[u8]) -> bool {
-    let differences = presented.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    (differences == 0) & (presented.len() == expected.len())
 }
 
 #[cfg(test)]

@@ -1,0 +1,2 @@
+#include <stdio.h>
+#include <ucp/api/ucp.h>

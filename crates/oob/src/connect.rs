@@ -1,0 +1,102 @@
+//! Establishing the OOB TCP connection within a deadline.
+
+use rdma_hint_core::TransportError;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A bound OOB listener. Bind it before telling the peer where to dial, then [`accept`](Listener::accept).
+#[derive(Debug)]
+pub struct Listener {
+    inner: TcpListener,
+    address: SocketAddr,
+}
+
+impl Listener {
+    /// Binds `address` (port 0 picks a free port).
+    pub fn bind(address: SocketAddr) -> Result<Listener, TransportError> {
+        let inner = TcpListener::bind(address)?;
+        let address = inner.local_addr()?;
+        inner.set_nonblocking(true)?;
+        Ok(Listener { inner, address })
+    }
+
+    /// The bound address (with the port the kernel picked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Waits for one peer until `deadline`; the returned stream is blocking.
+    pub fn accept(&self, deadline: Instant) -> Result<TcpStream, TransportError> {
+        let started = Instant::now();
+        loop {
+            match self.inner.accept() {
+                Ok((stream, peer)) => {
+                    tracing::debug!(%peer, "oob: accepted");
+                    stream.set_nonblocking(false)?;
+                    return Ok(stream);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(TransportError::DeadlineExceeded {
+                            what: "a peer to connect",
+                            waited_ms: started.elapsed().as_millis() as u64,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Dials `address` until it accepts or `deadline` passes (the peer may not listen yet).
+pub fn dial(address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
+    let started = Instant::now();
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(TransportError::DeadlineExceeded {
+                what: "the peer to accept",
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
+        }
+        match TcpStream::connect_timeout(&address, remaining) {
+            Ok(stream) => return Ok(stream),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                std::thread::sleep(Duration::from_millis(20).min(remaining))
+            }
+            Err(e) if e.kind() == ErrorKind::TimedOut => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Bounds the stream's reads and writes by `deadline` and turns off Nagle, for the exchange.
+pub fn prepare(stream: &TcpStream, deadline: Instant) -> Result<(), TransportError> {
+    let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    stream.set_read_timeout(Some(remaining))?;
+    stream.set_write_timeout(Some(remaining))?;
+    stream.set_nodelay(true)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_and_dial_honour_their_deadlines() {
+        let listener = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let started = Instant::now();
+        let err = listener.accept(Instant::now() + Duration::from_millis(50)).unwrap_err();
+        assert!(matches!(err, TransportError::DeadlineExceeded { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let port = listener.local_addr().port();
+        drop(listener);
+        let err = dial(SocketAddr::from(([127, 0, 0, 1], port)), Instant::now() + Duration::from_millis(100))
+            .unwrap_err();
+        assert!(matches!(err, TransportError::DeadlineExceeded { .. }), "{err}");
+    }
+}
