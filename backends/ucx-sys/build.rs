@@ -23,7 +23,7 @@ fn main() {
         .allowlist_function("ucp_ep_(create|close_nbx|flush_nbx|rkey_unpack|evaluate_perf|print_info)")
         .allowlist_function("ucp_(mem_map|mem_unmap|rkey_pack|rkey_buffer_release|rkey_destroy|put_nbx|am_send_nbx|request_check_status|request_free)")
         .allowlist_function("ucs_status_string")
-        .allowlist_function("open_memstream|fclose|fflush|free")
+        .allowlist_function("open_memstream|fclose")
         .allowlist_type("ucp_.*")
         .allowlist_var("UCP_.*|UCS_.*")
         .prepend_enum_name(false)

@@ -1,0 +1,452 @@
+//! Everything that touches UCP after setup, serialized by one mutex: posting puts, one flush
+//! per batch, turning finished flushes into completions and notices, and tearing down.
+//!
+//! Completion semantics follow RDMA WRITE: a signalled op completes when the flush that follows
+//! its batch completes, i.e. when every byte of the batch is in the peer's memory. A write with
+//! immediate data becomes a 16-byte active message sent after that flush, so the peer's
+//! [`Arrival`] implies its bytes (and all before them) have landed.
+
+use crate::region::Region;
+use crate::status::{completion_code, status_text};
+use crate::worker::{Ucp, NOTICE_AM_ID};
+use crossbeam_channel::Sender;
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
+use rdma_hint_ucx_sys as sys;
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// Bytes of a notice: imm u32 · region u32 · len u64 (little-endian).
+pub(crate) const NOTICE_BYTES: usize = 16;
+
+/// State UCX callbacks write into. They run inside `ucp_worker_progress` (engine lock held),
+/// so they only touch atomics and their own small locks.
+#[derive(Debug, Default)]
+pub(crate) struct Signals {
+    /// First endpoint error status reported by UCX (0 = none).
+    pub(crate) peer_error: AtomicI32,
+    /// Where notices become arrivals; taken (closing the queue) when the peer is gone.
+    pub(crate) arrivals: Mutex<Option<Sender<Arrival>>>,
+    /// Regions this side exposed: `(id, len)`, fixed at connect.
+    pub(crate) exposed: OnceLock<Vec<(u32, u64)>>,
+    /// Set once the connection is gone, for lock-free checks by waiters.
+    pub(crate) gone: AtomicBool,
+}
+
+/// `ucp_err_handler_cb_t`: records the endpoint's failure for the engine to act on.
+pub(crate) unsafe extern "C" fn on_endpoint_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
+    // SAFETY: `arg` is the `Signals` the engine registered; it outlives the endpoint.
+    let signals = unsafe { &*arg.cast::<Signals>() };
+    let _ = signals.peer_error.compare_exchange(0, i32::from(status), Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// `ucp_am_recv_callback_t` for notices: validates and queues an [`Arrival`].
+pub(crate) unsafe extern "C" fn on_notice(
+    arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    _param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: `arg` is the `Signals` registered with the handler; it outlives the worker.
+    let signals = unsafe { &*arg.cast::<Signals>() };
+    if length != NOTICE_BYTES || data.is_null() {
+        tracing::warn!(length, "ucx: dropped a malformed notice from the peer");
+        return sys::UCS_OK;
+    }
+    let mut bytes = [0u8; NOTICE_BYTES];
+    // SAFETY: UCX passes `length` (= NOTICE_BYTES) readable bytes at `data` (WHOLE_MSG, eager).
+    unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), bytes.as_mut_ptr(), NOTICE_BYTES) };
+    let arrival = decode_notice(&bytes);
+    let valid = signals
+        .exposed
+        .get()
+        .is_some_and(|exposed| exposed.iter().any(|(id, len)| *id == arrival.region.0 && arrival.len <= *len));
+    if !valid {
+        tracing::warn!(?arrival, "ucx: dropped a notice for a region this side did not expose");
+        return sys::UCS_OK;
+    }
+    if let Some(sender) = signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        // Bounded queue: when the application stops draining, the oldest unread notices stay
+        // and new ones are dropped with a warning rather than blocking UCX's progress.
+        if sender.try_send(arrival).is_err() {
+            tracing::warn!("ucx: arrival queue full; notice dropped");
+        }
+    }
+    sys::UCS_OK
+}
+
+pub(crate) fn encode_notice(imm: u32, region: u32, len: u64) -> [u8; NOTICE_BYTES] {
+    let mut bytes = [0u8; NOTICE_BYTES];
+    bytes[0..4].copy_from_slice(&imm.to_le_bytes());
+    bytes[4..8].copy_from_slice(&region.to_le_bytes());
+    bytes[8..16].copy_from_slice(&len.to_le_bytes());
+    bytes
+}
+
+pub(crate) fn decode_notice(bytes: &[u8; NOTICE_BYTES]) -> Arrival {
+    let word = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    Arrival { imm: word(0), region: RegionId(word(4)), len: u64::from(word(8)) | (u64::from(word(12)) << 32) }
+}
+
+/// A peer region: where to put and with which unpacked rkey.
+#[derive(Debug)]
+pub(crate) struct RemoteEntry {
+    pub(crate) address: u64,
+    pub(crate) len: u64,
+    pub(crate) rkey: sys::ucp_rkey_h,
+}
+
+/// One posted batch whose flush has not been turned into completions yet.
+#[derive(Debug)]
+struct Batch {
+    /// Flush request handle, or null when the flush finished at once with `status`.
+    request: sys::ucs_status_ptr_t,
+    status: sys::ucs_status_t,
+    /// How many entries of `signalled` / `notices` (from the front) belong to this batch.
+    signalled: u32,
+    notices: u32,
+}
+
+/// A notice whose send has not finished: its bytes must stay put until then.
+#[derive(Debug)]
+struct NoticeSend {
+    request: sys::ucs_status_ptr_t,
+    slot: usize,
+}
+
+/// The UCP side of a connected transport.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) ucp: Ucp,
+    ep: sys::ucp_ep_h,
+    remote: Vec<Option<RemoteEntry>>,
+    batches: VecDeque<Batch>,
+    signalled: VecDeque<u64>,
+    notices: VecDeque<[u8; NOTICE_BYTES]>,
+    notice_slots: Box<[[u8; NOTICE_BYTES]]>,
+    notice_sends: VecDeque<NoticeSend>,
+    next_slot: usize,
+    completions: Sender<Completion>,
+    capacity: usize,
+    posted_any: bool,
+    gone: Option<String>,
+    pub(crate) signals: Arc<Signals>,
+}
+
+// SAFETY: the raw UCP handles (worker in serialized mode, endpoint, rkeys, requests) are only
+// used through `&mut Engine`, i.e. under the mutex that owns the engine, one thread at a time.
+unsafe impl Send for Engine {}
+
+impl Engine {
+    /// An engine for `ucp`, not connected yet. `capacity` bounds signalled ops, batches and
+    /// notices in flight; nothing on the posting path allocates beyond it.
+    pub(crate) fn new(ucp: Ucp, completions: Sender<Completion>, capacity: usize, signals: Arc<Signals>) -> Engine {
+        Engine {
+            ucp,
+            ep: std::ptr::null_mut(),
+            remote: Vec::new(),
+            batches: VecDeque::with_capacity(capacity),
+            signalled: VecDeque::with_capacity(capacity),
+            notices: VecDeque::with_capacity(capacity),
+            notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
+            notice_sends: VecDeque::with_capacity(capacity),
+            next_slot: 0,
+            completions,
+            capacity,
+            posted_any: false,
+            gone: None,
+            signals,
+        }
+    }
+
+    /// Whether `connect` already ran.
+    pub(crate) fn is_connected(&self) -> bool {
+        !self.ep.is_null() || self.gone.is_some()
+    }
+
+    /// Adopts the endpoint and the peer's unpacked regions.
+    pub(crate) fn attach(&mut self, ep: sys::ucp_ep_h, remote: Vec<Option<RemoteEntry>>) {
+        self.ep = ep;
+        self.remote = remote;
+    }
+
+    /// Unpacks a peer's packed rkey on `ep`.
+    pub(crate) fn unpack_rkey(ep: sys::ucp_ep_h, packed: &[u8]) -> Result<sys::ucp_rkey_h, TransportError> {
+        let mut rkey: sys::ucp_rkey_h = std::ptr::null_mut();
+        // SAFETY: `ep` is live; `packed` is readable for its length. UCX validates the bytes
+        // and refuses garbage with an error status.
+        let status = unsafe { sys::ucp_ep_rkey_unpack(ep, packed.as_ptr().cast(), &mut rkey) };
+        if status != sys::UCS_OK {
+            return Err(TransportError::Handshake(format!("the peer's rkey does not unpack: {}", status_text(status))));
+        }
+        Ok(rkey)
+    }
+
+    /// The peer's length of remote region `id`, if it exposed one.
+    pub(crate) fn remote_len(&self, id: RegionId) -> Option<u64> {
+        self.remote.get(id.0 as usize).and_then(Option::as_ref).map(|r| r.len)
+    }
+
+    /// Why the connection is gone, if it is.
+    pub(crate) fn gone(&self) -> Option<&str> {
+        self.gone.as_deref()
+    }
+
+    /// Work that still needs progress: flushes or notice sends in flight.
+    pub(crate) fn busy(&self) -> bool {
+        !self.batches.is_empty() || !self.notice_sends.is_empty()
+    }
+
+    /// Posts every op (already checked against both region tables) as one `ucp_put_nbx` each,
+    /// then one flush for the batch if anything in it is signalled or carries an immediate.
+    pub(crate) fn post(
+        &mut self,
+        ops: &[WriteOp],
+        locals: &[Option<Arc<Region>>],
+        queued_completions: usize,
+    ) -> Result<(), TransportError> {
+        if let Some(why) = &self.gone {
+            return Err(TransportError::PeerGone(why.clone()));
+        }
+        let signalled = ops.iter().filter(|op| op.signalled).count();
+        let notices = ops.iter().filter(|op| op.imm.is_some()).count();
+        let in_flight = self.signalled.len() + queued_completions;
+        if in_flight + signalled > self.capacity
+            || self.batches.len() >= self.capacity
+            || self.notices.len() + notices > self.capacity
+        {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: (self.capacity.saturating_sub(in_flight)) as u32,
+            });
+        }
+        for op in ops {
+            let (Some(Some(local)), Some(Some(remote))) =
+                (locals.get(op.local.0 as usize), self.remote.get(op.remote.0 as usize))
+            else {
+                return Err(TransportError::UnregisteredRegion(op.local));
+            };
+            let param = sys::ucp_request_param_t {
+                op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
+                memh: local.memh,
+                ..Default::default()
+            };
+            // SAFETY: the ep and rkey are live (engine lock held); the source range was
+            // bound-checked against the registered region, which stays mapped while ops are in
+            // flight (deregister refuses busy regions); the remote range against the peer's
+            // advertised length.
+            let request = unsafe {
+                sys::ucp_put_nbx(
+                    self.ep,
+                    local.pointer(op.local_offset).cast(),
+                    op.len as usize,
+                    remote.address + op.remote_offset,
+                    remote.rkey,
+                    &param,
+                )
+            };
+            if sys::status_ptr_is_err(request) {
+                let status = sys::status_ptr_status(request);
+                self.fail(format!("ucp_put_nbx failed: {}", status_text(status)));
+                return Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()));
+            }
+            if sys::status_ptr_is_ptr(request) {
+                // Completion is tracked by the batch's flush; UCX releases the request when done.
+                // SAFETY: `request` is a live handle returned just now; freed once.
+                unsafe { sys::ucp_request_free(request) };
+            }
+            if op.signalled {
+                self.signalled.push_back(op.wr_id);
+            }
+            if let Some(imm) = op.imm {
+                self.notices.push_back(encode_notice(imm, op.remote.0, op.len));
+            }
+        }
+        self.posted_any = true;
+        if signalled + notices > 0 {
+            let param = sys::ucp_request_param_t::default();
+            // SAFETY: `ep` is live; the request is tracked in `batches` and freed in `harvest`.
+            let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
+            let status = sys::status_ptr_status(request);
+            let request = if sys::status_ptr_is_ptr(request) { request } else { std::ptr::null_mut() };
+            self.batches.push_back(Batch { request, status, signalled: signalled as u32, notices: notices as u32 });
+        }
+        self.ucp.progress();
+        self.harvest();
+        Ok(())
+    }
+
+    /// One progress pass: UCX events, finished flushes, peer failures.
+    pub(crate) fn progress(&mut self) {
+        self.ucp.progress_all();
+        self.harvest();
+    }
+
+    /// Turns finished flushes into completions (in posting order) and sends their notices.
+    fn harvest(&mut self) {
+        while let Some(batch) = self.batches.front() {
+            let status = if batch.request.is_null() {
+                batch.status
+            } else {
+                // SAFETY: the flush request is live until freed just below.
+                unsafe { sys::ucp_request_check_status(batch.request) }
+            };
+            if status == sys::UCS_INPROGRESS {
+                break;
+            }
+            let Some(batch) = self.batches.pop_front() else { break };
+            if !batch.request.is_null() {
+                // SAFETY: finished flush request, freed once.
+                unsafe { sys::ucp_request_free(batch.request) };
+            }
+            let outcome = if status == sys::UCS_OK {
+                CompletionStatus::Success
+            } else {
+                CompletionStatus::Failed { code: completion_code(status) }
+            };
+            for _ in 0..batch.signalled {
+                if let Some(wr_id) = self.signalled.pop_front() {
+                    // Capacity was reserved at posting time; a full queue is impossible.
+                    let _ = self.completions.try_send(Completion { wr_id, status: outcome });
+                }
+            }
+            for _ in 0..batch.notices {
+                if let Some(notice) = self.notices.pop_front() {
+                    if status == sys::UCS_OK {
+                        self.send_notice(notice);
+                    }
+                }
+            }
+            if status != sys::UCS_OK {
+                self.fail(format!("flush failed: {}", status_text(status)));
+                return;
+            }
+        }
+        while let Some(send) = self.notice_sends.front() {
+            // SAFETY: the notice request is live until freed just below.
+            if unsafe { sys::ucp_request_check_status(send.request) } == sys::UCS_INPROGRESS {
+                break;
+            }
+            if let Some(send) = self.notice_sends.pop_front() {
+                // SAFETY: finished notice request, freed once; its slot may be reused now.
+                unsafe { sys::ucp_request_free(send.request) };
+                let _ = send.slot;
+            }
+        }
+        let error = self.signals.peer_error.load(Ordering::Acquire);
+        if error != 0 && self.gone.is_none() {
+            self.fail(format!("UCX reported the endpoint failed: {}", status_text(error as sys::ucs_status_t)));
+        }
+    }
+
+    fn send_notice(&mut self, notice: [u8; NOTICE_BYTES]) {
+        if self.notice_sends.len() >= self.notice_slots.len() {
+            tracing::warn!("ucx: too many notices in flight; one dropped");
+            return;
+        }
+        let slot = self.next_slot;
+        self.next_slot = (self.next_slot + 1) % self.notice_slots.len();
+        self.notice_slots[slot] = notice;
+        let param = sys::ucp_request_param_t::default();
+        // SAFETY: `ep` is live; the notice bytes live in `notice_slots[slot]`, which is not
+        // reused until this send's request finished (slots are used round-robin and at most
+        // `notice_slots.len()` sends are in flight).
+        let request = unsafe {
+            sys::ucp_am_send_nbx(
+                self.ep,
+                NOTICE_AM_ID,
+                std::ptr::null(),
+                0,
+                self.notice_slots[slot].as_ptr().cast(),
+                NOTICE_BYTES,
+                &param,
+            )
+        };
+        if sys::status_ptr_is_err(request) {
+            let status = sys::status_ptr_status(request);
+            self.fail(format!("sending a notice failed: {}", status_text(status)));
+        } else if sys::status_ptr_is_ptr(request) {
+            self.notice_sends.push_back(NoticeSend { request, slot });
+        }
+    }
+
+    /// Marks the connection gone: closes the endpoint by force, fails every signalled op not
+    /// yet completed (nothing undelivered is reported delivered) and closes the arrival queue.
+    pub(crate) fn fail(&mut self, why: String) {
+        if self.gone.is_some() {
+            return;
+        }
+        tracing::warn!(%why, "ucx: connection lost");
+        self.gone = Some(why);
+        self.signals.gone.store(true, Ordering::Release);
+        self.close();
+        while let Some(batch) = self.batches.pop_front() {
+            if !batch.request.is_null() {
+                // SAFETY: after the forced close UCX has completed or will complete the request;
+                // freeing hands it back either way.
+                unsafe { sys::ucp_request_free(batch.request) };
+            }
+            for _ in 0..batch.signalled {
+                if let Some(wr_id) = self.signalled.pop_front() {
+                    let code = completion_code(sys::UCS_ERR_CONNECTION_RESET);
+                    let _ = self.completions.try_send(Completion { wr_id, status: CompletionStatus::Failed { code } });
+                }
+            }
+        }
+        self.notices.clear();
+        self.signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    /// Closes the endpoint, then releases the peer's rkeys. Unless the connection failed,
+    /// everything this side sent (the last notice included) is flushed to the peer first;
+    /// the close itself is forced so it never waits on (or reconnects to) a peer that left.
+    fn close(&mut self) {
+        if self.ep.is_null() {
+            return;
+        }
+        if self.posted_any && self.gone.is_none() {
+            let param = sys::ucp_request_param_t::default();
+            // SAFETY: `ep` is live; the request is finished (bounded) and freed by `finish`.
+            let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
+            if self.ucp.finish(request, 10_000) == sys::UCS_INPROGRESS {
+                tracing::warn!("ucx: the final flush did not finish in time");
+            }
+        }
+        let param = sys::ucp_request_param_t {
+            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
+            flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
+            ..Default::default()
+        };
+        // SAFETY: `ep` is live and closed once (set to null right after).
+        let request = unsafe { sys::ucp_ep_close_nbx(self.ep, &param) };
+        self.ep = std::ptr::null_mut();
+        if self.ucp.finish(request, 10_000) == sys::UCS_INPROGRESS {
+            tracing::warn!("ucx: endpoint close did not finish in time");
+        }
+        while let Some(send) = self.notice_sends.pop_front() {
+            // SAFETY: freeing hands the request back to UCX whether or not it finished.
+            unsafe { sys::ucp_request_free(send.request) };
+        }
+        for entry in self.remote.drain(..).flatten() {
+            // SAFETY: each rkey was unpacked once on the (now closed) endpoint; destroyed once.
+            unsafe { sys::ucp_rkey_destroy(entry.rkey) };
+        }
+    }
+
+    /// Orderly teardown: finish what is in flight (bounded), close the endpoint, unmap regions.
+    pub(crate) fn shutdown(&mut self, regions: &mut Vec<Option<Arc<Region>>>) {
+        for _ in 0..10_000 {
+            if !self.busy() || self.gone.is_some() {
+                break;
+            }
+            self.progress();
+        }
+        self.close();
+        for region in regions.drain(..).flatten() {
+            region.unmap(self.ucp.context);
+        }
+    }
+}

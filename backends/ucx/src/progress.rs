@@ -1,0 +1,121 @@
+//! The progress thread: drives UCX while work is in flight, sleeps on the worker's event fd
+//! (and the out-of-band socket) when idle, and notices a peer that went away.
+
+use crate::engine::Engine;
+use crate::region::Region;
+use rdma_hint_ucx_sys as sys;
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long an idle progress thread sleeps at most before looking again: bounds how late a
+/// missed wake-up or a dead peer on a transport without events is noticed.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+/// How often a busy progress thread checks the out-of-band socket for EOF.
+const LIVENESS_EVERY: Duration = Duration::from_millis(1);
+
+/// What the transport and its progress thread share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) engine: Mutex<Engine>,
+    pub(crate) regions: RwLock<Vec<Option<Arc<Region>>>>,
+    pub(crate) stop: AtomicBool,
+    /// The out-of-band socket, kept open after the exchange: EOF means the peer is gone.
+    pub(crate) oob: OnceLock<TcpStream>,
+    pub(crate) efd: RawFd,
+    worker: usize,
+}
+
+impl Shared {
+    pub(crate) fn new(engine: Engine) -> Shared {
+        let efd = engine.ucp.efd;
+        let worker = engine.ucp.worker as usize;
+        Shared {
+            engine: Mutex::new(engine),
+            regions: RwLock::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            oob: OnceLock::new(),
+            efd,
+            worker,
+        }
+    }
+
+    pub(crate) fn engine(&self) -> std::sync::MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the progress thread from its sleep on the event fd.
+    pub(crate) fn wake(&self) {
+        // SAFETY: ucp_worker_signal is safe from any thread in any thread mode (ucp.h); the
+        // worker lives until the engine drops, after the progress thread has been joined.
+        unsafe { sys::ucp_worker_signal(self.worker as sys::ucp_worker_h) };
+    }
+
+    /// `Some(reason)` when the out-of-band socket says the peer is gone.
+    fn peer_left(&self) -> Option<String> {
+        let stream = self.oob.get()?;
+        let mut byte = [0u8; 1];
+        match stream.peek(&mut byte) {
+            Ok(0) => Some("the peer closed the connection (process exited or was killed)".into()),
+            Ok(_) => Some("the peer sent unexpected bytes on the out-of-band socket".into()),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            Err(e) if e.kind() == ErrorKind::Interrupted => None,
+            Err(e) => Some(format!("out-of-band socket failed: {e}")),
+        }
+    }
+}
+
+/// The thread body. Returns when `shared.stop` is set.
+pub(crate) fn run(shared: Arc<Shared>) {
+    let oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
+    let mut checked = Instant::now();
+    while !shared.stop.load(Ordering::Acquire) {
+        let (busy, armed, gone) = {
+            let mut engine = shared.engine();
+            engine.progress();
+            let gone = engine.gone().is_some();
+            let busy = !gone && engine.busy();
+            let armed = !gone && !busy && engine.ucp.arm();
+            (busy, armed, gone)
+        };
+        if gone {
+            std::thread::park_timeout(IDLE_POLL);
+            continue;
+        }
+        if busy {
+            if checked.elapsed() >= LIVENESS_EVERY {
+                checked = Instant::now();
+                check_liveness(&shared);
+            }
+            std::thread::yield_now();
+            continue;
+        }
+        if armed {
+            sleep_on(shared.efd, oob_fd);
+            check_liveness(&shared);
+        }
+    }
+}
+
+fn check_liveness(shared: &Shared) {
+    if let Some(why) = shared.peer_left() {
+        let mut engine = shared.engine();
+        // Whatever the peer sent before leaving (a last notice) is taken in first.
+        engine.progress();
+        engine.fail(why);
+    }
+}
+
+fn sleep_on(efd: RawFd, oob_fd: RawFd) {
+    let mut fds = [
+        libc::pollfd { fd: efd, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: oob_fd, events: libc::POLLIN, revents: 0 },
+    ];
+    let count = if oob_fd >= 0 { 2 } else { 1 };
+    // SAFETY: `fds` holds `count` initialised pollfd entries for descriptors that stay open
+    // while the thread runs (the worker and the socket outlive it).
+    unsafe { libc::poll(fds.as_mut_ptr(), count, IDLE_POLL.as_millis() as libc::c_int) };
+}

@@ -1,0 +1,126 @@
+//! Host memory the transport allocates and maps with `ucp_mem_map`.
+
+use crate::status::setup;
+use memmap2::MmapMut;
+use rdma_hint_core::TransportError;
+use rdma_hint_ucx_sys as sys;
+
+/// Largest region one registration may ask for, in bytes (1 TiB): anything larger is a caller
+/// bug (a length computed from garbage), not a buffer.
+pub const MAX_REGION_BYTES: u64 = 1 << 40;
+
+/// An anonymous mapping registered with UCP. Its address never moves, so the peer may write it
+/// at any time after its packed rkey was sent.
+#[derive(Debug)]
+pub(crate) struct Region {
+    // Kept alive for `base`; never touched through a reference because the peer writes it.
+    _mapping: MmapMut,
+    base: *mut u8,
+    len: u64,
+    pub(crate) memh: sys::ucp_mem_h,
+    pub(crate) packed_rkey: Vec<u8>,
+}
+
+// SAFETY: `base` points into `_mapping`, owned by the region and unmapped only when it drops;
+// every access goes through `copy_in`/`copy_out`, which bound-check and copy with raw pointers
+// (the same bytes may be written by the peer concurrently, as with any RDMA target). `memh` is
+// only passed to UCP calls made under the engine lock.
+unsafe impl Send for Region {}
+// SAFETY: see `Send`: shared access only copies bytes through raw pointers.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Allocates `len` bytes (zeroed) and maps them for local access and remote writes (no
+    /// remote read: the peer gets only what the transport exposes it to).
+    pub(crate) fn map(context: sys::ucp_context_h, len: u64) -> Result<Region, TransportError> {
+        if len == 0 || len > MAX_REGION_BYTES {
+            return Err(TransportError::Registration {
+                len,
+                reason: format!("length must be 1 B … {MAX_REGION_BYTES} B"),
+            });
+        }
+        let mut mapping = MmapMut::map_anon(len as usize)
+            .map_err(|e| TransportError::Registration { len, reason: format!("mmap: {e}") })?;
+        let base = mapping.as_mut_ptr();
+        let params = sys::ucp_mem_map_params {
+            field_mask: u64::from(
+                sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                    | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                    | sys::UCP_MEM_MAP_PARAM_FIELD_PROT,
+            ),
+            address: base.cast(),
+            length: len as usize,
+            prot: (sys::UCP_MEM_MAP_PROT_LOCAL_READ
+                | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+                | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE) as _,
+            ..Default::default()
+        };
+        let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
+        // SAFETY: `context` is a live UCP context (caller holds the engine lock); `params`
+        // describes `mapping`, which outlives the registration (unmapped in `unmap` first).
+        setup(unsafe { sys::ucp_mem_map(context, &params, &mut memh) }, "ucp_mem_map")
+            .map_err(|e| TransportError::Registration { len, reason: e.to_string() })?;
+        let mut packed: *mut std::ffi::c_void = std::ptr::null_mut();
+        let mut packed_len = 0usize;
+        // SAFETY: `memh` was just returned by ucp_mem_map on this context.
+        let status = unsafe { sys::ucp_rkey_pack(context, memh, &mut packed, &mut packed_len) };
+        if status != sys::UCS_OK {
+            // SAFETY: undo the mapping made above; nothing else refers to `memh` yet.
+            unsafe { sys::ucp_mem_unmap(context, memh) };
+            return Err(TransportError::Registration { len, reason: crate::status::status_text(status) });
+        }
+        // SAFETY: ucp_rkey_pack returned a buffer of `packed_len` bytes, released right after copying.
+        let packed_rkey = unsafe { std::slice::from_raw_parts(packed.cast::<u8>(), packed_len) }.to_vec();
+        // SAFETY: `packed` came from ucp_rkey_pack and is released exactly once.
+        unsafe { sys::ucp_rkey_buffer_release(packed) };
+        Ok(Region { _mapping: mapping, base, len, memh, packed_rkey })
+    }
+
+    /// Releases the UCP registration. The mapping itself goes when the region drops.
+    pub(crate) fn unmap(&self, context: sys::ucp_context_h) {
+        // SAFETY: `memh` belongs to `context` and is unmapped once (the caller removes the
+        // region from its table under the engine lock before calling this).
+        let status = unsafe { sys::ucp_mem_unmap(context, self.memh) };
+        if status != sys::UCS_OK {
+            tracing::warn!(status = %crate::status::status_text(status), "ucx: ucp_mem_unmap failed");
+        }
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Address of byte `offset` (the caller has bound-checked it).
+    pub(crate) fn address(&self, offset: u64) -> u64 {
+        self.base as u64 + offset
+    }
+
+    /// Pointer to byte `offset` (the caller has bound-checked it).
+    pub(crate) fn pointer(&self, offset: u64) -> *mut u8 {
+        self.base.wrapping_add(offset as usize)
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<(), TransportError> {
+        if offset.checked_add(len as u64).is_none_or(|end| end > self.len) {
+            return Err(TransportError::OutOfBounds { side: "local", offset, len: len as u64, region_len: self.len });
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub(crate) fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        self.check(offset, data.len())?;
+        // SAFETY: bounds checked above; `data` cannot overlap the anonymous mapping we own.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.pointer(offset), data.len()) };
+        Ok(())
+    }
+
+    /// Copies from the region at `offset` into `out`.
+    pub(crate) fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        self.check(offset, out.len())?;
+        // SAFETY: bounds checked above; `out` is caller memory, not part of the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(self.pointer(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+}

@@ -1,0 +1,473 @@
+//! `UcxTransport`: the `Transport` implementation.
+
+use crate::engine::{on_endpoint_error, on_notice, Engine, RemoteEntry, Signals};
+use crate::perf::{self, Estimate};
+use crate::progress::{self, Shared};
+use crate::region::{Region, MAX_REGION_BYTES};
+use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
+use crate::worker::Ucp;
+use async_trait::async_trait;
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
+use rdma_hint_core::queue::drain;
+use rdma_hint_core::{
+    Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
+    Transport, TransportError, TransportFacts, TransportKind, WriteOp,
+};
+use rdma_hint_oob::{dial, prepare, Listener, Token, WireReader};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Signalled writes (and notices, and batches) that may be in flight at once.
+const MAX_OUTSTANDING: usize = 1024;
+/// Ops one `post_writes` call accepts (one flush covers them).
+const MAX_WRS_PER_POST: u32 = 64;
+/// Longest a waiter sleeps before re-checking whether the peer is gone.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// UCX UCP transport: one context and worker per instance, one endpoint to one peer.
+///
+/// Writes are `ucp_put_nbx` calls (one per [`WriteOp`], with the source's memory handle so
+/// UCX skips the registration lookup) and one `ucp_ep_flush_nbx` per posted batch; a signalled
+/// op completes when its batch's flush completes, i.e. when its bytes are in the peer's memory.
+/// Writes with immediate data are followed by a 16-byte active message the peer turns into an
+/// [`Arrival`]. A progress thread drives UCX while work is in flight and sleeps on the
+/// worker's event fd when idle; waits block the calling thread up to their deadline.
+///
+/// The transports UCX may use are the scope given to [`UcxTransport::open`] (`UCX_TLS`
+/// syntax), or `UCX_TLS` from the environment when none is given.
+///
+/// ```no_run
+/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_ucx::UcxTransport;
+/// use std::time::{Duration, Instant};
+///
+/// let transport = UcxTransport::open(Some("tcp,self")).unwrap();
+/// let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+/// let deadline = Instant::now() + Duration::from_secs(10);
+/// let peer = PeerEndpoint::Dial("10.0.0.2:7000".parse().unwrap());
+/// let remote = pollster::block_on(transport.connect(peer, &[region.id], deadline)).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct UcxTransport {
+    caps: Capabilities,
+    estimate: Estimate,
+    shared: Arc<Shared>,
+    signals: Arc<Signals>,
+    completions: Receiver<Completion>,
+    arrivals: Receiver<Arrival>,
+    listener: Mutex<Option<Listener>>,
+    token: Option<Token>,
+    progress: Mutex<Option<JoinHandle<()>>>,
+    connected_lanes: Mutex<Option<String>>,
+}
+
+/// The transport id for a scope: `ucx:` and the transports other than `self`, joined by `+`
+/// (`shm,self` → `ucx:shm`; no scope → `ucx:default`).
+///
+/// ```
+/// assert_eq!(rdma_hint_ucx::transport_id(Some("tcp,self")), "ucx:tcp");
+/// assert_eq!(rdma_hint_ucx::transport_id(Some("posix,cma")), "ucx:posix+cma");
+/// assert_eq!(rdma_hint_ucx::transport_id(None), "ucx:default");
+/// ```
+pub fn transport_id(tls: Option<&str>) -> String {
+    let names: Vec<&str> =
+        tls.unwrap_or_default().split(',').map(str::trim).filter(|t| !t.is_empty() && *t != "self").collect();
+    if names.is_empty() {
+        format!("{}:default", crate::BACKEND)
+    } else {
+        format!("{}:{}", crate::BACKEND, names.join("+"))
+    }
+}
+
+impl UcxTransport {
+    /// Opens a UCP context and worker restricted to `tls` (`UCX_TLS` syntax, e.g. `shm,self`
+    /// or `tcp`; `None` lets UCX read `UCX_TLS` from the environment) and asks UCX for its
+    /// performance estimate of that scope.
+    ///
+    /// Fails with [`TransportError::Unavailable`] when UCX refuses the scope or none of its
+    /// transports can reach a peer on this host.
+    pub fn open(tls: Option<&str>) -> Result<UcxTransport, TransportError> {
+        let env_tls = std::env::var("UCX_TLS").ok();
+        let scope = tls.or(env_tls.as_deref());
+        let ucp = Ucp::open(tls)?;
+        let estimate = perf::self_estimate(&ucp)?;
+        let caps = capabilities(transport_id(scope), &estimate);
+        let (completion_tx, completions) = bounded(MAX_OUTSTANDING);
+        let (arrival_tx, arrivals) = bounded(MAX_OUTSTANDING * 4);
+        let signals = Arc::new(Signals::default());
+        *signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner) = Some(arrival_tx);
+        ucp.set_notice_handler(Some(on_notice), Arc::as_ptr(&signals).cast_mut().cast())?;
+        let engine = Engine::new(ucp, completion_tx, MAX_OUTSTANDING, signals.clone());
+        tracing::debug!(id = %caps.facts.id, lanes = %estimate.lanes, "ucx: opened");
+        Ok(UcxTransport {
+            caps,
+            estimate,
+            shared: Arc::new(Shared::new(engine)),
+            signals,
+            completions,
+            arrivals,
+            listener: Mutex::new(None),
+            token: None,
+            progress: Mutex::new(None),
+            connected_lanes: Mutex::new(None),
+        })
+    }
+
+    /// Requires the peer to present `token` (1…64 bytes, pre-shared out of band) in its hello,
+    /// and presents it in ours. Compared in constant time; a mismatch is rejected and logged.
+    pub fn with_token(mut self, token: &[u8]) -> Result<UcxTransport, TransportError> {
+        self.token = Some(Token::new(token)?);
+        Ok(self)
+    }
+
+    /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
+    /// for a later [`Transport::connect`] with [`PeerEndpoint::Listen`].
+    pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        let listener = Listener::bind(address)?;
+        let bound = listener.local_addr();
+        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
+        Ok(bound)
+    }
+
+    /// UCX's estimate for this scope (loopback endpoint, before any peer).
+    pub fn estimate(&self) -> &Estimate {
+        &self.estimate
+    }
+
+    /// The lanes UCX selected for the endpoint to the peer, once connected.
+    pub fn connected_lanes(&self) -> Option<String> {
+        self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn gone_error(&self) -> TransportError {
+        let engine = self.shared.engine();
+        TransportError::PeerGone(engine.gone().unwrap_or("the connection is closed").to_string())
+    }
+
+    fn stream(&self, peer: PeerEndpoint, deadline: Instant) -> Result<TcpStream, TransportError> {
+        match peer {
+            PeerEndpoint::Dial(address) => dial(address, deadline),
+            PeerEndpoint::Listen(address) => {
+                let listener = match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    Some(listener) => listener,
+                    None => Listener::bind(address)?,
+                };
+                listener.accept(deadline)
+            }
+        }
+    }
+
+    fn exchange(
+        &self,
+        stream: &mut TcpStream,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Hello, TransportError> {
+        prepare(stream, deadline)?;
+        let worker_address = self.shared.engine().ucp.address()?;
+        let mut regions = Vec::with_capacity(expose.len());
+        {
+            let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+            for id in expose {
+                let region = table
+                    .get(id.0 as usize)
+                    .and_then(Option::as_ref)
+                    .ok_or(TransportError::UnregisteredRegion(*id))?;
+                regions.push(ExposedRegion {
+                    id: id.0,
+                    address: region.address(0),
+                    len: region.len(),
+                    rkey: region.packed_rkey.clone(),
+                });
+            }
+        }
+        if regions.len() > MAX_REGIONS {
+            return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
+        }
+        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
+        stream.write_all(&Hello { worker_address, regions, token }.encode())?;
+        let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+        let hello = Hello::decode(stream).inspect_err(|e| {
+            tracing::warn!(peer = %peer_address, error = %e, "ucx: rejected peer (hello)");
+        })?;
+        if let Some(expected) = &self.token {
+            if !expected.matches(&hello.token) {
+                tracing::warn!(peer = %peer_address, "ucx: rejected peer (wrong or missing token)");
+                return Err(TransportError::Handshake("the peer presented a wrong or no token".into()));
+            }
+        }
+        Ok(hello)
+    }
+
+    /// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.
+    fn attach(&self, hello: &Hello, expose: &[RegionId]) -> Result<String, TransportError> {
+        let mut engine = self.shared.engine();
+        let signals_arg = Arc::as_ptr(&self.signals).cast_mut().cast();
+        let ep = engine.ucp.connect(&hello.worker_address, Some(on_endpoint_error), signals_arg)?;
+        let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
+        for region in &hello.regions {
+            let rkey = match Engine::unpack_rkey(ep, &region.rkey) {
+                Ok(rkey) => rkey,
+                Err(e) => {
+                    engine.attach(ep, remote);
+                    engine.fail(format!("handshake rejected: {e}"));
+                    return Err(e);
+                }
+            };
+            let index = region.id as usize;
+            if remote.len() <= index {
+                remote.resize_with(index + 1, || None);
+            }
+            remote[index] = Some(RemoteEntry { address: region.address, len: region.len, rkey });
+        }
+        let lanes = perf::lanes(ep);
+        engine.attach(ep, remote);
+        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+        let exposed = expose
+            .iter()
+            .filter_map(|id| table.get(id.0 as usize).and_then(Option::as_ref).map(|r| (id.0, r.len())))
+            .collect();
+        let _ = self.signals.exposed.set(exposed);
+        Ok(lanes)
+    }
+}
+
+fn capabilities(id: String, estimate: &Estimate) -> Capabilities {
+    Capabilities {
+        facts: TransportFacts {
+            id,
+            kind: TransportKind::Ucx,
+            wire_gbps: estimate.gbps,
+            nic_pcie: None,
+            per_op_overhead_us: estimate.overhead_us,
+            mtu_bytes: None,
+            // UCX fragments puts itself; the bound is the largest region.
+            max_msg_bytes: MAX_REGION_BYTES,
+            max_payload_bytes: None,
+            queried_from_backend: true,
+        },
+        max_outstanding_wrs: MAX_OUTSTANDING as u32,
+        max_wrs_per_post: MAX_WRS_PER_POST,
+        max_sges: 1,
+        memory_kinds: vec![MemoryKind::Host],
+    }
+}
+
+#[async_trait]
+impl Transport for UcxTransport {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        if kind != MemoryKind::Host {
+            // Debian's UCX is built without CUDA: GPU memory goes through the staged backend.
+            return Err(TransportError::UnsupportedMemory { kind });
+        }
+        let engine = self.shared.engine();
+        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
+        if table.iter().flatten().count() >= MAX_REGIONS {
+            return Err(TransportError::Registration { len, reason: format!("at most {MAX_REGIONS} regions") });
+        }
+        let region = Region::map(engine.ucp.context, len)?;
+        let id = match table.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                table.push(None);
+                table.len() - 1
+            }
+        };
+        table[id] = Some(Arc::new(region));
+        Ok(LocalRegion { id: RegionId(id as u32), kind, len })
+    }
+
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        let engine = self.shared.engine();
+        let exposed = self.signals.exposed.get().is_some_and(|e| e.iter().any(|(id, _)| *id == region.0));
+        if exposed && engine.gone().is_none() {
+            return Err(TransportError::Registration {
+                len: 0,
+                reason: format!("region {} is exposed to the connected peer; drop the transport to release it", region.0),
+            });
+        }
+        if engine.busy() {
+            return Err(TransportError::Registration {
+                len: 0,
+                reason: "writes are in flight; wait for their completions first".into(),
+            });
+        }
+        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let entry = table.get_mut(region.0 as usize).and_then(Option::take).ok_or(TransportError::UnregisteredRegion(region))?;
+        entry.unmap(engine.ucp.context);
+        Ok(())
+    }
+
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+        table.get(region.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(region))?.copy_in(offset, data)
+    }
+
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+        table.get(region.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(region))?.copy_out(offset, out)
+    }
+
+    async fn connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        if self.shared.engine().is_connected() {
+            return Err(TransportError::Handshake("already connected".into()));
+        }
+        let mut stream = self.stream(peer, deadline)?;
+        let hello = self.exchange(&mut stream, expose, deadline)?;
+        let lanes = self.attach(&hello, expose)?;
+        let ready = stream.write_all(&[READY]).map_err(TransportError::from).and_then(|()| {
+            let mut byte = [0u8; 1];
+            WireReader::new(&mut stream).exact(&mut byte).and_then(|()| {
+                if byte[0] == READY {
+                    Ok(())
+                } else {
+                    Err(TransportError::Handshake(format!("expected the ready byte, got {:#04x}", byte[0])))
+                }
+            })
+        });
+        if let Err(e) = ready {
+            let why = match &e {
+                TransportError::PeerGone(_) => TransportError::Handshake(
+                    "the peer closed the connection instead of confirming: it rejected our hello".into(),
+                ),
+                _ => e,
+            };
+            self.shared.engine().fail(why.to_string());
+            return Err(why);
+        }
+        stream.set_nonblocking(true)?;
+        let _ = self.shared.oob.set(stream);
+        *self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner) = Some(lanes);
+        let shared = self.shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("rdma-hint-ucx-progress".into())
+            .spawn(move || progress::run(shared))?;
+        *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+    }
+
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max: self.caps.max_wrs_per_post });
+        }
+        let mut engine = self.shared.engine();
+        if !engine.is_connected() {
+            return Err(TransportError::Handshake("not connected: call connect first".into()));
+        }
+        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+        for op in ops {
+            let local = table
+                .get(op.local.0 as usize)
+                .and_then(Option::as_ref)
+                .ok_or(TransportError::UnregisteredRegion(op.local))?;
+            let remote_len = engine.remote_len(op.remote).ok_or(TransportError::UnregisteredRegion(op.remote))?;
+            op.check(
+                &LocalRegion { id: op.local, kind: MemoryKind::Host, len: local.len() },
+                &RemoteRegion { id: op.remote, len: remote_len },
+                self.caps.facts.max_msg_bytes,
+            )?;
+        }
+        engine.post(ops, &table, self.completions.len())?;
+        if engine.busy() {
+            self.shared.wake();
+        }
+        Ok(())
+    }
+
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
+        let ready = drain(&self.completions, out);
+        if ready > 0 {
+            return Ok(ready);
+        }
+        let mut engine = self.shared.engine();
+        engine.progress();
+        drop(engine);
+        let ready = drain(&self.completions, out);
+        if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
+            return Err(self.gone_error());
+        }
+        Ok(ready)
+    }
+
+    async fn wait_completions(&self, out: &mut [Completion], deadline: Instant) -> Result<usize, TransportError> {
+        wait_on(&self.completions, out, deadline, "ucx completions", || {
+            self.signals.gone.load(Ordering::Acquire).then(|| self.gone_error())
+        })
+    }
+
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        let ready = drain(&self.arrivals, out);
+        if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
+            return Err(self.gone_error());
+        }
+        Ok(ready)
+    }
+
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        wait_on(&self.arrivals, out, deadline, "ucx arrivals", || {
+            self.signals.gone.load(Ordering::Acquire).then(|| self.gone_error())
+        })
+    }
+}
+
+/// Waits for the first item until `deadline` in short slices, so a peer that goes away is
+/// reported as [`TransportError::PeerGone`] within a slice rather than at the deadline.
+fn wait_on<T>(
+    queue: &Receiver<T>,
+    out: &mut [T],
+    deadline: Instant,
+    what: &'static str,
+    gone: impl Fn() -> Option<TransportError>,
+) -> Result<usize, TransportError> {
+    let started = Instant::now();
+    loop {
+        let ready = drain(queue, out);
+        if ready > 0 || out.is_empty() {
+            return Ok(ready);
+        }
+        if let Some(error) = gone() {
+            return Err(error);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(TransportError::DeadlineExceeded { what, waited_ms: started.elapsed().as_millis() as u64 });
+        }
+        match queue.recv_deadline(deadline.min(now + WAIT_SLICE)) {
+            Ok(item) => {
+                out[0] = item;
+                return Ok(1 + drain(queue, &mut out[1..]));
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(gone().unwrap_or_else(|| TransportError::PeerGone("the queue closed".into())))
+            }
+        }
+    }
+}
+
+impl Drop for UcxTransport {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(handle) = self.progress.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            self.shared.wake();
+            handle.thread().unpark();
+            let _ = handle.join();
+        }
+        let mut engine = self.shared.engine();
+        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
+        engine.shutdown(&mut table);
+    }
+}

@@ -1,0 +1,215 @@
+//! The out-of-band hello of the UCX backend, with strict decoding.
+//!
+//! Each side sends one hello (little-endian): `b"RDMAHUCX"` · version u16 · worker address
+//! (u16 length, 1 … 16 KiB, opaque UCP bytes) · region count u16 (≤ 1024) · per region: id u32,
+//! address u64, len u64, packed rkey (u16 length, 1 … 4 KiB) · token (u8 length ≤ 64, empty when
+//! none is configured). After both hellos were accepted and the endpoint exists, each side sends
+//! one [`READY`] byte; a side that rejected the peer closes the socket instead.
+
+use crate::region::MAX_REGION_BYTES;
+use rdma_hint_core::TransportError;
+use rdma_hint_oob::{handshake_error, WireReader, WireWriter, MAX_TOKEN_BYTES};
+use std::io::Read;
+
+/// Hello magic.
+pub const MAGIC: [u8; 8] = *b"RDMAHUCX";
+/// The only protocol version spoken.
+pub const VERSION: u16 = 1;
+/// Regions one side may expose.
+pub const MAX_REGIONS: usize = 1024;
+/// Longest UCP worker address accepted, in bytes.
+pub const MAX_WORKER_ADDRESS_BYTES: usize = 16 * 1024;
+/// Longest packed rkey accepted, in bytes.
+pub const MAX_RKEY_BYTES: usize = 4 * 1024;
+/// The byte each side sends once its endpoint to the peer is ready.
+pub const READY: u8 = 0x52;
+
+/// A region one side exposes for remote writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExposedRegion {
+    /// Region id on the exposing side.
+    pub id: u32,
+    /// Virtual address of byte 0 on the exposing side.
+    pub address: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// `ucp_rkey_pack` output for the region.
+    pub rkey: Vec<u8>,
+}
+
+/// One side's hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// `ucp_worker_get_address` output.
+    pub worker_address: Vec<u8>,
+    /// Regions the peer may write.
+    pub regions: Vec<ExposedRegion>,
+    /// Pre-shared token (empty when none is configured).
+    pub token: Vec<u8>,
+}
+
+impl Hello {
+    /// Encodes the hello.
+    ///
+    /// ```
+    /// use rdma_hint_ucx::wire::{ExposedRegion, Hello};
+    /// let hello = Hello {
+    ///     worker_address: vec![1, 2, 3],
+    ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: vec![9; 20] }],
+    ///     token: b"secret".to_vec(),
+    /// };
+    /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
+    /// ```
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = WireWriter::default();
+        out.raw(&MAGIC).u16(VERSION).bytes_u16(&self.worker_address).u16(self.regions.len() as u16);
+        for region in &self.regions {
+            out.u32(region.id).u64(region.address).u64(region.len).bytes_u16(&region.rkey);
+        }
+        out.bytes_u8(&self.token[..self.token.len().min(MAX_TOKEN_BYTES)]);
+        out.finish()
+    }
+
+    /// Reads and validates a hello: magic, version, every length and count bounded before it is
+    /// read, region ids unique, address ranges non-empty and not wrapping.
+    pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
+        let mut reader = WireReader::new(reader);
+        let mut magic = [0u8; 8];
+        reader.exact(&mut magic)?;
+        if magic != MAGIC {
+            return Err(handshake_error("bad magic: the peer is not an rdma-hint UCX transport"));
+        }
+        let version = reader.u16()?;
+        if version != VERSION {
+            return Err(handshake_error(format!(
+                "protocol version {version} is not spoken here (only {VERSION})"
+            )));
+        }
+        let worker_address = reader.bytes_u16(MAX_WORKER_ADDRESS_BYTES, "worker address")?;
+        if worker_address.is_empty() {
+            return Err(handshake_error("empty worker address"));
+        }
+        let count = usize::from(reader.u16()?);
+        if count > MAX_REGIONS {
+            return Err(handshake_error(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
+        }
+        let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let id = reader.u32()?;
+            let address = reader.u64()?;
+            let len = reader.u64()?;
+            let rkey = reader.bytes_u16(MAX_RKEY_BYTES, "packed rkey")?;
+            if id as usize >= MAX_REGIONS * 64 {
+                return Err(handshake_error(format!("region id {id} is out of range")));
+            }
+            if regions.iter().any(|r| r.id == id) {
+                return Err(handshake_error(format!("region {id} advertised twice")));
+            }
+            if len == 0 || len > MAX_REGION_BYTES {
+                return Err(handshake_error(format!(
+                    "region {id} length {len} B is outside 1 B … {MAX_REGION_BYTES} B"
+                )));
+            }
+            if address == 0 || address.checked_add(len).is_none() {
+                return Err(handshake_error(format!("region {id} range {address:#x}+{len} is not addressable")));
+            }
+            if rkey.is_empty() {
+                return Err(handshake_error(format!("region {id} has an empty rkey")));
+            }
+            regions.push(ExposedRegion { id, address, len, rkey });
+        }
+        let token = reader.bytes_u8(MAX_TOKEN_BYTES, "token")?;
+        Ok(Hello { worker_address, regions, token })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello {
+        Hello {
+            worker_address: vec![7; 300],
+            regions: vec![
+                ExposedRegion { id: 0, address: 0x7000_0000, len: 1 << 20, rkey: vec![1; 40] },
+                ExposedRegion { id: 3, address: 0x9000_0000, len: 4096, rkey: vec![2; 40] },
+            ],
+            token: vec![],
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Hello, TransportError> {
+        Hello::decode(&mut &bytes[..])
+    }
+
+    #[test]
+    fn round_trips() {
+        let hello = hello();
+        assert_eq!(decode(&hello.encode()).unwrap(), hello);
+    }
+
+    #[test]
+    fn malformed_hellos_are_rejected_with_a_reason() {
+        let good = hello().encode();
+        let mut bad_magic = good.clone();
+        bad_magic[0] ^= 1;
+        assert!(decode(&bad_magic).unwrap_err().to_string().contains("magic"));
+        let mut bad_version = good.clone();
+        bad_version[8] = 9;
+        assert!(decode(&bad_version).unwrap_err().to_string().contains("version"));
+        // Every truncation is a typed error, never a panic.
+        for cut in 0..good.len() {
+            assert!(decode(&good[..cut]).is_err(), "truncated at {cut} accepted");
+        }
+        let cases: Vec<(Hello, &str)> = vec![
+            (Hello { worker_address: vec![], ..hello() }, "empty worker address"),
+            (Hello { worker_address: vec![0; MAX_WORKER_ADDRESS_BYTES + 1], ..hello() }, "worker address of"),
+            (
+                Hello {
+                    regions: vec![hello().regions[0].clone(), hello().regions[0].clone()],
+                    ..hello()
+                },
+                "twice",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion { len: 0, ..hello().regions[0].clone() }],
+                    ..hello()
+                },
+                "length 0",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion { address: u64::MAX - 10, ..hello().regions[0].clone() }],
+                    ..hello()
+                },
+                "not addressable",
+            ),
+            (
+                Hello { regions: vec![ExposedRegion { rkey: vec![], ..hello().regions[0].clone() }], ..hello() },
+                "empty rkey",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion { id: u32::MAX, ..hello().regions[0].clone() }],
+                    ..hello()
+                },
+                "out of range",
+            ),
+        ];
+        for (hello, expected) in cases {
+            let err = decode(&hello.encode()).unwrap_err().to_string();
+            assert!(err.contains(expected), "{err} does not mention {expected}");
+        }
+        let mut too_many = good[..8 + 2].to_vec();
+        too_many.extend_from_slice(&1u16.to_le_bytes());
+        too_many.push(1);
+        too_many.extend_from_slice(&(MAX_REGIONS as u16 + 1).to_le_bytes());
+        assert!(decode(&too_many).unwrap_err().to_string().contains("exceed"));
+        let mut long_token = hello().encode();
+        let at = long_token.len() - 1;
+        long_token[at] = 65;
+        long_token.extend_from_slice(&[0; 65]);
+        assert!(decode(&long_token).unwrap_err().to_string().contains("token"));
+    }
+}

@@ -1,0 +1,235 @@
+//! One UCP context with one worker: creation, teardown and the calls made on the worker.
+
+use crate::status::{setup, status_text, unavailable};
+use rdma_hint_core::TransportError;
+use rdma_hint_ucx_sys as sys;
+use std::ffi::{c_void, CString};
+use std::os::fd::RawFd;
+
+/// Active-message id of the write-with-immediate notice.
+pub(crate) const NOTICE_AM_ID: u32 = 7;
+
+/// A UCP context restricted to some transports, and its single worker.
+///
+/// The worker runs in `UCS_THREAD_MODE_SERIALIZED`: UCX does no locking of its own and the
+/// owner guarantees one caller at a time (the engine mutex does).
+#[derive(Debug)]
+pub(crate) struct Ucp {
+    pub(crate) context: sys::ucp_context_h,
+    pub(crate) worker: sys::ucp_worker_h,
+    pub(crate) efd: RawFd,
+    /// Whether endpoints ask UCX to detect peer failure (`UCP_ERR_HANDLING_MODE_PEER`).
+    pub(crate) peer_failure_mode: bool,
+}
+
+/// Whether UCX 1.13 can detect peer failure on every transport `tls` may select. Its shared
+/// memory transports (posix, sysv) have no peer-failure handler, and asking for one makes UCX
+/// either refuse the endpoint or route same-host peers over tcp instead, so scopes that may use
+/// shared memory run without it; the out-of-band socket still reports a dead peer.
+///
+/// ```text
+/// Some("tcp,self") → true    Some("shm,self") → false    None (UCX picks) → false
+/// ```
+pub(crate) fn detects_peer_failure(tls: Option<&str>) -> bool {
+    const SHARED_MEMORY: [&str; 8] = ["shm", "posix", "sysv", "cma", "knem", "xpmem", "mm", "all"];
+    match tls {
+        None => false,
+        // `^list` excludes: everything else, shared memory included, stays allowed.
+        Some(tls) if tls.trim_start().starts_with('^') => false,
+        Some(tls) => !tls.split(',').map(str::trim).any(|t| SHARED_MEMORY.contains(&t) || t.is_empty()),
+    }
+}
+
+impl Ucp {
+    /// Opens a context with RMA, AM and wakeup features, restricted to `tls` when given (the
+    /// syntax of `UCX_TLS`; otherwise UCX reads `UCX_TLS` from the environment itself).
+    pub(crate) fn open(tls: Option<&str>) -> Result<Ucp, TransportError> {
+        let env_tls = std::env::var("UCX_TLS").ok();
+        let peer_failure_mode = detects_peer_failure(tls.or(env_tls.as_deref()));
+        let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
+        // SAFETY: null env prefix and file name ask for the defaults + environment.
+        setup(unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) }, "ucp_config_read")?;
+        if let Some(tls) = tls {
+            let value = CString::new(tls).map_err(|_| unavailable("UCX_TLS contains a NUL byte".into()))?;
+            // SAFETY: `config` is live; both strings are NUL-terminated and outlive the call.
+            let status = unsafe { sys::ucp_config_modify(config, c"TLS".as_ptr(), value.as_ptr()) };
+            if status != sys::UCS_OK {
+                // SAFETY: `config` came from ucp_config_read and is released once.
+                unsafe { sys::ucp_config_release(config) };
+                return Err(unavailable(format!("UCX_TLS={tls} is not accepted: {}", status_text(status))));
+            }
+        }
+        let params = sys::ucp_params_t {
+            field_mask: u64::from(sys::UCP_PARAM_FIELD_FEATURES),
+            features: u64::from(sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_AM | sys::UCP_FEATURE_WAKEUP),
+            ..Default::default()
+        };
+        let mut context: sys::ucp_context_h = std::ptr::null_mut();
+        // SAFETY: `params` and `config` are valid for the call; `context` receives the handle.
+        let status = unsafe { sys::ucp_init(&params, config, &mut context) };
+        // SAFETY: the config is no longer needed whatever ucp_init returned.
+        unsafe { sys::ucp_config_release(config) };
+        setup(status, "ucp_init")?;
+        let worker_params = sys::ucp_worker_params_t {
+            field_mask: u64::from(sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE),
+            thread_mode: sys::UCS_THREAD_MODE_SERIALIZED,
+            ..Default::default()
+        };
+        let mut worker: sys::ucp_worker_h = std::ptr::null_mut();
+        // SAFETY: `context` is live; `worker_params` is valid for the call.
+        let status = unsafe { sys::ucp_worker_create(context, &worker_params, &mut worker) };
+        if status != sys::UCS_OK {
+            // SAFETY: the context has no workers; cleaned up once.
+            unsafe { sys::ucp_cleanup(context) };
+            return Err(unavailable(format!("ucp_worker_create failed: {}", status_text(status))));
+        }
+        let mut efd: RawFd = -1;
+        // SAFETY: `worker` is live and was created with the WAKEUP feature.
+        let status = unsafe { sys::ucp_worker_get_efd(worker, &mut efd) };
+        let ucp = Ucp { context, worker, efd, peer_failure_mode };
+        setup(status, "ucp_worker_get_efd")?;
+        Ok(ucp)
+    }
+
+    /// The worker's address, as the peer needs it for `ucp_ep_create`.
+    pub(crate) fn address(&self) -> Result<Vec<u8>, TransportError> {
+        let mut address: *mut sys::ucp_address_t = std::ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: `worker` is live; UCX allocates `address`, released below.
+        setup(unsafe { sys::ucp_worker_get_address(self.worker, &mut address, &mut len) }, "ucp_worker_get_address")?;
+        // SAFETY: UCX returned `len` readable bytes at `address`.
+        let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), len) }.to_vec();
+        // SAFETY: `address` came from ucp_worker_get_address on this worker; released once.
+        unsafe { sys::ucp_worker_release_address(self.worker, address) };
+        Ok(bytes)
+    }
+
+    /// One round of progress; returns how many events it handled.
+    pub(crate) fn progress(&self) -> u32 {
+        // SAFETY: `worker` is live; the caller holds the engine lock (serialized mode).
+        unsafe { sys::ucp_worker_progress(self.worker) }
+    }
+
+    /// Progresses until nothing is left to do right now (bounded, so a flood cannot pin the caller).
+    pub(crate) fn progress_all(&self) {
+        for _ in 0..1024 {
+            if self.progress() == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Arms the event fd. `true`: nothing pending, safe to sleep on [`Ucp::efd`]; `false`:
+    /// events arrived meanwhile, progress again first.
+    pub(crate) fn arm(&self) -> bool {
+        // SAFETY: `worker` is live; the caller holds the engine lock.
+        unsafe { sys::ucp_worker_arm(self.worker) == sys::UCS_OK }
+    }
+
+    /// Registers `callback(arg, …)` for the notice active message.
+    pub(crate) fn set_notice_handler(
+        &self,
+        callback: sys::ucp_am_recv_callback_t,
+        arg: *mut c_void,
+    ) -> Result<(), TransportError> {
+        let params = sys::ucp_am_handler_param_t {
+            field_mask: u64::from(
+                sys::UCP_AM_HANDLER_PARAM_FIELD_ID
+                    | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
+                    | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG
+                    | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+            ),
+            id: NOTICE_AM_ID,
+            flags: sys::UCP_AM_FLAG_WHOLE_MSG,
+            cb: callback,
+            arg,
+        };
+        // SAFETY: `worker` is live; `arg` outlives the worker (the engine keeps it alive).
+        setup(unsafe { sys::ucp_worker_set_am_recv_handler(self.worker, &params) }, "ucp_worker_set_am_recv_handler")
+    }
+
+    /// Creates an endpoint to the worker at `address`, reporting peer failures to
+    /// `on_error(arg, ep, status)`.
+    pub(crate) fn connect(
+        &self,
+        address: &[u8],
+        on_error: sys::ucp_err_handler_cb_t,
+        arg: *mut c_void,
+    ) -> Result<sys::ucp_ep_h, TransportError> {
+        let params = sys::ucp_ep_params_t {
+            field_mask: u64::from(
+                sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                    | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                    | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            ),
+            address: address.as_ptr().cast(),
+            err_mode: if self.peer_failure_mode {
+                sys::UCP_ERR_HANDLING_MODE_PEER
+            } else {
+                sys::UCP_ERR_HANDLING_MODE_NONE
+            },
+            err_handler: sys::ucp_err_handler_t { cb: on_error, arg },
+            ..Default::default()
+        };
+        let mut ep: sys::ucp_ep_h = std::ptr::null_mut();
+        // SAFETY: `worker` is live; `address` holds a worker address the peer sent (UCX
+        // validates its contents); `arg` outlives the endpoint.
+        let status = unsafe { sys::ucp_ep_create(self.worker, &params, &mut ep) };
+        if status != sys::UCS_OK {
+            return Err(TransportError::Handshake(format!(
+                "cannot create an endpoint to the peer's worker address: {}",
+                status_text(status)
+            )));
+        }
+        Ok(ep)
+    }
+
+    /// Waits for `request` (an nbx request handle, or null for done) by progressing, up to
+    /// `spins` rounds; frees it. Returns its final status, `UCS_INPROGRESS` if it did not finish.
+    pub(crate) fn finish(&self, request: sys::ucs_status_ptr_t, spins: u32) -> sys::ucs_status_t {
+        if !sys::status_ptr_is_ptr(request) {
+            return sys::status_ptr_status(request);
+        }
+        let mut status = sys::UCS_INPROGRESS;
+        for round in 0..spins {
+            // SAFETY: `request` is a live request handle of this worker until freed below.
+            status = unsafe { sys::ucp_request_check_status(request) };
+            if status != sys::UCS_INPROGRESS {
+                break;
+            }
+            if self.progress() == 0 && round % 64 == 63 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        // SAFETY: freeing a finished request releases it; an unfinished one is released by UCX
+        // when it completes.
+        unsafe { sys::ucp_request_free(request) };
+        status
+    }
+}
+
+impl Drop for Ucp {
+    fn drop(&mut self) {
+        // SAFETY: endpoints and registrations were released by the engine before; the worker
+        // and context are destroyed once, worker first.
+        unsafe {
+            sys::ucp_worker_destroy(self.worker);
+            sys::ucp_cleanup(self.context);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::detects_peer_failure;
+
+    #[test]
+    fn peer_failure_mode_only_without_shared_memory() {
+        assert!(detects_peer_failure(Some("tcp,self")));
+        assert!(detects_peer_failure(Some("tcp")));
+        assert!(!detects_peer_failure(Some("shm,self")));
+        assert!(!detects_peer_failure(Some("posix,cma,self")));
+        assert!(!detects_peer_failure(Some("^tcp")));
+        assert!(!detects_peer_failure(None));
+    }
+}

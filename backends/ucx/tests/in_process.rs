@@ -1,0 +1,49 @@
+//! Two transports in one process (separate UCP contexts and workers): the quickest end-to-end
+//! check of connect, chunked puts, completions, arrivals and the bytes that arrived.
+
+use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport};
+use rdma_hint_ucx::UcxTransport;
+use std::time::{Duration, Instant};
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn transfer(tls: &str, len: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let receiver = UcxTransport::open(Some(tls)).unwrap();
+    let target = receiver.register(MemoryKind::Host, len.next_multiple_of(4096)).unwrap();
+    let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let receiving = std::thread::spawn(move || {
+        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline)).unwrap();
+        let mut arrivals = [Arrival::EMPTY; 4];
+        let ready = pollster::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap();
+        assert_eq!(ready, 1);
+        assert_eq!(arrivals[0].imm, 99);
+        let mut arrived = vec![0u8; len as usize];
+        receiver.read_region(target.id, 0, &mut arrived).unwrap();
+        arrived
+    });
+    let sender = UcxTransport::open(Some(tls)).unwrap();
+    let source = sender.register(MemoryKind::Host, len.next_multiple_of(4096)).unwrap();
+    let data = pattern(len as usize, 5);
+    sender.write_region(source.id, 0, &data).unwrap();
+    let remote = pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap()[0];
+    eprintln!("{tls}: lanes {:?}, estimate {:?}", sender.connected_lanes(), sender.estimate());
+    let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
+    pollster::block_on(chunker.write(&sender, Transfer::new(&source, &remote, len).notify(99), deadline)).unwrap();
+    let arrived = receiving.join().unwrap();
+    assert!(arrived == data, "{tls}: bytes differ");
+}
+
+#[test]
+fn shm_in_one_process() {
+    transfer("shm,self", (1 << 20) + 3);
+}
+
+#[test]
+fn tcp_in_one_process() {
+    transfer("tcp,self", (1 << 20) + 3);
+}
