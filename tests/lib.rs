@@ -1,4 +1,16 @@
-//! Helpers shared by the integration tests: where the sysfs fixture trees are.
+//! Helpers shared by the integration tests of every crate: sysfs fixture trees, peer processes,
+//! two-host network namespaces and test payloads.
+
+#[path = "harness/data.rs"]
+mod data;
+#[path = "harness/netns.rs"]
+mod netns;
+#[path = "harness/peer.rs"]
+mod peer;
+
+pub use data::{first_mismatch, random_bytes};
+pub use netns::{ip, is_root, netns_available, TwoHosts};
+pub use peer::{env, peer_role, Peer, ROLE_VAR};
 
 use std::path::PathBuf;
 

@@ -2,19 +2,8 @@
 //! on a GPU machine with `cargo test -p rdma-hint-staged --features cuda --test gpu -- --ignored`.
 #![cfg(feature = "cuda")]
 
+use rdma_hint_integration_tests::random_bytes;
 use rdma_hint_staged::gpu::{CopyDirection, DeviceBuffer, Gpu, GpuProbeError, StagingPipeline};
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
 
 #[test]
 #[ignore = "needs an NVIDIA GPU and libcuda"]

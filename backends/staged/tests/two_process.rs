@@ -2,31 +2,18 @@
 //! and TCP channels, bytes verified by the receiver; peers that die mid-transfer; malformed
 //! handshakes and frames.
 //!
-//! Peers are this test binary re-run with `STAGED_PEER` set (see `peer_main`).
+//! Peers are this test binary re-run with `RDMA_HINT_PEER` set (see `peer_main`).
 
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError};
 use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport, TransportError};
+use rdma_hint_integration_tests::{env, ip, netns_available, peer_role, random_bytes, Peer, TwoHosts};
 use rdma_hint_staged::wire::{ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM};
 use rdma_hint_staged::{StagedChannel, StagedTransport};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const ALIGN: u64 = 4096;
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.extend_from_slice(&state.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 fn deadline(seconds: u64) -> Instant {
     Instant::now() + Duration::from_secs(seconds)
@@ -39,15 +26,11 @@ fn channel_named(name: &str) -> StagedChannel {
     }
 }
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
-}
-
 /// Entry point of the peer processes; does nothing in a normal test run.
 #[test]
 #[ignore = "runs only as a peer process spawned by the other tests"]
 fn peer_main() {
-    let Ok(role) = std::env::var("STAGED_PEER") else { return };
+    let Some(role) = peer_role() else { return };
     match role.as_str() {
         "receiver" => receiver(),
         "sender" => sender(),
@@ -172,59 +155,6 @@ fn raw_half_writer() {
     println!("HALF SENT");
     std::io::stdout().flush().unwrap();
     std::thread::sleep(Duration::from_secs(60));
-}
-
-struct Peer {
-    child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-}
-
-impl Peer {
-    fn spawn(role: &str, vars: &[(&str, String)]) -> Peer {
-        Peer::spawn_in(None, role, vars)
-    }
-
-    /// Spawns the peer inside network namespace `netns` (via `ip netns exec`) when given.
-    fn spawn_in(netns: Option<&str>, role: &str, vars: &[(&str, String)]) -> Peer {
-        let exe = std::env::current_exe().unwrap();
-        let mut command = match netns {
-            Some(name) => {
-                let mut command = Command::new("ip");
-                command.args(["netns", "exec", name]).arg(exe);
-                command
-            }
-            None => Command::new(exe),
-        };
-        command
-            .args(["--exact", "peer_main", "--ignored", "--nocapture", "--test-threads=1"])
-            .env("STAGED_PEER", role)
-            .stdout(Stdio::piped());
-        for (name, value) in vars {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        Peer { child, lines }
-    }
-
-    /// What follows `prefix` on the next line that holds it (libtest prefixes the first line
-    /// a test prints with `test peer_main ... `).
-    fn expect(&mut self, prefix: &str) -> String {
-        for line in self.lines.by_ref() {
-            let line = line.unwrap();
-            if let Some(at) = line.find(prefix) {
-                return line[at + prefix.len()..].trim().to_string();
-            }
-        }
-        panic!("peer exited before printing {prefix}");
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The parent sends; a child process receives and verifies.
@@ -497,66 +427,12 @@ fn unregistered_memory_fails_before_posting() {
     assert!(matches!(transport.post_writes(&[op]), Err(TransportError::Handshake(_))), "not connected");
 }
 
-/// Two network namespaces joined by a veth pair, each with its own address; removed on drop.
-struct TwoHosts {
-    names: [String; 2],
-    links: [String; 2],
-    addresses: [String; 2],
-}
-
-fn ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().expect("run ip (iproute2)");
-    assert!(status.success(), "ip {}", args.join(" "));
-}
-
-impl TwoHosts {
-    fn create() -> TwoHosts {
-        let tag = std::process::id() % 100_000;
-        let names = [format!("rh-a-{tag}"), format!("rh-b-{tag}")];
-        let links = [format!("rha{tag}"), format!("rhb{tag}")];
-        let subnet = 10 + tag % 200;
-        let addresses = [format!("10.77.{subnet}.1"), format!("10.77.{subnet}.2")];
-        let hosts = TwoHosts { names: names.clone(), links: links.clone(), addresses };
-        for name in &names {
-            ip(&["netns", "add", name]);
-        }
-        ip(&["link", "add", &links[0], "type", "veth", "peer", "name", &links[1]]);
-        for i in 0..2 {
-            ip(&["link", "set", &links[i], "netns", &names[i]]);
-            let address = format!("{}/24", hosts.addresses[i]);
-            ip(&["-n", &names[i], "addr", "add", &address, "dev", &links[i]]);
-            ip(&["-n", &names[i], "link", "set", &links[i], "up"]);
-            ip(&["-n", &names[i], "link", "set", "lo", "up"]);
-        }
-        hosts
-    }
-}
-
-impl Drop for TwoHosts {
-    fn drop(&mut self) {
-        for name in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", name]).status();
-        }
-    }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn tcp_across_two_network_namespaces() {
-    if !is_root() {
-        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "netns tests required but not root");
-        eprintln!("skipped: creating network namespaces needs root (CI runs it as root)");
+    if !netns_available() {
         return;
     }
-    let hosts = TwoHosts::create();
+    let hosts = TwoHosts::create(0);
     for len in [(1 << 20) + 3, 64 << 20] {
         let seed = len ^ 0xabc;
         let common = [("CHANNEL", "tcp".to_string()), ("LEN", len.to_string()), ("SEED", seed.to_string())];

@@ -35,7 +35,11 @@ pub(crate) struct Signals {
 }
 
 /// `ucp_err_handler_cb_t`: records the endpoint's failure for the engine to act on.
-pub(crate) unsafe extern "C" fn on_endpoint_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
+pub(crate) unsafe extern "C" fn on_endpoint_error(
+    arg: *mut c_void,
+    _ep: sys::ucp_ep_h,
+    status: sys::ucs_status_t,
+) {
     // SAFETY: `arg` is the `Signals` the engine registered; it outlives the endpoint.
     let signals = unsafe { &*arg.cast::<Signals>() };
     let _ = signals.peer_error.compare_exchange(0, i32::from(status), Ordering::AcqRel, Ordering::Acquire);
@@ -60,10 +64,9 @@ pub(crate) unsafe extern "C" fn on_notice(
     // SAFETY: UCX passes `length` (= NOTICE_BYTES) readable bytes at `data` (WHOLE_MSG, eager).
     unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), bytes.as_mut_ptr(), NOTICE_BYTES) };
     let arrival = decode_notice(&bytes);
-    let valid = signals
-        .exposed
-        .get()
-        .is_some_and(|exposed| exposed.iter().any(|(id, len)| *id == arrival.region.0 && arrival.len <= *len));
+    let valid = signals.exposed.get().is_some_and(|exposed| {
+        exposed.iter().any(|(id, len)| *id == arrival.region.0 && arrival.len <= *len)
+    });
     if !valid {
         tracing::warn!(?arrival, "ucx: dropped a notice for a region this side did not expose");
         return sys::UCS_OK;
@@ -143,7 +146,12 @@ unsafe impl Send for Engine {}
 impl Engine {
     /// An engine for `ucp`, not connected yet. `capacity` bounds signalled ops, batches and
     /// notices in flight; nothing on the posting path allocates beyond it.
-    pub(crate) fn new(ucp: Ucp, completions: Sender<Completion>, capacity: usize, signals: Arc<Signals>) -> Engine {
+    pub(crate) fn new(
+        ucp: Ucp,
+        completions: Sender<Completion>,
+        capacity: usize,
+        signals: Arc<Signals>,
+    ) -> Engine {
         Engine {
             ucp,
             ep: std::ptr::null_mut(),
@@ -180,7 +188,10 @@ impl Engine {
         // and refuses garbage with an error status.
         let status = unsafe { sys::ucp_ep_rkey_unpack(ep, packed.as_ptr().cast(), &mut rkey) };
         if status != sys::UCS_OK {
-            return Err(TransportError::Handshake(format!("the peer's rkey does not unpack: {}", status_text(status))));
+            return Err(TransportError::Handshake(format!(
+                "the peer's rkey does not unpack: {}",
+                status_text(status)
+            )));
         }
         Ok(rkey)
     }
@@ -272,7 +283,12 @@ impl Engine {
             let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
             let status = sys::status_ptr_status(request);
             let request = if sys::status_ptr_is_ptr(request) { request } else { std::ptr::null_mut() };
-            self.batches.push_back(Batch { request, status, signalled: signalled as u32, notices: notices as u32 });
+            self.batches.push_back(Batch {
+                request,
+                status,
+                signalled: signalled as u32,
+                notices: notices as u32,
+            });
         }
         self.ucp.progress();
         self.harvest();
@@ -338,7 +354,10 @@ impl Engine {
         }
         let error = self.signals.peer_error.load(Ordering::Acquire);
         if error != 0 && self.gone.is_none() {
-            self.fail(format!("UCX reported the endpoint failed: {}", status_text(error as sys::ucs_status_t)));
+            self.fail(format!(
+                "UCX reported the endpoint failed: {}",
+                status_text(error as sys::ucs_status_t)
+            ));
         }
     }
 
@@ -392,7 +411,9 @@ impl Engine {
             for _ in 0..batch.signalled {
                 if let Some(wr_id) = self.signalled.pop_front() {
                     let code = completion_code(sys::UCS_ERR_CONNECTION_RESET);
-                    let _ = self.completions.try_send(Completion { wr_id, status: CompletionStatus::Failed { code } });
+                    let _ = self
+                        .completions
+                        .try_send(Completion { wr_id, status: CompletionStatus::Failed { code } });
                 }
             }
         }

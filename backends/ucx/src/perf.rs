@@ -112,9 +112,9 @@ pub(crate) fn condense_lanes(text: &str) -> String {
 pub(crate) fn self_estimate(ucp: &Ucp) -> Result<Estimate, TransportError> {
     let probe = ProbeWorker::create(ucp)?;
     let address = probe.address()?;
-    let ep = ucp.connect(&address, None, std::ptr::null_mut()).map_err(|e| {
-        unavailable(format!("no UCX transport in this scope reaches a local peer: {e}"))
-    })?;
+    let ep = ucp
+        .connect(&address, None, std::ptr::null_mut())
+        .map_err(|e| unavailable(format!("no UCX transport in this scope reaches a local peer: {e}")))?;
     let result = evaluate(ep).map(|(overhead_us, gbps)| Estimate { overhead_us, gbps, lanes: lanes(ep) });
     // A tcp endpoint starts connecting when created; let that finish so closing it does not
     // leave a connect racing the probe worker's teardown (UCX would log it as an error).
@@ -164,7 +164,10 @@ impl ProbeWorker {
         let mut address: *mut sys::ucp_address_t = std::ptr::null_mut();
         let mut len = 0usize;
         // SAFETY: the probe worker is live; the address is released right after copying.
-        setup(unsafe { sys::ucp_worker_get_address(self.0, &mut address, &mut len) }, "ucp_worker_get_address")?;
+        setup(
+            unsafe { sys::ucp_worker_get_address(self.0, &mut address, &mut len) },
+            "ucp_worker_get_address",
+        )?;
         // SAFETY: UCX returned `len` readable bytes at `address`.
         let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), len) }.to_vec();
         // SAFETY: released once, on the worker that allocated it.

@@ -103,7 +103,12 @@ impl Region {
 
     fn check(&self, offset: u64, len: usize) -> Result<(), TransportError> {
         if offset.checked_add(len as u64).is_none_or(|end| end > self.len) {
-            return Err(TransportError::OutOfBounds { side: "local", offset, len: len as u64, region_len: self.len });
+            return Err(TransportError::OutOfBounds {
+                side: "local",
+                offset,
+                len: len as u64,
+                region_len: self.len,
+            });
         }
         Ok(())
     }

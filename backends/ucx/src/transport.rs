@@ -271,7 +271,10 @@ impl Transport for UcxTransport {
         let engine = self.shared.engine();
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
         if table.iter().flatten().count() >= MAX_REGIONS {
-            return Err(TransportError::Registration { len, reason: format!("at most {MAX_REGIONS} regions") });
+            return Err(TransportError::Registration {
+                len,
+                reason: format!("at most {MAX_REGIONS} regions"),
+            });
         }
         let region = Region::map(engine.ucp.context, len)?;
         let id = match table.iter().position(Option::is_none) {
@@ -291,7 +294,10 @@ impl Transport for UcxTransport {
         if exposed && engine.gone().is_none() {
             return Err(TransportError::Registration {
                 len: 0,
-                reason: format!("region {} is exposed to the connected peer; drop the transport to release it", region.0),
+                reason: format!(
+                    "region {} is exposed to the connected peer; drop the transport to release it",
+                    region.0
+                ),
             });
         }
         if engine.busy() {
@@ -301,19 +307,30 @@ impl Transport for UcxTransport {
             });
         }
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let entry = table.get_mut(region.0 as usize).and_then(Option::take).ok_or(TransportError::UnregisteredRegion(region))?;
+        let entry = table
+            .get_mut(region.0 as usize)
+            .and_then(Option::take)
+            .ok_or(TransportError::UnregisteredRegion(region))?;
         entry.unmap(engine.ucp.context);
         Ok(())
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
         let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        table.get(region.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(region))?.copy_in(offset, data)
+        table
+            .get(region.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TransportError::UnregisteredRegion(region))?
+            .copy_in(offset, data)
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
         let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        table.get(region.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(region))?.copy_out(offset, out)
+        table
+            .get(region.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TransportError::UnregisteredRegion(region))?
+            .copy_out(offset, out)
     }
 
     async fn connect(
@@ -361,7 +378,10 @@ impl Transport for UcxTransport {
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull { given: ops.len() as u32, max: self.caps.max_wrs_per_post });
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
         }
         let mut engine = self.shared.engine();
         if !engine.is_connected() {
@@ -373,7 +393,8 @@ impl Transport for UcxTransport {
                 .get(op.local.0 as usize)
                 .and_then(Option::as_ref)
                 .ok_or(TransportError::UnregisteredRegion(op.local))?;
-            let remote_len = engine.remote_len(op.remote).ok_or(TransportError::UnregisteredRegion(op.remote))?;
+            let remote_len =
+                engine.remote_len(op.remote).ok_or(TransportError::UnregisteredRegion(op.remote))?;
             op.check(
                 &LocalRegion { id: op.local, kind: MemoryKind::Host, len: local.len() },
                 &RemoteRegion { id: op.remote, len: remote_len },
@@ -402,7 +423,11 @@ impl Transport for UcxTransport {
         Ok(ready)
     }
 
-    async fn wait_completions(&self, out: &mut [Completion], deadline: Instant) -> Result<usize, TransportError> {
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+    ) -> Result<usize, TransportError> {
         wait_on(&self.completions, out, deadline, "ucx completions", || {
             self.signals.gone.load(Ordering::Acquire).then(|| self.gone_error())
         })
@@ -443,7 +468,10 @@ fn wait_on<T>(
         }
         let now = Instant::now();
         if now >= deadline {
-            return Err(TransportError::DeadlineExceeded { what, waited_ms: started.elapsed().as_millis() as u64 });
+            return Err(TransportError::DeadlineExceeded {
+                what,
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
         }
         match queue.recv_deadline(deadline.min(now + WAIT_SLICE)) {
             Ok(item) => {

@@ -111,7 +111,9 @@ impl Hello {
                 )));
             }
             if address == 0 || address.checked_add(len).is_none() {
-                return Err(handshake_error(format!("region {id} range {address:#x}+{len} is not addressable")));
+                return Err(handshake_error(format!(
+                    "region {id} range {address:#x}+{len} is not addressable"
+                )));
             }
             if rkey.is_empty() {
                 return Err(handshake_error(format!("region {id} has an empty rkey")));
@@ -165,17 +167,11 @@ mod tests {
             (Hello { worker_address: vec![], ..hello() }, "empty worker address"),
             (Hello { worker_address: vec![0; MAX_WORKER_ADDRESS_BYTES + 1], ..hello() }, "worker address of"),
             (
-                Hello {
-                    regions: vec![hello().regions[0].clone(), hello().regions[0].clone()],
-                    ..hello()
-                },
+                Hello { regions: vec![hello().regions[0].clone(), hello().regions[0].clone()], ..hello() },
                 "twice",
             ),
             (
-                Hello {
-                    regions: vec![ExposedRegion { len: 0, ..hello().regions[0].clone() }],
-                    ..hello()
-                },
+                Hello { regions: vec![ExposedRegion { len: 0, ..hello().regions[0].clone() }], ..hello() },
                 "length 0",
             ),
             (
@@ -186,7 +182,10 @@ mod tests {
                 "not addressable",
             ),
             (
-                Hello { regions: vec![ExposedRegion { rkey: vec![], ..hello().regions[0].clone() }], ..hello() },
+                Hello {
+                    regions: vec![ExposedRegion { rkey: vec![], ..hello().regions[0].clone() }],
+                    ..hello()
+                },
                 "empty rkey",
             ),
             (

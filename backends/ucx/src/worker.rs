@@ -48,7 +48,10 @@ impl Ucp {
         let peer_failure_mode = detects_peer_failure(tls.or(env_tls.as_deref()));
         let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
         // SAFETY: null env prefix and file name ask for the defaults + environment.
-        setup(unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) }, "ucp_config_read")?;
+        setup(
+            unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) },
+            "ucp_config_read",
+        )?;
         if let Some(tls) = tls {
             let value = CString::new(tls).map_err(|_| unavailable("UCX_TLS contains a NUL byte".into()))?;
             // SAFETY: `config` is live; both strings are NUL-terminated and outlive the call.
@@ -96,7 +99,10 @@ impl Ucp {
         let mut address: *mut sys::ucp_address_t = std::ptr::null_mut();
         let mut len = 0usize;
         // SAFETY: `worker` is live; UCX allocates `address`, released below.
-        setup(unsafe { sys::ucp_worker_get_address(self.worker, &mut address, &mut len) }, "ucp_worker_get_address")?;
+        setup(
+            unsafe { sys::ucp_worker_get_address(self.worker, &mut address, &mut len) },
+            "ucp_worker_get_address",
+        )?;
         // SAFETY: UCX returned `len` readable bytes at `address`.
         let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), len) }.to_vec();
         // SAFETY: `address` came from ucp_worker_get_address on this worker; released once.
@@ -145,7 +151,10 @@ impl Ucp {
             arg,
         };
         // SAFETY: `worker` is live; `arg` outlives the worker (the engine keeps it alive).
-        setup(unsafe { sys::ucp_worker_set_am_recv_handler(self.worker, &params) }, "ucp_worker_set_am_recv_handler")
+        setup(
+            unsafe { sys::ucp_worker_set_am_recv_handler(self.worker, &params) },
+            "ucp_worker_set_am_recv_handler",
+        )
     }
 
     /// Creates an endpoint to the worker at `address`, reporting peer failures to

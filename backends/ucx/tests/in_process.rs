@@ -33,7 +33,8 @@ fn transfer(tls: &str, len: u64) {
     eprintln!("{tls}: lanes {:?}, estimate {:?}", sender.connected_lanes(), sender.estimate());
     let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
-    pollster::block_on(chunker.write(&sender, Transfer::new(&source, &remote, len).notify(99), deadline)).unwrap();
+    pollster::block_on(chunker.write(&sender, Transfer::new(&source, &remote, len).notify(99), deadline))
+        .unwrap();
     let arrived = receiving.join().unwrap();
     assert!(arrived == data, "{tls}: bytes differ");
 }
