@@ -161,18 +161,7 @@ impl ProbeWorker {
     }
 
     fn address(&self) -> Result<Vec<u8>, TransportError> {
-        let mut address: *mut sys::ucp_address_t = std::ptr::null_mut();
-        let mut len = 0usize;
-        // SAFETY: the probe worker is live; the address is released right after copying.
-        setup(
-            unsafe { sys::ucp_worker_get_address(self.0, &mut address, &mut len) },
-            "ucp_worker_get_address",
-        )?;
-        // SAFETY: UCX returned `len` readable bytes at `address`.
-        let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), len) }.to_vec();
-        // SAFETY: released once, on the worker that allocated it.
-        unsafe { sys::ucp_worker_release_address(self.0, address) };
-        Ok(bytes)
+        crate::worker::worker_address(self.0)
     }
 }
 

@@ -387,6 +387,9 @@ impl Transport for UcxTransport {
         if !engine.is_connected() {
             return Err(TransportError::Handshake("not connected: call connect first".into()));
         }
+        if let Some(why) = engine.gone() {
+            return Err(TransportError::PeerGone(why.to_string()));
+        }
         let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
         for op in ops {
             let local = table

@@ -55,7 +55,7 @@ impl Hello {
     /// use rdma_hint_ucx::wire::{ExposedRegion, Hello};
     /// let hello = Hello {
     ///     worker_address: vec![1, 2, 3],
-    ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: vec![9; 20] }],
+    ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0] }],
     ///     token: b"secret".to_vec(),
     /// };
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
@@ -115,9 +115,7 @@ impl Hello {
                     "region {id} range {address:#x}+{len} is not addressable"
                 )));
             }
-            if rkey.is_empty() {
-                return Err(handshake_error(format!("region {id} has an empty rkey")));
-            }
+            check_packed_rkey(&rkey).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
             regions.push(ExposedRegion { id, address, len, rkey });
         }
         let token = reader.bytes_u8(MAX_TOKEN_BYTES, "token")?;
@@ -125,16 +123,62 @@ impl Hello {
     }
 }
 
+/// Checks a packed rkey's layout before UCX sees it: `ucp_ep_rkey_unpack` takes no length and
+/// trusts the bytes, so a short or inconsistent key from a peer would make it read past the
+/// buffer. UCX 1.12–1.13 pack `md_map` (u64) · memory type (u8, 0 = host) · for each bit of
+/// `md_map`: a size byte and that many bytes of transport key; nothing may follow.
+///
+/// ```
+/// use rdma_hint_ucx::wire::check_packed_rkey;
+/// assert!(check_packed_rkey(&[0x09, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_ok()); // two mds, empty keys
+/// assert!(check_packed_rkey(&[0xff; 7]).is_err());
+/// ```
+pub fn check_packed_rkey(rkey: &[u8]) -> Result<(), String> {
+    let Some((md_map, rest)) = rkey.split_first_chunk::<8>() else {
+        return Err(format!("packed rkey of {} B is shorter than its md map", rkey.len()));
+    };
+    let md_map = u64::from_le_bytes(*md_map);
+    if md_map == 0 {
+        return Err("packed rkey names no memory domain".into());
+    }
+    let Some((&memory_type, mut rest)) = rest.split_first() else {
+        return Err("packed rkey ends before its memory type".into());
+    };
+    if memory_type != 0 {
+        return Err(format!("packed rkey is for memory type {memory_type}, only host memory (0) is exposed"));
+    }
+    for md in 0..md_map.count_ones() {
+        let Some((&size, tail)) = rest.split_first() else {
+            return Err(format!("packed rkey ends before the key of memory domain #{md}"));
+        };
+        rest = tail
+            .get(usize::from(size)..)
+            .ok_or_else(|| format!("packed rkey key #{md} runs past the end"))?;
+    }
+    if !rest.is_empty() {
+        return Err(format!("packed rkey has {} B after its last key", rest.len()));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What UCX 1.13 packs for a host region on `shm,self`: md_map 0b1001, two empty keys.
+    const RKEY: [u8; 11] = [9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
     fn hello() -> Hello {
         Hello {
             worker_address: vec![7; 300],
             regions: vec![
-                ExposedRegion { id: 0, address: 0x7000_0000, len: 1 << 20, rkey: vec![1; 40] },
-                ExposedRegion { id: 3, address: 0x9000_0000, len: 4096, rkey: vec![2; 40] },
+                ExposedRegion { id: 0, address: 0x7000_0000, len: 1 << 20, rkey: RKEY.to_vec() },
+                ExposedRegion {
+                    id: 3,
+                    address: 0x9000_0000,
+                    len: 4096,
+                    rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 7, 7],
+                },
             ],
             token: vec![],
         }
@@ -186,7 +230,47 @@ mod tests {
                     regions: vec![ExposedRegion { rkey: vec![], ..hello().regions[0].clone() }],
                     ..hello()
                 },
-                "empty rkey",
+                "shorter than its md map",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion {
+                        rkey: vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                        ..hello().regions[0].clone()
+                    }],
+                    ..hello()
+                },
+                "ends before the key",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion {
+                        rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1],
+                        ..hello().regions[0].clone()
+                    }],
+                    ..hello()
+                },
+                "runs past the end",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion {
+                        rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5],
+                        ..hello().regions[0].clone()
+                    }],
+                    ..hello()
+                },
+                "after its last key",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion {
+                        rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 3, 0],
+                        ..hello().regions[0].clone()
+                    }],
+                    ..hello()
+                },
+                "memory type 3",
             ),
             (
                 Hello {

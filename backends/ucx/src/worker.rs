@@ -48,10 +48,8 @@ impl Ucp {
         let peer_failure_mode = detects_peer_failure(tls.or(env_tls.as_deref()));
         let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
         // SAFETY: null env prefix and file name ask for the defaults + environment.
-        setup(
-            unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) },
-            "ucp_config_read",
-        )?;
+        let status = unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) };
+        setup(status, "ucp_config_read")?;
         if let Some(tls) = tls {
             let value = CString::new(tls).map_err(|_| unavailable("UCX_TLS contains a NUL byte".into()))?;
             // SAFETY: `config` is live; both strings are NUL-terminated and outlive the call.
@@ -96,18 +94,7 @@ impl Ucp {
 
     /// The worker's address, as the peer needs it for `ucp_ep_create`.
     pub(crate) fn address(&self) -> Result<Vec<u8>, TransportError> {
-        let mut address: *mut sys::ucp_address_t = std::ptr::null_mut();
-        let mut len = 0usize;
-        // SAFETY: `worker` is live; UCX allocates `address`, released below.
-        setup(
-            unsafe { sys::ucp_worker_get_address(self.worker, &mut address, &mut len) },
-            "ucp_worker_get_address",
-        )?;
-        // SAFETY: UCX returned `len` readable bytes at `address`.
-        let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), len) }.to_vec();
-        // SAFETY: `address` came from ucp_worker_get_address on this worker; released once.
-        unsafe { sys::ucp_worker_release_address(self.worker, address) };
-        Ok(bytes)
+        worker_address(self.worker)
     }
 
     /// One round of progress; returns how many events it handled.
@@ -215,6 +202,20 @@ impl Ucp {
         unsafe { sys::ucp_request_free(request) };
         status
     }
+}
+
+/// The address of a live `worker`, copied out of UCX's buffer.
+pub(crate) fn worker_address(worker: sys::ucp_worker_h) -> Result<Vec<u8>, TransportError> {
+    let mut address: *mut sys::ucp_address_t = std::ptr::null_mut();
+    let mut len = 0usize;
+    // SAFETY: `worker` is live (caller's contract); UCX allocates `address`, released below.
+    let status = unsafe { sys::ucp_worker_get_address(worker, &mut address, &mut len) };
+    setup(status, "ucp_worker_get_address")?;
+    // SAFETY: UCX returned `len` readable bytes at `address`.
+    let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), len) }.to_vec();
+    // SAFETY: `address` came from ucp_worker_get_address on this worker; released once.
+    unsafe { sys::ucp_worker_release_address(worker, address) };
+    Ok(bytes)
 }
 
 impl Drop for Ucp {

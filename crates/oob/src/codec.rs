@@ -35,7 +35,10 @@ impl<R: Read> WireReader<R> {
     /// Fills `buffer` exactly.
     pub fn exact(&mut self, buffer: &mut [u8]) -> Result<(), TransportError> {
         self.inner.read_exact(buffer).map_err(|e| match e.kind() {
-            ErrorKind::UnexpectedEof => TransportError::PeerGone("closed during the handshake".into()),
+            ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::BrokenPipe => TransportError::PeerGone(format!("closed during the handshake ({e})")),
             ErrorKind::WouldBlock | ErrorKind::TimedOut => {
                 TransportError::DeadlineExceeded { what: "the peer's handshake", waited_ms: 0 }
             }
