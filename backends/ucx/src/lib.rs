@@ -34,3 +34,15 @@ pub use transport::{transport_id, UcxTransport};
 
 /// Backend name used in transport ids (`ucx:<transports>`).
 pub const BACKEND: &str = "ucx";
+
+/// The version of the UCX library this process runs against (`ucp_get_version_string`).
+///
+/// ```
+/// assert!(rdma_hint_ucx::version().starts_with('1'));
+/// ```
+pub fn version() -> String {
+    // SAFETY: returns a pointer to a static NUL-terminated string inside libucp.
+    unsafe { std::ffi::CStr::from_ptr(rdma_hint_ucx_sys::ucp_get_version_string()) }
+        .to_string_lossy()
+        .into_owned()
+}

@@ -9,13 +9,14 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long an idle progress thread sleeps at most before looking again: bounds how late a
 /// missed wake-up or a dead peer on a transport without events is noticed.
 const IDLE_POLL: Duration = Duration::from_millis(50);
-/// How often a busy progress thread checks the out-of-band socket for EOF.
-const LIVENESS_EVERY: Duration = Duration::from_millis(1);
+/// How long the progress thread sleeps at most while work is in flight, in case a transport
+/// makes progress without signalling the event fd.
+const BUSY_POLL: Duration = Duration::from_millis(1);
 
 /// What the transport and its progress thread share.
 #[derive(Debug)]
@@ -69,33 +70,27 @@ impl Shared {
 }
 
 /// The thread body. Returns when `shared.stop` is set.
+///
+/// It never spins: after each progress pass it arms the worker and sleeps on the event fd and
+/// the out-of-band socket (UCX signals incoming data and transmit readiness there). Threads
+/// that wait for completions drive progress themselves first, so this thread only has to keep
+/// things moving when nobody waits: peer writes landing (tcp), notices, acknowledgements.
 pub(crate) fn run(shared: Arc<Shared>) {
     let oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
-    let mut checked = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
         let (busy, armed, gone) = {
             let mut engine = shared.engine();
             engine.progress();
             let gone = engine.gone().is_some();
-            let busy = !gone && engine.busy();
-            let armed = !gone && !busy && engine.ucp.arm();
-            (busy, armed, gone)
+            (engine.busy(), !gone && engine.ucp.arm(), gone)
         };
         if gone {
             std::thread::park_timeout(IDLE_POLL);
-            continue;
-        }
-        if busy {
-            if checked.elapsed() >= LIVENESS_EVERY {
-                checked = Instant::now();
-                check_liveness(&shared);
-            }
-            std::thread::yield_now();
-            continue;
-        }
-        if armed {
-            sleep_on(shared.efd, oob_fd);
+        } else if armed {
+            sleep_on(shared.efd, oob_fd, if busy { BUSY_POLL } else { IDLE_POLL });
             check_liveness(&shared);
+        } else {
+            std::thread::yield_now();
         }
     }
 }
@@ -109,7 +104,7 @@ fn check_liveness(shared: &Shared) {
     }
 }
 
-fn sleep_on(efd: RawFd, oob_fd: RawFd) {
+fn sleep_on(efd: RawFd, oob_fd: RawFd, timeout: Duration) {
     let mut fds = [
         libc::pollfd { fd: efd, events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: oob_fd, events: libc::POLLIN, revents: 0 },
@@ -117,5 +112,5 @@ fn sleep_on(efd: RawFd, oob_fd: RawFd) {
     let count = if oob_fd >= 0 { 2 } else { 1 };
     // SAFETY: `fds` holds `count` initialised pollfd entries for descriptors that stay open
     // while the thread runs (the worker and the socket outlive it).
-    unsafe { libc::poll(fds.as_mut_ptr(), count, IDLE_POLL.as_millis() as libc::c_int) };
+    unsafe { libc::poll(fds.as_mut_ptr(), count, timeout.as_millis() as libc::c_int) };
 }

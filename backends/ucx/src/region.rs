@@ -1,7 +1,6 @@
 //! Host memory the transport allocates and maps with `ucp_mem_map`.
 
-use crate::status::setup;
-use memmap2::MmapMut;
+use crate::status::status_text;
 use rdma_hint_core::TransportError;
 use rdma_hint_ucx_sys as sys;
 
@@ -9,19 +8,19 @@ use rdma_hint_ucx_sys as sys;
 /// bug (a length computed from garbage), not a buffer.
 pub const MAX_REGION_BYTES: u64 = 1 << 40;
 
-/// An anonymous mapping registered with UCP. Its address never moves, so the peer may write it
-/// at any time after its packed rkey was sent.
+/// Memory UCP allocated and mapped (`UCP_MEM_MAP_ALLOCATE`), so that on shared memory it lives
+/// in a segment the peer can map: a put is then one `memcpy` by the writer, with no work and no
+/// wake-up on the receiving side (as `ucx_perftest` allocates its buffers). Its address never
+/// moves, so the peer may write it at any time after its packed rkey was sent.
 #[derive(Debug)]
 pub(crate) struct Region {
-    // Kept alive for `base`; never touched through a reference because the peer writes it.
-    _mapping: MmapMut,
     base: *mut u8,
     len: u64,
     pub(crate) memh: sys::ucp_mem_h,
     pub(crate) packed_rkey: Vec<u8>,
 }
 
-// SAFETY: `base` points into `_mapping`, owned by the region and unmapped only when it drops;
+// SAFETY: `base` points into memory UCP allocated for this region, freed only by `unmap`;
 // every access goes through `copy_in`/`copy_out`, which bound-check and copy with raw pointers
 // (the same bytes may be written by the peer concurrently, as with any RDMA target). `memh` is
 // only passed to UCP calls made under the engine lock.
@@ -39,27 +38,49 @@ impl Region {
                 reason: format!("length must be 1 B … {MAX_REGION_BYTES} B"),
             });
         }
-        let mut mapping = MmapMut::map_anon(len as usize)
-            .map_err(|e| TransportError::Registration { len, reason: format!("mmap: {e}") })?;
-        let base = mapping.as_mut_ptr();
         let params = sys::ucp_mem_map_params {
             field_mask: u64::from(
                 sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
                     | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                    | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
                     | sys::UCP_MEM_MAP_PARAM_FIELD_PROT,
             ),
-            address: base.cast(),
+            address: std::ptr::null_mut(),
             length: len as usize,
+            flags: sys::UCP_MEM_MAP_ALLOCATE,
             prot: (sys::UCP_MEM_MAP_PROT_LOCAL_READ
                 | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
                 | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE) as _,
             ..Default::default()
         };
         let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
-        // SAFETY: `context` is a live UCP context (caller holds the engine lock); `params`
-        // describes `mapping`, which outlives the registration (unmapped in `unmap` first).
-        setup(unsafe { sys::ucp_mem_map(context, &params, &mut memh) }, "ucp_mem_map")
-            .map_err(|e| TransportError::Registration { len, reason: e.to_string() })?;
+        // SAFETY: `context` is a live UCP context (caller holds the engine lock); `params` asks
+        // UCP to allocate `len` bytes, released by `ucp_mem_unmap` in `unmap`.
+        let status = unsafe { sys::ucp_mem_map(context, &params, &mut memh) };
+        if status != sys::UCS_OK {
+            return Err(TransportError::Registration {
+                len,
+                reason: format!("ucp_mem_map: {}", status_text(status)),
+            });
+        }
+        let mut attr = sys::ucp_mem_attr_t {
+            field_mask: u64::from(sys::UCP_MEM_ATTR_FIELD_ADDRESS | sys::UCP_MEM_ATTR_FIELD_LENGTH),
+            ..Default::default()
+        };
+        // SAFETY: `memh` was just returned by ucp_mem_map; `attr` is valid for the call.
+        let status = unsafe { sys::ucp_mem_query(memh, &mut attr) };
+        if status != sys::UCS_OK || attr.address.is_null() || (attr.length as u64) < len {
+            // SAFETY: undo the mapping made above; nothing else refers to `memh` yet.
+            unsafe { sys::ucp_mem_unmap(context, memh) };
+            return Err(TransportError::Registration {
+                len,
+                reason: "UCP allocated no usable memory".into(),
+            });
+        }
+        let base = attr.address.cast::<u8>();
+        // Zeroed, so no stale bytes of an earlier user of the segment are ever read back.
+        // SAFETY: UCP allocated at least `len` writable bytes at `base`.
+        unsafe { std::ptr::write_bytes(base, 0, len as usize) };
         let mut packed: *mut std::ffi::c_void = std::ptr::null_mut();
         let mut packed_len = 0usize;
         // SAFETY: `memh` was just returned by ucp_mem_map on this context.
@@ -67,16 +88,16 @@ impl Region {
         if status != sys::UCS_OK {
             // SAFETY: undo the mapping made above; nothing else refers to `memh` yet.
             unsafe { sys::ucp_mem_unmap(context, memh) };
-            return Err(TransportError::Registration { len, reason: crate::status::status_text(status) });
+            return Err(TransportError::Registration { len, reason: status_text(status) });
         }
         // SAFETY: ucp_rkey_pack returned a buffer of `packed_len` bytes, released right after copying.
         let packed_rkey = unsafe { std::slice::from_raw_parts(packed.cast::<u8>(), packed_len) }.to_vec();
         // SAFETY: `packed` came from ucp_rkey_pack and is released exactly once.
         unsafe { sys::ucp_rkey_buffer_release(packed) };
-        Ok(Region { _mapping: mapping, base, len, memh, packed_rkey })
+        Ok(Region { base, len, memh, packed_rkey })
     }
 
-    /// Releases the UCP registration. The mapping itself goes when the region drops.
+    /// Releases the registration and the memory; the region must not be used afterwards.
     pub(crate) fn unmap(&self, context: sys::ucp_context_h) {
         // SAFETY: `memh` belongs to `context` and is unmapped once (the caller removes the
         // region from its table under the engine lock before calling this).

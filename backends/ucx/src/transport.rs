@@ -25,8 +25,11 @@ use std::time::{Duration, Instant};
 const MAX_OUTSTANDING: usize = 1024;
 /// Ops one `post_writes` call accepts (one flush covers them).
 const MAX_WRS_PER_POST: u32 = 64;
-/// Longest a waiter sleeps before re-checking whether the peer is gone.
-const WAIT_SLICE: Duration = Duration::from_millis(20);
+/// How long a waiter drives progress itself before sleeping on the queue: covers a tcp round
+/// trip on loopback or a veth, so small transfers complete without a thread hand-off.
+const SPIN: Duration = Duration::from_micros(200);
+/// Longest a sleeping waiter goes before driving progress and checking the peer again.
+const WAIT_SLICE: Duration = Duration::from_millis(1);
 
 /// UCX UCP transport: one context and worker per instance, one endpoint to one peer.
 ///
@@ -141,6 +144,56 @@ impl UcxTransport {
     /// The lanes UCX selected for the endpoint to the peer, once connected.
     pub fn connected_lanes(&self) -> Option<String> {
         self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Waits for the first item of `queue` until `deadline`, as `ibv_poll_cq` loops do: drives
+    /// progress itself for [`SPIN`], then sleeps on the queue in [`WAIT_SLICE`]s (the progress
+    /// thread keeps UCX moving meanwhile), re-checking the peer after each. A peer that goes
+    /// away is [`TransportError::PeerGone`] within a slice, not at the deadline.
+    fn wait_on<T>(
+        &self,
+        queue: &Receiver<T>,
+        out: &mut [T],
+        deadline: Instant,
+        what: &'static str,
+    ) -> Result<usize, TransportError> {
+        let started = Instant::now();
+        loop {
+            let ready = drain(queue, out);
+            if ready > 0 || out.is_empty() {
+                return Ok(ready);
+            }
+            // The progress thread may hold the engine; then it is making progress for us.
+            if let Ok(mut engine) = self.shared.engine.try_lock() {
+                engine.progress();
+            }
+            let ready = drain(queue, out);
+            if ready > 0 {
+                return Ok(ready);
+            }
+            if self.signals.gone.load(Ordering::Acquire) {
+                return Err(self.gone_error());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TransportError::DeadlineExceeded {
+                    what,
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            if now - started < SPIN {
+                std::thread::yield_now();
+                continue;
+            }
+            match queue.recv_deadline(deadline.min(now + WAIT_SLICE)) {
+                Ok(item) => {
+                    out[0] = item;
+                    return Ok(1 + drain(queue, &mut out[1..]));
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(self.gone_error()),
+            }
+        }
     }
 
     fn gone_error(&self) -> TransportError {
@@ -431,9 +484,7 @@ impl Transport for UcxTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        wait_on(&self.completions, out, deadline, "ucx completions", || {
-            self.signals.gone.load(Ordering::Acquire).then(|| self.gone_error())
-        })
+        self.wait_on(&self.completions, out, deadline, "ucx completions")
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
@@ -445,47 +496,7 @@ impl Transport for UcxTransport {
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
-        wait_on(&self.arrivals, out, deadline, "ucx arrivals", || {
-            self.signals.gone.load(Ordering::Acquire).then(|| self.gone_error())
-        })
-    }
-}
-
-/// Waits for the first item until `deadline` in short slices, so a peer that goes away is
-/// reported as [`TransportError::PeerGone`] within a slice rather than at the deadline.
-fn wait_on<T>(
-    queue: &Receiver<T>,
-    out: &mut [T],
-    deadline: Instant,
-    what: &'static str,
-    gone: impl Fn() -> Option<TransportError>,
-) -> Result<usize, TransportError> {
-    let started = Instant::now();
-    loop {
-        let ready = drain(queue, out);
-        if ready > 0 || out.is_empty() {
-            return Ok(ready);
-        }
-        if let Some(error) = gone() {
-            return Err(error);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(TransportError::DeadlineExceeded {
-                what,
-                waited_ms: started.elapsed().as_millis() as u64,
-            });
-        }
-        match queue.recv_deadline(deadline.min(now + WAIT_SLICE)) {
-            Ok(item) => {
-                out[0] = item;
-                return Ok(1 + drain(queue, &mut out[1..]));
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(gone().unwrap_or_else(|| TransportError::PeerGone("the queue closed".into())))
-            }
-        }
+        self.wait_on(&self.arrivals, out, deadline, "ucx arrivals")
     }
 }
 

@@ -48,3 +48,36 @@ fn shm_in_one_process() {
 fn tcp_in_one_process() {
     transfer("tcp,self", (1 << 20) + 3);
 }
+
+/// CPU seconds this process has used (utime + stime from /proc/self/stat, 10 ms ticks).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+}
+
+/// A connected pair with nothing to do must not spin a core: the progress threads sleep on the
+/// worker's event fd. Not a timing assertion: an idle spinner burns ~1 CPU-second per second,
+/// a sleeper a few milliseconds; the bound is ten times above the latter.
+#[test]
+fn idle_connections_do_not_spin() {
+    for tls in ["shm,self", "tcp,self"] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let receiver = UcxTransport::open(Some(tls)).unwrap();
+        let target = receiver.register(MemoryKind::Host, 4096).unwrap();
+        let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let accepting = std::thread::spawn(move || {
+            pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
+                .unwrap();
+            receiver
+        });
+        let sender = UcxTransport::open(Some(tls)).unwrap();
+        pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap();
+        let receiver = accepting.join().unwrap();
+        let before = cpu_seconds();
+        std::thread::sleep(Duration::from_secs(1));
+        let used = cpu_seconds() - before;
+        assert!(used < 0.3, "{tls}: {used:.2} CPU-seconds in one idle second");
+        drop((sender, receiver));
+    }
+}

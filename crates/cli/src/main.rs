@@ -1,5 +1,6 @@
 //! `rdma-hint`: probe the machine and print every hint with its reasons.
 
+mod backend;
 mod deepep;
 mod plan;
 mod plot;
@@ -34,12 +35,15 @@ enum Command {
     /// Measure the block-size curve on a real backend: bandwidth, latency percentiles, CPU use,
     /// plateau and knee next to the model's hint; stores the knee as a measured hint.
     Sweep {
-        /// Backend to measure (staged; ucx and verbs once they move data).
+        /// Backend to measure: staged, or ucx (built with the `ucx` feature).
         #[arg(long, default_value = "staged")]
         backend: String,
-        /// Staged channel: shm or tcp.
+        /// Channel: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self).
         #[arg(long, default_value = "shm")]
         channel: String,
+        /// UCX transports to allow instead of --channel's (UCX_TLS syntax, e.g. posix,cma).
+        #[arg(long, value_name = "TLS")]
+        ucx_tls: Option<String>,
         /// Memory source: host:N or gpu:N.
         #[arg(long, default_value = "host:0")]
         source: String,
@@ -76,9 +80,15 @@ enum Command {
         /// Address to listen on (loopback unless told otherwise).
         #[arg(long, default_value = "127.0.0.1:7470")]
         listen: std::net::SocketAddr,
-        /// Staged channel: shm or tcp.
+        /// Backend: staged, or ucx (built with the `ucx` feature).
+        #[arg(long, default_value = "staged")]
+        backend: String,
+        /// Channel: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self).
         #[arg(long, default_value = "tcp")]
         channel: String,
+        /// UCX transports to allow instead of --channel's (UCX_TLS syntax).
+        #[arg(long, value_name = "TLS")]
+        ucx_tls: Option<String>,
         /// Bytes to expose (at least the sweep's largest transfer).
         #[arg(long, value_parser = units::parse_bytes, default_value = "128M")]
         bytes: u64,
@@ -154,14 +164,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn channel_named(name: &str) -> Result<rdma_hint_staged::StagedChannel, String> {
-    match name {
-        "shm" => Ok(rdma_hint_staged::StagedChannel::SharedMemory),
-        "tcp" => Ok(rdma_hint_staged::StagedChannel::Tcp),
-        other => Err(format!("unknown channel `{other}` (shm or tcp)")),
-    }
-}
-
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Probe { json, sysfs_root } => {
@@ -181,6 +183,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Sweep {
             backend,
             channel,
+            ucx_tls,
             source,
             sizes,
             iters,
@@ -196,8 +199,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err("--iters and --transfer must be at least 1".into());
             }
             let args = sweep::SweepArgs {
-                backend,
-                channel: channel_named(&channel)?,
+                backend: backend::Backend::parse(&backend, &channel, ucx_tls.as_deref())?,
                 source: source.parse()?,
                 sizes: sweep::parse_sizes(&sizes)?,
                 iters,
@@ -217,9 +219,12 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Serve { listen, channel, bytes, timeout_s } => {
-            serve::run(listen, channel_named(&channel)?, bytes, std::time::Duration::from_secs(timeout_s))
-        }
+        Command::Serve { listen, backend, channel, ucx_tls, bytes, timeout_s } => serve::run(
+            listen,
+            &backend::Backend::parse(&backend, &channel, ucx_tls.as_deref())?,
+            bytes,
+            std::time::Duration::from_secs(timeout_s),
+        ),
         Command::Plan { len, block, align, offset, region, batch, signal_every, json } => {
             let args = plan::PlanArgs { len, block, align, offset, region, batch, signal_every, json };
             println!("{}", plan::run(&args)?.trim_end());

@@ -9,6 +9,15 @@ fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
 
+/// A rate in GB/s with enough digits that a slow path does not print as zero.
+fn gbps(rate: f64) -> String {
+    if rate < 1.0 {
+        format!("{rate:.3}")
+    } else {
+        format!("{rate:.1}")
+    }
+}
+
 /// The full text report.
 pub(crate) fn probe_text(report: &ProbeReport) -> String {
     let mut out = String::new();
@@ -111,14 +120,14 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     for hint in &report.hints {
         writeln!(
             out,
-            "{:<8} {:<16} {:>10} {:>8} {:>6} {:>9.1} {:>9.1} {:>7.3} {:>11.2} {:<8}",
+            "{:<8} {:<16} {:>10} {:>8} {:>6} {:>9} {:>9} {:>7.3} {:>11.2} {:<8}",
             hint.source.to_string(),
             hint.transport,
             bytes(hint.block_bytes),
             bytes(hint.align_bytes),
             hint.path_class.label(),
-            hint.bandwidth_gbps,
-            hint.predicted_gbps,
+            gbps(hint.bandwidth_gbps),
+            gbps(hint.predicted_gbps),
             hint.efficiency,
             hint.predicted_latency_us,
             format!("{:?}", hint.origin).to_lowercase(),
@@ -151,6 +160,13 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
                 missing.reason,
                 missing.fallback.as_ref().map(|f| format!(" → fall back to {f}")).unwrap_or_default()
             )?;
+        }
+    }
+    if !report.details.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "## Backend details")?;
+        for detail in &report.details {
+            writeln!(out, "{}: {}", detail.transport, detail.detail)?;
         }
     }
     writeln!(out)?;

@@ -1,21 +1,21 @@
 //! `rdma-hint serve`: the receiving side of `sweep --peer`, on another host or namespace.
 
-use rdma_hint::core::{Arrival, MemoryKind, PeerEndpoint, Transport, TransportError};
-use rdma_hint_staged::{StagedChannel, StagedTransport};
+use crate::backend::Backend;
+use rdma_hint::core::{Arrival, MemoryKind, PeerEndpoint, TransportError};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Exposes a region of `bytes` on `listen` and serves one peer until it leaves or `timeout`.
 pub(crate) fn run(
     listen: SocketAddr,
-    channel: StagedChannel,
+    backend: &Backend,
     bytes: u64,
     timeout: Duration,
 ) -> Result<(), String> {
-    let transport = StagedTransport::new(channel);
+    let transport = backend.open()?;
     let region = transport.register(MemoryKind::Host, bytes).map_err(|e| e.to_string())?;
     let address = transport.bind(listen).map_err(|e| e.to_string())?;
-    println!("serving {bytes} B over staged:{} on {address}", channel.name());
+    println!("serving {bytes} B over {} on {address}", backend.transport_id());
     let deadline = Instant::now() + timeout;
     pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline))
         .map_err(|e| e.to_string())?;

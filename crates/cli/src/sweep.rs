@@ -1,13 +1,13 @@
 //! `rdma-hint sweep`: the block-size curve of a real backend, its knee, and the model's hint
 //! next to it.
 
+use crate::backend::{Backend, Endpoint};
 use crate::units::{format_bytes, parse_bytes};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint::core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
+use rdma_hint::core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId};
 use rdma_hint::{get_low_latency_rdma_size_hint_with, TransportSelector};
-use rdma_hint_staged::{StagedChannel, StagedTransport};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -20,8 +20,7 @@ const HOST_ALIGN: u64 = 4096;
 
 /// Arguments of `sweep`.
 pub(crate) struct SweepArgs {
-    pub(crate) backend: String,
-    pub(crate) channel: StagedChannel,
+    pub(crate) backend: Backend,
     pub(crate) source: SourceId,
     pub(crate) sizes: Vec<u64>,
     pub(crate) iters: u32,
@@ -110,8 +109,8 @@ fn cpu_seconds() -> Option<f64> {
 }
 
 struct Endpoints {
-    sender: StagedTransport,
-    _receiver: Option<StagedTransport>,
+    sender: Box<dyn Endpoint>,
+    _receiver: Option<Box<dyn Endpoint>>,
     source: LocalRegion,
     remote: RemoteRegion,
 }
@@ -122,13 +121,13 @@ fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints, String> {
         SourceId::Host(_) => MemoryKind::Host,
         SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
     };
-    let sender = StagedTransport::new(args.channel);
+    let sender = args.backend.open()?;
     let source = sender.register(kind, region_bytes).map_err(|e| e.to_string())?;
     sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize]).map_err(|e| e.to_string())?;
     let (address, receiver) = match args.peer {
         Some(address) => (address, None),
         None => {
-            let receiver = StagedTransport::new(args.channel);
+            let receiver = args.backend.open()?;
             let target = receiver.register(MemoryKind::Host, region_bytes).map_err(|e| e.to_string())?;
             let address = receiver
                 .bind("127.0.0.1:0".parse().map_err(|e| format!("{e}"))?)
@@ -162,7 +161,7 @@ fn measure(
     is_hint: bool,
 ) -> Result<Point, String> {
     let deadline = || Instant::now() + Duration::from_secs(60);
-    let transport = &endpoints.sender;
+    let transport = endpoints.sender.transport();
     let spec = BlockSpec::new(block, align).map_err(|e| e.to_string())?;
     let mut chunker =
         Chunker::new(PostPolicy::default(), transport.capabilities()).map_err(|e| e.to_string())?;
@@ -215,17 +214,7 @@ fn measure(
 
 /// Runs the sweep.
 pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
-    match args.backend.as_str() {
-        "staged" => {}
-        "ucx" => {
-            return Err("the ucx backend does not move data yet (issue #5); sweep --backend staged".into())
-        }
-        "verbs" => {
-            return Err("the verbs backend does not move data yet (issue #4); sweep --backend staged".into())
-        }
-        other => return Err(format!("unknown backend `{other}` (staged, ucx, verbs)")),
-    }
-    let transport_id = format!("staged:{}", args.channel.name());
+    let transport_id = args.backend.transport_id();
     let hint = get_low_latency_rdma_size_hint_with(args.source, &TransportSelector::Id(transport_id.clone()))
         .map_err(|e| format!("no model hint for {} over {transport_id}: {e}", args.source))?;
     let align = match args.source {
@@ -276,7 +265,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
             .map_err(|e| e.to_string())?;
     }
     Ok(SweepReport {
-        backend: args.backend.clone(),
+        backend: args.backend.name().to_string(),
         transport: transport_id,
         source: args.source,
         transfer_bytes: args.transfer_bytes,
@@ -286,11 +275,9 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
         hint_bytes: hint.block_bytes,
         efficiency_at_hint: at_hint / plateau_gbps,
         hint_over_knee: hint.block_bytes as f64 / knee_bytes as f64,
-        // The staged backend copies with the CPU by design; only an RDMA path burning a core
-        // means its NIC is not doing the work.
-        cpu_copy_suspected: args.backend != "staged" && cpu_peak > CPU_COPY_THRESHOLD,
+        cpu_copy_suspected: args.backend.should_bypass_cpu() && cpu_peak > CPU_COPY_THRESHOLD,
         cpu_note: format!(
-            "peak process CPU {:.0} % of one core during the bandwidth runs; the staged backend copies with the CPU by design",
+            "peak process CPU {:.0} % of one core during the bandwidth runs; staged and UCX over shm/tcp copy with the CPU by design",
             cpu_peak * 100.0
         ),
         points,

@@ -26,7 +26,7 @@ pub mod measured;
 mod probe;
 mod profiles;
 
-pub use backends::Absence;
+pub use backends::{Absence, BackendDetail};
 pub use error::Error;
 pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
 pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US};

@@ -1,6 +1,6 @@
 //! The probe: every source, NIC, path class and hint of one machine (or sysfs tree).
 
-use crate::backends::{self, Absence};
+use crate::backends::{self, Absence, BackendDetail};
 use crate::error::Error;
 use crate::profiles::{self, Candidate, Source};
 use rdma_hint_core::pcie::PcieLink;
@@ -86,6 +86,8 @@ pub struct ProbeReport {
     pub hints: Vec<SizeHint>,
     /// Pairs without a hint, with the reason and fallback.
     pub no_hint: Vec<NoHint>,
+    /// What backends report about how they move data here (UCX's estimate and lanes).
+    pub details: Vec<BackendDetail>,
     /// Backends that contribute nothing here, and why.
     pub absent: Vec<Absence>,
     /// Skipped or assumed facts.
@@ -100,6 +102,7 @@ pub(crate) struct Inventory {
     pub(crate) candidates: Vec<Candidate>,
     pub(crate) gpu_facts: String,
     pub(crate) absent: Vec<Absence>,
+    pub(crate) details: Vec<BackendDetail>,
     pub(crate) warnings: Vec<String>,
     pub(crate) sysfs_root: String,
 }
@@ -124,18 +127,18 @@ impl Inventory {
             (None, "sysfs tree only (live CUDA facts not used for this tree)".to_string())
         };
         let sources = profiles::sources(&topology, cuda.as_deref(), &mut warnings);
-        let candidates = profiles::candidates(&topology, &sources);
+        let (software, mut absent) = backends::software_transports(options.live_gpus);
+        let candidates = profiles::candidates(&topology, &sources, &software);
         let sysfs_root = options.sysfs_root.display().to_string();
         let rdma_devices = topology.nics.iter().filter(|n| n.kind == NicKind::Rdma).count();
-        Ok(Inventory {
-            absent: backends::absences(rdma_devices, &sysfs_root),
-            topology,
-            sources,
-            candidates,
-            gpu_facts,
-            warnings,
-            sysfs_root,
-        })
+        absent.extend(backends::absences(rdma_devices, &sysfs_root, options.live_gpus));
+        let details = software
+            .iter()
+            .filter_map(|t| {
+                t.detail.clone().map(|detail| BackendDetail { transport: t.facts.id.clone(), detail })
+            })
+            .collect();
+        Ok(Inventory { absent, details, topology, sources, candidates, gpu_facts, warnings, sysfs_root })
     }
 
     pub(crate) fn report(&self, policy: &HintPolicy, measured: Option<&std::path::Path>) -> ProbeReport {
@@ -204,6 +207,7 @@ impl Inventory {
             paths: self.paths(),
             hints,
             no_hint,
+            details: self.details.clone(),
             absent: self.absent.clone(),
             warnings: self.warnings.clone(),
         }

@@ -108,19 +108,22 @@ pub(crate) type Candidate = Result<PathProfile, (SourceId, String, String)>;
 
 /// Every (source, transport) pair: software transports for every source, RDMA NICs for every
 /// source sysfs can place.
-pub(crate) fn candidates(topology: &Topology, sources: &[Source]) -> Vec<Candidate> {
-    let software = backends::software_transports();
+pub(crate) fn candidates(
+    topology: &Topology,
+    sources: &[Source],
+    software: &[backends::SoftwareTransport],
+) -> Vec<Candidate> {
     let mut out = Vec::new();
     for source in sources {
         let gpu_driver = source.facts.gpu().and_then(|g| g.driver_version.clone());
-        for transport in &software {
+        for transport in software {
             out.push(Ok(PathProfile {
                 source: source.facts.clone(),
-                transport: transport.clone(),
+                transport: transport.facts.clone(),
                 path_class: PathClass::NoNic,
                 bridges: 0,
                 versions: DriverVersions {
-                    transport_driver: Some(format!("rdma-hint-staged {}", env!("CARGO_PKG_VERSION"))),
+                    transport_driver: Some(transport.driver.clone()),
                     firmware: None,
                     gpu_driver: gpu_driver.clone(),
                 },
