@@ -3,7 +3,9 @@
 # Run as root. Idempotent: a second run installs nothing.
 set -euo pipefail
 
-packages=(ca-certificates curl build-essential pkg-config python3 iproute2)
+# libucx-dev + clang/libclang-dev: the UCX backend's bindgen -sys crate (no-install-recommends keeps
+# libtool out). benches/ucx-vs-perftest.sh installs ucx-utils (ucx_perftest) itself.
+packages=(ca-certificates curl build-essential pkg-config python3 iproute2 libucx-dev clang libclang-dev)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests of every crate: sysfs fixture trees, peer processes,
-//! two-host network namespaces and test payloads.
+//! two-host network namespaces, test payloads and process accounting.
 
 #[path = "harness/data.rs"]
 mod data;
@@ -7,10 +7,13 @@ mod data;
 mod netns;
 #[path = "harness/peer.rs"]
 mod peer;
+#[path = "harness/process.rs"]
+mod process;
 
 pub use data::{first_mismatch, random_bytes};
 pub use netns::{ip, is_root, netns_available, TwoHosts};
 pub use peer::{env, peer_role, Peer, ROLE_VAR};
+pub use process::{count_entries, open_fds, resident_kib, threads};
 
 use std::path::PathBuf;
 

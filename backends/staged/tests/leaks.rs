@@ -6,28 +6,18 @@ mod common;
 use common::{chunker, deadline, loopback, pair};
 use rdma_hint_chunker::Transfer;
 use rdma_hint_core::{Arrival, Transport};
+use rdma_hint_integration_tests::{count_entries, open_fds, threads};
 use rdma_hint_staged::StagedChannel;
 use std::time::Duration;
 
-fn count(dir: &str, prefix: &str) -> usize {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 fn shm_files_of_this_process() -> usize {
-    count("/dev/shm", &format!("rdma-hint-{}-", std::process::id()))
+    count_entries("/dev/shm", &format!("rdma-hint-{}-", std::process::id()))
 }
 
 #[test]
 fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_files() {
     // Settle anything a previous cycle in this process left to the scheduler.
-    let measure = || (count("/proc/self/fd", ""), count("/proc/self/task", ""), shm_files_of_this_process());
+    let measure = || (open_fds(), threads(), shm_files_of_this_process());
     for channel in StagedChannel::ALL {
         let warm = pair(channel, 64 * 1024, loopback());
         drop(warm);

@@ -6,18 +6,8 @@ mod common;
 use common::{chunker, deadline, loopback, pair};
 use rdma_hint_chunker::Transfer;
 use rdma_hint_core::{Arrival, Transport};
+use rdma_hint_integration_tests::resident_kib;
 use rdma_hint_staged::StagedChannel;
-
-fn resident_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// Soak: four connections at once, 200 transfers each of pseudo-random sizes up to 1 MiB, every
 /// transfer's bytes verified on its receiver; resident memory stays flat.

@@ -152,7 +152,14 @@ impl Pipeline {
             len: plan.len(),
         };
 
+        // A transport whose completions are always ready never waits, so the deadline is also
+        // checked every few rounds (not every round: `Instant::now` is on the posting path).
+        let mut rounds: u32 = 0;
         while progress.retired < count {
+            rounds = rounds.wrapping_add(1);
+            if rounds % 16 == 0 && Instant::now() >= deadline {
+                return Err(deadline_passed(progress.retired));
+            }
             self.post_ready(transport, &job, &mut progress).map_err(|e| failed(e, progress.retired))?;
             let mut ready =
                 transport.poll_completions(&mut self.completions).map_err(|e| failed(e, progress.retired))?;

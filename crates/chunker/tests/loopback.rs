@@ -6,19 +6,8 @@ use rdma_hint_chunker::{
 use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport, TransportError,
 };
+use rdma_hint_integration_tests::random_bytes;
 use std::time::{Duration, Instant};
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
 
 struct Setup {
     transport: LoopbackTransport,
@@ -178,4 +167,21 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
         s.transport.register(MemoryKind::CudaDevice { ordinal: 0 }, 4096),
         Err(TransportError::UnsupportedMemory { .. })
     ));
+}
+
+/// The loopback transport completes every write at once, so the pipeline never waits; the
+/// deadline must still end a transfer that outlives it.
+#[test]
+fn a_deadline_passes_even_when_completions_are_always_ready() {
+    let s = setup(64 << 20);
+    let mut chunker = chunker(&s.transport, 4096, 4096);
+    let result = pollster::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 64 << 20),
+        Instant::now(),
+    ));
+    match result {
+        Err(TransferError::DeadlineExceeded { confirmed_bytes, len }) => assert!(confirmed_bytes < len),
+        other => panic!("expected the deadline, got {other:?}"),
+    }
 }
