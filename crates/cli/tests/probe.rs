@@ -41,8 +41,18 @@ fn live_probe_prints_host_hints_and_says_why_others_are_absent() {
     let hints = report["hints"].as_array().unwrap();
     assert!(hints.iter().any(|h| h["source"] == "host:0" && h["transport"] == "staged:tcp"));
     let absent = report["absent"].as_array().unwrap();
-    for component in ["verbs", "ucx"] {
-        assert!(absent.iter().any(|a| a["component"] == component), "no word on {component}");
+    assert!(absent.iter().any(|a| a["component"] == "verbs"), "no word on verbs");
+    if cfg!(feature = "ucx") {
+        // UCX's own estimate for each scope, with the lanes it picked.
+        for id in ["ucx:shm", "ucx:tcp"] {
+            assert!(hints.iter().any(|h| h["source"] == "host:0" && h["transport"] == id), "no {id} hint");
+            let details = report["details"].as_array().unwrap();
+            assert!(details
+                .iter()
+                .any(|d| d["transport"] == id && d["detail"].as_str().unwrap().contains("lanes")));
+        }
+    } else {
+        assert!(absent.iter().any(|a| a["component"] == "ucx"), "no word on ucx");
     }
 }
 

@@ -21,14 +21,18 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn short_sweep(channel: &str) -> (PathBuf, Value, String) {
-    let dir = scratch(channel);
+    short_sweep_on("staged", channel)
+}
+
+fn short_sweep_on(backend: &str, channel: &str) -> (PathBuf, Value, String) {
+    let dir = scratch(&format!("{backend}-{channel}"));
     let (json, svg) = (dir.join("out.json"), dir.join("out.svg"));
     let output = rdma_hint(
         &dir,
         &[
             "sweep",
             "--backend",
-            "staged",
+            backend,
             "--channel",
             channel,
             "--loopback",
@@ -112,10 +116,27 @@ fn tcp_sweep_reports_valid_points() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The UCX backend through the same sweep, over shared memory and over tcp on loopback.
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_sweeps_report_valid_points() {
+    std::env::set_var("UCX_NET_DEVICES", "lo");
+    for (channel, id) in [("shm", "ucx:shm"), ("tcp", "ucx:tcp")] {
+        let (dir, report, svg) = short_sweep_on("ucx", channel);
+        check_report(&report);
+        assert_eq!(report["backend"], "ucx");
+        assert_eq!(report["transport"], id);
+        assert!(svg.contains("</svg>"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 #[test]
 fn backends_that_do_not_move_data_say_so() {
     let dir = scratch("absent");
-    for backend in ["ucx", "verbs", "nonsense"] {
+    let absent: &[&str] =
+        if cfg!(feature = "ucx") { &["verbs", "nonsense"] } else { &["ucx", "verbs", "nonsense"] };
+    for backend in absent.iter().copied() {
         let output = rdma_hint(&dir, &["sweep", "--backend", backend, "--loopback"]);
         assert!(!output.status.success());
         let stderr = String::from_utf8(output.stderr).unwrap();
