@@ -1,7 +1,7 @@
 //! # rdma-hint-oob
 //!
 //! The out-of-band (OOB) TCP exchange that sets up every rdma-hint connection: one side
-//! [`listen`]s (loopback unless told otherwise), the other [`dial`]s, both with deadlines; each
+//! binds a [`Listener`] (loopback unless told otherwise), the other [`dial`]s, both with deadlines; each
 //! sends one hello and decodes the peer's with a [`WireReader`] that bounds every length it
 //! reads. An optional pre-shared [`Token`] is compared in constant time. Backends keep the
 //! socket open after the exchange as a liveness signal: its EOF means the peer process is gone.
