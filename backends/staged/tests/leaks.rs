@@ -8,7 +8,11 @@ use rdma_hint_chunker::Transfer;
 use rdma_hint_core::{Arrival, Transport};
 use rdma_hint_integration_tests::{count_entries, open_fds, threads};
 use rdma_hint_staged::StagedChannel;
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// The counts are process-wide: the tests of this binary take turns.
+static ALONE: Mutex<()> = Mutex::new(());
 
 fn shm_files_of_this_process() -> usize {
     count_entries("/dev/shm", &format!("rdma-hint-{}-", std::process::id()))
@@ -16,6 +20,7 @@ fn shm_files_of_this_process() -> usize {
 
 #[test]
 fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_files() {
+    let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // Settle anything a previous cycle in this process left to the scheduler.
     let measure = || (open_fds(), threads(), shm_files_of_this_process());
     for channel in StagedChannel::ALL {
@@ -38,5 +43,43 @@ fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_files() {
         std::thread::sleep(Duration::from_millis(50));
         let after = measure();
         assert_eq!(before, after, "{channel:?}: (fds, threads, shm files) before and after 100 cycles");
+    }
+}
+
+/// The fault case repeated: 100 transfers whose receiver is dropped mid-way (the sender fails
+/// with a typed error) leave descriptors, threads and shm files as they were.
+#[test]
+fn a_hundred_failed_transfers_leak_nothing() {
+    use rdma_hint_chunker::TransferError;
+    let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let measure = || (open_fds(), threads(), shm_files_of_this_process());
+    for channel in StagedChannel::ALL {
+        drop(pair(channel, 64 * 1024, loopback()));
+        std::thread::sleep(Duration::from_millis(50));
+        let before = measure();
+        let mut failed = 0;
+        for cycle in 0..100u32 {
+            let len = 32 << 20;
+            let p = pair(channel, len, loopback());
+            let mut chunker = chunker(&p.sender, 4096);
+            let receiver = p.receiver;
+            let closer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(500));
+                drop(receiver);
+            });
+            let result = pollster::block_on(chunker.write(
+                &p.sender,
+                Transfer::new(&p.source, &p.remote, len),
+                deadline(20),
+            ));
+            closer.join().unwrap();
+            if let Err(e) = &result {
+                assert!(matches!(e, TransferError::Transport { .. }), "{channel:?} cycle {cycle}: {e}");
+                failed += 1;
+            }
+        }
+        assert!(failed >= 90, "{channel:?}: only {failed} of 100 transfers saw the receiver go");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(before, measure(), "{channel:?}: (fds, threads, shm files) after 100 failed transfers");
     }
 }
