@@ -4,7 +4,7 @@
 # For each UCX_TLS scope (shm,self and tcp,self on loopback) and message size, runs
 #   ucx_perftest -t ucp_put_bw -s SIZE -n N          (server + client process)
 #   ucx_put_bw run ... SIZE N                         (our backend, server + client process)
-# REPEAT times each (default 3, alternating), and prints the median bandwidth of each (MB/s,
+# REPEAT times each (default 5, alternating), and prints the median bandwidth of each (MB/s,
 # UCX's MB = 2^20 bytes) and their ratio. Medians, because a 2-core VM swings ±10 % run to run.
 # Needs ucx-utils (ucx_perftest) and libucx-dev; installs them when missing (Debian, as root).
 set -euo pipefail
@@ -47,7 +47,7 @@ for tls in shm,self tcp,self; do
         budget=$([ "$tls" = "shm,self" ] && echo $((4 << 30)) || echo $((64 << 20)))
         count=$(( budget / size )); [ "$count" -lt 32 ] && count=32
         theirs_all=() mine_all=()
-        for _ in $(seq "${REPEAT:-3}"); do
+        for _ in $(seq "${REPEAT:-5}"); do
             theirs_all+=("$(perftest "$tls" "$size" "$count")")
             mine_all+=("$(backend "$tls" "$size" "$count")")
         done

@@ -11,10 +11,10 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WriteOp,
 };
-use rdma_hint_oob::{dial, prepare, Listener, Token};
+use rdma_hint_oob::{admit, Rendezvous, Token};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 /// Host-staged transport over shared memory (same host) or TCP (any host).
@@ -40,7 +40,7 @@ pub struct StagedTransport {
     channel: StagedChannel,
     caps: Capabilities,
     regions: LocalRegions,
-    listener: Mutex<Option<Listener>>,
+    rendezvous: Rendezvous,
     link: OnceLock<Link>,
     token: Option<Token>,
 }
@@ -59,7 +59,7 @@ impl StagedTransport {
             channel,
             caps: capabilities(channel),
             regions: Arc::new(RwLock::new(Vec::new())),
-            listener: Mutex::new(None),
+            rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
             token: None,
         }
@@ -77,10 +77,7 @@ impl StagedTransport {
     /// so the peer can be told where to dial before [`Transport::connect`] with
     /// [`PeerEndpoint::Listen`] accepts.
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        let listener = Listener::bind(address)?;
-        let bound = listener.local_addr();
-        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
-        Ok(bound)
+        self.rendezvous.bind(address)
     }
 
     /// The channel this transport speaks.
@@ -92,21 +89,7 @@ impl StagedTransport {
         self.link.get().ok_or_else(|| TransportError::Handshake("not connected: call connect first".into()))
     }
 
-    fn accept(&self, address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
-        let listener = match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            Some(listener) => listener,
-            None => Listener::bind(address)?,
-        };
-        listener.accept(deadline)
-    }
-
-    fn handshake(
-        &self,
-        stream: &mut TcpStream,
-        expose: &[RegionId],
-        deadline: Instant,
-    ) -> Result<Hello, TransportError> {
-        prepare(stream, deadline)?;
+    fn handshake(&self, stream: &mut TcpStream, expose: &[RegionId]) -> Result<Hello, TransportError> {
         let channel = wire_channel(self.channel);
         let mut regions = Vec::with_capacity(expose.len());
         for id in expose {
@@ -130,12 +113,7 @@ impl StagedTransport {
         let peer = Hello::decode(stream).inspect_err(|e| {
             tracing::warn!(peer = %peer_address, error = %e, "staged: rejected peer (handshake)");
         })?;
-        if let Some(expected) = &self.token {
-            if !expected.matches(&peer.token) {
-                tracing::warn!(peer = %peer_address, "staged: rejected peer (wrong or missing token)");
-                return Err(TransportError::Handshake("the peer presented a wrong or no token".into()));
-            }
-        }
+        admit(self.token.as_ref(), &peer.token, &peer_address)?;
         if peer.channel != channel {
             return Err(TransportError::Handshake(format!(
                 "the peer speaks the {:?} channel, this side {:?}",
@@ -228,11 +206,8 @@ impl Transport for StagedTransport {
         if self.link.get().is_some() {
             return Err(TransportError::Handshake("already connected".into()));
         }
-        let mut stream = match peer {
-            PeerEndpoint::Listen(address) => self.accept(address, deadline)?,
-            PeerEndpoint::Dial(address) => dial(address, deadline)?,
-        };
-        let hello = self.handshake(&mut stream, expose, deadline)?;
+        let mut stream = self.rendezvous.connect(peer, deadline)?;
+        let hello = self.handshake(&mut stream, expose)?;
         let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
         for region in &hello.regions {
             let mapped = match &region.shm_name {

@@ -73,15 +73,7 @@ impl Hello {
     /// field. Reads at most what the counts announce, each bounded.
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
         let mut reader = WireReader::new(reader);
-        let mut magic = [0u8; 8];
-        reader.exact(&mut magic)?;
-        if magic != MAGIC {
-            return Err(handshake("bad magic: the peer is not an rdma-hint staged transport"));
-        }
-        let version = reader.u16()?;
-        if version != VERSION {
-            return Err(handshake(format!("protocol version {version} is not spoken here (only {VERSION})")));
-        }
+        reader.preamble(MAGIC, VERSION, "an rdma-hint staged transport")?;
         let channel = match reader.u8()? {
             0 => ChannelKind::Tcp,
             1 => ChannelKind::Shm,

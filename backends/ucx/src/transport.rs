@@ -13,7 +13,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, TransportFacts, TransportKind, WriteOp,
 };
-use rdma_hint_oob::{dial, prepare, Listener, Token, WireReader};
+use rdma_hint_oob::{admit, Rendezvous, Token, WireReader};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -62,7 +62,7 @@ pub struct UcxTransport {
     signals: Arc<Signals>,
     completions: Receiver<Completion>,
     arrivals: Receiver<Arrival>,
-    listener: Mutex<Option<Listener>>,
+    rendezvous: Rendezvous,
     token: Option<Token>,
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
@@ -113,7 +113,7 @@ impl UcxTransport {
             signals,
             completions,
             arrivals,
-            listener: Mutex::new(None),
+            rendezvous: Rendezvous::default(),
             token: None,
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
@@ -130,10 +130,7 @@ impl UcxTransport {
     /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
     /// for a later [`Transport::connect`] with [`PeerEndpoint::Listen`].
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        let listener = Listener::bind(address)?;
-        let bound = listener.local_addr();
-        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
-        Ok(bound)
+        self.rendezvous.bind(address)
     }
 
     /// UCX's estimate for this scope (loopback endpoint, before any peer).
@@ -201,26 +198,7 @@ impl UcxTransport {
         TransportError::PeerGone(engine.gone().unwrap_or("the connection is closed").to_string())
     }
 
-    fn stream(&self, peer: PeerEndpoint, deadline: Instant) -> Result<TcpStream, TransportError> {
-        match peer {
-            PeerEndpoint::Dial(address) => dial(address, deadline),
-            PeerEndpoint::Listen(address) => {
-                let listener = match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                    Some(listener) => listener,
-                    None => Listener::bind(address)?,
-                };
-                listener.accept(deadline)
-            }
-        }
-    }
-
-    fn exchange(
-        &self,
-        stream: &mut TcpStream,
-        expose: &[RegionId],
-        deadline: Instant,
-    ) -> Result<Hello, TransportError> {
-        prepare(stream, deadline)?;
+    fn exchange(&self, stream: &mut TcpStream, expose: &[RegionId]) -> Result<Hello, TransportError> {
         let worker_address = self.shared.engine().ucp.address()?;
         let mut regions = Vec::with_capacity(expose.len());
         {
@@ -247,12 +225,7 @@ impl UcxTransport {
         let hello = Hello::decode(stream).inspect_err(|e| {
             tracing::warn!(peer = %peer_address, error = %e, "ucx: rejected peer (hello)");
         })?;
-        if let Some(expected) = &self.token {
-            if !expected.matches(&hello.token) {
-                tracing::warn!(peer = %peer_address, "ucx: rejected peer (wrong or missing token)");
-                return Err(TransportError::Handshake("the peer presented a wrong or no token".into()));
-            }
-        }
+        admit(self.token.as_ref(), &hello.token, &peer_address)?;
         Ok(hello)
     }
 
@@ -395,8 +368,8 @@ impl Transport for UcxTransport {
         if self.shared.engine().is_connected() {
             return Err(TransportError::Handshake("already connected".into()));
         }
-        let mut stream = self.stream(peer, deadline)?;
-        let hello = self.exchange(&mut stream, expose, deadline)?;
+        let mut stream = self.rendezvous.connect(peer, deadline)?;
+        let hello = self.exchange(&mut stream, expose)?;
         let lanes = self.attach(&hello, expose)?;
         let ready = stream.write_all(&[READY]).map_err(TransportError::from).and_then(|()| {
             let mut byte = [0u8; 1];

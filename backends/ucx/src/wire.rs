@@ -74,17 +74,7 @@ impl Hello {
     /// read, region ids unique, address ranges non-empty and not wrapping.
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
         let mut reader = WireReader::new(reader);
-        let mut magic = [0u8; 8];
-        reader.exact(&mut magic)?;
-        if magic != MAGIC {
-            return Err(handshake_error("bad magic: the peer is not an rdma-hint UCX transport"));
-        }
-        let version = reader.u16()?;
-        if version != VERSION {
-            return Err(handshake_error(format!(
-                "protocol version {version} is not spoken here (only {VERSION})"
-            )));
-        }
+        reader.preamble(MAGIC, VERSION, "an rdma-hint UCX transport")?;
         let worker_address = reader.bytes_u16(MAX_WORKER_ADDRESS_BYTES, "worker address")?;
         if worker_address.is_empty() {
             return Err(handshake_error("empty worker address"));

@@ -52,6 +52,23 @@ impl<R: Read> WireReader<R> {
         Ok(bytes)
     }
 
+    /// Reads and checks the 8-byte magic and the u16 version every hello starts with; `who`
+    /// names the expected peer in the error (e.g. "an rdma-hint UCX transport").
+    pub fn preamble(&mut self, magic: [u8; 8], version: u16, who: &str) -> Result<(), TransportError> {
+        let mut found = [0u8; 8];
+        self.exact(&mut found)?;
+        if found != magic {
+            return Err(handshake_error(format!("bad magic: the peer is not {who}")));
+        }
+        let found = self.u16()?;
+        if found != version {
+            return Err(handshake_error(format!(
+                "protocol version {found} is not spoken here (only {version})"
+            )));
+        }
+        Ok(())
+    }
+
     /// One byte.
     pub fn u8(&mut self) -> Result<u8, TransportError> {
         Ok(self.array::<1>()?[0])

@@ -1,9 +1,59 @@
 //! Establishing the OOB TCP connection within a deadline.
 
-use rdma_hint_core::TransportError;
+use rdma_hint_core::{PeerEndpoint, TransportError};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+/// How a transport meets its peer: an optional listener bound ahead of time (so the peer can be
+/// told the port before `connect`), then one stream per connect, dialled or accepted.
+///
+/// ```
+/// use rdma_hint_core::PeerEndpoint;
+/// use rdma_hint_oob::Rendezvous;
+/// use std::time::{Duration, Instant};
+///
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// let listening = Rendezvous::default();
+/// let address = listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+/// let dialer = std::thread::spawn(move || {
+///     Rendezvous::default().connect(PeerEndpoint::Dial(address), deadline).unwrap()
+/// });
+/// let accepted = listening.connect(PeerEndpoint::Listen(address), deadline).unwrap();
+/// assert_eq!(accepted.peer_addr().unwrap(), dialer.join().unwrap().local_addr().unwrap());
+/// ```
+#[derive(Debug, Default)]
+pub struct Rendezvous {
+    listener: Mutex<Option<Listener>>,
+}
+
+impl Rendezvous {
+    /// Binds the listener now (port 0 picks a free port) and returns its address.
+    pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        let listener = Listener::bind(address)?;
+        let bound = listener.local_addr();
+        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
+        Ok(bound)
+    }
+
+    /// Dials the peer, or accepts it on the listener bound by [`Rendezvous::bind`] (binding
+    /// `address` now if none was), within `deadline`; the stream comes back [`prepare`]d.
+    pub fn connect(&self, peer: PeerEndpoint, deadline: Instant) -> Result<TcpStream, TransportError> {
+        let stream = match peer {
+            PeerEndpoint::Dial(address) => dial(address, deadline)?,
+            PeerEndpoint::Listen(address) => {
+                let listener = match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    Some(listener) => listener,
+                    None => Listener::bind(address)?,
+                };
+                listener.accept(deadline)?
+            }
+        };
+        prepare(&stream, deadline)?;
+        Ok(stream)
+    }
+}
 
 /// A bound OOB listener. Bind it before telling the peer where to dial, then [`accept`](Listener::accept).
 #[derive(Debug)]

@@ -49,3 +49,16 @@ impl Token {
         difference == 0
     }
 }
+
+/// Admits a peer that presented `presented` when this side expects `expected` (no token
+/// configured: everyone). A refusal is logged with the peer's address and is a
+/// [`TransportError::Handshake`].
+pub fn admit(expected: Option<&Token>, presented: &[u8], peer: &str) -> Result<(), TransportError> {
+    match expected {
+        Some(token) if !token.matches(presented) => {
+            tracing::warn!(%peer, "rejected peer (wrong or missing token)");
+            Err(TransportError::Handshake("the peer presented a wrong or no token".into()))
+        }
+        _ => Ok(()),
+    }
+}
