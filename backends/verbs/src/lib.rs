@@ -1,28 +1,30 @@
-//! Raw ibverbs RC backend for rdma-hint.
+//! # rdma-hint-verbs
 //!
-//! Not implemented yet: [`VerbsTransport::open`] answers [`TransportError::NotImplemented`] so
-//! embedders and the CLI can say why verbs hints come from sysfs facts only. The RC queue pairs,
-//! run-time loading of libibverbs and the Soft-RoCE harness are tracked in issue #4.
+//! The raw ibverbs backend: [`VerbsTransport`] moves blocks with RDMA WRITE (and WRITE WITH
+//! IMMEDIATE for the receiver's arrival) on one RC queue pair, chained work-request lists posted
+//! with one `ibv_post_send`, selective signalling, CQ polling with deadlines. libibverbs is
+//! loaded at run time (through `rdma-mummy-sys`), so a binary built with this backend starts on
+//! a machine without rdma-core and [`devices`] answers why there is nothing to use.
+//!
+//! ```no_run
+//! use rdma_hint_core::Transport;
+//! use rdma_hint_verbs::VerbsTransport;
+//!
+//! let transport = VerbsTransport::open(Some("rxe0")).unwrap();
+//! let facts = &transport.capabilities().facts;
+//! println!("{}: {:.1} GB/s, MTU {:?} B, max message {} B", facts.id, facts.wire_gbps,
+//!          facts.mtu_bytes, facts.max_msg_bytes);
+//! ```
 
-use rdma_hint_core::TransportError;
+mod device;
+mod region;
+mod status;
+mod transport;
+pub mod wire;
+
+pub use device::{devices, library_loaded, DeviceFacts};
+pub use region::MAX_REGION_BYTES;
+pub use transport::{VerbsTransport, UNKNOWN_REGION};
 
 /// Backend name used in transport ids (`verbs:<device>`).
 pub const BACKEND: &str = "verbs";
-
-/// An RC queue-pair transport on one RDMA device.
-#[derive(Debug)]
-pub struct VerbsTransport {
-    _not_constructible: (),
-}
-
-impl VerbsTransport {
-    /// Opens `device` (e.g. `mlx5_0`, `rxe0`).
-    ///
-    /// ```
-    /// use rdma_hint_verbs::VerbsTransport;
-    /// assert!(VerbsTransport::open("rxe0").is_err());
-    /// ```
-    pub fn open(_device: &str) -> Result<VerbsTransport, TransportError> {
-        Err(TransportError::NotImplemented { backend: BACKEND, tracking: "issue #4" })
-    }
-}

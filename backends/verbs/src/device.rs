@@ -1,0 +1,282 @@
+//! Devices and their capabilities: `ibv_query_device` / `ibv_query_port` as hint-model facts.
+
+use crate::status::unavailable;
+use rdma_hint_core::{TransportError, TransportFacts, TransportKind};
+use rdma_mummy_sys as ibv;
+use std::ffi::CStr;
+
+/// Fixed cost per posted work request on a hardware NIC in µs (doorbell + WQE fetch + CQE share).
+const NIC_PER_OP_US: f64 = 0.35;
+/// The same for Soft-RoCE, where the kernel does the NIC's work per packet.
+const SOFT_ROCE_PER_OP_US: f64 = 5.0;
+
+/// What the backend knows about one RDMA device's active port.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceFacts {
+    /// Device name (`mlx5_0`, `rxe0`).
+    pub name: String,
+    /// The port used (the first active one).
+    pub port: u8,
+    /// Facts for the hint model, `queried_from_backend: true`.
+    pub facts: TransportFacts,
+    /// Firmware version as the device reports it.
+    pub firmware: String,
+    /// Work requests a QP may hold (`max_qp_wr`).
+    pub max_qp_wr: u32,
+    /// Scatter/gather entries per work request (`max_sge`).
+    pub max_sge: u32,
+    /// One line with every capability and its unit, for the probe.
+    pub summary: String,
+}
+
+/// Whether libibverbs could be loaded (`libibverbs.so.1`, package `libibverbs1` / rdma-core).
+pub fn library_loaded() -> bool {
+    // SAFETY: dlopen with a NUL-terminated name; the handle is released right away (the loader
+    // keeps the library mapped while rdma-mummy-sys holds its own handle).
+    unsafe {
+        let handle = libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            return false;
+        }
+        libc::dlclose(handle);
+    }
+    true
+}
+
+/// An open device context, closed on drop.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub(crate) raw: *mut ibv::ibv_context,
+    pub(crate) name: String,
+}
+
+// SAFETY: an ibv_context may be used from any thread (libibverbs is thread-safe); it is
+// closed once, on drop.
+unsafe impl Send for Context {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: opened by ibv_open_device, closed once; everything created on it was
+        // destroyed first (the transport drops its QP, CQs, MRs and PD before the context).
+        unsafe { ibv::ibv_close_device(self.raw) };
+    }
+}
+
+/// Why no device can be used, in words a person can act on.
+fn no_library() -> TransportError {
+    TransportError::Unavailable {
+        backend: crate::BACKEND,
+        reason: "no libibverbs: libibverbs.so.1 cannot be loaded (install rdma-core and ibverbs-providers)"
+            .into(),
+    }
+}
+
+/// Opens `name`, or the first device when `None`.
+pub(crate) fn open(name: Option<&str>) -> Result<Context, TransportError> {
+    if !library_loaded() {
+        return Err(no_library());
+    }
+    let mut count = 0;
+    // SAFETY: libibverbs allocates the list; it is freed below after the chosen device is opened.
+    let list = unsafe { ibv::ibv_get_device_list(&mut count) };
+    if list.is_null() {
+        return Err(unavailable("ibv_get_device_list"));
+    }
+    let mut found = None;
+    let mut names = Vec::new();
+    for index in 0..count.max(0) as usize {
+        // SAFETY: `list` holds `count` device pointers.
+        let device = unsafe { *list.add(index) };
+        // SAFETY: a device of the list has a NUL-terminated name owned by libibverbs.
+        let device_name =
+            unsafe { CStr::from_ptr(ibv::ibv_get_device_name(device)) }.to_string_lossy().into_owned();
+        if found.is_none() && name.is_none_or(|wanted| wanted == device_name) {
+            found = Some((device, device_name.clone()));
+        }
+        names.push(device_name);
+    }
+    let result = match found {
+        Some((device, device_name)) => {
+            // SAFETY: `device` comes from the live list.
+            let raw = unsafe { ibv::ibv_open_device(device) };
+            if raw.is_null() {
+                Err(unavailable("ibv_open_device"))
+            } else {
+                Ok(Context { raw, name: device_name })
+            }
+        }
+        None => Err(TransportError::Unavailable {
+            backend: crate::BACKEND,
+            reason: match name {
+                Some(wanted) => format!("no RDMA device named {wanted} (devices: {})", names.join(", ")),
+                None => "no RDMA device (ibv_get_device_list found none)".into(),
+            },
+        }),
+    };
+    // SAFETY: the list came from ibv_get_device_list; an opened context does not need it.
+    unsafe { ibv::ibv_free_device_list(list) };
+    result
+}
+
+/// The device and port attributes of `context`'s first active port.
+pub(crate) fn query(
+    context: &Context,
+) -> Result<(ibv::ibv_device_attr, u8, ibv::ibv_port_attr), TransportError> {
+    // SAFETY: plain C structs, zero is a valid bit pattern; filled by the queries below.
+    let mut device: ibv::ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: `context.raw` is open; `device` is a valid out-pointer.
+    if unsafe { ibv::ibv_query_device(context.raw, &mut device) } != 0 {
+        return Err(unavailable("ibv_query_device"));
+    }
+    for port in 1..=device.phys_port_cnt {
+        // SAFETY: as above.
+        let mut attr: ibv::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: `port` is within phys_port_cnt; `attr` is a valid out-pointer.
+        if unsafe { ibv::ibv_query_port(context.raw, port, &mut attr) } != 0 {
+            return Err(unavailable("ibv_query_port"));
+        }
+        if attr.state == ibv::ibv_port_state::IBV_PORT_ACTIVE {
+            return Ok((device, port, attr));
+        }
+    }
+    Err(TransportError::Unavailable {
+        backend: crate::BACKEND,
+        reason: format!("{}: no active port", context.name),
+    })
+}
+
+/// Bytes of an `ibv_mtu` value (IBV_MTU_256 = 1 … IBV_MTU_4096 = 5).
+pub(crate) fn mtu_bytes(mtu: u32) -> Option<u64> {
+    (1..=5).contains(&mtu).then(|| 128u64 << mtu)
+}
+
+/// Link rate in Gb/s from `active_width` and `active_speed` codes (as `ibv_devinfo` decodes
+/// them), `None` for codes it does not know.
+pub(crate) fn link_gbits(width: u8, speed: u8) -> Option<f64> {
+    let lanes = match width {
+        1 => 1.0,
+        2 => 4.0,
+        4 => 8.0,
+        8 => 12.0,
+        16 => 2.0,
+        _ => return None,
+    };
+    let per_lane = match speed {
+        1 => 2.5,
+        2 => 5.0,
+        4 => 10.0,
+        8 => 10.3125,
+        16 => 14.0625,
+        32 => 25.78125,
+        64 => 53.125,
+        128 => 106.25,
+        _ => return None,
+    };
+    Some(lanes * per_lane)
+}
+
+/// Facts of `context`'s active port.
+pub(crate) fn facts(context: &Context) -> Result<DeviceFacts, TransportError> {
+    let (device, port, attr) = query(context)?;
+    let soft_roce = context.name.starts_with("rxe") || device.vendor_id == 0xffffff;
+    let gbits = link_gbits(attr.active_width, attr.active_speed).unwrap_or(10.0);
+    let mtu = mtu_bytes(attr.active_mtu);
+    // SAFETY: fw_ver is a NUL-terminated C string inside the struct.
+    let firmware = unsafe { CStr::from_ptr(device.fw_ver.as_ptr()) }.to_string_lossy().into_owned();
+    let facts = TransportFacts {
+        id: format!("{}:{}", crate::BACKEND, context.name),
+        kind: TransportKind::Verbs,
+        wire_gbps: gbits / 8.0,
+        nic_pcie: None,
+        per_op_overhead_us: if soft_roce { SOFT_ROCE_PER_OP_US } else { NIC_PER_OP_US },
+        mtu_bytes: mtu,
+        max_msg_bytes: u64::from(attr.max_msg_sz),
+        max_payload_bytes: None,
+        queried_from_backend: true,
+    };
+    let summary = format!(
+        "port {port}: active MTU {} B, max_msg_sz {} B, max_qp_wr {}, max_sge {}, max_mr_size {} B, link {}x{} = {gbits:.1} Gb/s{}",
+        mtu.unwrap_or(0),
+        attr.max_msg_sz,
+        device.max_qp_wr,
+        device.max_sge,
+        device.max_mr_size,
+        attr.active_width,
+        attr.active_speed,
+        if soft_roce { " (Soft-RoCE: per-op cost of the kernel's rxe)" } else { "" }
+    );
+    Ok(DeviceFacts {
+        name: context.name.clone(),
+        port,
+        facts,
+        firmware,
+        max_qp_wr: device.max_qp_wr.max(1) as u32,
+        max_sge: device.max_sge.max(1) as u32,
+        summary,
+    })
+}
+
+/// Every RDMA device with an active port, or why there is none (no libibverbs, no device).
+///
+/// ```
+/// // On a machine without rdma-core this is an error that says so, not a crash.
+/// match rdma_hint_verbs::devices() {
+///     Ok(devices) => println!("{} device(s)", devices.len()),
+///     Err(why) => println!("no verbs devices: {why}"),
+/// }
+/// ```
+pub fn devices() -> Result<Vec<DeviceFacts>, TransportError> {
+    if !library_loaded() {
+        return Err(no_library());
+    }
+    let mut count = 0;
+    // SAFETY: as in `open`; freed below.
+    let list = unsafe { ibv::ibv_get_device_list(&mut count) };
+    if list.is_null() {
+        return Err(unavailable("ibv_get_device_list"));
+    }
+    let mut names = Vec::new();
+    for index in 0..count.max(0) as usize {
+        // SAFETY: `list` holds `count` device pointers with NUL-terminated names.
+        names.push(
+            unsafe { CStr::from_ptr(ibv::ibv_get_device_name(*list.add(index))) }
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    // SAFETY: the list came from ibv_get_device_list.
+    unsafe { ibv::ibv_free_device_list(list) };
+    if names.is_empty() {
+        return Err(TransportError::Unavailable {
+            backend: crate::BACKEND,
+            reason: "no RDMA device (libibverbs loaded, ibv_get_device_list found none)".into(),
+        });
+    }
+    let mut out = Vec::new();
+    for name in names {
+        match open(Some(&name)).and_then(|context| facts(&context)) {
+            Ok(device) => out.push(device),
+            Err(err) => tracing::debug!(%name, %err, "verbs: device skipped"),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_decode_as_ibv_devinfo_does() {
+        assert_eq!(mtu_bytes(5), Some(4096));
+        assert_eq!(mtu_bytes(3), Some(1024));
+        assert_eq!(mtu_bytes(0), None);
+        assert_eq!(link_gbits(2, 32), Some(103.125)); // 4x EDR
+        assert_eq!(link_gbits(2, 64), Some(212.5)); // 4x HDR
+        assert_eq!(link_gbits(2, 128), Some(425.0)); // 4x NDR
+        assert_eq!(link_gbits(1, 1), Some(2.5));
+        assert_eq!(link_gbits(3, 1), None);
+    }
+}

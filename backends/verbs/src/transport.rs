@@ -1,0 +1,745 @@
+//! `VerbsTransport`: one RC queue pair, the `Transport` implementation.
+
+use crate::device::{self, Context, DeviceFacts};
+use crate::region::Region;
+use crate::status::{check, unavailable};
+use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
+use async_trait::async_trait;
+use rdma_hint_core::{
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    RemoteRegion, Transport, TransportError, WriteOp,
+};
+use rdma_hint_oob::{admit, Rendezvous, Token, WireReader};
+use rdma_mummy_sys as ibv;
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+/// Send-queue depth asked for (bounded by the device's `max_qp_wr`).
+const SQ_DEPTH: u32 = 1024;
+/// Receive WRs kept posted for writes with immediate (each consumes one).
+const RQ_DEPTH: u32 = 256;
+/// Work requests chained into one `ibv_post_send`.
+const MAX_WRS_PER_POST: u32 = 64;
+/// How long a waiter polls the CQ before it starts sleeping between polls.
+const SPIN: Duration = Duration::from_micros(200);
+/// Sleep between CQ polls after the spin (bounds added latency for long waits).
+const NAP: Duration = Duration::from_micros(50);
+/// How often waits look at the out-of-band socket for a peer that went away.
+const LIVENESS_EVERY: Duration = Duration::from_millis(1);
+/// `Arrival::region` when the receiver exposed several regions: RDMA WRITE WITH IMM does not
+/// say which one was written.
+pub const UNKNOWN_REGION: RegionId = RegionId(u32::MAX);
+
+struct Posting {
+    wrs: Vec<ibv::ibv_send_wr>,
+    sges: Vec<ibv::ibv_sge>,
+    /// Work requests posted and not yet retired by a signalled completion.
+    in_flight: usize,
+    /// For each signalled WR in posting order: how many WRs its completion retires.
+    retires: VecDeque<usize>,
+    since_signal: usize,
+}
+
+struct Polling {
+    wcs: Vec<ibv::ibv_wc>,
+    checked: Instant,
+}
+
+/// Raw ibverbs RC transport over one device port.
+///
+/// `register` maps and registers host memory for local access; `connect` exchanges QP numbers,
+/// PSNs, GIDs, MTU and, for each exposed region, address, length and the rkey of a second
+/// registration with remote write (regions never exposed have no rkey), then moves the QP
+/// INIT → RTR → RTS. `post_writes` chains one `ibv_send_wr` per op (RDMA WRITE, or WRITE WITH
+/// IMM) into a single `ibv_post_send`; only ops marked signalled produce completions. Waits poll
+/// the CQ (spinning 200 µs, then napping 50 µs) up to their deadline and watch the out-of-band
+/// socket, so a peer that dies is `PeerGone` within milliseconds, before RC retries run out.
+///
+/// ```no_run
+/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_verbs::VerbsTransport;
+/// use std::time::{Duration, Instant};
+///
+/// let transport = VerbsTransport::open(Some("rxe0")).unwrap();
+/// let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+/// let deadline = Instant::now() + Duration::from_secs(10);
+/// let peer = PeerEndpoint::Dial("10.77.0.2:7000".parse().unwrap());
+/// let remote = pollster::block_on(transport.connect(peer, &[region.id], deadline)).unwrap();
+/// ```
+pub struct VerbsTransport {
+    caps: Capabilities,
+    device: DeviceFacts,
+    regions: RwLock<Vec<Option<Region>>>,
+    remote: OnceLock<Vec<Option<ExposedRegion>>>,
+    exposed: OnceLock<Vec<u32>>,
+    posting: Mutex<Posting>,
+    polling: Mutex<Polling>,
+    rendezvous: Rendezvous,
+    token: Option<Token>,
+    oob: OnceLock<TcpStream>,
+    broken: OnceLock<String>,
+    gid_index: i32,
+    gid: [u8; 16],
+    port: u8,
+    active_mtu: u8,
+    rq_depth: u32,
+    qp: *mut ibv::ibv_qp,
+    send_cq: *mut ibv::ibv_cq,
+    recv_cq: *mut ibv::ibv_cq,
+    pd: *mut ibv::ibv_pd,
+    // Dropped last: everything above was created on it.
+    _context: Context,
+}
+
+// SAFETY: libibverbs objects may be used from any thread; posting is serialized by `posting`,
+// CQ polling and receive re-posting by `polling`, region changes by `regions`' lock. The raw
+// handles are destroyed once, in `Drop`.
+unsafe impl Send for VerbsTransport {}
+// SAFETY: see `Send`.
+unsafe impl Sync for VerbsTransport {}
+
+impl std::fmt::Debug for VerbsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsTransport").field("device", &self.device.name).field("port", &self.port).finish()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Picks the GID to address this port by: `RDMA_HINT_GID_INDEX` if set, else the first
+/// IPv4-mapped RoCE v2 entry (what rdma_cm and perftest's `-x` usually pick), else the first
+/// IPv4-mapped one, else the first non-zero one.
+fn choose_gid(context: &Context, port: u8, table_len: i32) -> Result<(i32, [u8; 16]), TransportError> {
+    let query = |index: i32| -> Option<[u8; 16]> {
+        // SAFETY: ibv_gid is plain bytes; zero is valid.
+        let mut gid: ibv::ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: `context` is open, `index` is within the table, `gid` a valid out-pointer.
+        let status = unsafe { ibv::ibv_query_gid(context.raw, port, index, &mut gid) };
+        // SAFETY: every bit pattern of the union is valid bytes.
+        let raw = unsafe { gid.raw };
+        (status == 0).then_some(raw)
+    };
+    if let Some(index) = std::env::var("RDMA_HINT_GID_INDEX").ok().and_then(|v| v.parse::<i32>().ok()) {
+        let gid = query(index).ok_or_else(|| unavailable("ibv_query_gid (RDMA_HINT_GID_INDEX)"))?;
+        return Ok((index, gid));
+    }
+    let roce_v2 = |index: i32| {
+        std::fs::read_to_string(format!(
+            "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types/{index}",
+            context.name
+        ))
+        .is_ok_and(|kind| kind.trim().eq_ignore_ascii_case("RoCE v2"))
+    };
+    let ipv4_mapped =
+        |gid: &[u8; 16]| gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
+    let table: Vec<(i32, [u8; 16])> = (0..table_len.clamp(0, 256))
+        .filter_map(|i| query(i).map(|g| (i, g)))
+        .filter(|(_, g)| g.iter().any(|b| *b != 0))
+        .collect();
+    table
+        .iter()
+        .find(|(i, g)| ipv4_mapped(g) && roce_v2(*i))
+        .or_else(|| table.iter().find(|(_, g)| ipv4_mapped(g)))
+        .or_else(|| table.first())
+        .copied()
+        .ok_or_else(|| TransportError::Unavailable {
+            backend: crate::BACKEND,
+            reason: format!(
+                "{}: port {port} has no usable GID (is an IP address configured on its netdev?)",
+                context.name
+            ),
+        })
+}
+
+fn initial_psn() -> u32 {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    (nanos ^ std::process::id().rotate_left(12)) & 0x00ff_ffff
+}
+
+impl VerbsTransport {
+    /// Opens `device` (e.g. `rxe0`, `mlx5_0`; `None`: the first device) on its first active
+    /// port: protection domain, send and receive CQs and an RC QP sized from the device caps.
+    ///
+    /// Without libibverbs or without a device this is [`TransportError::Unavailable`] saying so.
+    pub fn open(device: Option<&str>) -> Result<VerbsTransport, TransportError> {
+        let context = device::open(device)?;
+        let facts = device::facts(&context)?;
+        let (_, port, port_attr) = device::query(&context)?;
+        let (gid_index, gid) = choose_gid(&context, port, port_attr.gid_tbl_len)?;
+        let sq_depth = SQ_DEPTH.min(facts.max_qp_wr);
+        let rq_depth = RQ_DEPTH.min(facts.max_qp_wr);
+        // SAFETY: `context` is open; each object is checked for null and destroyed in `Drop`
+        // (or below when a later step fails).
+        let pd = unsafe { ibv::ibv_alloc_pd(context.raw) };
+        if pd.is_null() {
+            return Err(unavailable("ibv_alloc_pd"));
+        }
+        // SAFETY: as above.
+        let send_cq = unsafe {
+            ibv::ibv_create_cq(context.raw, sq_depth as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        };
+        // SAFETY: as above.
+        let recv_cq = unsafe {
+            ibv::ibv_create_cq(context.raw, rq_depth as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        };
+        let mut init = ibv::ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq,
+            recv_cq,
+            srq: std::ptr::null_mut(),
+            cap: ibv::ibv_qp_cap {
+                max_send_wr: sq_depth,
+                max_recv_wr: rq_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: ibv::ibv_qp_type::IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        let qp = if send_cq.is_null() || recv_cq.is_null() {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: `pd` and both CQs are live; `init` is valid for the call.
+            unsafe { ibv::ibv_create_qp(pd, &mut init) }
+        };
+        if qp.is_null() {
+            let error = unavailable("ibv_create_cq / ibv_create_qp");
+            // SAFETY: undo what was created above, each once.
+            unsafe {
+                if !send_cq.is_null() {
+                    ibv::ibv_destroy_cq(send_cq);
+                }
+                if !recv_cq.is_null() {
+                    ibv::ibv_destroy_cq(recv_cq);
+                }
+                ibv::ibv_dealloc_pd(pd);
+            }
+            return Err(error);
+        }
+        let max_wrs_per_post = MAX_WRS_PER_POST.min(sq_depth);
+        let caps = Capabilities {
+            facts: facts.facts.clone(),
+            max_outstanding_wrs: sq_depth,
+            max_wrs_per_post,
+            max_sges: 1,
+            memory_kinds: vec![MemoryKind::Host],
+        };
+        // SAFETY: ibv_send_wr, ibv_sge and ibv_wc are plain C structs; all-zero is valid.
+        let (wrs, sges, wcs) = unsafe {
+            (
+                (0..max_wrs_per_post).map(|_| std::mem::zeroed()).collect(),
+                (0..max_wrs_per_post).map(|_| std::mem::zeroed()).collect(),
+                (0..64).map(|_| std::mem::zeroed()).collect(),
+            )
+        };
+        Ok(VerbsTransport {
+            caps,
+            device: facts,
+            regions: RwLock::new(Vec::new()),
+            remote: OnceLock::new(),
+            exposed: OnceLock::new(),
+            posting: Mutex::new(Posting {
+                wrs,
+                sges,
+                in_flight: 0,
+                retires: VecDeque::with_capacity(sq_depth as usize),
+                since_signal: 0,
+            }),
+            polling: Mutex::new(Polling { wcs, checked: Instant::now() }),
+            rendezvous: Rendezvous::default(),
+            token: None,
+            oob: OnceLock::new(),
+            broken: OnceLock::new(),
+            gid_index,
+            gid,
+            port,
+            active_mtu: port_attr.active_mtu as u8,
+            rq_depth,
+            qp,
+            send_cq,
+            recv_cq,
+            pd,
+            _context: context,
+        })
+    }
+
+    /// Requires the peer to present `token` (1…64 bytes, pre-shared out of band) in its hello,
+    /// and presents it in ours; compared in constant time, a mismatch is rejected and logged.
+    pub fn with_token(mut self, token: &[u8]) -> Result<VerbsTransport, TransportError> {
+        self.token = Some(Token::new(token)?);
+        Ok(self)
+    }
+
+    /// Binds the out-of-band listener now (port 0 picks one) and returns its address.
+    pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        self.rendezvous.bind(address)
+    }
+
+    /// What `ibv_query_device` / `ibv_query_port` said about this device.
+    pub fn device(&self) -> &DeviceFacts {
+        &self.device
+    }
+
+    fn modify(&self, attr: &mut ibv::ibv_qp_attr, mask: u32, step: &str) -> Result<(), TransportError> {
+        // SAFETY: `qp` is live; `attr` is valid for the call and `mask` names its set fields.
+        check(unsafe { ibv::ibv_modify_qp(self.qp, attr, mask as i32) }, step)
+    }
+
+    /// INIT → (receive WRs posted) → RTR → RTS against the peer's hello.
+    fn bring_up(&self, peer: &Hello, psn: u32) -> Result<(), TransportError> {
+        use ibv::ibv_qp_attr_mask as m;
+        // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
+        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_INIT;
+        attr.pkey_index = 0;
+        attr.port_num = self.port;
+        attr.qp_access_flags = ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        self.modify(
+            &mut attr,
+            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0,
+            "ibv_modify_qp(INIT)",
+        )?;
+        for _ in 0..self.rq_depth {
+            self.post_receive()?;
+        }
+        // SAFETY: as above.
+        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_RTR;
+        attr.path_mtu = u32::from(self.active_mtu.min(peer.mtu));
+        attr.dest_qp_num = peer.qpn;
+        attr.rq_psn = peer.psn;
+        attr.max_dest_rd_atomic = 1;
+        attr.min_rnr_timer = 12;
+        attr.ah_attr.is_global = 1;
+        attr.ah_attr.dlid = peer.lid;
+        attr.ah_attr.port_num = self.port;
+        attr.ah_attr.grh.dgid.raw = peer.gid;
+        attr.ah_attr.grh.sgid_index = self.gid_index as u8;
+        attr.ah_attr.grh.hop_limit = 64;
+        self.modify(
+            &mut attr,
+            (m::IBV_QP_STATE
+                | m::IBV_QP_AV
+                | m::IBV_QP_PATH_MTU
+                | m::IBV_QP_DEST_QPN
+                | m::IBV_QP_RQ_PSN
+                | m::IBV_QP_MAX_DEST_RD_ATOMIC
+                | m::IBV_QP_MIN_RNR_TIMER)
+                .0,
+            "ibv_modify_qp(RTR)",
+        )?;
+        // SAFETY: as above.
+        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_RTS;
+        // 4.096 µs · 2^14 ≈ 67 ms per try, 7 tries: a dead peer fails a WR in about half a second.
+        attr.timeout = 14;
+        attr.retry_cnt = 7;
+        attr.rnr_retry = 7;
+        attr.sq_psn = psn;
+        attr.max_rd_atomic = 1;
+        self.modify(
+            &mut attr,
+            (m::IBV_QP_STATE
+                | m::IBV_QP_TIMEOUT
+                | m::IBV_QP_RETRY_CNT
+                | m::IBV_QP_RNR_RETRY
+                | m::IBV_QP_SQ_PSN
+                | m::IBV_QP_MAX_QP_RD_ATOMIC)
+                .0,
+            "ibv_modify_qp(RTS)",
+        )
+    }
+
+    /// One zero-SGE receive WR, consumed by a write with immediate.
+    fn post_receive(&self) -> Result<(), TransportError> {
+        let mut wr = ibv::ibv_recv_wr {
+            wr_id: 0,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        };
+        let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: `qp` is live; `wr` is valid for the call (no SGEs, nothing to keep alive).
+        check(unsafe { ibv::ibv_post_recv(self.qp, &mut wr, &mut bad) }, "ibv_post_recv")
+    }
+
+    fn gone(&self) -> TransportError {
+        TransportError::PeerGone(
+            self.broken.get().cloned().unwrap_or_else(|| "the connection is closed".into()),
+        )
+    }
+
+    /// Looks at the out-of-band socket (at most every millisecond): EOF means the peer process
+    /// is gone, whatever the QP still believes.
+    fn watch_peer(&self, polling: &mut Polling) {
+        if polling.checked.elapsed() < LIVENESS_EVERY || self.broken.get().is_some() {
+            return;
+        }
+        polling.checked = Instant::now();
+        let Some(stream) = self.oob.get() else { return };
+        let mut byte = [0u8; 1];
+        let why = match stream.peek(&mut byte) {
+            Ok(0) => "the peer closed the connection (process exited or was killed)".to_string(),
+            Ok(_) => "the peer sent unexpected bytes on the out-of-band socket".to_string(),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return,
+            Err(e) => format!("out-of-band socket failed: {e}"),
+        };
+        tracing::warn!(%why, "verbs: connection lost");
+        let _ = self.broken.set(why);
+    }
+
+    fn wait_loop<T>(
+        &self,
+        out: &mut [T],
+        deadline: Instant,
+        what: &'static str,
+        poll: impl Fn(&Self, &mut [T]) -> Result<usize, TransportError>,
+    ) -> Result<usize, TransportError> {
+        let started = Instant::now();
+        loop {
+            let ready = poll(self, out)?;
+            if ready > 0 || out.is_empty() {
+                return Ok(ready);
+            }
+            if self.broken.get().is_some() {
+                return Err(self.gone());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TransportError::DeadlineExceeded {
+                    what,
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            if now - started < SPIN {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(NAP.min(deadline - now));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for VerbsTransport {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        if kind != MemoryKind::Host {
+            // GPU memory would go through ibv_reg_dmabuf_mr; not implemented (no NIC here to test it on).
+            return Err(TransportError::UnsupportedMemory { kind });
+        }
+        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        if table.iter().flatten().count() >= MAX_REGIONS {
+            return Err(TransportError::Registration {
+                len,
+                reason: format!("at most {MAX_REGIONS} regions"),
+            });
+        }
+        let region = Region::register(self.pd, len)?;
+        let id = table.iter().position(Option::is_none).unwrap_or_else(|| {
+            table.push(None);
+            table.len() - 1
+        });
+        table[id] = Some(region);
+        Ok(LocalRegion { id: RegionId(id as u32), kind, len })
+    }
+
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        if self.exposed.get().is_some_and(|e| e.contains(&region.0)) && self.broken.get().is_none() {
+            return Err(TransportError::Registration {
+                len: 0,
+                reason: format!(
+                    "region {} is exposed to the connected peer; drop the transport to release it",
+                    region.0
+                ),
+            });
+        }
+        if lock(&self.posting).in_flight > 0 {
+            return Err(TransportError::Registration {
+                len: 0,
+                reason: "writes are in flight; wait for their completions first".into(),
+            });
+        }
+        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        table
+            .get_mut(region.0 as usize)
+            .and_then(Option::take)
+            .map(drop)
+            .ok_or(TransportError::UnregisteredRegion(region))
+    }
+
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        table
+            .get(region.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TransportError::UnregisteredRegion(region))?
+            .copy_in(offset, data)
+    }
+
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        table
+            .get(region.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TransportError::UnregisteredRegion(region))?
+            .copy_out(offset, out)
+    }
+
+    async fn connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        if self.remote.get().is_some() {
+            return Err(TransportError::Handshake("already connected".into()));
+        }
+        if expose.len() > MAX_REGIONS {
+            return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
+        }
+        let mut stream = self.rendezvous.connect(peer, deadline)?;
+        let mut regions = Vec::with_capacity(expose.len());
+        {
+            let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+            for id in expose {
+                let region = table
+                    .get_mut(id.0 as usize)
+                    .and_then(Option::as_mut)
+                    .ok_or(TransportError::UnregisteredRegion(*id))?;
+                let rkey = region.expose(self.pd)?;
+                regions.push(ExposedRegion { id: id.0, address: region.address(0), len: region.len(), rkey });
+            }
+        }
+        let psn = initial_psn();
+        // SAFETY: `qp` is live; qp_num is a plain field.
+        let qpn = unsafe { (*self.qp).qp_num };
+        let lid = 0; // RoCE: addressing is by GID.
+        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
+        let hello = Hello { lid, qpn, psn, gid: self.gid, mtu: self.active_mtu, regions, token };
+        stream.write_all(&hello.encode())?;
+        let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+        let theirs = Hello::decode(&mut stream).inspect_err(|e| {
+            tracing::warn!(peer = %peer_address, error = %e, "verbs: rejected peer (hello)");
+        })?;
+        admit(self.token.as_ref(), &theirs.token, &peer_address)?;
+        self.bring_up(&theirs, psn)?;
+        stream.write_all(&[READY])?;
+        let mut byte = [0u8; 1];
+        match WireReader::new(&mut stream).exact(&mut byte) {
+            Ok(()) if byte[0] == READY => {}
+            Ok(()) => {
+                return Err(TransportError::Handshake(format!(
+                    "expected the ready byte, got {:#04x}",
+                    byte[0]
+                )))
+            }
+            Err(TransportError::PeerGone(_)) => {
+                return Err(TransportError::Handshake(
+                    "the peer closed the connection instead of confirming: it rejected our hello".into(),
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+        stream.set_nonblocking(true)?;
+        let _ = self.oob.set(stream);
+        let mut remote: Vec<Option<ExposedRegion>> = Vec::new();
+        for region in &theirs.regions {
+            let index = region.id as usize;
+            if remote.len() <= index {
+                remote.resize(index + 1, None);
+            }
+            remote[index] = Some(*region);
+        }
+        let _ = self.exposed.set(expose.iter().map(|id| id.0).collect());
+        let _ = self.remote.set(remote);
+        Ok(theirs.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+    }
+
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
+        let remote = self
+            .remote
+            .get()
+            .ok_or_else(|| TransportError::Handshake("not connected: call connect first".into()))?;
+        if self.broken.get().is_some() {
+            return Err(self.gone());
+        }
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        let mut posting = lock(&self.posting);
+        let room = self.caps.max_outstanding_wrs as usize - posting.in_flight;
+        if ops.len() > room {
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max: room as u32 });
+        }
+        let Posting { wrs, sges, .. } = &mut *posting;
+        for (index, op) in ops.iter().enumerate() {
+            let local = table
+                .get(op.local.0 as usize)
+                .and_then(Option::as_ref)
+                .ok_or(TransportError::UnregisteredRegion(op.local))?;
+            let target = remote
+                .get(op.remote.0 as usize)
+                .and_then(Option::as_ref)
+                .ok_or(TransportError::UnregisteredRegion(op.remote))?;
+            op.check(
+                &LocalRegion { id: op.local, kind: MemoryKind::Host, len: local.len() },
+                &RemoteRegion { id: op.remote, len: target.len },
+                self.caps.facts.max_msg_bytes,
+            )?;
+            sges[index] = ibv::ibv_sge {
+                addr: local.address(op.local_offset),
+                length: op.len as u32,
+                lkey: local.lkey(),
+            };
+            let wr = &mut wrs[index];
+            wr.wr_id = op.wr_id;
+            wr.num_sge = 1;
+            wr.opcode = if op.imm.is_some() {
+                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+            } else {
+                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            };
+            wr.send_flags = if op.signalled { ibv::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+            wr.imm_data_invalidated_rkey_union.imm_data = op.imm.unwrap_or(0).to_be();
+            wr.wr.rdma = ibv::rdma_t { remote_addr: target.address + op.remote_offset, rkey: target.rkey };
+        }
+        // Chain after filling: the vectors do not move while the lock is held.
+        let count = ops.len();
+        for index in 0..count {
+            wrs[index].sg_list = &mut sges[index];
+            wrs[index].next = if index + 1 < count { &mut wrs[index + 1] } else { std::ptr::null_mut() };
+        }
+        let mut bad: *mut ibv::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: `qp` is live; the chain of `count` WRs and their SGEs lives in `posting`,
+        // locked for the call; every SGE lies inside a registered region (checked above).
+        let code = unsafe { ibv::ibv_post_send(self.qp, &mut wrs[0], &mut bad) };
+        if code != 0 {
+            return Err(match code {
+                libc::ENOMEM => TransportError::QueueFull { given: count as u32, max: room as u32 },
+                _ => TransportError::Io(std::io::Error::from_raw_os_error(code)),
+            });
+        }
+        posting.in_flight += count;
+        for op in ops {
+            posting.since_signal += 1;
+            if op.signalled {
+                let retired = posting.since_signal;
+                posting.retires.push_back(retired);
+                posting.since_signal = 0;
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
+        let mut polling = lock(&self.polling);
+        let want = out.len().min(polling.wcs.len()) as i32;
+        // SAFETY: `send_cq` is live; `wcs` holds at least `want` entries.
+        let found = unsafe { ibv::ibv_poll_cq(self.send_cq, want, polling.wcs.as_mut_ptr()) };
+        if found < 0 {
+            return Err(unavailable("ibv_poll_cq"));
+        }
+        let found = found as usize;
+        if found > 0 {
+            let mut posting = lock(&self.posting);
+            for (slot, wc) in out.iter_mut().zip(&polling.wcs[..found]) {
+                let status = if wc.status == ibv::ibv_wc_status::IBV_WC_SUCCESS {
+                    CompletionStatus::Success
+                } else {
+                    let _ = self
+                        .broken
+                        .set(format!("work request {} failed with ibv_wc_status {}", wc.wr_id, wc.status));
+                    CompletionStatus::Failed { code: wc.status }
+                };
+                *slot = Completion { wr_id: wc.wr_id, status };
+                let retired = posting.retires.pop_front().unwrap_or(1);
+                posting.in_flight = posting.in_flight.saturating_sub(retired);
+            }
+            return Ok(found);
+        }
+        self.watch_peer(&mut polling);
+        if self.broken.get().is_some() {
+            return Err(self.gone());
+        }
+        Ok(0)
+    }
+
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+    ) -> Result<usize, TransportError> {
+        self.wait_loop(out, deadline, "verbs completions", Self::poll_completions)
+    }
+
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        let mut polling = lock(&self.polling);
+        let want = out.len().min(polling.wcs.len()) as i32;
+        // SAFETY: `recv_cq` is live; `wcs` holds at least `want` entries.
+        let found = unsafe { ibv::ibv_poll_cq(self.recv_cq, want, polling.wcs.as_mut_ptr()) };
+        if found < 0 {
+            return Err(unavailable("ibv_poll_cq"));
+        }
+        let region = match self.exposed.get().map(Vec::as_slice) {
+            Some([only]) => RegionId(*only),
+            _ => UNKNOWN_REGION,
+        };
+        let mut ready = 0;
+        for index in 0..found as usize {
+            let wc = polling.wcs[index];
+            if wc.status != ibv::ibv_wc_status::IBV_WC_SUCCESS {
+                let _ = self.broken.set(format!("receive failed with ibv_wc_status {}", wc.status));
+                continue;
+            }
+            // SAFETY: the union holds the immediate for RECV_RDMA_WITH_IMM completions.
+            let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+            out[ready] = Arrival { imm, region, len: u64::from(wc.byte_len) };
+            ready += 1;
+            self.post_receive()?;
+        }
+        if ready == 0 {
+            self.watch_peer(&mut polling);
+            if self.broken.get().is_some() {
+                return Err(self.gone());
+            }
+        }
+        Ok(ready)
+    }
+
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        self.wait_loop(out, deadline, "verbs arrivals", Self::poll_arrivals)
+    }
+}
+
+impl Drop for VerbsTransport {
+    fn drop(&mut self) {
+        // SAFETY: each object is destroyed once, QP before its CQs, MRs (regions) before the
+        // PD; the context closes afterwards as the last field.
+        unsafe {
+            ibv::ibv_destroy_qp(self.qp);
+            ibv::ibv_destroy_cq(self.send_cq);
+            ibv::ibv_destroy_cq(self.recv_cq);
+        }
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).clear();
+        // SAFETY: no MR or QP refers to the PD any more.
+        unsafe { ibv::ibv_dealloc_pd(self.pd) };
+    }
+}

@@ -1,0 +1,275 @@
+//! Real RDMA traffic over Soft-RoCE. These tests need an RDMA device: they run inside the VM
+//! harness (`scripts/vm/verbs-tests.sh`, which CI runs), where `RXE_DEV` names the rxe device.
+//! Elsewhere they skip with a note, or fail when `RDMA_HINT_REQUIRE_RXE` is set.
+//!
+//! Two processes (this test binary re-run as the peer with `RDMA_HINT_PEER` set): chunked RDMA
+//! WRITEs of random data, bytes verified by the receiver; a wrong rkey (a proxy rewrites it in
+//! the hello) fails as a typed completion error; a receiver killed mid-transfer fails the sender
+//! within its deadline; unregistered memory fails before posting.
+
+use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError};
+use rdma_hint_core::{
+    Arrival, MemoryKind, PeerEndpoint, RegionId, SourceId, Transport, TransportError, WriteOp,
+};
+use rdma_hint_integration_tests::{env, first_mismatch, peer_role, random_bytes, Peer};
+use rdma_hint_verbs::wire::Hello;
+use rdma_hint_verbs::VerbsTransport;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const ALIGN: u64 = 4096;
+
+fn deadline(seconds: u64) -> Instant {
+    Instant::now() + Duration::from_secs(seconds)
+}
+
+fn say(line: String) {
+    println!("{line}");
+    std::io::stdout().flush().unwrap();
+}
+
+/// The rxe device to use, or `None` (skip) outside the VM harness.
+fn rxe() -> Option<String> {
+    match std::env::var("RXE_DEV") {
+        Ok(device) => Some(device),
+        Err(_) => {
+            assert!(
+                std::env::var_os("RDMA_HINT_REQUIRE_RXE").is_none(),
+                "verbs tests required but RXE_DEV is not set"
+            );
+            eprintln!("skipped: no RXE_DEV (run scripts/vm/verbs-tests.sh, which boots the Soft-RoCE VM)");
+            None
+        }
+    }
+}
+
+/// Entry point of the peer processes; does nothing in a normal test run.
+#[test]
+#[ignore = "runs only as a peer process spawned by the other tests"]
+fn peer_main() {
+    let Some(role) = peer_role() else { return };
+    match role.as_str() {
+        "receiver" => receiver(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Registers a region, says where to dial, waits for the arrival and checks every byte.
+fn receiver() {
+    let len: u64 = env("LEN").parse().unwrap();
+    let seed: u64 = env("SEED").parse().unwrap();
+    let transport = VerbsTransport::open(Some(&env("RXE_DEV"))).unwrap();
+    let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
+    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    say(format!("LISTENING {address}"));
+    pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(60))).unwrap();
+    say("CONNECTED".into());
+    let mut arrivals = [Arrival::EMPTY; 4];
+    match pollster::block_on(transport.wait_arrivals(&mut arrivals, deadline(120))) {
+        Ok(ready) => {
+            assert_eq!(ready, 1);
+            assert_eq!((arrivals[0].imm, arrivals[0].region), (7, region.id));
+            let mut arrived = vec![0u8; len as usize];
+            transport.read_region(region.id, 0, &mut arrived).unwrap();
+            match first_mismatch(&arrived, &random_bytes(len as usize, seed)) {
+                None => say(format!("RESULT OK {len}")),
+                Some(at) => say(format!("RESULT MISMATCH at {at}")),
+            }
+        }
+        Err(e) => say(format!("RESULT ERROR {e}")),
+    }
+    // Stay until the parent is done with us (it kills us).
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+fn spawn_receiver(device: &str, len: u64, seed: u64) -> (Peer, SocketAddr) {
+    let mut peer = Peer::spawn(
+        "receiver",
+        &[("RXE_DEV", device.to_string()), ("LEN", len.to_string()), ("SEED", seed.to_string())],
+    );
+    let address = peer.expect("LISTENING").parse().unwrap();
+    (peer, address)
+}
+
+fn chunker(transport: &VerbsTransport, block: u64) -> Chunker {
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, ALIGN.min(block)).unwrap());
+    chunker
+}
+
+#[test]
+fn chunked_rdma_writes_arrive_byte_exact() {
+    let Some(device) = rxe() else { return };
+    for len in [1, 4095, 64 * 1024, (1 << 20) + 3, 8 << 20] {
+        let seed = len ^ 0x5eed;
+        let (mut peer, address) = spawn_receiver(&device, len, seed);
+        let transport = VerbsTransport::open(Some(&device)).unwrap();
+        let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
+        transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
+        let remote =
+            pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap();
+        assert_eq!(remote.len(), 1);
+        let transfer = Transfer::new(&source, &remote[0], len).notify(7);
+        let report =
+            pollster::block_on(chunker(&transport, 64 * 1024).write(&transport, transfer, deadline(120)))
+                .unwrap();
+        assert_eq!(report.payload_bytes, len);
+        assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{len} B");
+    }
+}
+
+/// Forwards the out-of-band exchange between a dialer and `receiver`, rewriting the rkey the
+/// receiver advertises, then keeps both sockets open (piping the ready bytes).
+fn rkey_rewriting_proxy(receiver: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut dialer, _) = listener.accept().unwrap();
+        let mut upstream = TcpStream::connect(receiver).unwrap();
+        let mut theirs = Hello::decode(&mut upstream).unwrap();
+        for region in &mut theirs.regions {
+            region.rkey ^= 0x5a5a;
+        }
+        dialer.write_all(&theirs.encode()).unwrap();
+        let mine = Hello::decode(&mut dialer).unwrap();
+        upstream.write_all(&mine.encode()).unwrap();
+        let mut byte = [0u8; 1];
+        upstream.read_exact(&mut byte).unwrap();
+        dialer.write_all(&byte).unwrap();
+        dialer.read_exact(&mut byte).unwrap();
+        upstream.write_all(&byte).unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    address
+}
+
+#[test]
+fn a_wrong_rkey_fails_as_a_typed_completion_error() {
+    let Some(device) = rxe() else { return };
+    let (mut peer, address) = spawn_receiver(&device, 1 << 20, 1);
+    let transport = VerbsTransport::open(Some(&device)).unwrap();
+    let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+    let proxy = rkey_rewriting_proxy(address);
+    let remote =
+        pollster::block_on(transport.connect(PeerEndpoint::Dial(proxy), &[], deadline(60))).unwrap()[0];
+    let started = Instant::now();
+    let result = pollster::block_on(chunker(&transport, 64 * 1024).write(
+        &transport,
+        Transfer::new(&source, &remote, 1 << 20),
+        deadline(30),
+    ));
+    match result {
+        // IBV_WC_REM_ACCESS_ERR = 10: the responder refused the rkey.
+        Err(TransferError::Transport {
+            source: TransportError::Completion { code, .. },
+            confirmed_bytes,
+        }) => {
+            assert_eq!(code, 10, "expected IBV_WC_REM_ACCESS_ERR");
+            assert_eq!(confirmed_bytes, 0);
+        }
+        other => panic!("expected a remote access error, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // The QP is in error now: later posts fail at once with a typed error.
+    let again = pollster::block_on(chunker(&transport, 4096).write(
+        &transport,
+        Transfer::new(&source, &remote, 4096),
+        deadline(5),
+    ));
+    assert!(
+        matches!(again, Err(TransferError::Transport { source: TransportError::PeerGone(_), .. })),
+        "{again:?}"
+    );
+    drop(peer.child.kill());
+}
+
+#[test]
+fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
+    let Some(device) = rxe() else { return };
+    let len: u64 = 64 << 20;
+    let (mut peer, address) = spawn_receiver(&device, len, 2);
+    let transport = VerbsTransport::open(Some(&device)).unwrap();
+    let source = transport.register(MemoryKind::Host, len).unwrap();
+    let remote =
+        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap()[0];
+    let killer = std::thread::spawn(move || {
+        assert_eq!(peer.expect("CONNECTED"), "");
+        std::thread::sleep(Duration::from_millis(200));
+        peer.child.kill().unwrap();
+        peer
+    });
+    let started = Instant::now();
+    let result = pollster::block_on(chunker(&transport, 64 * 1024).write(
+        &transport,
+        Transfer::new(&source, &remote, len),
+        started + Duration::from_secs(60),
+    ));
+    let elapsed = started.elapsed();
+    drop(killer.join().unwrap());
+    match result {
+        Err(TransferError::Transport {
+            source: TransportError::PeerGone(_) | TransportError::Completion { .. },
+            confirmed_bytes,
+        }) => {
+            assert!(confirmed_bytes < len)
+        }
+        other => panic!("expected the peer to be reported gone, got {other:?}"),
+    }
+    assert!(elapsed < Duration::from_secs(30), "noticed after {elapsed:?}");
+}
+
+#[test]
+fn unregistered_or_out_of_range_memory_fails_before_posting() {
+    let Some(device) = rxe() else { return };
+    let (mut peer, address) = spawn_receiver(&device, 4096, 3);
+    let transport = VerbsTransport::open(Some(&device)).unwrap();
+    let source = transport.register(MemoryKind::Host, 4096).unwrap();
+    let remote =
+        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap()[0];
+    let op = WriteOp {
+        wr_id: 1,
+        local: source.id,
+        local_offset: 0,
+        remote: remote.id,
+        remote_offset: 0,
+        len: 4096,
+        signalled: true,
+        imm: Some(7),
+    };
+    assert!(matches!(
+        transport.post_writes(&[WriteOp { local: RegionId(9), ..op }]),
+        Err(TransportError::UnregisteredRegion(RegionId(9)))
+    ));
+    assert!(matches!(
+        transport.post_writes(&[WriteOp { remote_offset: 1, ..op }]),
+        Err(TransportError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        transport.post_writes(&[WriteOp { len: 0, ..op }]),
+        Err(TransportError::ZeroLength { .. })
+    ));
+    assert!(matches!(transport.register(MemoryKind::Host, 0), Err(TransportError::Registration { .. })));
+    assert!(matches!(
+        transport.register(MemoryKind::CudaDevice { ordinal: 0 }, 4096),
+        Err(TransportError::UnsupportedMemory { .. })
+    ));
+    // Nothing was posted by the refused calls; the valid one moves the bytes.
+    transport.write_region(source.id, 0, &random_bytes(4096, 3)).unwrap();
+    transport.post_writes(&[op]).unwrap();
+    let mut completions = [rdma_hint_core::Completion::EMPTY; 4];
+    assert_eq!(pollster::block_on(transport.wait_completions(&mut completions, deadline(30))).unwrap(), 1);
+    assert_eq!(peer.expect("RESULT"), "OK 4096");
+}
+
+#[test]
+fn capabilities_come_from_the_device() {
+    let Some(device) = rxe() else { return };
+    let devices = rdma_hint_verbs::devices().unwrap();
+    let rxe = devices.iter().find(|d| d.name == device).expect("the rxe device is listed");
+    assert!(rxe.facts.queried_from_backend);
+    assert!(rxe.facts.mtu_bytes.is_some_and(|m| (256..=4096).contains(&m)), "{}", rxe.summary);
+    assert!(rxe.facts.max_msg_bytes >= 1 << 20, "{}", rxe.summary);
+    assert!(rxe.max_qp_wr >= 64 && rxe.max_sge >= 1, "{}", rxe.summary);
+    eprintln!("{}: {}", rxe.name, rxe.summary);
+}

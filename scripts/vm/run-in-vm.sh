@@ -1,0 +1,230 @@
+#!/bin/bash
+# scripts/vm/run-in-vm.sh -- rdma-hint's Soft-RoCE harness (adapted from the workplace's
+# reference script; this copy is ours to maintain). Used by scripts/vm/verbs-tests.sh (CI) and
+# benches/verbs-vs-perftest.sh.
+#
+# Runs a command inside a throw-away qemu VM that boots Debian's
+# stock kernel (package linux-image-amd64, which has rdma_rxe.ko = Soft-RoCE),
+# with a real ibverbs device "rxe0" ready.
+#
+#   usage: run-in-vm.sh CMD [ARG...]     (one argument = shell code for bash -c)
+#   e.g.   run-in-vm.sh ibv_devinfo -d rxe0
+#          run-in-vm.sh 'ib_write_bw -d rxe0 & sleep 1; ib_write_bw -d rxe0 $RXE_IP'
+#
+# The guest's root is the HOST's / shared read-only over virtio-9p, so binaries
+# built on the host run unchanged. Writable in the guest: /tmp /run /var/tmp
+# /dev/shm (fresh tmpfs) and RXE_VM_RWDIR (default: the current directory,
+# shared read-write at the same path). The command runs as root in the current
+# directory with stdin=/dev/null; its stdout+stderr are streamed to this
+# script's stdout; the script exits with the command's exit code
+# (124 = timeout, 125 = the VM failed before the command reported back).
+#
+# Inside the VM, before CMD runs: modules rdma_rxe + ib_uverbs loaded; a veth
+# pair rxenet0 (10.77.0.1/24) <-> rxenet1 (10.77.0.2/24), which exists only
+# inside the VM (qemu gets no network card at all, so nothing leaves the VM);
+# rxe0 on rxenet0. Exported: RXE_DEV=rxe0 RXE_NETDEV=rxenet0 RXE_IP=10.77.0.1
+# RXE_PEER_IP=10.77.0.2 RXE_VM=1, and UCX_UD_VERBS_ETH_DGID_CHECK=n (without
+# it UCX's ud_verbs/rc_verbs time out on rxe).
+#
+# Two-VM mode (a real 2-node RoCE link): start "RXE_VM_NODE=a run-in-vm.sh ..."
+# and "RXE_VM_NODE=b run-in-vm.sh ..." at the same time; each VM gets a
+# virtio-net eth0 (10.77.1.1 for a, 10.77.1.2 for b) whose frames travel as
+# UDP datagrams between 127.0.0.1:P and 127.0.0.1:P+1 on the host
+# (P = RXE_VM_LINK_PORT, default 47910); rxe0 sits on eth0, RXE_NODE=a|b is set.
+#
+# Environment knobs:
+#   RXE_VM_TIMEOUT  seconds for the whole VM run (default 900)
+#   RXE_VM_CPUS     vCPUs (default 2)          RXE_VM_MEM  memory (default 1024M)
+#   RXE_VM_ACCEL    auto|kvm|tcg (default auto: kvm only with kvm_intel/kvm_amd)
+#   RXE_VM_KERNEL   kernel image (default: newest /boot/vmlinuz-* whose
+#                   /lib/modules/<ver> has rdma_rxe.ko)
+#   RXE_VM_RWDIR    host dir shared read-write ("" = none; default $PWD)
+#   RXE_VM_CACHE    where vmlinux/initramfs are cached (default /var/cache/rxe-vm)
+#   RXE_VM_NO_INSTALL=1  never run apt-get (default: install what is missing)
+#   RXE_VM_MTU      MTU of the netdev under rxe0 (default 9000 -> active_mtu 4096;
+#                   1500 -> active_mtu 1024)
+#   RXE_VM_SETUP    extra shell code run in the guest before CMD
+#   RXE_VM_VERBOSE=1     always print the guest kernel log afterwards
+set -euo pipefail
+
+[ $# -ge 1 ] || { sed -n '2,/^set -euo/p' "$0" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "run-in-vm.sh: must run as root" >&2; exit 2; }
+
+TIMEOUT=${RXE_VM_TIMEOUT:-900}
+CPUS=${RXE_VM_CPUS:-2}
+MEM=${RXE_VM_MEM:-1024M}
+ACCEL=${RXE_VM_ACCEL:-auto}
+CACHE=${RXE_VM_CACHE:-/var/cache/rxe-vm}
+RWDIR=${RXE_VM_RWDIR-$PWD}
+log() { echo "run-in-vm: $*" >&2; }
+
+# ---- 1. packages (Debian 12) -------------------------------------------------
+need_pkgs=()
+command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
+[ -x /bin/busybox ] && /bin/busybox --list | grep -x insmod >/dev/null || need_pkgs+=(busybox-static)
+command -v cpio  >/dev/null || need_pkgs+=(cpio)
+command -v xz    >/dev/null || need_pkgs+=(xz-utils)
+command -v modprobe >/dev/null || need_pkgs+=(kmod)
+command -v rdma  >/dev/null || need_pkgs+=(iproute2)
+command -v ibv_devinfo >/dev/null || need_pkgs+=(ibverbs-utils)
+[ -e /etc/libibverbs.d/rxe.driver ] || need_pkgs+=(ibverbs-providers rdma-core)
+command -v ib_write_bw >/dev/null || need_pkgs+=(perftest)
+ls /lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko >/dev/null 2>&1 || need_pkgs+=(linux-image-amd64)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    [ "${RXE_VM_NO_INSTALL:-0}" = 1 ] && { log "missing packages: ${need_pkgs[*]}"; exit 2; }
+    log "installing ${need_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >&2
+fi
+
+# ---- 2. kernel ----------------------------------------------------------------
+if [ -n "${RXE_VM_KERNEL:-}" ]; then
+    VMLINUZ=$RXE_VM_KERNEL
+    KVER=$(basename "$VMLINUZ"); KVER=${KVER#vmlinuz-}
+else
+    KVER=$(ls /lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko 2>/dev/null |
+           cut -d/ -f4 | while read -r v; do [ -f "/boot/vmlinuz-$v" ] && echo "$v"; done |
+           sort -V | tail -n1)
+    [ -n "$KVER" ] || { log "no /boot/vmlinuz-* with rdma_rxe.ko found"; exit 2; }
+    VMLINUZ=/boot/vmlinuz-$KVER
+fi
+[ -d "/lib/modules/$KVER" ] || { log "no /lib/modules/$KVER"; exit 2; }
+
+# ---- 3. cached boot artefacts: uncompressed vmlinux (PVH boot skips the slow
+#         in-guest decompression) and a small busybox initramfs ------------------
+C=$CACHE/$KVER
+mkdir -p "$C"
+exec 9>"$C/.lock"; flock 9
+# a kernel package update (same ABI name) invalidates the cache
+if [ -e "$C/vmlinux" ] && [ "$VMLINUZ" -nt "$C/vmlinux" ]; then rm -f "$C/vmlinux" "$C/initrd.gz"; fi
+if [ ! -s "$C/vmlinux" ]; then
+    off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$VMLINUZ" | head -n1 | cut -d: -f1 || true)
+    if [ -n "$off" ] && xz -dc --single-stream < <(tail -c +$((off + 1)) "$VMLINUZ" 2>/dev/null) > "$C/vmlinux.tmp" 2>/dev/null &&
+       head -c4 "$C/vmlinux.tmp" | grep -q ELF; then
+        mv "$C/vmlinux.tmp" "$C/vmlinux"
+    else
+        rm -f "$C/vmlinux.tmp"; ln -sf "$VMLINUZ" "$C/vmlinux"
+    fi
+fi
+if [ ! -s "$C/initrd.gz" ] || [ "$0" -nt "$C/initrd.gz" ]; then
+    T=$(mktemp -d)
+    mkdir -p "$T"/{bin,dev,proc,sys,newroot,lib/modules}
+    cp /bin/busybox "$T/bin/busybox"
+    for m in virtio_pci 9pnet_virtio 9p virtio_console; do
+        modprobe -S "$KVER" --show-depends "$m"
+    done | awk '$1 == "insmod" {print $2}' | awk '!seen[$0]++' > "$T/mods.list"
+    while read -r ko; do cp "$ko" "$T/lib/modules/"; basename "$ko" >> "$T/mods.order"; done < "$T/mods.list"
+    rm "$T/mods.list"
+    cat > "$T/init" <<'EOF'
+#!/bin/busybox sh
+B=/bin/busybox
+$B mount -t proc proc /proc; $B mount -t sysfs sysfs /sys; $B mount -t devtmpfs dev /dev
+for m in $($B cat /mods.order); do $B insmod /lib/modules/$m || echo "insmod $m failed"; done
+arg() { $B sed -n "s/.*$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+N=/newroot
+$B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot $N || { echo "9p root mount failed"; $B poweroff -f; }
+$B mount -t proc proc $N/proc; $B mount -t sysfs sysfs $N/sys; $B mount -t devtmpfs dev $N/dev
+$B mkdir -p $N/dev/pts $N/dev/shm; $B mount -t devpts devpts $N/dev/pts; $B mount -t tmpfs shm $N/dev/shm
+for d in run tmp var/tmp; do $B mount -t tmpfs -o mode=1777 tmpfs $N/$d; done
+$B mkdir -p $N/run/rxe-job
+$B mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 job $N/run/rxe-job || echo "job mount failed"
+RW=$(arg rxevm.rwdir)
+if [ -n "$RW" ]; then $B mkdir -p $N$RW; $B mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 rwdir $N$RW || echo "rwdir mount failed"; fi
+# switch_root from PID 1 (not a child chroot) so that kernel usermode helpers
+# (module autoload: /sbin/modprobe) see the host root as well.
+exec $B switch_root $N /bin/busybox sh -c \
+  'O=/dev/hvc0; [ -c $O ] || O=/dev/console; /bin/bash /run/rxe-job/guest.sh </dev/null >$O 2>&1; /bin/busybox sync; /bin/busybox poweroff -f'
+EOF
+    chmod +x "$T/init"
+    (cd "$T" && find . | cpio -o -H newc --quiet | gzip -1) > "$C/initrd.gz.tmp"
+    mv "$C/initrd.gz.tmp" "$C/initrd.gz"
+    rm -rf "$T"
+fi
+flock -u 9
+
+# ---- 4. job directory: guest-side script --------------------------------------
+JOB=$(mktemp -d /tmp/rxe-vm-job.XXXXXX)
+cleanup() { rm -rf "$JOB"; }
+trap cleanup EXIT
+if [ $# -eq 1 ]; then USERCMD="bash -c $(printf '%q' "$1")"; else USERCMD=$(printf '%q ' "$@"); fi
+MTU=${RXE_VM_MTU:-9000}
+NODE=${RXE_VM_NODE:-}
+case "$NODE" in
+  "")  NET="modprobe veth &&
+  ip link add rxenet0 type veth peer name rxenet1 &&
+  ip addr add 10.77.0.1/24 dev rxenet0 && ip addr add 10.77.0.2/24 dev rxenet1 &&
+  ip link set rxenet0 mtu $MTU up && ip link set rxenet1 mtu $MTU up"
+       VARS="RXE_NETDEV=rxenet0 RXE_IP=10.77.0.1 RXE_PEER_IP=10.77.0.2" ;;
+  a|b) NET="modprobe virtio_net &&
+  for i in \$(seq 50); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done &&
+  ip addr add 10.77.1.$([ "$NODE" = a ] && echo 1 || echo 2)/24 dev eth0 && ip link set eth0 mtu $MTU up"
+       VARS="RXE_NETDEV=eth0 RXE_NODE=$NODE RXE_IP=10.77.1.$([ "$NODE" = a ] && echo 1 || echo 2) RXE_PEER_IP=10.77.1.$([ "$NODE" = a ] && echo 2 || echo 1)" ;;
+  *) log "RXE_VM_NODE must be a or b"; exit 2 ;;
+esac
+cat > "$JOB/guest.sh" <<EOF
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
+export RXE_VM=1 RXE_DEV=rxe0 $VARS
+# UCX (1.13) drops UD packets from rxe unless this check is off (RoCEv2/IPv4 GRH)
+export UCX_UD_VERBS_ETH_DGID_CHECK=\${UCX_UD_VERBS_ETH_DGID_CHECK:-n}
+echo 125 > /run/rxe-job/rc
+setup_ok=1
+{
+  modprobe rdma_rxe && modprobe ib_uverbs &&
+  ip link set lo up &&
+  $NET &&
+  rdma link add rxe0 type rxe netdev \$RXE_NETDEV &&
+  for i in \$(seq 50); do [ -e /dev/infiniband/uverbs0 ] && break; sleep 0.1; done &&
+  [ -e /dev/infiniband/uverbs0 ]
+} >/run/rxe-job/setup.log 2>&1 || setup_ok=0
+if [ \$setup_ok = 0 ]; then echo "run-in-vm: rxe setup failed:"; cat /run/rxe-job/setup.log; fi
+${RXE_VM_SETUP:-}
+cd $(printf '%q' "$PWD") 2>/dev/null || cd /
+$USERCMD
+echo \$? > /run/rxe-job/rc
+EOF
+
+# ---- 5. boot --------------------------------------------------------------------
+if [ "$ACCEL" = auto ]; then
+    ACCEL=tcg
+    if [ -w /dev/kvm ] && [ -d /sys/module/kvm_intel -o -d /sys/module/kvm_amd ]; then ACCEL=kvm; fi
+fi
+if [ "$ACCEL" = kvm ]; then CPU=host; else CPU=max; fi
+QARGS=(-nodefaults -no-user-config -display none -no-reboot
+       -machine "pc,accel=$ACCEL" -cpu "$CPU" -smp "$CPUS" -m "$MEM"
+       -kernel "$C/vmlinux" -initrd "$C/initrd.gz"
+       -serial "file:$JOB/console.log"
+       -device virtio-serial-pci
+       -chardev "file,id=out,path=/proc/self/fd/1" -device virtconsole,chardev=out
+       -fsdev local,id=root,path=/,security_model=none,readonly=on,multidevs=remap
+       -device virtio-9p-pci,fsdev=root,mount_tag=hostroot
+       -fsdev "local,id=job,path=$JOB,security_model=none"
+       -device virtio-9p-pci,fsdev=job,mount_tag=job)
+if [ -n "$NODE" ]; then
+    # two VMs (RXE_VM_NODE=a and =b, started at about the same time) joined by a
+    # point-to-point virtual Ethernet carried in UDP datagrams on 127.0.0.1
+    P=${RXE_VM_LINK_PORT:-47910}
+    if [ "$NODE" = a ]; then L=$P R=$((P + 1)) MAC=52:54:00:77:01:01; else L=$((P + 1)) R=$P MAC=52:54:00:77:01:02; fi
+    QARGS+=(-netdev "socket,id=n0,udp=127.0.0.1:$R,localaddr=127.0.0.1:$L"
+            -device "virtio-net-pci,netdev=n0,mac=$MAC")
+fi
+APPEND="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init mitigations=off tsc=reliable no_timer_check nowatchdog audit=0 random.trust_cpu=on"
+if [ -n "$RWDIR" ]; then
+    RWDIR=$(realpath "$RWDIR")
+    case "$RWDIR" in *[[:space:]]*) log "RXE_VM_RWDIR must not contain spaces"; exit 2;; esac
+    QARGS+=(-fsdev "local,id=rwdir,path=$RWDIR,security_model=none,multidevs=remap"
+            -device virtio-9p-pci,fsdev=rwdir,mount_tag=rwdir)
+    APPEND+=" rxevm.rwdir=$RWDIR"
+fi
+set +e
+# "| cat": the guest console chardev writes to /proc/self/fd/1, which must be a
+# pipe (a regular file would be reopened with O_TRUNC and a separate offset).
+timeout --kill-after=10 "$TIMEOUT" qemu-system-x86_64 "${QARGS[@]}" -append "$APPEND" </dev/null | cat
+qrc=${PIPESTATUS[0]}
+set -e
+rc=$(cat "$JOB/rc" 2>/dev/null || echo 125)
+[ "$qrc" = 124 ] || [ "$qrc" = 137 ] && { log "timed out after ${TIMEOUT}s"; rc=124; }
+if [ "$rc" = 125 ] || [ "$rc" = 124 ] || [ "${RXE_VM_VERBOSE:-0}" = 1 ]; then
+    log "qemu exit $qrc; guest kernel log:"; tail -n 60 "$JOB/console.log" >&2 || true
+fi
+exit "$rc"
