@@ -1,5 +1,9 @@
-//! Helpers for the criterion benches in `benches/`: a null transport (posting costs only) and an
-//! allocation-free `block_on`. Run the benches with `cargo bench -p rdma-hint-benches`.
+//! Helpers for the criterion benches in `benches/`: a null transport (posting costs only), an
+//! allocation-free `block_on`, and the [`write_bw`] measurement the backend-vs-peer-tool scripts
+//! run. Run the benches with `cargo bench -p rdma-hint-benches`.
+
+#[path = "write_bw.rs"]
+pub mod write_bw;
 
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};

@@ -32,10 +32,10 @@ perftest() { # tls size count
 
 backend() { # tls size count
     port=$((port + 1))
-    "$ours" serve "127.0.0.1:$port" "$1" "$2" >/dev/null 2>&1 &
+    "$ours" "$1" "$2" serve "127.0.0.1:$port" >/dev/null 2>&1 &
     local server=$!
     sleep 0.3
-    "$ours" run "127.0.0.1:$port" "$1" "$2" "$3" | awk '/^RESULT/ { print $2 }'
+    "$ours" "$1" "$2" run "127.0.0.1:$port" "$3" | awk '/^RESULT/ { print $2 }'
     wait "$server" || true
 }
 

@@ -4,8 +4,10 @@
 set -euo pipefail
 
 # libucx-dev + clang/libclang-dev: the UCX backend's bindgen -sys crate (no-install-recommends keeps
-# libtool out). benches/ucx-vs-perftest.sh installs ucx-utils (ucx_perftest) itself.
-packages=(ca-certificates curl build-essential pkg-config python3 iproute2 libucx-dev clang libclang-dev)
+# libtool out); cmake + clang: rdma-mummy-sys (the verbs backend's run-time libibverbs loader).
+# benches/ucx-vs-perftest.sh installs ucx-utils itself; scripts/vm/run-in-vm.sh installs qemu,
+# the Debian kernel, rdma-core and perftest for the Soft-RoCE VM.
+packages=(ca-certificates curl build-essential pkg-config python3 iproute2 libucx-dev clang libclang-dev cmake)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it: formatting, lints (default and all features),
-# every unit, integration and doc test. Run from anywhere as root on Debian 12.
+# every unit, integration and doc test, the verbs tests inside the Soft-RoCE VM, a fuzz smoke
+# run. Run from anywhere as root on Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -19,6 +20,12 @@ echo "== cargo doc (warnings are errors: broken intra-doc links, missing docs)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked -q
 echo "== cargo test (all features)"
 cargo test --workspace --all-features --locked
+echo "== verbs backend over Soft-RoCE, inside a qemu VM"
+if [ "$(id -u)" = 0 ]; then
+    ./scripts/vm/verbs-tests.sh
+else
+    echo "skipped: the Soft-RoCE VM needs root (CI runs as root)"
+fi
 echo "== fuzz smoke (20 s per target)"
 ./fuzz/smoke.sh 20
 echo "== rdma-hint probe --json on this machine"

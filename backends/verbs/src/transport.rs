@@ -25,8 +25,11 @@ const RQ_DEPTH: u32 = 256;
 const MAX_WRS_PER_POST: u32 = 64;
 /// How long a waiter polls the CQ before it starts sleeping between polls.
 const SPIN: Duration = Duration::from_micros(200);
-/// Sleep between CQ polls after the spin (bounds added latency for long waits).
+/// First sleep between CQ polls after the spin; it doubles up to [`MAX_NAP`], so a long wait
+/// (a receiver idling for its next transfer) costs little CPU while a short one stays quick.
 const NAP: Duration = Duration::from_micros(50);
+/// Longest sleep between CQ polls.
+const MAX_NAP: Duration = Duration::from_millis(1);
 /// How often waits look at the out-of-band socket for a peer that went away.
 const LIVENESS_EVERY: Duration = Duration::from_millis(1);
 /// `Arrival::region` when the receiver exposed several regions: RDMA WRITE WITH IMM does not
@@ -55,7 +58,7 @@ struct Polling {
 /// registration with remote write (regions never exposed have no rkey), then moves the QP
 /// INIT → RTR → RTS. `post_writes` chains one `ibv_send_wr` per op (RDMA WRITE, or WRITE WITH
 /// IMM) into a single `ibv_post_send`; only ops marked signalled produce completions. Waits poll
-/// the CQ (spinning 200 µs, then napping 50 µs) up to their deadline and watch the out-of-band
+/// the CQ (spinning 200 µs, then napping 50 µs doubling to 1 ms) up to their deadline and watch the out-of-band
 /// socket, so a peer that dies is `PeerGone` within milliseconds, before RC retries run out.
 ///
 /// ```no_run
@@ -403,6 +406,7 @@ impl VerbsTransport {
         poll: impl Fn(&Self, &mut [T]) -> Result<usize, TransportError>,
     ) -> Result<usize, TransportError> {
         let started = Instant::now();
+        let mut nap = NAP;
         loop {
             let ready = poll(self, out)?;
             if ready > 0 || out.is_empty() {
@@ -421,7 +425,8 @@ impl VerbsTransport {
             if now - started < SPIN {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(NAP.min(deadline - now));
+                std::thread::sleep(nap.min(deadline - now));
+                nap = (nap * 2).min(MAX_NAP);
             }
         }
     }

@@ -103,23 +103,61 @@ pub(crate) fn cuda_gpus() -> Result<Vec<(u32, GpuFacts)>, String> {
     }
 }
 
+/// One RDMA device as the verbs backend queried it (`ibv_query_device` / `ibv_query_port`).
+#[derive(Debug, Clone)]
+pub(crate) struct VerbsDevice {
+    pub(crate) name: String,
+    pub(crate) facts: TransportFacts,
+    pub(crate) detail: String,
+}
+
+/// The devices the verbs backend can open (feature `verbs`, live machine only), or why none.
+pub(crate) fn verbs_devices(live: bool) -> Result<Vec<VerbsDevice>, String> {
+    #[cfg(feature = "verbs")]
+    {
+        if !live {
+            return Err("device facts are queried on the live machine only, not for a sysfs tree".into());
+        }
+        rdma_hint_verbs::devices()
+            .map(|devices| {
+                devices
+                    .into_iter()
+                    .map(|d| VerbsDevice {
+                        name: d.name,
+                        facts: d.facts,
+                        detail: format!("{} (fw {})", d.summary, d.firmware),
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = live;
+        Err("the verbs backend is not compiled in (cargo feature `verbs`)".into())
+    }
+}
+
 /// Plain statements about backends that do not contribute hints of their own here.
-pub(crate) fn absences(rdma_devices: usize, sysfs_root: &str, live: bool) -> Vec<Absence> {
+/// `verbs` is what [`verbs_devices`] answered.
+pub(crate) fn absences(
+    rdma_devices: usize,
+    sysfs_root: &str,
+    live: bool,
+    verbs: &Result<Vec<VerbsDevice>, String>,
+) -> Vec<Absence> {
     let mut absent = Vec::new();
-    let verbs_why = if cfg!(feature = "verbs") {
-        "the verbs backend is compiled in but does not move data yet (issue #4); RDMA NIC hints use sysfs facts and model defaults"
-    } else {
-        "the verbs backend is not compiled in (cargo feature `verbs`); RDMA NIC hints use sysfs facts and model defaults"
-    };
     if rdma_devices == 0 {
         absent.push(Absence {
             component: "verbs",
-            why: format!(
-                "no RDMA device under {sysfs_root}/class/infiniband, so no verbs hints; {verbs_why}"
-            ),
+            why: format!("no RDMA device under {sysfs_root}/class/infiniband, so no verbs hints"),
         });
-    } else {
-        absent.push(Absence { component: "verbs", why: verbs_why.into() });
+    }
+    if let Err(why) = verbs {
+        absent.push(Absence {
+            component: "verbs",
+            why: format!("{why}; RDMA NIC hints use sysfs facts and model defaults"),
+        });
     }
     if !cfg!(feature = "ucx") {
         absent.push(Absence {

@@ -128,16 +128,21 @@ impl Inventory {
         };
         let sources = profiles::sources(&topology, cuda.as_deref(), &mut warnings);
         let (software, mut absent) = backends::software_transports(options.live_gpus);
-        let candidates = profiles::candidates(&topology, &sources, &software);
+        let verbs = backends::verbs_devices(options.live_gpus);
+        let queried = verbs.as_deref().unwrap_or_default();
+        let candidates = profiles::candidates(&topology, &sources, &software, queried);
         let sysfs_root = options.sysfs_root.display().to_string();
         let rdma_devices = topology.nics.iter().filter(|n| n.kind == NicKind::Rdma).count();
-        absent.extend(backends::absences(rdma_devices, &sysfs_root, options.live_gpus));
-        let details = software
+        absent.extend(backends::absences(rdma_devices, &sysfs_root, options.live_gpus, &verbs));
+        let mut details: Vec<BackendDetail> = software
             .iter()
             .filter_map(|t| {
                 t.detail.clone().map(|detail| BackendDetail { transport: t.facts.id.clone(), detail })
             })
             .collect();
+        details.extend(
+            queried.iter().map(|d| BackendDetail { transport: d.facts.id.clone(), detail: d.detail.clone() }),
+        );
         Ok(Inventory { absent, details, topology, sources, candidates, gpu_facts, warnings, sysfs_root })
     }
 

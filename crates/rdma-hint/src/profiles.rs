@@ -112,6 +112,7 @@ pub(crate) fn candidates(
     topology: &Topology,
     sources: &[Source],
     software: &[backends::SoftwareTransport],
+    queried: &[backends::VerbsDevice],
 ) -> Vec<Candidate> {
     let mut out = Vec::new();
     for source in sources {
@@ -132,9 +133,15 @@ pub(crate) fn candidates(
         for nic in topology.nics.iter().filter(|n| n.kind == NicKind::Rdma) {
             let id = format!("verbs:{}", nic.name);
             let fail = |why: String| Err((source.facts.id, id.clone(), why));
-            let transport = match rdma_transport(nic) {
-                Ok(t) => t,
-                Err(why) => {
+            let transport = match (rdma_transport(nic), queried.iter().find(|d| d.name == nic.name)) {
+                // The device's own answer wins over sysfs; the PCIe facts only sysfs knows stay.
+                (from_sysfs, Some(device)) => TransportFacts {
+                    nic_pcie: from_sysfs.as_ref().ok().and_then(|t| t.nic_pcie),
+                    max_payload_bytes: nic.max_payload_bytes,
+                    ..device.facts.clone()
+                },
+                (Ok(t), None) => t,
+                (Err(why), None) => {
                     out.push(fail(why));
                     continue;
                 }

@@ -1,0 +1,21 @@
+//! The verbs backend's RDMA WRITE bandwidth, measured as `ib_write_bw` measures the NIC's
+//! (see `rdma_hint_benches::write_bw`). Run inside the Soft-RoCE VM by
+//! `benches/verbs-vs-perftest.sh`.
+//!
+//! ```text
+//! verbs_write_bw <device> <bytes> serve <listen-address>     # prints LISTENING <address>
+//! verbs_write_bw <device> <bytes> run <address> <messages>   # prints RESULT <MB/s>
+//! ```
+
+use rdma_hint_benches::write_bw::{run, Role};
+use rdma_hint_verbs::VerbsTransport;
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(device), Some(bytes)) = (args.first(), args.get(1)) else {
+        return Err("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES".into());
+    };
+    let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
+    let transport = VerbsTransport::open(Some(device)).map_err(|e| e.to_string())?;
+    run(&transport, |address| transport.bind(address), Role::parse(&args[2..])?, bytes)
+}

@@ -1,0 +1,104 @@
+//! The measurement behind `ucx_put_bw` and `verbs_write_bw`: one message size, the same source
+//! and destination buffer every time, many messages in flight, bandwidth = bytes / time from the
+//! first post to the last completion (how `ucx_perftest -t ucp_put_bw` and `ib_write_bw`
+//! measure). The examples only open their transport and call [`run`].
+
+use rdma_hint_core::{Arrival, Completion, MemoryKind, PeerEndpoint, Transport, TransportError, WriteOp};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Puts per `post_writes` call; the last of each is signalled.
+pub const BATCH: usize = 16;
+/// Batches in flight at once.
+pub const WINDOW: usize = 8;
+
+/// Which side of the measurement this process is.
+#[derive(Debug, Clone, Copy)]
+pub enum Role {
+    /// Expose a region on this address and stay until the peer leaves.
+    Serve(SocketAddr),
+    /// Write `messages` messages to the peer at this address and report.
+    Run(SocketAddr, usize),
+}
+
+impl Role {
+    /// `serve ADDR` or `run ADDR MESSAGES` from the command line.
+    pub fn parse(args: &[String]) -> Result<Role, String> {
+        let address = |i: usize| -> Result<SocketAddr, String> {
+            args.get(i).ok_or("missing address")?.parse().map_err(|e| format!("address: {e}"))
+        };
+        match args.first().map(String::as_str) {
+            Some("serve") => Ok(Role::Serve(address(1)?)),
+            Some("run") => Ok(Role::Run(
+                address(1)?,
+                args.get(2).ok_or("missing message count")?.parse().map_err(|e| format!("messages: {e}"))?,
+            )),
+            _ => Err("usage: serve ADDR | run ADDR MESSAGES".into()),
+        }
+    }
+}
+
+/// Runs `role` on `transport` with messages of `bytes`; a run prints `RESULT <MB/s>` (2²⁰ B).
+pub fn run(
+    transport: &dyn Transport,
+    bind: impl Fn(SocketAddr) -> Result<SocketAddr, TransportError>,
+    role: Role,
+    bytes: u64,
+) -> Result<(), String> {
+    let region = transport.register(MemoryKind::Host, bytes).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    match role {
+        Role::Serve(address) => {
+            let bound = bind(address).map_err(|e| e.to_string())?;
+            println!("LISTENING {bound}");
+            crate::block_on(transport.connect(PeerEndpoint::Listen(bound), &[region.id], deadline))
+                .map_err(|e| e.to_string())?;
+            let mut arrivals = [Arrival::EMPTY; 4];
+            loop {
+                match crate::block_on(transport.wait_arrivals(&mut arrivals, deadline)) {
+                    Ok(_) => {}
+                    Err(TransportError::PeerGone(_)) => return Ok(()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        }
+        Role::Run(address, messages) => {
+            let remote = crate::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline))
+                .map_err(|e| e.to_string())?
+                .first()
+                .copied()
+                .ok_or("the peer exposed no region")?;
+            let mut batch = [WriteOp {
+                wr_id: 0,
+                local: region.id,
+                local_offset: 0,
+                remote: remote.id,
+                remote_offset: 0,
+                len: bytes,
+                signalled: false,
+                imm: None,
+            }; BATCH];
+            batch[BATCH - 1].signalled = true;
+            let mut completions = [Completion::EMPTY; WINDOW];
+            let mut timed = |batches: usize| -> Result<Duration, String> {
+                let started = Instant::now();
+                let (mut posted, mut done) = (0, 0);
+                while done < batches {
+                    while posted < batches && posted - done < WINDOW {
+                        transport.post_writes(&batch).map_err(|e| e.to_string())?;
+                        posted += 1;
+                    }
+                    done += crate::block_on(transport.wait_completions(&mut completions, deadline))
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(started.elapsed())
+            };
+            timed(1)?; // warm-up: connection set-up, first touches
+            let batches = messages.div_ceil(BATCH).max(1);
+            let elapsed = timed(batches)?;
+            let moved = (batches * BATCH) as f64 * bytes as f64;
+            println!("RESULT {:.2}", moved / elapsed.as_secs_f64() / f64::from(1u32 << 20));
+            Ok(())
+        }
+    }
+}
