@@ -35,7 +35,7 @@ enum Command {
     /// Measure the block-size curve on a real backend: bandwidth, latency percentiles, CPU use,
     /// plateau and knee next to the model's hint; stores the knee as a measured hint.
     Sweep {
-        /// Backend to measure: staged, or ucx (built with the `ucx` feature).
+        /// Backend to measure: staged, ucx or verbs (the last two need their cargo features).
         #[arg(long, default_value = "staged")]
         backend: String,
         /// Channel: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self).
@@ -44,6 +44,9 @@ enum Command {
         /// UCX transports to allow instead of --channel's (UCX_TLS syntax, e.g. posix,cma).
         #[arg(long, value_name = "TLS")]
         ucx_tls: Option<String>,
+        /// RDMA device for --backend verbs (default: the first one).
+        #[arg(long, value_name = "NAME")]
+        device: Option<String>,
         /// Memory source: host:N or gpu:N.
         #[arg(long, default_value = "host:0")]
         source: String,
@@ -80,7 +83,7 @@ enum Command {
         /// Address to listen on (loopback unless told otherwise).
         #[arg(long, default_value = "127.0.0.1:7470")]
         listen: std::net::SocketAddr,
-        /// Backend: staged, or ucx (built with the `ucx` feature).
+        /// Backend: staged, ucx or verbs (the last two need their cargo features).
         #[arg(long, default_value = "staged")]
         backend: String,
         /// Channel: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self).
@@ -89,6 +92,9 @@ enum Command {
         /// UCX transports to allow instead of --channel's (UCX_TLS syntax).
         #[arg(long, value_name = "TLS")]
         ucx_tls: Option<String>,
+        /// RDMA device for --backend verbs (default: the first one).
+        #[arg(long, value_name = "NAME")]
+        device: Option<String>,
         /// Bytes to expose (at least the sweep's largest transfer).
         #[arg(long, value_parser = units::parse_bytes, default_value = "128M")]
         bytes: u64,
@@ -184,6 +190,7 @@ fn run(cli: Cli) -> Result<(), String> {
             backend,
             channel,
             ucx_tls,
+            device,
             source,
             sizes,
             iters,
@@ -199,7 +206,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err("--iters and --transfer must be at least 1".into());
             }
             let args = sweep::SweepArgs {
-                backend: backend::Backend::parse(&backend, &channel, ucx_tls.as_deref())?,
+                backend: backend::Backend::parse(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
                 source: source.parse()?,
                 sizes: sweep::parse_sizes(&sizes)?,
                 iters,
@@ -219,9 +226,9 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Serve { listen, backend, channel, ucx_tls, bytes, timeout_s } => serve::run(
+        Command::Serve { listen, backend, channel, ucx_tls, device, bytes, timeout_s } => serve::run(
             listen,
-            &backend::Backend::parse(&backend, &channel, ucx_tls.as_deref())?,
+            &backend::Backend::parse(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
             bytes,
             std::time::Duration::from_secs(timeout_s),
         ),

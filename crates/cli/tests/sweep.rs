@@ -136,7 +136,7 @@ fn backends_that_do_not_move_data_say_so() {
     let dir = scratch("absent");
     let absent: &[&str] =
         if cfg!(feature = "ucx") { &["verbs", "nonsense"] } else { &["ucx", "verbs", "nonsense"] };
-    for backend in absent.iter().copied() {
+    for backend in absent {
         let output = rdma_hint(&dir, &["sweep", "--backend", backend, "--loopback"]);
         assert!(!output.status.success());
         let stderr = String::from_utf8(output.stderr).unwrap();
