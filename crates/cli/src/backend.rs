@@ -100,7 +100,11 @@ impl Backend {
     pub(crate) fn should_bypass_cpu(&self) -> bool {
         match self {
             Backend::Staged(_) => false,
-            Backend::Verbs(_) => true,
+            // Soft-RoCE (rxe) and soft-iWARP (siw) are the kernel copying: busy by design.
+            Backend::Verbs(device) => {
+                let id = verbs_id(device.as_deref());
+                !(id.starts_with("verbs:rxe") || id.starts_with("verbs:siw"))
+            }
             Backend::Ucx(tls) => {
                 tls.split(',').any(|t| matches!(t.trim(), "rc" | "rc_x" | "ud" | "dc" | "ib" | "rc_verbs"))
             }

@@ -171,6 +171,9 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     }
     writeln!(out)?;
     writeln!(out, "## Not available here")?;
+    if report.absent.is_empty() {
+        writeln!(out, "(nothing: every compiled-in backend contributes)")?;
+    }
     for absence in &report.absent {
         writeln!(out, "{}: {}", absence.component, absence.why)?;
     }

@@ -277,7 +277,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
         hint_over_knee: hint.block_bytes as f64 / knee_bytes as f64,
         cpu_copy_suspected: args.backend.should_bypass_cpu() && cpu_peak > CPU_COPY_THRESHOLD,
         cpu_note: format!(
-            "peak process CPU {:.0} % of one core during the bandwidth runs; staged and UCX over shm/tcp copy with the CPU by design",
+            "peak process CPU {:.0} % of one core during the bandwidth runs; staged, UCX over shm/tcp and Soft-RoCE copy with the CPU by design",
             cpu_peak * 100.0
         ),
         points,
