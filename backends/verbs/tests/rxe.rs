@@ -51,6 +51,7 @@ fn peer_main() {
     let Some(role) = peer_role() else { return };
     match role.as_str() {
         "receiver" => receiver(),
+        "sender" => sender(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -61,7 +62,8 @@ fn receiver() {
     let seed: u64 = env("SEED").parse().unwrap();
     let transport = VerbsTransport::open(Some(&env("RXE_DEV"))).unwrap();
     let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
-    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:0".into());
+    let address = transport.bind(listen.parse().unwrap()).unwrap();
     say(format!("LISTENING {address}"));
     pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(60))).unwrap();
     say("CONNECTED".into());
@@ -79,8 +81,28 @@ fn receiver() {
         }
         Err(e) => say(format!("RESULT ERROR {e}")),
     }
-    // Stay until the parent is done with us (it kills us).
-    std::thread::sleep(Duration::from_secs(120));
+    // Stay until the parent is done with us (it kills us), or `STAY_S` seconds.
+    let stay = std::env::var("STAY_S").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
+    std::thread::sleep(Duration::from_secs(stay));
+}
+
+/// Dials `DIAL` (the receiver, possibly in another VM) and writes `LEN` random bytes with an
+/// immediate; used by `scripts/vm/verbs-two-vms.sh`.
+fn sender() {
+    let len: u64 = env("LEN").parse().unwrap();
+    let seed: u64 = env("SEED").parse().unwrap();
+    let transport = VerbsTransport::open(Some(&env("RXE_DEV"))).unwrap();
+    let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
+    transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
+    let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
+    let remote = pollster::block_on(transport.connect(peer, &[], deadline(120))).unwrap()[0];
+    let transfer = Transfer::new(&source, &remote, len).notify(7);
+    let report =
+        pollster::block_on(chunker(&transport, 64 * 1024).write(&transport, transfer, deadline(300)))
+            .unwrap();
+    say(format!("SENT {}", report.payload_bytes));
+    // Let the receiver read its arrival before this side's QP goes away.
+    std::thread::sleep(Duration::from_secs(5));
 }
 
 fn spawn_receiver(device: &str, len: u64, seed: u64) -> (Peer, SocketAddr) {
@@ -272,4 +294,79 @@ fn capabilities_come_from_the_device() {
     assert!(rxe.facts.max_msg_bytes >= 1 << 20, "{}", rxe.summary);
     assert!(rxe.max_qp_wr >= 64 && rxe.max_sge >= 1, "{}", rxe.summary);
     eprintln!("{}: {}", rxe.name, rxe.summary);
+}
+
+/// A connected pair in this process (two QPs on the same device), receiver exposing `len` bytes.
+fn pair(
+    device: &str,
+    len: u64,
+) -> (
+    VerbsTransport,
+    VerbsTransport,
+    rdma_hint_core::LocalRegion,
+    rdma_hint_core::LocalRegion,
+    rdma_hint_core::RemoteRegion,
+) {
+    let receiver = VerbsTransport::open(Some(device)).unwrap();
+    let target = receiver.register(MemoryKind::Host, len).unwrap();
+    let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let accepting = std::thread::spawn(move || {
+        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(60)))
+            .unwrap();
+        receiver
+    });
+    let sender = VerbsTransport::open(Some(device)).unwrap();
+    let source = sender.register(MemoryKind::Host, len).unwrap();
+    let remote =
+        pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap()[0];
+    (sender, accepting.join().unwrap(), source, target, remote)
+}
+
+#[test]
+fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
+    let Some(device) = rxe() else { return };
+    let len = 32 << 20;
+    let (sender, _receiver, source, _, remote) = pair(&device, len);
+    let started = Instant::now();
+    let result = pollster::block_on(chunker(&sender, 4096).write(
+        &sender,
+        Transfer::new(&source, &remote, len),
+        started + Duration::from_millis(50),
+    ));
+    match result {
+        Err(TransferError::DeadlineExceeded { confirmed_bytes, len: asked }) => {
+            assert!(confirmed_bytes < asked)
+        }
+        other => panic!("expected the deadline, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "stopped after {:?}", started.elapsed());
+}
+
+/// Restart and reconnect, 100 times: every cycle opens, connects, moves 64 KiB verified, and
+/// drops both sides; descriptors and threads end where they started (no leaked QPs, CQs, MRs
+/// or device contexts: each holds a descriptor or kernel object behind the uverbs fd).
+#[test]
+fn a_hundred_connect_transfer_drop_cycles_leak_nothing() {
+    use rdma_hint_integration_tests::{open_fds, threads};
+    let Some(device) = rxe() else { return };
+    drop(pair(&device, 64 * 1024));
+    let before = (open_fds(), threads());
+    for cycle in 0..100u32 {
+        let (sender, receiver, source, target, remote) = pair(&device, 64 * 1024);
+        let data = random_bytes(64 * 1024, u64::from(cycle));
+        sender.write_region(source.id, 0, &data).unwrap();
+        pollster::block_on(chunker(&sender, 16 * 1024).write(
+            &sender,
+            Transfer::new(&source, &remote, 64 * 1024).notify(cycle),
+            deadline(30),
+        ))
+        .unwrap();
+        let mut arrivals = [Arrival::EMPTY; 1];
+        pollster::block_on(receiver.wait_arrivals(&mut arrivals, deadline(30))).unwrap();
+        assert_eq!(arrivals[0].imm, cycle);
+        let mut arrived = vec![0u8; 64 * 1024];
+        receiver.read_region(target.id, 0, &mut arrived).unwrap();
+        assert!(arrived == data, "cycle {cycle}");
+    }
+    assert_eq!(before, (open_fds(), threads()), "(fds, threads) before and after 100 cycles");
 }
