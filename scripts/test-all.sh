@@ -23,6 +23,8 @@ cargo test --workspace --all-features --locked
 echo "== verbs backend over Soft-RoCE, inside a qemu VM"
 if [ "$(id -u)" = 0 ]; then
     ./scripts/vm/verbs-tests.sh
+    echo "== verbs across two Soft-RoCE VMs (two hosts over a RoCE link)"
+    ./scripts/vm/verbs-two-vms.sh
 else
     echo "skipped: the Soft-RoCE VM needs root (CI runs as root)"
 fi

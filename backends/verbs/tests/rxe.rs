@@ -370,3 +370,75 @@ fn a_hundred_connect_transfer_drop_cycles_leak_nothing() {
     }
     assert_eq!(before, (open_fds(), threads()), "(fds, threads) before and after 100 cycles");
 }
+
+/// The netdev under rxe goes down mid-transfer: the sender ends with a typed error (the QP's
+/// retries run out, or the deadline) and never reports the transfer complete. The link comes
+/// back up afterwards for the tests that follow.
+#[test]
+fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
+    let Some(device) = rxe() else { return };
+    let Ok(netdev) = std::env::var("RXE_NETDEV") else {
+        eprintln!("skipped: RXE_NETDEV not set");
+        return;
+    };
+    let len = 64 << 20;
+    let (sender, _receiver, source, _, remote) = pair(&device, len);
+    let link = move |state: &str| {
+        let status = std::process::Command::new("ip").args(["link", "set", &netdev, state]).status().unwrap();
+        assert!(status.success(), "ip link set {netdev} {state}");
+    };
+    let cutter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        link("down");
+        link
+    });
+    let started = Instant::now();
+    let result = pollster::block_on(chunker(&sender, 64 * 1024).write(
+        &sender,
+        Transfer::new(&source, &remote, len),
+        started + Duration::from_secs(20),
+    ));
+    let elapsed = started.elapsed();
+    let link = cutter.join().unwrap();
+    link("up");
+    match result {
+        Err(TransferError::Transport { confirmed_bytes, .. })
+        | Err(TransferError::DeadlineExceeded { confirmed_bytes, .. }) => {
+            assert!(confirmed_bytes < len)
+        }
+        other => panic!("expected the transfer to fail, got {other:?}"),
+    }
+    assert!(elapsed < Duration::from_secs(25), "ended after {elapsed:?}");
+    eprintln!("link down: sender ended after {elapsed:?}: {}", result.unwrap_err());
+}
+
+/// The fault case repeated: 100 transfers whose receiver is dropped mid-way end with a typed
+/// error each time and leave descriptors and threads as they were.
+#[test]
+fn a_hundred_failed_transfers_leak_nothing() {
+    use rdma_hint_integration_tests::{open_fds, threads};
+    let Some(device) = rxe() else { return };
+    drop(pair(&device, 64 * 1024));
+    let before = (open_fds(), threads());
+    let mut failed = 0;
+    for cycle in 0..100u32 {
+        let len = 4 << 20;
+        let (sender, receiver, source, _, remote) = pair(&device, len);
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            drop(receiver);
+        });
+        let result = pollster::block_on(chunker(&sender, 4096).write(
+            &sender,
+            Transfer::new(&source, &remote, len),
+            deadline(30),
+        ));
+        closer.join().unwrap();
+        if let Err(e) = result {
+            assert!(matches!(e, TransferError::Transport { .. }), "cycle {cycle}: {e}");
+            failed += 1;
+        }
+    }
+    assert!(failed >= 90, "only {failed} of 100 transfers saw the receiver go");
+    assert_eq!(before, (open_fds(), threads()), "(fds, threads) after 100 failed transfers");
+}
