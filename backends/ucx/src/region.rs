@@ -1,6 +1,7 @@
 //! Host memory the transport allocates and maps with `ucp_mem_map`.
 
 use crate::status::status_text;
+use rdma_hint_core::transport::check_range;
 use rdma_hint_core::TransportError;
 use rdma_hint_ucx_sys as sys;
 
@@ -123,15 +124,7 @@ impl Region {
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<(), TransportError> {
-        if offset.checked_add(len as u64).is_none_or(|end| end > self.len) {
-            return Err(TransportError::OutOfBounds {
-                side: "local",
-                offset,
-                len: len as u64,
-                region_len: self.len,
-            });
-        }
-        Ok(())
+        check_range("local", offset, len as u64, self.len)
     }
 
     /// Copies `data` into the region at `offset`.

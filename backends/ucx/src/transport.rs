@@ -13,7 +13,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, TransportFacts, TransportKind, WriteOp,
 };
-use rdma_hint_oob::{admit, Rendezvous, Token, WireReader};
+use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -371,23 +371,7 @@ impl Transport for UcxTransport {
         let mut stream = self.rendezvous.connect(peer, deadline)?;
         let hello = self.exchange(&mut stream, expose)?;
         let lanes = self.attach(&hello, expose)?;
-        let ready = stream.write_all(&[READY]).map_err(TransportError::from).and_then(|()| {
-            let mut byte = [0u8; 1];
-            WireReader::new(&mut stream).exact(&mut byte).and_then(|()| {
-                if byte[0] == READY {
-                    Ok(())
-                } else {
-                    Err(TransportError::Handshake(format!("expected the ready byte, got {:#04x}", byte[0])))
-                }
-            })
-        });
-        if let Err(e) = ready {
-            let why = match &e {
-                TransportError::PeerGone(_) => TransportError::Handshake(
-                    "the peer closed the connection instead of confirming: it rejected our hello".into(),
-                ),
-                _ => e,
-            };
+        if let Err(why) = confirm(&mut stream, READY) {
             self.shared.engine().fail(why.to_string());
             return Err(why);
         }

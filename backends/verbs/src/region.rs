@@ -2,6 +2,7 @@
 
 use crate::status::unavailable;
 use memmap2::MmapMut;
+use rdma_hint_core::transport::check_range;
 use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 
@@ -89,15 +90,7 @@ impl Region {
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<(), TransportError> {
-        if offset.checked_add(len as u64).is_none_or(|end| end > self.len) {
-            return Err(TransportError::OutOfBounds {
-                side: "local",
-                offset,
-                len: len as u64,
-                region_len: self.len,
-            });
-        }
-        Ok(())
+        check_range("local", offset, len as u64, self.len)
     }
 
     pub(crate) fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {

@@ -9,7 +9,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, WriteOp,
 };
-use rdma_hint_oob::{admit, Rendezvous, Token, WireReader};
+use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Write};
@@ -539,23 +539,7 @@ impl Transport for VerbsTransport {
         })?;
         admit(self.token.as_ref(), &theirs.token, &peer_address)?;
         self.bring_up(&theirs, psn)?;
-        stream.write_all(&[READY])?;
-        let mut byte = [0u8; 1];
-        match WireReader::new(&mut stream).exact(&mut byte) {
-            Ok(()) if byte[0] == READY => {}
-            Ok(()) => {
-                return Err(TransportError::Handshake(format!(
-                    "expected the ready byte, got {:#04x}",
-                    byte[0]
-                )))
-            }
-            Err(TransportError::PeerGone(_)) => {
-                return Err(TransportError::Handshake(
-                    "the peer closed the connection instead of confirming: it rejected our hello".into(),
-                ))
-            }
-            Err(e) => return Err(e),
-        }
+        confirm(&mut stream, READY)?;
         stream.set_nonblocking(true)?;
         let _ = self.oob.set(stream);
         let mut remote: Vec<Option<ExposedRegion>> = Vec::new();

@@ -118,15 +118,25 @@ impl WriteOp {
         if self.len > max_msg_bytes {
             return Err(TransportError::MessageTooLarge { len: self.len, max_msg_bytes });
         }
-        for (side, offset, len) in
-            [("local", self.local_offset, local.len), ("remote", self.remote_offset, remote.len)]
-        {
-            if offset.checked_add(self.len).is_none_or(|end| end > len) {
-                return Err(TransportError::OutOfBounds { side, offset, len: self.len, region_len: len });
-            }
-        }
-        Ok(())
+        check_range("local", self.local_offset, self.len, local.len)?;
+        check_range("remote", self.remote_offset, self.len, remote.len)
     }
+}
+
+/// `Ok` when `offset + len` bytes fit in a region of `region_len` bytes (without overflow),
+/// otherwise [`TransportError::OutOfBounds`] naming `side` (`local` or `remote`).
+///
+/// ```
+/// use rdma_hint_core::transport::check_range;
+/// assert!(check_range("local", 4096, 4096, 8192).is_ok());
+/// assert!(check_range("local", 4097, 4096, 8192).is_err());
+/// assert!(check_range("remote", u64::MAX, 2, u64::MAX).is_err()); // overflow, not a wrap
+/// ```
+pub fn check_range(side: &'static str, offset: u64, len: u64, region_len: u64) -> Result<(), TransportError> {
+    if offset.checked_add(len).is_none_or(|end| end > region_len) {
+        return Err(TransportError::OutOfBounds { side, offset, len, region_len });
+    }
+    Ok(())
 }
 
 /// Outcome of one signalled work request.

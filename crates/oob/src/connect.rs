@@ -1,7 +1,7 @@
 //! Establishing the OOB TCP connection within a deadline.
 
 use rdma_hint_core::{PeerEndpoint, TransportError};
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -130,6 +130,24 @@ pub fn prepare(stream: &TcpStream, deadline: Instant) -> Result<(), TransportErr
     stream.set_write_timeout(Some(remaining))?;
     stream.set_nodelay(true)?;
     Ok(())
+}
+
+/// The last step of an exchange: send `ready`, then expect the peer's same byte. A peer that
+/// rejected our hello closes instead, which becomes a [`TransportError::Handshake`] saying so.
+pub fn confirm(stream: &mut TcpStream, ready: u8) -> Result<(), TransportError> {
+    stream.write_all(&[ready])?;
+    let mut byte = [0u8; 1];
+    match crate::WireReader::new(&mut *stream).exact(&mut byte) {
+        Ok(()) if byte[0] == ready => Ok(()),
+        Ok(()) => Err(TransportError::Handshake(format!(
+            "expected the ready byte {ready:#04x}, got {:#04x}",
+            byte[0]
+        ))),
+        Err(TransportError::PeerGone(_)) => Err(TransportError::Handshake(
+            "the peer closed the connection instead of confirming: it rejected our hello".into(),
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
