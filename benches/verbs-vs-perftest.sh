@@ -16,7 +16,8 @@ ours=$PWD/target/release/examples/verbs_write_bw
 sizes=${SIZES:-"65536 262144 1048576 4194304"}
 budget=${BUDGET_BYTES:-$((16 << 20))}
 
-RXE_VM_RWDIR="" ./scripts/vm/run-in-vm.sh "
+# Shared read-write at the same path: visible in the VM even for a checkout under /tmp.
+RXE_VM_RWDIR=$PWD ./scripts/vm/run-in-vm.sh "
 set -u
 median() { printf '%s\\n' \"\$@\" | sort -g | awk '{ v[NR] = \$1 } END { print v[int((NR + 1) / 2)] }'; }
 printf '%-10s %8s %18s %18s %7s\n' size messages 'ib_write_bw MB/s' 'rdma-hint MB/s' ratio

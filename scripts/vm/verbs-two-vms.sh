@@ -12,10 +12,18 @@ for line in sys.stdin:
     message = json.loads(line)
     if message.get("reason") == "compiler-artifact" and message.get("executable") and message["target"]["name"] == "rxe":
         print(message["executable"])')
+[ -n "$bin" ] || { echo "$0: no rxe test binary built" >&2; exit 1; }
+# The VM sees the host root read-only but mounts fresh tmpfs on /tmp: a checkout under /tmp (or a
+# CARGO_TARGET_DIR there) would be invisible, so the binary goes into the checkout, which is
+# shared with the VM read-write at the same path.
+mkdir -p target/vm
+cp "$bin" target/vm/rxe
+bin=$PWD/target/vm/rxe
+export RXE_VM_RWDIR=$PWD
 len=$(( (1 << 20) + 3 ))
 peer="$bin --exact peer_main --ignored --nocapture --test-threads=1 --color never"
 out=$(mktemp -d)
-export RXE_VM_RWDIR="" RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} RXE_VM_LINK_PORT=${RXE_VM_LINK_PORT:-47910}
+export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} RXE_VM_LINK_PORT=${RXE_VM_LINK_PORT:-47910}
 RXE_VM_NODE=b ./scripts/vm/run-in-vm.sh \
     "RDMA_HINT_PEER=receiver LISTEN=10.77.1.2:7600 LEN=$len SEED=11 STAY_S=0 timeout 600 $peer" >"$out/b.log" 2>&1 &
 receiver=$!
