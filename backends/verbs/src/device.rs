@@ -64,6 +64,20 @@ impl Drop for Context {
     }
 }
 
+/// `ibv_get_device_list` returned NULL: say why in words (ENOSYS: no uverbs in this kernel).
+fn no_device_list() -> TransportError {
+    let error = std::io::Error::last_os_error();
+    TransportError::Unavailable {
+        backend: crate::BACKEND,
+        reason: if error.raw_os_error() == Some(libc::ENOSYS) {
+            "no RDMA device: libibverbs is installed but this kernel offers no RDMA (ib_uverbs) support"
+                .into()
+        } else {
+            format!("ibv_get_device_list failed: {error}")
+        },
+    }
+}
+
 /// Why no device can be used, in words a person can act on.
 fn no_library() -> TransportError {
     TransportError::Unavailable {
@@ -82,7 +96,7 @@ pub(crate) fn open(name: Option<&str>) -> Result<Context, TransportError> {
     // SAFETY: libibverbs allocates the list; it is freed below after the chosen device is opened.
     let list = unsafe { ibv::ibv_get_device_list(&mut count) };
     if list.is_null() {
-        return Err(unavailable("ibv_get_device_list"));
+        return Err(no_device_list());
     }
     let mut found = None;
     let mut names = Vec::new();
@@ -235,7 +249,7 @@ pub fn devices() -> Result<Vec<DeviceFacts>, TransportError> {
     // SAFETY: as in `open`; freed below.
     let list = unsafe { ibv::ibv_get_device_list(&mut count) };
     if list.is_null() {
-        return Err(unavailable("ibv_get_device_list"));
+        return Err(no_device_list());
     }
     let mut names = Vec::new();
     for index in 0..count.max(0) as usize {

@@ -101,3 +101,43 @@ fn unreadable_root_is_a_one_line_error() {
     assert!(stderr.starts_with("rdma-hint: cannot read sysfs root"), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1);
 }
+
+/// A binary built with the `verbs` feature starts where libibverbs cannot be loaded and says so.
+/// Where rdma-core is installed the library is hidden for this one run (as root: a private mount
+/// namespace with /dev/null bound over it); without root and with rdma-core present, it skips.
+#[cfg(feature = "verbs")]
+#[test]
+fn without_libibverbs_the_binary_starts_and_says_so() {
+    let binary = env!("CARGO_BIN_EXE_rdma-hint");
+    let library = [
+        "/usr/lib/x86_64-linux-gnu/libibverbs.so.1",
+        "/usr/lib64/libibverbs.so.1",
+        "/usr/lib/libibverbs.so.1",
+    ]
+    .into_iter()
+    .find(|path| std::path::Path::new(path).exists())
+    .map(|path| std::fs::canonicalize(path).unwrap());
+    let output = match library {
+        None => std::process::Command::new(binary).arg("probe").output().unwrap(),
+        Some(library) => {
+            let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+                s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+            });
+            if !root {
+                eprintln!("skipped: hiding the installed libibverbs needs root");
+                return;
+            }
+            let script = format!("mount --bind /dev/null {} && exec {binary} probe", library.display());
+            std::process::Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap()
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() && stderr.starts_with("unshare:") {
+        eprintln!("skipped: this container cannot make a mount namespace ({stderr})");
+        return;
+    }
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("no libibverbs"), "{stdout}");
+    assert!(stdout.contains("staged:tcp"), "host hints still there: {stdout}");
+}

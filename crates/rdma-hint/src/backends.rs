@@ -156,7 +156,7 @@ pub(crate) fn absences(
     if let Err(why) = verbs {
         absent.push(Absence {
             component: "verbs",
-            why: format!("{why}; RDMA NIC hints use sysfs facts and model defaults"),
+            why: format!("{why}; any RDMA NIC hints use sysfs facts and model defaults"),
         });
     }
     if !cfg!(feature = "ucx") {
