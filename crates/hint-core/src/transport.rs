@@ -186,14 +186,6 @@ impl Arrival {
 /// [`TransportError::DeadlineExceeded`] or [`TransportError::PeerGone`], never a hang.
 #[derive(Debug, Error)]
 pub enum TransportError {
-    /// The backend exists as a crate but does not move data yet.
-    #[error("the {backend} backend is not implemented yet ({tracking})")]
-    NotImplemented {
-        /// Backend name.
-        backend: &'static str,
-        /// Where the work is tracked.
-        tracking: &'static str,
-    },
     /// The backend cannot run here (library or device missing).
     #[error("the {backend} backend is unavailable: {reason}")]
     Unavailable {
