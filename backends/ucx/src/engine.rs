@@ -10,7 +10,7 @@ use crate::region::Region;
 use crate::status::{completion_code, status_text};
 use crate::worker::{Ucp, NOTICE_AM_ID};
 use crossbeam_channel::Sender;
-use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, RegionTable, TransportError, WriteOp};
 use rdma_hint_ucx_sys as sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -113,13 +113,6 @@ struct Batch {
     notices: u32,
 }
 
-/// A notice whose send has not finished: its bytes must stay put until then.
-#[derive(Debug)]
-struct NoticeSend {
-    request: sys::ucs_status_ptr_t,
-    slot: usize,
-}
-
 /// The UCP side of a connected transport.
 #[derive(Debug)]
 pub(crate) struct Engine {
@@ -130,7 +123,8 @@ pub(crate) struct Engine {
     signalled: VecDeque<u64>,
     notices: VecDeque<[u8; NOTICE_BYTES]>,
     notice_slots: Box<[[u8; NOTICE_BYTES]]>,
-    notice_sends: VecDeque<NoticeSend>,
+    /// Notice sends not finished yet, oldest first: their slots must stay put until then.
+    notice_sends: VecDeque<sys::ucs_status_ptr_t>,
     next_slot: usize,
     completions: Sender<Completion>,
     capacity: usize,
@@ -216,7 +210,7 @@ impl Engine {
     pub(crate) fn post(
         &mut self,
         ops: &[WriteOp],
-        locals: &[Option<Arc<Region>>],
+        locals: &RegionTable<Region>,
         queued_completions: usize,
     ) -> Result<(), TransportError> {
         if let Some(why) = &self.gone {
@@ -235,10 +229,9 @@ impl Engine {
             });
         }
         for op in ops {
-            let (Some(Some(local)), Some(Some(remote))) =
-                (locals.get(op.local.0 as usize), self.remote.get(op.remote.0 as usize))
-            else {
-                return Err(TransportError::UnregisteredRegion(op.local));
+            let local = locals.get(op.local)?;
+            let Some(Some(remote)) = self.remote.get(op.remote.0 as usize) else {
+                return Err(TransportError::UnregisteredRegion(op.remote));
             };
             let param = sys::ucp_request_param_t {
                 op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
@@ -341,16 +334,14 @@ impl Engine {
                 return;
             }
         }
-        while let Some(send) = self.notice_sends.front() {
+        while let Some(&request) = self.notice_sends.front() {
             // SAFETY: the notice request is live until freed just below.
-            if unsafe { sys::ucp_request_check_status(send.request) } == sys::UCS_INPROGRESS {
+            if unsafe { sys::ucp_request_check_status(request) } == sys::UCS_INPROGRESS {
                 break;
             }
-            if let Some(send) = self.notice_sends.pop_front() {
-                // SAFETY: finished notice request, freed once; its slot may be reused now.
-                unsafe { sys::ucp_request_free(send.request) };
-                let _ = send.slot;
-            }
+            self.notice_sends.pop_front();
+            // SAFETY: finished notice request, freed once; its slot may be reused now.
+            unsafe { sys::ucp_request_free(request) };
         }
         let error = self.signals.peer_error.load(Ordering::Acquire);
         if error != 0 && self.gone.is_none() {
@@ -388,7 +379,7 @@ impl Engine {
             let status = sys::status_ptr_status(request);
             self.fail(format!("sending a notice failed: {}", status_text(status)));
         } else if sys::status_ptr_is_ptr(request) {
-            self.notice_sends.push_back(NoticeSend { request, slot });
+            self.notice_sends.push_back(request);
         }
     }
 
@@ -447,9 +438,9 @@ impl Engine {
         if self.ucp.finish(request, 10_000) == sys::UCS_INPROGRESS {
             tracing::warn!("ucx: endpoint close did not finish in time");
         }
-        while let Some(send) = self.notice_sends.pop_front() {
+        while let Some(request) = self.notice_sends.pop_front() {
             // SAFETY: freeing hands the request back to UCX whether or not it finished.
-            unsafe { sys::ucp_request_free(send.request) };
+            unsafe { sys::ucp_request_free(request) };
         }
         for entry in self.remote.drain(..).flatten() {
             // SAFETY: each rkey was unpacked once on the (now closed) endpoint; destroyed once.
@@ -458,7 +449,7 @@ impl Engine {
     }
 
     /// Orderly teardown: finish what is in flight (bounded), close the endpoint, unmap regions.
-    pub(crate) fn shutdown(&mut self, regions: &mut Vec<Option<Arc<Region>>>) {
+    pub(crate) fn shutdown(&mut self, regions: &mut RegionTable<Region>) {
         for _ in 0..10_000 {
             if !self.busy() || self.gone.is_some() {
                 break;
@@ -466,7 +457,7 @@ impl Engine {
             self.progress();
         }
         self.close();
-        for region in regions.drain(..).flatten() {
+        for region in regions.drain() {
             region.unmap(self.ucp.context);
         }
     }

@@ -3,6 +3,8 @@
 
 use crate::engine::Engine;
 use crate::region::Region;
+use crate::wire::MAX_REGIONS;
+use rdma_hint_core::RegionTable;
 use rdma_hint_ucx_sys as sys;
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -22,7 +24,7 @@ const BUSY_POLL: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
-    pub(crate) regions: RwLock<Vec<Option<Arc<Region>>>>,
+    pub(crate) regions: RwLock<RegionTable<Region>>,
     pub(crate) stop: AtomicBool,
     /// The out-of-band socket, kept open after the exchange: EOF means the peer is gone.
     pub(crate) oob: OnceLock<TcpStream>,
@@ -36,7 +38,7 @@ impl Shared {
         let worker = engine.ucp.worker as usize;
         Shared {
             engine: Mutex::new(engine),
-            regions: RwLock::new(Vec::new()),
+            regions: RwLock::new(RegionTable::new(MAX_REGIONS)),
             stop: AtomicBool::new(false),
             oob: OnceLock::new(),
             efd,

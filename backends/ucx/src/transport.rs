@@ -5,7 +5,7 @@ use crate::perf::{self, Estimate};
 use crate::progress::{self, Shared};
 use crate::region::{Region, MAX_REGION_BYTES};
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
-use crate::worker::Ucp;
+use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use rdma_hint_core::queue::drain;
@@ -96,7 +96,7 @@ impl UcxTransport {
     pub fn open(tls: Option<&str>) -> Result<UcxTransport, TransportError> {
         let env_tls = std::env::var("UCX_TLS").ok();
         let scope = tls.or(env_tls.as_deref());
-        let ucp = Ucp::open(tls)?;
+        let ucp = Ucp::open(tls, detects_peer_failure(scope))?;
         let estimate = perf::self_estimate(&ucp)?;
         let caps = capabilities(transport_id(scope), &estimate);
         let (completion_tx, completions) = bounded(MAX_OUTSTANDING);
@@ -204,10 +204,7 @@ impl UcxTransport {
         {
             let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
             for id in expose {
-                let region = table
-                    .get(id.0 as usize)
-                    .and_then(Option::as_ref)
-                    .ok_or(TransportError::UnregisteredRegion(*id))?;
+                let region = table.get(*id)?;
                 regions.push(ExposedRegion {
                     id: id.0,
                     address: region.address(0),
@@ -253,10 +250,7 @@ impl UcxTransport {
         let lanes = perf::lanes(ep);
         engine.attach(ep, remote);
         let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        let exposed = expose
-            .iter()
-            .filter_map(|id| table.get(id.0 as usize).and_then(Option::as_ref).map(|r| (id.0, r.len())))
-            .collect();
+        let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
         let _ = self.signals.exposed.set(exposed);
         Ok(lanes)
     }
@@ -296,22 +290,8 @@ impl Transport for UcxTransport {
         }
         let engine = self.shared.engine();
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        if table.iter().flatten().count() >= MAX_REGIONS {
-            return Err(TransportError::Registration {
-                len,
-                reason: format!("at most {MAX_REGIONS} regions"),
-            });
-        }
-        let region = Region::map(engine.ucp.context, len)?;
-        let id = match table.iter().position(Option::is_none) {
-            Some(free) => free,
-            None => {
-                table.push(None);
-                table.len() - 1
-            }
-        };
-        table[id] = Some(Arc::new(region));
-        Ok(LocalRegion { id: RegionId(id as u32), kind, len })
+        let id = table.insert_with(len, || Region::map(engine.ucp.context, len))?;
+        Ok(LocalRegion { id, kind, len })
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
@@ -333,30 +313,16 @@ impl Transport for UcxTransport {
             });
         }
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let entry = table
-            .get_mut(region.0 as usize)
-            .and_then(Option::take)
-            .ok_or(TransportError::UnregisteredRegion(region))?;
-        entry.unmap(engine.ucp.context);
+        table.remove(region)?.unmap(engine.ucp.context);
         Ok(())
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        table
-            .get(region.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(TransportError::UnregisteredRegion(region))?
-            .copy_in(offset, data)
+        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        table
-            .get(region.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(TransportError::UnregisteredRegion(region))?
-            .copy_out(offset, out)
+        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)
     }
 
     async fn connect(
@@ -402,10 +368,7 @@ impl Transport for UcxTransport {
         }
         let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
         for op in ops {
-            let local = table
-                .get(op.local.0 as usize)
-                .and_then(Option::as_ref)
-                .ok_or(TransportError::UnregisteredRegion(op.local))?;
+            let local = table.get(op.local)?;
             let remote_len =
                 engine.remote_len(op.remote).ok_or(TransportError::UnregisteredRegion(op.remote))?;
             op.check(

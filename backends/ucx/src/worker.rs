@@ -43,9 +43,8 @@ pub(crate) fn detects_peer_failure(tls: Option<&str>) -> bool {
 impl Ucp {
     /// Opens a context with RMA, AM and wakeup features, restricted to `tls` when given (the
     /// syntax of `UCX_TLS`; otherwise UCX reads `UCX_TLS` from the environment itself).
-    pub(crate) fn open(tls: Option<&str>) -> Result<Ucp, TransportError> {
-        let env_tls = std::env::var("UCX_TLS").ok();
-        let peer_failure_mode = detects_peer_failure(tls.or(env_tls.as_deref()));
+    /// `peer_failure_mode`: see [`detects_peer_failure`].
+    pub(crate) fn open(tls: Option<&str>, peer_failure_mode: bool) -> Result<Ucp, TransportError> {
         let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
         // SAFETY: null env prefix and file name ask for the defaults + environment.
         let status = unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) };

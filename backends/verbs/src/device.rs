@@ -87,57 +87,75 @@ fn no_library() -> TransportError {
     }
 }
 
+/// The device list of libibverbs, freed on drop.
+struct DeviceList {
+    raw: *mut *mut ibv::ibv_device,
+    count: usize,
+}
+
+impl DeviceList {
+    /// The devices libibverbs sees, or why it cannot list any.
+    fn get() -> Result<DeviceList, TransportError> {
+        if !library_loaded() {
+            return Err(no_library());
+        }
+        let mut count = 0;
+        // SAFETY: libibverbs allocates the list; `Drop` frees it.
+        let raw = unsafe { ibv::ibv_get_device_list(&mut count) };
+        if raw.is_null() {
+            return Err(no_device_list());
+        }
+        Ok(DeviceList { raw, count: count.max(0) as usize })
+    }
+
+    /// `(device, name)` for every listed device.
+    fn entries(&self) -> impl Iterator<Item = (*mut ibv::ibv_device, String)> + '_ {
+        (0..self.count).map(|index| {
+            // SAFETY: the list holds `count` device pointers, each with a NUL-terminated name
+            // owned by libibverbs while the list lives.
+            unsafe {
+                let device = *self.raw.add(index);
+                (device, CStr::from_ptr(ibv::ibv_get_device_name(device)).to_string_lossy().into_owned())
+            }
+        })
+    }
+
+    /// Opens `name`, or the first device when `None`.
+    fn open(&self, name: Option<&str>) -> Result<Context, TransportError> {
+        let Some((device, device_name)) = self.entries().find(|(_, n)| name.is_none_or(|wanted| wanted == n))
+        else {
+            let names: Vec<String> = self.entries().map(|(_, n)| n).collect();
+            return Err(TransportError::Unavailable {
+                backend: crate::BACKEND,
+                reason: match name {
+                    Some(wanted) => format!("no RDMA device named {wanted} (devices: {})", names.join(", ")),
+                    None => "no RDMA device (libibverbs loaded, ibv_get_device_list found none)".into(),
+                },
+            });
+        };
+        // SAFETY: `device` comes from the live list; the opened context does not need the list.
+        let raw = unsafe { ibv::ibv_open_device(device) };
+        if raw.is_null() {
+            return Err(unavailable("ibv_open_device"));
+        }
+        Ok(Context { raw, name: device_name })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from ibv_get_device_list and is freed once.
+        unsafe { ibv::ibv_free_device_list(self.raw) };
+    }
+}
+
 /// Opens `name`, or the first device when `None`.
 pub(crate) fn open(name: Option<&str>) -> Result<Context, TransportError> {
-    if !library_loaded() {
-        return Err(no_library());
-    }
-    let mut count = 0;
-    // SAFETY: libibverbs allocates the list; it is freed below after the chosen device is opened.
-    let list = unsafe { ibv::ibv_get_device_list(&mut count) };
-    if list.is_null() {
-        return Err(no_device_list());
-    }
-    let mut found = None;
-    let mut names = Vec::new();
-    for index in 0..count.max(0) as usize {
-        // SAFETY: `list` holds `count` device pointers.
-        let device = unsafe { *list.add(index) };
-        // SAFETY: a device of the list has a NUL-terminated name owned by libibverbs.
-        let device_name =
-            unsafe { CStr::from_ptr(ibv::ibv_get_device_name(device)) }.to_string_lossy().into_owned();
-        if found.is_none() && name.is_none_or(|wanted| wanted == device_name) {
-            found = Some((device, device_name.clone()));
-        }
-        names.push(device_name);
-    }
-    let result = match found {
-        Some((device, device_name)) => {
-            // SAFETY: `device` comes from the live list.
-            let raw = unsafe { ibv::ibv_open_device(device) };
-            if raw.is_null() {
-                Err(unavailable("ibv_open_device"))
-            } else {
-                Ok(Context { raw, name: device_name })
-            }
-        }
-        None => Err(TransportError::Unavailable {
-            backend: crate::BACKEND,
-            reason: match name {
-                Some(wanted) => format!("no RDMA device named {wanted} (devices: {})", names.join(", ")),
-                None => "no RDMA device (ibv_get_device_list found none)".into(),
-            },
-        }),
-    };
-    // SAFETY: the list came from ibv_get_device_list; an opened context does not need it.
-    unsafe { ibv::ibv_free_device_list(list) };
-    result
+    DeviceList::get()?.open(name)
 }
 
 /// The device and port attributes of `context`'s first active port.
-pub(crate) fn query(
-    context: &Context,
-) -> Result<(ibv::ibv_device_attr, u8, ibv::ibv_port_attr), TransportError> {
+fn query(context: &Context) -> Result<(ibv::ibv_device_attr, u8, ibv::ibv_port_attr), TransportError> {
     // SAFETY: plain C structs, zero is a valid bit pattern; filled by the queries below.
     let mut device: ibv::ibv_device_attr = unsafe { std::mem::zeroed() };
     // SAFETY: `context.raw` is open; `device` is a valid out-pointer.
@@ -191,8 +209,8 @@ pub(crate) fn link_gbits(width: u8, speed: u8) -> Option<f64> {
     Some(lanes * per_lane)
 }
 
-/// Facts of `context`'s active port.
-pub(crate) fn facts(context: &Context) -> Result<DeviceFacts, TransportError> {
+/// Facts of `context`'s active port, and that port's attributes as queried.
+pub(crate) fn facts(context: &Context) -> Result<(DeviceFacts, ibv::ibv_port_attr), TransportError> {
     let (device, port, attr) = query(context)?;
     let soft_roce = context.name.starts_with("rxe") || device.vendor_id == 0xffffff;
     let gbits = link_gbits(attr.active_width, attr.active_speed).unwrap_or(10.0);
@@ -221,7 +239,7 @@ pub(crate) fn facts(context: &Context) -> Result<DeviceFacts, TransportError> {
         attr.active_speed,
         if soft_roce { " (Soft-RoCE: per-op cost of the kernel's rxe)" } else { "" }
     );
-    Ok(DeviceFacts {
+    let described = DeviceFacts {
         name: context.name.clone(),
         port,
         facts,
@@ -229,7 +247,8 @@ pub(crate) fn facts(context: &Context) -> Result<DeviceFacts, TransportError> {
         max_qp_wr: device.max_qp_wr.max(1) as u32,
         max_sge: device.max_sge.max(1) as u32,
         summary,
-    })
+    };
+    Ok((described, attr))
 }
 
 /// Every RDMA device with an active port, or why there is none (no libibverbs, no device).
@@ -242,36 +261,17 @@ pub(crate) fn facts(context: &Context) -> Result<DeviceFacts, TransportError> {
 /// }
 /// ```
 pub fn devices() -> Result<Vec<DeviceFacts>, TransportError> {
-    if !library_loaded() {
-        return Err(no_library());
-    }
-    let mut count = 0;
-    // SAFETY: as in `open`; freed below.
-    let list = unsafe { ibv::ibv_get_device_list(&mut count) };
-    if list.is_null() {
-        return Err(no_device_list());
-    }
-    let mut names = Vec::new();
-    for index in 0..count.max(0) as usize {
-        // SAFETY: `list` holds `count` device pointers with NUL-terminated names.
-        names.push(
-            unsafe { CStr::from_ptr(ibv::ibv_get_device_name(*list.add(index))) }
-                .to_string_lossy()
-                .into_owned(),
-        );
-    }
-    // SAFETY: the list came from ibv_get_device_list.
-    unsafe { ibv::ibv_free_device_list(list) };
-    if names.is_empty() {
+    let list = DeviceList::get()?;
+    if list.count == 0 {
         return Err(TransportError::Unavailable {
             backend: crate::BACKEND,
             reason: "no RDMA device (libibverbs loaded, ibv_get_device_list found none)".into(),
         });
     }
     let mut out = Vec::new();
-    for name in names {
-        match open(Some(&name)).and_then(|context| facts(&context)) {
-            Ok(device) => out.push(device),
+    for (_, name) in list.entries() {
+        match list.open(Some(&name)).and_then(|context| facts(&context)) {
+            Ok((device, _)) => out.push(device),
             Err(err) => tracing::debug!(%name, %err, "verbs: device skipped"),
         }
     }

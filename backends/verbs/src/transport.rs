@@ -7,7 +7,7 @@ use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, WriteOp,
+    RegionTable, RemoteRegion, Transport, TransportError, WriteOp,
 };
 use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
@@ -75,7 +75,7 @@ struct Polling {
 pub struct VerbsTransport {
     caps: Capabilities,
     device: DeviceFacts,
-    regions: RwLock<Vec<Option<Region>>>,
+    regions: RwLock<RegionTable<Region>>,
     remote: OnceLock<Vec<Option<ExposedRegion>>>,
     exposed: OnceLock<Vec<u32>>,
     posting: Mutex<Posting>,
@@ -172,8 +172,8 @@ impl VerbsTransport {
     /// Without libibverbs or without a device this is [`TransportError::Unavailable`] saying so.
     pub fn open(device: Option<&str>) -> Result<VerbsTransport, TransportError> {
         let context = device::open(device)?;
-        let facts = device::facts(&context)?;
-        let (_, port, port_attr) = device::query(&context)?;
+        let (facts, port_attr) = device::facts(&context)?;
+        let port = facts.port;
         let (gid_index, gid) = choose_gid(&context, port, port_attr.gid_tbl_len)?;
         let sq_depth = SQ_DEPTH.min(facts.max_qp_wr);
         let rq_depth = RQ_DEPTH.min(facts.max_qp_wr);
@@ -245,7 +245,7 @@ impl VerbsTransport {
         Ok(VerbsTransport {
             caps,
             device: facts,
-            regions: RwLock::new(Vec::new()),
+            regions: RwLock::new(RegionTable::new(MAX_REGIONS)),
             remote: OnceLock::new(),
             exposed: OnceLock::new(),
             posting: Mutex::new(Posting {
@@ -444,19 +444,8 @@ impl Transport for VerbsTransport {
             return Err(TransportError::UnsupportedMemory { kind });
         }
         let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        if table.iter().flatten().count() >= MAX_REGIONS {
-            return Err(TransportError::Registration {
-                len,
-                reason: format!("at most {MAX_REGIONS} regions"),
-            });
-        }
-        let region = Region::register(self.pd, len)?;
-        let id = table.iter().position(Option::is_none).unwrap_or_else(|| {
-            table.push(None);
-            table.len() - 1
-        });
-        table[id] = Some(region);
-        Ok(LocalRegion { id: RegionId(id as u32), kind, len })
+        let id = table.insert_with(len, || Region::register(self.pd, len))?;
+        Ok(LocalRegion { id, kind, len })
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
@@ -475,30 +464,15 @@ impl Transport for VerbsTransport {
                 reason: "writes are in flight; wait for their completions first".into(),
             });
         }
-        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        table
-            .get_mut(region.0 as usize)
-            .and_then(Option::take)
-            .map(drop)
-            .ok_or(TransportError::UnregisteredRegion(region))
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).remove(region).map(drop)
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-        table
-            .get(region.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(TransportError::UnregisteredRegion(region))?
-            .copy_in(offset, data)
+        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-        table
-            .get(region.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(TransportError::UnregisteredRegion(region))?
-            .copy_out(offset, out)
+        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)
     }
 
     async fn connect(
@@ -518,10 +492,7 @@ impl Transport for VerbsTransport {
         {
             let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
             for id in expose {
-                let region = table
-                    .get_mut(id.0 as usize)
-                    .and_then(Option::as_mut)
-                    .ok_or(TransportError::UnregisteredRegion(*id))?;
+                let region = table.get_mut(*id)?;
                 let rkey = region.expose(self.pd)?;
                 regions.push(ExposedRegion { id: id.0, address: region.address(0), len: region.len(), rkey });
             }
@@ -580,10 +551,7 @@ impl Transport for VerbsTransport {
         }
         let Posting { wrs, sges, .. } = &mut *posting;
         for (index, op) in ops.iter().enumerate() {
-            let local = table
-                .get(op.local.0 as usize)
-                .and_then(Option::as_ref)
-                .ok_or(TransportError::UnregisteredRegion(op.local))?;
+            let local = table.get(op.local)?;
             let target = remote
                 .get(op.remote.0 as usize)
                 .and_then(Option::as_ref)
@@ -727,7 +695,7 @@ impl Drop for VerbsTransport {
             ibv::ibv_destroy_cq(self.send_cq);
             ibv::ibv_destroy_cq(self.recv_cq);
         }
-        self.regions.write().unwrap_or_else(PoisonError::into_inner).clear();
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).drain().for_each(drop);
         // SAFETY: no MR or QP refers to the PD any more.
         unsafe { ibv::ibv_dealloc_pd(self.pd) };
     }

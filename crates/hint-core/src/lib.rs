@@ -35,6 +35,7 @@ pub mod model;
 pub mod pcie;
 pub mod profile;
 pub mod queue;
+pub mod region_table;
 pub mod sysfs;
 pub mod topology;
 pub mod transport;
@@ -48,6 +49,7 @@ pub use profile::{
     DriverVersions, GpuFacts, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
     TransportKind,
 };
+pub use region_table::RegionTable;
 pub use topology::Topology;
 pub use transport::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
