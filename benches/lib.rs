@@ -1,5 +1,5 @@
-//! Helpers for the criterion benches in `benches/`: a null transport (posting costs only), an
-//! allocation-free `block_on`, and the [`write_bw`] measurement the backend-vs-peer-tool scripts
+//! Helpers for the criterion benches in `benches/`: a null transport (posting costs only), the
+//! library's `block_on`, and the [`write_bw`] measurement the backend-vs-peer-tool scripts
 //! run. Run the benches with `cargo bench -p rdma-hint-benches`.
 
 #[path = "write_bw.rs"]
@@ -7,25 +7,15 @@ pub mod write_bw;
 
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};
-use rdma_hint_core::{
+use rdma_hint::core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
+    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::net::SocketAddr;
 use std::time::Instant;
 
-/// Polls a future that never waits on I/O to completion; allocates nothing.
-pub fn block_on<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut context = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-    }
-}
+/// The library's own blocking executor (allocation-free after its first call on a thread).
+pub use rdma_hint::core::blocking::block_on;
 
 /// A transport that moves no bytes: every signalled op completes at once. Measures what the
 /// posting machinery itself costs per block.
@@ -74,6 +64,13 @@ impl Transport for NullTransport {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
     }
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        Ok(address)
+    }
+    fn set_wait_mode(&self, _mode: WaitMode) {}
+    fn wait_mode(&self) -> WaitMode {
+        WaitMode::BusyPoll
+    }
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         Ok(LocalRegion { id: RegionId(0), kind, len })
     }
@@ -103,7 +100,7 @@ impl Transport for NullTransport {
         Ok(())
     }
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        Ok(rdma_hint_core::queue::drain(&self.completions, out))
+        Ok(rdma_hint::core::queue::drain(&self.completions, out))
     }
     async fn wait_completions(
         &self,

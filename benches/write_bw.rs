@@ -3,7 +3,7 @@
 //! first post to the last completion (how `ucx_perftest -t ucp_put_bw` and `ib_write_bw`
 //! measure). The examples only open their transport and call [`run`].
 
-use rdma_hint_core::{Arrival, Completion, MemoryKind, PeerEndpoint, Transport, TransportError, WriteOp};
+use rdma_hint::core::{Arrival, Completion, MemoryKind, PeerEndpoint, Transport, TransportError, WriteOp};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -39,17 +39,12 @@ impl Role {
 }
 
 /// Runs `role` on `transport` with messages of `bytes`; a run prints `RESULT <MB/s>` (2²⁰ B).
-pub fn run(
-    transport: &dyn Transport,
-    bind: impl Fn(SocketAddr) -> Result<SocketAddr, TransportError>,
-    role: Role,
-    bytes: u64,
-) -> Result<(), String> {
+pub fn run(transport: &dyn Transport, role: Role, bytes: u64) -> Result<(), String> {
     let region = transport.register(MemoryKind::Host, bytes).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(600);
     match role {
         Role::Serve(address) => {
-            let bound = bind(address).map_err(|e| e.to_string())?;
+            let bound = transport.bind(address).map_err(|e| e.to_string())?;
             println!("LISTENING {bound}");
             crate::block_on(transport.connect(PeerEndpoint::Listen(bound), &[region.id], deadline))
                 .map_err(|e| e.to_string())?;

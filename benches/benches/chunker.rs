@@ -7,9 +7,9 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rdma_hint::chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
+use rdma_hint::core::{MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
-use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
-use rdma_hint_core::{MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
 use std::time::{Duration, Instant};
 
 const BLOCKS: [u64; 6] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];

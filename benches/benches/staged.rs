@@ -4,32 +4,29 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
-use rdma_hint_staged::{StagedChannel, StagedTransport};
+use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::{open, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, SourceId, TransportId};
 use std::time::{Duration, Instant};
 
 const TRANSFER: u64 = 16 << 20;
 const BLOCKS: [u64; 5] = [16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
 
 fn staged(c: &mut Criterion) {
-    for channel in StagedChannel::ALL {
+    for id in [TransportId::STAGED_SHM, TransportId::STAGED_TCP] {
         let deadline = Instant::now() + Duration::from_secs(3600);
-        let receiver = StagedTransport::new(channel);
+        let receiver = open(&id, &OpenOptions::default()).expect("open");
         let target = receiver.register(MemoryKind::Host, TRANSFER).expect("register");
         let address = receiver.bind("127.0.0.1:0".parse().expect("address")).expect("bind");
         let accepting = std::thread::spawn(move || {
-            pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
-                .expect("accept");
+            receiver.connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline).expect("accept");
             receiver
         });
-        let sender = StagedTransport::new(channel);
+        let sender = open(&id, &OpenOptions::default()).expect("open");
         let source = sender.register(MemoryKind::Host, TRANSFER).expect("register");
-        let remote =
-            pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).expect("dial")[0];
+        let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline).expect("dial")[0];
         let _receiver = accepting.join().expect("receiver");
 
-        let mut group = c.benchmark_group(format!("staged_{}", channel.name()));
+        let mut group = c.benchmark_group(format!("staged_{}", id.to_string().trim_start_matches("staged:")));
         group
             .sample_size(10)
             .warm_up_time(Duration::from_millis(500))
@@ -40,12 +37,9 @@ fn staged(c: &mut Criterion) {
             chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));
             group.bench_with_input(BenchmarkId::from_parameter(block), &block, |b, _| {
                 b.iter(|| {
-                    pollster::block_on(chunker.write(
-                        &sender,
-                        Transfer::new(&source, &remote, TRANSFER),
-                        deadline,
-                    ))
-                    .expect("transfer")
+                    chunker
+                        .write_blocking(&*sender, Transfer::new(&source, &remote, TRANSFER), deadline)
+                        .expect("transfer")
                 })
             });
         }

@@ -4,11 +4,11 @@
 //!
 //! `gpu_staging [TOTAL_MIB]` (default 1024 MiB moved per block size; needs libcuda).
 
-use rdma_hint_core::{
+use rdma_hint::core::{
     compute_hint, HintPolicy, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, Topology,
     TransportFacts, TransportKind,
 };
-use rdma_hint_staged::gpu::{probe_gpus, CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
+use rdma_hint::staged::gpu::{probe_gpus, CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
 use std::time::Instant;
 
 const BLOCKS: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];

@@ -3,9 +3,9 @@
 //!
 //! `posting_cost chunker|hand BLOCK_BYTES TRANSFERS`
 
+use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::core::{RemoteRegion, SourceId, Transport};
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
-use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint_core::{RemoteRegion, SourceId, Transport};
 use std::time::{Duration, Instant};
 
 const TRANSFER: u64 = 64 << 20;

@@ -6,8 +6,8 @@
 //! ucx_put_bw <UCX_TLS> <bytes> run <address> <messages>      # prints RESULT <MB/s>
 //! ```
 
+use rdma_hint::{open, OpenOptions, TransportId};
 use rdma_hint_benches::write_bw::{run, Role};
-use rdma_hint_ucx::UcxTransport;
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,6 +15,7 @@ fn main() -> Result<(), String> {
         return Err("usage: ucx_put_bw UCX_TLS BYTES serve ADDR | run ADDR MESSAGES".into());
     };
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
-    let transport = UcxTransport::open(Some(tls)).map_err(|e| e.to_string())?;
-    run(&transport, |address| transport.bind(address), Role::parse(&args[2..])?, bytes)
+    let id = TransportId::ucx_for_tls(Some(tls)).map_err(|e| e.to_string())?;
+    let transport = open(&id, &OpenOptions::default()).map_err(|e| e.to_string())?;
+    run(&*transport, Role::parse(&args[2..])?, bytes)
 }

@@ -7,8 +7,8 @@
 //! verbs_write_bw <device> <bytes> run <address> <messages>   # prints RESULT <MB/s>
 //! ```
 
+use rdma_hint::{open, OpenOptions};
 use rdma_hint_benches::write_bw::{run, Role};
-use rdma_hint_verbs::VerbsTransport;
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -16,6 +16,7 @@ fn main() -> Result<(), String> {
         return Err("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES".into());
     };
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
-    let transport = VerbsTransport::open(Some(device)).map_err(|e| e.to_string())?;
-    run(&transport, |address| transport.bind(address), Role::parse(&args[2..])?, bytes)
+    let id = format!("verbs:{device}").parse().map_err(|e: rdma_hint::Error| e.to_string())?;
+    let transport = open(&id, &OpenOptions::default()).map_err(|e| e.to_string())?;
+    run(&*transport, Role::parse(&args[2..])?, bytes)
 }

@@ -5,6 +5,7 @@ use crate::memory::Memory;
 use crate::region::{RegionMemory, Staging};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
+use rdma_hint_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -50,8 +51,8 @@ pub(crate) type Broken = Arc<OnceLock<String>>;
 /// A running link.
 pub(crate) struct Link {
     pub(crate) ops: Sender<WriteOp>,
-    pub(crate) completions: Receiver<Completion>,
-    pub(crate) arrivals: Receiver<Arrival>,
+    pub(crate) completions: EventQueue<Completion>,
+    pub(crate) arrivals: EventQueue<Arrival>,
     pub(crate) broken: Broken,
     pub(crate) remote: RemoteRegions,
     socket: TcpStream,
@@ -106,8 +107,8 @@ impl Link {
         max_msg_bytes: u64,
     ) -> Result<Link, TransportError> {
         let (ops_tx, ops_rx) = crossbeam_channel::bounded(max_outstanding);
-        let (completion_tx, completions) = crossbeam_channel::bounded(max_outstanding * 2);
-        let (arrival_tx, arrivals) = crossbeam_channel::bounded(MAX_PENDING_ARRIVALS);
+        let (completion_tx, completions) = event_queue(max_outstanding * 2);
+        let (arrival_tx, arrivals) = event_queue(MAX_PENDING_ARRIVALS);
         let (reader_alive, reader_gone) = crossbeam_channel::bounded::<()>(0);
         // Acks go out through the sender thread, so a reader never waits on the socket's write
         // side: two links writing to each other at once cannot deadlock.
@@ -167,7 +168,7 @@ pub(crate) enum Outgoing {
 
 /// Writes an ack before publishing the arrival it precedes: an application that exits as soon
 /// as it sees the arrival must not strand the writer's completions.
-fn deliver(shared: &Shared, outgoing: Outgoing, arrivals: &Sender<Arrival>) -> Result<(), String> {
+fn deliver(shared: &Shared, outgoing: Outgoing, arrivals: &EventSender<Arrival>) -> Result<(), String> {
     let arrival = match outgoing {
         Outgoing::Ack { ack, then } => {
             shared.send_frame(&ack).map_err(|e| format!("sending an ack: {e}"))?;
@@ -187,9 +188,9 @@ fn send_loop(
     shared: &Shared,
     ops: &Receiver<WriteOp>,
     acks: &Receiver<Outgoing>,
-    arrivals: &Sender<Arrival>,
+    arrivals: &EventSender<Arrival>,
     reader_gone: &Receiver<()>,
-    completions: &Sender<Completion>,
+    completions: &EventSender<Completion>,
 ) {
     let mut staging = Staging::default();
     loop {
@@ -225,7 +226,7 @@ fn send_loop(
     }
 }
 
-fn flush(op: &WriteOp, completions: &Sender<Completion>) {
+fn flush(op: &WriteOp, completions: &EventSender<Completion>) {
     if op.signalled {
         let _ = completions
             .try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Failed { code: FLUSHED } });
@@ -235,7 +236,7 @@ fn flush(op: &WriteOp, completions: &Sender<Completion>) {
 fn send_one(
     shared: &Shared,
     op: &WriteOp,
-    completions: &Sender<Completion>,
+    completions: &EventSender<Completion>,
     staging: &mut Staging,
 ) -> Result<(), String> {
     if shared.broken.get().is_some() {
@@ -298,7 +299,7 @@ fn send_one(
 fn read_loop(
     shared: &Shared,
     mut socket: TcpStream,
-    completions: &Sender<Completion>,
+    completions: &EventSender<Completion>,
     acks: &Sender<Outgoing>,
 ) -> String {
     let mut header = [0u8; HEADER_BYTES];
@@ -380,7 +381,7 @@ fn place(
     Ok(())
 }
 
-fn acknowledge(shared: &Shared, frame: &Frame, completions: &Sender<Completion>) -> Result<(), String> {
+fn acknowledge(shared: &Shared, frame: &Frame, completions: &EventSender<Completion>) -> Result<(), String> {
     let received = shared.acks_received.fetch_add(1, Ordering::SeqCst) + 1;
     if shared.channel != ChannelKind::Tcp || received > shared.signalled_sent.load(Ordering::SeqCst) {
         return Err("protocol error: acknowledgement for a write that was never sent".into());

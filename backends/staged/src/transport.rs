@@ -6,10 +6,10 @@ use crate::memory::Memory;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Hello, MAX_REGIONS};
 use async_trait::async_trait;
-use rdma_hint_core::queue::{drain, wait};
+use rdma_hint_core::wait::WaitModeCell;
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
-    Transport, TransportError, WriteOp,
+    Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_oob::{admit, Rendezvous, Token};
 use std::io::Write;
@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 /// Regions are host memory the transport allocates (on the shm channel, files under `/dev/shm`
 /// the peer maps). `connect` runs a validated handshake over TCP; afterwards a sender thread
 /// moves posted writes and a reader thread places incoming ones, acknowledges signalled writes
-/// and queues arrivals. Waits block the calling thread up to their deadline.
+/// and queues arrivals, waking the waits that sleep on them. The handshake runs on a thread of
+/// its own, so `connect` never blocks the awaiting task's thread.
 ///
 /// ```no_run
-/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_core::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
 /// use rdma_hint_staged::{StagedChannel, StagedTransport};
 /// use std::time::{Duration, Instant};
 ///
@@ -33,7 +34,7 @@ use std::time::{Duration, Instant};
 /// let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
 /// let deadline = Instant::now() + Duration::from_secs(10);
 /// let peer = PeerEndpoint::Dial("10.0.0.2:7000".parse().unwrap());
-/// let remote = pollster::block_on(transport.connect(peer, &[region.id], deadline)).unwrap();
+/// let remote = transport.connect_blocking(peer, &[region.id], deadline).unwrap();
 /// ```
 #[derive(Debug)]
 pub struct StagedTransport {
@@ -43,6 +44,7 @@ pub struct StagedTransport {
     rendezvous: Rendezvous,
     link: OnceLock<Link>,
     token: Option<Token>,
+    wait_mode: WaitModeCell,
 }
 
 fn wire_channel(channel: StagedChannel) -> ChannelKind {
@@ -62,6 +64,7 @@ impl StagedTransport {
             rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
             token: None,
+            wait_mode: WaitModeCell::default(),
         }
     }
 
@@ -73,23 +76,17 @@ impl StagedTransport {
         Ok(self)
     }
 
-    /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
-    /// so the peer can be told where to dial before [`Transport::connect`] with
-    /// [`PeerEndpoint::Listen`] accepts.
-    pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        self.rendezvous.bind(address)
-    }
-
     /// The channel this transport speaks.
     pub fn channel(&self) -> StagedChannel {
         self.channel
     }
 
     fn link(&self) -> Result<&Link, TransportError> {
-        self.link.get().ok_or_else(|| TransportError::Handshake("not connected: call connect first".into()))
+        self.link.get().ok_or(TransportError::NotConnected)
     }
 
-    fn handshake(&self, stream: &mut TcpStream, expose: &[RegionId]) -> Result<Hello, TransportError> {
+    /// This side's hello: the exposed regions (shm: with their file names) and the token.
+    fn hello(&self, expose: &[RegionId]) -> Result<Hello, TransportError> {
         let channel = wire_channel(self.channel);
         let mut regions = Vec::with_capacity(expose.len());
         for id in expose {
@@ -108,22 +105,7 @@ impl StagedTransport {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
         let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-        stream.write_all(&Hello { channel, regions, token }.encode())?;
-        let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-        let peer = Hello::decode(stream).inspect_err(|e| {
-            tracing::warn!(peer = %peer_address, error = %e, "staged: rejected peer (handshake)");
-        })?;
-        admit(self.token.as_ref(), &peer.token, &peer_address)?;
-        if peer.channel != channel {
-            return Err(TransportError::Handshake(format!(
-                "the peer speaks the {:?} channel, this side {:?}",
-                peer.channel, channel
-            )));
-        }
-        stream.set_read_timeout(None)?;
-        // Writes keep a bound so a peer that stops reading breaks the link instead of a thread.
-        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
-        Ok(peer)
+        Ok(Hello { channel, regions, token })
     }
 
     /// Checks one op against the region table (read-locked once per batch by the caller: no
@@ -156,6 +138,18 @@ impl StagedTransport {
 impl Transport for StagedTransport {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
+    }
+
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        self.rendezvous.bind(address)
+    }
+
+    fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait_mode.set(mode);
+    }
+
+    fn wait_mode(&self) -> WaitMode {
+        self.wait_mode.get()
     }
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
@@ -204,10 +198,14 @@ impl Transport for StagedTransport {
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         if self.link.get().is_some() {
-            return Err(TransportError::Handshake("already connected".into()));
+            return Err(TransportError::AlreadyConnected);
         }
-        let mut stream = self.rendezvous.connect(peer, deadline)?;
-        let hello = self.handshake(&mut stream, expose)?;
+        let ours = self.hello(expose)?;
+        let token = self.token.clone();
+        let (stream, hello) = self
+            .rendezvous
+            .meet(peer, deadline, move |stream| exchange(stream, &ours, token.as_ref()))
+            .await?;
         let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
         for region in &hello.regions {
             let mapped = match &region.shm_name {
@@ -237,7 +235,7 @@ impl Transport for StagedTransport {
             self.caps.max_outstanding_wrs as usize,
             self.caps.facts.max_msg_bytes,
         )?;
-        self.link.set(link).map_err(|_| TransportError::Handshake("connected twice at once".into()))?;
+        self.link.set(link).map_err(|_| TransportError::AlreadyConnected)?;
         Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
     }
 
@@ -273,7 +271,7 @@ impl Transport for StagedTransport {
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
         let link = self.link()?;
-        let ready = drain(&link.completions, out);
+        let ready = link.completions.try_drain(out).unwrap_or(0);
         if ready == 0 && link.completions.is_empty() && link.broken.get().is_some() && link.ops.is_empty() {
             return Err(link.gone());
         }
@@ -286,12 +284,13 @@ impl Transport for StagedTransport {
         deadline: Instant,
     ) -> Result<usize, TransportError> {
         let link = self.link()?;
-        wait(&link.completions, out, deadline, "staged completions", || link.gone())
+        let mode = self.wait_mode.get();
+        link.completions.wait(out, mode, deadline, "staged completions", || link.gone()).await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
         let link = self.link()?;
-        let ready = drain(&link.arrivals, out);
+        let ready = link.arrivals.try_drain(out).unwrap_or(0);
         if ready == 0 && link.broken.get().is_some() {
             return Err(link.gone());
         }
@@ -300,6 +299,28 @@ impl Transport for StagedTransport {
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
         let link = self.link()?;
-        wait(&link.arrivals, out, deadline, "staged arrivals", || link.gone())
+        let mode = self.wait_mode.get();
+        link.arrivals.wait(out, mode, deadline, "staged arrivals", || link.gone()).await
     }
+}
+
+/// The blocking half of the handshake, on the rendezvous thread: send `ours`, decode the
+/// peer's hello, admit its token, check it speaks our channel.
+fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
+    stream.write_all(&ours.encode())?;
+    let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+    let peer = Hello::decode(stream).inspect_err(|e| {
+        tracing::warn!(peer = %peer_address, error = %e, "staged: rejected peer (handshake)");
+    })?;
+    admit(token, &peer.token, &peer_address)?;
+    if peer.channel != ours.channel {
+        return Err(TransportError::Handshake(format!(
+            "the peer speaks the {:?} channel, this side {:?}",
+            peer.channel, ours.channel
+        )));
+    }
+    stream.set_read_timeout(None)?;
+    // Writes keep a bound so a peer that stops reading breaks the link instead of a thread.
+    stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+    Ok(peer)
 }

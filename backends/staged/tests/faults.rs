@@ -16,7 +16,7 @@ fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
         let p = pair(channel, len, loopback());
         let mut chunker = chunker(&p.sender, 4096);
         let started = Instant::now();
-        let result = pollster::block_on(chunker.write(
+        let result = rdma_hint_core::blocking::block_on(chunker.write(
             &p.sender,
             Transfer::new(&p.source, &p.remote, len),
             started + Duration::from_millis(20),
@@ -41,9 +41,9 @@ fn sender_and_receiver_restart_and_reconnect_on_the_same_port() {
         p.sender.write_region(p.source.id, 0, &vec![cycle + 1; 1 << 20]).unwrap();
         let mut chunker = chunker(&p.sender, 64 * 1024);
         let transfer = Transfer::new(&p.source, &p.remote, 1 << 20).notify(u32::from(cycle));
-        pollster::block_on(chunker.write(&p.sender, transfer, deadline(10))).unwrap();
+        rdma_hint_core::blocking::block_on(chunker.write(&p.sender, transfer, deadline(10))).unwrap();
         let mut arrivals = [Arrival::EMPTY; 1];
-        pollster::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap();
+        rdma_hint_core::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap();
         assert_eq!(arrivals[0].imm, u32::from(cycle));
         let mut arrived = vec![0u8; 1 << 20];
         p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();

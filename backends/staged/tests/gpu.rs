@@ -63,10 +63,18 @@ mod transport {
             let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let deadline = Instant::now() + Duration::from_secs(60);
             let listening = std::thread::spawn(move || {
-                pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
-                    .unwrap();
+                rdma_hint_core::blocking::block_on(receiver.connect(
+                    PeerEndpoint::Listen(address),
+                    &[target.id],
+                    deadline,
+                ))
+                .unwrap();
                 let mut arrivals = [Arrival::EMPTY; 1];
-                assert_eq!(pollster::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap(), 1);
+                assert_eq!(
+                    rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline))
+                        .unwrap(),
+                    1
+                );
                 let mut back = vec![0u8; len as usize];
                 receiver.read_region(target.id, 0, &mut back).unwrap();
                 back
@@ -75,11 +83,15 @@ mod transport {
             let source = sender.register(MemoryKind::CudaDevice { ordinal: 0 }, padded).unwrap();
             let data = super::random_bytes(len as usize, len);
             sender.write_region(source.id, 0, &data).unwrap();
-            let remote =
-                pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap()[0];
+            let remote = rdma_hint_core::blocking::block_on(sender.connect(
+                PeerEndpoint::Dial(address),
+                &[],
+                deadline,
+            ))
+            .unwrap()[0];
             let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
             chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
-            pollster::block_on(chunker.write(
+            rdma_hint_core::blocking::block_on(chunker.write(
                 &sender,
                 Transfer::new(&source, &remote, len).notify(1),
                 deadline,
@@ -97,13 +109,21 @@ mod transport {
         let address = listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let accepting = std::thread::spawn(move || {
-            pollster::block_on(listener.connect(PeerEndpoint::Listen(address), &[host.id], deadline))
-                .map(|_| ())
+            rdma_hint_core::blocking::block_on(listener.connect(
+                PeerEndpoint::Listen(address),
+                &[host.id],
+                deadline,
+            ))
+            .map(|_| ())
         });
         let dialer = StagedTransport::new(StagedChannel::SharedMemory);
         let region = dialer.register(MemoryKind::CudaDevice { ordinal: 0 }, 1 << 20).unwrap();
-        let error = pollster::block_on(dialer.connect(PeerEndpoint::Dial(address), &[region.id], deadline))
-            .unwrap_err();
+        let error = rdma_hint_core::blocking::block_on(dialer.connect(
+            PeerEndpoint::Dial(address),
+            &[region.id],
+            deadline,
+        ))
+        .unwrap_err();
         assert!(error.to_string().contains("host regions only"), "{error}");
         drop(dialer);
         assert!(accepting.join().unwrap().is_err(), "the listener sees the dialer go");

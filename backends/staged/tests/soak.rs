@@ -25,9 +25,10 @@ fn soak_four_connections_two_hundred_transfers_each() {
             let byte = (state >> 32) as u8;
             p.sender.write_region(p.source.id, 0, &vec![byte; len as usize]).unwrap();
             let transfer = Transfer::new(&p.source, &p.remote, len).notify(round);
-            pollster::block_on(chunker.write(&p.sender, transfer, deadline(20))).unwrap();
+            rdma_hint_core::blocking::block_on(chunker.write(&p.sender, transfer, deadline(20))).unwrap();
             let mut arrivals = [Arrival::EMPTY; 1];
-            pollster::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20))).unwrap();
+            rdma_hint_core::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20)))
+                .unwrap();
             assert_eq!(arrivals[0].imm, round);
             let mut arrived = vec![0u8; len as usize];
             p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();

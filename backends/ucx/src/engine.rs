@@ -9,7 +9,7 @@
 use crate::region::Region;
 use crate::status::{completion_code, status_text};
 use crate::worker::{Ucp, NOTICE_AM_ID};
-use crossbeam_channel::Sender;
+use rdma_hint_core::queue::EventSender;
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, RegionTable, TransportError, WriteOp};
 use rdma_hint_ucx_sys as sys;
 use std::collections::VecDeque;
@@ -27,7 +27,7 @@ pub(crate) struct Signals {
     /// First endpoint error status reported by UCX (0 = none).
     pub(crate) peer_error: AtomicI32,
     /// Where notices become arrivals; taken (closing the queue) when the peer is gone.
-    pub(crate) arrivals: Mutex<Option<Sender<Arrival>>>,
+    pub(crate) arrivals: Mutex<Option<EventSender<Arrival>>>,
     /// Regions this side exposed: `(id, len)`, fixed at connect.
     pub(crate) exposed: OnceLock<Vec<(u32, u64)>>,
     /// Set once the connection is gone, for lock-free checks by waiters.
@@ -126,7 +126,7 @@ pub(crate) struct Engine {
     /// Notice sends not finished yet, oldest first: their slots must stay put until then.
     notice_sends: VecDeque<sys::ucs_status_ptr_t>,
     next_slot: usize,
-    completions: Sender<Completion>,
+    completions: EventSender<Completion>,
     capacity: usize,
     posted_any: bool,
     gone: Option<String>,
@@ -142,7 +142,7 @@ impl Engine {
     /// notices in flight; nothing on the posting path allocates beyond it.
     pub(crate) fn new(
         ucp: Ucp,
-        completions: Sender<Completion>,
+        completions: EventSender<Completion>,
         capacity: usize,
         signals: Arc<Signals>,
     ) -> Engine {
@@ -409,7 +409,9 @@ impl Engine {
             }
         }
         self.notices.clear();
+        // Dropping the arrival sender wakes arrival waits; completion waits are woken here.
         self.signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).take();
+        self.completions.wake();
     }
 
     /// Closes the endpoint, then releases the peer's rkeys. Unless the connection failed,

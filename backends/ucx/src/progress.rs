@@ -4,7 +4,8 @@
 use crate::engine::Engine;
 use crate::region::Region;
 use crate::wire::MAX_REGIONS;
-use rdma_hint_core::RegionTable;
+use rdma_hint_core::queue::EventQueue;
+use rdma_hint_core::{Arrival, Completion, RegionTable};
 use rdma_hint_ucx_sys as sys;
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -30,10 +31,16 @@ pub(crate) struct Shared {
     pub(crate) oob: OnceLock<TcpStream>,
     pub(crate) efd: RawFd,
     worker: usize,
+    pub(crate) completions: EventQueue<Completion>,
+    pub(crate) arrivals: EventQueue<Arrival>,
 }
 
 impl Shared {
-    pub(crate) fn new(engine: Engine) -> Shared {
+    pub(crate) fn new(
+        engine: Engine,
+        completions: EventQueue<Completion>,
+        arrivals: EventQueue<Arrival>,
+    ) -> Shared {
         let efd = engine.ucp.efd;
         let worker = engine.ucp.worker as usize;
         Shared {
@@ -43,7 +50,15 @@ impl Shared {
             oob: OnceLock::new(),
             efd,
             worker,
+            completions,
+            arrivals,
         }
+    }
+
+    /// Whether a task sleeps on a completion or an arrival (the thread then looks more often,
+    /// in case a transport makes progress without signalling the event fd).
+    fn awaited(&self) -> bool {
+        self.completions.notifier().has_waiters() || self.arrivals.notifier().has_waiters()
     }
 
     pub(crate) fn engine(&self) -> std::sync::MutexGuard<'_, Engine> {
@@ -74,9 +89,9 @@ impl Shared {
 /// The thread body. Returns when `shared.stop` is set.
 ///
 /// It never spins: after each progress pass it arms the worker and sleeps on the event fd and
-/// the out-of-band socket (UCX signals incoming data and transmit readiness there). Threads
-/// that wait for completions drive progress themselves first, so this thread only has to keep
-/// things moving when nobody waits: peer writes landing (tcp), notices, acknowledgements.
+/// the out-of-band socket (UCX signals incoming data and transmit readiness there). Completions
+/// and arrivals it harvests wake the tasks waiting for them; waits drive progress themselves
+/// while they spin, so this thread carries the work once they sleep.
 pub(crate) fn run(shared: Arc<Shared>) {
     let oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
     while !shared.stop.load(Ordering::Acquire) {
@@ -89,7 +104,8 @@ pub(crate) fn run(shared: Arc<Shared>) {
         if gone {
             std::thread::park_timeout(IDLE_POLL);
         } else if armed {
-            sleep_on(shared.efd, oob_fd, if busy { BUSY_POLL } else { IDLE_POLL });
+            let timeout = if busy || shared.awaited() { BUSY_POLL } else { IDLE_POLL };
+            sleep_on(shared.efd, oob_fd, timeout);
             check_liveness(&shared);
         } else {
             std::thread::yield_now();
@@ -103,6 +119,9 @@ fn check_liveness(shared: &Shared) {
         // Whatever the peer sent before leaving (a last notice) is taken in first.
         engine.progress();
         engine.fail(why);
+        drop(engine);
+        shared.completions.notifier().notify();
+        shared.arrivals.notifier().notify();
     }
 }
 

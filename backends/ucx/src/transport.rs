@@ -7,29 +7,24 @@ use crate::region::{Region, MAX_REGION_BYTES};
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
-use rdma_hint_core::queue::drain;
+use rdma_hint_core::queue::{event_queue, EventQueue};
+use rdma_hint_core::wait::{wait, WaitModeCell};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
-    Transport, TransportError, TransportFacts, TransportKind, WriteOp,
+    Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
+use rdma_hint_oob::{admit, confirm_off_thread, Rendezvous, Token};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Signalled writes (and notices, and batches) that may be in flight at once.
 const MAX_OUTSTANDING: usize = 1024;
 /// Ops one `post_writes` call accepts (one flush covers them).
 const MAX_WRS_PER_POST: u32 = 64;
-/// How long a waiter drives progress itself before sleeping on the queue: covers a tcp round
-/// trip on loopback or a veth, so small transfers complete without a thread hand-off.
-const SPIN: Duration = Duration::from_micros(200);
-/// Longest a sleeping waiter goes before driving progress and checking the peer again.
-const WAIT_SLICE: Duration = Duration::from_millis(1);
 
 /// UCX UCP transport: one context and worker per instance, one endpoint to one peer.
 ///
@@ -38,13 +33,14 @@ const WAIT_SLICE: Duration = Duration::from_millis(1);
 /// op completes when its batch's flush completes, i.e. when its bytes are in the peer's memory.
 /// Writes with immediate data are followed by a 16-byte active message the peer turns into an
 /// [`Arrival`]. A progress thread drives UCX while work is in flight and sleeps on the
-/// worker's event fd when idle; waits block the calling thread up to their deadline.
+/// worker's event fd when idle; what it harvests wakes the waiting tasks. Waits drive progress
+/// themselves while they spin ([`WaitMode`]) and never block the calling thread.
 ///
 /// The transports UCX may use are the scope given to [`UcxTransport::open`] (`UCX_TLS`
 /// syntax), or `UCX_TLS` from the environment when none is given.
 ///
 /// ```no_run
-/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_core::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
 /// use rdma_hint_ucx::UcxTransport;
 /// use std::time::{Duration, Instant};
 ///
@@ -52,7 +48,7 @@ const WAIT_SLICE: Duration = Duration::from_millis(1);
 /// let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
 /// let deadline = Instant::now() + Duration::from_secs(10);
 /// let peer = PeerEndpoint::Dial("10.0.0.2:7000".parse().unwrap());
-/// let remote = pollster::block_on(transport.connect(peer, &[region.id], deadline)).unwrap();
+/// let remote = transport.connect_blocking(peer, &[region.id], deadline).unwrap();
 /// ```
 #[derive(Debug)]
 pub struct UcxTransport {
@@ -60,8 +56,7 @@ pub struct UcxTransport {
     estimate: Estimate,
     shared: Arc<Shared>,
     signals: Arc<Signals>,
-    completions: Receiver<Completion>,
-    arrivals: Receiver<Arrival>,
+    wait_mode: WaitModeCell,
     rendezvous: Rendezvous,
     token: Option<Token>,
     progress: Mutex<Option<JoinHandle<()>>>,
@@ -99,8 +94,8 @@ impl UcxTransport {
         let ucp = Ucp::open(tls, detects_peer_failure(scope))?;
         let estimate = perf::self_estimate(&ucp)?;
         let caps = capabilities(transport_id(scope), &estimate);
-        let (completion_tx, completions) = bounded(MAX_OUTSTANDING);
-        let (arrival_tx, arrivals) = bounded(MAX_OUTSTANDING * 4);
+        let (completion_tx, completions) = event_queue(MAX_OUTSTANDING);
+        let (arrival_tx, arrivals) = event_queue(MAX_OUTSTANDING * 4);
         let signals = Arc::new(Signals::default());
         *signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner) = Some(arrival_tx);
         ucp.set_notice_handler(Some(on_notice), Arc::as_ptr(&signals).cast_mut().cast())?;
@@ -109,10 +104,9 @@ impl UcxTransport {
         Ok(UcxTransport {
             caps,
             estimate,
-            shared: Arc::new(Shared::new(engine)),
+            shared: Arc::new(Shared::new(engine, completions, arrivals)),
             signals,
-            completions,
-            arrivals,
+            wait_mode: WaitModeCell::default(),
             rendezvous: Rendezvous::default(),
             token: None,
             progress: Mutex::new(None),
@@ -127,12 +121,6 @@ impl UcxTransport {
         Ok(self)
     }
 
-    /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
-    /// for a later [`Transport::connect`] with [`PeerEndpoint::Listen`].
-    pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        self.rendezvous.bind(address)
-    }
-
     /// UCX's estimate for this scope (loopback endpoint, before any peer).
     pub fn estimate(&self) -> &Estimate {
         &self.estimate
@@ -143,54 +131,37 @@ impl UcxTransport {
         self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Waits for the first item of `queue` until `deadline`, as `ibv_poll_cq` loops do: drives
-    /// progress itself for [`SPIN`], then sleeps on the queue in [`WAIT_SLICE`]s (the progress
-    /// thread keeps UCX moving meanwhile), re-checking the peer after each. A peer that goes
-    /// away is [`TransportError::PeerGone`] within a slice, not at the deadline.
-    fn wait_on<T>(
+    /// Waits for the first item of `queue` until `deadline`: drains it, drives progress when
+    /// the progress thread is not already doing so, and sleeps on the queue's notifier
+    /// ([`WaitMode`]). A peer that goes away is [`TransportError::PeerGone`] at once, not at the
+    /// deadline.
+    async fn wait_on<T>(
         &self,
-        queue: &Receiver<T>,
+        queue: &EventQueue<T>,
         out: &mut [T],
         deadline: Instant,
         what: &'static str,
     ) -> Result<usize, TransportError> {
-        let started = Instant::now();
-        loop {
-            let ready = drain(queue, out);
-            if ready > 0 || out.is_empty() {
-                return Ok(ready);
+        if out.is_empty() {
+            return Ok(0);
+        }
+        wait(queue.notifier(), self.wait_mode.get(), deadline, what, || {
+            let ready = queue.try_drain(out).unwrap_or(0);
+            if ready > 0 {
+                return Ok(Some(ready));
             }
             // The progress thread may hold the engine; then it is making progress for us.
             if let Ok(mut engine) = self.shared.engine.try_lock() {
                 engine.progress();
             }
-            let ready = drain(queue, out);
-            if ready > 0 {
-                return Ok(ready);
+            match queue.try_drain(out) {
+                Ok(0) | Err(_) if self.signals.gone.load(Ordering::Acquire) => Err(self.gone_error()),
+                Ok(0) => Ok(None),
+                Ok(ready) => Ok(Some(ready)),
+                Err(_) => Err(self.gone_error()),
             }
-            if self.signals.gone.load(Ordering::Acquire) {
-                return Err(self.gone_error());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(TransportError::DeadlineExceeded {
-                    what,
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
-            }
-            if now - started < SPIN {
-                std::thread::yield_now();
-                continue;
-            }
-            match queue.recv_deadline(deadline.min(now + WAIT_SLICE)) {
-                Ok(item) => {
-                    out[0] = item;
-                    return Ok(1 + drain(queue, &mut out[1..]));
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(self.gone_error()),
-            }
-        }
+        })
+        .await
     }
 
     fn gone_error(&self) -> TransportError {
@@ -198,7 +169,8 @@ impl UcxTransport {
         TransportError::PeerGone(engine.gone().unwrap_or("the connection is closed").to_string())
     }
 
-    fn exchange(&self, stream: &mut TcpStream, expose: &[RegionId]) -> Result<Hello, TransportError> {
+    /// This side's hello: the worker address, the exposed regions with packed rkeys, the token.
+    fn hello(&self, expose: &[RegionId]) -> Result<Hello, TransportError> {
         let worker_address = self.shared.engine().ucp.address()?;
         let mut regions = Vec::with_capacity(expose.len());
         {
@@ -217,13 +189,7 @@ impl UcxTransport {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
         let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-        stream.write_all(&Hello { worker_address, regions, token }.encode())?;
-        let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-        let hello = Hello::decode(stream).inspect_err(|e| {
-            tracing::warn!(peer = %peer_address, error = %e, "ucx: rejected peer (hello)");
-        })?;
-        admit(self.token.as_ref(), &hello.token, &peer_address)?;
-        Ok(hello)
+        Ok(Hello { worker_address, regions, token })
     }
 
     /// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.
@@ -283,6 +249,18 @@ impl Transport for UcxTransport {
         &self.caps
     }
 
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        self.rendezvous.bind(address)
+    }
+
+    fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait_mode.set(mode);
+    }
+
+    fn wait_mode(&self) -> WaitMode {
+        self.wait_mode.get()
+    }
+
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         if kind != MemoryKind::Host {
             // Debian's UCX is built without CUDA: GPU memory goes through the staged backend.
@@ -298,18 +276,15 @@ impl Transport for UcxTransport {
         let engine = self.shared.engine();
         let exposed = self.signals.exposed.get().is_some_and(|e| e.iter().any(|(id, _)| *id == region.0));
         if exposed && engine.gone().is_none() {
-            return Err(TransportError::Registration {
-                len: 0,
-                reason: format!(
-                    "region {} is exposed to the connected peer; drop the transport to release it",
-                    region.0
-                ),
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "exposed to the connected peer; drop the transport to release it",
             });
         }
         if engine.busy() {
-            return Err(TransportError::Registration {
-                len: 0,
-                reason: "writes are in flight; wait for their completions first".into(),
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "writes are in flight; wait for their completions first",
             });
         }
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
@@ -332,15 +307,22 @@ impl Transport for UcxTransport {
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         if self.shared.engine().is_connected() {
-            return Err(TransportError::Handshake("already connected".into()));
+            return Err(TransportError::AlreadyConnected);
         }
-        let mut stream = self.rendezvous.connect(peer, deadline)?;
-        let hello = self.exchange(&mut stream, expose)?;
+        let ours = self.hello(expose)?;
+        let token = self.token.clone();
+        let (stream, hello) = self
+            .rendezvous
+            .meet(peer, deadline, move |stream| exchange(stream, &ours, token.as_ref()))
+            .await?;
         let lanes = self.attach(&hello, expose)?;
-        if let Err(why) = confirm(&mut stream, READY) {
-            self.shared.engine().fail(why.to_string());
-            return Err(why);
-        }
+        let stream = match confirm_off_thread(stream, READY).await {
+            Ok(stream) => stream,
+            Err(why) => {
+                self.shared.engine().fail(why.to_string());
+                return Err(why);
+            }
+        };
         stream.set_nonblocking(true)?;
         let _ = self.shared.oob.set(stream);
         *self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner) = Some(lanes);
@@ -361,7 +343,7 @@ impl Transport for UcxTransport {
         }
         let mut engine = self.shared.engine();
         if !engine.is_connected() {
-            return Err(TransportError::Handshake("not connected: call connect first".into()));
+            return Err(TransportError::NotConnected);
         }
         if let Some(why) = engine.gone() {
             return Err(TransportError::PeerGone(why.to_string()));
@@ -377,7 +359,7 @@ impl Transport for UcxTransport {
                 self.caps.facts.max_msg_bytes,
             )?;
         }
-        engine.post(ops, &table, self.completions.len())?;
+        engine.post(ops, &table, self.shared.completions.len())?;
         if engine.busy() {
             self.shared.wake();
         }
@@ -385,14 +367,15 @@ impl Transport for UcxTransport {
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        let ready = drain(&self.completions, out);
+        let completions = &self.shared.completions;
+        let ready = completions.try_drain(out).unwrap_or(0);
         if ready > 0 {
             return Ok(ready);
         }
         let mut engine = self.shared.engine();
         engine.progress();
         drop(engine);
-        let ready = drain(&self.completions, out);
+        let ready = completions.try_drain(out).unwrap_or(0);
         if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
             return Err(self.gone_error());
         }
@@ -404,11 +387,11 @@ impl Transport for UcxTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        self.wait_on(&self.completions, out, deadline, "ucx completions")
+        self.wait_on(&self.shared.completions, out, deadline, "ucx completions").await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
-        let ready = drain(&self.arrivals, out);
+        let ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
         if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
             return Err(self.gone_error());
         }
@@ -416,7 +399,7 @@ impl Transport for UcxTransport {
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
-        self.wait_on(&self.arrivals, out, deadline, "ucx arrivals")
+        self.wait_on(&self.shared.arrivals, out, deadline, "ucx arrivals").await
     }
 }
 
@@ -432,4 +415,16 @@ impl Drop for UcxTransport {
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
         engine.shutdown(&mut table);
     }
+}
+
+/// The blocking half of the hello exchange, on the rendezvous thread: send `ours`, decode the
+/// peer's hello and admit its token.
+fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
+    stream.write_all(&ours.encode())?;
+    let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+    let hello = Hello::decode(stream).inspect_err(|e| {
+        tracing::warn!(peer = %peer_address, error = %e, "ucx: rejected peer (hello)");
+    })?;
+    admit(token, &hello.token, &peer_address)?;
+    Ok(hello)
 }

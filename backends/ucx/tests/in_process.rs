@@ -16,9 +16,15 @@ fn transfer(tls: &str, len: u64) {
     let target = receiver.register(MemoryKind::Host, len.next_multiple_of(4096)).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let receiving = std::thread::spawn(move || {
-        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline)).unwrap();
+        rdma_hint_core::blocking::block_on(receiver.connect(
+            PeerEndpoint::Listen(address),
+            &[target.id],
+            deadline,
+        ))
+        .unwrap();
         let mut arrivals = [Arrival::EMPTY; 4];
-        let ready = pollster::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap();
+        let ready =
+            rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap();
         assert_eq!(ready, 1);
         assert_eq!(arrivals[0].imm, 99);
         let mut arrived = vec![0u8; len as usize];
@@ -29,12 +35,18 @@ fn transfer(tls: &str, len: u64) {
     let source = sender.register(MemoryKind::Host, len.next_multiple_of(4096)).unwrap();
     let data = pattern(len as usize, 5);
     sender.write_region(source.id, 0, &data).unwrap();
-    let remote = pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap()[0];
+    let remote =
+        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+            .unwrap()[0];
     eprintln!("{tls}: lanes {:?}, estimate {:?}", sender.connected_lanes(), sender.estimate());
     let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
-    pollster::block_on(chunker.write(&sender, Transfer::new(&source, &remote, len).notify(99), deadline))
-        .unwrap();
+    rdma_hint_core::blocking::block_on(chunker.write(
+        &sender,
+        Transfer::new(&source, &remote, len).notify(99),
+        deadline,
+    ))
+    .unwrap();
     let arrived = receiving.join().unwrap();
     assert!(arrived == data, "{tls}: bytes differ");
 }
@@ -67,12 +79,17 @@ fn idle_connections_do_not_spin() {
         let target = receiver.register(MemoryKind::Host, 4096).unwrap();
         let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let accepting = std::thread::spawn(move || {
-            pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
-                .unwrap();
+            rdma_hint_core::blocking::block_on(receiver.connect(
+                PeerEndpoint::Listen(address),
+                &[target.id],
+                deadline,
+            ))
+            .unwrap();
             receiver
         });
         let sender = UcxTransport::open(Some(tls)).unwrap();
-        pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap();
+        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+            .unwrap();
         let receiver = accepting.join().unwrap();
         let before = cpu_seconds();
         std::thread::sleep(Duration::from_secs(1));

@@ -56,10 +56,16 @@ fn receiver() {
     let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     let address = transport.bind(env("LISTEN").parse().unwrap()).unwrap();
     say(format!("LISTENING {address}"));
-    pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(30))).unwrap();
+    rdma_hint_core::blocking::block_on(transport.connect(
+        PeerEndpoint::Listen(address),
+        &[region.id],
+        deadline(30),
+    ))
+    .unwrap();
     say("CONNECTED".into());
     let mut arrivals = [Arrival::EMPTY; 4];
-    let ready = pollster::block_on(transport.wait_arrivals(&mut arrivals, deadline(60))).unwrap();
+    let ready =
+        rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(60))).unwrap();
     assert_eq!(ready, 1);
     assert_eq!((arrivals[0].imm, arrivals[0].region), (7, region.id));
     let mut arrived = vec![0u8; len as usize];
@@ -79,12 +85,12 @@ fn sender() {
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
-    let remote = pollster::block_on(transport.connect(peer, &[], deadline(30))).unwrap()[0];
+    let remote = rdma_hint_core::blocking::block_on(transport.connect(peer, &[], deadline(30))).unwrap()[0];
     say("CONNECTED".into());
     let mut chunker = chunker(&transport);
     let started = Instant::now();
     let limit = Duration::from_millis(env("DEADLINE_MS").parse().unwrap());
-    let result = pollster::block_on(chunker.write(
+    let result = rdma_hint_core::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len).notify(7),
         started + limit,
@@ -122,10 +128,13 @@ fn transfer_to_child(tls: &str, len: u64) {
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let remote =
-        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).unwrap();
+        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
+            .unwrap();
     assert_eq!(remote.len(), 1);
     let transfer = Transfer::new(&source, &remote[0], len).notify(7);
-    let report = pollster::block_on(chunker(&transport).write(&transport, transfer, deadline(60))).unwrap();
+    let report =
+        rdma_hint_core::blocking::block_on(chunker(&transport).write(&transport, transfer, deadline(60)))
+            .unwrap();
     assert_eq!(report.payload_bytes, len);
     assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{tls}, {len} B");
     assert!(peer.child.wait().unwrap().success());
@@ -165,7 +174,8 @@ fn receiver_killed_mid_transfer(tls: &str) {
     let transport = UcxTransport::open(Some(tls)).unwrap();
     let source = transport.register(MemoryKind::Host, len).unwrap();
     let remote =
-        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
+            .unwrap()[0];
     let killer = std::thread::spawn(move || {
         assert_eq!(peer.expect("CONNECTED"), "");
         std::thread::sleep(Duration::from_millis(30));
@@ -175,7 +185,7 @@ fn receiver_killed_mid_transfer(tls: &str) {
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(4096, ALIGN).unwrap());
     let started = Instant::now();
-    let result = pollster::block_on(chunker.write(
+    let result = rdma_hint_core::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len).notify(1),
         started + Duration::from_secs(20),
@@ -190,8 +200,11 @@ fn receiver_killed_mid_transfer(tls: &str) {
         other => panic!("{tls}: expected the peer to be reported gone, got {other:?}"),
     }
     assert!(elapsed < Duration::from_secs(10), "{tls}: noticed after {elapsed:?}");
-    let again =
-        pollster::block_on(chunker.write(&transport, Transfer::new(&source, &remote, 4096), deadline(5)));
+    let again = rdma_hint_core::blocking::block_on(chunker.write(
+        &transport,
+        Transfer::new(&source, &remote, 4096),
+        deadline(5),
+    ));
     assert!(
         matches!(again, Err(TransferError::Transport { source: TransportError::PeerGone(_), .. })),
         "{tls}: {again:?}"
@@ -270,8 +283,11 @@ fn raw_peer_sends(bytes: Vec<u8>) -> TransportError {
         // Keep the socket open until the transport has judged the bytes.
         std::thread::sleep(Duration::from_millis(500));
     });
-    let result =
-        pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(5)));
+    let result = rdma_hint_core::blocking::block_on(transport.connect(
+        PeerEndpoint::Listen(address),
+        &[region.id],
+        deadline(5),
+    ));
     raw.join().unwrap();
     result.unwrap_err()
 }
@@ -331,7 +347,8 @@ fn a_garbage_rkey_is_refused_at_connect() {
         std::thread::sleep(Duration::from_millis(500));
     });
     let err =
-        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[], deadline(5))).unwrap_err();
+        rdma_hint_core::blocking::block_on(receiver.connect(PeerEndpoint::Listen(address), &[], deadline(5)))
+            .unwrap_err();
     liar.join().unwrap();
     assert!(err.to_string().contains("packed rkey of 7 B"), "{err}");
 }
@@ -343,14 +360,19 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     let target = receiver.register(MemoryKind::Host, 1 << 20).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let accepting = std::thread::spawn(move || {
-        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(10)))
-            .unwrap();
+        rdma_hint_core::blocking::block_on(receiver.connect(
+            PeerEndpoint::Listen(address),
+            &[target.id],
+            deadline(10),
+        ))
+        .unwrap();
         receiver
     });
     let sender = UcxTransport::open(Some("tcp,self")).unwrap();
     let source = sender.register(MemoryKind::Host, 1 << 20).unwrap();
     let remote =
-        pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))
+            .unwrap()[0];
     let receiver = accepting.join().unwrap();
     let op = WriteOp {
         wr_id: 1,
@@ -390,8 +412,14 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     sender.write_region(source.id, 0, &[9u8; 4096]).unwrap();
     sender.post_writes(&[op]).unwrap();
     let mut completions = [rdma_hint_core::Completion::EMPTY; 2];
-    assert_eq!(pollster::block_on(sender.wait_completions(&mut completions, deadline(10))).unwrap(), 1);
-    assert_eq!(pollster::block_on(receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap(), 1);
+    assert_eq!(
+        rdma_hint_core::blocking::block_on(sender.wait_completions(&mut completions, deadline(10))).unwrap(),
+        1
+    );
+    assert_eq!(
+        rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap(),
+        1
+    );
     let mut arrived = [0u8; 4096];
     receiver.read_region(target.id, 0, &mut arrived).unwrap();
     assert!(arrived.iter().all(|b| *b == 9));
@@ -412,15 +440,23 @@ fn pre_shared_tokens_gate_the_handshake() {
         let target = receiver.register(MemoryKind::Host, 4096).unwrap();
         let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let accepting = std::thread::spawn(move || {
-            pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(10)))
-                .is_ok()
+            rdma_hint_core::blocking::block_on(receiver.connect(
+                PeerEndpoint::Listen(address),
+                &[target.id],
+                deadline(10),
+            ))
+            .is_ok()
         });
         let mut sender = UcxTransport::open(Some("tcp,self")).unwrap();
         if let Some(token) = dialer_token {
             sender = sender.with_token(token).unwrap();
         }
-        let dialed =
-            pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10))).is_ok();
+        let dialed = rdma_hint_core::blocking::block_on(sender.connect(
+            PeerEndpoint::Dial(address),
+            &[],
+            deadline(10),
+        ))
+        .is_ok();
         assert_eq!((accepting.join().unwrap(), dialed), (accepted, accepted));
     }
 }

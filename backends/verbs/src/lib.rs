@@ -17,6 +17,7 @@
 //! ```
 
 mod device;
+mod events;
 mod region;
 mod status;
 mod transport;

@@ -1,20 +1,22 @@
 //! `VerbsTransport`: one RC queue pair, the `Transport` implementation.
 
 use crate::device::{self, Context, DeviceFacts};
+use crate::events::{arm, peer_left, CompletionChannel, EventThread, Events, Watched};
 use crate::region::Region;
 use crate::status::{check, unavailable};
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
+use rdma_hint_core::wait::{wait, WaitModeCell};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RegionTable, RemoteRegion, Transport, TransportError, WriteOp,
+    RegionTable, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
+use rdma_hint_oob::{admit, confirm_off_thread, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 /// Send-queue depth asked for (bounded by the device's `max_qp_wr`).
@@ -23,14 +25,8 @@ const SQ_DEPTH: u32 = 1024;
 const RQ_DEPTH: u32 = 256;
 /// Work requests chained into one `ibv_post_send`.
 const MAX_WRS_PER_POST: u32 = 64;
-/// How long a waiter polls the CQ before it starts sleeping between polls.
-const SPIN: Duration = Duration::from_micros(200);
-/// First sleep between CQ polls after the spin; it doubles up to [`MAX_NAP`], so a long wait
-/// (a receiver idling for its next transfer) costs little CPU while a short one stays quick.
-const NAP: Duration = Duration::from_micros(50);
-/// Longest sleep between CQ polls.
-const MAX_NAP: Duration = Duration::from_millis(1);
-/// How often waits look at the out-of-band socket for a peer that went away.
+/// How often polls look at the out-of-band socket for a peer that went away (the event
+/// thread also watches it).
 const LIVENESS_EVERY: Duration = Duration::from_millis(1);
 /// `Arrival::region` when the receiver exposed several regions: RDMA WRITE WITH IMM does not
 /// say which one was written.
@@ -57,12 +53,14 @@ struct Polling {
 /// PSNs, GIDs, MTU and, for each exposed region, address, length and the rkey of a second
 /// registration with remote write (regions never exposed have no rkey), then moves the QP
 /// INIT → RTR → RTS. `post_writes` chains one `ibv_send_wr` per op (RDMA WRITE, or WRITE WITH
-/// IMM) into a single `ibv_post_send`; only ops marked signalled produce completions. Waits poll
-/// the CQ (spinning 200 µs, then napping 50 µs doubling to 1 ms) up to their deadline and watch the out-of-band
-/// socket, so a peer that dies is `PeerGone` within milliseconds, before RC retries run out.
+/// IMM) into a single `ibv_post_send`; only ops marked signalled produce completions. Both CQs
+/// report to one completion channel (`ibv_req_notify_cq`, re-armed after every event); a thread
+/// sleeps on its fd and the out-of-band socket and wakes the waiting tasks, so a wait polls the
+/// CQ, then sleeps without spinning ([`WaitMode::Adaptive`]) or polls it until the deadline
+/// ([`WaitMode::BusyPoll`]). A peer that dies is `PeerGone` at once, before RC retries run out.
 ///
 /// ```no_run
-/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_core::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
 /// use rdma_hint_verbs::VerbsTransport;
 /// use std::time::{Duration, Instant};
 ///
@@ -70,7 +68,7 @@ struct Polling {
 /// let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
 /// let deadline = Instant::now() + Duration::from_secs(10);
 /// let peer = PeerEndpoint::Dial("10.77.0.2:7000".parse().unwrap());
-/// let remote = pollster::block_on(transport.connect(peer, &[region.id], deadline)).unwrap();
+/// let remote = transport.connect_blocking(peer, &[region.id], deadline).unwrap();
 /// ```
 pub struct VerbsTransport {
     caps: Capabilities,
@@ -83,7 +81,9 @@ pub struct VerbsTransport {
     rendezvous: Rendezvous,
     token: Option<Token>,
     oob: OnceLock<TcpStream>,
-    broken: OnceLock<String>,
+    events: Arc<Events>,
+    event_thread: Mutex<Option<EventThread>>,
+    wait_mode: WaitModeCell,
     gid_index: i32,
     gid: [u8; 16],
     port: u8,
@@ -93,6 +93,8 @@ pub struct VerbsTransport {
     send_cq: *mut ibv::ibv_cq,
     recv_cq: *mut ibv::ibv_cq,
     pd: *mut ibv::ibv_pd,
+    // Dropped after the CQs (destroyed in `Drop`), before the context.
+    channel: CompletionChannel,
     // Dropped last: everything above was created on it.
     _context: Context,
 }
@@ -177,20 +179,20 @@ impl VerbsTransport {
         let (gid_index, gid) = choose_gid(&context, port, port_attr.gid_tbl_len)?;
         let sq_depth = SQ_DEPTH.min(facts.max_qp_wr);
         let rq_depth = RQ_DEPTH.min(facts.max_qp_wr);
+        let events = Arc::new(Events::new()?);
+        let channel = CompletionChannel::create(context.raw)?;
         // SAFETY: `context` is open; each object is checked for null and destroyed in `Drop`
         // (or below when a later step fails).
         let pd = unsafe { ibv::ibv_alloc_pd(context.raw) };
         if pd.is_null() {
             return Err(unavailable("ibv_alloc_pd"));
         }
+        // SAFETY: as above; both CQs report to `channel`, which outlives them.
+        let send_cq =
+            unsafe { ibv::ibv_create_cq(context.raw, sq_depth as i32, std::ptr::null_mut(), channel.raw, 0) };
         // SAFETY: as above.
-        let send_cq = unsafe {
-            ibv::ibv_create_cq(context.raw, sq_depth as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0)
-        };
-        // SAFETY: as above.
-        let recv_cq = unsafe {
-            ibv::ibv_create_cq(context.raw, rq_depth as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0)
-        };
+        let recv_cq =
+            unsafe { ibv::ibv_create_cq(context.raw, rq_depth as i32, std::ptr::null_mut(), channel.raw, 0) };
         let mut init = ibv::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq,
@@ -206,14 +208,15 @@ impl VerbsTransport {
             qp_type: ibv::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
         };
-        let qp = if send_cq.is_null() || recv_cq.is_null() {
+        let armed = !send_cq.is_null() && !recv_cq.is_null() && arm(send_cq).and(arm(recv_cq)).is_ok();
+        let qp = if !armed {
             std::ptr::null_mut()
         } else {
             // SAFETY: `pd` and both CQs are live; `init` is valid for the call.
             unsafe { ibv::ibv_create_qp(pd, &mut init) }
         };
         if qp.is_null() {
-            let error = unavailable("ibv_create_cq / ibv_create_qp");
+            let error = unavailable("ibv_create_cq / ibv_req_notify_cq / ibv_create_qp");
             // SAFETY: undo what was created above, each once.
             unsafe {
                 if !send_cq.is_null() {
@@ -259,7 +262,9 @@ impl VerbsTransport {
             rendezvous: Rendezvous::default(),
             token: None,
             oob: OnceLock::new(),
-            broken: OnceLock::new(),
+            events,
+            event_thread: Mutex::new(None),
+            wait_mode: WaitModeCell::default(),
             gid_index,
             gid,
             port,
@@ -269,6 +274,7 @@ impl VerbsTransport {
             send_cq,
             recv_cq,
             pd,
+            channel,
             _context: context,
         })
     }
@@ -278,11 +284,6 @@ impl VerbsTransport {
     pub fn with_token(mut self, token: &[u8]) -> Result<VerbsTransport, TransportError> {
         self.token = Some(Token::new(token)?);
         Ok(self)
-    }
-
-    /// Binds the out-of-band listener now (port 0 picks one) and returns its address.
-    pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        self.rendezvous.bind(address)
     }
 
     /// What `ibv_query_device` / `ibv_query_port` said about this device.
@@ -375,67 +376,48 @@ impl VerbsTransport {
 
     fn gone(&self) -> TransportError {
         TransportError::PeerGone(
-            self.broken.get().cloned().unwrap_or_else(|| "the connection is closed".into()),
+            self.events.broken.get().cloned().unwrap_or_else(|| "the connection is closed".into()),
         )
+    }
+
+    fn broken(&self) -> bool {
+        self.events.broken.get().is_some()
     }
 
     /// Looks at the out-of-band socket (at most every millisecond): EOF means the peer process
     /// is gone, whatever the QP still believes.
     fn watch_peer(&self, polling: &mut Polling) {
-        if polling.checked.elapsed() < LIVENESS_EVERY || self.broken.get().is_some() {
+        if polling.checked.elapsed() < LIVENESS_EVERY || self.broken() {
             return;
         }
         polling.checked = Instant::now();
-        let Some(stream) = self.oob.get() else { return };
-        let mut byte = [0u8; 1];
-        let why = match stream.peek(&mut byte) {
-            Ok(0) => "the peer closed the connection (process exited or was killed)".to_string(),
-            Ok(_) => "the peer sent unexpected bytes on the out-of-band socket".to_string(),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return,
-            Err(e) => format!("out-of-band socket failed: {e}"),
-        };
-        tracing::warn!(%why, "verbs: connection lost");
-        let _ = self.broken.set(why);
-    }
-
-    fn wait_loop<T>(
-        &self,
-        out: &mut [T],
-        deadline: Instant,
-        what: &'static str,
-        poll: impl Fn(&Self, &mut [T]) -> Result<usize, TransportError>,
-    ) -> Result<usize, TransportError> {
-        let started = Instant::now();
-        let mut nap = NAP;
-        loop {
-            let ready = poll(self, out)?;
-            if ready > 0 || out.is_empty() {
-                return Ok(ready);
-            }
-            if self.broken.get().is_some() {
-                return Err(self.gone());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(TransportError::DeadlineExceeded {
-                    what,
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
-            }
-            if now - started < SPIN {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(nap.min(deadline - now));
-                nap = (nap * 2).min(MAX_NAP);
-            }
+        if let Some(why) = self.oob.get().and_then(peer_left) {
+            self.events.fail(why);
         }
     }
+}
+
+/// A poll's count as a wait attempt: nothing yet is `None`.
+fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
+    found.map(|n| (n > 0).then_some(n))
 }
 
 #[async_trait]
 impl Transport for VerbsTransport {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
+    }
+
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        self.rendezvous.bind(address)
+    }
+
+    fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait_mode.set(mode);
+    }
+
+    fn wait_mode(&self) -> WaitMode {
+        self.wait_mode.get()
     }
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
@@ -449,19 +431,16 @@ impl Transport for VerbsTransport {
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        if self.exposed.get().is_some_and(|e| e.contains(&region.0)) && self.broken.get().is_none() {
-            return Err(TransportError::Registration {
-                len: 0,
-                reason: format!(
-                    "region {} is exposed to the connected peer; drop the transport to release it",
-                    region.0
-                ),
+        if self.exposed.get().is_some_and(|e| e.contains(&region.0)) && !self.broken() {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "exposed to the connected peer; drop the transport to release it",
             });
         }
         if lock(&self.posting).in_flight > 0 {
-            return Err(TransportError::Registration {
-                len: 0,
-                reason: "writes are in flight; wait for their completions first".into(),
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "writes are in flight; wait for their completions first",
             });
         }
         self.regions.write().unwrap_or_else(PoisonError::into_inner).remove(region).map(drop)
@@ -482,12 +461,11 @@ impl Transport for VerbsTransport {
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         if self.remote.get().is_some() {
-            return Err(TransportError::Handshake("already connected".into()));
+            return Err(TransportError::AlreadyConnected);
         }
         if expose.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        let mut stream = self.rendezvous.connect(peer, deadline)?;
         let mut regions = Vec::with_capacity(expose.len());
         {
             let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
@@ -502,16 +480,18 @@ impl Transport for VerbsTransport {
         let qpn = unsafe { (*self.qp).qp_num };
         let lid = 0; // RoCE: addressing is by GID.
         let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-        let hello = Hello { lid, qpn, psn, gid: self.gid, mtu: self.active_mtu, regions, token };
-        stream.write_all(&hello.encode())?;
-        let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-        let theirs = Hello::decode(&mut stream).inspect_err(|e| {
-            tracing::warn!(peer = %peer_address, error = %e, "verbs: rejected peer (hello)");
-        })?;
-        admit(self.token.as_ref(), &theirs.token, &peer_address)?;
+        let ours = Hello { lid, qpn, psn, gid: self.gid, mtu: self.active_mtu, regions, token };
+        let token = self.token.clone();
+        let (stream, theirs) = self
+            .rendezvous
+            .meet(peer, deadline, move |stream| exchange(stream, &ours, token.as_ref()))
+            .await?;
         self.bring_up(&theirs, psn)?;
-        confirm(&mut stream, READY)?;
+        let stream = confirm_off_thread(stream, READY).await?;
         stream.set_nonblocking(true)?;
+        let watched = Watched { channel: self.channel.raw, send_cq: self.send_cq, recv_cq: self.recv_cq };
+        let thread = EventThread::start(self.events.clone(), watched, stream.try_clone()?)?;
+        *lock(&self.event_thread) = Some(thread);
         let _ = self.oob.set(stream);
         let mut remote: Vec<Option<ExposedRegion>> = Vec::new();
         for region in &theirs.regions {
@@ -527,11 +507,8 @@ impl Transport for VerbsTransport {
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
-        let remote = self
-            .remote
-            .get()
-            .ok_or_else(|| TransportError::Handshake("not connected: call connect first".into()))?;
-        if self.broken.get().is_some() {
+        let remote = self.remote.get().ok_or(TransportError::NotConnected)?;
+        if self.broken() {
             return Err(self.gone());
         }
         if ops.len() > self.caps.max_wrs_per_post as usize {
@@ -621,9 +598,8 @@ impl Transport for VerbsTransport {
                 let status = if wc.status == ibv::ibv_wc_status::IBV_WC_SUCCESS {
                     CompletionStatus::Success
                 } else {
-                    let _ = self
-                        .broken
-                        .set(format!("work request {} failed with ibv_wc_status {}", wc.wr_id, wc.status));
+                    self.events
+                        .fail(format!("work request {} failed with ibv_wc_status {}", wc.wr_id, wc.status));
                     CompletionStatus::Failed { code: wc.status }
                 };
                 *slot = Completion { wr_id: wc.wr_id, status };
@@ -633,7 +609,7 @@ impl Transport for VerbsTransport {
             return Ok(found);
         }
         self.watch_peer(&mut polling);
-        if self.broken.get().is_some() {
+        if self.broken() {
             return Err(self.gone());
         }
         Ok(0)
@@ -644,7 +620,14 @@ impl Transport for VerbsTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        self.wait_loop(out, deadline, "verbs completions", Self::poll_completions)
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let mode = self.wait_mode.get();
+        wait(&self.events.completions, mode, deadline, "verbs completions", || {
+            ready(self.poll_completions(out))
+        })
+        .await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
@@ -663,7 +646,7 @@ impl Transport for VerbsTransport {
         for index in 0..found as usize {
             let wc = polling.wcs[index];
             if wc.status != ibv::ibv_wc_status::IBV_WC_SUCCESS {
-                let _ = self.broken.set(format!("receive failed with ibv_wc_status {}", wc.status));
+                self.events.fail(format!("receive failed with ibv_wc_status {}", wc.status));
                 continue;
             }
             // SAFETY: the union holds the immediate for RECV_RDMA_WITH_IMM completions.
@@ -674,7 +657,7 @@ impl Transport for VerbsTransport {
         }
         if ready == 0 {
             self.watch_peer(&mut polling);
-            if self.broken.get().is_some() {
+            if self.broken() {
                 return Err(self.gone());
             }
         }
@@ -682,14 +665,23 @@ impl Transport for VerbsTransport {
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
-        self.wait_loop(out, deadline, "verbs arrivals", Self::poll_arrivals)
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let mode = self.wait_mode.get();
+        wait(&self.events.arrivals, mode, deadline, "verbs arrivals", || ready(self.poll_arrivals(out))).await
     }
 }
 
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
+        // The event thread touches the channel and CQs: it stops before they go.
+        if let Some(mut thread) = lock(&self.event_thread).take() {
+            thread.stop();
+        }
         // SAFETY: each object is destroyed once, QP before its CQs, MRs (regions) before the
-        // PD; the context closes afterwards as the last field.
+        // PD; every CQ event taken was acknowledged; the channel and then the context close
+        // afterwards as the last fields.
         unsafe {
             ibv::ibv_destroy_qp(self.qp);
             ibv::ibv_destroy_cq(self.send_cq);
@@ -699,4 +691,16 @@ impl Drop for VerbsTransport {
         // SAFETY: no MR or QP refers to the PD any more.
         unsafe { ibv::ibv_dealloc_pd(self.pd) };
     }
+}
+
+/// The blocking half of the hello exchange, on the rendezvous thread: send `ours`, decode the
+/// peer's hello and admit its token.
+fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
+    stream.write_all(&ours.encode())?;
+    let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+    let theirs = Hello::decode(stream).inspect_err(|e| {
+        tracing::warn!(peer = %peer_address, error = %e, "verbs: rejected peer (hello)");
+    })?;
+    admit(token, &theirs.token, &peer_address)?;
+    Ok(theirs)
 }

@@ -65,10 +65,15 @@ fn receiver() {
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:0".into());
     let address = transport.bind(listen.parse().unwrap()).unwrap();
     say(format!("LISTENING {address}"));
-    pollster::block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(60))).unwrap();
+    rdma_hint_core::blocking::block_on(transport.connect(
+        PeerEndpoint::Listen(address),
+        &[region.id],
+        deadline(60),
+    ))
+    .unwrap();
     say("CONNECTED".into());
     let mut arrivals = [Arrival::EMPTY; 4];
-    match pollster::block_on(transport.wait_arrivals(&mut arrivals, deadline(120))) {
+    match rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(120))) {
         Ok(ready) => {
             assert_eq!(ready, 1);
             assert_eq!((arrivals[0].imm, arrivals[0].region), (7, region.id));
@@ -95,11 +100,14 @@ fn sender() {
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
-    let remote = pollster::block_on(transport.connect(peer, &[], deadline(120))).unwrap()[0];
+    let remote = rdma_hint_core::blocking::block_on(transport.connect(peer, &[], deadline(120))).unwrap()[0];
     let transfer = Transfer::new(&source, &remote, len).notify(7);
-    let report =
-        pollster::block_on(chunker(&transport, 64 * 1024).write(&transport, transfer, deadline(300)))
-            .unwrap();
+    let report = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
+        &transport,
+        transfer,
+        deadline(300),
+    ))
+    .unwrap();
     say(format!("SENT {}", report.payload_bytes));
     // Let the receiver read its arrival before this side's QP goes away.
     std::thread::sleep(Duration::from_secs(5));
@@ -129,13 +137,20 @@ fn chunked_rdma_writes_arrive_byte_exact() {
         let transport = VerbsTransport::open(Some(&device)).unwrap();
         let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
         transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
-        let remote =
-            pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap();
+        let remote = rdma_hint_core::blocking::block_on(transport.connect(
+            PeerEndpoint::Dial(address),
+            &[],
+            deadline(60),
+        ))
+        .unwrap();
         assert_eq!(remote.len(), 1);
         let transfer = Transfer::new(&source, &remote[0], len).notify(7);
-        let report =
-            pollster::block_on(chunker(&transport, 64 * 1024).write(&transport, transfer, deadline(120)))
-                .unwrap();
+        let report = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
+            &transport,
+            transfer,
+            deadline(120),
+        ))
+        .unwrap();
         assert_eq!(report.payload_bytes, len);
         assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{len} B");
     }
@@ -174,9 +189,10 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let proxy = rkey_rewriting_proxy(address);
     let remote =
-        pollster::block_on(transport.connect(PeerEndpoint::Dial(proxy), &[], deadline(60))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(proxy), &[], deadline(60)))
+            .unwrap()[0];
     let started = Instant::now();
-    let result = pollster::block_on(chunker(&transport, 64 * 1024).write(
+    let result = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
         &transport,
         Transfer::new(&source, &remote, 1 << 20),
         deadline(30),
@@ -194,7 +210,7 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     }
     assert!(started.elapsed() < Duration::from_secs(30));
     // The QP is in error now: later posts fail at once with a typed error.
-    let again = pollster::block_on(chunker(&transport, 4096).write(
+    let again = rdma_hint_core::blocking::block_on(chunker(&transport, 4096).write(
         &transport,
         Transfer::new(&source, &remote, 4096),
         deadline(5),
@@ -214,7 +230,8 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
     let transport = VerbsTransport::open(Some(&device)).unwrap();
     let source = transport.register(MemoryKind::Host, len).unwrap();
     let remote =
-        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60)))
+            .unwrap()[0];
     let killer = std::thread::spawn(move || {
         assert_eq!(peer.expect("CONNECTED"), "");
         std::thread::sleep(Duration::from_millis(200));
@@ -222,7 +239,7 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
         peer
     });
     let started = Instant::now();
-    let result = pollster::block_on(chunker(&transport, 64 * 1024).write(
+    let result = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
         &transport,
         Transfer::new(&source, &remote, len),
         started + Duration::from_secs(60),
@@ -248,7 +265,8 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     let transport = VerbsTransport::open(Some(&device)).unwrap();
     let source = transport.register(MemoryKind::Host, 4096).unwrap();
     let remote =
-        pollster::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60)))
+            .unwrap()[0];
     let op = WriteOp {
         wr_id: 1,
         local: source.id,
@@ -280,7 +298,11 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     transport.write_region(source.id, 0, &random_bytes(4096, 3)).unwrap();
     transport.post_writes(&[op]).unwrap();
     let mut completions = [rdma_hint_core::Completion::EMPTY; 4];
-    assert_eq!(pollster::block_on(transport.wait_completions(&mut completions, deadline(30))).unwrap(), 1);
+    assert_eq!(
+        rdma_hint_core::blocking::block_on(transport.wait_completions(&mut completions, deadline(30)))
+            .unwrap(),
+        1
+    );
     assert_eq!(peer.expect("RESULT"), "OK 4096");
 }
 
@@ -311,14 +333,19 @@ fn pair(
     let target = receiver.register(MemoryKind::Host, len).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let accepting = std::thread::spawn(move || {
-        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(60)))
-            .unwrap();
+        rdma_hint_core::blocking::block_on(receiver.connect(
+            PeerEndpoint::Listen(address),
+            &[target.id],
+            deadline(60),
+        ))
+        .unwrap();
         receiver
     });
     let sender = VerbsTransport::open(Some(device)).unwrap();
     let source = sender.register(MemoryKind::Host, len).unwrap();
     let remote =
-        pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(60))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(60)))
+            .unwrap()[0];
     (sender, accepting.join().unwrap(), source, target, remote)
 }
 
@@ -328,7 +355,7 @@ fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
     let len = 32 << 20;
     let (sender, _receiver, source, _, remote) = pair(&device, len);
     let started = Instant::now();
-    let result = pollster::block_on(chunker(&sender, 4096).write(
+    let result = rdma_hint_core::blocking::block_on(chunker(&sender, 4096).write(
         &sender,
         Transfer::new(&source, &remote, len),
         started + Duration::from_millis(50),
@@ -355,14 +382,14 @@ fn a_hundred_connect_transfer_drop_cycles_leak_nothing() {
         let (sender, receiver, source, target, remote) = pair(&device, 64 * 1024);
         let data = random_bytes(64 * 1024, u64::from(cycle));
         sender.write_region(source.id, 0, &data).unwrap();
-        pollster::block_on(chunker(&sender, 16 * 1024).write(
+        rdma_hint_core::blocking::block_on(chunker(&sender, 16 * 1024).write(
             &sender,
             Transfer::new(&source, &remote, 64 * 1024).notify(cycle),
             deadline(30),
         ))
         .unwrap();
         let mut arrivals = [Arrival::EMPTY; 1];
-        pollster::block_on(receiver.wait_arrivals(&mut arrivals, deadline(30))).unwrap();
+        rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline(30))).unwrap();
         assert_eq!(arrivals[0].imm, cycle);
         let mut arrived = vec![0u8; 64 * 1024];
         receiver.read_region(target.id, 0, &mut arrived).unwrap();
@@ -393,7 +420,7 @@ fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
         link
     });
     let started = Instant::now();
-    let result = pollster::block_on(chunker(&sender, 64 * 1024).write(
+    let result = rdma_hint_core::blocking::block_on(chunker(&sender, 64 * 1024).write(
         &sender,
         Transfer::new(&source, &remote, len),
         started + Duration::from_secs(20),
@@ -428,7 +455,7 @@ fn a_hundred_failed_transfers_leak_nothing() {
             std::thread::sleep(Duration::from_millis(2));
             drop(receiver);
         });
-        let result = pollster::block_on(chunker(&sender, 4096).write(
+        let result = rdma_hint_core::blocking::block_on(chunker(&sender, 4096).write(
             &sender,
             Transfer::new(&source, &remote, len),
             deadline(30),

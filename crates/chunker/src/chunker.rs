@@ -98,6 +98,28 @@ impl Chunker {
         self.write_as(transport, source, transfer, deadline).await
     }
 
+    /// [`write`](Chunker::write), blocking the calling thread (for callers without an async
+    /// runtime; the thread parks while the transport waits).
+    pub fn write_blocking<T: Transport + ?Sized>(
+        &mut self,
+        transport: &T,
+        transfer: Transfer<'_>,
+        deadline: Instant,
+    ) -> Result<TransferReport, TransferError> {
+        rdma_hint_core::blocking::block_on(self.write(transport, transfer, deadline))
+    }
+
+    /// [`write_as`](Chunker::write_as), blocking the calling thread.
+    pub fn write_as_blocking<T: Transport + ?Sized>(
+        &mut self,
+        transport: &T,
+        source: SourceId,
+        transfer: Transfer<'_>,
+        deadline: Instant,
+    ) -> Result<TransferReport, TransferError> {
+        rdma_hint_core::blocking::block_on(self.write_as(transport, source, transfer, deadline))
+    }
+
     /// [`write`](Chunker::write) with the source given explicitly.
     pub async fn write_as<T: Transport + ?Sized>(
         &mut self,

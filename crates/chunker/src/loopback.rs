@@ -2,12 +2,13 @@
 //! through a bounded crossbeam queue. Real data movement for tests and benches, not a mock.
 
 use async_trait::async_trait;
-use crossbeam_channel::{Receiver, Sender, TrySendError};
-use rdma_hint_core::queue::{drain, wait};
+use rdma_hint_core::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_core::wait::WaitModeCell;
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
+    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
+use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -24,17 +25,17 @@ struct Regions {
 /// Two (or more) regions in one process, connected to itself.
 ///
 /// `connect` exposes regions as remote regions of the same transport; `post_writes` copies
-/// each op's bytes right away and queues a completion for every signalled op. `wait_completions`
-/// blocks the calling thread until a completion or the deadline (completions are produced at
-/// post time, so it only waits when nothing is outstanding).
+/// each op's bytes right away and queues a completion for every signalled op (and wakes
+/// waits), so a wait only sleeps when nothing is outstanding, until its deadline.
 #[derive(Debug)]
 pub struct LoopbackTransport {
     caps: Capabilities,
     regions: Mutex<Regions>,
-    completed: Sender<Completion>,
-    completions: Receiver<Completion>,
-    arrived: Sender<Arrival>,
-    arrivals: Receiver<Arrival>,
+    completed: EventSender<Completion>,
+    completions: EventQueue<Completion>,
+    arrived: EventSender<Arrival>,
+    arrivals: EventQueue<Arrival>,
+    wait_mode: WaitModeCell,
 }
 
 /// Writes-with-immediate the receiver side has not drained yet, at most.
@@ -44,8 +45,8 @@ impl LoopbackTransport {
     /// A loopback transport allowing `max_outstanding` signalled completions in flight.
     pub fn new(max_outstanding: u32) -> LoopbackTransport {
         let max_outstanding = max_outstanding.max(1);
-        let (completed, completions) = crossbeam_channel::bounded(max_outstanding as usize);
-        let (arrived, arrivals) = crossbeam_channel::bounded(MAX_PENDING_ARRIVALS);
+        let (completed, completions) = event_queue(max_outstanding as usize);
+        let (arrived, arrivals) = event_queue(MAX_PENDING_ARRIVALS);
         LoopbackTransport {
             caps: Capabilities {
                 facts: TransportFacts {
@@ -69,6 +70,7 @@ impl LoopbackTransport {
             completions,
             arrived,
             arrivals,
+            wait_mode: WaitModeCell::default(),
         }
     }
 
@@ -98,6 +100,19 @@ fn range(offset: u64, len: usize, region_len: usize) -> Result<std::ops::Range<u
 impl Transport for LoopbackTransport {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
+    }
+
+    /// Nothing to bind: the peer is this transport. Returns `address` unchanged.
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        Ok(address)
+    }
+
+    fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait_mode.set(mode);
+    }
+
+    fn wait_mode(&self) -> WaitMode {
+        self.wait_mode.get()
     }
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
@@ -192,11 +207,11 @@ impl Transport for LoopbackTransport {
             signalled += usize::from(op.signalled);
             notifying += usize::from(op.imm.is_some());
         }
-        let free = self.caps.max_outstanding_wrs as usize - self.completed.len();
+        let free = self.caps.max_outstanding_wrs as usize - self.completions.len();
         if signalled > free {
             return Err(TransportError::QueueFull { given: signalled as u32, max: free as u32 });
         }
-        if notifying > MAX_PENDING_ARRIVALS - self.arrived.len() {
+        if notifying > MAX_PENDING_ARRIVALS - self.arrivals.len() {
             return Err(TransportError::QueueFull {
                 given: notifying as u32,
                 max: MAX_PENDING_ARRIVALS as u32,
@@ -226,9 +241,7 @@ impl Transport for LoopbackTransport {
             }
             if op.signalled {
                 let completion = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
-                if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
-                    self.completed.try_send(completion)
-                {
+                if self.completed.try_send(completion).is_err() {
                     return Err(TransportError::QueueFull { given: 1, max: 0 });
                 }
             }
@@ -237,7 +250,7 @@ impl Transport for LoopbackTransport {
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        Ok(drain(&self.completions, out))
+        Ok(self.completions.try_drain(out).unwrap_or(0))
     }
 
     async fn wait_completions(
@@ -245,18 +258,20 @@ impl Transport for LoopbackTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        wait(&self.completions, out, deadline, "loopback completions", || {
-            TransportError::PeerGone("loopback queue closed".into())
-        })
+        let mode = self.wait_mode.get();
+        self.completions.wait(out, mode, deadline, "loopback completions", closed).await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
-        Ok(drain(&self.arrivals, out))
+        Ok(self.arrivals.try_drain(out).unwrap_or(0))
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
-        wait(&self.arrivals, out, deadline, "loopback arrivals", || {
-            TransportError::PeerGone("loopback queue closed".into())
-        })
+        let mode = self.wait_mode.get();
+        self.arrivals.wait(out, mode, deadline, "loopback arrivals", closed).await
     }
+}
+
+fn closed() -> TransportError {
+    TransportError::PeerGone("loopback queue closed".into())
 }

@@ -2,12 +2,10 @@
 //! counted by a global allocator.
 
 use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
+use rdma_hint_core::blocking::block_on;
 use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::future::Future;
-use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 struct Counting;
@@ -33,17 +31,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Polls to completion with a no-op waker: unlike a general executor, allocates nothing itself.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut context = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-    }
-}
-
 #[test]
 fn a_transfer_allocates_nothing() {
     let transport = LoopbackTransport::new(64);
@@ -51,11 +38,11 @@ fn a_transfer_allocates_nothing() {
     let dst = transport.register(MemoryKind::Host, 8 << 20).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-    let remote = pollster::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap()[0];
+    let remote = block_on(transport.connect(listen, &[dst.id], deadline)).unwrap()[0];
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(16 * 1024, 4096).unwrap());
     // Warm up once (first-use initialisation in the runtime, if any).
-    pollster::block_on(chunker.write(&transport, Transfer::new(&src, &remote, 1 << 20), deadline)).unwrap();
+    block_on(chunker.write(&transport, Transfer::new(&src, &remote, 1 << 20), deadline)).unwrap();
 
     COUNTING.store(true, Ordering::SeqCst);
     let report = block_on(chunker.write(&transport, Transfer::new(&src, &remote, (8 << 20) - 5), deadline));

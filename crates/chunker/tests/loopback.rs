@@ -20,7 +20,8 @@ fn setup(region_len: u64) -> Setup {
     let src = transport.register(MemoryKind::Host, region_len).unwrap();
     let dst_local = transport.register(MemoryKind::Host, region_len).unwrap();
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-    let dst = pollster::block_on(transport.connect(listen, &[dst_local.id], deadline())).unwrap()[0];
+    let dst = rdma_hint_core::blocking::block_on(transport.connect(listen, &[dst_local.id], deadline()))
+        .unwrap()[0];
     Setup { transport, src, dst }
 }
 
@@ -49,10 +50,16 @@ fn random_sizes_arrive_byte_exact() {
             s.transport.write_region(s.dst.id, 0, &before).unwrap();
             let imm = i as u32 * 10 + (local_offset / 4096) as u32;
             let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset).notify(imm);
-            let report = pollster::block_on(chunker.write(&s.transport, transfer, deadline())).unwrap();
+            let report =
+                rdma_hint_core::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
+                    .unwrap();
             assert_eq!(report.payload_bytes, len);
             let mut arrivals = [Arrival::EMPTY; 2];
-            assert_eq!(pollster::block_on(s.transport.wait_arrivals(&mut arrivals, deadline())).unwrap(), 1);
+            assert_eq!(
+                rdma_hint_core::blocking::block_on(s.transport.wait_arrivals(&mut arrivals, deadline()))
+                    .unwrap(),
+                1
+            );
             assert_eq!(
                 (arrivals[0].imm, arrivals[0].region),
                 (imm, s.dst.id),
@@ -83,21 +90,30 @@ fn each_source_gets_its_own_hint() {
     chunker.set_hint(SourceId::Gpu(3), BlockSpec::new(512 * 1024, 65536).unwrap());
     let data = random_bytes(1 << 20, 5);
     s.transport.write_region(s.src.id, 0, &data).unwrap();
-    let node0 =
-        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 1 << 20), deadline()))
-            .unwrap();
+    let node0 = rdma_hint_core::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 1 << 20),
+        deadline(),
+    ))
+    .unwrap();
     chunker.set_host_node(1);
-    let node1 =
-        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 1 << 20), deadline()))
-            .unwrap();
+    let node1 = rdma_hint_core::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 1 << 20),
+        deadline(),
+    ))
+    .unwrap();
     assert_eq!((node0.blocks, node1.blocks), (4, 16));
     let gpu = LocalRegion { id: s.src.id, kind: MemoryKind::CudaDevice { ordinal: 3 }, len: s.src.len };
     assert_eq!(chunker.source_of(gpu.kind), Some(SourceId::Gpu(3)));
     assert_eq!(chunker.plan_as(SourceId::Gpu(3), &gpu, 0, 1 << 20).unwrap().block_count(), 2);
     chunker.set_latency_first(Some(0.5));
-    let shrunk =
-        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 1 << 20), deadline()))
-            .unwrap();
+    let shrunk = rdma_hint_core::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 1 << 20),
+        deadline(),
+    ))
+    .unwrap();
     assert_eq!(shrunk.blocks, 32, "latency-first halves the 64 KiB hint of node 1");
     let mut arrived = vec![0u8; 1 << 20];
     s.transport.read_region(s.dst.id, 0, &mut arrived).unwrap();
@@ -112,7 +128,7 @@ fn bad_requests_are_typed_and_move_nothing() {
     s.transport.write_region(s.dst.id, 0, &marker).unwrap();
     let write = |chunker: &mut Chunker, local_offset, remote_offset, len| {
         let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset);
-        pollster::block_on(chunker.write(&s.transport, transfer, deadline()))
+        rdma_hint_core::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
     };
     assert!(matches!(write(&mut chunker, 0, 0, 0), Err(TransferError::Plan(PlanError::ZeroLength))));
     assert!(matches!(
@@ -142,7 +158,7 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
     let mut chunker = chunker(&s.transport, 65536, 4096);
     let private = s.transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let not_exposed = RemoteRegion { id: private.id, len: private.len };
-    let result = pollster::block_on(chunker.write(
+    let result = rdma_hint_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &not_exposed, 4096),
         deadline(),
@@ -152,8 +168,11 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
         Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), confirmed_bytes: 0 })
     ));
     s.transport.deregister(s.src.id).unwrap();
-    let result =
-        pollster::block_on(chunker.write(&s.transport, Transfer::new(&s.src, &s.dst, 4096), deadline()));
+    let result = rdma_hint_core::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 4096),
+        deadline(),
+    ));
     assert!(matches!(
         result,
         Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), .. })
@@ -175,7 +194,7 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
 fn a_deadline_passes_even_when_completions_are_always_ready() {
     let s = setup(64 << 20);
     let mut chunker = chunker(&s.transport, 4096, 4096);
-    let result = pollster::block_on(chunker.write(
+    let result = rdma_hint_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &s.dst, 64 << 20),
         Instant::now(),

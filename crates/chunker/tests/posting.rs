@@ -6,7 +6,7 @@ use mockall::mock;
 use rdma_hint_chunker::{BlockSpec, ChunkPlan, Pipeline, PostPolicy, Transfer, TransferError};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WriteOp,
+    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -17,6 +17,9 @@ mock! {
     #[async_trait]
     impl Transport for Nic {
         fn capabilities(&self) -> &Capabilities;
+        fn bind(&self, address: std::net::SocketAddr) -> Result<std::net::SocketAddr, TransportError>;
+        fn set_wait_mode(&self, mode: WaitMode);
+        fn wait_mode(&self) -> WaitMode;
         fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;
         fn deregister(&self, region: RegionId) -> Result<(), TransportError>;
         fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError>;
@@ -107,7 +110,12 @@ fn run(
     let remote = RemoteRegion { id: RegionId(1), len: len + block };
     let deadline = Instant::now() + Duration::from_secs(5);
     let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: len + block };
-    pollster::block_on(pipeline.run(nic, &plan, &Transfer::new(&local, &remote, len).notify(9), deadline))
+    rdma_hint_core::blocking::block_on(pipeline.run(
+        nic,
+        &plan,
+        &Transfer::new(&local, &remote, len).notify(9),
+        deadline,
+    ))
 }
 
 #[test]
@@ -183,8 +191,12 @@ fn silent_transport_hits_the_deadline_instead_of_hanging() {
     let started = Instant::now();
     let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
     let transfer = Transfer::new(&local, &remote, 1 << 20);
-    let result =
-        pollster::block_on(pipeline.run(&nic, &plan, &transfer, started + Duration::from_millis(50)));
+    let result = rdma_hint_core::blocking::block_on(pipeline.run(
+        &nic,
+        &plan,
+        &transfer,
+        started + Duration::from_millis(50),
+    ));
     assert!(
         matches!(result, Err(TransferError::DeadlineExceeded { confirmed_bytes: 0, len: 1048576 })),
         "{result:?}"
@@ -218,7 +230,7 @@ fn bad_remote_ranges_fail_before_posting() {
         let remote = RemoteRegion { id: RegionId(1), len: remote_len };
         let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
         let transfer = Transfer::new(&local, &remote, 100_000).at(0, remote_offset);
-        let result = pollster::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
+        let result = rdma_hint_core::blocking::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
         assert!(matches!(result, Err(TransferError::Plan(_))), "{remote_len} {remote_offset}: {result:?}");
     }
 }

@@ -16,18 +16,15 @@ pub(crate) struct DeepEpArgs {
 
 /// Runs the command; the first line of plain output is the answer (bytes, or tokens with
 /// `--budget`).
-pub(crate) fn run(args: &DeepEpArgs) -> Result<String, String> {
+pub(crate) fn run(args: &DeepEpArgs) -> anyhow::Result<String> {
     let tokens = match (args.budget, args.tokens) {
-        (Some(budget), _) => {
-            max_tokens_for_budget(budget, args.hidden, args.ranks, args.experts).map_err(|e| e.to_string())?
-        }
+        (Some(budget), _) => max_tokens_for_budget(budget, args.hidden, args.ranks, args.experts)?,
         (None, Some(tokens)) => tokens,
         (None, None) => {
-            return Err("give --tokens T (bytes for a shape) or --budget BYTES (tokens that fit)".into())
+            anyhow::bail!("give --tokens T (bytes for a shape) or --budget BYTES (tokens that fit)")
         }
     };
-    let size = low_latency_rdma_size_hint(tokens, args.hidden, args.ranks, args.experts)
-        .map_err(|e| e.to_string())?;
+    let size = low_latency_rdma_size_hint(tokens, args.hidden, args.ranks, args.experts)?;
     if args.json {
         let mut object = json!({
             "bytes": size.bytes,
@@ -40,7 +37,7 @@ pub(crate) fn run(args: &DeepEpArgs) -> Result<String, String> {
             object["budget_bytes"] = json!(budget);
             object["max_tokens"] = json!(tokens);
         }
-        return serde_json::to_string_pretty(&object).map_err(|e| e.to_string());
+        return Ok(serde_json::to_string_pretty(&object)?);
     }
     let mut out = match args.budget {
         Some(budget) => format!(

@@ -9,6 +9,7 @@ mod serve;
 mod sweep;
 mod units;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rdma_hint::{probe, ProbeOptions};
 use std::path::PathBuf;
@@ -163,23 +164,23 @@ fn main() -> ExitCode {
         .init();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("rdma-hint: {message}");
+        Err(error) => {
+            eprintln!("rdma-hint: {error:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probe { json, sysfs_root } => {
             let options = match sysfs_root {
                 Some(root) => ProbeOptions::for_tree(root),
                 None => ProbeOptions::default(),
             };
-            let report = probe(&options).map_err(|err| err.to_string())?;
+            let report = probe(&options)?;
             if json {
-                let text = serde_json::to_string_pretty(&report).map_err(|err| err.to_string())?;
+                let text = serde_json::to_string_pretty(&report)?;
                 println!("{text}");
             } else {
                 print!("{}", render::probe_text(&report));
@@ -203,12 +204,12 @@ fn run(cli: Cli) -> Result<(), String> {
             no_record,
         } => {
             if iters == 0 || transfer == 0 {
-                return Err("--iters and --transfer must be at least 1".into());
+                anyhow::bail!("--iters and --transfer must be at least 1");
             }
             let args = sweep::SweepArgs {
-                backend: backend::Backend::parse(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
-                source: source.parse()?,
-                sizes: sweep::parse_sizes(&sizes)?,
+                transport: backend::transport_id(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
+                source: source.parse().map_err(anyhow::Error::msg)?,
+                sizes: sweep::parse_sizes(&sizes).map_err(anyhow::Error::msg)?,
                 iters,
                 transfer_bytes: transfer,
                 latency_samples,
@@ -218,8 +219,8 @@ fn run(cli: Cli) -> Result<(), String> {
             let report = sweep::run(&args)?;
             print!("{}", sweep::table(&report));
             if let Some(path) = json {
-                let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-                std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+                let text = serde_json::to_string_pretty(&report)?;
+                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             }
             if let Some(path) = plot {
                 plot::write_svg(&report, &path)?;
@@ -228,7 +229,7 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Serve { listen, backend, channel, ucx_tls, device, bytes, timeout_s } => serve::run(
             listen,
-            &backend::Backend::parse(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
+            &backend::transport_id(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
             bytes,
             std::time::Duration::from_secs(timeout_s),
         ),

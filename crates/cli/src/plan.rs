@@ -1,7 +1,7 @@
 //! `rdma-hint plan`: the blocks, doorbell batches and signalled requests of one transfer.
 
 use crate::units::format_bytes;
-use rdma_hint_chunker::{BlockSpec, ChunkPlan, PostPolicy};
+use rdma_hint::chunker::{BlockSpec, ChunkPlan, PostPolicy};
 use serde_json::json;
 use std::fmt::Write;
 
@@ -20,26 +20,26 @@ pub(crate) struct PlanArgs {
     pub(crate) json: bool,
 }
 
-pub(crate) fn run(args: &PlanArgs) -> Result<String, String> {
-    let spec = BlockSpec::new(args.block, args.align).map_err(|e| e.to_string())?;
+pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
+    let spec = BlockSpec::new(args.block, args.align)?;
     let region = match args.region {
         Some(region) => region,
         None => args
             .offset
             .checked_add(args.len)
             .and_then(|end| end.checked_next_multiple_of(args.align))
-            .ok_or("offset + len overflows 64 bits")?,
+            .ok_or_else(|| anyhow::anyhow!("offset + len overflows 64 bits"))?,
     };
-    let plan = ChunkPlan::new(region, args.offset, args.len, spec).map_err(|e| e.to_string())?;
+    let plan = ChunkPlan::new(region, args.offset, args.len, spec)?;
     let window = args.batch.max(args.signal_every);
     let policy = PostPolicy { wrs_per_doorbell: args.batch, signal_every: args.signal_every, window };
-    policy.validate().map_err(|e| e.to_string())?;
+    policy.validate()?;
     let count = plan.block_count();
     let signalled = (0..count).filter(|i| policy.is_signalled(*i, count));
 
     if args.json {
         if count > MAX_LISTED_BLOCKS {
-            return Err(format!("the plan has {count} blocks; --json lists at most {MAX_LISTED_BLOCKS}"));
+            anyhow::bail!("the plan has {count} blocks; --json lists at most {MAX_LISTED_BLOCKS}");
         }
         let batches: Vec<Vec<u64>> =
             (0..policy.batch_count(count)).map(|b| policy.batch(b, count).collect()).collect();
@@ -55,7 +55,7 @@ pub(crate) fn run(args: &PlanArgs) -> Result<String, String> {
             "batches": batches,
             "signalled": signalled.collect::<Vec<_>>(),
         });
-        return serde_json::to_string_pretty(&object).map_err(|e| e.to_string());
+        return Ok(serde_json::to_string_pretty(&object)?);
     }
 
     let mut out = String::new();

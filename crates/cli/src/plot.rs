@@ -8,15 +8,15 @@ use std::path::Path;
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
-fn register_font() -> Result<(), String> {
+fn register_font() -> anyhow::Result<()> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-        .map_err(|_| "the shipped font is invalid".to_string())
+        .map_err(|_| anyhow::anyhow!("the shipped font is invalid"))
 }
 
 /// Writes the plot to `path`.
-pub(crate) fn write_svg(report: &SweepReport, path: &Path) -> Result<(), String> {
+pub(crate) fn write_svg(report: &SweepReport, path: &Path) -> anyhow::Result<()> {
     register_font()?;
-    let error = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    let error = |e: &dyn std::fmt::Display| anyhow::anyhow!("plotting {}: {e}", path.display());
     let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| error(&e))?;
     let (top, bottom) = root.split_vertically(270);

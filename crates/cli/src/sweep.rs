@@ -1,13 +1,15 @@
 //! `rdma-hint sweep`: the block-size curve of a real backend, its knee, and the model's hint
 //! next to it.
 
-use crate::backend::{Backend, Endpoint};
 use crate::units::{format_bytes, parse_bytes};
+use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint::core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId};
-use rdma_hint::{get_low_latency_rdma_size_hint_with, TransportSelector};
+use rdma_hint::{
+    get_low_latency_rdma_size_hint_with, open, BlockingTransport, LocalRegion, MemoryKind, OpenOptions,
+    PeerEndpoint, RemoteRegion, SourceId, Transport, TransportId, TransportSelector,
+};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -20,7 +22,7 @@ const HOST_ALIGN: u64 = 4096;
 
 /// Arguments of `sweep`.
 pub(crate) struct SweepArgs {
-    pub(crate) backend: Backend,
+    pub(crate) transport: TransportId,
     pub(crate) source: SourceId,
     pub(crate) sizes: Vec<u64>,
     pub(crate) iters: u32,
@@ -49,7 +51,7 @@ pub(crate) struct Point {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SweepReport {
     pub(crate) backend: String,
-    pub(crate) transport: String,
+    pub(crate) transport: TransportId,
     pub(crate) source: SourceId,
     pub(crate) transfer_bytes: u64,
     pub(crate) iters: u32,
@@ -64,7 +66,7 @@ pub(crate) struct SweepReport {
 }
 
 /// Parses `4K..64M` (powers of two between) or a comma list `64K,1M`.
-pub(crate) fn parse_sizes(text: &str) -> Result<Vec<u64>, String> {
+pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
     let sizes = match text.split_once("..") {
         Some((low, high)) => {
             let (low, high) = (parse_bytes(low)?, parse_bytes(high)?);
@@ -109,75 +111,66 @@ fn cpu_seconds() -> Option<f64> {
 }
 
 struct Endpoints {
-    sender: Box<dyn Endpoint>,
-    _receiver: Option<Box<dyn Endpoint>>,
+    sender: Box<dyn Transport>,
+    _receiver: Option<Box<dyn Transport>>,
     source: LocalRegion,
     remote: RemoteRegion,
 }
 
-fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints, String> {
+fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let kind = match args.source {
         SourceId::Host(_) => MemoryKind::Host,
         SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
     };
-    let sender = args.backend.open()?;
-    let source = sender.register(kind, region_bytes).map_err(|e| e.to_string())?;
-    sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize]).map_err(|e| e.to_string())?;
-    let (address, receiver) = match args.peer {
-        Some(address) => (address, None),
+    let options = OpenOptions::default();
+    let sender = open(&args.transport, &options)?;
+    let source = sender.register(kind, region_bytes)?;
+    sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize])?;
+    let (remote, receiver) = match args.peer {
+        Some(address) => {
+            let remote = sender
+                .connect_blocking(PeerEndpoint::Dial(address), &[], deadline)
+                .with_context(|| format!("connecting to the peer at {address}"))?;
+            (remote, None)
+        }
         None => {
-            let receiver = args.backend.open()?;
-            let target = receiver.register(MemoryKind::Host, region_bytes).map_err(|e| e.to_string())?;
-            let address = receiver
-                .bind("127.0.0.1:0".parse().map_err(|e| format!("{e}"))?)
-                .map_err(|e| e.to_string())?;
+            let receiver = open(&args.transport, &options)?;
+            let target = receiver.register(MemoryKind::Host, region_bytes)?;
+            let address = receiver.bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
             let accepting = std::thread::spawn(move || {
-                pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
+                receiver
+                    .connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline)
                     .map(|_| receiver)
-                    .map_err(|e| e.to_string())
             });
-            let remote = pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
-                .map_err(|e| e.to_string())?;
-            let receiver = accepting.join().map_err(|_| "the loopback receiver panicked".to_string())??;
-            let remote = *remote.first().ok_or("the receiver exposed no region")?;
-            return Ok(Endpoints { sender, _receiver: Some(receiver), source, remote });
+            let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline)?;
+            let receiver = accepting.join().map_err(|_| anyhow!("the loopback receiver panicked"))??;
+            (remote, Some(receiver))
         }
     };
-    let remote = pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
-        .map_err(|e| e.to_string())?;
-    let remote = *remote.first().ok_or("the peer exposed no region")?;
+    let remote = *remote.first().ok_or_else(|| anyhow!("the peer exposed no region"))?;
     if remote.len < region_bytes {
-        return Err(format!("the peer exposed {} B, the sweep needs {region_bytes} B", remote.len));
+        bail!("the peer exposed {} B, the sweep needs {region_bytes} B", remote.len);
     }
     Ok(Endpoints { sender, _receiver: receiver, source, remote })
 }
 
-fn measure(
-    endpoints: &Endpoints,
-    args: &SweepArgs,
-    block: u64,
-    align: u64,
-    is_hint: bool,
-) -> Result<Point, String> {
+fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, is_hint: bool) -> Result<Point> {
     let deadline = || Instant::now() + Duration::from_secs(60);
-    let transport = endpoints.sender.transport();
-    let spec = BlockSpec::new(block, align).map_err(|e| e.to_string())?;
-    let mut chunker =
-        Chunker::new(PostPolicy::default(), transport.capabilities()).map_err(|e| e.to_string())?;
+    let transport = &*endpoints.sender;
+    let spec = BlockSpec::new(block, align)?;
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
     chunker.set_hint(args.source, spec);
     // Whole blocks only, never past the region: at least one block, at most the transfer size.
     let len = (args.transfer_bytes / block).max(1) * block;
     let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
     // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
-    pollster::block_on(chunker.write_as(transport, args.source, transfer, deadline()))
-        .map_err(|e| e.to_string())?;
+    chunker.write_as_blocking(transport, args.source, transfer, deadline())?;
     let (cpu_before, wall) = (cpu_seconds(), Instant::now());
     let mut peak: f64 = 0.0;
     for _ in 0..args.iters {
         let started = Instant::now();
-        pollster::block_on(chunker.write_as(transport, args.source, transfer, deadline()))
-            .map_err(|e| e.to_string())?;
+        chunker.write_as_blocking(transport, args.source, transfer, deadline())?;
         peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
     }
     let elapsed = wall.elapsed().as_secs_f64();
@@ -188,12 +181,11 @@ fn measure(
     let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
 
     // Latency: one block at a time, signalled, as ib_write_lat does.
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let single = Transfer::new(&endpoints.source, &endpoints.remote, block);
     for _ in 0..args.latency_samples {
         let started = Instant::now();
-        pollster::block_on(chunker.write_as(transport, args.source, single, deadline()))
-            .map_err(|e| e.to_string())?;
+        chunker.write_as_blocking(transport, args.source, single, deadline())?;
         histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
     }
     let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
@@ -213,10 +205,10 @@ fn measure(
 }
 
 /// Runs the sweep.
-pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
-    let transport_id = args.backend.transport_id();
+pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport> {
+    let transport_id = args.transport.clone();
     let hint = get_low_latency_rdma_size_hint_with(args.source, &TransportSelector::Id(transport_id.clone()))
-        .map_err(|e| format!("no model hint for {} over {transport_id}: {e}", args.source))?;
+        .with_context(|| format!("no model hint for {} over {transport_id}", args.source))?;
     let align = match args.source {
         SourceId::Gpu(_) => hint.align_bytes.max(64 * 1024),
         SourceId::Host(_) => hint.align_bytes.max(HOST_ALIGN),
@@ -261,11 +253,11 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
     let at_hint = points.iter().find(|p| p.is_hint).map_or(f64::NAN, |p| p.avg_gbps);
     let cpu_peak = points.iter().map(|p| p.cpu_util).fold(0.0, f64::max);
     if args.record {
-        rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)
-            .map_err(|e| e.to_string())?;
+        rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)?;
     }
     Ok(SweepReport {
-        backend: args.backend.name().to_string(),
+        backend: args.transport.backend().to_string(),
+        cpu_copy_suspected: args.transport.bypasses_cpu() && cpu_peak > CPU_COPY_THRESHOLD,
         transport: transport_id,
         source: args.source,
         transfer_bytes: args.transfer_bytes,
@@ -275,7 +267,6 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport, String> {
         hint_bytes: hint.block_bytes,
         efficiency_at_hint: at_hint / plateau_gbps,
         hint_over_knee: hint.block_bytes as f64 / knee_bytes as f64,
-        cpu_copy_suspected: args.backend.should_bypass_cpu() && cpu_peak > CPU_COPY_THRESHOLD,
         cpu_note: format!(
             "peak process CPU {:.0} % of one core during the bandwidth runs; staged, UCX over shm/tcp and Soft-RoCE copy with the CPU by design",
             cpu_peak * 100.0

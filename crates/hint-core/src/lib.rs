@@ -28,6 +28,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod blocking;
 pub mod cache;
 pub mod deepep;
 pub mod error;
@@ -37,10 +38,13 @@ pub mod profile;
 pub mod queue;
 pub mod region_table;
 pub mod sysfs;
+pub mod timer;
 pub mod topology;
 pub mod transport;
 pub mod validate;
+pub mod wait;
 
+pub use blocking::BlockingTransport;
 pub use cache::{HintCache, HintKey};
 pub use error::HintError;
 pub use model::{compute_hint, HintPolicy, Origin, Reason, SizeHint};
@@ -56,6 +60,7 @@ pub use transport::{
     RemoteRegion, Transport, TransportError, WriteOp,
 };
 pub use validate::{validate_hint, HintLimits};
+pub use wait::WaitMode;
 
 /// One kibibyte (1024 bytes).
 pub const KIB: u64 = 1024;

@@ -6,6 +6,7 @@
 //! caller-provided slice. Neither allocates.
 
 use crate::profile::TransportFacts;
+use crate::wait::WaitMode;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -256,9 +257,44 @@ pub enum TransportError {
     /// The peer closed the connection or stopped answering.
     #[error("peer gone: {0}")]
     PeerGone(String),
-    /// The out-of-band exchange carried something we do not accept.
+    /// Nobody accepted at the dialled address before the deadline (connection refused).
+    #[error("connection refused by {address}: no peer listens there")]
+    Refused {
+        /// The dialled address.
+        address: SocketAddr,
+    },
+    /// The peer did not present the pre-shared token this side expects.
+    #[error("peer {peer} rejected: wrong or missing token")]
+    Unauthorized {
+        /// The peer's address.
+        peer: String,
+    },
+    /// The out-of-band exchange carried something we do not accept (malformed, wrong version,
+    /// other channel), or the peer refused ours.
     #[error("handshake rejected: {0}")]
     Handshake(String),
+    /// An operation that needs a connection ran before [`Transport::connect`] succeeded.
+    #[error("not connected: call connect first")]
+    NotConnected,
+    /// [`Transport::connect`] ran on a transport that is already connected (one peer each).
+    #[error("already connected: a transport has one peer; open another transport")]
+    AlreadyConnected,
+    /// A region cannot be released now.
+    #[error("region {region:?} is busy: {why}")]
+    RegionBusy {
+        /// The region.
+        region: RegionId,
+        /// Why (exposed to the connected peer, writes in flight).
+        why: &'static str,
+    },
+    /// An argument is out of its range (a token's length, a bind address).
+    #[error("invalid {what}: {why}")]
+    InvalidArgument {
+        /// What was invalid.
+        what: &'static str,
+        /// Why, with the accepted range.
+        why: String,
+    },
     /// A signalled op completed with an error status.
     #[error("work request {wr_id} failed with status {code}")]
     Completion {
@@ -274,14 +310,32 @@ pub enum TransportError {
 
 /// A data mover with RDMA WRITE semantics.
 ///
-/// Lifecycle: [`register`](Transport::register) regions, [`connect`](Transport::connect) to the
-/// peer exposing some of them, then [`post_writes`](Transport::post_writes) batches and drain
-/// completions with [`poll_completions`](Transport::poll_completions) or
+/// Lifecycle: [`register`](Transport::register) regions, optionally [`bind`](Transport::bind)
+/// the out-of-band listener, [`connect`](Transport::connect) to the peer exposing some of the
+/// regions, then [`post_writes`](Transport::post_writes) batches and drain completions with
+/// [`poll_completions`](Transport::poll_completions) or
 /// [`wait_completions`](Transport::wait_completions). Posting and polling never allocate.
+///
+/// The async methods never block the calling thread: a pending wait stores its waker and is
+/// woken by the backend's event (see [`wait`](crate::wait)); each wait has a deadline.
+/// Without an async runtime, use the `*_blocking` twins of
+/// [`BlockingTransport`](crate::blocking::BlockingTransport).
 #[async_trait]
 pub trait Transport: Send + Sync {
     /// What this transport can do; feeds the hint model.
     fn capabilities(&self) -> &Capabilities;
+
+    /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
+    /// so the peer can be told where to dial before [`connect`](Transport::connect) with
+    /// [`PeerEndpoint::Listen`] accepts.
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError>;
+
+    /// How waits spend their time until their event (see [`WaitMode`]); applies to waits that
+    /// start afterwards.
+    fn set_wait_mode(&self, mode: WaitMode);
+
+    /// The wait mode in use.
+    fn wait_mode(&self) -> WaitMode;
 
     /// Allocates and registers `len` bytes of `kind` memory for local use and remote exposure.
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;

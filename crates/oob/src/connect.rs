@@ -1,5 +1,6 @@
 //! Establishing the OOB TCP connection within a deadline.
 
+use rdma_hint_core::wait::off_thread;
 use rdma_hint_core::{PeerEndpoint, TransportError};
 use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -39,20 +40,89 @@ impl Rendezvous {
 
     /// Dials the peer, or accepts it on the listener bound by [`Rendezvous::bind`] (binding
     /// `address` now if none was), within `deadline`; the stream comes back [`prepare`]d.
+    /// Blocks the calling thread; async callers use [`Rendezvous::meet`].
     pub fn connect(&self, peer: PeerEndpoint, deadline: Instant) -> Result<TcpStream, TransportError> {
-        let stream = match peer {
-            PeerEndpoint::Dial(address) => dial(address, deadline)?,
-            PeerEndpoint::Listen(address) => {
-                let listener = match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                    Some(listener) => listener,
-                    None => Listener::bind(address)?,
-                };
-                listener.accept(deadline)?
-            }
-        };
-        prepare(&stream, deadline)?;
-        Ok(stream)
+        let listener = self.listener_for(peer)?;
+        establish(peer, listener, deadline)
     }
+
+    /// [`Rendezvous::connect`], then `exchange` on the stream (send this side's hello, decode
+    /// and admit the peer's), all on a thread of its own: the awaiting task's thread never
+    /// blocks, and two `meet`s joined in one task (listening and dialling) both progress.
+    ///
+    /// ```
+    /// use rdma_hint_core::{blocking::block_on, PeerEndpoint, TransportError};
+    /// use rdma_hint_oob::Rendezvous;
+    /// use std::io::{Read, Write};
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// let (listening, dialling) = (Rendezvous::default(), Rendezvous::default());
+    /// let address = listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    /// let hello = |stream: &mut std::net::TcpStream| -> Result<[u8; 2], TransportError> {
+    ///     stream.write_all(b"hi")?;
+    ///     let mut theirs = [0u8; 2];
+    ///     stream.read_exact(&mut theirs)?;
+    ///     Ok(theirs)
+    /// };
+    /// let accepting = std::thread::spawn(move || {
+    ///     block_on(listening.meet(PeerEndpoint::Listen(address), deadline, hello))
+    /// });
+    /// let dialled = block_on(dialling.meet(PeerEndpoint::Dial(address), deadline, hello));
+    /// let accepted = accepting.join().unwrap();
+    /// assert_eq!(&accepted.unwrap().1, b"hi");
+    /// assert_eq!(&dialled.unwrap().1, b"hi");
+    /// ```
+    pub async fn meet<R, F>(
+        &self,
+        peer: PeerEndpoint,
+        deadline: Instant,
+        exchange: F,
+    ) -> Result<(TcpStream, R), TransportError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut TcpStream) -> Result<R, TransportError> + Send + 'static,
+    {
+        let listener = self.listener_for(peer)?;
+        off_thread("oob", move || {
+            let mut stream = establish(peer, listener, deadline)?;
+            let theirs = exchange(&mut stream)?;
+            Ok((stream, theirs))
+        })
+        .await?
+    }
+
+    /// The listener a `Listen` connect accepts on (bound now if [`Rendezvous::bind`] was not called).
+    fn listener_for(&self, peer: PeerEndpoint) -> Result<Option<Listener>, TransportError> {
+        match peer {
+            PeerEndpoint::Dial(_) => Ok(None),
+            PeerEndpoint::Listen(address) => {
+                match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    Some(listener) => Ok(Some(listener)),
+                    None => Listener::bind(address).map(Some),
+                }
+            }
+        }
+    }
+}
+
+fn establish(
+    peer: PeerEndpoint,
+    listener: Option<Listener>,
+    deadline: Instant,
+) -> Result<TcpStream, TransportError> {
+    let stream = match (peer, listener) {
+        (PeerEndpoint::Listen(_), Some(listener)) => listener.accept(deadline)?,
+        (PeerEndpoint::Listen(address), None) => Listener::bind(address)?.accept(deadline)?,
+        (PeerEndpoint::Dial(address), _) => dial(address, deadline)?,
+    };
+    prepare(&stream, deadline)?;
+    Ok(stream)
+}
+
+/// [`confirm`] on a thread of its own; the stream comes back for the caller to keep.
+pub async fn confirm_off_thread(mut stream: TcpStream, ready: u8) -> Result<TcpStream, TransportError> {
+    off_thread("oob-confirm", move || confirm(&mut stream, ready).map(|()| stream)).await?
 }
 
 /// A bound OOB listener. Bind it before telling the peer where to dial, then [`accept`](Listener::accept).
@@ -101,12 +171,17 @@ impl Listener {
     }
 }
 
-/// Dials `address` until it accepts or `deadline` passes (the peer may not listen yet).
+/// Dials `address` until it accepts or `deadline` passes (the peer may not listen yet). An
+/// address that refused every attempt is [`TransportError::Refused`].
 pub fn dial(address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
     let started = Instant::now();
+    let mut refused = false;
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
+            if refused {
+                return Err(TransportError::Refused { address });
+            }
             return Err(TransportError::DeadlineExceeded {
                 what: "the peer to accept",
                 waited_ms: started.elapsed().as_millis() as u64,
@@ -115,6 +190,7 @@ pub fn dial(address: SocketAddr, deadline: Instant) -> Result<TcpStream, Transpo
         match TcpStream::connect_timeout(&address, remaining) {
             Ok(stream) => return Ok(stream),
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                refused = true;
                 std::thread::sleep(Duration::from_millis(20).min(remaining))
             }
             Err(e) if e.kind() == ErrorKind::TimedOut => {}
@@ -165,6 +241,6 @@ mod tests {
         drop(listener);
         let err = dial(SocketAddr::from(([127, 0, 0, 1], port)), Instant::now() + Duration::from_millis(100))
             .unwrap_err();
-        assert!(matches!(err, TransportError::DeadlineExceeded { .. }), "{err}");
+        assert!(matches!(err, TransportError::Refused { .. }), "{err}");
     }
 }

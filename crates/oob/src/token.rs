@@ -28,7 +28,10 @@ impl Token {
     /// Checks the length (1…[`MAX_TOKEN_BYTES`]).
     pub fn new(bytes: &[u8]) -> Result<Token, TransportError> {
         if bytes.is_empty() || bytes.len() > MAX_TOKEN_BYTES {
-            return Err(TransportError::Handshake(format!("a token has 1…{MAX_TOKEN_BYTES} bytes")));
+            return Err(TransportError::InvalidArgument {
+                what: "token",
+                why: format!("a token has 1…{MAX_TOKEN_BYTES} bytes, this one {}", bytes.len()),
+            });
         }
         Ok(Token(bytes.to_vec()))
     }
@@ -52,12 +55,12 @@ impl Token {
 
 /// Admits a peer that presented `presented` when this side expects `expected` (no token
 /// configured: everyone). A refusal is logged with the peer's address and is a
-/// [`TransportError::Handshake`].
+/// [`TransportError::Unauthorized`].
 pub fn admit(expected: Option<&Token>, presented: &[u8], peer: &str) -> Result<(), TransportError> {
     match expected {
         Some(token) if !token.matches(presented) => {
             tracing::warn!(%peer, "rejected peer (wrong or missing token)");
-            Err(TransportError::Handshake("the peer presented a wrong or no token".into()))
+            Err(TransportError::Unauthorized { peer: peer.to_string() })
         }
         _ => Ok(()),
     }

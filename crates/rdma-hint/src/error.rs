@@ -1,10 +1,10 @@
 //! Errors of the facade.
 
 use rdma_hint_core::sysfs::DiscoveryError;
-use rdma_hint_core::{HintError, SourceId};
+use rdma_hint_core::{HintError, SourceId, TransportError};
 use thiserror::Error;
 
-/// Why a hint or a probe could not be produced.
+/// Why a hint, a probe or [`open`](crate::open) failed.
 #[derive(Debug, Error)]
 pub enum Error {
     /// The sysfs tree could not be read.
@@ -39,4 +39,32 @@ pub enum Error {
         /// Why.
         why: String,
     },
+    /// A transport id that does not parse.
+    #[error("invalid transport id `{id}`: {why}")]
+    InvalidTransportId {
+        /// The text given.
+        id: String,
+        /// What is wrong and what is accepted.
+        why: String,
+    },
+    /// The transport's backend is not compiled into this build.
+    #[error("{transport} needs the `{feature}` backend, which this build lacks: enable the cargo feature `{feature}` of rdma-hint")]
+    FeatureMissing {
+        /// The transport asked for.
+        transport: String,
+        /// The cargo feature that provides it.
+        feature: &'static str,
+    },
+    /// The backend is compiled in but cannot run here (library or device missing).
+    #[error("{transport} is unavailable here: {source}")]
+    Unavailable {
+        /// The transport asked for.
+        transport: String,
+        /// The backend's reason.
+        #[source]
+        source: TransportError,
+    },
+    /// A transport operation failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
 }

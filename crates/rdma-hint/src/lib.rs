@@ -18,39 +18,96 @@
 //! }
 //! ```
 //!
-//! Backends are cargo features: `staged` (default), `verbs`, `ucx`, `cuda`.
+//! Backends are cargo features: `staged` (default), `verbs`, `ucx`, `cuda`. [`open`] opens any
+//! compiled-in one by the id `rdma-hint probe` prints; the [`chunker`] moves data over it in
+//! the hint's blocks. The async methods never block their thread and need no particular
+//! runtime; blocking callers use [`BlockingTransport`] and [`Chunker::write_blocking`](chunker::Chunker::write_blocking).
+//!
+//! ```
+//! use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+//! use rdma_hint::{open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportId};
+//! use std::time::{Duration, Instant};
+//!
+//! let id = TransportId::STAGED_TCP; // or "ucx:shm".parse()? with the `ucx` feature
+//! let hint = rdma_hint::get_low_latency_rdma_size_hint_with(
+//!     rdma_hint::Device::Host(0), &rdma_hint::TransportSelector::Id(id.clone()))?;
+//! let (sender, receiver) = (open(&id, &OpenOptions::default())?, open(&id, &OpenOptions::default())?);
+//! let len = 1 << 20;
+//! let source = sender.register(MemoryKind::Host, len)?;
+//! let target = receiver.register(MemoryKind::Host, len)?;
+//! sender.write_region(source.id, 0, &vec![7u8; len as usize])?;
+//! let address = receiver.bind("127.0.0.1:0".parse().unwrap())?;
+//! let deadline = Instant::now() + Duration::from_secs(30);
+//! let accepting = std::thread::spawn(move || {
+//!     receiver.connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline)?;
+//!     let mut arrivals = [Arrival::EMPTY; 4];
+//!     receiver.wait_arrivals_blocking(&mut arrivals, deadline)?;
+//!     let mut landed = vec![0u8; len as usize];
+//!     receiver.read_region(target.id, 0, &mut landed)?;
+//!     Ok::<_, rdma_hint::TransportError>((arrivals[0].imm, landed))
+//! });
+//! let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline)?[0];
+//! let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities())?;
+//! chunker.set_size_hint(&hint)?;
+//! chunker.write_blocking(&*sender, Transfer::new(&source, &remote, len).notify(9), deadline)?;
+//! let (imm, landed) = accepting.join().unwrap()?;
+//! assert_eq!(imm, 9);
+//! assert!(landed.iter().all(|b| *b == 7));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod backends;
 mod error;
 pub mod measured;
+mod open;
 mod probe;
 mod profiles;
 
 pub use backends::{Absence, BackendDetail};
 pub use error::Error;
+pub use open::{open, OpenOptions, StagedChannelId, TransportId};
 pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
 pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US};
 pub use rdma_hint_chunker as chunker;
 pub use rdma_hint_core as core;
-pub use rdma_hint_core::{HintPolicy, Origin, PathClass, Reason, SizeHint, SourceId};
+pub use rdma_hint_core::{
+    Arrival, BlockingTransport, Capabilities, Completion, CompletionStatus, HintPolicy, LocalRegion,
+    MemoryKind, Origin, PathClass, PeerEndpoint, Reason, RegionId, RemoteRegion, SizeHint, SourceId,
+    Transport, TransportError, WaitMode, WriteOp,
+};
+/// The staged backend's own API (GPU facts, the in-process GPU staging pipeline).
+#[cfg(feature = "staged")]
+pub use rdma_hint_staged as staged;
+/// The UCX backend's own API (UCX's estimate, the lanes it chose).
+#[cfg(feature = "ucx")]
+pub use rdma_hint_ucx as ucx;
+/// The verbs backend's own API (device facts as `ibv_query_device` reports them).
+#[cfg(feature = "verbs")]
+pub use rdma_hint_verbs as verbs;
 
 /// A memory source: a GPU by CUDA ordinal, or a host NUMA node.
 pub type Device = SourceId;
 
 use probe::Inventory;
-use rdma_hint_core::{compute_hint, HintCache, HintKey, PathProfile, TransportKind};
+use rdma_hint_core::{HintCache, HintKey, PathProfile, TransportKind};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Which transport a hint is for.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum TransportSelector {
-    /// The closest RDMA NIC with a hint (best path class, then highest predicted bandwidth);
-    /// without one, the staged backend over TCP.
+    /// The first tier that has a hint for the device:
+    /// 1. a verbs RDMA NIC: the closest (best path class, then highest predicted bandwidth);
+    /// 2. a software transport, in the order `ucx:shm`, `ucx:tcp` (with the `ucx` feature),
+    ///    `staged:shm`, `staged:tcp` — one with a hint measured by `rdma-hint sweep` under the
+    ///    current versions before any that is only modelled.
     #[default]
     Auto,
     /// A transport by id, as `rdma-hint probe` lists them (`verbs:mlx5_0`, `staged:shm`).
-    Id(String),
+    Id(TransportId),
 }
+
+/// Software transports in the order [`TransportSelector::Auto`] considers them.
+const SOFTWARE_ORDER: [&str; 4] = ["ucx:shm", "ucx:tcp", "staged:shm", "staged:tcp"];
 
 static LIVE: Mutex<Option<Arc<Inventory>>> = Mutex::new(None);
 
@@ -72,15 +129,9 @@ pub fn refresh() {
 
 fn cached_hint(profile: &PathProfile) -> Result<SizeHint, Error> {
     let key = HintKey { source: profile.source.id, transport: profile.transport.id.clone() };
+    let file = measured::cache_file();
     Ok(HintCache::global().get_or_compute(&key, &profile.versions, || {
-        let hint = compute_hint(profile, &HintPolicy::default())?;
-        let measured = measured::cache_file().and_then(|file| {
-            measured::lookup(&file, profile.source.id, &profile.transport.id, &profile.versions)
-        });
-        Ok(match measured {
-            Some(measured) => measured::apply(hint, &measured),
-            None => hint,
-        })
+        measured::hint(profile, &HintPolicy::default(), file.as_deref())
     })?)
 }
 
@@ -89,10 +140,12 @@ fn cached_hint(profile: &PathProfile) -> Result<SizeHint, Error> {
 /// the next hint uses it. Returns the file written.
 pub fn record_measurement(
     device: Device,
-    transport: &str,
+    transport: &TransportId,
     knee_bytes: u64,
     plateau_gbps: f64,
 ) -> Result<std::path::PathBuf, Error> {
+    let transport = transport.to_string();
+    let transport = transport.as_str();
     let inventory = live_inventory()?;
     let profile = inventory
         .candidates
@@ -140,11 +193,12 @@ pub fn get_low_latency_rdma_size_hint(device: Device) -> Result<SizeHint, Error>
 ///
 /// ```
 /// use rdma_hint::{get_low_latency_rdma_size_hint_with, Device, Error, TransportSelector};
-/// let unknown = TransportSelector::Id("verbs:nonexistent".into());
+/// let unknown = TransportSelector::Id("verbs:nonexistent".parse()?);
 /// assert!(matches!(
 ///     get_low_latency_rdma_size_hint_with(Device::Host(0), &unknown),
 ///     Err(Error::UnknownTransport { .. })
 /// ));
+/// # Ok::<(), Error>(())
 /// ```
 pub fn get_low_latency_rdma_size_hint_with(
     device: Device,
@@ -171,11 +225,12 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
     });
     match selector {
         TransportSelector::Id(id) => {
+            let id = id.to_string();
             let candidate = for_device
                 .clone()
                 .find(|c| match c {
-                    Ok(profile) => &profile.transport.id == id,
-                    Err((_, transport, _)) => transport == id,
+                    Ok(profile) => profile.transport.id == id,
+                    Err((_, transport, _)) => *transport == id,
                 })
                 .ok_or_else(|| Error::UnknownTransport {
                     transport: id.clone(),
@@ -192,7 +247,7 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
             let best_nic = for_device
                 .clone()
                 .filter_map(|c| c.as_ref().ok())
-                .filter(|p| matches!(p.transport.kind, TransportKind::Verbs | TransportKind::Ucx))
+                .filter(|p| p.transport.kind == TransportKind::Verbs)
                 .filter_map(|p| cached_hint(p).ok())
                 .min_by(|a, b| {
                     a.path_class.cmp(&b.path_class).then(b.predicted_gbps.total_cmp(&a.predicted_gbps))
@@ -200,7 +255,25 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
             if let Some(hint) = best_nic {
                 return Ok(hint);
             }
-            hint_from(inventory, device, &TransportSelector::Id("staged:tcp".into()))
+            let software: Vec<SizeHint> = SOFTWARE_ORDER
+                .iter()
+                .filter_map(|id| {
+                    for_device.clone().filter_map(|c| c.as_ref().ok()).find(|p| p.transport.id == *id)
+                })
+                .filter_map(|p| cached_hint(p).ok())
+                .collect();
+            let measured = software.iter().position(|h| h.origin == Origin::Measured);
+            match measured.or((!software.is_empty()).then_some(0)) {
+                Some(index) => Ok(software[index].clone()),
+                None => Err(Error::NoPath {
+                    device,
+                    transport: "auto".into(),
+                    why: format!(
+                        "no RDMA NIC and no software transport has a hint for it (available: {}); enable the `staged` feature",
+                        transport_ids(inventory).join(", ")
+                    ),
+                }),
+            }
         }
     }
 }
@@ -234,10 +307,11 @@ mod tests {
 
     #[cfg(feature = "staged")]
     #[test]
-    fn auto_without_nic_falls_back_to_staged_tcp() {
+    fn auto_without_nic_takes_the_first_software_transport_measured_first() {
         let inventory = Inventory::discover(&ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
         let hint = hint_from(&inventory, Device::Host(0), &TransportSelector::Auto).unwrap();
-        assert_eq!(hint.transport, "staged:tcp");
+        // A fixture tree has no UCX; staged:shm comes first unless this machine measured one.
+        assert!(hint.transport == "staged:shm" || hint.origin == Origin::Measured, "{}", hint.transport);
         assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
     }
 }

@@ -2,7 +2,9 @@
 //! model while the driver and firmware versions are the ones it was measured under.
 
 use rdma_hint_core::model::{efficiency, Factor, Reason};
-use rdma_hint_core::{DriverVersions, Origin, SizeHint, SourceId};
+use rdma_hint_core::{
+    compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
+};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -59,6 +61,18 @@ pub fn lookup(
     versions: &DriverVersions,
 ) -> Option<MeasuredHint> {
     load(file).into_iter().find(|e| e.source == source && e.transport == transport && &e.versions == versions)
+}
+
+/// The hint for `profile`: the model's, with the knee measured under the same versions
+/// applied when `file` holds one. The one place the facade and the probe compute hints.
+pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> Result<SizeHint, HintError> {
+    let hint = compute_hint(profile, policy)?;
+    let measured =
+        file.and_then(|file| lookup(file, profile.source.id, &profile.transport.id, &profile.versions));
+    Ok(match measured {
+        Some(measured) => apply(hint, &measured),
+        None => hint,
+    })
 }
 
 /// The model's hint with the measured knee as its block (rounded up to the alignment).

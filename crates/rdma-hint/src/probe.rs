@@ -5,9 +5,7 @@ use crate::error::Error;
 use crate::profiles::{self, Candidate, Source};
 use rdma_hint_core::pcie::PcieLink;
 use rdma_hint_core::topology::{Nic, NicKind, PathEntry};
-use rdma_hint_core::{
-    compute_hint, GpuFacts, HintError, HintPolicy, SizeHint, SourceId, Topology, TransportFacts,
-};
+use rdma_hint_core::{GpuFacts, HintError, HintPolicy, SizeHint, SourceId, Topology, TransportFacts};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -156,19 +154,8 @@ impl Inventory {
                     if !transports.iter().any(|t| t.id == profile.transport.id) {
                         transports.push(profile.transport.clone());
                     }
-                    let found = measured.and_then(|file| {
-                        crate::measured::lookup(
-                            file,
-                            profile.source.id,
-                            &profile.transport.id,
-                            &profile.versions,
-                        )
-                    });
-                    match compute_hint(profile, policy) {
-                        Ok(hint) => hints.push(match found {
-                            Some(found) => crate::measured::apply(hint, &found),
-                            None => hint,
-                        }),
+                    match crate::measured::hint(profile, policy, measured) {
+                        Ok(hint) => hints.push(hint),
                         Err(err) => no_hint.push(NoHint {
                             source: profile.source.id,
                             transport: profile.transport.id.clone(),

@@ -25,14 +25,19 @@ pub(crate) fn pair(channel: StagedChannel, len: u64, address: SocketAddr) -> Pai
     let target = receiver.register(MemoryKind::Host, len).unwrap();
     let address = receiver.bind(address).unwrap();
     let accepting = std::thread::spawn(move || {
-        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(10)))
-            .unwrap();
+        rdma_hint_core::blocking::block_on(receiver.connect(
+            PeerEndpoint::Listen(address),
+            &[target.id],
+            deadline(10),
+        ))
+        .unwrap();
         receiver
     });
     let sender = StagedTransport::new(channel);
     let source = sender.register(MemoryKind::Host, len).unwrap();
     let remote =
-        pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))
+            .unwrap()[0];
     Pair { sender, receiver: accepting.join().unwrap(), source, target, remote }
 }
 

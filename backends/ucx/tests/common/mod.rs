@@ -34,14 +34,19 @@ pub(crate) fn pair(tls: &str, len: u64, address: SocketAddr) -> Pair {
     let target = receiver.register(MemoryKind::Host, len).unwrap();
     let address = receiver.bind(address).unwrap();
     let accepting = std::thread::spawn(move || {
-        pollster::block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(10)))
-            .unwrap();
+        rdma_hint_core::blocking::block_on(receiver.connect(
+            PeerEndpoint::Listen(address),
+            &[target.id],
+            deadline(10),
+        ))
+        .unwrap();
         receiver
     });
     let sender = UcxTransport::open(Some(tls)).unwrap();
     let source = sender.register(MemoryKind::Host, len).unwrap();
     let remote =
-        pollster::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10))).unwrap()[0];
+        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))
+            .unwrap()[0];
     Pair { sender, receiver: accepting.join().unwrap(), source, target, remote }
 }
 
@@ -55,9 +60,9 @@ pub(crate) fn chunker(transport: &UcxTransport, block: u64) -> Chunker {
 pub(crate) fn round_trip(p: &Pair, chunker: &mut Chunker, len: u64, byte: u8, imm: u32) {
     p.sender.write_region(p.source.id, 0, &vec![byte; len as usize]).unwrap();
     let transfer = Transfer::new(&p.source, &p.remote, len).notify(imm);
-    pollster::block_on(chunker.write(&p.sender, transfer, deadline(20))).unwrap();
+    rdma_hint_core::blocking::block_on(chunker.write(&p.sender, transfer, deadline(20))).unwrap();
     let mut arrivals = [Arrival::EMPTY; 1];
-    pollster::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20))).unwrap();
+    rdma_hint_core::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20))).unwrap();
     assert_eq!(arrivals[0].imm, imm);
     let mut arrived = vec![0u8; len as usize];
     p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();
