@@ -224,6 +224,7 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
     Ok(transport)
 }
 
+#[cfg(any(feature = "ucx", feature = "verbs"))]
 fn unavailable(id: &TransportId) -> impl FnOnce(rdma_hint_core::TransportError) -> Error + '_ {
     move |source| Error::Unavailable { transport: id.to_string(), source }
 }

@@ -2,8 +2,8 @@
 //!
 //! Without the feature, or on a machine without `libcuda`, [`probe_gpus`] answers a
 //! [`GpuProbeError`] that says which, and everything else keeps working on host memory.
-//! With it, [`Gpu`], [`DeviceBuffer`], [`PinnedBuffer`] and [`StagingPipeline`] move GPU memory
-//! through pinned host memory on the copy engines.
+//! With it, `Gpu`, `DeviceBuffer`, `PinnedBuffer` and `StagingPipeline` (present only with
+//! `cuda`) move GPU memory through pinned host memory on the copy engines.
 
 #[cfg(feature = "cuda")]
 mod buffers;
