@@ -16,10 +16,17 @@ echo "== cargo clippy (default features)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo clippy (all features: verbs, ucx, cuda)"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
-echo "== cargo doc (warnings are errors: broken intra-doc links, missing docs)"
+echo "== cargo doc (warnings are errors: broken intra-doc links, missing docs), default and all features"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked -q
 echo "== cargo test (all features)"
 cargo test --workspace --all-features --locked
+echo "== an embedder outside the workspace (facade only): tokio, smol, blocking; staged, then UCX too"
+embedder=(--manifest-path tests/embedder/Cargo.toml --locked)
+cargo fmt "${embedder[0]}" "${embedder[1]}" -- --check
+CARGO_TARGET_DIR="$PWD/target" cargo clippy "${embedder[@]}" --all-targets --features ucx -- -D warnings
+CARGO_TARGET_DIR="$PWD/target" cargo test "${embedder[@]}"
+CARGO_TARGET_DIR="$PWD/target" cargo test "${embedder[@]}" --features ucx
 echo "== verbs backend over Soft-RoCE, inside a qemu VM"
 if [ "$(id -u)" = 0 ]; then
     ./scripts/vm/verbs-tests.sh

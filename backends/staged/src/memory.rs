@@ -64,13 +64,19 @@ pub(crate) fn is_shm_name(name: &str) -> bool {
 }
 
 impl Memory {
-    /// Zeroed, page-aligned host memory.
+    /// Zeroed, page-aligned host memory, every page touched now: registration commits the
+    /// memory (as `ibv_reg_mr` pins it), so transfers take no first-touch page faults.
     pub(crate) fn host(len: u64) -> Result<Memory, TransportError> {
         let size = checked_len(len)?;
         let layout = Layout::from_size_align(size, PAGE).map_err(|e| registration(len, e.to_string()))?;
         // SAFETY: `layout` has a non-zero size (checked_len rejects 0).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or_else(|| registration(len, "the allocator refused"))?;
+        for page in (0..size).step_by(PAGE) {
+            // SAFETY: `page < size`, inside the allocation just made; writing the zero it holds
+            // changes nothing but makes the kernel back the page now.
+            unsafe { ptr.as_ptr().add(page).write_volatile(0) };
+        }
         Ok(Memory { ptr, len: size, backing: Backing::Heap(layout) })
     }
 
@@ -90,7 +96,9 @@ impl Memory {
             .create_new(true)
             .open(&path)
             .map_err(|e| registration(len, format!("{}: {e}", path.display())))?;
-        let mapped = file.set_len(len).and_then(|()| map(&file));
+        // Commit the file's pages now: a full tmpfs is a registration error here, not a SIGBUS
+        // on first touch later.
+        let mapped = commit(&file, len).and_then(|()| map(&file));
         let mut map = match mapped {
             Ok(map) => map,
             Err(e) => {
@@ -211,11 +219,23 @@ impl Memory {
     }
 }
 
+/// Allocates `len` bytes of `file` (tmpfs pages, not a sparse hole).
+fn commit(file: &File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len).map_err(std::io::Error::other)?;
+    // SAFETY: `file` is an open descriptor for the call; no pointers are passed.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        code => Err(std::io::Error::from_raw_os_error(code)),
+    }
+}
+
 fn map(file: &File) -> std::io::Result<memmap2::MmapMut> {
     // SAFETY: the file is a shm region shared on purpose with one peer; concurrent modification
     // through the peer's mapping is the transport's RDMA-WRITE semantics, and every access from
     // this side goes through bounds-checked raw copies, never long-lived Rust references.
-    unsafe { memmap2::MmapMut::map_mut(file) }
+    // Populated: the page tables are filled now, not by faults during transfers.
+    unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }
 }
 
 impl Drop for Memory {

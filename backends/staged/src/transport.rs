@@ -202,39 +202,23 @@ impl Transport for StagedTransport {
         }
         let ours = self.hello(expose)?;
         let token = self.token.clone();
-        let (stream, hello) = self
+        let setup = LinkSetup {
+            channel: wire_channel(self.channel),
+            regions: self.regions.clone(),
+            expose: expose.to_vec(),
+            max_outstanding: self.caps.max_outstanding_wrs as usize,
+            max_msg_bytes: self.caps.facts.max_msg_bytes,
+        };
+        // Mapping the peer's regions and starting the link threads happen on the rendezvous
+        // thread too: nothing that can take milliseconds runs on the awaiting task's thread.
+        let (_, (link, hello)) = self
             .rendezvous
-            .meet(peer, deadline, move |stream| exchange(stream, &ours, token.as_ref()))
+            .meet(peer, deadline, move |stream| {
+                let hello = exchange(stream, &ours, token.as_ref())?;
+                let link = setup.start(stream.try_clone()?, &hello)?;
+                Ok((link, hello))
+            })
             .await?;
-        let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
-        for region in &hello.regions {
-            let mapped = match &region.shm_name {
-                Some(name) => Some(Memory::map_peer(name, region.len)?),
-                None => None,
-            };
-            let index = region.id as usize;
-            if remote.len() <= index {
-                remote.resize_with(index + 1, || None);
-            }
-            remote[index] = Some(RemoteEntry { len: region.len, mapped });
-        }
-        {
-            let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-            for id in expose {
-                if let Some(Some(entry)) = regions.get_mut(id.0 as usize) {
-                    entry.exposed = true;
-                }
-            }
-        }
-        let remote: RemoteRegions = Arc::new(remote);
-        let link = Link::start(
-            stream,
-            wire_channel(self.channel),
-            self.regions.clone(),
-            remote,
-            self.caps.max_outstanding_wrs as usize,
-            self.caps.facts.max_msg_bytes,
-        )?;
         self.link.set(link).map_err(|_| TransportError::AlreadyConnected)?;
         Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
     }
@@ -323,4 +307,41 @@ fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Resu
     // Writes keep a bound so a peer that stops reading breaks the link instead of a thread.
     stream.set_write_timeout(Some(Duration::from_secs(30)))?;
     Ok(peer)
+}
+
+/// What starting a link needs, moved to the rendezvous thread.
+struct LinkSetup {
+    channel: ChannelKind,
+    regions: LocalRegions,
+    expose: Vec<RegionId>,
+    max_outstanding: usize,
+    max_msg_bytes: u64,
+}
+
+impl LinkSetup {
+    /// Maps the peer's shm regions, marks ours exposed and starts the link threads.
+    fn start(self, stream: TcpStream, hello: &Hello) -> Result<Link, TransportError> {
+        let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
+        for region in &hello.regions {
+            let mapped = match &region.shm_name {
+                Some(name) => Some(Memory::map_peer(name, region.len)?),
+                None => None,
+            };
+            let index = region.id as usize;
+            if remote.len() <= index {
+                remote.resize_with(index + 1, || None);
+            }
+            remote[index] = Some(RemoteEntry { len: region.len, mapped });
+        }
+        {
+            let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+            for id in &self.expose {
+                if let Some(Some(entry)) = regions.get_mut(id.0 as usize) {
+                    entry.exposed = true;
+                }
+            }
+        }
+        let remote: RemoteRegions = Arc::new(remote);
+        Link::start(stream, self.channel, self.regions, remote, self.max_outstanding, self.max_msg_bytes)
+    }
 }

@@ -13,7 +13,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{admit, confirm_off_thread, Rendezvous, Token};
+use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -191,35 +191,6 @@ impl UcxTransport {
         let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
         Ok(Hello { worker_address, regions, token })
     }
-
-    /// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.
-    fn attach(&self, hello: &Hello, expose: &[RegionId]) -> Result<String, TransportError> {
-        let mut engine = self.shared.engine();
-        let signals_arg = Arc::as_ptr(&self.signals).cast_mut().cast();
-        let ep = engine.ucp.connect(&hello.worker_address, Some(on_endpoint_error), signals_arg)?;
-        let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
-        for region in &hello.regions {
-            let rkey = match Engine::unpack_rkey(ep, &region.rkey) {
-                Ok(rkey) => rkey,
-                Err(e) => {
-                    engine.attach(ep, remote);
-                    engine.fail(format!("handshake rejected: {e}"));
-                    return Err(e);
-                }
-            };
-            let index = region.id as usize;
-            if remote.len() <= index {
-                remote.resize_with(index + 1, || None);
-            }
-            remote[index] = Some(RemoteEntry { address: region.address, len: region.len, rkey });
-        }
-        let lanes = perf::lanes(ep);
-        engine.attach(ep, remote);
-        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
-        let _ = self.signals.exposed.set(exposed);
-        Ok(lanes)
-    }
 }
 
 fn capabilities(id: String, estimate: &Estimate) -> Capabilities {
@@ -311,25 +282,29 @@ impl Transport for UcxTransport {
         }
         let ours = self.hello(expose)?;
         let token = self.token.clone();
-        let (stream, hello) = self
+        let (shared, signals, exposed) = (self.shared.clone(), self.signals.clone(), expose.to_vec());
+        // The whole set-up (endpoint creation, rkey unpacking, the ready exchange, the progress
+        // thread) runs on the rendezvous thread, not on the awaiting task's.
+        let (_, (hello, lanes, handle)) = self
             .rendezvous
-            .meet(peer, deadline, move |stream| exchange(stream, &ours, token.as_ref()))
+            .meet(peer, deadline, move |stream| {
+                let hello = exchange(stream, &ours, token.as_ref())?;
+                let lanes = attach(&shared, &signals, &hello, &exposed)?;
+                if let Err(why) = confirm(stream, READY) {
+                    shared.engine().fail(why.to_string());
+                    return Err(why);
+                }
+                let oob = stream.try_clone()?;
+                oob.set_nonblocking(true)?;
+                let _ = shared.oob.set(oob);
+                let progress_shared = shared.clone();
+                let handle = std::thread::Builder::new()
+                    .name("rdma-hint-ucx-progress".into())
+                    .spawn(move || progress::run(progress_shared))?;
+                Ok((hello, lanes, handle))
+            })
             .await?;
-        let lanes = self.attach(&hello, expose)?;
-        let stream = match confirm_off_thread(stream, READY).await {
-            Ok(stream) => stream,
-            Err(why) => {
-                self.shared.engine().fail(why.to_string());
-                return Err(why);
-            }
-        };
-        stream.set_nonblocking(true)?;
-        let _ = self.shared.oob.set(stream);
         *self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner) = Some(lanes);
-        let shared = self.shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("rdma-hint-ucx-progress".into())
-            .spawn(move || progress::run(shared))?;
         *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
         Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
     }
@@ -427,4 +402,38 @@ fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Resu
     })?;
     admit(token, &hello.token, &peer_address)?;
     Ok(hello)
+}
+
+/// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.
+fn attach(
+    shared: &Shared,
+    signals: &Arc<Signals>,
+    hello: &Hello,
+    expose: &[RegionId],
+) -> Result<String, TransportError> {
+    let mut engine = shared.engine();
+    let signals_arg = Arc::as_ptr(signals).cast_mut().cast();
+    let ep = engine.ucp.connect(&hello.worker_address, Some(on_endpoint_error), signals_arg)?;
+    let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
+    for region in &hello.regions {
+        let rkey = match Engine::unpack_rkey(ep, &region.rkey) {
+            Ok(rkey) => rkey,
+            Err(e) => {
+                engine.attach(ep, remote);
+                engine.fail(format!("handshake rejected: {e}"));
+                return Err(e);
+            }
+        };
+        let index = region.id as usize;
+        if remote.len() <= index {
+            remote.resize_with(index + 1, || None);
+        }
+        remote[index] = Some(RemoteEntry { address: region.address, len: region.len, rkey });
+    }
+    let lanes = perf::lanes(ep);
+    engine.attach(ep, remote);
+    let table = shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+    let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
+    let _ = signals.exposed.set(exposed);
+    Ok(lanes)
 }

@@ -47,6 +47,25 @@ const EMPTY_OP: WriteOp = WriteOp {
     imm: None,
 };
 
+/// How long a transfer runs without waiting before it yields to its executor once.
+pub(crate) const YIELD_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
+/// Blocks posted between two looks at the clock (deadline, time slice).
+const CHECK_EVERY_BLOCKS: u64 = 64;
+
+/// Returns `Pending` once (waking itself first), so the executor runs other tasks.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 const INDEX_BITS: u32 = 32;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
@@ -152,13 +171,24 @@ impl Pipeline {
             len: plan.len(),
         };
 
-        // A transport whose completions are always ready never waits, so the deadline is also
-        // checked every few rounds (not every round: `Instant::now` is on the posting path).
-        let mut rounds: u32 = 0;
+        // A transport whose completions are always ready (UCX over shm copies inside the post)
+        // never waits, so every CHECK_EVERY_BLOCKS posted blocks (not every round:
+        // `Instant::now` is on the posting path) the deadline is checked and, after a time
+        // slice, the task yields to its executor: a long transfer does not starve the other
+        // tasks on its thread.
+        let mut next_check = CHECK_EVERY_BLOCKS;
+        let mut slice_start = Instant::now();
         while progress.retired < count {
-            rounds = rounds.wrapping_add(1);
-            if rounds % 16 == 0 && Instant::now() >= deadline {
-                return Err(deadline_passed(progress.retired));
+            if progress.posted >= next_check {
+                next_check = progress.posted + CHECK_EVERY_BLOCKS;
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(deadline_passed(progress.retired));
+                }
+                if now.duration_since(slice_start) >= YIELD_AFTER {
+                    yield_now().await;
+                    slice_start = Instant::now();
+                }
             }
             self.post_ready(transport, &job, &mut progress).map_err(|e| failed(e, progress.retired))?;
             let mut ready =

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// How long an [`WaitMode::Adaptive`] wait polls before it sleeps on the event: covers a
 /// hand-off between two threads on one host, so short waits cost no wake-up.
-pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(20);
+pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(5);
 /// How long one poll of a [`WaitMode::BusyPoll`] wait spins before it yields to the executor
 /// (and is polled again at once): other tasks on the thread still run.
 pub const BUSY_POLL_SLICE: Duration = Duration::from_micros(200);

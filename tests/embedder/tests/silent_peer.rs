@@ -1,0 +1,70 @@
+//! A wait for a peer that never answers costs next to no CPU in `Adaptive` mode (it sleeps on
+//! its event until the deadline) and ends at the deadline with a typed error; `BusyPoll` is
+//! the mode that spins.
+
+use rdma_hint::{
+    open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportError,
+    WaitMode,
+};
+use rdma_hint_embedder::ids;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// CPU is measured for the whole process: the two tests must not overlap.
+static ALONE: Mutex<()> = Mutex::new(());
+
+/// CPU seconds of this process, all threads (utime + stime from /proc/self/stat, 10 ms ticks).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("stat");
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("comm").1.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+fn connected(id: &rdma_hint::TransportId, mode: WaitMode) -> (Box<dyn Transport>, Box<dyn Transport>) {
+    let options = OpenOptions::default().wait_mode(mode);
+    let (sender, receiver) = (open(id, &options).unwrap(), open(id, &options).unwrap());
+    let target = receiver.register(MemoryKind::Host, 1 << 20).unwrap();
+    let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let accepting = std::thread::spawn(move || {
+        receiver.connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline).unwrap();
+        receiver
+    });
+    sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline).unwrap();
+    (sender, accepting.join().unwrap())
+}
+
+/// Waits 2 s for an arrival the (connected, idle) peer never sends; returns the CPU share of
+/// one core the whole process burnt meanwhile.
+fn cpu_while_waiting(receiver: &dyn Transport) -> f64 {
+    let mut arrivals = [Arrival::EMPTY; 4];
+    let (cpu, wall) = (cpu_seconds(), Instant::now());
+    let result = receiver.wait_arrivals_blocking(&mut arrivals, Instant::now() + Duration::from_secs(2));
+    let share = (cpu_seconds() - cpu) / wall.elapsed().as_secs_f64();
+    assert!(matches!(result, Err(TransportError::DeadlineExceeded { .. })), "{result:?}");
+    assert!(wall.elapsed() >= Duration::from_secs(2) && wall.elapsed() < Duration::from_secs(4));
+    share
+}
+
+#[test]
+fn adaptive_waits_for_a_silent_peer_burn_under_five_percent_of_a_core() {
+    let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for id in ids() {
+        let (_sender, receiver) = connected(&id, WaitMode::Adaptive);
+        let share = cpu_while_waiting(&*receiver);
+        println!("{id}: adaptive wait for a silent peer used {:.1} % of a core over 2 s", share * 100.0);
+        assert!(share < 0.05, "{id}: {:.1} % of a core", share * 100.0);
+    }
+}
+
+#[test]
+fn busy_poll_waits_spin_until_the_deadline() {
+    // The contrast that shows the measurement above can fail: BusyPoll burns most of a core.
+    let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let id = rdma_hint::TransportId::STAGED_TCP;
+    let (_sender, receiver) = connected(&id, WaitMode::BusyPoll);
+    let share = cpu_while_waiting(&*receiver);
+    println!("{id}: busy-poll wait used {:.1} % of a core over 2 s", share * 100.0);
+    assert!(share > 0.5, "busy-poll used only {:.1} % of a core", share * 100.0);
+}
