@@ -1,16 +1,26 @@
-# Sourced by the VM scripts (from the checkout root): builds backends/verbs/tests/rxe.rs and sets
-# `bin` to a copy inside the checkout, shared with the VM read-write at the same path
-# (RXE_VM_RWDIR). The VM sees the host root read-only but mounts fresh tmpfs on /tmp, so a
-# checkout or CARGO_TARGET_DIR under /tmp would otherwise be invisible there.
+# Sourced by the VM scripts (from the checkout root): builds backends/verbs/tests/rxe.rs and the
+# embedder's tests (tests/embedder, feature verbs) and copies them into target/vm/ inside the
+# checkout, shared with the VM read-write at the same path (RXE_VM_RWDIR): `bin` is the rxe
+# test, `embedder_bins` the embedder's. The VM sees the host root read-only but mounts fresh
+# tmpfs on /tmp, so a checkout or CARGO_TARGET_DIR under /tmp would otherwise be invisible.
 export PATH="$HOME/.cargo/bin:$PATH"
-bin=$(cargo test -q --locked -p rdma-hint-verbs --test rxe --no-run --message-format=json |
-    python3 -c 'import json, sys
+test_executables() { # cargo test arguments...; prints "name path" per test executable
+    cargo test -q --locked --no-run --message-format=json "$@" |
+        python3 -c 'import json, sys
 for line in sys.stdin:
     message = json.loads(line)
-    if message.get("reason") == "compiler-artifact" and message.get("executable") and message["target"]["name"] == "rxe":
-        print(message["executable"])')
-[ -n "$bin" ] || { echo "$0: no rxe test binary built" >&2; exit 1; }
+    if message.get("reason") == "compiler-artifact" and message.get("executable") and "test" in message["target"]["kind"]:
+        print(message["target"]["name"], message["executable"])'
+}
 mkdir -p target/vm
+bin=$(test_executables -p rdma-hint-verbs --test rxe | awk '$1 == "rxe" { print $2 }')
+[ -n "$bin" ] || { echo "$0: no rxe test binary built" >&2; exit 1; }
 cp "$bin" target/vm/rxe
 bin=$PWD/target/vm/rxe
+embedder_bins=()
+while read -r name path; do
+    cp "$path" "target/vm/embedder-$name"
+    embedder_bins+=("$PWD/target/vm/embedder-$name")
+done < <(CARGO_TARGET_DIR="$PWD/target" test_executables --manifest-path tests/embedder/Cargo.toml --features verbs --tests)
+[ "${#embedder_bins[@]}" -gt 0 ] || { echo "$0: no embedder test binaries built" >&2; exit 1; }
 export RXE_VM_RWDIR=$PWD

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The verbs backend's real-traffic tests (backends/verbs/tests/rxe.rs) inside a qemu VM with a
+# The verbs backend's real-traffic tests (backends/verbs/tests/rxe.rs) and the embedder's tests
+# over verbs:rxe0 (tests/embedder) inside a qemu VM with a
 # Soft-RoCE device: builds the test binary here, boots the VM (host root shared read-only, so
 # the binary runs there unchanged) and runs it with RDMA_HINT_REQUIRE_RXE=1, so a missing device
 # fails instead of skipping. Needs root; installs qemu, the Debian kernel and rdma-core on first
@@ -7,4 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/vm/rxe-test-binary.sh
-RXE_VM_TIMEOUT="${RXE_VM_TIMEOUT:-900}" ./scripts/vm/run-in-vm.sh "RDMA_HINT_REQUIRE_RXE=1 RUST_BACKTRACE=1 $bin --test-threads=1 --color never"
+# Then the embedder's tests (the facade only, under tokio, smol and the blocking API) over
+# verbs:rxe0: 16 concurrent pairs of 1 MiB each (not 32 MiB: the VM has 1 GiB and an emulated
+# CPU moving about 20 MB/s).
+embedder_env="RDMA_HINT_EMBEDDER_IDS=verbs:rxe0 RDMA_HINT_EMBEDDER_PAIRS=16 RDMA_HINT_EMBEDDER_BYTES=1048576 RDMA_HINT_EMBEDDER_SOFTWARE_NIC=1"
+embedder_runs=""
+for embedder in "${embedder_bins[@]}"; do
+    embedder_runs="$embedder_runs && echo '== $(basename "$embedder") (verbs:rxe0)' && $embedder_env $embedder --test-threads=1 --nocapture --color never"
+done
+RXE_VM_TIMEOUT="${RXE_VM_TIMEOUT:-900}" ./scripts/vm/run-in-vm.sh \
+    "RDMA_HINT_REQUIRE_RXE=1 RUST_BACKTRACE=1 $bin --test-threads=1 --color never $embedder_runs"

@@ -31,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) oob: OnceLock<TcpStream>,
     pub(crate) efd: RawFd,
     worker: usize,
+    /// The transport's waits busy-poll (and drive progress themselves).
+    pub(crate) busy_poll: AtomicBool,
     pub(crate) completions: EventQueue<Completion>,
     pub(crate) arrivals: EventQueue<Arrival>,
 }
@@ -50,6 +52,7 @@ impl Shared {
             oob: OnceLock::new(),
             efd,
             worker,
+            busy_poll: AtomicBool::new(false),
             completions,
             arrivals,
         }
@@ -95,6 +98,13 @@ impl Shared {
 pub(crate) fn run(shared: Arc<Shared>) {
     let oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
     while !shared.stop.load(Ordering::Acquire) {
+        if shared.busy_poll.load(Ordering::Relaxed) {
+            // BusyPoll: the application's waits drive UCX; this thread only watches the peer,
+            // so it neither takes the worker lock from a spinning waiter nor steals its core.
+            sleep_on(-1, oob_fd, IDLE_POLL);
+            check_liveness(&shared);
+            continue;
+        }
         let (busy, armed, gone) = {
             let mut engine = shared.engine();
             engine.progress();
@@ -130,8 +140,7 @@ fn sleep_on(efd: RawFd, oob_fd: RawFd, timeout: Duration) {
         libc::pollfd { fd: efd, events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: oob_fd, events: libc::POLLIN, revents: 0 },
     ];
-    let count = if oob_fd >= 0 { 2 } else { 1 };
-    // SAFETY: `fds` holds `count` initialised pollfd entries for descriptors that stay open
-    // while the thread runs (the worker and the socket outlive it).
-    unsafe { libc::poll(fds.as_mut_ptr(), count, timeout.as_millis() as libc::c_int) };
+    // SAFETY: `fds` holds 2 initialised pollfd entries for descriptors that stay open while
+    // the thread runs (the worker and the socket outlive it); poll ignores negative fds.
+    unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout.as_millis() as libc::c_int) };
 }

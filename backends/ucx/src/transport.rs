@@ -226,6 +226,8 @@ impl Transport for UcxTransport {
 
     fn set_wait_mode(&self, mode: WaitMode) {
         self.wait_mode.set(mode);
+        self.shared.busy_poll.store(mode == WaitMode::BusyPoll, Ordering::Relaxed);
+        self.shared.wake();
     }
 
     fn wait_mode(&self) -> WaitMode {

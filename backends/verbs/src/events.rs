@@ -105,6 +105,7 @@ pub(crate) fn arm(cq: *mut ibv::ibv_cq) -> Result<(), TransportError> {
 }
 
 /// The raw handles the thread touches; they outlive it (joined before they are destroyed).
+#[derive(Clone, Copy)]
 pub(crate) struct Watched {
     pub(crate) channel: *mut ibv::ibv_comp_channel,
     pub(crate) send_cq: *mut ibv::ibv_cq,

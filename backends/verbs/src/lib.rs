@@ -18,6 +18,7 @@
 
 mod device;
 mod events;
+mod qp;
 mod region;
 mod status;
 mod transport;

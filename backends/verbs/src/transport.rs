@@ -2,8 +2,9 @@
 
 use crate::device::{self, Context, DeviceFacts};
 use crate::events::{arm, peer_left, CompletionChannel, EventThread, Events, Watched};
+use crate::qp::{Lending, QueuePair};
 use crate::region::Region;
-use crate::status::{check, unavailable};
+use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
 use rdma_hint_core::wait::{wait, WaitModeCell};
@@ -11,7 +12,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RegionTable, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{admit, confirm_off_thread, Rendezvous, Token};
+use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::io::Write;
@@ -73,7 +74,8 @@ struct Polling {
 pub struct VerbsTransport {
     caps: Capabilities,
     device: DeviceFacts,
-    regions: RwLock<RegionTable<Region>>,
+    regions: Arc<RwLock<RegionTable<Region>>>,
+    lending: Arc<Lending>,
     remote: OnceLock<Vec<Option<ExposedRegion>>>,
     exposed: OnceLock<Vec<u32>>,
     posting: Mutex<Posting>,
@@ -248,7 +250,8 @@ impl VerbsTransport {
         Ok(VerbsTransport {
             caps,
             device: facts,
-            regions: RwLock::new(RegionTable::new(MAX_REGIONS)),
+            regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
+            lending: Arc::new(Lending::default()),
             remote: OnceLock::new(),
             exposed: OnceLock::new(),
             posting: Mutex::new(Posting {
@@ -291,87 +294,15 @@ impl VerbsTransport {
         &self.device
     }
 
-    fn modify(&self, attr: &mut ibv::ibv_qp_attr, mask: u32, step: &str) -> Result<(), TransportError> {
-        // SAFETY: `qp` is live; `attr` is valid for the call and `mask` names its set fields.
-        check(unsafe { ibv::ibv_modify_qp(self.qp, attr, mask as i32) }, step)
-    }
-
-    /// INIT → (receive WRs posted) → RTR → RTS against the peer's hello.
-    fn bring_up(&self, peer: &Hello, psn: u32) -> Result<(), TransportError> {
-        use ibv::ibv_qp_attr_mask as m;
-        // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
-        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_INIT;
-        attr.pkey_index = 0;
-        attr.port_num = self.port;
-        attr.qp_access_flags = ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        self.modify(
-            &mut attr,
-            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0,
-            "ibv_modify_qp(INIT)",
-        )?;
-        for _ in 0..self.rq_depth {
-            self.post_receive()?;
+    /// The QP's handle and port facts, for its connection steps.
+    fn queue_pair(&self) -> QueuePair {
+        QueuePair {
+            raw: self.qp,
+            port: self.port,
+            gid_index: self.gid_index,
+            active_mtu: self.active_mtu,
+            rq_depth: self.rq_depth,
         }
-        // SAFETY: as above.
-        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_RTR;
-        attr.path_mtu = u32::from(self.active_mtu.min(peer.mtu));
-        attr.dest_qp_num = peer.qpn;
-        attr.rq_psn = peer.psn;
-        attr.max_dest_rd_atomic = 1;
-        attr.min_rnr_timer = 12;
-        attr.ah_attr.is_global = 1;
-        attr.ah_attr.dlid = peer.lid;
-        attr.ah_attr.port_num = self.port;
-        attr.ah_attr.grh.dgid.raw = peer.gid;
-        attr.ah_attr.grh.sgid_index = self.gid_index as u8;
-        attr.ah_attr.grh.hop_limit = 64;
-        self.modify(
-            &mut attr,
-            (m::IBV_QP_STATE
-                | m::IBV_QP_AV
-                | m::IBV_QP_PATH_MTU
-                | m::IBV_QP_DEST_QPN
-                | m::IBV_QP_RQ_PSN
-                | m::IBV_QP_MAX_DEST_RD_ATOMIC
-                | m::IBV_QP_MIN_RNR_TIMER)
-                .0,
-            "ibv_modify_qp(RTR)",
-        )?;
-        // SAFETY: as above.
-        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_RTS;
-        // 4.096 µs · 2^14 ≈ 67 ms per try, 7 tries: a dead peer fails a WR in about half a second.
-        attr.timeout = 14;
-        attr.retry_cnt = 7;
-        attr.rnr_retry = 7;
-        attr.sq_psn = psn;
-        attr.max_rd_atomic = 1;
-        self.modify(
-            &mut attr,
-            (m::IBV_QP_STATE
-                | m::IBV_QP_TIMEOUT
-                | m::IBV_QP_RETRY_CNT
-                | m::IBV_QP_RNR_RETRY
-                | m::IBV_QP_SQ_PSN
-                | m::IBV_QP_MAX_QP_RD_ATOMIC)
-                .0,
-            "ibv_modify_qp(RTS)",
-        )
-    }
-
-    /// One zero-SGE receive WR, consumed by a write with immediate.
-    fn post_receive(&self) -> Result<(), TransportError> {
-        let mut wr = ibv::ibv_recv_wr {
-            wr_id: 0,
-            next: std::ptr::null_mut(),
-            sg_list: std::ptr::null_mut(),
-            num_sge: 0,
-        };
-        let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: `qp` is live; `wr` is valid for the call (no SGEs, nothing to keep alive).
-        check(unsafe { ibv::ibv_post_recv(self.qp, &mut wr, &mut bad) }, "ibv_post_recv")
     }
 
     fn gone(&self) -> TransportError {
@@ -466,31 +397,22 @@ impl Transport for VerbsTransport {
         if expose.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        let mut regions = Vec::with_capacity(expose.len());
-        {
-            let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-            for id in expose {
-                let region = table.get_mut(*id)?;
-                let rkey = region.expose(self.pd)?;
-                regions.push(ExposedRegion { id: id.0, address: region.address(0), len: region.len(), rkey });
-            }
-        }
-        let psn = initial_psn();
-        // SAFETY: `qp` is live; qp_num is a plain field.
-        let qpn = unsafe { (*self.qp).qp_num };
-        let lid = 0; // RoCE: addressing is by GID.
-        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-        let ours = Hello { lid, qpn, psn, gid: self.gid, mtu: self.active_mtu, regions, token };
-        let token = self.token.clone();
-        let (stream, theirs) = self
-            .rendezvous
-            .meet(peer, deadline, move |stream| exchange(stream, &ours, token.as_ref()))
-            .await?;
-        self.bring_up(&theirs, psn)?;
-        let stream = confirm_off_thread(stream, READY).await?;
-        stream.set_nonblocking(true)?;
-        let watched = Watched { channel: self.channel.raw, send_cq: self.send_cq, recv_cq: self.recv_cq };
-        let thread = EventThread::start(self.events.clone(), watched, stream.try_clone()?)?;
+        let setup = Setup {
+            queue_pair: self.queue_pair(),
+            pd: self.pd,
+            regions: self.regions.clone(),
+            expose: expose.to_vec(),
+            gid: self.gid,
+            token: self.token.clone(),
+            events: self.events.clone(),
+            watched: Watched { channel: self.channel.raw, send_cq: self.send_cq, recv_cq: self.recv_cq },
+        };
+        // Memory registration, the QP's transitions and the event thread's start run on the
+        // rendezvous thread with the exchange: on Soft-RoCE each is a slow kernel call, and
+        // none may hold the awaiting task's thread. The lent handles outlive it (see `Drop`).
+        let lent = self.lending.lend(setup);
+        let (_, (theirs, thread, stream)) =
+            self.rendezvous.meet(peer, deadline, move |stream| lent.value.run(stream)).await?;
         *lock(&self.event_thread) = Some(thread);
         let _ = self.oob.set(stream);
         let mut remote: Vec<Option<ExposedRegion>> = Vec::new();
@@ -653,7 +575,7 @@ impl Transport for VerbsTransport {
             let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
             out[ready] = Arrival { imm, region, len: u64::from(wc.byte_len) };
             ready += 1;
-            self.post_receive()?;
+            self.queue_pair().post_receive()?;
         }
         if ready == 0 {
             self.watch_peer(&mut polling);
@@ -675,6 +597,9 @@ impl Transport for VerbsTransport {
 
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
+        // A connect whose future was dropped may still run on its rendezvous thread with the
+        // QP, PD and channel: they stay until it is done (bounded by its deadline).
+        self.lending.wait_returned();
         // The event thread touches the channel and CQs: it stops before they go.
         if let Some(mut thread) = lock(&self.event_thread).take() {
             thread.stop();
@@ -703,4 +628,51 @@ fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Resu
     })?;
     admit(token, &theirs.token, &peer_address)?;
     Ok(theirs)
+}
+
+/// What a connect's rendezvous thread needs: copies of the verbs handles (lent, see
+/// [`Lending`]) and the shared state.
+struct Setup {
+    queue_pair: QueuePair,
+    pd: *mut ibv::ibv_pd,
+    regions: Arc<RwLock<RegionTable<Region>>>,
+    expose: Vec<RegionId>,
+    gid: [u8; 16],
+    token: Option<Token>,
+    events: Arc<Events>,
+    watched: Watched,
+}
+
+// SAFETY: the raw handles are libibverbs objects usable from any thread; they are destroyed
+// only in `VerbsTransport::drop`, which first waits until the `Lent` holding this is returned.
+unsafe impl Send for Setup {}
+
+impl Setup {
+    /// Exposes the regions (a second MR with remote write each), exchanges hellos, brings the
+    /// QP to RTS, confirms, and starts the event thread. Returns the peer's hello, the thread
+    /// and the out-of-band socket (non-blocking) to keep.
+    fn run(&self, stream: &mut TcpStream) -> Result<(Hello, EventThread, TcpStream), TransportError> {
+        let mut regions = Vec::with_capacity(self.expose.len());
+        {
+            let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+            for id in &self.expose {
+                let region = table.get_mut(*id)?;
+                let rkey = region.expose(self.pd)?;
+                regions.push(ExposedRegion { id: id.0, address: region.address(0), len: region.len(), rkey });
+            }
+        }
+        let psn = initial_psn();
+        // SAFETY: the QP is live (lent); qp_num is a plain field.
+        let qpn = unsafe { (*self.queue_pair.raw).qp_num };
+        let lid = 0; // RoCE: addressing is by GID.
+        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
+        let ours = Hello { lid, qpn, psn, gid: self.gid, mtu: self.queue_pair.active_mtu, regions, token };
+        let theirs = exchange(stream, &ours, self.token.as_ref())?;
+        self.queue_pair.bring_up(&theirs, psn)?;
+        confirm(stream, READY)?;
+        let oob = stream.try_clone()?;
+        oob.set_nonblocking(true)?;
+        let thread = EventThread::start(self.events.clone(), self.watched, oob.try_clone()?)?;
+        Ok((theirs, thread, oob))
+    }
 }

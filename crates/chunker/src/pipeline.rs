@@ -176,8 +176,12 @@ impl Pipeline {
         // `Instant::now` is on the posting path) the deadline is checked and, after a time
         // slice, the task yields to its executor: a long transfer does not starve the other
         // tasks on its thread.
+        // A transport whose posts are slow themselves (Soft-RoCE does the NIC's work inside
+        // `ibv_post_send`) gets its clock read after every doorbell instead, once a window
+        // took longer than a slice.
         let mut next_check = CHECK_EVERY_BLOCKS;
         let mut slice_start = Instant::now();
+        let mut slow_posts = false;
         while progress.retired < count {
             if progress.posted >= next_check {
                 next_check = progress.posted + CHECK_EVERY_BLOCKS;
@@ -186,11 +190,19 @@ impl Pipeline {
                     return Err(deadline_passed(progress.retired));
                 }
                 if now.duration_since(slice_start) >= YIELD_AFTER {
+                    slow_posts = true;
                     yield_now().await;
                     slice_start = Instant::now();
                 }
             }
-            self.post_ready(transport, &job, &mut progress).map_err(|e| failed(e, progress.retired))?;
+            let slice = slow_posts.then_some(slice_start);
+            let yield_wanted = self
+                .post_ready(transport, &job, &mut progress, slice)
+                .map_err(|e| failed(e, progress.retired))?;
+            if yield_wanted {
+                yield_now().await;
+                slice_start = Instant::now();
+            }
             let mut ready =
                 transport.poll_completions(&mut self.completions).map_err(|e| failed(e, progress.retired))?;
             if ready == 0 {
@@ -218,12 +230,15 @@ impl Pipeline {
 
     /// Posts every whole batch the window has room for. Synchronous, and working on local
     /// copies, so the hot loop keeps its counters in registers rather than in the future's state.
+    /// With `slice` (slow posts), stops after the doorbell that ends the time slice begun then
+    /// and returns `true`: the caller yields before posting more.
     fn post_ready<T: Transport + ?Sized>(
         &mut self,
         transport: &T,
         job: &Job,
         progress: &mut Progress,
-    ) -> Result<(), TransportError> {
+        slice: Option<Instant>,
+    ) -> Result<bool, TransportError> {
         let mut p = *progress;
         let plan = &job.plan;
         let count = plan.block_count();
@@ -259,9 +274,13 @@ impl Pipeline {
             transport.post_writes(ops)?;
             p.posted = end;
             p.doorbells += 1;
+            if slice.is_some_and(|start| start.elapsed() >= YIELD_AFTER) {
+                *progress = p;
+                return Ok(true);
+            }
         }
         *progress = p;
-        Ok(())
+        Ok(false)
     }
 
     /// Retires every block up to the newest successful completion of this transfer.

@@ -4,9 +4,12 @@
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
-    get_low_latency_rdma_size_hint_with, open, Arrival, Device, LocalRegion, MemoryKind, OpenOptions,
-    PeerEndpoint, Transport, TransportId, TransportSelector,
+    get_low_latency_rdma_size_hint_with, open, Arrival, Capabilities, Completion, Device, LocalRegion,
+    MemoryKind, OpenOptions, PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, TransportId,
+    TransportSelector, WaitMode, WriteOp,
 };
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The ids this build and machine can run: staged always, UCX over shm with the `ucx`
@@ -33,13 +36,89 @@ pub fn payload(pair: u32, len: u64) -> Vec<u8> {
     bytes
 }
 
+/// A transport that records how long its longest `post_writes` took: a software NIC (Soft-RoCE)
+/// does the NIC's work inside the post, on the caller's thread. Every other call forwards.
+pub struct TimedPosts {
+    inner: Box<dyn Transport>,
+    longest_post_ns: AtomicU64,
+}
+
+impl TimedPosts {
+    fn new(inner: Box<dyn Transport>) -> TimedPosts {
+        TimedPosts { inner, longest_post_ns: AtomicU64::new(0) }
+    }
+
+    /// The longest `post_writes` so far.
+    pub fn longest_post(&self) -> Duration {
+        Duration::from_nanos(self.longest_post_ns.load(Ordering::Relaxed))
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for TimedPosts {
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        self.inner.bind(address)
+    }
+    fn set_wait_mode(&self, mode: WaitMode) {
+        self.inner.set_wait_mode(mode)
+    }
+    fn wait_mode(&self) -> WaitMode {
+        self.inner.wait_mode()
+    }
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        self.inner.register(kind, len)
+    }
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        self.inner.deregister(region)
+    }
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        self.inner.write_region(region, offset, data)
+    }
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        self.inner.read_region(region, offset, out)
+    }
+    async fn connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        self.inner.connect(peer, expose, deadline).await
+    }
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
+        let started = Instant::now();
+        let posted = self.inner.post_writes(ops);
+        self.longest_post_ns.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        posted
+    }
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
+        self.inner.poll_completions(out)
+    }
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+    ) -> Result<usize, TransportError> {
+        self.inner.wait_completions(out, deadline).await
+    }
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        self.inner.poll_arrivals(out)
+    }
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        self.inner.wait_arrivals(out, deadline).await
+    }
+}
+
 /// One sender and one receiver of a transport id, registered and filled, not yet connected.
 pub struct Pair {
     id: TransportId,
     pair: u32,
     len: u64,
     hint: rdma_hint::SizeHint,
-    sender: Box<dyn Transport>,
+    sender: TimedPosts,
     receiver: Box<dyn Transport>,
     source: LocalRegion,
     target: LocalRegion,
@@ -55,7 +134,7 @@ impl Pair {
         let hint = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone()))
             .map_err(|e| fail("hint", &e))?;
         let options = OpenOptions::default().token(b"embedder");
-        let sender = open(id, &options).map_err(|e| fail("open", &e))?;
+        let sender = TimedPosts::new(open(id, &options).map_err(|e| fail("open", &e))?);
         let receiver = open(id, &options).map_err(|e| fail("open", &e))?;
         // The tail block is padded to the alignment: both regions have room for it.
         let region_len = len.next_multiple_of(hint.align_bytes);
@@ -88,7 +167,7 @@ impl Pair {
         chunker.set_size_hint(&self.hint).map_err(|e| fail("hint", &e))?;
         let mut arrivals = [Arrival::EMPTY; 4];
         let transfer = Transfer::new(&self.source, &remote, self.len).notify(self.imm);
-        let writing = chunker.write(&*self.sender, transfer, deadline);
+        let writing = chunker.write(&self.sender, transfer, deadline);
         let arriving = self.receiver.wait_arrivals(&mut arrivals, deadline);
         let (written, arrived) = join(writing, arriving).await;
         let report = written.map_err(|e| fail("write", &e))?;
@@ -100,6 +179,11 @@ impl Pair {
             ));
         }
         Ok(report.blocks)
+    }
+
+    /// The longest `post_writes` of the sender so far.
+    pub fn longest_post(&self) -> Duration {
+        self.sender.longest_post()
     }
 
     /// Reads what landed in the receiver's region and compares every byte with what was sent.

@@ -1,0 +1,125 @@
+//! Latency of one block in `BusyPoll` mode, measured the way `ucx_perftest -t ucp_put_lat`
+//! and `ib_write_lat` measure theirs: a ping-pong of writes between two processes, each write
+//! announced to the other side (write with immediate), latency = round trip / 2. Also the
+//! completion latency of one signalled write (post → completion), which is what the chunker
+//! waits for. Run by `benches/latency-vs-perftest.sh`.
+//!
+//! ```text
+//! write_lat <transport-id> <bytes> serve <listen-address> <iterations>   # prints LISTENING <address>
+//! write_lat <transport-id> <bytes> run <address> <iterations>            # prints RESULT lines
+//! ```
+//!
+//! `RESULT pingpong <p50 µs> <p99 µs>` is half the round trip; `RESULT completion <p50> <p99>`
+//! the post-to-completion time of one signalled write.
+
+use rdma_hint::{
+    open, Arrival, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, Transport,
+    TransportId, WaitMode, WriteOp,
+};
+use std::time::{Duration, Instant};
+
+/// Warm-up round trips before timing.
+const WARMUP: usize = 100;
+
+fn write(
+    transport: &dyn Transport,
+    local: &LocalRegion,
+    remote: &RemoteRegion,
+    bytes: u64,
+    imm: Option<u32>,
+) {
+    let op = WriteOp {
+        wr_id: 1,
+        local: local.id,
+        local_offset: 0,
+        remote: remote.id,
+        remote_offset: 0,
+        len: bytes,
+        signalled: true,
+        imm,
+    };
+    transport.post_writes(&[op]).expect("post");
+}
+
+/// Takes the completion of the one outstanding write (BusyPoll: spins until it is there).
+fn complete(transport: &dyn Transport, deadline: Instant) {
+    let mut completions = [Completion::EMPTY; 4];
+    let mut got = 0;
+    while got == 0 {
+        got = rdma_hint::core::blocking::block_on(transport.wait_completions(&mut completions, deadline))
+            .expect("completion");
+    }
+}
+
+fn arrive(transport: &dyn Transport, deadline: Instant) {
+    let mut arrivals = [Arrival::EMPTY; 4];
+    let mut got = 0;
+    while got == 0 {
+        got = rdma_hint::core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
+            .expect("arrival");
+    }
+}
+
+fn percentile(samples: &mut [f64], quantile: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[((samples.len() - 1) as f64 * quantile).round() as usize]
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [id, bytes, role, address, iterations] = args.as_slice() else {
+        return Err("usage: write_lat TRANSPORT_ID BYTES serve|run ADDRESS ITERATIONS".into());
+    };
+    let id: TransportId = id.parse().map_err(|e: rdma_hint::Error| e.to_string())?;
+    let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
+    let iterations: usize = iterations.parse().map_err(|e| format!("iterations: {e}"))?;
+    let address = address.parse().map_err(|e| format!("address: {e}"))?;
+    let transport =
+        open(&id, &OpenOptions::default().wait_mode(WaitMode::BusyPoll)).map_err(|e| e.to_string())?;
+    let region = transport.register(MemoryKind::Host, bytes.max(4096)).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let connect = |peer| {
+        rdma_hint::core::blocking::block_on(transport.connect(peer, &[region.id], deadline))
+            .map_err(|e| e.to_string())?
+            .first()
+            .copied()
+            .ok_or_else(|| "the peer exposed no region".to_string())
+    };
+    match role.as_str() {
+        "serve" => {
+            let bound = transport.bind(address).map_err(|e| e.to_string())?;
+            println!("LISTENING {bound}");
+            let remote = connect(PeerEndpoint::Listen(bound))?;
+            // Answer every write: first the completion-latency phase (no answers), then ping-pong.
+            for _ in 0..WARMUP + iterations {
+                arrive(&*transport, deadline);
+                write(&*transport, &region, &remote, bytes, Some(0));
+                complete(&*transport, deadline);
+            }
+            Ok(())
+        }
+        "run" => {
+            let remote = connect(PeerEndpoint::Dial(address))?;
+            let mut completion = Vec::with_capacity(iterations);
+            let mut pingpong = Vec::with_capacity(iterations);
+            for round in 0..WARMUP + iterations {
+                let started = Instant::now();
+                write(&*transport, &region, &remote, bytes, Some(1));
+                complete(&*transport, deadline);
+                let completed = started.elapsed();
+                arrive(&*transport, deadline);
+                let round_trip = started.elapsed();
+                if round >= WARMUP {
+                    completion.push(completed.as_secs_f64() * 1e6);
+                    pingpong.push(round_trip.as_secs_f64() * 1e6 / 2.0);
+                }
+            }
+            for (name, samples) in [("pingpong", &mut pingpong), ("completion", &mut completion)] {
+                let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
+                println!("RESULT {name} {p50:.2} {p99:.2}");
+            }
+            Ok(())
+        }
+        other => Err(format!("unknown role `{other}` (serve or run)")),
+    }
+}
