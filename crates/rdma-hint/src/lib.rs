@@ -56,6 +56,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// Every Rust snippet of the README, compiled and run as a doctest.
+#[cfg(all(doctest, feature = "staged"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 mod backends;
 mod error;
 pub mod measured;
