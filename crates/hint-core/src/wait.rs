@@ -24,6 +24,9 @@ pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(5);
 /// (and is polled again at once): other tasks on the thread still run.
 pub const BUSY_POLL_SLICE: Duration = Duration::from_micros(200);
 
+/// Attempts between two clock reads while a wait spins.
+const CLOCK_EVERY: u32 = 16;
+
 /// How a transport's waits spend their time until the event arrives.
 ///
 /// ```
@@ -227,9 +230,17 @@ where
             WaitMode::BusyPoll => BUSY_POLL_SLICE,
         };
         let slice_start = Instant::now();
+        let mut attempts: u32 = 0;
         loop {
             if let Some(value) = (this.attempt)()? {
                 return Poll::Ready(Ok(value));
+            }
+            // The clock is read every few attempts only: between two looks at a CQ or worker,
+            // it would be most of a busy-poll's cost.
+            attempts = attempts.wrapping_add(1);
+            if spin > Duration::ZERO && attempts % CLOCK_EVERY != 0 {
+                std::hint::spin_loop();
+                continue;
             }
             let now = Instant::now();
             if now >= this.deadline {
