@@ -99,9 +99,14 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
     while !shared.stop.load(Ordering::Acquire) {
         if shared.busy_poll.load(Ordering::Relaxed) {
-            // BusyPoll: the application's waits drive UCX; this thread only watches the peer,
-            // so it neither takes the worker lock from a spinning waiter nor steals its core.
+            // BusyPoll: the application's waits drive UCX. This thread does not sleep on the
+            // event fd (it would wake, and take the worker lock, at every message); it watches
+            // the peer and gives UCX a pass every IDLE_POLL, never waiting for the lock, so
+            // nothing stalls for a side that only posts or only polls.
             sleep_on(-1, oob_fd, IDLE_POLL);
+            if let Ok(mut engine) = shared.engine.try_lock() {
+                engine.progress();
+            }
             check_liveness(&shared);
             continue;
         }

@@ -368,7 +368,14 @@ impl Transport for UcxTransport {
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
-        let ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
+        let mut ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
+        if ready == 0 {
+            // Drive UCX once, unless the progress thread or a waiter is doing so right now.
+            if let Ok(mut engine) = self.shared.engine.try_lock() {
+                engine.progress();
+            }
+            ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
+        }
         if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
             return Err(self.gone_error());
         }

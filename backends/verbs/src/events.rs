@@ -2,6 +2,7 @@
 //! the CQ (re-arming it first, so no completion falls between the event and the next arm), and
 //! the out-of-band socket's EOF marks the peer gone.
 
+use crate::qp::Lent;
 use crate::status::unavailable;
 use rdma_hint_core::wait::Notifier;
 use rdma_hint_core::TransportError;
@@ -121,6 +122,9 @@ unsafe impl Send for Watched {}
 pub(crate) struct EventThread {
     events: Arc<Events>,
     handle: Option<JoinHandle<()>>,
+    /// Keeps the channel and CQs lent while the thread runs: a transport dropped while the
+    /// thread is still with an abandoned `connect` waits for it.
+    _loan: Lent<()>,
 }
 
 impl EventThread {
@@ -128,12 +132,13 @@ impl EventThread {
         events: Arc<Events>,
         watched: Watched,
         oob: TcpStream,
+        loan: Lent<()>,
     ) -> Result<EventThread, TransportError> {
         let shared = events.clone();
         let handle = std::thread::Builder::new()
             .name("rdma-hint-verbs-events".into())
             .spawn(move || run(&shared, &watched, &oob))?;
-        Ok(EventThread { events, handle: Some(handle) })
+        Ok(EventThread { events, handle: Some(handle), _loan: loan })
     }
 
     pub(crate) fn stop(&mut self) {
@@ -149,6 +154,12 @@ impl EventThread {
 impl Drop for EventThread {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+impl std::fmt::Debug for Lent<()> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lent")
     }
 }
 

@@ -57,7 +57,7 @@ struct Polling {
 /// IMM) into a single `ibv_post_send`; only ops marked signalled produce completions. Both CQs
 /// report to one completion channel (`ibv_req_notify_cq`, re-armed after every event); a thread
 /// sleeps on its fd and the out-of-band socket and wakes the waiting tasks, so a wait polls the
-/// CQ, then sleeps without spinning ([`WaitMode::Adaptive`]) or polls it until the deadline
+/// CQ, spins briefly and then sleeps ([`WaitMode::Adaptive`]) or polls it until the deadline
 /// ([`WaitMode::BusyPoll`]). A peer that dies is `PeerGone` at once, before RC retries run out.
 ///
 /// ```no_run
@@ -406,6 +406,7 @@ impl Transport for VerbsTransport {
             token: self.token.clone(),
             events: self.events.clone(),
             watched: Watched { channel: self.channel.raw, send_cq: self.send_cq, recv_cq: self.recv_cq },
+            lending: self.lending.clone(),
         };
         // Memory registration, the QP's transitions and the event thread's start run on the
         // rendezvous thread with the exchange: on Soft-RoCE each is a slow kernel call, and
@@ -597,13 +598,15 @@ impl Transport for VerbsTransport {
 
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
-        // A connect whose future was dropped may still run on its rendezvous thread with the
-        // QP, PD and channel: they stay until it is done (bounded by its deadline).
-        self.lending.wait_returned();
         // The event thread touches the channel and CQs: it stops before they go.
         if let Some(mut thread) = lock(&self.event_thread).take() {
             thread.stop();
         }
+        // A connect whose future was dropped may still run on its rendezvous thread with the
+        // QP, PD and channel, or have left its event thread running: they stay until both are
+        // done (bounded by the connect's deadline). Dropping such a transport from async code
+        // blocks that long.
+        self.lending.wait_returned();
         // SAFETY: each object is destroyed once, QP before its CQs, MRs (regions) before the
         // PD; every CQ event taken was acknowledged; the channel and then the context close
         // afterwards as the last fields.
@@ -641,6 +644,7 @@ struct Setup {
     token: Option<Token>,
     events: Arc<Events>,
     watched: Watched,
+    lending: Arc<Lending>,
 }
 
 // SAFETY: the raw handles are libibverbs objects usable from any thread; they are destroyed
@@ -672,7 +676,8 @@ impl Setup {
         confirm(stream, READY)?;
         let oob = stream.try_clone()?;
         oob.set_nonblocking(true)?;
-        let thread = EventThread::start(self.events.clone(), self.watched, oob.try_clone()?)?;
+        let thread =
+            EventThread::start(self.events.clone(), self.watched, oob.try_clone()?, self.lending.lend(()))?;
         Ok((theirs, thread, oob))
     }
 }

@@ -133,6 +133,16 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
             format!("{:?}", hint.origin).to_lowercase(),
         )?;
     }
+    for hint in &report.defaults {
+        writeln!(
+            out,
+            "get_low_latency_rdma_size_hint({}) → {} over {} ({})",
+            hint.source,
+            bytes(hint.block_bytes),
+            hint.transport,
+            format!("{:?}", hint.origin).to_lowercase()
+        )?;
+    }
     for hint in &report.hints {
         writeln!(out)?;
         writeln!(

@@ -105,6 +105,10 @@ fn shm_sweep_writes_json_svg_and_a_measured_hint() {
         .clone();
     assert_eq!(hint["origin"], "measured");
     assert!(hint["block_bytes"].as_u64().unwrap() >= report["knee_bytes"].as_u64().unwrap());
+    // And it is what `get_low_latency_rdma_size_hint(host:0)` answers now (measured first).
+    let default = probe["defaults"].as_array().unwrap().iter().find(|h| h["source"] == "host:0").unwrap();
+    assert_eq!(default["transport"], "staged:shm", "{default}");
+    assert_eq!(default["origin"], "measured");
     let _ = std::fs::remove_dir_all(dir);
 }
 

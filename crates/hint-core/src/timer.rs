@@ -24,7 +24,8 @@ fn timers() -> &'static Timers {
     static TIMERS: OnceLock<&'static Timers> = OnceLock::new();
     TIMERS.get_or_init(|| {
         let timers: &'static Timers = Box::leak(Box::default());
-        // If the thread cannot start, deadlines are still checked whenever a wait is polled.
+        // Without the thread a sleeping wait would only see its deadline when something else
+        // wakes it: say so loudly (spawning a thread failing means the process is in trouble).
         if let Err(e) = std::thread::Builder::new().name("rdma-hint-timer".into()).spawn(move || run(timers))
         {
             tracing::error!(error = %e, "rdma-hint: cannot start the deadline timer thread");
@@ -34,6 +35,7 @@ fn timers() -> &'static Timers {
 }
 
 fn run(timers: &Timers) {
+    let mut due: Vec<Waker> = Vec::new();
     let mut pending = timers.pending.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         let now = Instant::now();
@@ -41,7 +43,15 @@ fn run(timers: &Timers) {
             if entry.key().0 > now {
                 break;
             }
-            entry.remove().wake();
+            due.push(entry.remove());
+        }
+        if !due.is_empty() {
+            // Woken (and possibly dropped) without the lock: a task that drops a wait inside its
+            // waker must be able to cancel its own timer.
+            drop(pending);
+            due.drain(..).for_each(Waker::wake);
+            pending = timers.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            continue;
         }
         pending = match pending.first_key_value().map(|(key, _)| key.0) {
             Some(at) => {
@@ -92,20 +102,23 @@ impl DeadlineTimer {
     /// Replaces the waker to wake (a task moved to another executor thread).
     pub fn update(&mut self, waker: &Waker) {
         let mut pending = timers().pending.lock().unwrap_or_else(PoisonError::into_inner);
-        match pending.get_mut(&self.key) {
-            Some(registered) if registered.will_wake(waker) => {}
-            Some(registered) => *registered = waker.clone(),
+        let replaced = match pending.get_mut(&self.key) {
+            Some(registered) if registered.will_wake(waker) => None,
+            Some(registered) => Some(std::mem::replace(registered, waker.clone())),
             // Already fired: arm again so the new waker is not lost.
-            None => {
-                pending.insert(self.key, waker.clone());
-            }
-        }
+            None => pending.insert(self.key, waker.clone()),
+        };
+        drop(pending);
+        // Dropped without the lock (see `run`).
+        drop(replaced);
     }
 }
 
 impl Drop for DeadlineTimer {
     fn drop(&mut self) {
-        timers().pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.key);
+        let removed = timers().pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.key);
+        // Dropped without the lock (see `run`).
+        drop(removed);
     }
 }
 

@@ -69,7 +69,8 @@ pub struct RemoteRegion {
 /// Who opens the out-of-band connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerEndpoint {
-    /// Wait for the peer on this address (binds loopback unless told otherwise).
+    /// Wait for the peer on this address (bound now, unless [`Transport::bind`] already bound
+    /// a listener: then that one accepts and this address is not used).
     Listen(SocketAddr),
     /// Dial the peer at this address.
     Dial(SocketAddr),

@@ -115,14 +115,17 @@ impl Notifier {
     /// Adds `waker` to those woken by the next [`notify`](Notifier::notify).
     pub fn register(&self, waker: &Waker) {
         let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut overflow = Vec::new();
         if !wakers.iter().any(|w| w.will_wake(waker)) {
             if wakers.len() >= MAX_WAKERS {
-                wakers.drain(..).for_each(Waker::wake);
+                overflow = std::mem::take(&mut *wakers);
             }
             wakers.push(waker.clone());
         }
         self.waiting.store(true, Ordering::SeqCst);
         drop(wakers);
+        // Woken without the lock: a woken task may register again at once.
+        overflow.into_iter().for_each(Waker::wake);
         // Pairs with the fence in `notify`: either the producer sees `waiting`, or the
         // waiter's next look sees the producer's item.
         fence(Ordering::SeqCst);
@@ -288,7 +291,8 @@ where
     let shared = Arc::new(Handoff { result: Mutex::new(None), notifier: Notifier::default() });
     let done = shared.clone();
     let spawned = std::thread::Builder::new().name(format!("rdma-hint-{name}")).spawn(move || {
-        let result = work();
+        // A panic in the work still ends the wait (as an error), it never leaves it pending.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|_| ());
         *done.result.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
         done.notifier.notify();
     });
@@ -296,7 +300,8 @@ where
 }
 
 struct Handoff<R> {
-    result: Mutex<Option<R>>,
+    /// `Err(())`: the work panicked.
+    result: Mutex<Option<Result<R, ()>>>,
     notifier: Notifier,
 }
 
@@ -322,13 +327,18 @@ impl<R> Future for OffThread<R> {
         if let Some(error) = this.spawn_error.take() {
             return Poll::Ready(Err(TransportError::Io(error)));
         }
-        let take = |shared: &Handoff<R>| shared.result.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let take = |shared: &Handoff<R>| {
+            shared.result.lock().unwrap_or_else(PoisonError::into_inner).take().map(|result| {
+                result
+                    .map_err(|()| TransportError::Io(std::io::Error::other("the background thread panicked")))
+            })
+        };
         if let Some(result) = take(&this.shared) {
-            return Poll::Ready(Ok(result));
+            return Poll::Ready(result);
         }
         this.shared.notifier.register(cx.waker());
         match take(&this.shared) {
-            Some(result) => Poll::Ready(Ok(result)),
+            Some(result) => Poll::Ready(result),
             None => Poll::Pending,
         }
     }
@@ -356,6 +366,12 @@ mod tests {
             Err::<Option<()>, _>(TransportError::PeerGone("gone".into()))
         }));
         assert!(matches!(result, Err(TransportError::PeerGone(_))));
+    }
+
+    #[test]
+    fn a_panic_off_thread_is_an_error_not_a_hang() {
+        let result = block_on(off_thread("panics", || -> u32 { panic!("boom") }));
+        assert!(matches!(result, Err(TransportError::Io(_))), "{result:?}");
     }
 
     #[test]

@@ -67,4 +67,10 @@ pub enum Error {
     /// A transport operation failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// A chunked transfer failed (with the bytes confirmed before it did).
+    #[error(transparent)]
+    Transfer(#[from] rdma_hint_chunker::TransferError),
+    /// A transfer could not be planned (sizes, alignment, regions, policy).
+    #[error(transparent)]
+    Plan(#[from] rdma_hint_chunker::PlanError),
 }

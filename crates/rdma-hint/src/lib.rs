@@ -75,10 +75,11 @@ pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
 pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US};
 pub use rdma_hint_chunker as chunker;
 pub use rdma_hint_core as core;
+pub use rdma_hint_core::blocking::block_on;
 pub use rdma_hint_core::{
-    Arrival, BlockingTransport, Capabilities, Completion, CompletionStatus, HintPolicy, LocalRegion,
-    MemoryKind, Origin, PathClass, PeerEndpoint, Reason, RegionId, RemoteRegion, SizeHint, SourceId,
-    Transport, TransportError, WaitMode, WriteOp,
+    Arrival, BlockingTransport, Capabilities, Completion, CompletionStatus, HintError, HintPolicy,
+    LocalRegion, MemoryKind, Origin, PathClass, PeerEndpoint, Reason, RegionId, RemoteRegion, SizeHint,
+    SourceId, Transport, TransportError, WaitMode, WriteOp,
 };
 /// The staged backend's own API (GPU facts, the in-process GPU staging pipeline).
 #[cfg(feature = "staged")]
@@ -94,7 +95,7 @@ pub use rdma_hint_verbs as verbs;
 pub type Device = SourceId;
 
 use probe::Inventory;
-use rdma_hint_core::{HintCache, HintKey, PathProfile, TransportKind};
+use rdma_hint_core::{HintCache, HintKey, PathProfile};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Which transport a hint is for.
@@ -249,38 +250,33 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
             }
         }
         TransportSelector::Auto => {
-            let best_nic = for_device
-                .clone()
-                .filter_map(|c| c.as_ref().ok())
-                .filter(|p| p.transport.kind == TransportKind::Verbs)
-                .filter_map(|p| cached_hint(p).ok())
-                .min_by(|a, b| {
-                    a.path_class.cmp(&b.path_class).then(b.predicted_gbps.total_cmp(&a.predicted_gbps))
-                });
-            if let Some(hint) = best_nic {
-                return Ok(hint);
-            }
-            let software: Vec<SizeHint> = SOFTWARE_ORDER
-                .iter()
-                .filter_map(|id| {
-                    for_device.clone().filter_map(|c| c.as_ref().ok()).find(|p| p.transport.id == *id)
-                })
-                .filter_map(|p| cached_hint(p).ok())
-                .collect();
-            let measured = software.iter().position(|h| h.origin == Origin::Measured);
-            match measured.or((!software.is_empty()).then_some(0)) {
-                Some(index) => Ok(software[index].clone()),
-                None => Err(Error::NoPath {
-                    device,
-                    transport: "auto".into(),
-                    why: format!(
-                        "no RDMA NIC and no software transport has a hint for it (available: {}); enable the `staged` feature",
-                        transport_ids(inventory).join(", ")
-                    ),
-                }),
-            }
+            let hints: Vec<SizeHint> =
+                for_device.filter_map(|c| c.as_ref().ok()).filter_map(|p| cached_hint(p).ok()).collect();
+            auto_choice(&hints).cloned().ok_or_else(|| Error::NoPath {
+                device,
+                transport: "auto".into(),
+                why: format!(
+                    "no RDMA NIC and no software transport has a hint for it (available: {}){}",
+                    transport_ids(inventory).join(", "),
+                    if cfg!(feature = "staged") { "" } else { "; enable the `staged` feature" }
+                ),
+            })
         }
     }
+}
+
+/// What [`TransportSelector::Auto`] picks among one device's hints (see its order).
+pub(crate) fn auto_choice(hints: &[SizeHint]) -> Option<&SizeHint> {
+    let best_nic = hints
+        .iter()
+        .filter(|h| h.transport.starts_with("verbs:"))
+        .min_by(|a, b| a.path_class.cmp(&b.path_class).then(b.predicted_gbps.total_cmp(&a.predicted_gbps)));
+    if best_nic.is_some() {
+        return best_nic;
+    }
+    let software: Vec<&SizeHint> =
+        SOFTWARE_ORDER.iter().filter_map(|id| hints.iter().find(|h| h.transport == *id)).collect();
+    software.iter().find(|h| h.origin == Origin::Measured).or(software.first()).copied()
 }
 
 fn transport_ids(inventory: &Inventory) -> Vec<String> {

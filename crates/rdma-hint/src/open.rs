@@ -151,6 +151,13 @@ impl serde::Serialize for TransportId {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for TransportId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// How [`open`] sets a transport up. `Default` is no token and [`WaitMode::Adaptive`].
 ///
 /// ```
@@ -299,6 +306,10 @@ mod tests {
         assert_eq!(TransportId::ucx_for_tls(Some("posix,self")).unwrap().to_string(), "ucx:posix");
         assert_eq!(TransportId::ucx_for_tls(None).unwrap().to_string(), "ucx:default");
         assert_eq!("ucx:shm".parse::<TransportId>().unwrap().ucx_tls().as_deref(), Some("shm,self"));
+        let json = serde_json::to_string(&TransportId::STAGED_SHM).unwrap();
+        assert_eq!(json, "\"staged:shm\"");
+        assert_eq!(serde_json::from_str::<TransportId>(&json).unwrap(), TransportId::STAGED_SHM);
+        assert!(serde_json::from_str::<TransportId>("\"staged:x\"").is_err());
         for bad in ["", "staged", "staged:", "ucx:", "ucx:tcp;rm", "verbs:a b", "nccl:x", "verbs:(none)"] {
             assert!(matches!(bad.parse::<TransportId>(), Err(Error::InvalidTransportId { .. })), "{bad}");
         }

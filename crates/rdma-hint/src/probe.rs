@@ -90,6 +90,8 @@ pub struct ProbeReport {
     pub absent: Vec<Absence>,
     /// Skipped or assumed facts.
     pub warnings: Vec<String>,
+    /// Per source, the hint `get_low_latency_rdma_size_hint` answers (`TransportSelector::Auto`).
+    pub defaults: Vec<SizeHint>,
 }
 
 /// Discovered facts, before any hint is computed.
@@ -178,7 +180,17 @@ impl Inventory {
                 }),
             }
         }
+        let defaults = self
+            .sources
+            .iter()
+            .filter_map(|source| {
+                let of_source: Vec<SizeHint> =
+                    hints.iter().filter(|h| h.source == source.facts.id).cloned().collect();
+                crate::auto_choice(&of_source).cloned()
+            })
+            .collect();
         ProbeReport {
+            defaults,
             sysfs_root: self.sysfs_root.clone(),
             gpu_facts: self.gpu_facts.clone(),
             sources: self
