@@ -11,8 +11,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{admit, Rendezvous, Token};
-use std::io::Write;
+use rdma_hint_oob::{swap_hellos, Rendezvous, Token};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -291,12 +290,7 @@ impl Transport for StagedTransport {
 /// The blocking half of the handshake, on the rendezvous thread: send `ours`, decode the
 /// peer's hello, admit its token, check it speaks our channel.
 fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
-    stream.write_all(&ours.encode())?;
-    let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-    let peer = Hello::decode(stream).inspect_err(|e| {
-        tracing::warn!(peer = %peer_address, error = %e, "staged: rejected peer (handshake)");
-    })?;
-    admit(token, &peer.token, &peer_address)?;
+    let peer = swap_hellos(stream, &ours.encode(), Hello::decode, token, |h| &h.token, "staged")?;
     if peer.channel != ours.channel {
         return Err(TransportError::Handshake(format!(
             "the peer speaks the {:?} channel, this side {:?}",

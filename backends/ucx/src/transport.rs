@@ -13,8 +13,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
-use std::io::Write;
+use rdma_hint_oob::{confirm, swap_hellos, Rendezvous, Token};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -404,13 +403,7 @@ impl Drop for UcxTransport {
 /// The blocking half of the hello exchange, on the rendezvous thread: send `ours`, decode the
 /// peer's hello and admit its token.
 fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
-    stream.write_all(&ours.encode())?;
-    let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-    let hello = Hello::decode(stream).inspect_err(|e| {
-        tracing::warn!(peer = %peer_address, error = %e, "ucx: rejected peer (hello)");
-    })?;
-    admit(token, &hello.token, &peer_address)?;
-    Ok(hello)
+    swap_hellos(stream, &ours.encode(), Hello::decode, token, |h| &h.token, "ucx")
 }
 
 /// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.

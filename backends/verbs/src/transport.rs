@@ -12,10 +12,9 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RegionTable, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{admit, confirm, Rendezvous, Token};
+use rdma_hint_oob::{confirm, swap_hellos, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
-use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -624,13 +623,7 @@ impl Drop for VerbsTransport {
 /// The blocking half of the hello exchange, on the rendezvous thread: send `ours`, decode the
 /// peer's hello and admit its token.
 fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
-    stream.write_all(&ours.encode())?;
-    let peer_address = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-    let theirs = Hello::decode(stream).inspect_err(|e| {
-        tracing::warn!(peer = %peer_address, error = %e, "verbs: rejected peer (hello)");
-    })?;
-    admit(token, &theirs.token, &peer_address)?;
-    Ok(theirs)
+    swap_hellos(stream, &ours.encode(), Hello::decode, token, |h| &h.token, "verbs")
 }
 
 /// What a connect's rendezvous thread needs: copies of the verbs handles (lent, see

@@ -26,4 +26,4 @@ mod token;
 
 pub use codec::{handshake_error, WireReader, WireWriter};
 pub use connect::{confirm, confirm_off_thread, dial, prepare, Listener, Rendezvous};
-pub use token::{admit, Token, MAX_TOKEN_BYTES};
+pub use token::{admit, swap_hellos, Token, MAX_TOKEN_BYTES};

@@ -65,3 +65,24 @@ pub fn admit(expected: Option<&Token>, presented: &[u8], peer: &str) -> Result<(
         _ => Ok(()),
     }
 }
+
+/// Sends `ours` (an encoded hello), decodes the peer's with `decode` and admits it by the token
+/// `presented` takes from it. A hello that does not decode, or a wrong token, is logged with
+/// the peer's address under `backend` and is the error.
+pub fn swap_hellos<H>(
+    stream: &mut std::net::TcpStream,
+    ours: &[u8],
+    decode: impl FnOnce(&mut std::net::TcpStream) -> Result<H, TransportError>,
+    expected: Option<&Token>,
+    presented: impl FnOnce(&H) -> &[u8],
+    backend: &'static str,
+) -> Result<H, TransportError> {
+    use std::io::Write;
+    stream.write_all(ours)?;
+    let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+    let hello = decode(stream).inspect_err(|e| {
+        tracing::warn!(%peer, error = %e, backend, "rejected peer (hello)");
+    })?;
+    admit(expected, presented(&hello), &peer)?;
+    Ok(hello)
+}
