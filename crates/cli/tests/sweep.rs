@@ -135,6 +135,42 @@ fn ucx_sweeps_report_valid_points() {
     }
 }
 
+/// Any UCX_TLS scope the help offers sweeps, not only the two the probe lists: its hint comes
+/// from asking UCX about that scope.
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_sweeps_any_scope() {
+    std::env::set_var("UCX_NET_DEVICES", "lo");
+    let dir = scratch("ucx-posix");
+    let json = dir.join("out.json");
+    let output = rdma_hint(
+        &dir,
+        &[
+            "sweep",
+            "--backend",
+            "ucx",
+            "--ucx-tls",
+            "posix,self",
+            "--sizes",
+            "16K,64K",
+            "--iters",
+            "1",
+            "--transfer",
+            "1M",
+            "--latency-samples",
+            "5",
+            "--no-record",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["transport"], "ucx:posix");
+    check_report(&report);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn backends_that_do_not_move_data_say_so() {
     let dir = scratch("absent");

@@ -62,26 +62,37 @@ fn staged_transports() -> Vec<SoftwareTransport> {
 /// UCX's shm and tcp scopes, with UCX's estimate as facts; scopes UCX refuses are absences.
 #[cfg(feature = "ucx")]
 fn ucx_transports() -> (Vec<SoftwareTransport>, Vec<Absence>) {
-    use rdma_hint_core::Transport;
     let mut transports = Vec::new();
     let mut absent = Vec::new();
     for scope in ["shm,self", "tcp,self"] {
-        match rdma_hint_ucx::UcxTransport::open(Some(scope)) {
-            Ok(ucx) => {
-                let estimate = ucx.estimate();
-                transports.push(SoftwareTransport {
-                    facts: ucx.capabilities().facts.clone(),
-                    driver: format!("UCX {}", rdma_hint_ucx::version()),
-                    detail: Some(format!(
-                        "UCX_TLS={scope}: UCX estimates {:.3} GB/s and {:.2} µs per message (ucp_ep_evaluate_perf at 64 KiB and 4 MiB); lanes {}",
-                        estimate.gbps, estimate.overhead_us, estimate.lanes
-                    )),
-                });
-            }
-            Err(err) => absent.push(Absence { component: "ucx", why: format!("UCX_TLS={scope}: {err}") }),
+        match ucx_transport(scope) {
+            Ok(transport) => transports.push(transport),
+            Err(why) => absent.push(Absence { component: "ucx", why }),
         }
     }
     (transports, absent)
+}
+
+/// One UCX scope (`UCX_TLS` syntax) as a software transport, with UCX's estimate as facts.
+#[cfg(feature = "ucx")]
+pub(crate) fn ucx_transport(scope: &str) -> Result<SoftwareTransport, String> {
+    use rdma_hint_core::Transport;
+    let ucx =
+        rdma_hint_ucx::UcxTransport::open(Some(scope)).map_err(|err| format!("UCX_TLS={scope}: {err}"))?;
+    let estimate = ucx.estimate();
+    Ok(SoftwareTransport {
+        facts: ucx.capabilities().facts.clone(),
+        driver: format!("UCX {}", rdma_hint_ucx::version()),
+        detail: Some(format!(
+            "UCX_TLS={scope}: UCX estimates {:.3} GB/s and {:.2} µs per message (ucp_ep_evaluate_perf at 64 KiB and 4 MiB); lanes {}",
+            estimate.gbps, estimate.overhead_us, estimate.lanes
+        )),
+    })
+}
+
+#[cfg(not(feature = "ucx"))]
+pub(crate) fn ucx_transport(_scope: &str) -> Result<SoftwareTransport, String> {
+    Err("the UCX backend is not compiled in (cargo feature `ucx`)".into())
 }
 
 #[cfg(not(feature = "ucx"))]

@@ -230,6 +230,27 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
         Err((source, _, _)) => *source == device,
     });
     match selector {
+        TransportSelector::Id(TransportId::Ucx(scope))
+            if !transport_ids(inventory).contains(&format!("ucx:{scope}")) =>
+        {
+            // A UCX scope the probe did not list (`ucx:posix+cma`): ask UCX about it now.
+            let id = TransportId::Ucx(scope.clone());
+            let tls = id.ucx_tls().unwrap_or_default();
+            let transport = backends::ucx_transport(&tls).map_err(|why| Error::NoPath {
+                device,
+                transport: id.to_string(),
+                why,
+            })?;
+            let source = inventory.sources.iter().find(|s| s.facts.id == device).map(|s| s.facts.clone());
+            let profile = profiles::software_profile(
+                source.ok_or(Error::UnknownTransport {
+                    transport: id.to_string(),
+                    available: transport_ids(inventory).join(", "),
+                })?,
+                &transport,
+            );
+            cached_hint(&profile)
+        }
         TransportSelector::Id(id) => {
             let id = id.to_string();
             let candidate = for_device

@@ -103,6 +103,22 @@ pub(crate) fn rdma_transport(nic: &Nic) -> Result<TransportFacts, String> {
     })
 }
 
+/// The path from a memory source to a transport that needs no NIC.
+pub(crate) fn software_profile(source: SourceFacts, transport: &backends::SoftwareTransport) -> PathProfile {
+    let gpu_driver = source.gpu().and_then(|g| g.driver_version.clone());
+    PathProfile {
+        source,
+        transport: transport.facts.clone(),
+        path_class: PathClass::NoNic,
+        bridges: 0,
+        versions: DriverVersions {
+            transport_driver: Some(transport.driver.clone()),
+            firmware: None,
+            gpu_driver,
+        },
+    }
+}
+
 /// One candidate pair: its profile, or why it has none.
 pub(crate) type Candidate = Result<PathProfile, (SourceId, String, String)>;
 
@@ -118,17 +134,7 @@ pub(crate) fn candidates(
     for source in sources {
         let gpu_driver = source.facts.gpu().and_then(|g| g.driver_version.clone());
         for transport in software {
-            out.push(Ok(PathProfile {
-                source: source.facts.clone(),
-                transport: transport.facts.clone(),
-                path_class: PathClass::NoNic,
-                bridges: 0,
-                versions: DriverVersions {
-                    transport_driver: Some(transport.driver.clone()),
-                    firmware: None,
-                    gpu_driver: gpu_driver.clone(),
-                },
-            }));
+            out.push(Ok(software_profile(source.facts.clone(), transport)));
         }
         for nic in topology.nics.iter().filter(|n| n.kind == NicKind::Rdma) {
             let id = format!("verbs:{}", nic.name);
