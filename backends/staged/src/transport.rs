@@ -166,8 +166,13 @@ impl Transport for StagedTransport {
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        let connected = self.link.get().is_some_and(|link| link.broken.get().is_none());
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         match regions.get_mut(region.0 as usize) {
+            Some(Some(entry)) if entry.exposed && connected => Err(TransportError::RegionBusy {
+                region,
+                why: "exposed to the connected peer; drop the transport to release it",
+            }),
             Some(slot @ Some(_)) => {
                 *slot = None;
                 Ok(())

@@ -50,3 +50,23 @@ fn sender_and_receiver_restart_and_reconnect_on_the_same_port() {
         assert!(arrived.iter().all(|b| *b == cycle + 1), "cycle {cycle}");
     }
 }
+
+#[test]
+fn an_exposed_region_cannot_be_released_while_the_peer_is_connected() {
+    for channel in StagedChannel::ALL {
+        let p = pair(channel, 1 << 20, loopback());
+        let busy = p.receiver.deregister(p.target.id);
+        assert!(
+            matches!(busy, Err(rdma_hint_core::TransportError::RegionBusy { .. })),
+            "{channel:?}: {busy:?}"
+        );
+        // The sender's own (unexposed) region can go; once the peer is gone, so can the target.
+        p.sender.deregister(p.source.id).unwrap();
+        drop(p.sender);
+        let started = Instant::now();
+        while p.receiver.deregister(p.target.id).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(10), "{channel:?}: the link never broke");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

@@ -187,6 +187,7 @@ impl Arrival {
 /// Errors of any transport. Every wait has a deadline, so a dead peer ends in
 /// [`TransportError::DeadlineExceeded`] or [`TransportError::PeerGone`], never a hang.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum TransportError {
     /// The backend cannot run here (library or device missing).
     #[error("the {backend} backend is unavailable: {reason}")]

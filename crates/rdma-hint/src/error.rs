@@ -6,6 +6,7 @@ use thiserror::Error;
 
 /// Why a hint, a probe or [`open`](crate::open) failed.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The sysfs tree could not be read.
     #[error(transparent)]
