@@ -13,12 +13,16 @@ use std::time::{Duration, Instant};
 /// CPU is measured for the whole process: the two tests must not overlap.
 static ALONE: Mutex<()> = Mutex::new(());
 
-/// CPU seconds of this process, all threads (utime + stime from /proc/self/stat, 10 ms ticks).
+/// CPU seconds the live threads of this process have run: the scheduler's nanosecond run time
+/// of each (`/proc/self/task/*/schedstat`), not tick samples, which an emulated guest skews.
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("stat");
-    let fields: Vec<&str> = stat.rsplit_once(')').expect("comm").1.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / 100.0
+    let run_ns: Vec<f64> = std::fs::read_dir("/proc/self/task")
+        .expect("tasks")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<f64>().ok())
+        .collect();
+    assert!(!run_ns.is_empty(), "no /proc/self/task/*/schedstat: cannot measure CPU here");
+    run_ns.iter().sum::<f64>() / 1e9
 }
 
 fn connected(id: &rdma_hint::TransportId, mode: WaitMode) -> (Box<dyn Transport>, Box<dyn Transport>) {
@@ -32,7 +36,10 @@ fn connected(id: &rdma_hint::TransportId, mode: WaitMode) -> (Box<dyn Transport>
         receiver
     });
     sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline).unwrap();
-    (sender, accepting.join().unwrap())
+    let receiver = accepting.join().unwrap();
+    // Let the connect's helper threads finish before anything is measured.
+    std::thread::sleep(Duration::from_millis(100));
+    (sender, receiver)
 }
 
 /// Waits 2 s for an arrival the (connected, idle) peer never sends; returns the CPU share of
