@@ -13,8 +13,8 @@
 //! the post-to-completion time of one signalled write.
 
 use rdma_hint::{
-    open, Arrival, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, Transport,
-    TransportId, WaitMode, WriteOp,
+    open, Arrival, BlockingTransport, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint,
+    RemoteRegion, Transport, TransportId, WaitMode, WriteOp,
 };
 use std::time::{Duration, Instant};
 
@@ -79,7 +79,8 @@ fn main() -> Result<(), String> {
     let region = transport.register(MemoryKind::Host, bytes.max(4096)).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(300);
     let connect = |peer| {
-        rdma_hint::core::blocking::block_on(transport.connect(peer, &[region.id], deadline))
+        transport
+            .connect_blocking(peer, &[region.id], deadline)
             .map_err(|e| e.to_string())?
             .first()
             .copied()

@@ -50,7 +50,7 @@ const EMPTY_OP: WriteOp = WriteOp {
 /// How long a transfer runs without waiting before it yields to its executor once.
 pub(crate) const YIELD_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
 /// Blocks posted between two looks at the clock (deadline, time slice).
-const CHECK_EVERY_BLOCKS: u64 = 64;
+const CHECK_EVERY_BLOCKS: u64 = 256;
 
 /// Returns `Pending` once (waking itself first), so the executor runs other tasks.
 async fn yield_now() {
@@ -177,10 +177,11 @@ impl Pipeline {
         // slice, the task yields to its executor: a long transfer does not starve the other
         // tasks on its thread.
         // A transport whose posts are slow themselves (Soft-RoCE does the NIC's work inside
-        // `ibv_post_send`) gets its clock read after every doorbell instead, once a window
-        // took longer than a slice.
+        // `ibv_post_send`) gets its clock read after every doorbell instead, once
+        // CHECK_EVERY_BLOCKS blocks alone took longer than a slice.
         let mut next_check = CHECK_EVERY_BLOCKS;
         let mut slice_start = Instant::now();
+        let mut last_check = slice_start;
         let mut slow_posts = false;
         while progress.retired < count {
             if progress.posted >= next_check {
@@ -189,8 +190,9 @@ impl Pipeline {
                 if now >= deadline {
                     return Err(deadline_passed(progress.retired));
                 }
+                slow_posts |= now.duration_since(last_check) >= YIELD_AFTER;
+                last_check = now;
                 if now.duration_since(slice_start) >= YIELD_AFTER {
-                    slow_posts = true;
                     yield_now().await;
                     slice_start = Instant::now();
                 }

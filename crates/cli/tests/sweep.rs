@@ -20,17 +20,27 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Runs `sweep ARGS --json DIR/out.json`, asserts it succeeded and returns the report.
+fn sweep_report(dir: &PathBuf, args: &[&str]) -> Value {
+    let json = dir.join("out.json");
+    let mut all = vec!["sweep"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let output = rdma_hint(dir, &all);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+}
+
 fn short_sweep(channel: &str) -> (PathBuf, Value, String) {
     short_sweep_on("staged", channel)
 }
 
 fn short_sweep_on(backend: &str, channel: &str) -> (PathBuf, Value, String) {
     let dir = scratch(&format!("{backend}-{channel}"));
-    let (json, svg) = (dir.join("out.json"), dir.join("out.svg"));
-    let output = rdma_hint(
+    let svg = dir.join("out.svg");
+    let report = sweep_report(
         &dir,
         &[
-            "sweep",
             "--backend",
             backend,
             "--channel",
@@ -44,14 +54,10 @@ fn short_sweep_on(backend: &str, channel: &str) -> (PathBuf, Value, String) {
             "2M",
             "--latency-samples",
             "20",
-            "--json",
-            json.to_str().unwrap(),
             "--plot",
             svg.to_str().unwrap(),
         ],
     );
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     (dir, report, std::fs::read_to_string(&svg).unwrap())
 }
 
@@ -142,11 +148,9 @@ fn ucx_sweeps_report_valid_points() {
 fn ucx_sweeps_any_scope() {
     std::env::set_var("UCX_NET_DEVICES", "lo");
     let dir = scratch("ucx-posix");
-    let json = dir.join("out.json");
-    let output = rdma_hint(
+    let report = sweep_report(
         &dir,
         &[
-            "sweep",
             "--backend",
             "ucx",
             "--ucx-tls",
@@ -160,12 +164,8 @@ fn ucx_sweeps_any_scope() {
             "--latency-samples",
             "5",
             "--no-record",
-            "--json",
-            json.to_str().unwrap(),
         ],
     );
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["transport"], "ucx:posix");
     check_report(&report);
     let _ = std::fs::remove_dir_all(dir);
@@ -199,11 +199,9 @@ fn sweep_to_a_serving_peer_over_tcp() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let json = dir.join("peer.json");
-    let output = rdma_hint(
+    let report = sweep_report(
         &dir,
         &[
-            "sweep",
             "--channel",
             "tcp",
             "--peer",
@@ -217,12 +215,8 @@ fn sweep_to_a_serving_peer_over_tcp() {
             "--latency-samples",
             "5",
             "--no-record",
-            "--json",
-            json.to_str().unwrap(),
         ],
     );
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     check_report(&report);
     let status = server.wait().unwrap();
     assert!(status.success(), "serve ends cleanly when the peer leaves");

@@ -8,22 +8,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How a transport meets its peer: an optional listener bound ahead of time (so the peer can be
-/// told the port before `connect`), then one stream per connect, dialled or accepted.
-///
-/// ```
-/// use rdma_hint_core::PeerEndpoint;
-/// use rdma_hint_oob::Rendezvous;
-/// use std::time::{Duration, Instant};
-///
-/// let deadline = Instant::now() + Duration::from_secs(5);
-/// let listening = Rendezvous::default();
-/// let address = listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-/// let dialer = std::thread::spawn(move || {
-///     Rendezvous::default().connect(PeerEndpoint::Dial(address), deadline).unwrap()
-/// });
-/// let accepted = listening.connect(PeerEndpoint::Listen(address), deadline).unwrap();
-/// assert_eq!(accepted.peer_addr().unwrap(), dialer.join().unwrap().local_addr().unwrap());
-/// ```
+/// told the port before `connect`), then one stream per connect, dialled or accepted, and the
+/// hello exchange on it, on a thread of its own ([`Rendezvous::meet`]).
 #[derive(Debug, Default)]
 pub struct Rendezvous {
     listener: Mutex<Option<Listener>>,
@@ -39,15 +25,9 @@ impl Rendezvous {
     }
 
     /// Dials the peer, or accepts it on the listener bound by [`Rendezvous::bind`] (binding
-    /// `address` now if none was), within `deadline`; the stream comes back [`prepare`]d.
-    /// Blocks the calling thread; async callers use [`Rendezvous::meet`].
-    pub fn connect(&self, peer: PeerEndpoint, deadline: Instant) -> Result<TcpStream, TransportError> {
-        let listener = self.listener_for(peer)?;
-        establish(peer, listener, deadline)
-    }
-
-    /// [`Rendezvous::connect`], then `exchange` on the stream (send this side's hello, decode
-    /// and admit the peer's), all on a thread of its own: the awaiting task's thread never
+    /// `address` now if none was), within `deadline`, with the stream [`prepare`]d; then runs
+    /// `exchange` on it (send this side's hello, decode and admit the peer's). All on a thread of
+    /// its own: the awaiting task's thread never
     /// blocks, and two `meet`s joined in one task (listening and dialling) both progress.
     ///
     /// ```
@@ -118,11 +98,6 @@ fn establish(
     };
     prepare(&stream, deadline)?;
     Ok(stream)
-}
-
-/// [`confirm`] on a thread of its own; the stream comes back for the caller to keep.
-pub async fn confirm_off_thread(mut stream: TcpStream, ready: u8) -> Result<TcpStream, TransportError> {
-    off_thread("oob-confirm", move || confirm(&mut stream, ready).map(|()| stream)).await?
 }
 
 /// A bound OOB listener. Bind it before telling the peer where to dial, then [`accept`](Listener::accept).

@@ -25,5 +25,5 @@ mod connect;
 mod token;
 
 pub use codec::{handshake_error, WireReader, WireWriter};
-pub use connect::{confirm, confirm_off_thread, dial, prepare, Listener, Rendezvous};
+pub use connect::{confirm, dial, prepare, Listener, Rendezvous};
 pub use token::{admit, swap_hellos, Token, MAX_TOKEN_BYTES};

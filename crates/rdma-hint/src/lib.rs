@@ -214,7 +214,7 @@ pub fn get_low_latency_rdma_size_hint_with(
 }
 
 fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector) -> Result<SizeHint, Error> {
-    if !inventory.sources.iter().any(|s| s.facts.id == device) {
+    let Some(source) = inventory.sources.iter().find(|s| s.facts.id == device) else {
         return Err(Error::UnknownDevice {
             device,
             available: inventory
@@ -224,7 +224,7 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
                 .collect::<Vec<_>>()
                 .join(", "),
         });
-    }
+    };
     let for_device = inventory.candidates.iter().filter(|c| match c {
         Ok(profile) => profile.source.id == device,
         Err((source, _, _)) => *source == device,
@@ -241,15 +241,7 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
                 transport: id.to_string(),
                 why,
             })?;
-            let source = inventory.sources.iter().find(|s| s.facts.id == device).map(|s| s.facts.clone());
-            let profile = profiles::software_profile(
-                source.ok_or(Error::UnknownTransport {
-                    transport: id.to_string(),
-                    available: transport_ids(inventory).join(", "),
-                })?,
-                &transport,
-            );
-            cached_hint(&profile)
+            cached_hint(&profiles::software_profile(source.facts.clone(), &transport))
         }
         TransportSelector::Id(id) => {
             let id = id.to_string();
