@@ -5,7 +5,9 @@
 #
 # Runs a command inside a throw-away qemu VM that boots Debian's
 # stock kernel (package linux-image-amd64, which has rdma_rxe.ko = Soft-RoCE),
-# with a real ibverbs device "rxe0" ready.
+# with a real ibverbs device "rxe0" ready. It installs only missing packages and
+# never removes or downgrades one; the kernel is this machine's own when it has
+# rdma_rxe, else the package unpacked into the cache (not installed into /boot).
 #
 #   usage: run-in-vm.sh CMD [ARG...]     (one argument = shell code for bash -c)
 #   e.g.   run-in-vm.sh ibv_devinfo -d rxe0
@@ -37,9 +39,12 @@
 #   RXE_VM_CPUS     vCPUs (default 2)          RXE_VM_MEM  memory (default 1024M)
 #   RXE_VM_ACCEL    auto|kvm|tcg (default auto: kvm only with kvm_intel/kvm_amd)
 #   RXE_VM_KERNEL   kernel image (default: newest /boot/vmlinuz-* whose
-#                   /lib/modules/<ver> has rdma_rxe.ko)
+#                   /lib/modules/<ver> has rdma_rxe.ko, else Debian's linux-image package
+#                   unpacked under $RXE_VM_CACHE/kernel-root, never installed)
+#   RXE_VM_KERNEL_FROM=package  use the unpacked package even if /boot has a kernel
 #   RXE_VM_RWDIR    host dir shared read-write ("" = none; default $PWD)
-#   RXE_VM_CACHE    where vmlinux/initramfs are cached (default /var/cache/rxe-vm)
+#   RXE_VM_CACHE    where vmlinux/initramfs (and an unpacked kernel) are cached
+#                   (default /var/cache/rxe-vm; not under /tmp, which the guest cannot see)
 #   RXE_VM_NO_INSTALL=1  never run apt-get (default: install what is missing)
 #   RXE_VM_MTU      MTU of the netdev under rxe0 (default 9000 -> active_mtu 4096;
 #                   1500 -> active_mtu 1024)
@@ -58,7 +63,25 @@ CACHE=${RXE_VM_CACHE:-/var/cache/rxe-vm}
 RWDIR=${RXE_VM_RWDIR-$PWD}
 log() { echo "run-in-vm: $*" >&2; }
 
-# ---- 1. packages (Debian 12) -------------------------------------------------
+# ---- 1. packages (Debian 12): only what is missing, never removing or downgrading --------
+apt_updated=0
+apt_install() { # packages...
+    export DEBIAN_FRONTEND=noninteractive
+    [ "$apt_updated" = 1 ] || { apt-get update -qq >&2; apt_updated=1; }
+    # --no-remove: apt aborts instead of removing a package the machine has (a newer qemu-utils,
+    # say); then try the suite that package came from, so the new ones match it.
+    apt-get install -y -qq --no-install-recommends --no-remove "$@" >&2 && return 0
+    local suite=""
+    if dpkg-query -W -f='${Status}' qemu-utils 2>/dev/null | grep -q "install ok installed"; then
+        suite=$(apt-cache policy qemu-utils | awk '$1 == "***" { mine = 1; next }
+            mine && $2 ~ /:\/\// { split($3, s, "/"); print s[1]; exit } mine && $1 !~ /^[0-9]+$/ { exit }')
+    fi
+    if [ -n "$suite" ] && apt-get install -y -qq --no-install-recommends --no-remove -t "$suite" "$@" >&2; then
+        return 0
+    fi
+    log "cannot install $* without removing or changing installed packages; install them yourself (or set RXE_VM_NO_INSTALL=1)"
+    exit 2
+}
 need_pkgs=()
 command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
 [ -x /bin/busybox ] && /bin/busybox --list | grep -x insmod >/dev/null || need_pkgs+=(busybox-static)
@@ -69,27 +92,57 @@ command -v rdma  >/dev/null || need_pkgs+=(iproute2)
 command -v ibv_devinfo >/dev/null || need_pkgs+=(ibverbs-utils)
 [ -e /etc/libibverbs.d/rxe.driver ] || need_pkgs+=(ibverbs-providers rdma-core)
 command -v ib_write_bw >/dev/null || need_pkgs+=(perftest)
-ls /lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko >/dev/null 2>&1 || need_pkgs+=(linux-image-amd64)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     [ "${RXE_VM_NO_INSTALL:-0}" = 1 ] && { log "missing packages: ${need_pkgs[*]}"; exit 2; }
     log "installing ${need_pkgs[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >&2
+    apt_install "${need_pkgs[@]}"
 fi
 
-# ---- 2. kernel ----------------------------------------------------------------
+# ---- 2. kernel: this machine's own (a /boot/vmlinuz-* whose modules have rdma_rxe), else
+#         Debian's kernel package unpacked into the cache (nothing goes into /boot or
+#         /lib/modules); KROOT is the root its /boot and /lib/modules live under ----------
+newest_rxe_kernel() { # ROOT ("" = /) -> newest version with rdma_rxe and a vmlinuz
+    { ls "$1"/lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko* 2>/dev/null || true; } |
+        sed "s|^$1/lib/modules/||; s|/.*||" |
+        while read -r v; do [ -f "$1/boot/vmlinuz-$v" ] && echo "$v"; done | sort -V | tail -n1
+}
+KROOT=""
 if [ -n "${RXE_VM_KERNEL:-}" ]; then
     VMLINUZ=$RXE_VM_KERNEL
     KVER=$(basename "$VMLINUZ"); KVER=${KVER#vmlinuz-}
 else
-    KVER=$(ls /lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko 2>/dev/null |
-           cut -d/ -f4 | while read -r v; do [ -f "/boot/vmlinuz-$v" ] && echo "$v"; done |
-           sort -V | tail -n1)
-    [ -n "$KVER" ] || { log "no /boot/vmlinuz-* with rdma_rxe.ko found"; exit 2; }
-    VMLINUZ=/boot/vmlinuz-$KVER
+    KVER=""
+    [ "${RXE_VM_KERNEL_FROM:-}" = package ] || KVER=$(newest_rxe_kernel "")
+    if [ -z "$KVER" ]; then
+        KROOT=$CACHE/kernel-root
+        mkdir -p "$CACHE"
+        exec 8>"$CACHE/.kernel-lock"; flock 8
+        KVER=$(newest_rxe_kernel "$KROOT")
+        if [ -z "$KVER" ]; then
+            [ "${RXE_VM_NO_INSTALL:-0}" = 1 ] && { log "no kernel with rdma_rxe here or in $KROOT"; exit 2; }
+            [ "$apt_updated" = 1 ] || { apt-get update -qq >&2; apt_updated=1; }
+            image=$(apt-cache depends linux-image-amd64 | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }')
+            [ -n "$image" ] || { log "no linux-image package for linux-image-amd64"; exit 2; }
+            log "unpacking $image into $KROOT (not installed: /boot and /lib/modules stay as they are)"
+            D=$(mktemp -d)
+            (cd "$D" && apt-get download -qq "$image" >&2 2>/dev/null) || (cd "$D" && apt-get download "$image" >&2)
+            rm -rf "$KROOT.tmp"; mkdir -p "$KROOT.tmp"
+            dpkg-deb -x "$D"/*.deb "$KROOT.tmp"
+            rm -rf "$D"
+            # Debian 12 is merged-/usr: the package may ship /usr/lib/modules.
+            [ -d "$KROOT.tmp/lib/modules" ] || { mkdir -p "$KROOT.tmp/lib"; ln -s ../usr/lib/modules "$KROOT.tmp/lib/modules"; }
+            v=$(ls "$KROOT.tmp/lib/modules" | head -n1)
+            depmod -b "$KROOT.tmp" "$v"
+            rm -rf "$KROOT"; mv "$KROOT.tmp" "$KROOT"
+            KVER=$(newest_rxe_kernel "$KROOT")
+        fi
+        flock -u 8
+        [ -n "$KVER" ] || { log "no kernel with rdma_rxe.ko under $KROOT"; exit 2; }
+    fi
+    VMLINUZ=$KROOT/boot/vmlinuz-$KVER
 fi
-[ -d "/lib/modules/$KVER" ] || { log "no /lib/modules/$KVER"; exit 2; }
+[ -d "$KROOT/lib/modules/$KVER" ] || { log "no $KROOT/lib/modules/$KVER"; exit 2; }
+MODPROBE=(modprobe); [ -z "$KROOT" ] || MODPROBE=(modprobe -d "$KROOT")
 
 # ---- 3. cached boot artefacts: uncompressed vmlinux (PVH boot skips the slow
 #         in-guest decompression) and a small busybox initramfs ------------------
@@ -112,7 +165,7 @@ if [ ! -s "$C/initrd.gz" ] || [ "$0" -nt "$C/initrd.gz" ]; then
     mkdir -p "$T"/{bin,dev,proc,sys,newroot,lib/modules}
     cp /bin/busybox "$T/bin/busybox"
     for m in virtio_pci 9pnet_virtio 9p virtio_console; do
-        modprobe -S "$KVER" --show-depends "$m"
+        "${MODPROBE[@]}" -S "$KVER" --show-depends "$m"
     done | awk '$1 == "insmod" {print $2}' | awk '!seen[$0]++' > "$T/mods.list"
     while read -r ko; do cp "$ko" "$T/lib/modules/"; basename "$ko" >> "$T/mods.order"; done < "$T/mods.list"
     rm "$T/mods.list"
@@ -168,6 +221,16 @@ export RXE_VM=1 RXE_DEV=rxe0 $VARS
 # UCX (1.13) drops UD packets from rxe unless this check is off (RoCEv2/IPv4 GRH)
 export UCX_UD_VERBS_ETH_DGID_CHECK=\${UCX_UD_VERBS_ETH_DGID_CHECK:-n}
 echo 125 > /run/rxe-job/rc
+KROOT=$(printf '%q' "$KROOT")
+if [ -n "\$KROOT" ]; then
+  # The kernel's modules live under KROOT, not /lib/modules: modprobe (ours and the kernel's
+  # autoloads) looks there.
+  mkdir -p /run/rxe-bin
+  printf '#!/bin/sh\nexec /sbin/modprobe -d %s "\$@"\n' "\$KROOT" > /run/rxe-bin/modprobe
+  chmod +x /run/rxe-bin/modprobe
+  echo /run/rxe-bin/modprobe > /proc/sys/kernel/modprobe
+  export PATH=/run/rxe-bin:\$PATH
+fi
 setup_ok=1
 {
   modprobe rdma_rxe && modprobe ib_uverbs &&

@@ -11,6 +11,7 @@ use crate::status::{completion_code, status_text};
 use crate::worker::{Ucp, NOTICE_AM_ID};
 use rdma_hint_core::queue::EventSender;
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, RegionTable, TransportError, WriteOp};
+use rdma_hint_oob::{peer_left, PeerLoss};
 use rdma_hint_ucx_sys as sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -130,6 +131,8 @@ pub(crate) struct Engine {
     capacity: usize,
     posted_any: bool,
     gone: Option<String>,
+    /// A clone of the out-of-band socket: tells a peer's goodbye from a failure.
+    oob: Option<std::net::TcpStream>,
     pub(crate) signals: Arc<Signals>,
 }
 
@@ -156,6 +159,7 @@ impl Engine {
             notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
             notice_sends: VecDeque::with_capacity(capacity),
             next_slot: 0,
+            oob: None,
             completions,
             capacity,
             posted_any: false,
@@ -345,10 +349,15 @@ impl Engine {
         }
         let error = self.signals.peer_error.load(Ordering::Acquire);
         if error != 0 && self.gone.is_none() {
-            self.fail(format!(
-                "UCX reported the endpoint failed: {}",
-                status_text(error as sys::ucs_status_t)
-            ));
+            // A peer that closed on purpose also fails the endpoint (UCX's keepalive times
+            // out); its goodbye on the out-of-band socket says it was not an error.
+            match self.oob.as_ref().and_then(peer_left) {
+                Some(loss) if loss.clean => self.lost(loss),
+                _ => self.fail(format!(
+                    "UCX reported the endpoint failed: {}",
+                    status_text(error as sys::ucs_status_t)
+                )),
+            }
         }
     }
 
@@ -386,11 +395,25 @@ impl Engine {
     /// Marks the connection gone: closes the endpoint by force, fails every signalled op not
     /// yet completed (nothing undelivered is reported delivered) and closes the arrival queue.
     pub(crate) fn fail(&mut self, why: String) {
+        self.lost(PeerLoss { why, clean: false });
+    }
+
+    /// Watches `oob` (the out-of-band socket) to tell a peer's goodbye from a failure.
+    pub(crate) fn watch(&mut self, oob: std::net::TcpStream) {
+        self.oob = Some(oob);
+    }
+
+    /// [`Engine::fail`] for `loss`, logged quietly when the peer said goodbye.
+    pub(crate) fn lost(&mut self, loss: PeerLoss) {
         if self.gone.is_some() {
             return;
         }
-        tracing::warn!(%why, "ucx: connection lost");
-        self.gone = Some(why);
+        if loss.clean {
+            tracing::debug!(why = %loss.why, "ucx: connection closed");
+        } else {
+            tracing::warn!(why = %loss.why, "ucx: connection lost");
+        }
+        self.gone = Some(loss.why);
         self.signals.gone.store(true, Ordering::Release);
         self.close();
         while let Some(batch) = self.batches.pop_front() {

@@ -6,8 +6,8 @@ use crate::region::Region;
 use crate::wire::MAX_REGIONS;
 use rdma_hint_core::queue::EventQueue;
 use rdma_hint_core::{Arrival, Completion, RegionTable};
+use rdma_hint_oob::peer_left;
 use rdma_hint_ucx_sys as sys;
-use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,19 +74,6 @@ impl Shared {
         // worker lives until the engine drops, after the progress thread has been joined.
         unsafe { sys::ucp_worker_signal(self.worker as sys::ucp_worker_h) };
     }
-
-    /// `Some(reason)` when the out-of-band socket says the peer is gone.
-    fn peer_left(&self) -> Option<String> {
-        let stream = self.oob.get()?;
-        let mut byte = [0u8; 1];
-        match stream.peek(&mut byte) {
-            Ok(0) => Some("the peer closed the connection (process exited or was killed)".into()),
-            Ok(_) => Some("the peer sent unexpected bytes on the out-of-band socket".into()),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
-            Err(e) if e.kind() == ErrorKind::Interrupted => None,
-            Err(e) => Some(format!("out-of-band socket failed: {e}")),
-        }
-    }
 }
 
 /// The thread body. Returns when `shared.stop` is set.
@@ -129,11 +116,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
 }
 
 fn check_liveness(shared: &Shared) {
-    if let Some(why) = shared.peer_left() {
+    if let Some(loss) = shared.oob.get().and_then(peer_left) {
         let mut engine = shared.engine();
         // Whatever the peer sent before leaving (a last notice) is taken in first.
         engine.progress();
-        engine.fail(why);
+        engine.lost(loss);
         drop(engine);
         shared.completions.notifier().notify();
         shared.arrivals.notifier().notify();

@@ -13,7 +13,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{confirm, swap_hellos, Rendezvous, Token};
+use rdma_hint_oob::{confirm, say_goodbye, swap_hellos, Rendezvous, Token};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -297,6 +297,7 @@ impl Transport for UcxTransport {
                 }
                 let oob = stream.try_clone()?;
                 oob.set_nonblocking(true)?;
+                shared.engine().watch(oob.try_clone()?);
                 let _ = shared.oob.set(oob);
                 let progress_shared = shared.clone();
                 let handle = std::thread::Builder::new()
@@ -388,6 +389,9 @@ impl Transport for UcxTransport {
 
 impl Drop for UcxTransport {
     fn drop(&mut self) {
+        if let Some(stream) = self.shared.oob.get() {
+            say_goodbye(stream);
+        }
         self.shared.stop.store(true, Ordering::Release);
         if let Some(handle) = self.progress.lock().unwrap_or_else(PoisonError::into_inner).take() {
             self.shared.wake();

@@ -6,6 +6,7 @@ use crate::qp::Lent;
 use crate::status::unavailable;
 use rdma_hint_core::wait::Notifier;
 use rdma_hint_core::TransportError;
+use rdma_hint_oob::{peer_left, PeerLoss};
 use rdma_mummy_sys as ibv;
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -48,8 +49,18 @@ impl Events {
 
     /// Marks the connection gone and wakes every waiter.
     pub(crate) fn fail(&self, why: String) {
-        if self.broken.set(why.clone()).is_ok() {
-            tracing::warn!(%why, "verbs: connection lost");
+        self.lost(PeerLoss { why, clean: false });
+    }
+
+    /// Marks the connection gone for `loss` (quietly when the peer said goodbye) and wakes
+    /// every waiter.
+    pub(crate) fn lost(&self, loss: PeerLoss) {
+        if self.broken.set(loss.why.clone()).is_ok() {
+            if loss.clean {
+                tracing::debug!(why = %loss.why, "verbs: connection closed");
+            } else {
+                tracing::warn!(why = %loss.why, "verbs: connection lost");
+            }
         }
         self.completions.notify();
         self.arrivals.notify();
@@ -188,8 +199,8 @@ fn run(events: &Events, watched: &Watched, oob: &TcpStream) {
             drain_channel(events, watched);
         }
         if fds[2].revents != 0 {
-            if let Some(why) = peer_left(oob) {
-                events.fail(why);
+            if let Some(loss) = peer_left(oob) {
+                events.lost(loss);
                 oob_fd = -1;
             }
         }
@@ -216,16 +227,5 @@ fn drain_channel(events: &Events, watched: &Watched) {
         } else if cq == watched.recv_cq {
             events.arrivals.notify();
         }
-    }
-}
-
-/// `Some(reason)` when the out-of-band socket says the peer is gone.
-pub(crate) fn peer_left(stream: &TcpStream) -> Option<String> {
-    let mut byte = [0u8; 1];
-    match stream.peek(&mut byte) {
-        Ok(0) => Some("the peer closed the connection (process exited or was killed)".to_string()),
-        Ok(_) => Some("the peer sent unexpected bytes on the out-of-band socket".to_string()),
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => None,
-        Err(e) => Some(format!("out-of-band socket failed: {e}")),
     }
 }

@@ -1,7 +1,7 @@
 //! `VerbsTransport`: one RC queue pair, the `Transport` implementation.
 
 use crate::device::{self, Context, DeviceFacts};
-use crate::events::{arm, peer_left, CompletionChannel, EventThread, Events, Watched};
+use crate::events::{arm, CompletionChannel, EventThread, Events, Watched};
 use crate::qp::{Lending, QueuePair};
 use crate::region::Region;
 use crate::status::unavailable;
@@ -12,7 +12,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RegionTable, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{confirm, swap_hellos, Rendezvous, Token};
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, swap_hellos, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -321,8 +321,8 @@ impl VerbsTransport {
             return;
         }
         polling.checked = Instant::now();
-        if let Some(why) = self.oob.get().and_then(peer_left) {
-            self.events.fail(why);
+        if let Some(loss) = self.oob.get().and_then(peer_left) {
+            self.events.lost(loss);
         }
     }
 }
@@ -597,6 +597,9 @@ impl Transport for VerbsTransport {
 
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
+        if let Some(stream) = self.oob.get() {
+            say_goodbye(stream);
+        }
         // The event thread touches the channel and CQs: it stops before they go.
         if let Some(mut thread) = lock(&self.event_thread).take() {
             thread.stop();

@@ -1,6 +1,7 @@
-//! Real RDMA traffic over Soft-RoCE. These tests need an RDMA device: they run inside the VM
-//! harness (`scripts/vm/verbs-tests.sh`, which CI runs), where `RXE_DEV` names the rxe device.
-//! Elsewhere they skip with a note, or fail when `RDMA_HINT_REQUIRE_RXE` is set.
+//! Real RDMA traffic over Soft-RoCE. These tests need an RDMA device, so they are `#[ignore]`d
+//! (a test that cannot run here is reported as ignored, never as passed): the VM harness
+//! (`scripts/vm/verbs-tests.sh`, which CI runs) runs them with `--ignored` where `RXE_DEV`
+//! names the rxe device. Run with `--ignored` anywhere else, they fail for want of `RXE_DEV`.
 //!
 //! Two processes (this test binary re-run as the peer with `RDMA_HINT_PEER` set): chunked RDMA
 //! WRITEs of random data, bytes verified by the receiver; a wrong rkey (a proxy rewrites it in
@@ -29,19 +30,10 @@ fn say(line: String) {
     std::io::stdout().flush().unwrap();
 }
 
-/// The rxe device to use, or `None` (skip) outside the VM harness.
-fn rxe() -> Option<String> {
-    match std::env::var("RXE_DEV") {
-        Ok(device) => Some(device),
-        Err(_) => {
-            assert!(
-                std::env::var_os("RDMA_HINT_REQUIRE_RXE").is_none(),
-                "verbs tests required but RXE_DEV is not set"
-            );
-            eprintln!("skipped: no RXE_DEV (run scripts/vm/verbs-tests.sh, which boots the Soft-RoCE VM)");
-            None
-        }
-    }
+/// The rxe device the VM harness set up.
+fn rxe() -> String {
+    std::env::var("RXE_DEV")
+        .expect("no RXE_DEV: these tests run inside the Soft-RoCE VM (scripts/vm/verbs-tests.sh)")
 }
 
 /// Entry point of the peer processes; does nothing in a normal test run.
@@ -100,7 +92,14 @@ fn sender() {
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
-    let remote = rdma_hint_core::blocking::block_on(transport.connect(peer, &[], deadline(120))).unwrap()[0];
+    // The receiver's VM may still be booting: a refused dial is retried until the deadline.
+    let until = deadline(120);
+    let remote = loop {
+        match rdma_hint_core::blocking::block_on(transport.connect(peer, &[], until)) {
+            Err(TransportError::Refused { .. }) if Instant::now() < until => continue,
+            connected => break connected.unwrap()[0],
+        }
+    };
     let transfer = Transfer::new(&source, &remote, len).notify(7);
     let report = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
         &transport,
@@ -129,8 +128,9 @@ fn chunker(transport: &VerbsTransport, block: u64) -> Chunker {
 }
 
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn chunked_rdma_writes_arrive_byte_exact() {
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     for len in [1, 4095, 64 * 1024, (1 << 20) + 3, 8 << 20] {
         let seed = len ^ 0x5eed;
         let (mut peer, address) = spawn_receiver(&device, len, seed);
@@ -182,8 +182,9 @@ fn rkey_rewriting_proxy(receiver: SocketAddr) -> SocketAddr {
 }
 
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn a_wrong_rkey_fails_as_a_typed_completion_error() {
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     let (mut peer, address) = spawn_receiver(&device, 1 << 20, 1);
     let transport = VerbsTransport::open(Some(&device)).unwrap();
     let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
@@ -223,8 +224,9 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
 }
 
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     let len: u64 = 64 << 20;
     let (mut peer, address) = spawn_receiver(&device, len, 2);
     let transport = VerbsTransport::open(Some(&device)).unwrap();
@@ -259,8 +261,9 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
 }
 
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn unregistered_or_out_of_range_memory_fails_before_posting() {
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     let (mut peer, address) = spawn_receiver(&device, 4096, 3);
     let transport = VerbsTransport::open(Some(&device)).unwrap();
     let source = transport.register(MemoryKind::Host, 4096).unwrap();
@@ -307,8 +310,9 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
 }
 
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn capabilities_come_from_the_device() {
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     let devices = rdma_hint_verbs::devices().unwrap();
     let rxe = devices.iter().find(|d| d.name == device).expect("the rxe device is listed");
     assert!(rxe.facts.queried_from_backend);
@@ -350,8 +354,9 @@ fn pair(
 }
 
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     let len = 32 << 20;
     let (sender, _receiver, source, _, remote) = pair(&device, len);
     let started = Instant::now();
@@ -373,9 +378,10 @@ fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
 /// drops both sides; descriptors and threads end where they started (no leaked QPs, CQs, MRs
 /// or device contexts: each holds a descriptor or kernel object behind the uverbs fd).
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn a_hundred_connect_transfer_drop_cycles_leak_nothing() {
     use rdma_hint_integration_tests::{open_fds, threads};
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     drop(pair(&device, 64 * 1024));
     let before = (open_fds(), threads());
     for cycle in 0..100u32 {
@@ -402,12 +408,11 @@ fn a_hundred_connect_transfer_drop_cycles_leak_nothing() {
 /// retries run out, or the deadline) and never reports the transfer complete. The link comes
 /// back up afterwards for the tests that follow.
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
-    let Some(device) = rxe() else { return };
-    let Ok(netdev) = std::env::var("RXE_NETDEV") else {
-        eprintln!("skipped: RXE_NETDEV not set");
-        return;
-    };
+    let device = rxe();
+    let netdev =
+        std::env::var("RXE_NETDEV").expect("RXE_NETDEV: the netdev under rxe (set by the VM harness)");
     let len = 64 << 20;
     let (sender, _receiver, source, _, remote) = pair(&device, len);
     let link = move |state: &str| {
@@ -442,9 +447,10 @@ fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
 /// The fault case repeated: 100 transfers whose receiver is dropped mid-way end with a typed
 /// error each time and leave descriptors and threads as they were.
 #[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
 fn a_hundred_failed_transfers_leak_nothing() {
     use rdma_hint_integration_tests::{open_fds, threads};
-    let Some(device) = rxe() else { return };
+    let device = rxe();
     drop(pair(&device, 64 * 1024));
     let before = (open_fds(), threads());
     let mut failed = 0;

@@ -5,10 +5,12 @@ use anyhow::{bail, Context, Result};
 use rdma_hint::{ProbeOptions, TransportId};
 
 /// `staged` + `shm|tcp`; `ucx` + `shm|tcp` (→ `ucx:shm` / `ucx:tcp`) unless `ucx_tls` names the
-/// scope itself; `verbs` + `--device` (default: the first device this machine has).
+/// scope itself; `verbs` + `--device` (default: the first device this machine has). `channel`
+/// is what the user gave; `default_channel` applies when they gave none.
 pub(crate) fn transport_id(
     backend: &str,
-    channel: &str,
+    channel: Option<&str>,
+    default_channel: &str,
     ucx_tls: Option<&str>,
     device: Option<&str>,
 ) -> Result<TransportId> {
@@ -18,20 +20,24 @@ pub(crate) fn transport_id(
     if ucx_tls.is_some() && backend != "ucx" {
         bail!("--ucx-tls applies to --backend ucx");
     }
+    if let (Some(channel), "verbs") = (channel, backend) {
+        bail!("--channel {channel} applies to --backend staged or ucx; verbs moves data through the RDMA device (--device)");
+    }
+    let channel = channel.unwrap_or(default_channel);
     if !matches!(channel, "shm" | "tcp") {
-        bail!("unknown channel `{channel}` (shm or tcp)");
+        bail!("--channel {channel}: unknown channel (shm or tcp)");
     }
     let id = match backend {
         "staged" => format!("staged:{channel}").parse()?,
         "ucx" => match ucx_tls {
-            Some(tls) => TransportId::ucx_for_tls(Some(tls))?,
+            Some(tls) => TransportId::ucx_for_tls(Some(tls)).with_context(|| format!("--ucx-tls {tls}"))?,
             None => format!("ucx:{channel}").parse()?,
         },
         "verbs" => match device {
-            Some(name) => format!("verbs:{name}").parse()?,
+            Some(name) => format!("verbs:{name}").parse().with_context(|| format!("--device {name}"))?,
             None => first_verbs_device()?,
         },
-        other => bail!("unknown backend `{other}` (staged, ucx, verbs)"),
+        other => bail!("--backend {other}: unknown backend (staged, ucx, verbs)"),
     };
     Ok(id)
 }
@@ -56,16 +62,19 @@ mod tests {
 
     #[test]
     fn backends_and_scopes_parse() {
-        let id = |b, c, t, d| transport_id(b, c, t, d).map(|id| id.to_string()).map_err(|e| e.to_string());
-        assert_eq!(id("staged", "tcp", None, None).unwrap(), "staged:tcp");
-        assert_eq!(id("staged", "shm", None, None).unwrap(), "staged:shm");
-        assert_eq!(id("ucx", "shm", None, None).unwrap(), "ucx:shm");
-        assert_eq!(id("ucx", "shm", Some("posix,cma"), None).unwrap(), "ucx:posix+cma");
-        assert_eq!(id("ucx", "shm", Some("posix,self"), None).unwrap(), "ucx:posix");
-        assert_eq!(id("verbs", "shm", None, Some("rxe0")).unwrap(), "verbs:rxe0");
-        assert!(id("staged", "shm", Some("tcp"), None).is_err());
-        assert!(id("staged", "shm", None, Some("rxe0")).is_err());
-        assert!(id("ucx", "carrier-pigeon", None, None).is_err());
-        assert!(id("nccl", "shm", None, None).is_err());
+        let id = |b, c, t, d| {
+            transport_id(b, c, "shm", t, d).map(|id| id.to_string()).map_err(|e| format!("{e:#}"))
+        };
+        assert_eq!(id("staged", Some("tcp"), None, None).unwrap(), "staged:tcp");
+        assert_eq!(id("staged", None, None, None).unwrap(), "staged:shm");
+        assert_eq!(id("ucx", Some("shm"), None, None).unwrap(), "ucx:shm");
+        assert_eq!(id("ucx", None, Some("posix,cma"), None).unwrap(), "ucx:posix+cma");
+        assert_eq!(id("ucx", None, Some("posix,self"), None).unwrap(), "ucx:posix");
+        assert_eq!(id("verbs", None, None, Some("rxe0")).unwrap(), "verbs:rxe0");
+        assert!(id("verbs", Some("tcp"), None, Some("rxe0")).unwrap_err().contains("--channel"));
+        assert!(id("staged", None, Some("tcp"), None).is_err());
+        assert!(id("staged", None, None, Some("rxe0")).is_err());
+        assert!(id("ucx", Some("carrier-pigeon"), None, None).unwrap_err().contains("--channel"));
+        assert!(id("nccl", None, None, None).unwrap_err().contains("--backend"));
     }
 }

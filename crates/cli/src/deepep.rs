@@ -41,10 +41,15 @@ pub(crate) fn run(args: &DeepEpArgs) -> anyhow::Result<String> {
     }
     let mut out = match args.budget {
         Some(budget) => format!(
-            "{tokens}\nlargest num_max_dispatch_tokens_per_rank within {} ({budget} B): {tokens} tokens need {} B ({})\n",
+            "{tokens}\nlargest num_max_dispatch_tokens_per_rank within {} ({budget} B): {tokens} tokens need {} B ({}){}\n",
             format_bytes(budget),
             size.bytes,
-            format_bytes(size.bytes)
+            format_bytes(size.bytes),
+            if limited_by_deepep(tokens, args, budget) {
+                "; DeepEP's own limit (bytes / 16 < INT_MAX, about 32 GiB) decides, not the budget"
+            } else {
+                ""
+            }
         ),
         None => format!("{}\n{} for T={tokens} H={} ranks={} experts={}\n", size.bytes, format_bytes(size.bytes), args.hidden, args.ranks, args.experts),
     };
@@ -55,4 +60,10 @@ pub(crate) fn run(args: &DeepEpArgs) -> anyhow::Result<String> {
         out.push_str(&format!("warning: {warning}\n"));
     }
     Ok(out)
+}
+
+/// True when one more token would still fit `budget`: DeepEP's limit, not the budget, bound.
+fn limited_by_deepep(tokens: u64, args: &DeepEpArgs, budget: u64) -> bool {
+    low_latency_rdma_size_hint(tokens + 1, args.hidden, args.ranks, args.experts)
+        .is_ok_and(|next| next.bytes <= budget)
 }

@@ -2,6 +2,7 @@
 
 mod backend;
 mod deepep;
+mod output;
 mod plan;
 mod plot;
 mod render;
@@ -12,6 +13,7 @@ mod units;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rdma_hint::{probe, ProbeOptions};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -39,11 +41,12 @@ enum Command {
         /// Backend to measure: staged, ucx or verbs (the last two need their cargo features).
         #[arg(long, default_value = "staged")]
         backend: String,
-        /// Channel: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self).
-        #[arg(long, default_value = "shm")]
-        channel: String,
+        /// Channel of staged or ucx: shm (the default) or tcp (for ucx: UCX_TLS=shm,self or
+        /// tcp,self). Not for verbs.
+        #[arg(long)]
+        channel: Option<String>,
         /// UCX transports to allow instead of --channel's (UCX_TLS syntax, e.g. posix,cma).
-        #[arg(long, value_name = "TLS")]
+        #[arg(long, value_name = "TLS", conflicts_with = "channel")]
         ucx_tls: Option<String>,
         /// RDMA device for --backend verbs (default: the first one).
         #[arg(long, value_name = "NAME")]
@@ -51,17 +54,18 @@ enum Command {
         /// Memory source: host:N or gpu:N.
         #[arg(long, default_value = "host:0")]
         source: String,
-        /// Block sizes: a power-of-two range `4K..64M` or a list `64K,1M` (the hint is added).
+        /// Block sizes: a range `4K..64M` (the powers of two between two powers of two) or a
+        /// list `64K,96K,1M` of multiples of the alignment (the hint is added).
         #[arg(long, default_value = "4K..64M")]
         sizes: String,
-        /// Timed transfers per size (after one warm-up).
-        #[arg(long, default_value_t = 5)]
+        /// Timed transfers per size (after one warm-up), at least 1.
+        #[arg(long, value_parser = units::parse_count_u32, default_value = "5")]
         iters: u32,
-        /// Bytes per transfer.
-        #[arg(long, value_parser = units::parse_bytes, default_value = "64M")]
+        /// Bytes per transfer, at least the largest block of --sizes.
+        #[arg(long, value_parser = units::parse_nonzero_bytes, default_value = "64M")]
         transfer: u64,
-        /// Single-block round trips per size for the latency histogram.
-        #[arg(long, default_value_t = 200)]
+        /// Single-block round trips per size for the latency histogram, at least 1.
+        #[arg(long, value_parser = units::parse_count_u32, default_value = "200")]
         latency_samples: u32,
         /// Write the report as JSON to this file.
         #[arg(long, value_name = "FILE")]
@@ -87,20 +91,20 @@ enum Command {
         /// Backend: staged, ucx or verbs (the last two need their cargo features).
         #[arg(long, default_value = "staged")]
         backend: String,
-        /// Channel: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self).
-        #[arg(long, default_value = "tcp")]
-        channel: String,
+        /// Channel of staged or ucx: tcp (the default) or shm. Not for verbs.
+        #[arg(long)]
+        channel: Option<String>,
         /// UCX transports to allow instead of --channel's (UCX_TLS syntax).
-        #[arg(long, value_name = "TLS")]
+        #[arg(long, value_name = "TLS", conflicts_with = "channel")]
         ucx_tls: Option<String>,
         /// RDMA device for --backend verbs (default: the first one).
         #[arg(long, value_name = "NAME")]
         device: Option<String>,
-        /// Bytes to expose (at least the sweep's largest transfer).
-        #[arg(long, value_parser = units::parse_bytes, default_value = "128M")]
+        /// Bytes to expose (at least the sweep's largest transfer; at least 4 KiB).
+        #[arg(long, value_parser = serve::parse_region_bytes, default_value = "128M")]
         bytes: u64,
         /// Give up after this many seconds.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, value_parser = units::parse_count, default_value = "600")]
         timeout_s: u64,
     },
     /// Print how a transfer is cut into blocks, doorbell batches and signalled requests.
@@ -121,10 +125,10 @@ enum Command {
         #[arg(long, value_parser = units::parse_bytes)]
         region: Option<u64>,
         /// Work requests per doorbell.
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
         batch: u32,
         /// Signal every k-th work request (and the last).
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
         signal_every: u32,
         /// Print JSON: {"blocks":[{offset,payload_len,wire_len}],"batches":[[..]],"signalled":[..]}.
         #[arg(long)]
@@ -133,20 +137,21 @@ enum Command {
     /// DeepEP's `get_low_latency_rdma_size_hint`: RDMA *buffer bytes* its low-latency MoE kernels
     /// need for a model shape (BF16). A different meaning from the block-size hint of `probe`.
     DeepepSize {
-        /// num_max_dispatch_tokens_per_rank.
-        #[arg(long)]
+        /// num_max_dispatch_tokens_per_rank (a whole number).
+        #[arg(long, value_parser = units::parse_count, conflicts_with = "budget")]
         tokens: Option<u64>,
         /// Hidden size (a multiple of 128).
-        #[arg(long)]
+        #[arg(long, value_parser = units::parse_count)]
         hidden: u64,
         /// Number of ranks (checked, unused by DeepEP's formula).
-        #[arg(long)]
+        #[arg(long, value_parser = units::parse_count)]
         ranks: u64,
         /// Number of experts.
-        #[arg(long)]
+        #[arg(long, value_parser = units::parse_count)]
         experts: u64,
-        /// Print the largest token count whose buffer fits this many bytes (e.g. 2GiB).
-        #[arg(long, value_parser = units::parse_bytes)]
+        /// Print the largest token count whose buffer fits this many bytes (e.g. 2GiB) and that
+        /// DeepEP accepts, instead of the bytes for --tokens.
+        #[arg(long, value_parser = units::parse_nonzero_bytes)]
         budget: Option<u64>,
         /// Print JSON: {"bytes","gib","within_deepep_limits","warnings"}.
         #[arg(long)]
@@ -157,6 +162,8 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: a log file or a pipe gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RDMA_HINT_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -164,8 +171,10 @@ fn main() -> ExitCode {
         .init();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output left (`| head`): nothing more to say, as for any filter.
+        Err(error) if output::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("rdma-hint: {error:#}");
+            eprintln!("rdma-hint: {}", output::error_line(&error));
             ExitCode::FAILURE
         }
     }
@@ -180,10 +189,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let report = probe(&options)?;
             if json {
-                let text = serde_json::to_string_pretty(&report)?;
-                println!("{text}");
+                output::print_line(&serde_json::to_string_pretty(&report)?)?;
             } else {
-                print!("{}", render::probe_text(&report));
+                output::print(&render::probe_text(&report))?;
             }
             Ok(())
         }
@@ -203,44 +211,81 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             loopback: _,
             no_record,
         } => {
-            if iters == 0 || transfer == 0 {
-                anyhow::bail!("--iters and --transfer must be at least 1");
+            let sizes = sweep::parse_sizes(&sizes).map_err(|e| anyhow::anyhow!("--sizes {e}"))?;
+            let largest = sizes.iter().copied().max().unwrap_or(1);
+            if transfer < largest {
+                anyhow::bail!(
+                    "--transfer {} is smaller than the largest block of --sizes ({}): a transfer holds at least one block",
+                    units::format_bytes(transfer),
+                    units::format_bytes(largest)
+                );
             }
+            let transport = backend::transport_id(
+                &backend,
+                channel.as_deref(),
+                "shm",
+                ucx_tls.as_deref(),
+                device.as_deref(),
+            )?;
+            let source = source.parse().map_err(|e| anyhow::anyhow!("--source {source}: {e}"))?;
+            // Output paths are checked before minutes of measuring, not after.
+            let json = json.map(|path| output::OutputFile::reserve(&path, "--json")).transpose()?;
+            let plot = plot.map(|path| output::OutputFile::reserve(&path, "--plot")).transpose()?;
             let args = sweep::SweepArgs {
-                transport: backend::transport_id(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
-                source: source.parse().map_err(anyhow::Error::msg)?,
-                sizes: sweep::parse_sizes(&sizes).map_err(anyhow::Error::msg)?,
+                transport,
+                source,
+                sizes,
                 iters,
                 transfer_bytes: transfer,
                 latency_samples,
                 peer,
                 record: !no_record,
             };
-            let report = sweep::run(&args)?;
-            print!("{}", sweep::table(&report));
-            if let Some(path) = json {
-                let text = serde_json::to_string_pretty(&report)?;
-                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            let outcome = sweep::run(&args)?;
+            output::print(&sweep::table(&outcome.report))?;
+            if let Some(file) = json {
+                let text = serde_json::to_string_pretty(&outcome.report)?;
+                std::fs::write(file.path(), text)
+                    .with_context(|| format!("writing {}", file.path().display()))?;
+                output::print_line(&format!("report: {}", file.path().display()))?;
+                file.done();
             }
-            if let Some(path) = plot {
-                plot::write_svg(&report, &path)?;
+            if let Some(file) = plot {
+                plot::write_svg(&outcome.report, file.path())?;
+                output::print_line(&format!("plot: {}", file.path().display()))?;
+                file.done();
+            }
+            if let Some(cache) = outcome.recorded_in {
+                output::print_line(&format!(
+                    "recorded: knee {} as the hint for {} over {} in {}",
+                    units::format_bytes(outcome.report.knee_bytes),
+                    outcome.report.source,
+                    outcome.report.transport,
+                    cache.display()
+                ))?;
             }
             Ok(())
         }
         Command::Serve { listen, backend, channel, ucx_tls, device, bytes, timeout_s } => serve::run(
             listen,
-            &backend::transport_id(&backend, &channel, ucx_tls.as_deref(), device.as_deref())?,
+            &backend::transport_id(
+                &backend,
+                channel.as_deref(),
+                "tcp",
+                ucx_tls.as_deref(),
+                device.as_deref(),
+            )?,
             bytes,
             std::time::Duration::from_secs(timeout_s),
         ),
         Command::Plan { len, block, align, offset, region, batch, signal_every, json } => {
             let args = plan::PlanArgs { len, block, align, offset, region, batch, signal_every, json };
-            println!("{}", plan::run(&args)?.trim_end());
+            output::print_line(&plan::run(&args)?)?;
             Ok(())
         }
         Command::DeepepSize { tokens, hidden, ranks, experts, budget, json } => {
             let text = deepep::run(&deepep::DeepEpArgs { tokens, hidden, ranks, experts, budget, json })?;
-            println!("{}", text.trim_end());
+            output::print_line(&text)?;
             Ok(())
         }
     }

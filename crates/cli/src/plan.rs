@@ -1,6 +1,6 @@
 //! `rdma-hint plan`: the blocks, doorbell batches and signalled requests of one transfer.
 
-use crate::units::format_bytes;
+use crate::units::{format_bytes, plural};
 use rdma_hint::chunker::{BlockSpec, ChunkPlan, PostPolicy};
 use serde_json::json;
 use std::fmt::Write;
@@ -63,10 +63,11 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
     // Writing to a String cannot fail.
     let _ = writeln!(
         out,
-        "{} at offset {} in a {} region: {count} blocks of {} ({} aligned), {} on the wire ({} B padding)",
+        "{} at offset {} in a {} region: {} of {} ({} aligned), {} on the wire ({} B padding)",
         format_bytes(plan.len()),
         plan.offset(),
         format_bytes(plan.region_len()),
+        plural(count, "block"),
         format_bytes(spec.block_bytes()),
         format_bytes(spec.align_bytes()),
         format_bytes(plan.wire_bytes()),
@@ -74,9 +75,9 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
     );
     let _ = writeln!(
         out,
-        "{} doorbells of ≤ {} work requests; {signalled_count} signalled (every {} and the last)",
-        policy.batch_count(count),
-        policy.wrs_per_doorbell,
+        "{} of ≤ {}; {signalled_count} signalled (every {} and the last)",
+        plural(policy.batch_count(count), "doorbell"),
+        plural(u64::from(policy.wrs_per_doorbell), "work request"),
         policy.signal_every
     );
     let _ = writeln!(

@@ -184,8 +184,17 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     if report.absent.is_empty() {
         writeln!(out, "(nothing: every compiled-in backend contributes)")?;
     }
+    // One line per component, however many reasons it has.
+    let mut components: Vec<&str> = Vec::new();
     for absence in &report.absent {
-        writeln!(out, "{}: {}", absence.component, absence.why)?;
+        if !components.contains(&absence.component) {
+            components.push(absence.component);
+        }
+    }
+    for component in components {
+        let whys: Vec<&str> =
+            report.absent.iter().filter(|a| a.component == component).map(|a| a.why.as_str()).collect();
+        writeln!(out, "{component}: {}", whys.join("; "))?;
     }
     if !report.warnings.is_empty() {
         writeln!(out)?;

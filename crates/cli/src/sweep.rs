@@ -47,6 +47,18 @@ pub(crate) struct Point {
     pub(crate) is_hint: bool,
 }
 
+/// What `serve` learns at the end of a sweep, as the immediate of one last block: the sweep
+/// finished, or it stopped because the region `serve` exposes is too small.
+pub(crate) const SWEEP_FINISHED: u32 = 0x5357_0001;
+/// See [`SWEEP_FINISHED`].
+pub(crate) const SWEEP_REGION_TOO_SMALL: u32 = 0x5357_0002;
+
+/// A sweep's report and where its knee was recorded (none with `--no-record`).
+pub(crate) struct Outcome {
+    pub(crate) report: SweepReport,
+    pub(crate) recorded_in: Option<std::path::PathBuf>,
+}
+
 /// The whole sweep, as `--json` writes it.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SweepReport {
@@ -65,13 +77,19 @@ pub(crate) struct SweepReport {
     pub(crate) points: Vec<Point>,
 }
 
-/// Parses `4K..64M` (powers of two between) or a comma list `64K,1M`.
+/// Parses `4K..64M` (the powers of two from one power of two to another) or a comma list
+/// `64K,1M`. Errors read after the flag's name: "--sizes `3K..5K`: …".
 pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
     let sizes = match text.split_once("..") {
         Some((low, high)) => {
             let (low, high) = (parse_bytes(low)?, parse_bytes(high)?);
             if low == 0 || high < low {
                 return Err(format!("`{text}`: need 0 < low ≤ high"));
+            }
+            if !low.is_power_of_two() || !high.is_power_of_two() {
+                return Err(format!(
+                    "`{text}`: a range runs between powers of two (e.g. 4K..64M); list other sizes (48K,96K)"
+                ));
             }
             let mut sizes = Vec::new();
             let mut size = low;
@@ -84,7 +102,7 @@ pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
         None => text.split(',').map(parse_bytes).collect::<Result<Vec<_>, _>>()?,
     };
     if sizes.is_empty() || sizes.contains(&0) {
-        return Err(format!("`{text}` gives no non-zero sizes"));
+        return Err(format!("`{text}`: every size must be at least 1 byte"));
     }
     Ok(sizes)
 }
@@ -149,10 +167,37 @@ fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
         }
     };
     let remote = *remote.first().ok_or_else(|| anyhow!("the peer exposed no region"))?;
+    let endpoints = Endpoints { sender, _receiver: receiver, source, remote };
     if remote.len < region_bytes {
-        bail!("the peer exposed {} B, the sweep needs {region_bytes} B", remote.len);
+        if args.peer.is_some() {
+            endpoints.tell_peer(SWEEP_REGION_TOO_SMALL, args.source);
+        }
+        bail!(
+            "the peer exposes {} ({} B); this sweep needs {} ({region_bytes} B): start `rdma-hint serve` with --bytes {}",
+            format_bytes(remote.len),
+            remote.len,
+            format_bytes(region_bytes),
+            format_bytes(region_bytes).replace(' ', "")
+        );
     }
-    Ok(Endpoints { sender, _receiver: receiver, source, remote })
+    Ok(endpoints)
+}
+
+impl Endpoints {
+    /// Sends `outcome` to a `serve` peer as the immediate of one small block. Best effort: a
+    /// peer that cannot take it learns the same from the closed connection.
+    fn tell_peer(&self, outcome: u32, source: SourceId) {
+        let transport = &*self.sender;
+        let block = HOST_ALIGN.min(self.remote.len).min(self.source.len);
+        let Ok(spec) = BlockSpec::new(block, block) else { return };
+        let Ok(mut chunker) = Chunker::new(PostPolicy::default(), transport.capabilities()) else { return };
+        chunker.set_hint(source, spec);
+        let transfer = Transfer::new(&self.source, &self.remote, block).notify(outcome);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if let Err(e) = chunker.write_as_blocking(transport, source, transfer, deadline) {
+            tracing::debug!(error = %e, "could not tell the peer how the sweep ended");
+        }
+    }
 }
 
 fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, is_hint: bool) -> Result<Point> {
@@ -205,7 +250,7 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, is_h
 }
 
 /// Runs the sweep.
-pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport> {
+pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let transport_id = args.transport.clone();
     let hint = get_low_latency_rdma_size_hint_with(args.source, &TransportSelector::Id(transport_id.clone()))
         .with_context(|| format!("no model hint for {} over {transport_id}", args.source))?;
@@ -213,8 +258,15 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport> {
         SourceId::Gpu(_) => hint.align_bytes.max(64 * 1024),
         SourceId::Host(_) => hint.align_bytes.max(HOST_ALIGN),
     };
-    let mut blocks: Vec<(u64, bool)> =
-        args.sizes.iter().map(|s| (s.next_multiple_of(align), false)).collect();
+    if let Some(odd) = args.sizes.iter().find(|size| *size % align != 0) {
+        bail!(
+            "--sizes: {} is not a multiple of the {} alignment {} needs over {transport_id}",
+            format_bytes(*odd),
+            format_bytes(align),
+            args.source
+        );
+    }
+    let mut blocks: Vec<(u64, bool)> = args.sizes.iter().map(|s| (*s, false)).collect();
     blocks.push((hint.block_bytes, true));
     blocks.sort_unstable();
     blocks.dedup_by(|a, b| {
@@ -242,6 +294,9 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport> {
         progress.inc(1);
     }
     progress.finish_and_clear();
+    if args.peer.is_some() {
+        endpoints.tell_peer(SWEEP_FINISHED, args.source);
+    }
 
     let plateau_gbps = points.iter().map(|p| p.avg_gbps).fold(0.0, f64::max);
     let knee_bytes = points
@@ -252,10 +307,12 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport> {
         .unwrap_or(hint.block_bytes);
     let at_hint = points.iter().find(|p| p.is_hint).map_or(f64::NAN, |p| p.avg_gbps);
     let cpu_peak = points.iter().map(|p| p.cpu_util).fold(0.0, f64::max);
-    if args.record {
-        rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)?;
-    }
-    Ok(SweepReport {
+    let recorded_in = if args.record {
+        Some(rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)?)
+    } else {
+        None
+    };
+    let report = SweepReport {
         backend: args.transport.backend().to_string(),
         cpu_copy_suspected: args.transport.bypasses_cpu() && cpu_peak > CPU_COPY_THRESHOLD,
         transport: transport_id,
@@ -272,7 +329,8 @@ pub(crate) fn run(args: &SweepArgs) -> Result<SweepReport> {
             cpu_peak * 100.0
         ),
         points,
-    })
+    };
+    Ok(Outcome { report, recorded_in })
 }
 
 /// The table `sweep` prints, perftest style.
@@ -332,6 +390,8 @@ mod tests {
         assert!(parse_sizes("0..4K").is_err());
         assert!(parse_sizes("8K..4K").is_err());
         assert!(parse_sizes("lots").is_err());
+        assert!(parse_sizes("3K..5K").unwrap_err().contains("powers of two"));
+        assert_eq!(parse_sizes("48K,96K").unwrap(), vec![48 << 10, 96 << 10]);
     }
 
     #[test]

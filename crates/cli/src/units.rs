@@ -18,6 +18,43 @@ pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     value.checked_mul(1u64 << shift).ok_or_else(|| format!("`{text}` does not fit in 64 bits"))
 }
 
+/// [`parse_bytes`] for sizes that must be at least one byte.
+pub(crate) fn parse_nonzero_bytes(text: &str) -> Result<u64, String> {
+    match parse_bytes(text)? {
+        0 => Err("must be at least 1 byte".into()),
+        bytes => Ok(bytes),
+    }
+}
+
+/// Parses a count (tokens, ranks, iterations): a whole number of at least 1, digits only, so
+/// `1K` is refused rather than guessed as 1000 or 1024.
+pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{text}` is not a whole number (digits only, e.g. 128; no K/M suffixes)"));
+    }
+    match text.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(count) => Ok(count),
+        Err(_) => Err(format!("`{text}` does not fit in 64 bits")),
+    }
+}
+
+/// [`parse_count`] for flags whose value is a 32-bit count.
+pub(crate) fn parse_count_u32(text: &str) -> Result<u32, String> {
+    let count = parse_count(text)?;
+    u32::try_from(count).map_err(|_| format!("`{text}` is larger than {}", u32::MAX))
+}
+
+/// `1 block`, `2 blocks`: a count with its noun in the right number.
+pub(crate) fn plural(count: u64, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
 /// Formats bytes in the largest binary unit that keeps it readable (`64 KiB`, `1.5 MiB`).
 pub(crate) fn format_bytes(value: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
@@ -42,6 +79,20 @@ mod tests {
         assert!(parse_bytes("-1").is_err());
         assert!(parse_bytes("12Q").is_err());
         assert!(parse_bytes("99999999999T").is_err());
+    }
+
+    #[test]
+    fn counts_are_whole_positive_numbers() {
+        assert_eq!(parse_count("128"), Ok(128));
+        assert!(parse_count("1K").unwrap_err().contains("whole number"));
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("-3").is_err());
+        assert!(parse_count("").is_err());
+        assert!(parse_count_u32("5000000000").is_err());
+        assert!(parse_nonzero_bytes("0").is_err());
+        assert_eq!(parse_nonzero_bytes("1M"), Ok(1 << 20));
+        assert_eq!(plural(1, "block"), "1 block");
+        assert_eq!(plural(2, "doorbell"), "2 doorbells");
     }
 
     #[test]

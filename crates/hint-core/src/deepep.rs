@@ -200,7 +200,9 @@ pub fn low_latency_rdma_size_hint(
     Ok(DeepEpSize::checked(bytes, warnings))
 }
 
-/// The largest `num_max_dispatch_tokens_per_rank` whose low-latency buffer fits `budget_bytes`.
+/// The largest `num_max_dispatch_tokens_per_rank` whose low-latency buffer fits `budget_bytes`
+/// and that DeepEP accepts (`num_experts × tokens` and `bytes / 16` within its 32-bit `int`):
+/// past about 32 GiB DeepEP's limit, not the budget, decides.
 ///
 /// ```
 /// use rdma_hint_core::deepep::{low_latency_rdma_size_hint, max_tokens_for_budget};
@@ -214,9 +216,13 @@ pub fn max_tokens_for_budget(
     num_ranks: u64,
     num_experts: u64,
 ) -> Result<u64, DeepEpError> {
+    // Within the budget and within what DeepEP accepts (its int arithmetic and its
+    // bytes / 16 < INT_MAX buffer limit), so a huge budget answers a usable token count.
     let fits = |tokens: u64| -> Result<bool, DeepEpError> {
         match low_latency_rdma_size_hint(tokens, hidden, num_ranks, num_experts) {
-            Ok(size) => Ok(size.bytes <= budget_bytes),
+            Ok(size) => Ok(size.bytes <= budget_bytes
+                && size.bytes / 16 < i32::MAX as u64
+                && tokens.saturating_mul(num_experts) <= i32::MAX as u64),
             Err(DeepEpError::Overflow { .. }) => Ok(false),
             Err(other) => Err(other),
         }
@@ -440,10 +446,17 @@ mod tests {
 
     #[test]
     fn budget_inverse_is_tight() {
-        for budget in [1 << 30, 3 << 30, 40 << 30] {
+        for budget in [1 << 30, 3 << 30, 30 << 30] {
             let tokens = max_tokens_for_budget(budget, 7168, 16, 256).unwrap();
             assert!(low_latency_rdma_size_hint(tokens, 7168, 16, 256).unwrap().bytes <= budget);
             assert!(low_latency_rdma_size_hint(tokens + 1, 7168, 16, 256).unwrap().bytes > budget);
+        }
+        // Past 32 GiB DeepEP's own limit decides: the answer is a buffer DeepEP accepts.
+        for budget in [40u64 << 30, 8_000_000 << 40] {
+            let tokens = max_tokens_for_budget(budget, 7168, 16, 256).unwrap();
+            assert!(tokens < i32::MAX as u64, "not the bisection's upper end");
+            assert!(low_latency_rdma_size_hint(tokens, 7168, 16, 256).unwrap().within_deepep_limits());
+            assert!(!low_latency_rdma_size_hint(tokens + 1, 7168, 16, 256).unwrap().within_deepep_limits());
         }
         assert!(matches!(
             max_tokens_for_budget(1000, 7168, 16, 256),

@@ -280,7 +280,7 @@ pub fn compute_hint(profile: &PathProfile, policy: &HintPolicy) -> Result<SizeHi
     reasons.push(Reason::new(
         Factor::Efficiency,
         format!("{:.0} B", ideal),
-        format!("s* = η/(1−η)·o·B with η = {eta}, o = {fixed_cost_us:.2} µs, B = {bandwidth_gbps:.1} GB/s"),
+        format!("s* = η/(1−η)·o·B with η = {eta}, o = {fixed_cost_us:.2} µs, B = {}", rate(bandwidth_gbps)),
     ));
     // Shave float noise so an exact product (90 000.000 000 1) does not round up a byte.
     let mut target = (ideal * (1.0 - 1e-12)).ceil().max(1.0) as u64;
@@ -351,6 +351,25 @@ pub fn compute_hint(profile: &PathProfile, policy: &HintPolicy) -> Result<SizeHi
     })
 }
 
+/// A rate in GB/s with enough digits that a slow path does not read as zero: `0.0125 GB/s`,
+/// `5.5 GB/s`.
+pub fn rate(gbytes_per_s: f64) -> String {
+    if gbytes_per_s < 1.0 {
+        format!("{gbytes_per_s:.3} GB/s")
+    } else {
+        format!("{gbytes_per_s:.1} GB/s")
+    }
+}
+
+/// A line rate in Gb/s, like [`rate`]: `0.1 Gb/s`, `400 Gb/s`.
+fn rate_gbits(gbits_per_s: f64) -> String {
+    if gbits_per_s < 10.0 {
+        format!("{gbits_per_s:.2} Gb/s")
+    } else {
+        format!("{gbits_per_s:.0} Gb/s")
+    }
+}
+
 /// `B` in GB/s and `o` in µs, with their reasons; refuses routes that are not low-latency.
 fn bandwidth_and_cost(profile: &PathProfile, reasons: &mut Vec<Reason>) -> Result<(f64, f64), HintError> {
     let transport = &profile.transport;
@@ -360,10 +379,10 @@ fn bandwidth_and_cost(profile: &PathProfile, reasons: &mut Vec<Reason>) -> Resul
     let mut candidates: Vec<(f64, String)> = vec![(
         transport.wire_gbps,
         format!(
-            "{} rate {:.1} GB/s ({:.0} Gb/s)",
+            "{} rate {} ({})",
             transport.id,
-            transport.wire_gbps,
-            transport.wire_gbps * 8.0
+            rate(transport.wire_gbps),
+            rate_gbits(transport.wire_gbps * 8.0)
         ),
     )];
     if let Some(link) = profile.source.pcie {
@@ -441,10 +460,10 @@ fn bandwidth_and_cost(profile: &PathProfile, reasons: &mut Vec<Reason>) -> Resul
             HintError::InvalidProfile { field: "wire_gbps", value: "none".into(), why: "a path needs a rate" }
         })?;
     let others: Vec<String> =
-        candidates.iter().filter(|c| c.1 != bound_by).map(|c| format!("{:.1} GB/s {}", c.0, c.1)).collect();
+        candidates.iter().filter(|c| c.1 != bound_by).map(|c| format!("{} {}", rate(c.0), c.1)).collect();
     reasons.push(Reason::new(
         Factor::Bandwidth,
-        format!("{bandwidth:.1} GB/s"),
+        rate(bandwidth),
         if others.is_empty() {
             format!("bound by {bound_by}")
         } else {

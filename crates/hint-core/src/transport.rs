@@ -259,8 +259,9 @@ pub enum TransportError {
     /// The peer closed the connection or stopped answering.
     #[error("peer gone: {0}")]
     PeerGone(String),
-    /// Nobody accepted at the dialled address before the deadline (connection refused).
-    #[error("connection refused by {address}: no peer listens there")]
+    /// The dialled address refused every attempt for the dial's grace period (3 s) or until
+    /// the deadline: nobody listens there. Retry later if the peer may still start.
+    #[error("connection refused by {address}: no peer listens there (retried for 3 s)")]
     Refused {
         /// The dialled address.
         address: SocketAddr,

@@ -146,15 +146,22 @@ impl Listener {
     }
 }
 
-/// Dials `address` until it accepts or `deadline` passes (the peer may not listen yet). An
-/// address that refused every attempt is [`TransportError::Refused`].
+/// How long [`dial`] keeps retrying an address that refuses every attempt before it answers
+/// [`TransportError::Refused`]: long enough for a peer that is starting, short enough that a
+/// wrong address or port fails fast. A caller whose peer may start later retries on `Refused`.
+pub const REFUSED_GRACE: Duration = Duration::from_secs(3);
+
+/// Dials `address` until it accepts or `deadline` passes (the peer may still be starting). An
+/// address that refused every attempt for [`REFUSED_GRACE`] (or until the deadline, if that is
+/// sooner) is [`TransportError::Refused`].
 pub fn dial(address: SocketAddr, deadline: Instant) -> Result<TcpStream, TransportError> {
     let started = Instant::now();
-    let mut refused = false;
+    let mut refused_since: Option<Instant> = None;
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            if refused {
+        let refused_too_long = refused_since.is_some_and(|since| since.elapsed() >= REFUSED_GRACE);
+        if remaining.is_zero() || refused_too_long {
+            if refused_since.is_some() {
                 return Err(TransportError::Refused { address });
             }
             return Err(TransportError::DeadlineExceeded {
@@ -165,10 +172,10 @@ pub fn dial(address: SocketAddr, deadline: Instant) -> Result<TcpStream, Transpo
         match TcpStream::connect_timeout(&address, remaining) {
             Ok(stream) => return Ok(stream),
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                refused = true;
+                refused_since.get_or_insert_with(Instant::now);
                 std::thread::sleep(Duration::from_millis(20).min(remaining))
             }
-            Err(e) if e.kind() == ErrorKind::TimedOut => {}
+            Err(e) if e.kind() == ErrorKind::TimedOut => refused_since = None,
             Err(e) => return Err(e.into()),
         }
     }
@@ -217,5 +224,13 @@ mod tests {
         let err = dial(SocketAddr::from(([127, 0, 0, 1], port)), Instant::now() + Duration::from_millis(100))
             .unwrap_err();
         assert!(matches!(err, TransportError::Refused { .. }), "{err}");
+        let started = Instant::now();
+        let err = dial(SocketAddr::from(([127, 0, 0, 1], port)), Instant::now() + Duration::from_secs(60))
+            .unwrap_err();
+        assert!(matches!(err, TransportError::Refused { .. }), "{err}");
+        assert!(
+            started.elapsed() < REFUSED_GRACE + Duration::from_secs(5),
+            "refused fails fast, not at the deadline"
+        );
     }
 }

@@ -22,8 +22,10 @@
 
 mod codec;
 mod connect;
+mod liveness;
 mod token;
 
 pub use codec::{handshake_error, WireReader, WireWriter};
-pub use connect::{confirm, dial, prepare, Listener, Rendezvous};
+pub use connect::{confirm, dial, prepare, Listener, Rendezvous, REFUSED_GRACE};
+pub use liveness::{peer_left, say_goodbye, PeerLoss, GOODBYE};
 pub use token::{admit, swap_hellos, Token, MAX_TOKEN_BYTES};

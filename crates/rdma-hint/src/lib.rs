@@ -61,6 +61,11 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+/// Every Rust snippet of docs/chunker.md, compiled and run as a doctest.
+#[cfg(all(doctest, feature = "staged"))]
+#[doc = include_str!("../../../docs/chunker.md")]
+pub struct ChunkerDocDoctests;
+
 mod backends;
 mod error;
 pub mod measured;

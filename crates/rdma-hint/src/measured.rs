@@ -1,7 +1,7 @@
 //! Measured hints: what `rdma-hint sweep` found, kept in a cache file and preferred over the
 //! model while the driver and firmware versions are the ones it was measured under.
 
-use rdma_hint_core::model::{efficiency, Factor, Reason};
+use rdma_hint_core::model::{efficiency, rate, Factor, Reason};
 use rdma_hint_core::{
     compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
 };
@@ -75,9 +75,14 @@ pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> 
     })
 }
 
-/// The model's hint with the measured knee as its block (rounded up to the alignment).
+/// The model's hint with the measured knee as its block (rounded up to the alignment) and the
+/// measured plateau as its bandwidth `B`; efficiency and latency follow from the model's fixed
+/// cost `o` with that `B`.
 pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
     let block = measured.knee_bytes.div_ceil(hint.align_bytes).max(1) * hint.align_bytes;
+    if measured.plateau_gbps.is_finite() && measured.plateau_gbps > 0.0 {
+        hint.bandwidth_gbps = measured.plateau_gbps;
+    }
     hint.block_bytes = block;
     hint.efficiency = efficiency(block, hint.fixed_cost_us, hint.bandwidth_gbps);
     hint.predicted_gbps = hint.bandwidth_gbps * hint.efficiency;
@@ -87,16 +92,43 @@ pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
         Factor::Measured,
         format!("{block} B"),
         format!(
-            "measured knee {} B (90 % of a {:.2} GB/s plateau) from `rdma-hint sweep` at unix time {}",
-            measured.knee_bytes, measured.plateau_gbps, measured.measured_at_unix
+            "measured knee {} B (90 % of a {} plateau, now B) by `rdma-hint sweep` on {}",
+            measured.knee_bytes,
+            rate(measured.plateau_gbps),
+            utc_date_time(measured.measured_at_unix)
         ),
     ));
     hint
 }
 
+/// `2026-12-01 09:20 UTC` for seconds since the Unix epoch (the proleptic Gregorian calendar,
+/// Howard Hinnant's days-to-civil algorithm; no time-zone database needed).
+pub fn utc_date_time(unix_seconds: u64) -> String {
+    let days = unix_seconds / 86_400;
+    let (hour, minute) = (unix_seconds % 86_400 / 3600, unix_seconds % 3600 / 60);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = era * 400 + year_of_era + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn epoch_seconds_read_as_utc_dates() {
+        assert_eq!(utc_date_time(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc_date_time(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(utc_date_time(1_796_116_830), "2026-12-01 09:20 UTC");
+        assert_eq!(utc_date_time(4_107_542_399), "2100-02-28 23:59 UTC");
+    }
     use rdma_hint_core::{compute_hint, HintPolicy, PathProfile};
 
     #[test]
@@ -124,6 +156,11 @@ mod tests {
         assert_eq!(measured.origin, Origin::Measured);
         assert_eq!(measured.block_bytes % measured.align_bytes, 0);
         assert!(measured.block_bytes >= 70_000);
+        assert_eq!(measured.bandwidth_gbps, 9.5, "the measured plateau is B");
+        assert!(
+            measured.reasons.last().unwrap().why.contains("1970-01-01 00:00 UTC"),
+            "a date, not a raw epoch"
+        );
         assert!(load(&dir.join("missing.json")).is_empty());
         std::fs::write(&file, b"not json").unwrap();
         assert!(load(&file).is_empty(), "a garbled cache is ignored");

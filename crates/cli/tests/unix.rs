@@ -1,0 +1,304 @@
+//! The CLI as a Unix tool, run as a process: a closed pipe ends it quietly, bad arguments are
+//! refused up front with a reason naming the flag, output paths are checked before measuring,
+//! a refused peer is said to be refused, `serve` and `sweep` agree on how a sweep ended, and
+//! logs are plain text when stderr is not a terminal.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdma-hint-unix-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn command(cache: &PathBuf, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rdma-hint"));
+    command.env("RDMA_HINT_CACHE_DIR", cache).env("UCX_NET_DEVICES", "lo").args(args);
+    command
+}
+
+fn run(cache: &PathBuf, args: &[&str]) -> Output {
+    command(cache, args).output().unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts `args` fail with a usage or run-time error whose text contains each of `words`.
+fn refused(args: &[&str], words: &[&str]) {
+    let dir = scratch("refused");
+    let output = run(&dir, args);
+    let text = stderr(&output);
+    assert!(!output.status.success(), "{args:?} was accepted: {text}");
+    assert!(!text.contains("panicked"), "{args:?}: {text}");
+    for word in words {
+        assert!(text.contains(word), "{args:?}: `{word}` missing from: {text}");
+    }
+    assert!(
+        output.stdout.is_empty(),
+        "{args:?} printed results: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+const QUICK: [&str; 8] =
+    ["--sizes", "16K..32K", "--iters", "1", "--transfer", "1M", "--latency-samples", "5"];
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let dir = scratch("pipe");
+    // The reader is gone before probe writes a byte.
+    let mut child =
+        command(&dir, &["probe", "--json"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "probe | true: {:?} {}", output.status, stderr(&output));
+    assert!(output.stderr.is_empty(), "{}", stderr(&output));
+
+    // `plan --json | head -1`: the reader leaves after the first line of a 262144-block plan.
+    let mut child = command(&dir, &["plan", "--len", "1G", "--block", "4K", "--align", "4K", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "{");
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "plan | head -1: {:?} {}", output.status, stderr(&output));
+    assert!(output.stderr.is_empty(), "{}", stderr(&output));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn meaningless_arguments_are_refused_naming_the_flag() {
+    let deepep = ["deepep-size", "--hidden", "7168", "--ranks", "16", "--experts", "256"];
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (vec!["sweep", "--latency-samples", "0"], vec!["--latency-samples", "at least 1"]),
+        (vec!["sweep", "--iters", "0"], vec!["--iters"]),
+        (vec!["sweep", "--transfer", "0"], vec!["--transfer"]),
+        (vec!["sweep", "--sizes", "3K..5K"], vec!["--sizes", "powers of two"]),
+        (vec!["sweep", "--sizes", "6K"], vec!["--sizes", "multiple of the 4 KiB alignment"]),
+        (vec!["sweep", "--transfer", "1M", "--sizes", "16M"], vec!["--transfer", "16 MiB"]),
+        (vec!["sweep", "--source", "gpu:x"], vec!["--source"]),
+        (vec!["sweep", "--backend", "nccl"], vec!["--backend", "staged, ucx, verbs"]),
+        (vec!["sweep", "--channel", "carrier-pigeon"], vec!["--channel", "shm or tcp"]),
+        (vec!["sweep", "--backend", "verbs", "--channel", "tcp"], vec!["--channel", "verbs"]),
+        (
+            vec!["sweep", "--backend", "ucx", "--channel", "tcp", "--ucx-tls", "posix"],
+            vec!["--ucx-tls", "--channel"],
+        ),
+        (vec!["serve", "--bytes", "1K"], vec!["--bytes", "4096"]),
+        (vec!["plan", "--len", "4K", "--block", "4K", "--align", "4K", "--batch", "0"], vec!["--batch"]),
+        ([&deepep[..], &["--tokens", "128", "--budget", "2GiB"]].concat(), vec!["--tokens", "--budget"]),
+        ([&deepep[..], &["--tokens", "1K"]].concat(), vec!["--tokens", "whole number"]),
+        (deepep.to_vec(), vec!["--tokens"]),
+    ];
+    for (args, words) in cases {
+        refused(&args, &words);
+    }
+}
+
+#[test]
+fn a_budget_past_deepeps_limit_answers_what_deepep_accepts() {
+    let dir = scratch("deepep");
+    let args =
+        ["deepep-size", "--hidden", "7168", "--ranks", "16", "--experts", "256", "--budget", "8000000T"];
+    let output = run(&dir, &[&args[..], &["--json"]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let tokens = answer["max_tokens"].as_u64().unwrap();
+    assert!(tokens < i32::MAX as u64, "not the search's upper end: {answer}");
+    assert_eq!(answer["within_deepep_limits"], true, "{answer}");
+    let text = String::from_utf8(run(&dir, &args).stdout).unwrap();
+    assert!(text.contains("DeepEP's own limit"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn output_paths_are_checked_before_measuring() {
+    for flag in ["--json", "--plot"] {
+        let dir = scratch("paths");
+        let started = Instant::now();
+        let output = run(&dir, &["sweep", flag, "/nonexistent/dir/x.out"]);
+        let text = stderr(&output);
+        assert!(!output.status.success());
+        assert!(text.contains(flag) && text.contains("/nonexistent/dir/x.out"), "{text}");
+        assert!(output.stdout.is_empty(), "it measured first");
+        assert!(!dir.join("measured.json").exists(), "it recorded a knee first");
+        assert!(started.elapsed() < Duration::from_secs(20), "it measured first");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn a_sweep_says_where_its_files_and_its_knee_went_and_logs_plainly() {
+    let dir = scratch("where");
+    let json = dir.join("out.json");
+    let output = command(&dir, &[&["sweep", "--json", json.to_str().unwrap()], &QUICK[..]].concat())
+        .env("RDMA_HINT_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout.clone()).unwrap();
+    assert!(text.contains(&format!("report: {}", json.display())), "{text}");
+    assert!(text.contains(&format!("in {}", dir.join("measured.json").display())), "{text}");
+    assert!(!output.stderr.is_empty(), "debug logs expected");
+    assert!(
+        !output.stderr.contains(&0x1b),
+        "colour codes in a log that is not a terminal: {}",
+        stderr(&output)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_peer_nobody_listens_for_is_refused_quickly() {
+    let dir = scratch("refused-peer");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let started = Instant::now();
+    let output = run(
+        &dir,
+        &[&["sweep", "--channel", "tcp", "--peer", &format!("127.0.0.1:{port}")], &QUICK[..]].concat(),
+    );
+    let text = stderr(&output);
+    assert!(!output.status.success());
+    assert!(text.contains("refused"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(20), "waited for the whole deadline: {text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn serve_names_the_address_it_cannot_listen_on() {
+    // 192.0.2.1 (TEST-NET-1) is on no interface here: binding it fails without any traffic.
+    refused(&["serve", "--listen", "192.0.2.1:80"], &["--listen", "192.0.2.1:80"]);
+}
+
+/// A sweep that needs more than `serve` exposes fails on both sides; one that finishes
+/// succeeds on both.
+#[test]
+fn serve_and_sweep_agree_on_how_the_sweep_ended() {
+    let dir = scratch("serve");
+    for (bytes, sweep_ok) in [("1M", false), ("4M", true)] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let address = format!("127.0.0.1:{port}");
+        let server = command(&dir, &["serve", "--listen", &address, "--bytes", bytes, "--timeout-s", "60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let sweep = run(
+            &dir,
+            &[
+                "sweep",
+                "--channel",
+                "tcp",
+                "--peer",
+                &address,
+                "--sizes",
+                "64K,2M",
+                "--transfer",
+                "2M",
+                "--iters",
+                "1",
+            ],
+        );
+        let served = server.wait_with_output().unwrap();
+        assert_eq!(sweep.status.success(), sweep_ok, "sweep against --bytes {bytes}: {}", stderr(&sweep));
+        assert_eq!(served.status.success(), sweep_ok, "serve --bytes {bytes}: {}", stderr(&served));
+        if !sweep_ok {
+            assert!(stderr(&sweep).contains("--bytes 2MiB"), "{}", stderr(&sweep));
+            assert!(stderr(&served).contains("--bytes"), "{}", stderr(&served));
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn plans_count_in_the_right_number() {
+    let dir = scratch("plan");
+    let output = run(&dir, &["plan", "--len", "4K", "--block", "4K", "--align", "4K"]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains(": 1 block of 4 KiB") && text.contains("1 doorbell of ≤ 8 work requests"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn probe_text_reads_well() {
+    let dir = scratch("probe-text");
+    let output = run(&dir, &["probe"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        !text.contains(" 0.0 GB/s") && !text.contains("(0 Gb/s)"),
+        "a slow rate printed as zero:\n{text}"
+    );
+    let absent = text.split("## Not available here").nth(1).unwrap();
+    let lines = absent.lines().take_while(|l| !l.starts_with("## "));
+    for component in ["verbs", "ucx", "cuda"] {
+        let count = lines.clone().filter(|l| l.starts_with(&format!("{component}:"))).count();
+        assert!(count <= 1, "{count} `{component}` lines under Not available:\n{absent}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A recorded knee shows the sweep's plateau as its B and a date, not a raw epoch.
+#[test]
+fn recorded_hints_carry_the_measured_bandwidth_and_a_date() {
+    let dir = scratch("recorded");
+    let json = dir.join("out.json");
+    let output = run(&dir, &[&["sweep", "--json", json.to_str().unwrap()], &QUICK[..]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let sweep: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let probe: Value = serde_json::from_slice(&run(&dir, &["probe", "--json"]).stdout).unwrap();
+    let hint =
+        probe["hints"].as_array().unwrap().iter().find(|h| h["transport"] == "staged:shm").unwrap().clone();
+    assert_eq!(hint["origin"], "measured");
+    let (bandwidth, plateau) =
+        (hint["bandwidth_gbps"].as_f64().unwrap(), sweep["plateau_gbps"].as_f64().unwrap());
+    assert!((bandwidth - plateau).abs() < 1e-9, "B {bandwidth} is not the measured plateau {plateau}");
+    let text = String::from_utf8(run(&dir, &["probe"]).stdout).unwrap();
+    let line = text.lines().find(|l| l.contains("Measured:")).unwrap();
+    assert!(line.contains(" UTC") && !line.contains("unix time"), "{line}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn verbs_without_a_device_says_why() {
+    let dir = scratch("verbs");
+    let output = run(&dir, &["sweep", "--backend", "verbs"]);
+    let text = stderr(&output);
+    if output.status.success() {
+        return; // This machine has an RDMA device; nothing to explain.
+    }
+    assert!(!text.contains("(none)") && !text.contains("unknown transport"), "{text}");
+    assert!(text.contains("RDMA device") || text.contains("feature `verbs`"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A clean close is not a warning: a UCX sweep that succeeds logs nothing at WARN.
+#[cfg(feature = "ucx")]
+#[test]
+fn a_successful_ucx_sweep_warns_about_nothing() {
+    let dir = scratch("ucx-quiet");
+    for channel in ["shm", "tcp"] {
+        let output = run(
+            &dir,
+            &[&["sweep", "--backend", "ucx", "--channel", channel, "--no-record"], &QUICK[..]].concat(),
+        );
+        let text = stderr(&output);
+        assert!(output.status.success(), "{channel}: {text}");
+        assert!(!text.contains("WARN"), "ucx:{channel}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
