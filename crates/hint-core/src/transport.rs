@@ -354,6 +354,11 @@ pub trait Transport: Send + Sync {
 
     /// Exchanges endpoint information with the peer over an out-of-band TCP connection and
     /// returns the regions the peer exposed. `expose` lists the local regions the peer may write.
+    ///
+    /// A [`PeerEndpoint::Dial`] retries while the address refuses, for 3 s at most (then
+    /// [`TransportError::Refused`]: retry yourself if the peer may start later), and otherwise
+    /// until `deadline`. Closing a connected transport (dropping it) tells the peer it left on
+    /// purpose, so the peer's waits end in [`TransportError::PeerGone`] without a warning.
     async fn connect(
         &self,
         peer: PeerEndpoint,
