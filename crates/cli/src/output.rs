@@ -13,7 +13,7 @@ pub(crate) fn print(text: &str) -> std::io::Result<()> {
     stdout.flush()
 }
 
-/// [`print`] with a trailing newline.
+/// [`print()`] with a trailing newline.
 pub(crate) fn print_line(text: &str) -> std::io::Result<()> {
     print(&format!("{}\n", text.trim_end()))
 }
