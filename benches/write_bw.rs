@@ -7,6 +7,10 @@ use rdma_hint::core::{Arrival, Completion, MemoryKind, PeerEndpoint, Transport, 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// The token both sides of a bench run hold (the VM runs listen on a non-loopback address,
+/// which needs one).
+pub const BENCH_TOKEN: &[u8] = b"rdma-hint bench";
+
 /// Puts per `post_writes` call; the last of each is signalled.
 pub const BATCH: usize = 16;
 /// Batches in flight at once.

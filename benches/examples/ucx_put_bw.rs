@@ -16,6 +16,7 @@ fn main() -> Result<(), String> {
     };
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
     let id = TransportId::ucx_for_tls(Some(tls)).map_err(|e| e.to_string())?;
-    let transport = open(&id, &OpenOptions::default()).map_err(|e| e.to_string())?;
+    let transport = open(&id, &OpenOptions::default().token(rdma_hint_benches::write_bw::BENCH_TOKEN))
+        .map_err(|e| e.to_string())?;
     run(&*transport, Role::parse(&args[2..])?, bytes)
 }

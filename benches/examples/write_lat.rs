@@ -75,7 +75,8 @@ fn main() -> Result<(), String> {
     let iterations: usize = iterations.parse().map_err(|e| format!("iterations: {e}"))?;
     let address = address.parse().map_err(|e| format!("address: {e}"))?;
     let transport =
-        open(&id, &OpenOptions::default().wait_mode(WaitMode::BusyPoll)).map_err(|e| e.to_string())?;
+        open(&id, &OpenOptions::default().token(b"rdma-hint bench").wait_mode(WaitMode::BusyPoll))
+            .map_err(|e| e.to_string())?;
     let region = transport.register(MemoryKind::Host, bytes.max(4096)).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(300);
     let connect = |peer| {

@@ -11,7 +11,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{swap_hellos, Rendezvous, Token};
+use rdma_hint_oob::{Rendezvous, Token};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -42,7 +42,6 @@ pub struct StagedTransport {
     regions: LocalRegions,
     rendezvous: Rendezvous,
     link: OnceLock<Link>,
-    token: Option<Token>,
     wait_mode: WaitModeCell,
 }
 
@@ -62,17 +61,23 @@ impl StagedTransport {
             regions: Arc::new(RwLock::new(Vec::new())),
             rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
-            token: None,
             wait_mode: WaitModeCell::default(),
         }
     }
 
-    /// Requires the peer to present `token` (1…64 bytes, pre-shared out of band) in its
-    /// handshake, and presents it in ours. Compared in constant time; a mismatch is rejected
-    /// and logged with the peer's address.
+    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
+    /// any hello is exchanged, and proves it in turn; the token never crosses the wire (see
+    /// [`rdma_hint_oob::authenticate`]). A refused peer is logged with its address.
     pub fn with_token(mut self, token: &[u8]) -> Result<StagedTransport, TransportError> {
-        self.token = Some(Token::new(token)?);
+        self.rendezvous.set_token(Token::new(token)?);
         Ok(self)
+    }
+
+    /// Lets [`Transport::bind`] listen on a non-loopback address without a token (refused
+    /// otherwise): anyone who reaches it may connect and write into the exposed regions.
+    pub fn allow_unauthenticated_remote(mut self) -> StagedTransport {
+        self.rendezvous.allow_unauthenticated_remote();
+        self
     }
 
     /// The channel this transport speaks.
@@ -84,7 +89,7 @@ impl StagedTransport {
         self.link.get().ok_or(TransportError::NotConnected)
     }
 
-    /// This side's hello: the exposed regions (shm: with their file names) and the token.
+    /// This side's hello: the exposed regions (shm: with their file names).
     fn hello(&self, expose: &[RegionId]) -> Result<Hello, TransportError> {
         let channel = wire_channel(self.channel);
         let mut regions = Vec::with_capacity(expose.len());
@@ -103,8 +108,7 @@ impl StagedTransport {
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-        Ok(Hello { channel, regions, token })
+        Ok(Hello { channel, regions })
     }
 
     /// Checks one op against the region table (read-locked once per batch by the caller: no
@@ -205,7 +209,7 @@ impl Transport for StagedTransport {
             return Err(TransportError::AlreadyConnected);
         }
         let ours = self.hello(expose)?;
-        let token = self.token.clone();
+        let channel = ours.channel;
         let setup = LinkSetup {
             channel: wire_channel(self.channel),
             regions: self.regions.clone(),
@@ -217,11 +221,22 @@ impl Transport for StagedTransport {
         // thread too: nothing that can take milliseconds runs on the awaiting task's thread.
         let (_, (link, hello)) = self
             .rendezvous
-            .meet(peer, deadline, move |stream| {
-                let hello = exchange(stream, &ours, token.as_ref())?;
-                let link = setup.start(stream.try_clone()?, &hello)?;
-                Ok((link, hello))
-            })
+            .meet(
+                peer,
+                deadline,
+                move || {
+                    let start = move |stream: &mut TcpStream, hello: Hello| {
+                        stream.set_read_timeout(None)?;
+                        // Writes keep a bound so a peer that stops reading breaks the link
+                        // instead of a thread.
+                        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+                        let link = setup.start(stream.try_clone()?, &hello)?;
+                        Ok((link, hello))
+                    };
+                    Ok((ours.encode(), start))
+                },
+                move |stream| decode_hello(stream, channel),
+            )
             .await?;
         self.link.set(link).map_err(|_| TransportError::AlreadyConnected)?;
         Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
@@ -292,19 +307,15 @@ impl Transport for StagedTransport {
     }
 }
 
-/// The blocking half of the handshake, on the rendezvous thread: send `ours`, decode the
-/// peer's hello, admit its token, check it speaks our channel.
-fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
-    let peer = swap_hellos(stream, &ours.encode(), Hello::decode, token, |h| &h.token, "staged")?;
-    if peer.channel != ours.channel {
+/// Decodes the peer's hello and checks it speaks `channel`.
+fn decode_hello(stream: &mut TcpStream, channel: ChannelKind) -> Result<Hello, TransportError> {
+    let peer = Hello::decode(stream)?;
+    if peer.channel != channel {
         return Err(TransportError::Handshake(format!(
             "the peer speaks the {:?} channel, this side {:?}",
-            peer.channel, ours.channel
+            peer.channel, channel
         )));
     }
-    stream.set_read_timeout(None)?;
-    // Writes keep a bound so a peer that stops reading breaks the link instead of a thread.
-    stream.set_write_timeout(Some(Duration::from_secs(30)))?;
     Ok(peer)
 }
 

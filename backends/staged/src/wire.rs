@@ -2,8 +2,8 @@
 //!
 //! Handshake (each side sends one `Hello`, little-endian):
 //! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64,
-//! shm name length u8 and name (shm channel only) · token length u8 (≤ 64) and the pre-shared
-//! token (empty when none is configured).
+//! shm name length u8 and name (shm channel only). It follows the mutual authentication of
+//! `rdma_hint_oob::authenticate`: no hello reaches a peer that has not proven the token.
 //!
 //! Frames (fixed 40-byte header, then `len` payload bytes for `Write` on the TCP channel):
 //! kind u8 · flags u8 · status u16 · region u32 · offset u64 · len u64 · wr_id u64 · imm u32 ·
@@ -11,13 +11,14 @@
 
 use crate::memory::{is_shm_name, MAX_REGION_BYTES};
 use rdma_hint_core::TransportError;
-use rdma_hint_oob::{handshake_error as handshake, WireReader, WireWriter, MAX_TOKEN_BYTES};
+use rdma_hint_oob::{handshake_error as handshake, WireReader, WireWriter};
 use std::io::Read;
 
 /// Handshake magic.
 pub const MAGIC: [u8; 8] = *b"RDMAHINT";
-/// The only protocol version spoken.
-pub const VERSION: u16 = 1;
+/// The only protocol version spoken (2: the token moved out of the hello into the
+/// authentication before it).
+pub const VERSION: u16 = 2;
 /// Regions one side may expose.
 pub const MAX_REGIONS: usize = 1024;
 /// Size of a frame header in bytes.
@@ -50,8 +51,6 @@ pub struct Hello {
     pub channel: ChannelKind,
     /// Regions the peer may write.
     pub regions: Vec<ExposedRegion>,
-    /// Pre-shared token (empty when none is configured).
-    pub token: Vec<u8>,
 }
 
 impl Hello {
@@ -65,7 +64,6 @@ impl Hello {
                 out.bytes_u8(region.shm_name.as_deref().unwrap_or_default().as_bytes());
             }
         }
-        out.bytes_u8(&self.token[..self.token.len().min(MAX_TOKEN_BYTES)]);
         out.finish()
     }
 
@@ -110,8 +108,7 @@ impl Hello {
             };
             regions.push(ExposedRegion { id, len, shm_name });
         }
-        let token = reader.bytes_u8(MAX_TOKEN_BYTES, "token")?;
-        Ok(Hello { channel, regions, token })
+        Ok(Hello { channel, regions })
     }
 }
 
@@ -211,7 +208,6 @@ mod tests {
 
     fn hello(channel: ChannelKind) -> Hello {
         Hello {
-            token: b"secret".to_vec(),
             channel,
             regions: vec![
                 ExposedRegion {
@@ -249,10 +245,6 @@ mod tests {
         let mut bad_channel = good.clone();
         bad_channel[10] = 7;
         cases.push(bad_channel);
-        let mut long_token = good.clone();
-        let at = long_token.len() - 7;
-        long_token[at] = 65;
-        cases.push(long_token);
         let mut too_many = good.clone();
         too_many[11..13].copy_from_slice(&u16::MAX.to_le_bytes());
         cases.push(too_many);

@@ -19,6 +19,23 @@ fn deadline(seconds: u64) -> Instant {
     Instant::now() + Duration::from_secs(seconds)
 }
 
+/// A hand-written TCP client past the authentication (no token configured), as any local
+/// process can be.
+fn raw_dial(address: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(address).unwrap();
+    rdma_hint_oob::authenticate(&mut stream, None, rdma_hint_oob::Role::Dialer).unwrap();
+    stream
+}
+
+/// The token every test peer and its parent hold: peers listen on namespace addresses, which
+/// need one (a non-loopback listener without a token is refused).
+const TEST_TOKEN: &[u8] = b"rdma-hint test peers";
+
+/// A transport of `channel` holding [`TEST_TOKEN`].
+fn peer_transport(channel: StagedChannel) -> StagedTransport {
+    StagedTransport::new(channel).with_token(TEST_TOKEN).unwrap()
+}
+
 fn channel_named(name: &str) -> StagedChannel {
     match name {
         "shm" => StagedChannel::SharedMemory,
@@ -47,7 +64,7 @@ fn receiver() {
     let channel = channel_named(&env("CHANNEL"));
     let len: u64 = env("LEN").parse().unwrap();
     let seed: u64 = env("SEED").parse().unwrap();
-    let transport = StagedTransport::new(channel);
+    let transport = peer_transport(channel);
     let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     let address = transport.bind(env("LISTEN").parse().unwrap()).unwrap();
     println!("LISTENING {address}");
@@ -77,7 +94,7 @@ fn sender() {
     let channel = channel_named(&env("CHANNEL"));
     let len: u64 = env("LEN").parse().unwrap();
     let seed: u64 = env("SEED").parse().unwrap();
-    let transport = StagedTransport::new(channel);
+    let transport = peer_transport(channel);
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
@@ -99,7 +116,7 @@ fn sender() {
 /// the outcome and how long it took instead of panicking.
 fn sender_outcome() {
     let len: u64 = env("LEN").parse().unwrap();
-    let transport = StagedTransport::new(channel_named(&env("CHANNEL")));
+    let transport = peer_transport(channel_named(&env("CHANNEL")));
     let source = transport.register(MemoryKind::Host, len).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
     let remote = rdma_hint_core::blocking::block_on(transport.connect(peer, &[], deadline(20))).unwrap()[0];
@@ -129,10 +146,10 @@ fn raw_reader() {
     println!("LISTENING {}", listener.local_addr().unwrap());
     std::io::stdout().flush().unwrap();
     let (mut stream, _) = listener.accept().unwrap();
+    rdma_hint_oob::authenticate(&mut stream, None, rdma_hint_oob::Role::Listener).unwrap();
     let hello = Hello {
         channel: ChannelKind::Tcp,
         regions: vec![ExposedRegion { id: 0, len: 256 << 20, shm_name: None }],
-        token: vec![],
     };
     stream.write_all(&hello.encode()).unwrap();
     Hello::decode(&mut stream).unwrap();
@@ -146,8 +163,8 @@ fn raw_reader() {
 /// A bare TCP peer that announces a 1 MiB write with a notification, sends half of it, and
 /// waits to be killed.
 fn raw_half_writer() {
-    let mut stream = TcpStream::connect(env("DIAL").parse::<SocketAddr>().unwrap()).unwrap();
-    stream.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], token: vec![] }.encode()).unwrap();
+    let mut stream = raw_dial(env("DIAL").parse::<SocketAddr>().unwrap());
+    stream.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode()).unwrap();
     Hello::decode(&mut stream).unwrap();
     let frame = Frame {
         kind: FrameKind::Write,
@@ -179,7 +196,7 @@ fn transfer_to_child(channel: &str, len: u64) {
         ],
     );
     let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
-    let transport = StagedTransport::new(channel_named(channel));
+    let transport = peer_transport(channel_named(channel));
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let remote =
@@ -214,7 +231,7 @@ fn tcp_chunked_writes_arrive_byte_exact() {
 
 #[test]
 fn child_sender_reaches_parent_receiver_over_tcp() {
-    let transport = StagedTransport::new(StagedChannel::Tcp);
+    let transport = peer_transport(StagedChannel::Tcp);
     let len: u64 = 3 * (1 << 20) + 5;
     let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -303,7 +320,7 @@ fn shm_receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
         ],
     );
     let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
-    let transport = StagedTransport::new(StagedChannel::SharedMemory);
+    let transport = peer_transport(StagedChannel::SharedMemory);
     let source = transport.register(MemoryKind::Host, len).unwrap();
     let remote =
         rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
@@ -357,12 +374,15 @@ fn sender_killed_mid_write_never_reports_the_region_complete() {
     assert!(matches!(transport.poll_arrivals(&mut arrivals), Err(TransportError::PeerGone(_))));
 }
 
-fn raw_peer_sends(bytes: Vec<u8>) -> TransportError {
+/// What a listening transport answers a raw client that sends `bytes` (after authenticating
+/// when `authenticated`). A listener drops a bad candidate and waits for a good one, so a
+/// failed handshake is the error it reports at its (short) deadline.
+fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
     let transport = StagedTransport::new(StagedChannel::Tcp);
     let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let raw = std::thread::spawn(move || {
-        let mut stream = TcpStream::connect(address).unwrap();
+        let mut stream = if authenticated { raw_dial(address) } else { TcpStream::connect(address).unwrap() };
         let _ = stream.write_all(&bytes);
         let mut sink = [0u8; 4096];
         let _ = stream.read(&mut sink);
@@ -371,7 +391,7 @@ fn raw_peer_sends(bytes: Vec<u8>) -> TransportError {
     let connected = rdma_hint_core::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
-        deadline(10),
+        deadline(2),
     ));
     let error = match connected {
         Err(e) => e,
@@ -387,18 +407,26 @@ fn raw_peer_sends(bytes: Vec<u8>) -> TransportError {
 
 #[test]
 fn malformed_handshakes_are_rejected() {
-    let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![], token: vec![] }.encode();
-    bad_version[8] = 2;
-    assert!(matches!(raw_peer_sends(bad_version), TransportError::Handshake(_)));
-    assert!(matches!(raw_peer_sends(b"GET / HTTP/1.1\r\n\r\n".to_vec()), TransportError::Handshake(_)));
-    let shm_hello = Hello { channel: ChannelKind::Shm, regions: vec![], token: vec![] }.encode();
-    assert!(matches!(raw_peer_sends(shm_hello), TransportError::Handshake(_)), "channel mismatch");
-    assert!(matches!(raw_peer_sends(b"RDMAH".to_vec()), TransportError::PeerGone(_)), "truncated hello");
+    let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
+    bad_version[8] = 9;
+    assert!(matches!(raw_peer_sends(bad_version, true), TransportError::Handshake(_)));
+    let http = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+    assert!(
+        matches!(raw_peer_sends(http.clone(), false), TransportError::Unauthorized { .. }),
+        "no preamble"
+    );
+    assert!(matches!(raw_peer_sends(http, true), TransportError::Handshake(_)));
+    let shm_hello = Hello { channel: ChannelKind::Shm, regions: vec![] }.encode();
+    assert!(matches!(raw_peer_sends(shm_hello, true), TransportError::Handshake(_)), "channel mismatch");
+    assert!(
+        matches!(raw_peer_sends(b"RDMAH".to_vec(), true), TransportError::PeerGone(_)),
+        "truncated hello"
+    );
 }
 
 #[test]
 fn malformed_frames_break_the_link_without_an_arrival() {
-    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![], token: vec![] }.encode();
+    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
     let frame = |region: u32, offset: u64, len: u64| {
         Frame { kind: FrameKind::Write, flags: FLAG_IMM, status: 0, region, offset, len, wr_id: 1, imm: 9 }
             .encode()
@@ -423,7 +451,7 @@ fn malformed_frames_break_the_link_without_an_arrival() {
         }),
     ];
     for (name, bytes) in cases {
-        match raw_peer_sends(bytes) {
+        match raw_peer_sends(bytes, true) {
             TransportError::PeerGone(reason) => {
                 assert!(reason.contains("protocol error"), "{name}: {reason}")
             }

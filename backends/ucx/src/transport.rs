@@ -13,8 +13,8 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{confirm, say_goodbye, swap_hellos, Rendezvous, Token};
-use std::net::{SocketAddr, TcpStream};
+use rdma_hint_oob::{confirm, say_goodbye, Rendezvous, Token};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -57,7 +57,6 @@ pub struct UcxTransport {
     signals: Arc<Signals>,
     wait_mode: WaitModeCell,
     rendezvous: Rendezvous,
-    token: Option<Token>,
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
 }
@@ -107,17 +106,24 @@ impl UcxTransport {
             signals,
             wait_mode: WaitModeCell::default(),
             rendezvous: Rendezvous::default(),
-            token: None,
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
         })
     }
 
-    /// Requires the peer to present `token` (1…64 bytes, pre-shared out of band) in its hello,
-    /// and presents it in ours. Compared in constant time; a mismatch is rejected and logged.
+    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
+    /// any hello (worker address, rkeys) is exchanged, and proves it in turn; the token never
+    /// crosses the wire (see [`rdma_hint_oob::authenticate`]).
     pub fn with_token(mut self, token: &[u8]) -> Result<UcxTransport, TransportError> {
-        self.token = Some(Token::new(token)?);
+        self.rendezvous.set_token(Token::new(token)?);
         Ok(self)
+    }
+
+    /// Lets [`Transport::bind`] listen on a non-loopback address without a token (refused
+    /// otherwise): anyone who reaches it may connect and write into the exposed regions.
+    pub fn allow_unauthenticated_remote(mut self) -> UcxTransport {
+        self.rendezvous.allow_unauthenticated_remote();
+        self
     }
 
     /// UCX's estimate for this scope (loopback endpoint, before any peer).
@@ -168,7 +174,7 @@ impl UcxTransport {
         TransportError::PeerGone(engine.gone().unwrap_or("the connection is closed").to_string())
     }
 
-    /// This side's hello: the worker address, the exposed regions with packed rkeys, the token.
+    /// This side's hello: the worker address and the exposed regions with packed rkeys.
     fn hello(&self, expose: &[RegionId]) -> Result<Hello, TransportError> {
         let worker_address = self.shared.engine().ucp.address()?;
         let mut regions = Vec::with_capacity(expose.len());
@@ -187,8 +193,7 @@ impl UcxTransport {
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-        Ok(Hello { worker_address, regions, token })
+        Ok(Hello { worker_address, regions })
     }
 }
 
@@ -282,29 +287,28 @@ impl Transport for UcxTransport {
             return Err(TransportError::AlreadyConnected);
         }
         let ours = self.hello(expose)?;
-        let token = self.token.clone();
         let (shared, signals, exposed) = (self.shared.clone(), self.signals.clone(), expose.to_vec());
         // The whole set-up (endpoint creation, rkey unpacking, the ready exchange, the progress
         // thread) runs on the rendezvous thread, not on the awaiting task's.
+        let connected = move |stream: &mut std::net::TcpStream, hello: Hello| {
+            let lanes = attach(&shared, &signals, &hello, &exposed)?;
+            if let Err(why) = confirm(stream, READY) {
+                shared.engine().fail(why.to_string());
+                return Err(why);
+            }
+            let oob = stream.try_clone()?;
+            oob.set_nonblocking(true)?;
+            shared.engine().watch(oob.try_clone()?);
+            let _ = shared.oob.set(oob);
+            let progress_shared = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name("rdma-hint-ucx-progress".into())
+                .spawn(move || progress::run(progress_shared))?;
+            Ok((hello, lanes, handle))
+        };
         let (_, (hello, lanes, handle)) = self
             .rendezvous
-            .meet(peer, deadline, move |stream| {
-                let hello = exchange(stream, &ours, token.as_ref())?;
-                let lanes = attach(&shared, &signals, &hello, &exposed)?;
-                if let Err(why) = confirm(stream, READY) {
-                    shared.engine().fail(why.to_string());
-                    return Err(why);
-                }
-                let oob = stream.try_clone()?;
-                oob.set_nonblocking(true)?;
-                shared.engine().watch(oob.try_clone()?);
-                let _ = shared.oob.set(oob);
-                let progress_shared = shared.clone();
-                let handle = std::thread::Builder::new()
-                    .name("rdma-hint-ucx-progress".into())
-                    .spawn(move || progress::run(progress_shared))?;
-                Ok((hello, lanes, handle))
-            })
+            .meet(peer, deadline, move || Ok((ours.encode(), connected)), Hello::decode)
             .await?;
         *self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner) = Some(lanes);
         *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
@@ -402,12 +406,6 @@ impl Drop for UcxTransport {
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
         engine.shutdown(&mut table);
     }
-}
-
-/// The blocking half of the hello exchange, on the rendezvous thread: send `ours`, decode the
-/// peer's hello and admit its token.
-fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
-    swap_hellos(stream, &ours.encode(), Hello::decode, token, |h| &h.token, "ucx")
 }
 
 /// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.

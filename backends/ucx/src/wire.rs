@@ -2,19 +2,21 @@
 //!
 //! Each side sends one hello (little-endian): `b"RDMAHUCX"` · version u16 · worker address
 //! (u16 length, 1 … 16 KiB, opaque UCP bytes) · region count u16 (≤ 1024) · per region: id u32,
-//! address u64, len u64, packed rkey (u16 length, 1 … 4 KiB) · token (u8 length ≤ 64, empty when
-//! none is configured). After both hellos were accepted and the endpoint exists, each side sends
-//! one [`READY`] byte; a side that rejected the peer closes the socket instead.
+//! address u64, len u64, packed rkey (u16 length, 1 … 4 KiB). It follows the mutual
+//! authentication of `rdma_hint_oob::authenticate`: no worker address or rkey reaches a peer
+//! that has not proven the token. After both hellos were accepted and the endpoint exists, each
+//! side sends one [`READY`] byte; a side that rejected the peer closes the socket instead.
 
 use crate::region::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
-use rdma_hint_oob::{handshake_error, WireReader, WireWriter, MAX_TOKEN_BYTES};
+use rdma_hint_oob::{handshake_error, WireReader, WireWriter};
 use std::io::Read;
 
 /// Hello magic.
 pub const MAGIC: [u8; 8] = *b"RDMAHUCX";
-/// The only protocol version spoken.
-pub const VERSION: u16 = 1;
+/// The only protocol version spoken (2: the token moved out of the hello into the
+/// authentication before it).
+pub const VERSION: u16 = 2;
 /// Regions one side may expose.
 pub const MAX_REGIONS: usize = 1024;
 /// Longest UCP worker address accepted, in bytes.
@@ -44,8 +46,6 @@ pub struct Hello {
     pub worker_address: Vec<u8>,
     /// Regions the peer may write.
     pub regions: Vec<ExposedRegion>,
-    /// Pre-shared token (empty when none is configured).
-    pub token: Vec<u8>,
 }
 
 impl Hello {
@@ -56,7 +56,6 @@ impl Hello {
     /// let hello = Hello {
     ///     worker_address: vec![1, 2, 3],
     ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0] }],
-    ///     token: b"secret".to_vec(),
     /// };
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
@@ -66,7 +65,6 @@ impl Hello {
         for region in &self.regions {
             out.u32(region.id).u64(region.address).u64(region.len).bytes_u16(&region.rkey);
         }
-        out.bytes_u8(&self.token[..self.token.len().min(MAX_TOKEN_BYTES)]);
         out.finish()
     }
 
@@ -108,8 +106,7 @@ impl Hello {
             check_packed_rkey(&rkey).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
             regions.push(ExposedRegion { id, address, len, rkey });
         }
-        let token = reader.bytes_u8(MAX_TOKEN_BYTES, "token")?;
-        Ok(Hello { worker_address, regions, token })
+        Ok(Hello { worker_address, regions })
     }
 }
 
@@ -170,7 +167,6 @@ mod tests {
                     rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 7, 7],
                 },
             ],
-            token: vec![],
         }
     }
 
@@ -279,10 +275,5 @@ mod tests {
         too_many.push(1);
         too_many.extend_from_slice(&(MAX_REGIONS as u16 + 1).to_le_bytes());
         assert!(decode(&too_many).unwrap_err().to_string().contains("exceed"));
-        let mut long_token = hello().encode();
-        let at = long_token.len() - 1;
-        long_token[at] = 65;
-        long_token.extend_from_slice(&[0; 65]);
-        assert!(decode(&long_token).unwrap_err().to_string().contains("token"));
     }
 }

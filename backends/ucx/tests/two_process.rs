@@ -25,6 +25,15 @@ fn deadline(seconds: u64) -> Instant {
     Instant::now() + Duration::from_secs(seconds)
 }
 
+/// The token every test peer and its parent hold: peers listen on namespace addresses, which
+/// need one (a non-loopback listener without a token is refused).
+const TEST_TOKEN: &[u8] = b"rdma-hint test peers";
+
+/// A transport for `tls` holding [`TEST_TOKEN`].
+fn peer_transport(tls: &str) -> UcxTransport {
+    UcxTransport::open(Some(tls)).unwrap().with_token(TEST_TOKEN).unwrap()
+}
+
 fn say(line: String) {
     println!("{line}");
     std::io::stdout().flush().unwrap();
@@ -52,7 +61,7 @@ fn peer_main() {
 fn receiver() {
     let len: u64 = env("LEN").parse().unwrap();
     let seed: u64 = env("SEED").parse().unwrap();
-    let transport = UcxTransport::open(Some(&env("TLS"))).unwrap();
+    let transport = peer_transport(&env("TLS"));
     let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     let address = transport.bind(env("LISTEN").parse().unwrap()).unwrap();
     say(format!("LISTENING {address}"));
@@ -81,7 +90,7 @@ fn receiver() {
 fn sender() {
     let len: u64 = env("LEN").parse().unwrap();
     let seed: u64 = env("SEED").parse().unwrap();
-    let transport = UcxTransport::open(Some(&env("TLS"))).unwrap();
+    let transport = peer_transport(&env("TLS"));
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
@@ -124,7 +133,7 @@ fn transfer_to_child(tls: &str, len: u64) {
         ],
     );
     let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
-    let transport = UcxTransport::open(Some(tls)).unwrap();
+    let transport = peer_transport(tls);
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let remote =
@@ -171,7 +180,7 @@ fn receiver_killed_mid_transfer(tls: &str) {
         ],
     );
     let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
-    let transport = UcxTransport::open(Some(tls)).unwrap();
+    let transport = peer_transport(tls);
     let source = transport.register(MemoryKind::Host, len).unwrap();
     let remote =
         rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
@@ -272,21 +281,30 @@ fn tcp_across_two_network_namespaces() {
     drop(receiver);
 }
 
-/// A listening transport that a raw socket sends `bytes` to: what `connect` answers.
-fn raw_peer_sends(bytes: Vec<u8>) -> TransportError {
+/// A hand-written TCP client past the authentication (no token configured).
+fn raw_dial(address: std::net::SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(address).unwrap();
+    rdma_hint_oob::authenticate(&mut stream, None, rdma_hint_oob::Role::Dialer).unwrap();
+    stream
+}
+
+/// A listening transport that a raw socket sends `bytes` to (after authenticating when
+/// `authenticated`): what `connect` answers at its short deadline (a listener drops a bad
+/// candidate and waits for a good one).
+fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
     let transport = UcxTransport::open(Some("tcp,self")).unwrap();
     let region = transport.register(MemoryKind::Host, 4096).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let raw = std::thread::spawn(move || {
-        let mut stream = TcpStream::connect(address).unwrap();
-        stream.write_all(&bytes).unwrap();
+        let mut stream = if authenticated { raw_dial(address) } else { TcpStream::connect(address).unwrap() };
+        let _ = stream.write_all(&bytes);
         // Keep the socket open until the transport has judged the bytes.
         std::thread::sleep(Duration::from_millis(500));
     });
     let result = rdma_hint_core::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
-        deadline(5),
+        deadline(2),
     ));
     raw.join().unwrap();
     result.unwrap_err()
@@ -296,25 +314,26 @@ fn hello() -> Hello {
     Hello {
         worker_address: vec![1; 64],
         regions: vec![ExposedRegion { id: 0, address: 0x10000, len: 4096, rkey: vec![2; 32] }],
-        token: vec![],
     }
 }
 
 #[test]
 fn malformed_out_of_band_messages_are_rejected_with_a_reason() {
-    let err = raw_peer_sends(b"GET / HTTP/1.1\r\n\r\n".to_vec());
+    let err = raw_peer_sends(b"GET / HTTP/1.1\r\n\r\n".to_vec(), false);
+    assert!(matches!(err, TransportError::Unauthorized { .. }), "{err}");
+    let err = raw_peer_sends(b"GET / HTTP/1.1\r\n\r\n".to_vec(), true);
     assert!(err.to_string().contains("bad magic"), "{err}");
     let mut wrong_version = hello().encode();
-    wrong_version[8] = 2;
-    let err = raw_peer_sends(wrong_version);
+    wrong_version[8] = 9;
+    let err = raw_peer_sends(wrong_version, true);
     assert!(err.to_string().contains("version"), "{err}");
     let mut oversized = hello().encode();
     oversized[10..12].copy_from_slice(&u16::MAX.to_le_bytes());
-    let err = raw_peer_sends(oversized);
+    let err = raw_peer_sends(oversized, true);
     assert!(err.to_string().contains("worker address of 65535 B exceeds"), "{err}");
     // A truncated hello followed by silence: the deadline, not a hang.
     let started = Instant::now();
-    let err = raw_peer_sends(hello().encode()[..20].to_vec());
+    let err = raw_peer_sends(hello().encode()[..20].to_vec(), true);
     assert!(matches!(err, TransportError::DeadlineExceeded { .. } | TransportError::PeerGone(_)), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
@@ -330,7 +349,7 @@ fn a_garbage_rkey_is_refused_at_connect() {
     let liar = std::thread::spawn(move || {
         let transport = UcxTransport::open(Some("tcp,self")).unwrap();
         let region = transport.register(MemoryKind::Host, 4096).unwrap();
-        let mut stream = TcpStream::connect(address).unwrap();
+        let mut stream = raw_dial(address);
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let theirs = Hello::decode(&mut stream).unwrap();
         let mine = Hello {
@@ -341,7 +360,6 @@ fn a_garbage_rkey_is_refused_at_connect() {
                 len: 4096,
                 rkey: vec![0xff; 7],
             }],
-            token: vec![],
         };
         stream.write_all(&mine.encode()).unwrap();
         std::thread::sleep(Duration::from_millis(500));

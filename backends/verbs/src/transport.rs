@@ -12,7 +12,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RegionTable, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, swap_hellos, Rendezvous, Token};
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -80,7 +80,6 @@ pub struct VerbsTransport {
     posting: Mutex<Posting>,
     polling: Mutex<Polling>,
     rendezvous: Rendezvous,
-    token: Option<Token>,
     oob: OnceLock<TcpStream>,
     events: Arc<Events>,
     event_thread: Mutex<Option<EventThread>>,
@@ -262,7 +261,6 @@ impl VerbsTransport {
             }),
             polling: Mutex::new(Polling { wcs, checked: Instant::now() }),
             rendezvous: Rendezvous::default(),
-            token: None,
             oob: OnceLock::new(),
             events,
             event_thread: Mutex::new(None),
@@ -281,11 +279,19 @@ impl VerbsTransport {
         })
     }
 
-    /// Requires the peer to present `token` (1…64 bytes, pre-shared out of band) in its hello,
-    /// and presents it in ours; compared in constant time, a mismatch is rejected and logged.
+    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
+    /// any hello (QP number, rkeys) is exchanged, and proves it in turn; the token never
+    /// crosses the wire (see [`rdma_hint_oob::authenticate`]).
     pub fn with_token(mut self, token: &[u8]) -> Result<VerbsTransport, TransportError> {
-        self.token = Some(Token::new(token)?);
+        self.rendezvous.set_token(Token::new(token)?);
         Ok(self)
+    }
+
+    /// Lets [`Transport::bind`] listen on a non-loopback address without a token (refused
+    /// otherwise): anyone who reaches it may connect and write into the exposed regions.
+    pub fn allow_unauthenticated_remote(mut self) -> VerbsTransport {
+        self.rendezvous.allow_unauthenticated_remote();
+        self
     }
 
     /// What `ibv_query_device` / `ibv_query_port` said about this device.
@@ -402,7 +408,6 @@ impl Transport for VerbsTransport {
             regions: self.regions.clone(),
             expose: expose.to_vec(),
             gid: self.gid,
-            token: self.token.clone(),
             events: self.events.clone(),
             watched: Watched { channel: self.channel.raw, send_cq: self.send_cq, recv_cq: self.recv_cq },
             lending: self.lending.clone(),
@@ -411,8 +416,14 @@ impl Transport for VerbsTransport {
         // rendezvous thread with the exchange: on Soft-RoCE each is a slow kernel call, and
         // none may hold the awaiting task's thread. The lent handles outlive it (see `Drop`).
         let lent = self.lending.lend(setup);
+        let hello = move || {
+            let (ours, psn) = lent.value.hello()?;
+            Ok((ours.encode(), move |stream: &mut TcpStream, theirs: Hello| {
+                lent.value.finish(stream, theirs, psn)
+            }))
+        };
         let (_, (theirs, thread, stream)) =
-            self.rendezvous.meet(peer, deadline, move |stream| lent.value.run(stream)).await?;
+            self.rendezvous.meet(peer, deadline, hello, Hello::decode).await?;
         *lock(&self.event_thread) = Some(thread);
         let _ = self.oob.set(stream);
         let mut remote: Vec<Option<ExposedRegion>> = Vec::new();
@@ -623,12 +634,6 @@ impl Drop for VerbsTransport {
     }
 }
 
-/// The blocking half of the hello exchange, on the rendezvous thread: send `ours`, decode the
-/// peer's hello and admit its token.
-fn exchange(stream: &mut TcpStream, ours: &Hello, token: Option<&Token>) -> Result<Hello, TransportError> {
-    swap_hellos(stream, &ours.encode(), Hello::decode, token, |h| &h.token, "verbs")
-}
-
 /// What a connect's rendezvous thread needs: copies of the verbs handles (lent, see
 /// [`Lending`]) and the shared state.
 struct Setup {
@@ -637,7 +642,6 @@ struct Setup {
     regions: Arc<RwLock<RegionTable<Region>>>,
     expose: Vec<RegionId>,
     gid: [u8; 16],
-    token: Option<Token>,
     events: Arc<Events>,
     watched: Watched,
     lending: Arc<Lending>,
@@ -648,10 +652,10 @@ struct Setup {
 unsafe impl Send for Setup {}
 
 impl Setup {
-    /// Exposes the regions (a second MR with remote write each), exchanges hellos, brings the
-    /// QP to RTS, confirms, and starts the event thread. Returns the peer's hello, the thread
-    /// and the out-of-band socket (non-blocking) to keep.
-    fn run(&self, stream: &mut TcpStream) -> Result<(Hello, EventThread, TcpStream), TransportError> {
+    /// Exposes the regions (a second MR with remote write each; no peer can use one before it
+    /// has the rkey, sent only after authentication) and builds this side's hello, with the
+    /// starting PSN it carries.
+    fn hello(&self) -> Result<(Hello, u32), TransportError> {
         let mut regions = Vec::with_capacity(self.expose.len());
         {
             let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
@@ -665,9 +669,17 @@ impl Setup {
         // SAFETY: the QP is live (lent); qp_num is a plain field.
         let qpn = unsafe { (*self.queue_pair.raw).qp_num };
         let lid = 0; // RoCE: addressing is by GID.
-        let token = self.token.as_ref().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-        let ours = Hello { lid, qpn, psn, gid: self.gid, mtu: self.queue_pair.active_mtu, regions, token };
-        let theirs = exchange(stream, &ours, self.token.as_ref())?;
+        Ok((Hello { lid, qpn, psn, gid: self.gid, mtu: self.queue_pair.active_mtu, regions }, psn))
+    }
+
+    /// After the hellos: brings the QP to RTS, confirms, and starts the event thread. Returns
+    /// the peer's hello, the thread and the out-of-band socket (non-blocking) to keep.
+    fn finish(
+        &self,
+        stream: &mut TcpStream,
+        theirs: Hello,
+        psn: u32,
+    ) -> Result<(Hello, EventThread, TcpStream), TransportError> {
         self.queue_pair.bring_up(&theirs, psn)?;
         confirm(stream, READY)?;
         let oob = stream.try_clone()?;

@@ -2,19 +2,21 @@
 //!
 //! Each side sends one hello (little-endian): `b"RDMAHVRB"` · version u16 · LID u16 · QP number
 //! u32 (< 2²⁴) · starting PSN u32 (< 2²⁴) · GID (16 bytes) · path MTU u8 (`ibv_mtu`, 1…5) ·
-//! region count u16 (≤ 1024) · per region: id u32, address u64, len u64, rkey u32 · token (u8
-//! length ≤ 64). After both QPs reach RTS each side sends one [`READY`] byte; a side that
-//! rejected the peer closes the socket instead.
+//! region count u16 (≤ 1024) · per region: id u32, address u64, len u64, rkey u32. It follows
+//! the mutual authentication of `rdma_hint_oob::authenticate`: no rkey reaches a peer that has
+//! not proven the token. After both QPs reach RTS each side sends one [`READY`] byte; a side
+//! that rejected the peer closes the socket instead.
 
 use crate::region::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
-use rdma_hint_oob::{handshake_error, WireReader, WireWriter, MAX_TOKEN_BYTES};
+use rdma_hint_oob::{handshake_error, WireReader, WireWriter};
 use std::io::Read;
 
 /// Hello magic.
 pub const MAGIC: [u8; 8] = *b"RDMAHVRB";
-/// The only protocol version spoken.
-pub const VERSION: u16 = 1;
+/// The only protocol version spoken (2: the token moved out of the hello into the
+/// authentication before it).
+pub const VERSION: u16 = 2;
 /// Regions one side may expose.
 pub const MAX_REGIONS: usize = 1024;
 /// The byte each side sends once its QP is ready to send.
@@ -48,8 +50,6 @@ pub struct Hello {
     pub mtu: u8,
     /// Regions the peer may write.
     pub regions: Vec<ExposedRegion>,
-    /// Pre-shared token (empty when none is configured).
-    pub token: Vec<u8>,
 }
 
 impl Hello {
@@ -58,7 +58,7 @@ impl Hello {
     /// ```
     /// use rdma_hint_verbs::wire::{ExposedRegion, Hello};
     /// let hello = Hello { lid: 0, qpn: 17, psn: 4242, gid: [0; 16], mtu: 5,
-    ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: 7 }], token: vec![] };
+    ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: 7 }] };
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
     pub fn encode(&self) -> Vec<u8> {
@@ -68,12 +68,11 @@ impl Hello {
         for region in &self.regions {
             out.u32(region.id).u64(region.address).u64(region.len).u32(region.rkey);
         }
-        out.bytes_u8(&self.token[..self.token.len().min(MAX_TOKEN_BYTES)]);
         out.finish()
     }
 
     /// Reads and validates a hello: magic, version, 24-bit QPN and PSN, MTU code, region count
-    /// and every region (unique ids, non-empty, non-wrapping ranges), bounded token.
+    /// and every region (unique ids, non-empty, non-wrapping ranges).
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
         let mut reader = WireReader::new(reader);
         reader.preamble(MAGIC, VERSION, "an rdma-hint verbs transport")?;
@@ -122,8 +121,7 @@ impl Hello {
             }
             regions.push(region);
         }
-        let token = reader.bytes_u8(MAX_TOKEN_BYTES, "token")?;
-        Ok(Hello { lid, qpn, psn, gid, mtu, regions, token })
+        Ok(Hello { lid, qpn, psn, gid, mtu, regions })
     }
 }
 
@@ -139,7 +137,6 @@ mod tests {
             gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1],
             mtu: 5,
             regions: vec![ExposedRegion { id: 0, address: 0x7f00_0000_0000, len: 1 << 20, rkey: 0x1234 }],
-            token: b"s3cret".to_vec(),
         }
     }
 

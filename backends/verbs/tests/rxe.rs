@@ -25,6 +25,15 @@ fn deadline(seconds: u64) -> Instant {
     Instant::now() + Duration::from_secs(seconds)
 }
 
+/// The token every test peer and its parent hold: the two-VM peers listen on a RoCE address,
+/// which needs one (a non-loopback listener without a token is refused).
+const TEST_TOKEN: &[u8] = b"rdma-hint test peers";
+
+/// A transport on `device` holding [`TEST_TOKEN`].
+fn peer_transport(device: &str) -> VerbsTransport {
+    VerbsTransport::open(Some(device)).unwrap().with_token(TEST_TOKEN).unwrap()
+}
+
 fn say(line: String) {
     println!("{line}");
     std::io::stdout().flush().unwrap();
@@ -52,7 +61,7 @@ fn peer_main() {
 fn receiver() {
     let len: u64 = env("LEN").parse().unwrap();
     let seed: u64 = env("SEED").parse().unwrap();
-    let transport = VerbsTransport::open(Some(&env("RXE_DEV"))).unwrap();
+    let transport = peer_transport(&env("RXE_DEV"));
     let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:0".into());
     let address = transport.bind(listen.parse().unwrap()).unwrap();
@@ -88,7 +97,7 @@ fn receiver() {
 fn sender() {
     let len: u64 = env("LEN").parse().unwrap();
     let seed: u64 = env("SEED").parse().unwrap();
-    let transport = VerbsTransport::open(Some(&env("RXE_DEV"))).unwrap();
+    let transport = peer_transport(&env("RXE_DEV"));
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
@@ -134,7 +143,7 @@ fn chunked_rdma_writes_arrive_byte_exact() {
     for len in [1, 4095, 64 * 1024, (1 << 20) + 3, 8 << 20] {
         let seed = len ^ 0x5eed;
         let (mut peer, address) = spawn_receiver(&device, len, seed);
-        let transport = VerbsTransport::open(Some(&device)).unwrap();
+        let transport = peer_transport(&device);
         let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
         transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
         let remote = rdma_hint_core::blocking::block_on(transport.connect(
@@ -164,6 +173,10 @@ fn rkey_rewriting_proxy(receiver: SocketAddr) -> SocketAddr {
     std::thread::spawn(move || {
         let (mut dialer, _) = listener.accept().unwrap();
         let mut upstream = TcpStream::connect(receiver).unwrap();
+        // The proxy holds the token (an insider rewriting rkeys): it authenticates each leg.
+        let token = rdma_hint_oob::Token::new(TEST_TOKEN).unwrap();
+        rdma_hint_oob::authenticate(&mut upstream, Some(&token), rdma_hint_oob::Role::Dialer).unwrap();
+        rdma_hint_oob::authenticate(&mut dialer, Some(&token), rdma_hint_oob::Role::Listener).unwrap();
         let mut theirs = Hello::decode(&mut upstream).unwrap();
         for region in &mut theirs.regions {
             region.rkey ^= 0x5a5a;
@@ -186,7 +199,7 @@ fn rkey_rewriting_proxy(receiver: SocketAddr) -> SocketAddr {
 fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     let device = rxe();
     let (mut peer, address) = spawn_receiver(&device, 1 << 20, 1);
-    let transport = VerbsTransport::open(Some(&device)).unwrap();
+    let transport = peer_transport(&device);
     let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let proxy = rkey_rewriting_proxy(address);
     let remote =
@@ -229,7 +242,7 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
     let device = rxe();
     let len: u64 = 64 << 20;
     let (mut peer, address) = spawn_receiver(&device, len, 2);
-    let transport = VerbsTransport::open(Some(&device)).unwrap();
+    let transport = peer_transport(&device);
     let source = transport.register(MemoryKind::Host, len).unwrap();
     let remote =
         rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60)))

@@ -8,11 +8,12 @@ mod plot;
 mod render;
 mod serve;
 mod sweep;
+mod token;
 mod units;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rdma_hint::{probe, ProbeOptions};
+use rdma_hint::{probe, OpenOptions, ProbeOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +83,10 @@ enum Command {
         /// Do not store the measured knee in the hint cache.
         #[arg(long)]
         no_record: bool,
+        /// Read the pre-shared token (1…64 bytes) from this file; default: $RDMA_HINT_TOKEN.
+        /// Both sides must hold the same one; it is proven, never sent.
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<PathBuf>,
     },
     /// Receive for a `sweep --peer` on another host: expose a region and serve one peer.
     Serve {
@@ -103,9 +108,21 @@ enum Command {
         /// Bytes to expose (at least the sweep's largest transfer; at least 4 KiB).
         #[arg(long, value_parser = serve::parse_region_bytes, default_value = "128M")]
         bytes: u64,
-        /// Give up after this many seconds.
+        /// Seconds one run may wait for its peer and its transfer (handshakes are cut off
+        /// after 5 s regardless).
         #[arg(long, value_parser = units::parse_count, default_value = "600")]
         timeout_s: u64,
+        /// Peers to serve, one after another (default: until stopped).
+        #[arg(long, value_parser = units::parse_count)]
+        count: Option<u64>,
+        /// Read the pre-shared token (1…64 bytes) from this file; default: $RDMA_HINT_TOKEN.
+        /// Needed to listen on any address but loopback.
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<PathBuf>,
+        /// Listen on a non-loopback address without a token: anyone who reaches it may write
+        /// into the exposed region.
+        #[arg(long)]
+        insecure: bool,
     },
     /// Print how a transfer is cut into blocks, doorbell batches and signalled requests.
     Plan {
@@ -210,6 +227,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             peer,
             loopback: _,
             no_record,
+            token_file,
         } => {
             let sizes = sweep::parse_sizes(&sizes).map_err(|e| anyhow::anyhow!("--sizes {e}"))?;
             let largest = sizes.iter().copied().max().unwrap_or(1);
@@ -231,7 +249,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // Output paths are checked before minutes of measuring, not after.
             let json = json.map(|path| output::OutputFile::reserve(&path, "--json")).transpose()?;
             let plot = plot.map(|path| output::OutputFile::reserve(&path, "--plot")).transpose()?;
+            let options = match token::load(token_file.as_deref())? {
+                Some(token) => OpenOptions::default().token(&token),
+                None => OpenOptions::default(),
+            };
             let args = sweep::SweepArgs {
+                options,
                 transport,
                 source,
                 sizes,
@@ -266,18 +289,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve { listen, backend, channel, ucx_tls, device, bytes, timeout_s } => serve::run(
+        Command::Serve {
             listen,
-            &backend::transport_id(
+            backend,
+            channel,
+            ucx_tls,
+            device,
+            bytes,
+            timeout_s,
+            count,
+            token_file,
+            insecure,
+        } => {
+            let transport = backend::transport_id(
                 &backend,
                 channel.as_deref(),
                 "tcp",
                 ucx_tls.as_deref(),
                 device.as_deref(),
-            )?,
-            bytes,
-            std::time::Duration::from_secs(timeout_s),
-        ),
+            )?;
+            let options = match token::load(token_file.as_deref())? {
+                Some(token) => OpenOptions::default().token(&token),
+                None => OpenOptions::default(),
+            }
+            .allow_unauthenticated_remote(insecure);
+            serve::run(&serve::ServeArgs {
+                listen,
+                transport,
+                options,
+                bytes,
+                timeout: std::time::Duration::from_secs(timeout_s),
+                count,
+            })
+        }
         Command::Plan { len, block, align, offset, region, batch, signal_every, json } => {
             let args = plan::PlanArgs { len, block, align, offset, region, batch, signal_every, json };
             output::print_line(&plan::run(&args)?)?;

@@ -1,4 +1,6 @@
-//! `rdma-hint serve`: the receiving side of `sweep --peer`, on another host or namespace.
+//! `rdma-hint serve`: the receiving side of `sweep --peer`, on another host or namespace. It
+//! serves peers one after another; a peer that fails its handshake or breaks the protocol is
+//! an error line for that run, and the next peer is served.
 
 use crate::sweep::{SWEEP_FINISHED, SWEEP_REGION_TOO_SMALL};
 use crate::units::{format_bytes, parse_bytes};
@@ -20,21 +22,55 @@ pub(crate) fn parse_region_bytes(text: &str) -> Result<u64, String> {
     }
 }
 
-/// Exposes a region of `bytes` on `listen` and serves one peer until it leaves or `timeout`.
-/// Succeeds only when the peer's sweep said it finished; a peer that leaves without saying so
-/// (its sweep failed, or it was killed) is an error, as is a sweep that needed more bytes.
-pub(crate) fn run(
-    listen: SocketAddr,
-    transport_id: &TransportId,
-    bytes: u64,
-    timeout: Duration,
-) -> Result<()> {
-    let transport = open(transport_id, &OpenOptions::default())?;
-    let region = transport.register(MemoryKind::Host, bytes)?;
-    let address =
-        transport.bind(listen).with_context(|| format!("--listen {listen}: cannot listen there"))?;
-    crate::output::print_line(&format!("serving {} over {transport_id} on {address}", format_bytes(bytes)))?;
-    let deadline = Instant::now() + timeout;
+/// What `serve` was asked to do.
+pub(crate) struct ServeArgs {
+    pub(crate) listen: SocketAddr,
+    pub(crate) transport: TransportId,
+    pub(crate) options: OpenOptions,
+    pub(crate) bytes: u64,
+    /// How long one run may wait for its peer and its transfer.
+    pub(crate) timeout: Duration,
+    /// Peers to serve; `None`: until the process is stopped.
+    pub(crate) count: Option<u64>,
+}
+
+/// Serves `count` peers (or forever), one at a time, each on a fresh transport exposing
+/// `bytes`. Fails if any run failed, after serving them all.
+pub(crate) fn run(args: &ServeArgs) -> Result<()> {
+    let mut failed = 0u64;
+    let mut served = 0u64;
+    while args.count.is_none_or(|count| served < count) {
+        served += 1;
+        match serve_one(args) {
+            Ok(()) => crate::output::print_line(&format!("run {served}: the peer's sweep finished"))?,
+            Err(error) if crate::output::is_broken_pipe(&error) => return Err(error),
+            Err(error) => {
+                failed += 1;
+                eprintln!("rdma-hint: run {served}: {}", crate::output::error_line(&error));
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {served} runs failed");
+    }
+    Ok(())
+}
+
+/// One peer: listen, authenticate and handshake (bad candidates are dropped by the library
+/// within seconds while it keeps listening), then receive until the peer says how its sweep
+/// ended and leaves.
+fn serve_one(args: &ServeArgs) -> Result<()> {
+    let transport = open(&args.transport, &args.options)?;
+    let region = transport.register(MemoryKind::Host, args.bytes)?;
+    let address = transport
+        .bind(args.listen)
+        .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
+    crate::output::print_line(&format!(
+        "serving {} over {} on {address}",
+        format_bytes(args.bytes),
+        args.transport
+    ))?;
+    let deadline = Instant::now() + args.timeout;
     transport.connect_blocking(PeerEndpoint::Listen(address), &[region.id], deadline)?;
     let mut arrivals = [Arrival::EMPTY; 64];
     let mut outcome = None;
@@ -47,10 +83,10 @@ pub(crate) fn run(
             }
             Err(TransportError::PeerGone(why)) => {
                 return match outcome {
-                    Some(SWEEP_FINISHED) => crate::output::print_line("the peer's sweep finished").map_err(Into::into),
+                    Some(SWEEP_FINISHED) => Ok(()),
                     Some(_) => bail!(
                         "the peer's sweep needs a larger region than the {} this side exposes: restart serve with a larger --bytes",
-                        format_bytes(bytes)
+                        format_bytes(args.bytes)
                     ),
                     None => bail!("the peer left before its sweep finished ({why}); its own output says why"),
                 };

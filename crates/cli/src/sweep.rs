@@ -22,6 +22,8 @@ const HOST_ALIGN: u64 = 4096;
 
 /// Arguments of `sweep`.
 pub(crate) struct SweepArgs {
+    /// How both ends are opened (the token, if any).
+    pub(crate) options: OpenOptions,
     pub(crate) transport: TransportId,
     pub(crate) source: SourceId,
     pub(crate) sizes: Vec<u64>,
@@ -141,8 +143,8 @@ fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
         SourceId::Host(_) => MemoryKind::Host,
         SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
     };
-    let options = OpenOptions::default();
-    let sender = open(&args.transport, &options)?;
+    let options = &args.options;
+    let sender = open(&args.transport, options)?;
     let source = sender.register(kind, region_bytes)?;
     sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize])?;
     let (remote, receiver) = match args.peer {
@@ -153,7 +155,7 @@ fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
             (remote, None)
         }
         None => {
-            let receiver = open(&args.transport, &options)?;
+            let receiver = open(&args.transport, options)?;
             let target = receiver.register(MemoryKind::Host, region_bytes)?;
             let address = receiver.bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
             let accepting = std::thread::spawn(move || {

@@ -195,7 +195,19 @@ fn sweep_to_a_serving_peer_over_tcp() {
     let address = format!("127.0.0.1:{port}");
     let mut server = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
         .env("RDMA_HINT_CACHE_DIR", &dir)
-        .args(["serve", "--listen", &address, "--channel", "tcp", "--bytes", "4M", "--timeout-s", "60"])
+        .args([
+            "serve",
+            "--listen",
+            &address,
+            "--channel",
+            "tcp",
+            "--bytes",
+            "4M",
+            "--timeout-s",
+            "60",
+            "--count",
+            "1",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -178,7 +178,12 @@ fn a_peer_nobody_listens_for_is_refused_quickly() {
 #[test]
 fn serve_names_the_address_it_cannot_listen_on() {
     // 192.0.2.1 (TEST-NET-1) is on no interface here: binding it fails without any traffic.
-    refused(&["serve", "--listen", "192.0.2.1:80"], &["--listen", "192.0.2.1:80"]);
+    refused(
+        &["serve", "--listen", "192.0.2.1:80", "--insecure", "--count", "1"],
+        &["--listen", "192.0.2.1:80"],
+    );
+    // Without a token (or --insecure) a non-loopback listener is refused before it binds.
+    refused(&["serve", "--listen", "192.0.2.1:80", "--count", "1"], &["--listen", "token"]);
 }
 
 /// A sweep that needs more than `serve` exposes fails on both sides; one that finishes
@@ -189,11 +194,14 @@ fn serve_and_sweep_agree_on_how_the_sweep_ended() {
     for (bytes, sweep_ok) in [("1M", false), ("4M", true)] {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let address = format!("127.0.0.1:{port}");
-        let server = command(&dir, &["serve", "--listen", &address, "--bytes", bytes, "--timeout-s", "60"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let server = command(
+            &dir,
+            &["serve", "--listen", &address, "--bytes", bytes, "--timeout-s", "60", "--count", "1"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
         let sweep = run(
             &dir,
             &[

@@ -1,103 +1,237 @@
 //! Establishing the OOB TCP connection within a deadline.
 
+use crate::auth::{authenticate, Role};
+use crate::token::Token;
 use rdma_hint_core::wait::off_thread;
 use rdma_hint_core::{PeerEndpoint, TransportError};
 use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// How long an accepted connection may take to authenticate and send its hello before it is
+/// dropped: a silent or slow connection never holds a listener for the connect's deadline.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Accepted connections authenticating at once; more are closed at once until one finishes.
+pub const MAX_PENDING_HANDSHAKES: usize = 256;
+
 /// How a transport meets its peer: an optional listener bound ahead of time (so the peer can be
-/// told the port before `connect`), then one stream per connect, dialled or accepted, and the
-/// hello exchange on it, on a thread of its own ([`Rendezvous::meet`]).
+/// told the port before `connect`), then per connect the stream, dialled or accepted,
+/// [`authenticate`]d, and the hellos exchanged, on a thread of its own ([`Rendezvous::meet`]).
+///
+/// A listener on an address other than loopback needs a token, unless
+/// [`Rendezvous::allow_unauthenticated_remote`] says otherwise.
 #[derive(Debug, Default)]
 pub struct Rendezvous {
-    listener: Mutex<Option<Listener>>,
+    listener: Mutex<Option<Arc<Listener>>>,
+    token: Option<Token>,
+    unauthenticated_remote: bool,
 }
 
 impl Rendezvous {
+    /// Peers must prove they hold `token` (and this side proves it too), see [`authenticate`].
+    pub fn set_token(&mut self, token: Token) {
+        self.token = Some(token);
+    }
+
+    /// Lets this side listen on a non-loopback address without a token: anyone who can reach
+    /// it may then connect and write into the regions it exposes.
+    pub fn allow_unauthenticated_remote(&mut self) {
+        self.unauthenticated_remote = true;
+    }
+
     /// Binds the listener now (port 0 picks a free port) and returns its address.
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        let listener = Listener::bind(address)?;
+        let listener = self.new_listener(address)?;
         let bound = listener.local_addr();
-        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
+        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(listener));
         Ok(bound)
     }
 
-    /// Dials the peer, or accepts it on the listener bound by [`Rendezvous::bind`] (binding
-    /// `address` now if none was), within `deadline`, with the stream [`prepare`]d; then runs
-    /// `exchange` on it (send this side's hello, decode and admit the peer's). All on a thread of
-    /// its own: the awaiting task's thread never
-    /// blocks, and two `meet`s joined in one task (listening and dialling) both progress.
+    fn new_listener(&self, address: SocketAddr) -> Result<Listener, TransportError> {
+        if !address.ip().is_loopback() && self.token.is_none() && !self.unauthenticated_remote {
+            return Err(TransportError::InvalidArgument {
+                what: "listen address",
+                why: format!(
+                    "{address} is reachable from other hosts: set a token, or allow unauthenticated peers explicitly"
+                ),
+            });
+        }
+        Listener::bind(address)
+    }
+
+    /// Meets the peer within `deadline`, all on a thread of its own (the awaiting task's thread
+    /// never blocks, and two `meet`s joined in one task both progress): `hello` builds this
+    /// side's hello and the set-up to run after it; then it dials the peer, or accepts on the
+    /// listener bound by [`Rendezvous::bind`] (binding the address now if none was);
+    /// [`authenticate`]s; sends the hello and reads the peer's with `decode`; then runs the
+    /// set-up with the decoded hello.
+    ///
+    /// A listener authenticates every connection it accepts concurrently, each within
+    /// [`HANDSHAKE_TIMEOUT`], and takes the first whose hello decodes; the others (silent,
+    /// garbage, wrong token) are logged and dropped, and only if none succeeded by the
+    /// deadline is the last one's error returned.
     ///
     /// ```
     /// use rdma_hint_core::{blocking::block_on, PeerEndpoint, TransportError};
     /// use rdma_hint_oob::Rendezvous;
-    /// use std::io::{Read, Write};
+    /// use std::io::Read;
     /// use std::time::{Duration, Instant};
     ///
     /// let deadline = Instant::now() + Duration::from_secs(5);
     /// let (listening, dialling) = (Rendezvous::default(), Rendezvous::default());
     /// let address = listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    /// let hello = |stream: &mut std::net::TcpStream| -> Result<[u8; 2], TransportError> {
-    ///     stream.write_all(b"hi")?;
+    /// let decode = |stream: &mut std::net::TcpStream| -> Result<[u8; 2], TransportError> {
     ///     let mut theirs = [0u8; 2];
     ///     stream.read_exact(&mut theirs)?;
     ///     Ok(theirs)
     /// };
+    /// let hello = |ours: &'static [u8]| {
+    ///     move || Ok((ours.to_vec(), |_: &mut std::net::TcpStream, theirs: [u8; 2]| Ok(theirs)))
+    /// };
     /// let accepting = std::thread::spawn(move || {
-    ///     block_on(listening.meet(PeerEndpoint::Listen(address), deadline, hello))
+    ///     block_on(listening.meet(PeerEndpoint::Listen(address), deadline, hello(b"hi"), decode))
     /// });
-    /// let dialled = block_on(dialling.meet(PeerEndpoint::Dial(address), deadline, hello));
-    /// let accepted = accepting.join().unwrap();
-    /// assert_eq!(&accepted.unwrap().1, b"hi");
+    /// let dialled = block_on(dialling.meet(PeerEndpoint::Dial(address), deadline, hello(b"yo"), decode));
+    /// assert_eq!(&accepting.join().unwrap().unwrap().1, b"yo");
     /// assert_eq!(&dialled.unwrap().1, b"hi");
     /// ```
-    pub async fn meet<R, F>(
+    pub async fn meet<H, R, P, S, D>(
         &self,
         peer: PeerEndpoint,
         deadline: Instant,
-        exchange: F,
+        hello: P,
+        decode: D,
     ) -> Result<(TcpStream, R), TransportError>
     where
+        H: Send + 'static,
         R: Send + 'static,
-        F: FnOnce(&mut TcpStream) -> Result<R, TransportError> + Send + 'static,
+        P: FnOnce() -> Result<(Vec<u8>, S), TransportError> + Send + 'static,
+        S: FnOnce(&mut TcpStream, H) -> Result<R, TransportError>,
+        D: Fn(&mut TcpStream) -> Result<H, TransportError> + Send + Sync + 'static,
     {
         let listener = self.listener_for(peer)?;
+        let token = self.token.clone();
         off_thread("oob", move || {
-            let mut stream = establish(peer, listener, deadline)?;
-            let theirs = exchange(&mut stream)?;
-            Ok((stream, theirs))
+            let (ours, setup) = hello()?;
+            let hello = Arc::new(Greeting { token, ours, decode });
+            let (mut stream, theirs) = match (peer, listener) {
+                (PeerEndpoint::Dial(address), _) => {
+                    let mut stream = dial(address, deadline)?;
+                    prepare(&stream, deadline)?;
+                    let theirs = hello.greet(&mut stream, Role::Dialer)?;
+                    (stream, theirs)
+                }
+                (PeerEndpoint::Listen(_), Some(listener)) => accept_first(&listener, &hello, deadline)?,
+                (PeerEndpoint::Listen(address), None) => {
+                    return Err(TransportError::InvalidArgument {
+                        what: "listen address",
+                        why: format!("no listener for {address}"),
+                    })
+                }
+            };
+            prepare(&stream, deadline)?;
+            let result = setup(&mut stream, theirs)?;
+            Ok((stream, result))
         })
         .await?
     }
 
-    /// The listener a `Listen` connect accepts on (bound now if [`Rendezvous::bind`] was not called).
-    fn listener_for(&self, peer: PeerEndpoint) -> Result<Option<Listener>, TransportError> {
+    /// The listener a `Listen` connect accepts on (bound now if [`Rendezvous::bind`] was not
+    /// called); it stays bound for the next connect.
+    fn listener_for(&self, peer: PeerEndpoint) -> Result<Option<Arc<Listener>>, TransportError> {
         match peer {
             PeerEndpoint::Dial(_) => Ok(None),
             PeerEndpoint::Listen(address) => {
-                match self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                    Some(listener) => Ok(Some(listener)),
-                    None => Listener::bind(address).map(Some),
+                let mut slot = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
+                match &*slot {
+                    Some(listener) if address.port() == 0 || listener.local_addr() == address => {
+                        Ok(Some(listener.clone()))
+                    }
+                    _ => {
+                        let listener = Arc::new(self.new_listener(address)?);
+                        *slot = Some(listener.clone());
+                        Ok(Some(listener))
+                    }
                 }
             }
         }
     }
 }
 
-fn establish(
-    peer: PeerEndpoint,
-    listener: Option<Listener>,
+/// What each candidate connection goes through before it may become the connection.
+struct Greeting<D> {
+    token: Option<Token>,
+    ours: Vec<u8>,
+    decode: D,
+}
+
+impl<D, H> Greeting<D>
+where
+    D: Fn(&mut TcpStream) -> Result<H, TransportError>,
+{
+    /// Authenticates, sends this side's hello, decodes the peer's. Failures are logged with the
+    /// peer's address.
+    fn greet(&self, stream: &mut TcpStream, role: Role) -> Result<H, TransportError> {
+        let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+        authenticate(stream, self.token.as_ref(), role)?;
+        stream.write_all(&self.ours)?;
+        (self.decode)(stream).inspect_err(|e| tracing::warn!(%peer, error = %e, "rejected peer (hello)"))
+    }
+}
+
+/// Accepts until one connection authenticates and sends a hello that decodes, each candidate
+/// on its own thread within [`HANDSHAKE_TIMEOUT`].
+fn accept_first<D, H>(
+    listener: &Listener,
+    greeting: &Arc<Greeting<D>>,
     deadline: Instant,
-) -> Result<TcpStream, TransportError> {
-    let stream = match (peer, listener) {
-        (PeerEndpoint::Listen(_), Some(listener)) => listener.accept(deadline)?,
-        (PeerEndpoint::Listen(address), None) => Listener::bind(address)?.accept(deadline)?,
-        (PeerEndpoint::Dial(address), _) => dial(address, deadline)?,
-    };
-    prepare(&stream, deadline)?;
-    Ok(stream)
+) -> Result<(TcpStream, H), TransportError>
+where
+    H: Send + 'static,
+    D: Fn(&mut TcpStream) -> Result<H, TransportError> + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let (results, finished) = std::sync::mpsc::channel::<Result<(TcpStream, H), TransportError>>();
+    let pending = Arc::new(AtomicUsize::new(0));
+    let mut last_failure = None;
+    loop {
+        match finished.recv_timeout(Duration::from_millis(2)) {
+            Ok(Ok(won)) => return Ok(won),
+            Ok(Err(e)) => last_failure = Some(e),
+            Err(_) => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(last_failure.unwrap_or(TransportError::DeadlineExceeded {
+                what: "a peer to connect",
+                waited_ms: started.elapsed().as_millis() as u64,
+            }));
+        }
+        while let Some(stream) = listener.try_accept()? {
+            if pending.load(Ordering::Acquire) >= MAX_PENDING_HANDSHAKES {
+                tracing::warn!(
+                    "oob: {MAX_PENDING_HANDSHAKES} handshakes pending; a new connection was closed"
+                );
+                continue;
+            }
+            let limit = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+            let (greeting, results, in_flight) = (greeting.clone(), results.clone(), pending.clone());
+            pending.fetch_add(1, Ordering::AcqRel);
+            let spawned = std::thread::Builder::new().name("oob-handshake".into()).spawn(move || {
+                let mut stream = stream;
+                let outcome = prepare(&stream, limit)
+                    .and_then(|()| greeting.greet(&mut stream, Role::Listener))
+                    .map(|theirs| (stream, theirs));
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+                // The loop may have finished already: then this connection is simply dropped.
+                let _ = results.send(outcome);
+            });
+            if spawned.is_err() {
+                pending.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
 }
 
 /// A bound OOB listener. Bind it before telling the peer where to dial, then [`accept`](Listener::accept).
@@ -125,23 +259,33 @@ impl Listener {
     pub fn accept(&self, deadline: Instant) -> Result<TcpStream, TransportError> {
         let started = Instant::now();
         loop {
-            match self.inner.accept() {
-                Ok((stream, peer)) => {
-                    tracing::debug!(%peer, "oob: accepted");
-                    stream.set_nonblocking(false)?;
-                    return Ok(stream);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err(TransportError::DeadlineExceeded {
-                            what: "a peer to connect",
-                            waited_ms: started.elapsed().as_millis() as u64,
-                        });
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => return Err(e.into()),
+            if let Some(stream) = self.try_accept()? {
+                return Ok(stream);
             }
+            if Instant::now() >= deadline {
+                return Err(TransportError::DeadlineExceeded {
+                    what: "a peer to connect",
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// One pending connection (blocking), or `None` if nobody is waiting.
+    fn try_accept(&self) -> Result<Option<TcpStream>, TransportError> {
+        match self.inner.accept() {
+            Ok((stream, peer)) => {
+                tracing::debug!(%peer, "oob: accepted");
+                stream.set_nonblocking(false)?;
+                Ok(Some(stream))
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(None),
+            // A connection reset before we took it is the peer's business, not the listener's.
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset) => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
         }
     }
 }

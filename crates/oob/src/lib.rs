@@ -2,9 +2,10 @@
 //!
 //! The out-of-band (OOB) TCP exchange that sets up every rdma-hint connection: one side
 //! binds a [`Listener`] (loopback unless told otherwise), the other [`dial`]s, both with deadlines; each
-//! sends one hello and decodes the peer's with a [`WireReader`] that bounds every length it
-//! reads. An optional pre-shared [`Token`] is compared in constant time. Backends keep the
-//! socket open after the exchange as a liveness signal: its EOF means the peer process is gone.
+//! [`authenticate`]s first (an optional pre-shared [`Token`] proven by HMAC over fresh nonces,
+//! never sent), then sends one hello and decodes the peer's with a [`WireReader`] that bounds
+//! every length it reads. Backends keep the socket open after the exchange as a liveness
+//! signal: a [`GOODBYE`] byte means the peer closed on purpose, EOF that its process is gone.
 //!
 //! ```
 //! use rdma_hint_oob::{dial, Listener};
@@ -20,12 +21,16 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod auth;
 mod codec;
 mod connect;
 mod liveness;
 mod token;
 
+pub use auth::{authenticate, Role, AUTH_MAGIC};
 pub use codec::{handshake_error, WireReader, WireWriter};
-pub use connect::{confirm, dial, prepare, Listener, Rendezvous, REFUSED_GRACE};
+pub use connect::{
+    confirm, dial, prepare, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, REFUSED_GRACE,
+};
 pub use liveness::{peer_left, say_goodbye, PeerLoss, GOODBYE};
-pub use token::{admit, swap_hellos, Token, MAX_TOKEN_BYTES};
+pub use token::{Token, MAX_TOKEN_BYTES};

@@ -5,7 +5,7 @@ use rdma_hint_core::TransportError;
 /// Longest pre-shared token, in bytes.
 pub const MAX_TOKEN_BYTES: usize = 64;
 
-/// A pre-shared secret (1…64 bytes) both sides present in their hello.
+/// A pre-shared secret (1…64 bytes) both sides prove they hold (see [`authenticate`](crate::authenticate)).
 ///
 /// ```
 /// use rdma_hint_oob::Token;
@@ -36,7 +36,7 @@ impl Token {
         Ok(Token(bytes.to_vec()))
     }
 
-    /// The token's bytes, to send.
+    /// The token's bytes (the HMAC key; never sent).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
@@ -51,38 +51,4 @@ impl Token {
         }
         difference == 0
     }
-}
-
-/// Admits a peer that presented `presented` when this side expects `expected` (no token
-/// configured: everyone). A refusal is logged with the peer's address and is a
-/// [`TransportError::Unauthorized`].
-pub fn admit(expected: Option<&Token>, presented: &[u8], peer: &str) -> Result<(), TransportError> {
-    match expected {
-        Some(token) if !token.matches(presented) => {
-            tracing::warn!(%peer, "rejected peer (wrong or missing token)");
-            Err(TransportError::Unauthorized { peer: peer.to_string() })
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Sends `ours` (an encoded hello), decodes the peer's with `decode` and admits it by the token
-/// `presented` takes from it. A hello that does not decode, or a wrong token, is logged with
-/// the peer's address under `backend` and is the error.
-pub fn swap_hellos<H>(
-    stream: &mut std::net::TcpStream,
-    ours: &[u8],
-    decode: impl FnOnce(&mut std::net::TcpStream) -> Result<H, TransportError>,
-    expected: Option<&Token>,
-    presented: impl FnOnce(&H) -> &[u8],
-    backend: &'static str,
-) -> Result<H, TransportError> {
-    use std::io::Write;
-    stream.write_all(ours)?;
-    let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-    let hello = decode(stream).inspect_err(|e| {
-        tracing::warn!(%peer, error = %e, backend, "rejected peer (hello)");
-    })?;
-    admit(expected, presented(&hello), &peer)?;
-    Ok(hello)
 }

@@ -158,7 +158,8 @@ impl<'de> serde::Deserialize<'de> for TransportId {
     }
 }
 
-/// How [`open`] sets a transport up. `Default` is no token and [`WaitMode::Adaptive`].
+/// How [`open`] sets a transport up. `Default` is no token, listening on loopback only, and
+/// [`WaitMode::Adaptive`].
 ///
 /// ```
 /// use rdma_hint::{OpenOptions, WaitMode};
@@ -168,6 +169,7 @@ impl<'de> serde::Deserialize<'de> for TransportId {
 #[derive(Clone, Default)]
 pub struct OpenOptions {
     token: Option<Vec<u8>>,
+    unauthenticated_remote: bool,
     wait_mode: WaitMode,
 }
 
@@ -175,16 +177,27 @@ impl fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenOptions")
             .field("token", &self.token.as_ref().map(|t| format!("{} B, redacted", t.len())))
+            .field("unauthenticated_remote", &self.unauthenticated_remote)
             .field("wait_mode", &self.wait_mode)
             .finish()
     }
 }
 
 impl OpenOptions {
-    /// Requires the peer to present `token` (1…64 bytes, pre-shared out of band) and presents
-    /// it in this side's hello; compared in constant time.
+    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
+    /// anything else is exchanged, and proves it in turn: an HMAC-SHA-256 over fresh nonces of
+    /// both sides, so the token itself never crosses the wire. Needed to listen on any address
+    /// but loopback.
     pub fn token(mut self, token: &[u8]) -> OpenOptions {
         self.token = Some(token.to_vec());
+        self
+    }
+
+    /// Lets the transport listen on a non-loopback address without a token, which it refuses
+    /// otherwise ([`TransportError::InvalidArgument`](crate::TransportError)): anyone who can
+    /// reach the address may then connect and write into the regions it exposes.
+    pub fn allow_unauthenticated_remote(mut self, allow: bool) -> OpenOptions {
+        self.unauthenticated_remote = allow;
         self
     }
 
@@ -252,6 +265,8 @@ fn open_staged(
         Some(token) => transport.with_token(token)?,
         None => transport,
     };
+    let transport =
+        if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport };
     Ok(Box::new(transport))
 }
 
@@ -267,6 +282,8 @@ fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
         Some(token) => transport.with_token(token)?,
         None => transport,
     };
+    let transport =
+        if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport };
     Ok(Box::new(transport))
 }
 
@@ -282,6 +299,8 @@ fn open_verbs(id: &TransportId, device: &str, options: &OpenOptions) -> Result<B
         Some(token) => transport.with_token(token)?,
         None => transport,
     };
+    let transport =
+        if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport };
     Ok(Box::new(transport))
 }
 

@@ -1,0 +1,68 @@
+//! Where `serve` and `sweep` get the pre-shared token: `--token-file PATH`, else the
+//! `RDMA_HINT_TOKEN` environment variable (never a command-line value, which `ps` shows).
+
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// The variable read when no `--token-file` is given.
+pub(crate) const TOKEN_VARIABLE: &str = "RDMA_HINT_TOKEN";
+
+/// The token from `file` (one trailing newline dropped) or from [`TOKEN_VARIABLE`]; `None`
+/// when neither is set. 1…64 bytes.
+pub(crate) fn load(file: Option<&Path>) -> Result<Option<Vec<u8>>> {
+    let token = match file {
+        Some(path) => {
+            let mut bytes = std::fs::read(path)
+                .with_context(|| format!("--token-file {}: cannot read it", path.display()))?;
+            warn_if_readable_by_others(path);
+            if bytes.ends_with(b"\n") {
+                bytes.pop();
+                if bytes.ends_with(b"\r") {
+                    bytes.pop();
+                }
+            }
+            bytes
+        }
+        None => match std::env::var_os(TOKEN_VARIABLE) {
+            Some(value) => value.into_encoded_bytes(),
+            None => return Ok(None),
+        },
+    };
+    if token.is_empty() || token.len() > 64 {
+        bail!(
+            "the token ({}) has {} bytes; it needs 1 to 64",
+            file.map_or_else(|| TOKEN_VARIABLE.to_string(), |p| format!("--token-file {}", p.display())),
+            token.len()
+        );
+    }
+    Ok(Some(token))
+}
+
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(metadata) = std::fs::metadata(path) {
+        if metadata.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), "the token file is readable by other users; chmod 600 it");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_lose_one_newline_and_bad_lengths_are_refused() {
+        let dir = std::env::temp_dir().join(format!("rdma-hint-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, b"s3cret\n").unwrap();
+        assert_eq!(load(Some(&file)).unwrap().unwrap(), b"s3cret");
+        std::fs::write(&file, b"\n").unwrap();
+        assert!(load(Some(&file)).is_err());
+        std::fs::write(&file, [b'x'; 65]).unwrap();
+        assert!(load(Some(&file)).is_err());
+        assert!(load(Some(&dir.join("missing"))).unwrap_err().to_string().contains("--token-file"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

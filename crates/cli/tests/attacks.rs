@@ -1,0 +1,198 @@
+//! Attacks on `rdma-hint serve` from 127.0.0.1, as processes: what an unauthenticated client
+//! learns (never the token), silent connections that must not starve a legitimate sweep, and a
+//! peer that breaks the protocol (an error for that run; the next peer is served).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+const TOKEN: &[u8] = b"correct horse battery staple";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdma-hint-attack-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn token_file(dir: &Path) -> PathBuf {
+    let file = dir.join("token");
+    std::fs::write(&file, TOKEN).unwrap();
+    file
+}
+
+fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+fn serve(dir: &Path, address: &str, extra: &[&str]) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", dir)
+        .args(["serve", "--listen", address, "--bytes", "4M"])
+        .args(if extra.contains(&"--timeout-s") { &[][..] } else { &["--timeout-s", "60"][..] })
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it listens (the first line of its output says so).
+    let mut first = [0u8; 1];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    child
+}
+
+fn sweep(dir: &Path, address: &str, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", dir)
+        .args(["sweep", "--channel", "tcp", "--peer", address, "--sizes", "64K", "--transfer", "1M"])
+        .args(["--iters", "1", "--latency-samples", "3", "--no-record"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The no-token authentication preamble, written by hand: magic, flags, a nonce.
+fn preamble(flags: u8) -> Vec<u8> {
+    let mut bytes = b"RDHAUTH1".to_vec();
+    bytes.push(flags);
+    bytes.extend((0..32u8).map(|i| i.wrapping_mul(37) ^ 0x5c));
+    bytes
+}
+
+/// A client that claims to hold a token and sends a made-up proof learns the listener's
+/// preamble and MAC (73 bytes), never the token; the legitimate sweep that follows succeeds.
+#[test]
+fn an_unauthenticated_client_never_sees_the_token() {
+    let dir = scratch("theft");
+    let file = token_file(&dir);
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "1", "--token-file", file.to_str().unwrap()]);
+    let mut thief = TcpStream::connect(&address).unwrap();
+    thief.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    thief.write_all(&[preamble(1), vec![0u8; 32]].concat()).unwrap();
+    let mut seen = Vec::new();
+    let _ = thief.read_to_end(&mut seen);
+    assert!(seen.len() <= 8 + 1 + 32 + 32, "{} B reached an unauthenticated client", seen.len());
+    assert!(!seen.windows(TOKEN.len()).any(|w| w == TOKEN), "the token was sent");
+    // Without a token, the same client is refused before anything but the preamble.
+    let mut stranger = TcpStream::connect(&address).unwrap();
+    stranger.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stranger.write_all(&preamble(0)).unwrap();
+    let mut seen = Vec::new();
+    let _ = stranger.read_to_end(&mut seen);
+    assert!(seen.len() <= 8 + 1 + 32, "{} B reached a client without a token", seen.len());
+
+    let swept = sweep(&dir, &address, &["--token-file", file.to_str().unwrap()]);
+    assert!(swept.status.success(), "{}", text(&swept.stderr));
+    let served = server.wait_with_output().unwrap();
+    assert!(served.status.success(), "{}", text(&served.stderr));
+    assert!(text(&served.stderr).contains("wrong token"), "the refusal is logged: {}", text(&served.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A sweep whose token is wrong is refused on both sides; the token it holds is not sent.
+#[test]
+fn a_wrong_token_is_refused_on_both_sides() {
+    let dir = scratch("wrong");
+    let file = token_file(&dir);
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, b"incorrect horse").unwrap();
+    let address = free_address();
+    let server =
+        serve(&dir, &address, &["--count", "1", "--token-file", file.to_str().unwrap(), "--timeout-s", "8"]);
+    let swept = sweep(&dir, &address, &["--token-file", wrong.to_str().unwrap()]);
+    assert!(!swept.status.success());
+    assert!(text(&swept.stderr).contains("wrong token"), "{}", text(&swept.stderr));
+    let served = server.wait_with_output().unwrap();
+    assert!(!served.status.success(), "no legitimate peer came: {}", text(&served.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Fifty connections that never say a word do not hold `serve`: a token-holding sweep that
+/// comes after them succeeds well within its deadline.
+#[test]
+fn fifty_silent_connections_do_not_starve_a_legitimate_sweep() {
+    let dir = scratch("silent");
+    let file = token_file(&dir);
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "1", "--token-file", file.to_str().unwrap()]);
+    let silent: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(&address).unwrap()).collect();
+    let started = std::time::Instant::now();
+    let swept = sweep(&dir, &address, &["--token-file", file.to_str().unwrap()]);
+    assert!(swept.status.success(), "{}", text(&swept.stderr));
+    assert!(started.elapsed() < Duration::from_secs(25), "the sweep waited {:?}", started.elapsed());
+    let served = server.wait_with_output().unwrap();
+    assert!(served.status.success(), "{}", text(&served.stderr));
+    drop(silent);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Garbage, and then a peer that passes the handshake but writes past the region: that run is
+/// an error line and counts as failed; `serve` lives on and serves the next peer's sweep.
+#[test]
+fn serve_survives_garbage_and_a_protocol_violation_and_serves_the_next_peer() {
+    use rdma_hint::staged::wire::{ChannelKind, Frame, FrameKind, Hello, FLAG_IMM};
+    let dir = scratch("violation");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "2", "--channel", "tcp"]);
+    let mut garbage = TcpStream::connect(&address).unwrap();
+    garbage.write_all(&[0xde, 0xad, 0xbe, 0xef].repeat(64)).unwrap();
+    let mut half_magic = TcpStream::connect(&address).unwrap();
+    half_magic.write_all(b"RDHA").unwrap();
+
+    let mut violator = TcpStream::connect(&address).unwrap();
+    violator.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    violator.write_all(&preamble(0)).unwrap();
+    let mut theirs = [0u8; 41];
+    violator.read_exact(&mut theirs).unwrap();
+    violator.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode()).unwrap();
+    let served_hello = Hello::decode(&mut violator).unwrap();
+    let region = served_hello.regions[0].clone();
+    let past_the_end = Frame {
+        kind: FrameKind::Write,
+        flags: FLAG_IMM,
+        status: 0,
+        region: region.id,
+        offset: region.len - 8,
+        len: 16,
+        wr_id: 1,
+        imm: 9,
+    };
+    violator.write_all(&past_the_end.encode()).unwrap();
+    violator.write_all(&[0u8; 16]).unwrap();
+    let mut rest = Vec::new();
+    let _ = violator.read_to_end(&mut rest);
+
+    let swept = sweep(&dir, &address, &[]);
+    assert!(swept.status.success(), "the next peer was not served: {}", text(&swept.stderr));
+    let served = server.wait_with_output().unwrap();
+    let log = text(&served.stderr);
+    assert!(!served.status.success(), "a run broke the protocol: {log}");
+    assert!(log.contains("run 1") && log.contains("protocol error"), "{log}");
+    assert!(log.contains("1 of 2 runs failed"), "{log}");
+    assert!(text(&served.stdout).contains("run 2: the peer's sweep finished"), "{}", text(&served.stdout));
+    drop((garbage, half_magic));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A listener on an address other than loopback needs a token or an explicit --insecure.
+#[test]
+fn serve_refuses_a_remote_listener_without_a_token() {
+    let dir = scratch("remote");
+    let output = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .env_remove("RDMA_HINT_TOKEN")
+        .args(["serve", "--listen", "0.0.0.0:0", "--count", "1"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(text(&output.stderr).contains("token"), "{}", text(&output.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
