@@ -5,10 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What the scripts may not do to the machine or the checkout: remove or change a package it
-# had, put anything into /boot or /lib/modules, leave files in the repository.
+# had, put anything into /boot or /lib/modules, leave files in /dev/shm or in the repository.
 system_state() {
-    dpkg-query -W -f='package ${Package} ${Version}\n' 2>/dev/null | sort
-    ls -1 /boot /lib/modules 2>/dev/null | sed 's/^/boot /'
+    {
+        dpkg-query -W -f='package ${Package} ${Version}\n' 2>/dev/null
+        ls -1 /boot /lib/modules 2>/dev/null | sed 's/^/boot /'
+        ls -1 /dev/shm 2>/dev/null | sed 's/^/shm /'
+    } | sort
 }
 system_before=$(system_state)
 checkout_before=$(git status --porcelain --untracked-files=all 2>/dev/null || true)
@@ -65,13 +68,13 @@ for file in target/rdma-hint-main/sweep.json target/rdma-hint-main/sweep.svg; do
     [ -s "$file" ] || { echo "main job: $file missing" >&2; exit 1; }
     grep -q "$file" <<<"$main_log" || { echo "main job: does not say it wrote $file" >&2; exit 1; }
 done
-echo "== nothing removed, changed or put into /boot by the scripts; the checkout is as it was"
+echo "== nothing removed, changed, put into /boot or left in /dev/shm by the suite; the checkout is as it was"
 removed=$(comm -23 <(echo "$system_before") <(system_state))
-added_to_boot=$(comm -13 <(echo "$system_before") <(system_state) | grep '^boot ' || true)
-if [ -n "$removed$added_to_boot" ]; then
+added=$(comm -13 <(echo "$system_before") <(system_state) | grep -E '^(boot|shm) ' || true)
+if [ -n "$removed$added" ]; then
     echo "the test suite changed the machine:" >&2
     [ -z "$removed" ] || echo "removed or changed: $removed" >&2
-    [ -z "$added_to_boot" ] || echo "added under /boot or /lib/modules: $added_to_boot" >&2
+    [ -z "$added" ] || echo "added under /boot, /lib/modules or /dev/shm: $added" >&2
     exit 1
 fi
 checkout_after=$(git status --porcelain --untracked-files=all 2>/dev/null || true)

@@ -4,8 +4,9 @@
 //! is written into a registered remote region at an offset, with selective signalling and
 //! write-with-immediate arrivals.
 //!
-//! * **shm** (same host): regions live in `/dev/shm` files; the peer maps them at connect and
-//!   the sender thread copies each block straight into the receiver's memory (one copy);
+//! * **shm** (same host): regions are sealed anonymous memfds whose descriptors cross to the
+//!   peer over a Unix socket at connect ([`handoff`]); the peer maps them and its sender
+//!   thread copies each block straight into the receiver's memory (one copy);
 //!   completions are local, arrivals travel as small frames over the control socket.
 //! * **tcp** (any host): each block is a framed write on the socket, read by the receiver
 //!   straight into the target region; signalled writes are acknowledged once placed.
@@ -16,6 +17,7 @@
 
 pub mod channel;
 pub mod gpu;
+pub mod handoff;
 mod link;
 mod memory;
 mod region;

@@ -267,7 +267,7 @@ fn send_one(
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             writer
                 .write_all(&frame.encode())
-                .and_then(|()| source.memory.send(op.local_offset, op.len, &mut *writer, staging))
+                .and_then(|()| source.memory.send(op.local_offset, op.len, &writer, staging))
                 .map_err(|e| format!("sending a write: {e}"))?;
         }
         ChannelKind::Shm => {

@@ -1,25 +1,29 @@
-//! Registered memory: page-aligned host buffers, `/dev/shm` files a same-host peer can map, and
-//! the peer's files mapped here. All access goes through bounds-checked raw copies.
+//! Registered memory: page-aligned host buffers, sealed memfd regions a same-host peer maps
+//! through a descriptor we hand it (never a name in a shared directory), and the peer's regions
+//! mapped here. All access goes through bounds-checked raw copies.
 
 use rdma_hint_core::TransportError;
 use std::alloc::Layout;
-use std::fs::{File, OpenOptions};
-use std::path::PathBuf;
+use std::fs::File;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Largest region this backend registers (1 TiB): larger asks are typed errors, not aborts.
 pub(crate) const MAX_REGION_BYTES: u64 = 1 << 40;
 const PAGE: usize = 4096;
+/// The seals a shared region carries, and that a peer's region must carry: its size can never
+/// change (no SIGBUS from a peer that shrinks it), nor its seals.
+const REQUIRED_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 enum Backing {
     Heap(Layout),
-    /// A file under the shm directory; we created it and unlink it on drop.
+    /// A memfd we created and sealed; its descriptor goes to the peer over a Unix socket.
     SharedOwned {
         _map: memmap2::MmapMut,
-        path: PathBuf,
+        file: File,
     },
-    /// A peer's shm file mapped here.
+    /// A peer's sealed memfd, received over a Unix socket and mapped here.
     SharedPeer {
         _map: memmap2::MmapMut,
     },
@@ -33,11 +37,11 @@ pub(crate) struct Memory {
 }
 
 // SAFETY: `Memory` is a raw buffer; every access is a bounds-checked copy (`copy_in`, `copy_out`,
-// `slice_mut` for socket reads). Concurrent writes to overlapping bytes are the application's
-// contract, exactly as with RDMA hardware writing into registered memory.
+// `copy_to`, `copy_from_reader`); no Rust reference into it outlives one call. Concurrent writes to
+// overlapping bytes are the application's contract, exactly as with RDMA hardware writing
+// into registered memory.
 unsafe impl Send for Memory {}
-// SAFETY: see `Send`; no method hands out a shared reference that another thread could alias
-// with a write except through the documented RDMA contract.
+// SAFETY: see `Send`; no method hands out a reference another thread could alias with a write.
 unsafe impl Sync for Memory {}
 
 fn registration(len: u64, reason: impl Into<String>) -> TransportError {
@@ -49,18 +53,6 @@ fn checked_len(len: u64) -> Result<usize, TransportError> {
         return Err(registration(len, format!("length must be 1 B … {MAX_REGION_BYTES} B")));
     }
     usize::try_from(len).map_err(|_| registration(len, "does not fit this address space"))
-}
-
-/// Directory for shared regions (`RDMA_HINT_SHM_DIR`, default `/dev/shm`).
-pub(crate) fn shm_dir() -> PathBuf {
-    std::env::var_os("RDMA_HINT_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/dev/shm"))
-}
-
-/// Whether `name` is a file name this backend could have created (no path tricks).
-pub(crate) fn is_shm_name(name: &str) -> bool {
-    name.len() <= 64
-        && name.starts_with("rdma-hint-")
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 impl Memory {
@@ -80,58 +72,57 @@ impl Memory {
         Ok(Memory { ptr, len: size, backing: Backing::Heap(layout) })
     }
 
-    /// Zeroed memory in a new shm file that a peer on this host can map by name.
+    /// Zeroed memory in a new anonymous memfd, committed (a shortage is a registration error
+    /// here, not a SIGBUS later) and sealed against any change of size. It has no name another
+    /// process could open, and vanishes with the last descriptor and mapping, whatever way the
+    /// process ends.
     pub(crate) fn shared(len: u64) -> Result<Memory, TransportError> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
         let size = checked_len(len)?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let name =
-            format!("rdma-hint-{}-{}-{nanos}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        let path = shm_dir().join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| registration(len, format!("{}: {e}", path.display())))?;
-        // Commit the file's pages now: a full tmpfs is a registration error here, not a SIGBUS
-        // on first touch later.
-        let mapped = commit(&file, len).and_then(|()| map(&file));
-        let mut map = match mapped {
-            Ok(map) => map,
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                return Err(registration(len, format!("{}: {e}", path.display())));
-            }
+        let fail = |what: &str, e: std::io::Error| registration(len, format!("{what}: {e}"));
+        // SAFETY: the name is a NUL-terminated literal; the result is checked below.
+        let fd = unsafe {
+            libc::memfd_create(c"rdma-hint-region".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
         };
+        if fd < 0 {
+            return Err(fail("memfd_create", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.set_len(len).map_err(|e| fail("sizing the memfd", e))?;
+        commit(&file, len).map_err(|e| fail("committing the memory", e))?;
+        // SAFETY: F_ADD_SEALS on our own memfd; takes an int argument, no pointers.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) } != 0 {
+            return Err(fail("sealing the memfd", std::io::Error::last_os_error()));
+        }
+        let mut map = map(&file).map_err(|e| fail("mapping the memfd", e))?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| registration(len, "mmap returned null"))?;
-        Ok(Memory { ptr, len: size, backing: Backing::SharedOwned { _map: map, path } })
+        Ok(Memory { ptr, len: size, backing: Backing::SharedOwned { _map: map, file } })
     }
 
-    /// Maps a peer's shm file `name` of at least `len` bytes.
-    pub(crate) fn map_peer(name: &str, len: u64) -> Result<Memory, TransportError> {
-        if !is_shm_name(name) {
-            return Err(TransportError::Handshake(format!("shm region name {name:?} is not one of ours")));
+    /// Maps a peer's region from the descriptor it handed over, after checking it is what a
+    /// peer of ours sends: a sealed memfd (its size can never shrink under us) of at least
+    /// `len` bytes.
+    pub(crate) fn map_peer(fd: OwnedFd, len: u64) -> Result<Memory, TransportError> {
+        let refuse = |why: String| TransportError::Handshake(format!("the peer's shm region: {why}"));
+        let size = checked_len(len).map_err(|e| refuse(e.to_string()))?;
+        // SAFETY: F_GET_SEALS on a descriptor we own; no pointers. Anything but a sealable
+        // file (a memfd) fails with EINVAL.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 {
+            return Err(refuse(format!("not a sealable memfd ({})", std::io::Error::last_os_error())));
         }
-        let size = checked_len(len).map_err(|e| TransportError::Handshake(e.to_string()))?;
-        let path = shm_dir().join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| TransportError::Handshake(format!("{}: {e}", path.display())))?;
-        let actual = file.metadata().map_err(|e| TransportError::Handshake(e.to_string()))?.len();
-        if actual < len {
-            return Err(TransportError::Handshake(format!(
-                "peer advertised {len} B but {} holds {actual} B",
-                path.display()
+        if seals & REQUIRED_SEALS != REQUIRED_SEALS {
+            return Err(refuse(format!(
+                "seals {seals:#x} lack {REQUIRED_SEALS:#x}: its size could change under us"
             )));
         }
-        let mut map = map(&file).map_err(|e| TransportError::Handshake(e.to_string()))?;
-        let ptr = NonNull::new(map.as_mut_ptr())
-            .ok_or_else(|| TransportError::Handshake("mmap returned null".into()))?;
+        let file = File::from(fd);
+        let actual = file.metadata().map_err(|e| refuse(e.to_string()))?.len();
+        if actual < len {
+            return Err(refuse(format!("advertised {len} B, holds {actual} B")));
+        }
+        let mut map = map(&file).map_err(|e| refuse(e.to_string()))?;
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| refuse("mmap returned null".into()))?;
         Ok(Memory { ptr, len: size, backing: Backing::SharedPeer { _map: map } })
     }
 
@@ -140,10 +131,10 @@ impl Memory {
         self.len as u64
     }
 
-    /// Name of the shm file a peer maps, for shared regions.
-    pub(crate) fn shm_name(&self) -> Option<String> {
+    /// The descriptor a same-host peer maps, for shared regions.
+    pub(crate) fn shm_fd(&self) -> Option<BorrowedFd<'_>> {
         match &self.backing {
-            Backing::SharedOwned { path, .. } => path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            Backing::SharedOwned { file, .. } => Some(file.as_fd()),
             _ => None,
         }
     }
@@ -191,12 +182,72 @@ impl Memory {
         Ok(())
     }
 
-    /// The bytes `offset..offset + len` as a slice, for handing to a socket read or write.
+    /// Sends `offset..offset + len` to `socket` straight from the buffer: the kernel reads it
+    /// through a raw pointer, and no Rust reference to registered memory (which the peer or
+    /// another thread may be writing) is ever made.
+    pub(crate) fn send_to(&self, offset: u64, len: u64, socket: &TcpStream) -> std::io::Result<()> {
+        let (start, len) = self.io_range(offset, len)?;
+        let mut done = 0;
+        while done < len {
+            // SAFETY: `start + len <= self.len` (checked), so `ptr + start + done` and the
+            // `len - done` bytes after it lie inside the buffer, which lives as long as `self`.
+            let sent = unsafe {
+                libc::send(
+                    socket.as_raw_fd(),
+                    self.ptr.as_ptr().add(start + done).cast(),
+                    len - done,
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            match sent {
+                n if n > 0 => done += n as usize,
+                _ => match std::io::Error::last_os_error() {
+                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    e => return Err(e),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives exactly `len` bytes from `socket` into `offset..offset + len`, written by the
+    /// kernel through a raw pointer (no Rust reference to registered memory, see
+    /// [`Memory::send_to`]).
+    pub(crate) fn receive_from(&self, offset: u64, len: u64, socket: &TcpStream) -> std::io::Result<()> {
+        let (start, len) = self.io_range(offset, len)?;
+        let mut done = 0;
+        while done < len {
+            // SAFETY: in bounds as in `send_to`; the kernel writes at most `len - done` bytes.
+            let received = unsafe {
+                libc::recv(socket.as_raw_fd(), self.ptr.as_ptr().add(start + done).cast(), len - done, 0)
+            };
+            match received {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n if n > 0 => done += n as usize,
+                _ => match std::io::Error::last_os_error() {
+                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    e => return Err(e),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    fn io_range(&self, offset: u64, len: u64) -> std::io::Result<(usize, usize)> {
+        let len = usize::try_from(len).map_err(std::io::Error::other)?;
+        let start = self.check(offset, len, "local").map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok((start, len))
+    }
+
+    /// The bytes `offset..offset + len` as a mutable slice, for a GPU download into a peer's
+    /// mapped region.
     ///
     /// # Safety
-    /// The caller must ensure no other code writes these bytes while the slice lives (the RDMA
-    /// contract: the application does not touch a range while a transfer into it is in flight).
-    #[allow(clippy::mut_from_ref)] // registered memory is written by the peer through `&self` by design
+    /// Nothing else in this process may access these bytes while the slice lives: the one link
+    /// thread that copies into a peer region is the only user of its mapping, and the peer
+    /// reads the range only after the notification that follows the copy.
+    #[cfg(feature = "cuda")]
+    #[allow(clippy::mut_from_ref)] // a peer's mapping, written through `&self` by design
     pub(crate) unsafe fn slice_mut(&self, offset: u64, len: u64) -> Result<&mut [u8], TransportError> {
         let len = usize::try_from(len)
             .map_err(|_| TransportError::MessageTooLarge { len, max_msg_bytes: u64::MAX })?;
@@ -207,21 +258,8 @@ impl Memory {
     }
 }
 
-impl Memory {
-    /// The bytes `offset..offset + len` as a shared slice, for a socket write.
-    ///
-    /// # Safety
-    /// Nobody may write these bytes while the slice lives (the source of an in-flight write is
-    /// left alone by the application, as with RDMA).
-    pub(crate) unsafe fn slice(&self, offset: u64, len: u64) -> Result<&[u8], TransportError> {
-        // SAFETY: forwarded obligation; a shared slice is a weaker view of the same range.
-        unsafe { self.slice_mut(offset, len) }.map(|slice| &*slice)
-    }
-}
-
-/// Allocates `len` bytes of `file` (tmpfs pages, not a sparse hole).
+/// Allocates `len` bytes of `file` (shmem pages, not a sparse hole).
 fn commit(file: &File, len: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     let len = libc::off_t::try_from(len).map_err(std::io::Error::other)?;
     // SAFETY: `file` is an open descriptor for the call; no pointers are passed.
     match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
@@ -231,7 +269,8 @@ fn commit(file: &File, len: u64) -> std::io::Result<()> {
 }
 
 fn map(file: &File) -> std::io::Result<memmap2::MmapMut> {
-    // SAFETY: the file is a shm region shared on purpose with one peer; concurrent modification
+    // SAFETY: the file is a sealed memfd shared on purpose with one peer (its size cannot change,
+    // so the mapping stays backed); concurrent modification
     // through the peer's mapping is the transport's RDMA-WRITE semantics, and every access from
     // this side goes through bounds-checked raw copies, never long-lived Rust references.
     // Populated: the page tables are filled now, not by faults during transfers.
@@ -243,10 +282,8 @@ impl Drop for Memory {
         match &self.backing {
             // SAFETY: allocated in `host` with exactly this layout, freed once here.
             Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
-            Backing::SharedOwned { path, .. } => {
-                let _ = std::fs::remove_file(path);
-            }
-            Backing::SharedPeer { .. } => {}
+            // The mapping and the descriptor close themselves; an anonymous memfd leaves nothing.
+            Backing::SharedOwned { .. } | Backing::SharedPeer { .. } => {}
         }
     }
 }
@@ -260,12 +297,6 @@ impl std::fmt::Debug for Memory {
         };
         f.debug_struct("Memory").field("kind", &kind).field("len", &self.len).finish()
     }
-}
-
-/// Path of one of our shm files; tests use it to check cleanup.
-#[cfg(test)]
-pub(crate) fn shm_path(name: &str) -> Option<PathBuf> {
-    is_shm_name(name).then(|| shm_dir().join(name))
 }
 
 #[cfg(test)]
@@ -285,22 +316,42 @@ mod tests {
         assert!(Memory::host(u64::MAX).is_err());
     }
 
+    fn duplicate(memory: &Memory) -> OwnedFd {
+        memory.shm_fd().unwrap().try_clone_to_owned().unwrap()
+    }
+
     #[test]
-    fn shared_regions_map_across_and_vanish_on_drop() {
+    fn shared_regions_map_across_through_their_descriptor() {
         let owner = Memory::shared(1 << 16).unwrap();
-        let name = owner.shm_name().unwrap();
-        let peer = Memory::map_peer(&name, 1 << 16).unwrap();
+        let peer = Memory::map_peer(duplicate(&owner), 1 << 16).unwrap();
         let source = Memory::host(4096).unwrap();
         source.copy_in(0, &[7; 4096]).unwrap();
         source.copy_to(0, &peer, 4096, 4096).unwrap();
         let mut out = [0u8; 4096];
         owner.copy_out(4096, &mut out).unwrap();
         assert_eq!(out, [7; 4096]);
-        assert!(Memory::map_peer(&name, 1 << 17).is_err(), "smaller than advertised");
-        assert!(Memory::map_peer("../etc/passwd", 1).is_err());
-        let path = shm_path(&name).unwrap();
-        drop(peer);
-        drop(owner);
-        assert!(!path.exists());
+        assert!(Memory::map_peer(duplicate(&owner), 1 << 17).is_err(), "smaller than advertised");
+    }
+
+    /// What a hostile peer could hand over instead: a region it can still shrink (mapping it
+    /// would let it SIGBUS us), or an ordinary file. Both are refused; our own regions cannot
+    /// be shrunk or grown through the descriptor we hand out.
+    #[test]
+    fn only_sealed_memfds_are_mapped_and_ours_cannot_change_size() {
+        // SAFETY: a NUL-terminated literal name; checked below.
+        let fd = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fresh descriptor.
+        let unsealed = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        unsealed.set_len(1 << 16).unwrap();
+        let err = Memory::map_peer(unsealed.into(), 1 << 16).unwrap_err();
+        assert!(err.to_string().contains("seals") || err.to_string().contains("sealable"), "{err}");
+        let plain = File::open("/proc/self/exe").unwrap();
+        assert!(Memory::map_peer(plain.into(), 1).is_err(), "an ordinary file");
+
+        let owner = Memory::shared(1 << 16).unwrap();
+        let handed_out = File::from(duplicate(&owner));
+        assert!(handed_out.set_len(4096).is_err(), "a peer shrank our region");
+        assert!(handed_out.set_len(1 << 20).is_err(), "a peer grew our region");
     }
 }

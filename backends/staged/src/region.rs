@@ -3,7 +3,7 @@
 
 use crate::memory::Memory;
 use rdma_hint_core::{MemoryKind, TransportError};
-use std::io::{Read, Write};
+use std::net::TcpStream;
 
 /// A registered region's memory.
 #[derive(Debug)]
@@ -121,24 +121,18 @@ impl RegionMemory {
         &self,
         offset: u64,
         len: u64,
-        sink: &mut dyn Write,
+        socket: &TcpStream,
         _staging: &mut Staging,
     ) -> std::io::Result<()> {
         match self {
-            RegionMemory::Host(memory) => {
-                // SAFETY: the range was checked at post time; the application leaves the source
-                // of an in-flight write alone (RDMA contract).
-                let bytes =
-                    unsafe { memory.slice(offset, len) }.map_err(|e| std::io::Error::other(e.to_string()))?;
-                sink.write_all(bytes)
-            }
+            RegionMemory::Host(memory) => memory.send_to(offset, len, socket),
             #[cfg(feature = "cuda")]
             RegionMemory::Gpu(buffer, _) => {
                 let (offset, len) = (
                     usize_of(offset).map_err(std::io::Error::other)?,
                     usize_of(len).map_err(std::io::Error::other)?,
                 );
-                _staging.for_buffer(buffer)?.send(buffer, offset, len, sink)
+                _staging.for_buffer(buffer)?.send(buffer, offset, len, &mut &*socket)
             }
         }
     }
@@ -148,24 +142,18 @@ impl RegionMemory {
         &self,
         offset: u64,
         len: u64,
-        source: &mut dyn Read,
+        socket: &TcpStream,
         _staging: &mut Staging,
     ) -> std::io::Result<()> {
         match self {
-            RegionMemory::Host(memory) => {
-                // SAFETY: bounds checked by the caller against the frame; the exposing
-                // application does not touch a range while a transfer into it is in flight.
-                let bytes = unsafe { memory.slice_mut(offset, len) }
-                    .map_err(|e| std::io::Error::other(e.to_string()))?;
-                source.read_exact(bytes)
-            }
+            RegionMemory::Host(memory) => memory.receive_from(offset, len, socket),
             #[cfg(feature = "cuda")]
             RegionMemory::Gpu(buffer, _) => {
                 let (offset, len) = (
                     usize_of(offset).map_err(std::io::Error::other)?,
                     usize_of(len).map_err(std::io::Error::other)?,
                 );
-                _staging.for_buffer(buffer)?.receive(buffer, offset, len, source)
+                _staging.for_buffer(buffer)?.receive(buffer, offset, len, &mut &*socket)
             }
         }
     }
@@ -182,8 +170,9 @@ impl RegionMemory {
             RegionMemory::Host(memory) => memory.copy_to(from, target, to, len),
             #[cfg(feature = "cuda")]
             RegionMemory::Gpu(buffer, _) => {
-                // SAFETY: bounds checked inside `slice_mut`; the peer does not read the range
-                // until the notification that follows this copy.
+                // SAFETY: bounds checked inside `slice_mut`; this link thread is the only user
+                // of the peer's mapping, and the peer reads the range only after the
+                // notification that follows this copy.
                 let destination = unsafe { target.slice_mut(to, len) }?;
                 buffer.download(usize_of(from)?, destination).map_err(gpu_error)
             }

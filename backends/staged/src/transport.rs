@@ -1,10 +1,11 @@
 //! `StagedTransport`: the `Transport` implementation.
 
 use crate::channel::{capabilities, StagedChannel};
+use crate::handoff::{self, Offer};
 use crate::link::{local, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
 use crate::memory::Memory;
 use crate::region::RegionMemory;
-use crate::wire::{ChannelKind, ExposedRegion, Hello, MAX_REGIONS};
+use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use rdma_hint_core::wait::WaitModeCell;
 use rdma_hint_core::{
@@ -18,8 +19,8 @@ use std::time::{Duration, Instant};
 
 /// Host-staged transport over shared memory (same host) or TCP (any host).
 ///
-/// Regions are host memory the transport allocates (on the shm channel, files under `/dev/shm`
-/// the peer maps). `connect` runs a validated handshake over TCP; afterwards a sender thread
+/// Regions are host memory the transport allocates (on the shm channel, sealed memfds whose
+/// descriptors the peer receives over a Unix socket and maps). `connect` runs a validated handshake over TCP; afterwards a sender thread
 /// moves posted writes and a reader thread places incoming ones, acknowledges signalled writes
 /// and queues arrivals, waking the waits that sleep on them. The handshake runs on a thread of
 /// its own, so `connect` never blocks the awaiting task's thread.
@@ -89,26 +90,27 @@ impl StagedTransport {
         self.link.get().ok_or(TransportError::NotConnected)
     }
 
-    /// This side's hello: the exposed regions (shm: with their file names).
-    fn hello(&self, expose: &[RegionId]) -> Result<Hello, TransportError> {
+    /// This side's hello: the exposed regions, and on the shm channel where to take them.
+    fn hello(&self, expose: &[RegionId], offer: Option<&Offer>) -> Result<Hello, TransportError> {
         let channel = wire_channel(self.channel);
         let mut regions = Vec::with_capacity(expose.len());
         for id in expose {
             let entry = local(&self.regions, *id).ok_or(TransportError::UnregisteredRegion(*id))?;
-            let shm_name = entry.memory.host().and_then(Memory::shm_name);
-            if channel == ChannelKind::Shm && shm_name.is_none() {
+            let shared = entry.memory.host().and_then(Memory::shm_fd).is_some();
+            if channel == ChannelKind::Shm && !shared {
                 return Err(TransportError::Handshake(format!(
                     "region {} is {:?} memory: the shm channel exposes host regions only (use tcp, or expose a host region)",
                     id.0,
                     entry.memory.kind()
                 )));
             }
-            regions.push(ExposedRegion { id: id.0, len: entry.memory.len(), shm_name });
+            regions.push(ExposedRegion { id: id.0, len: entry.memory.len() });
         }
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        Ok(Hello { channel, regions })
+        let handoff = offer.map(|offer| Handoff { socket: offer.name.clone(), cookie: offer.cookie });
+        Ok(Hello { channel, regions, handoff })
     }
 
     /// Checks one op against the region table (read-locked once per batch by the caller: no
@@ -208,7 +210,12 @@ impl Transport for StagedTransport {
         if self.link.get().is_some() {
             return Err(TransportError::AlreadyConnected);
         }
-        let ours = self.hello(expose)?;
+        // On the shm channel the accepting side offers the socket the regions cross.
+        let offer = match (self.channel, peer) {
+            (StagedChannel::SharedMemory, PeerEndpoint::Listen(_)) => Some(Offer::new()?),
+            _ => None,
+        };
+        let ours = self.hello(expose, offer.as_ref())?;
         let channel = ours.channel;
         let setup = LinkSetup {
             channel: wire_channel(self.channel),
@@ -216,6 +223,8 @@ impl Transport for StagedTransport {
             expose: expose.to_vec(),
             max_outstanding: self.caps.max_outstanding_wrs as usize,
             max_msg_bytes: self.caps.facts.max_msg_bytes,
+            offer,
+            deadline,
         };
         // Mapping the peer's regions and starting the link threads happen on the rendezvous
         // thread too: nothing that can take milliseconds runs on the awaiting task's thread.
@@ -326,17 +335,22 @@ struct LinkSetup {
     expose: Vec<RegionId>,
     max_outstanding: usize,
     max_msg_bytes: u64,
+    /// The shm hand-off socket this (accepting) side offered.
+    offer: Option<Offer>,
+    deadline: Instant,
 }
 
 impl LinkSetup {
-    /// Maps the peer's shm regions, marks ours exposed and starts the link threads.
+    /// Swaps shm regions with the peer and maps its, marks ours exposed and starts the link
+    /// threads.
     fn start(self, stream: TcpStream, hello: &Hello) -> Result<Link, TransportError> {
+        let mut mapped = match self.channel {
+            ChannelKind::Shm => self.swap_regions(hello)?.into_iter().map(Some).collect(),
+            ChannelKind::Tcp => Vec::new(),
+        };
         let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
-        for region in &hello.regions {
-            let mapped = match &region.shm_name {
-                Some(name) => Some(Memory::map_peer(name, region.len)?),
-                None => None,
-            };
+        for (position, region) in hello.regions.iter().enumerate() {
+            let mapped = mapped.get_mut(position).and_then(Option::take);
             let index = region.id as usize;
             if remote.len() <= index {
                 remote.resize_with(index + 1, || None);
@@ -353,5 +367,40 @@ impl LinkSetup {
         }
         let remote: RemoteRegions = Arc::new(remote);
         Link::start(stream, self.channel, self.regions, remote, self.max_outstanding, self.max_msg_bytes)
+    }
+
+    /// Hands our exposed regions' memfds to the peer and maps the ones it hands us, in hello
+    /// order, over the hand-off socket (offered by the accepting side, dialled by the other).
+    fn swap_regions(&self, peer: &Hello) -> Result<Vec<Memory>, TransportError> {
+        let stream = match (&self.offer, &peer.handoff) {
+            (Some(offer), _) => offer.accept(self.deadline)?,
+            (None, Some(theirs)) => handoff::connect(&theirs.socket, &theirs.cookie, self.deadline)?,
+            (None, None) => {
+                return Err(TransportError::Handshake("the peer offered no shm hand-off socket".into()))
+            }
+        };
+        let ours: Vec<Arc<RegionMemory>> = {
+            let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+            self.expose
+                .iter()
+                .map(|id| {
+                    regions
+                        .get(id.0 as usize)
+                        .and_then(Option::as_ref)
+                        .map(|entry| entry.memory.clone())
+                        .ok_or(TransportError::UnregisteredRegion(*id))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let fds = ours
+            .iter()
+            .map(|memory| {
+                memory.host().and_then(Memory::shm_fd).ok_or_else(|| {
+                    TransportError::Handshake("the shm channel exposes shared host regions only".into())
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let theirs = handoff::exchange(&stream, &fds, peer.regions.len())?;
+        theirs.into_iter().zip(&peer.regions).map(|(fd, region)| Memory::map_peer(fd, region.len)).collect()
     }
 }

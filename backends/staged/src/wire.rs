@@ -1,24 +1,27 @@
 //! The out-of-band handshake and the data frames, with strict decoding.
 //!
 //! Handshake (each side sends one `Hello`, little-endian):
-//! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64,
-//! shm name length u8 and name (shm channel only). It follows the mutual authentication of
-//! `rdma_hint_oob::authenticate`: no hello reaches a peer that has not proven the token.
+//! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64 ·
+//! on the shm channel only, the hand-off socket: name length u8 and abstract socket name (empty
+//! from the dialling side) and a 32-byte one-time cookie (see `handoff`). It follows the mutual
+//! authentication of `rdma_hint_oob::authenticate`: no hello reaches a peer that has not
+//! proven the token. The regions' memfds then cross the hand-off socket in hello order.
 //!
 //! Frames (fixed 40-byte header, then `len` payload bytes for `Write` on the TCP channel):
 //! kind u8 · flags u8 · status u16 · region u32 · offset u64 · len u64 · wr_id u64 · imm u32 ·
 //! reserved u32 (zero).
 
-use crate::memory::{is_shm_name, MAX_REGION_BYTES};
+use crate::handoff::{is_handoff_name, COOKIE_BYTES};
+use crate::memory::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error as handshake, WireReader, WireWriter};
 use std::io::Read;
 
 /// Handshake magic.
 pub const MAGIC: [u8; 8] = *b"RDMAHINT";
-/// The only protocol version spoken (2: the token moved out of the hello into the
-/// authentication before it).
-pub const VERSION: u16 = 2;
+/// The only protocol version spoken (3: the token moved out of the hello into the
+/// authentication before it, and shm regions travel as descriptors, not file names).
+pub const VERSION: u16 = 3;
 /// Regions one side may expose.
 pub const MAX_REGIONS: usize = 1024;
 /// Size of a frame header in bytes.
@@ -40,8 +43,15 @@ pub struct ExposedRegion {
     pub id: u32,
     /// Length in bytes.
     pub len: u64,
-    /// Shm file name (shm channel).
-    pub shm_name: Option<String>,
+}
+
+/// Where the accepting side of a shm connection hands its regions over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    /// Abstract Unix socket name (`rdma-hint-…`).
+    pub socket: String,
+    /// What the dialling side presents on that socket.
+    pub cookie: [u8; COOKIE_BYTES],
 }
 
 /// One side's handshake.
@@ -51,6 +61,8 @@ pub struct Hello {
     pub channel: ChannelKind,
     /// Regions the peer may write.
     pub regions: Vec<ExposedRegion>,
+    /// The shm hand-off socket, from the accepting side on the shm channel.
+    pub handoff: Option<Handoff>,
 }
 
 impl Hello {
@@ -60,9 +72,12 @@ impl Hello {
         out.raw(&MAGIC).u16(VERSION).u8(self.channel as u8).u16(self.regions.len() as u16);
         for region in &self.regions {
             out.u32(region.id).u64(region.len);
-            if self.channel == ChannelKind::Shm {
-                out.bytes_u8(region.shm_name.as_deref().unwrap_or_default().as_bytes());
-            }
+        }
+        if self.channel == ChannelKind::Shm {
+            match &self.handoff {
+                Some(handoff) => out.bytes_u8(handoff.socket.as_bytes()).raw(&handoff.cookie),
+                None => out.bytes_u8(&[]).raw(&[0; COOKIE_BYTES]),
+            };
         }
         out.finish()
     }
@@ -96,19 +111,27 @@ impl Hello {
             if regions.iter().any(|r| r.id == id) {
                 return Err(handshake(format!("region {id} advertised twice")));
             }
-            let shm_name = if channel == ChannelKind::Shm {
-                let name = reader.bytes_u8(usize::from(u8::MAX), "shm name")?;
-                let name = String::from_utf8(name).map_err(|_| handshake("shm name is not UTF-8"))?;
-                if !is_shm_name(&name) {
-                    return Err(handshake(format!("shm name {name:?} is not an rdma-hint region")));
-                }
-                Some(name)
-            } else {
-                None
-            };
-            regions.push(ExposedRegion { id, len, shm_name });
+            regions.push(ExposedRegion { id, len });
         }
-        Ok(Hello { channel, regions })
+        let mut handoff = None;
+        if channel == ChannelKind::Shm {
+            let socket = reader.bytes_u8(64, "hand-off socket name")?;
+            let mut cookie = [0u8; COOKIE_BYTES];
+            reader.exact(&mut cookie)?;
+            if socket.is_empty() {
+                if cookie != [0; COOKIE_BYTES] {
+                    return Err(handshake("a cookie without a hand-off socket"));
+                }
+            } else {
+                let socket =
+                    String::from_utf8(socket).map_err(|_| handshake("hand-off socket name is not UTF-8"))?;
+                if !is_handoff_name(&socket) {
+                    return Err(handshake(format!("hand-off socket {socket:?} is not an rdma-hint socket")));
+                }
+                handoff = Some(Handoff { socket, cookie });
+            }
+        }
+        Ok(Hello { channel, regions, handoff })
     }
 }
 
@@ -209,18 +232,9 @@ mod tests {
     fn hello(channel: ChannelKind) -> Hello {
         Hello {
             channel,
-            regions: vec![
-                ExposedRegion {
-                    id: 0,
-                    len: 4096,
-                    shm_name: (channel == ChannelKind::Shm).then(|| "rdma-hint-1-0-5".to_string()),
-                },
-                ExposedRegion {
-                    id: 3,
-                    len: 1 << 30,
-                    shm_name: (channel == ChannelKind::Shm).then(|| "rdma-hint-1-1-5".to_string()),
-                },
-            ],
+            regions: vec![ExposedRegion { id: 0, len: 4096 }, ExposedRegion { id: 3, len: 1 << 30 }],
+            handoff: (channel == ChannelKind::Shm)
+                .then(|| Handoff { socket: "rdma-hint-0123abcd".into(), cookie: [7; COOKIE_BYTES] }),
         }
     }
 
@@ -252,7 +266,7 @@ mod tests {
         zero_len[17..25].copy_from_slice(&0u64.to_le_bytes());
         cases.push(zero_len);
         let mut evil_name = good.clone();
-        let at = 13 + 12 + 1;
+        let at = 13 + 2 * 12 + 1;
         evil_name[at..at + 3].copy_from_slice(b"../");
         cases.push(evil_name);
         cases.push(good[..good.len() - 1].to_vec());

@@ -6,7 +6,7 @@ mod common;
 use common::{chunker, deadline, loopback, pair};
 use rdma_hint_chunker::Transfer;
 use rdma_hint_core::{Arrival, Transport};
-use rdma_hint_integration_tests::{count_entries, open_fds, threads};
+use rdma_hint_integration_tests::{open_fds, threads};
 use rdma_hint_staged::StagedChannel;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -14,15 +14,20 @@ use std::time::Duration;
 /// The counts are process-wide: the tests of this binary take turns.
 static ALONE: Mutex<()> = Mutex::new(());
 
-fn shm_files_of_this_process() -> usize {
-    count_entries("/dev/shm", &format!("rdma-hint-{}-", std::process::id()))
+/// Shared regions still mapped in this process (ours and peers', all `memfd:rdma-hint-region`).
+fn shm_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("memfd:rdma-hint-region"))
+        .count()
 }
 
 #[test]
-fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_files() {
+fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_mappings() {
     let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // Settle anything a previous cycle in this process left to the scheduler.
-    let measure = || (open_fds(), threads(), shm_files_of_this_process());
+    let measure = || (open_fds(), threads(), shm_mappings());
     for channel in StagedChannel::ALL {
         let warm = pair(channel, 64 * 1024, loopback());
         drop(warm);
@@ -53,7 +58,7 @@ fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_files() {
 fn a_hundred_failed_transfers_leak_nothing() {
     use rdma_hint_chunker::TransferError;
     let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let measure = || (open_fds(), threads(), shm_files_of_this_process());
+    let measure = || (open_fds(), threads(), shm_mappings());
     for channel in StagedChannel::ALL {
         drop(pair(channel, 64 * 1024, loopback()));
         std::thread::sleep(Duration::from_millis(50));

@@ -149,7 +149,8 @@ fn raw_reader() {
     rdma_hint_oob::authenticate(&mut stream, None, rdma_hint_oob::Role::Listener).unwrap();
     let hello = Hello {
         channel: ChannelKind::Tcp,
-        regions: vec![ExposedRegion { id: 0, len: 256 << 20, shm_name: None }],
+        regions: vec![ExposedRegion { id: 0, len: 256 << 20 }],
+        handoff: None,
     };
     stream.write_all(&hello.encode()).unwrap();
     Hello::decode(&mut stream).unwrap();
@@ -164,7 +165,7 @@ fn raw_reader() {
 /// waits to be killed.
 fn raw_half_writer() {
     let mut stream = raw_dial(env("DIAL").parse::<SocketAddr>().unwrap());
-    stream.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode()).unwrap();
+    stream.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode()).unwrap();
     Hello::decode(&mut stream).unwrap();
     let frame = Frame {
         kind: FrameKind::Write,
@@ -407,7 +408,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
 
 #[test]
 fn malformed_handshakes_are_rejected() {
-    let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
+    let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode();
     bad_version[8] = 9;
     assert!(matches!(raw_peer_sends(bad_version, true), TransportError::Handshake(_)));
     let http = b"GET / HTTP/1.1\r\n\r\n".to_vec();
@@ -416,7 +417,7 @@ fn malformed_handshakes_are_rejected() {
         "no preamble"
     );
     assert!(matches!(raw_peer_sends(http, true), TransportError::Handshake(_)));
-    let shm_hello = Hello { channel: ChannelKind::Shm, regions: vec![] }.encode();
+    let shm_hello = Hello { channel: ChannelKind::Shm, regions: vec![], handoff: None }.encode();
     assert!(matches!(raw_peer_sends(shm_hello, true), TransportError::Handshake(_)), "channel mismatch");
     assert!(
         matches!(raw_peer_sends(b"RDMAH".to_vec(), true), TransportError::PeerGone(_)),
@@ -426,7 +427,7 @@ fn malformed_handshakes_are_rejected() {
 
 #[test]
 fn malformed_frames_break_the_link_without_an_arrival() {
-    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode();
+    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode();
     let frame = |region: u32, offset: u64, len: u64| {
         Frame { kind: FrameKind::Write, flags: FLAG_IMM, status: 0, region, offset, len, wr_id: 1, imm: 9 }
             .encode()

@@ -152,7 +152,9 @@ fn serve_survives_garbage_and_a_protocol_violation_and_serves_the_next_peer() {
     violator.write_all(&preamble(0)).unwrap();
     let mut theirs = [0u8; 41];
     violator.read_exact(&mut theirs).unwrap();
-    violator.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![] }.encode()).unwrap();
+    violator
+        .write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode())
+        .unwrap();
     let served_hello = Hello::decode(&mut violator).unwrap();
     let region = served_hello.regions[0].clone();
     let past_the_end = Frame {
@@ -194,5 +196,99 @@ fn serve_refuses_a_remote_listener_without_a_token() {
         .unwrap();
     assert!(!output.status.success());
     assert!(text(&output.stderr).contains("token"), "{}", text(&output.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn dev_shm() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|entries| {
+            entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn shm_sweep(dir: &Path, sizes: &str, transfer: &str, iters: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rdma-hint"));
+    command.env("RDMA_HINT_CACHE_DIR", dir).args([
+        "sweep",
+        "--channel",
+        "shm",
+        "--sizes",
+        sizes,
+        "--transfer",
+        transfer,
+        "--iters",
+        iters,
+        "--latency-samples",
+        "3",
+        "--no-record",
+    ]);
+    command
+}
+
+/// Shared regions are anonymous memfds handed over a Unix socket: no file under /dev/shm that
+/// another user could open or plant a symlink for, and nothing left behind by a run that
+/// finishes or by one killed with SIGKILL.
+#[test]
+fn shm_sweeps_leave_nothing_in_dev_shm_even_when_killed() {
+    let dir = scratch("shm-files");
+    let before = dev_shm();
+    let output = shm_sweep(&dir, "64K", "1M", "1").output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(dev_shm(), before, "a finished shm sweep left files");
+    let mut running = shm_sweep(&dir, "4K..16M", "64M", "1000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(running.try_wait().unwrap().is_none(), "the sweep ended before it could be killed");
+    running.kill().unwrap();
+    running.wait().unwrap();
+    assert_eq!(dev_shm(), before, "a killed shm sweep left files");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Memory that cannot be committed is a registration error with exit 1, not a SIGBUS
+/// (exit 135) on first touch: here the file-size limit stands in for a memory shortage.
+#[test]
+fn memory_that_cannot_be_committed_is_a_typed_error() {
+    let dir = scratch("commit");
+    let binary = env!("CARGO_BIN_EXE_rdma-hint");
+    let output = Command::new("bash")
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .args(["-c", &format!(
+            "trap '' XFSZ; ulimit -f 8192; exec {binary} sweep --channel shm --sizes 16M --transfer 16M --iters 1 --latency-samples 2 --no-record"
+        )])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("cannot register"), "{}", text(&output.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A full (8 MiB) /dev/shm does not matter to a 16 MiB shm sweep: regions are not files there.
+/// Needs root for the private mount namespace (CI runs as root and requires it).
+#[test]
+fn a_full_dev_shm_does_not_stop_a_shm_sweep() {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")));
+    if !is_root {
+        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "root required");
+        eprintln!("skipped: a private mount of /dev/shm needs root (CI runs it as root)");
+        return;
+    }
+    let dir = scratch("full-shm");
+    let binary = env!("CARGO_BIN_EXE_rdma-hint");
+    let output = Command::new("unshare")
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .args(["-m", "sh", "-c", &format!(
+            "mount -t tmpfs -o size=8m tmpfs /dev/shm && exec {binary} sweep --channel shm --sizes 16M --transfer 16M --iters 1 --latency-samples 2 --no-record"
+        )])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{:?}: {}", output.status, text(&output.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }

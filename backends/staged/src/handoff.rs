@@ -1,0 +1,282 @@
+//! Handing shm regions to the same-host peer: their memfd descriptors travel over a Unix socket
+//! (`SCM_RIGHTS`), never as names in a shared directory. The side that accepted the
+//! out-of-band connection offers an abstract socket whose name and a one-time cookie it sends
+//! in its (authenticated) hello; a connection to it counts only from a process of the same
+//! user (`SO_PEERCRED`) that presents the cookie. Then both sides send their descriptors.
+
+use rdma_hint_core::TransportError;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+/// Bytes of the one-time cookie.
+pub const COOKIE_BYTES: usize = 32;
+/// Descriptors per message (the kernel's limit is 253).
+const FDS_PER_MESSAGE: usize = 250;
+
+fn handshake(why: impl Into<String>) -> TransportError {
+    TransportError::Handshake(format!("shm hand-off: {}", why.into()))
+}
+
+/// Whether `name` is an abstract socket name this backend could have offered.
+pub fn is_handoff_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.starts_with("rdma-hint-")
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// An offered socket, waiting for the peer.
+#[derive(Debug)]
+pub(crate) struct Offer {
+    listener: UnixListener,
+    pub(crate) name: String,
+    pub(crate) cookie: [u8; COOKIE_BYTES],
+}
+
+impl Offer {
+    /// Binds a fresh abstract socket with a random name and a random cookie.
+    pub(crate) fn new() -> Result<Offer, TransportError> {
+        let mut random = [0u8; 16 + COOKIE_BYTES];
+        getrandom::fill(&mut random).map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
+        let name =
+            format!("rdma-hint-{}", random[..16].iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+        let listener = UnixListener::bind_addr(&address)?;
+        listener.set_nonblocking(true)?;
+        let mut cookie = [0u8; COOKIE_BYTES];
+        cookie.copy_from_slice(&random[16..]);
+        Ok(Offer { listener, name, cookie })
+    }
+
+    /// The first connection from our own user that presents the cookie, before `deadline`;
+    /// any other is logged and closed.
+    pub(crate) fn accept(&self, deadline: Instant) -> Result<UnixStream, TransportError> {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => match self.admit(stream, deadline) {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) => tracing::warn!(error = %e, "staged: refused a shm hand-off connection"),
+                },
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(TransportError::DeadlineExceeded {
+                            what: "the peer to take the shm regions",
+                            waited_ms: 0,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn admit(&self, stream: UnixStream, deadline: Instant) -> Result<UnixStream, TransportError> {
+        stream.set_nonblocking(false)?;
+        bound(&stream, deadline)?;
+        same_user(&stream)?;
+        let mut presented = [0u8; COOKIE_BYTES];
+        (&stream).read_exact(&mut presented).map_err(|e| handshake(format!("reading the cookie: {e}")))?;
+        let difference = presented.iter().zip(&self.cookie).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if difference != 0 {
+            return Err(handshake("wrong cookie"));
+        }
+        Ok(stream)
+    }
+}
+
+/// Connects to the peer's offer `name` and presents `cookie`.
+pub(crate) fn connect(
+    name: &str,
+    cookie: &[u8; COOKIE_BYTES],
+    deadline: Instant,
+) -> Result<UnixStream, TransportError> {
+    if !is_handoff_name(name) {
+        return Err(handshake(format!("{name:?} is not an rdma-hint socket")));
+    }
+    let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+    let stream = UnixStream::connect_addr(&address).map_err(|e| handshake(format!("connecting: {e}")))?;
+    bound(&stream, deadline)?;
+    same_user(&stream)?;
+    (&stream).write_all(cookie)?;
+    Ok(stream)
+}
+
+fn bound(stream: &UnixStream, deadline: Instant) -> Result<(), TransportError> {
+    let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    stream.set_read_timeout(Some(remaining))?;
+    stream.set_write_timeout(Some(remaining))?;
+    Ok(())
+}
+
+/// The process at the other end runs as our user (root included: then both are root).
+fn same_user(stream: &UnixStream) -> Result<(), TransportError> {
+    let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut size = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a `ucred` of `size` bytes at the pointer given; both live on
+    // this stack frame for the call.
+    let status = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut credentials as *mut libc::ucred).cast(),
+            &mut size,
+        )
+    };
+    if status != 0 {
+        return Err(TransportError::Io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let ours = unsafe { libc::geteuid() };
+    if credentials.uid != ours {
+        return Err(handshake(format!(
+            "the process at the other end (pid {}) runs as uid {}, this one as uid {ours}",
+            credentials.pid, credentials.uid
+        )));
+    }
+    Ok(())
+}
+
+/// Sends `ours` (in order) and receives exactly `expected` descriptors from the peer.
+pub(crate) fn exchange(
+    stream: &UnixStream,
+    ours: &[BorrowedFd<'_>],
+    expected: usize,
+) -> Result<Vec<OwnedFd>, TransportError> {
+    let mut chunks: Vec<&[BorrowedFd<'_>]> = ours.chunks(FDS_PER_MESSAGE).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
+    }
+    for chunk in chunks {
+        send_fds(stream, chunk)?;
+    }
+    let mut theirs = Vec::with_capacity(expected);
+    loop {
+        theirs.extend(receive_fds(stream)?);
+        if theirs.len() > expected {
+            return Err(handshake(format!("the peer sent more than the {expected} regions it advertised")));
+        }
+        if theirs.len() == expected {
+            return Ok(theirs);
+        }
+    }
+}
+
+/// Room for a control message carrying `count` descriptors.
+fn control_space(count: usize) -> usize {
+    // SAFETY: CMSG_SPACE only computes a size.
+    unsafe { libc::CMSG_SPACE((count * std::mem::size_of::<libc::c_int>()) as u32) as usize }
+}
+
+fn send_fds(stream: &UnixStream, fds: &[BorrowedFd<'_>]) -> Result<(), TransportError> {
+    let mut payload = [fds.len() as u8];
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: 1 };
+    let mut control = vec![0u8; control_space(fds.len().max(1))];
+    // SAFETY: an all-zero msghdr is valid (null name, no control) before the fields are set.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    if !fds.is_empty() {
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = control_space(fds.len()) as _;
+        // SAFETY: `message` points at `control`, which has room for one header and `fds.len()`
+        // descriptors (CMSG_SPACE), so CMSG_FIRSTHDR is non-null and CMSG_DATA has room for them.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&message);
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN((fds.len() * std::mem::size_of::<libc::c_int>()) as u32) as _;
+            let data = libc::CMSG_DATA(header).cast::<libc::c_int>();
+            for (index, fd) in fds.iter().enumerate() {
+                data.add(index).write_unaligned(fd.as_raw_fd());
+            }
+        }
+    }
+    // SAFETY: `message` and everything it points at (iov, payload, control) live for the call.
+    let sent = unsafe { libc::sendmsg(stream.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
+    if sent != 1 {
+        return Err(TransportError::Io(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn receive_fds(stream: &UnixStream) -> Result<Vec<OwnedFd>, TransportError> {
+    let mut payload = [0u8; 1];
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: 1 };
+    let mut control = vec![0u8; control_space(FDS_PER_MESSAGE)];
+    // SAFETY: as in `send_fds`.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = control.len() as _;
+    // SAFETY: `message` and its buffers live for the call; received descriptors are close-on-exec.
+    let received = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
+    if received < 0 {
+        return Err(TransportError::Io(std::io::Error::last_os_error()));
+    }
+    if received == 0 {
+        return Err(TransportError::PeerGone("the peer closed the shm hand-off".into()));
+    }
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled `control` with `msg_controllen` bytes of well-formed headers;
+    // CMSG_FIRSTHDR/NXTHDR walk them within that length. Each SCM_RIGHTS descriptor is new to
+    // this process and owned by nobody else, so wrapping it in an OwnedFd is sound.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<libc::c_int>();
+                let bytes = (*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                for index in 0..bytes / std::mem::size_of::<libc::c_int>() {
+                    fds.push(OwnedFd::from_raw_fd(data.add(index).read_unaligned()));
+                }
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    if message.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(handshake("descriptors were cut off"));
+    }
+    if fds.len() != usize::from(payload[0]) {
+        return Err(handshake(format!(
+            "a message announced {} descriptors and carried {}",
+            payload[0],
+            fds.len()
+        )));
+    }
+    Ok(fds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn descriptors_cross_to_a_peer_with_the_cookie_only() {
+        let offer = Offer::new().unwrap();
+        assert!(is_handoff_name(&offer.name));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let (name, cookie) = (offer.name.clone(), offer.cookie);
+        // A process of ours without the cookie is refused; the one with it gets through.
+        let intruder = connect(&name, &[0u8; COOKIE_BYTES], deadline).unwrap();
+        let peer = std::thread::spawn(move || {
+            let stream = connect(&name, &cookie, deadline).unwrap();
+            let files: Vec<std::fs::File> =
+                (0..300).map(|_| std::fs::File::open("/proc/self/exe").unwrap()).collect();
+            let fds: Vec<BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
+            exchange(&stream, &fds, 1).unwrap().len()
+        });
+        let accepted = offer.accept(deadline).unwrap();
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let theirs = exchange(&accepted, &[file.as_fd()], 300).unwrap();
+        assert_eq!(theirs.len(), 300);
+        assert_eq!(peer.join().unwrap(), 1);
+        drop(intruder);
+        assert!(connect("../../etc", &cookie, deadline).is_err());
+    }
+}
