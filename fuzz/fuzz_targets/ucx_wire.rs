@@ -1,10 +1,11 @@
-//! Arbitrary bytes into the UCX backend's hello decoder and packed-rkey check: a typed error or
-//! a hello that re-encodes to the same bytes (every rkey in it passing the layout check), never
-//! a panic, never an unbounded allocation.
+//! Arbitrary bytes into everything that stands before UCX: the hello decoder, the packed-rkey
+//! check and the worker-address screen. A typed error or a hello that re-encodes to the same
+//! bytes (every rkey in it passing the layout check, a screened address zero-padded), never a
+//! panic, never an unbounded allocation.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_hint_ucx::wire::{check_packed_rkey, Hello};
+use rdma_hint_ucx::wire::{check_packed_rkey, screen_worker_address, Hello, WORKER_ADDRESS_PADDING};
 
 fuzz_target!(|data: &[u8]| {
     let mut reader = data;
@@ -12,10 +13,16 @@ fuzz_target!(|data: &[u8]| {
         let consumed = data.len() - reader.len();
         assert_eq!(hello.encode(), &data[..consumed], "hello round trip");
         assert!(!hello.worker_address.is_empty());
+        let ours = [hello.worker_address[0], 0, 0, 0, 0, 0, 0, 0, 0];
+        if let Ok(padded) = screen_worker_address(&hello.worker_address, &ours) {
+            assert_eq!(padded.len(), hello.worker_address.len() + WORKER_ADDRESS_PADDING);
+            assert!(padded[hello.worker_address.len()..].iter().all(|b| *b == 0));
+        }
         for region in &hello.regions {
             assert!(region.len > 0 && region.address.checked_add(region.len).is_some());
             assert!(check_packed_rkey(&region.rkey).is_ok());
         }
     }
     let _ = check_packed_rkey(data);
+    let _ = screen_worker_address(data, &[1; 9]);
 });

@@ -20,6 +20,7 @@ pub mod gpu;
 pub mod handoff;
 mod link;
 mod memory;
+pub mod protocol;
 mod region;
 mod transport;
 pub mod wire;

@@ -2,6 +2,7 @@
 //! and a reader thread that places incoming writes, acknowledges them and collects arrivals.
 
 use crate::memory::Memory;
+use crate::protocol::{Inbound, Inbox};
 use crate::region::{RegionMemory, Staging};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
@@ -72,7 +73,6 @@ struct Shared {
     writer: Mutex<TcpStream>,
     broken: Broken,
     signalled_sent: AtomicU64,
-    acks_received: AtomicU64,
     max_msg_bytes: u64,
 }
 
@@ -121,7 +121,6 @@ impl Link {
             writer: Mutex::new(socket.try_clone()?),
             broken: broken.clone(),
             signalled_sent: AtomicU64::new(0),
-            acks_received: AtomicU64::new(0),
             max_msg_bytes,
         });
         let reader_socket = socket.try_clone()?;
@@ -295,7 +294,8 @@ fn send_one(
     Ok(())
 }
 
-/// Runs until the socket closes or the peer breaks the protocol; returns why it stopped.
+/// Runs until the socket closes or the peer breaks the protocol; returns why it stopped. Every
+/// frame goes through the [`Inbox`] rules first; only what they admit touches memory.
 fn read_loop(
     shared: &Shared,
     mut socket: TcpStream,
@@ -304,6 +304,17 @@ fn read_loop(
 ) -> String {
     let mut header = [0u8; HEADER_BYTES];
     let mut staging = Staging::default();
+    let exposed: Vec<(u32, u64)> = {
+        let regions = shared.local.read().unwrap_or_else(PoisonError::into_inner);
+        regions
+            .iter()
+            .enumerate()
+            .filter_map(|(id, entry)| {
+                entry.as_ref().filter(|e| e.exposed).map(|e| (id as u32, e.memory.len()))
+            })
+            .collect()
+    };
+    let mut inbox = Inbox::new(shared.channel, &exposed, shared.max_msg_bytes);
     loop {
         if let Err(e) = socket.read_exact(&mut header) {
             return match e.kind() {
@@ -315,9 +326,18 @@ fn read_loop(
             Ok(frame) => frame,
             Err(e) => return format!("protocol error: {e}"),
         };
-        let step = match frame.kind {
-            FrameKind::Write => place(shared, &mut socket, &frame, acks, &mut staging),
-            FrameKind::Ack => acknowledge(shared, &frame, completions),
+        let step = match inbox.admit(&frame, shared.signalled_sent.load(Ordering::SeqCst)) {
+            Err(reason) => Err(reason),
+            Ok(Inbound::Write { region, offset, len, payload_follows, arrival, ack }) => place(
+                shared,
+                &mut socket,
+                (RegionId(region), offset, len),
+                payload_follows,
+                (arrival, ack),
+                acks,
+                &mut staging,
+            ),
+            Ok(Inbound::Ack { wr_id, status }) => acknowledge(wr_id, status, completions),
         };
         if let Err(reason) = step {
             return reason;
@@ -325,53 +345,39 @@ fn read_loop(
     }
 }
 
+/// Places an admitted write (reads its payload on TCP), then queues its arrival and ack.
 fn place(
     shared: &Shared,
     socket: &mut TcpStream,
-    frame: &Frame,
+    (region, offset, len): (RegionId, u64, u64),
+    payload_follows: bool,
+    (arrival, ack): (Option<u32>, Option<u64>),
     acks: &Sender<Outgoing>,
     staging: &mut Staging,
 ) -> Result<(), String> {
-    let region = RegionId(frame.region);
-    let target = local(&shared.local, region)
-        .filter(|entry| entry.exposed)
-        .ok_or_else(|| format!("protocol error: write to region {} which is not exposed", frame.region))?;
-    let in_bounds = frame.offset.checked_add(frame.len).is_some_and(|end| end <= target.memory.len());
-    if !in_bounds || frame.len == 0 || frame.len > shared.max_msg_bytes {
-        return Err(format!(
-            "protocol error: write {}+{} B outside region {} ({} B)",
-            frame.offset,
-            frame.len,
-            frame.region,
-            target.memory.len()
-        ));
+    if payload_follows {
+        let target = local(&shared.local, region).ok_or_else(|| format!("region {} vanished", region.0))?;
+        target
+            .memory
+            .receive(offset, len, socket, staging)
+            .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
     }
-    let placed = frame.flags & FLAG_PLACED != 0;
-    match (shared.channel, placed) {
-        (ChannelKind::Tcp, false) => {
-            target
-                .memory
-                .receive(frame.offset, frame.len, socket, staging)
-                .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
+    let arrival = arrival.map(|imm| Arrival { imm, region, len });
+    let outgoing = match ack {
+        Some(wr_id) => {
+            let ack = Frame {
+                kind: FrameKind::Ack,
+                flags: 0,
+                status: 0,
+                region: region.0,
+                offset: 0,
+                len: 0,
+                wr_id,
+                imm: 0,
+            };
+            Some(Outgoing::Ack { ack, then: arrival })
         }
-        (ChannelKind::Shm, true) => {}
-        _ => return Err("protocol error: write framing does not match the channel".into()),
-    }
-    let arrival = (frame.flags & FLAG_IMM != 0).then_some(Arrival { imm: frame.imm, region, len: frame.len });
-    let outgoing = if frame.flags & FLAG_SIGNALLED != 0 {
-        let ack = Frame {
-            kind: FrameKind::Ack,
-            flags: 0,
-            status: 0,
-            region: frame.region,
-            offset: 0,
-            len: 0,
-            wr_id: frame.wr_id,
-            imm: 0,
-        };
-        Some(Outgoing::Ack { ack, then: arrival })
-    } else {
-        arrival.map(Outgoing::Arrival)
+        None => arrival.map(Outgoing::Arrival),
     };
     if let Some(outgoing) = outgoing {
         acks.try_send(outgoing).map_err(|_| {
@@ -381,16 +387,12 @@ fn place(
     Ok(())
 }
 
-fn acknowledge(shared: &Shared, frame: &Frame, completions: &EventSender<Completion>) -> Result<(), String> {
-    let received = shared.acks_received.fetch_add(1, Ordering::SeqCst) + 1;
-    if shared.channel != ChannelKind::Tcp || received > shared.signalled_sent.load(Ordering::SeqCst) {
-        return Err("protocol error: acknowledgement for a write that was never sent".into());
-    }
-    let status = match frame.status {
+fn acknowledge(wr_id: u64, status: u16, completions: &EventSender<Completion>) -> Result<(), String> {
+    let status = match status {
         0 => CompletionStatus::Success,
         code => CompletionStatus::Failed { code: u32::from(code) },
     };
     completions
-        .try_send(Completion { wr_id: frame.wr_id, status })
+        .try_send(Completion { wr_id, status })
         .map_err(|_| "completion queue overflow: the application is not draining completions".to_string())
 }

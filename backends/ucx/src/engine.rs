@@ -131,6 +131,9 @@ pub(crate) struct Engine {
     capacity: usize,
     posted_any: bool,
     gone: Option<String>,
+    /// Puts posted since the last flush was posted: their requests are freed at once, so only
+    /// a flush tells when they stopped reading their source.
+    unflushed: usize,
     /// A clone of the out-of-band socket: tells a peer's goodbye from a failure.
     oob: Option<std::net::TcpStream>,
     pub(crate) signals: Arc<Signals>,
@@ -159,6 +162,7 @@ impl Engine {
             notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
             notice_sends: VecDeque::with_capacity(capacity),
             next_slot: 0,
+            unflushed: 0,
             oob: None,
             completions,
             capacity,
@@ -206,7 +210,33 @@ impl Engine {
 
     /// Work that still needs progress: flushes or notice sends in flight.
     pub(crate) fn busy(&self) -> bool {
-        !self.batches.is_empty() || !self.notice_sends.is_empty()
+        !self.batches.is_empty() || !self.notice_sends.is_empty() || self.unflushed > 0
+    }
+
+    /// Flushes the endpoint (bounded) so every put posted so far, signalled or not, has left
+    /// its source: what deregistering a region needs when only unsignalled puts are pending.
+    pub(crate) fn flush_unsignalled(&mut self) -> Result<(), TransportError> {
+        if self.unflushed == 0 || !self.batches.is_empty() || !self.notice_sends.is_empty() {
+            return Ok(());
+        }
+        if self.ep.is_null() {
+            // Closed (by force): UCX has finished with every request.
+            self.unflushed = 0;
+            return Ok(());
+        }
+        let param = sys::ucp_request_param_t::default();
+        // SAFETY: `ep` is live (engine lock held); the request is finished and freed by `finish`.
+        let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
+        match self.ucp.finish(request, 100_000) {
+            sys::UCS_OK => {
+                self.unflushed = 0;
+                Ok(())
+            }
+            status => {
+                self.fail(format!("flush before deregistering failed: {}", status_text(status)));
+                Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()))
+            }
+        }
     }
 
     /// Posts every op (already checked against both region tables) as one `ucp_put_nbx` each,
@@ -274,7 +304,10 @@ impl Engine {
             }
         }
         self.posted_any = true;
+        self.unflushed += ops.len();
         if signalled + notices > 0 {
+            // This flush covers every put before it.
+            self.unflushed = 0;
             let param = sys::ucp_request_param_t::default();
             // SAFETY: `ep` is live; the request is tracked in `batches` and freed in `harvest`.
             let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
@@ -416,6 +449,8 @@ impl Engine {
         self.gone = Some(loss.why);
         self.signals.gone.store(true, Ordering::Release);
         self.close();
+        // The forced close ends every put: none reads its source any more.
+        self.unflushed = 0;
         while let Some(batch) = self.batches.pop_front() {
             if !batch.request.is_null() {
                 // SAFETY: after the forced close UCX has completed or will complete the request;

@@ -4,7 +4,7 @@ use crate::engine::{on_endpoint_error, on_notice, Engine, RemoteEntry, Signals};
 use crate::perf::{self, Estimate};
 use crate::progress::{self, Shared};
 use crate::region::{Region, MAX_REGION_BYTES};
-use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
+use crate::wire::{screen_worker_address, ExposedRegion, Hello, MAX_REGIONS, READY};
 use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
 use rdma_hint_core::queue::{event_queue, EventQueue};
@@ -250,13 +250,17 @@ impl Transport for UcxTransport {
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        let engine = self.shared.engine();
+        let mut engine = self.shared.engine();
         let exposed = self.signals.exposed.get().is_some_and(|e| e.iter().any(|(id, _)| *id == region.0));
         if exposed && engine.gone().is_none() {
             return Err(TransportError::RegionBusy {
                 region,
                 why: "exposed to the connected peer; drop the transport to release it",
             });
+        }
+        // Unsignalled puts have no request to watch: flush them out before the unmap.
+        if let Err(e) = engine.flush_unsignalled() {
+            tracing::debug!(error = %e, "ucx: flush before deregister failed");
         }
         if engine.busy() {
             return Err(TransportError::RegionBusy {
@@ -286,7 +290,14 @@ impl Transport for UcxTransport {
         if self.shared.engine().is_connected() {
             return Err(TransportError::AlreadyConnected);
         }
+        if !self.rendezvous.has_token() {
+            return Err(TransportError::InvalidArgument {
+                what: "token",
+                why: "the UCX backend hands the peer's worker address to UCX, whose parser trusts it: set a token (with_token) so only an authenticated peer can send one".into(),
+            });
+        }
         let ours = self.hello(expose)?;
+        let our_address = ours.worker_address.clone();
         let (shared, signals, exposed) = (self.shared.clone(), self.signals.clone(), expose.to_vec());
         // The whole set-up (endpoint creation, rkey unpacking, the ready exchange, the progress
         // thread) runs on the rendezvous thread, not on the awaiting task's.
@@ -308,7 +319,18 @@ impl Transport for UcxTransport {
         };
         let (_, (hello, lanes, handle)) = self
             .rendezvous
-            .meet(peer, deadline, move || Ok((ours.encode(), connected)), Hello::decode)
+            .meet(
+                peer,
+                deadline,
+                move || Ok((ours.encode(), connected)),
+                move |stream| {
+                    // A listener drops a candidate whose address fails the screen and keeps
+                    // listening; the screen runs again right before `ucp_ep_create`.
+                    let theirs = Hello::decode(stream)?;
+                    screen_worker_address(&theirs.worker_address, &our_address)?;
+                    Ok(theirs)
+                },
+            )
             .await?;
         *self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner) = Some(lanes);
         *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);

@@ -39,6 +39,45 @@ pub struct ExposedRegion {
     pub rkey: Vec<u8>,
 }
 
+/// A packed worker address starts with a header byte and a 64-bit UUID (ucp/wireup/address.c).
+pub const MIN_WORKER_ADDRESS_BYTES: usize = 9;
+/// The header byte's low nibble is the address format version.
+const ADDRESS_VERSION_MASK: u8 = 0x0f;
+/// Zeros after a peer's address: `ucp_ep_create` takes a pointer and no length, so a truncated
+/// address is parsed into zeros, not past the buffer.
+pub const WORKER_ADDRESS_PADDING: usize = 64 * 1024;
+
+/// What can be checked of a peer's packed worker address without UCX's private format: its
+/// length, and the header's format version, which must be the one `ours` (this worker's own
+/// address) carries, since both ends run the same UCX. Returns a copy followed by
+/// [`WORKER_ADDRESS_PADDING`] zero bytes, ready for `ucp_ep_create`.
+///
+/// ```
+/// use rdma_hint_ucx::wire::screen_worker_address;
+/// let ours = [0x01, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9];
+/// assert!(screen_worker_address(&[0x01, 9, 9, 9, 9, 9, 9, 9, 9, 0], &ours).is_ok());
+/// assert!(screen_worker_address(&[0x07, 9, 9, 9, 9, 9, 9, 9, 9, 0], &ours).is_err(), "another format");
+/// assert!(screen_worker_address(&[0x01, 9], &ours).is_err(), "truncated");
+/// ```
+pub fn screen_worker_address(address: &[u8], ours: &[u8]) -> Result<Vec<u8>, TransportError> {
+    let refuse = |why: String| handshake_error(format!("the peer's worker address: {why}"));
+    if address.len() < MIN_WORKER_ADDRESS_BYTES {
+        return Err(refuse(format!("{} B is shorter than a header and a UUID", address.len())));
+    }
+    let version = |bytes: &[u8]| bytes.first().map(|b| b & ADDRESS_VERSION_MASK);
+    if version(address) != version(ours) {
+        return Err(refuse(format!(
+            "format version {:?} where this UCX packs {:?}",
+            version(address),
+            version(ours)
+        )));
+    }
+    let mut padded = Vec::with_capacity(address.len() + WORKER_ADDRESS_PADDING);
+    padded.extend_from_slice(address);
+    padded.resize(address.len() + WORKER_ADDRESS_PADDING, 0);
+    Ok(padded)
+}
+
 /// One side's hello.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
@@ -275,5 +314,14 @@ mod tests {
         too_many.push(1);
         too_many.extend_from_slice(&(MAX_REGIONS as u16 + 1).to_le_bytes());
         assert!(decode(&too_many).unwrap_err().to_string().contains("exceed"));
+    }
+
+    /// The fuzz seeds are valid hellos of the current version (so the fuzzer starts past the
+    /// preamble).
+    #[test]
+    fn fuzz_seeds_decode() {
+        let seed: &[u8] = include_bytes!("../../../fuzz/seeds/ucx_wire/one_region");
+        let hello = Hello::decode(&mut &seed[..]).expect("one_region decodes");
+        assert_eq!(hello.encode(), seed, "one_region round-trips");
     }
 }

@@ -145,19 +145,25 @@ impl Ucp {
 
     /// Creates an endpoint to the worker at `address`, reporting peer failures to
     /// `on_error(arg, ep, status)`.
+    /// [`crate::wire::screen_worker_address`] against this worker's own address.
+    fn screen_address(&self, address: &[u8]) -> Result<Vec<u8>, TransportError> {
+        crate::wire::screen_worker_address(address, &self.address()?)
+    }
+
     pub(crate) fn connect(
         &self,
         address: &[u8],
         on_error: sys::ucp_err_handler_cb_t,
         arg: *mut c_void,
     ) -> Result<sys::ucp_ep_h, TransportError> {
+        let padded = self.screen_address(address)?;
         let params = sys::ucp_ep_params_t {
             field_mask: u64::from(
                 sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
                     | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
                     | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER,
             ),
-            address: address.as_ptr().cast(),
+            address: padded.as_ptr().cast(),
             err_mode: if self.peer_failure_mode {
                 sys::UCP_ERR_HANDLING_MODE_PEER
             } else {
@@ -167,8 +173,11 @@ impl Ucp {
             ..Default::default()
         };
         let mut ep: sys::ucp_ep_h = std::ptr::null_mut();
-        // SAFETY: `worker` is live; `address` holds a worker address the peer sent (UCX
-        // validates its contents); `arg` outlives the endpoint.
+        // SAFETY: `worker` is live; `padded` outlives the call and holds the address an
+        // authenticated peer sent, screened by `screen_worker_address` and followed by zeros, so UCX's
+        // parser (which takes no length) stays inside the buffer for a truncated address. UCX
+        // does not validate the rest of the structure: only authenticated peers get here (the
+        // backend refuses to connect without a token). `arg` outlives the endpoint.
         let status = unsafe { sys::ucp_ep_create(self.worker, &params, &mut ep) };
         if status != sys::UCS_OK {
             return Err(TransportError::Handshake(format!(

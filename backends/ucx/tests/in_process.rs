@@ -6,13 +6,28 @@ use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport};
 use rdma_hint_ucx::UcxTransport;
 use std::time::{Duration, Instant};
 
+/// Both ends hold this token: the UCX backend connects only to authenticated peers.
+const TEST_TOKEN: &[u8] = b"rdma-hint test peers";
+
+fn open(tls: &str) -> UcxTransport {
+    UcxTransport::open(Some(tls)).unwrap().with_token(TEST_TOKEN).unwrap()
+}
+
+/// The idle test measures the whole process's CPU time: the tests of this binary take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
 fn transfer(tls: &str, len: u64) {
+    let _alone = alone();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let receiver = UcxTransport::open(Some(tls)).unwrap();
+    let receiver = open(tls);
     let target = receiver.register(MemoryKind::Host, len.next_multiple_of(4096)).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let receiving = std::thread::spawn(move || {
@@ -31,7 +46,7 @@ fn transfer(tls: &str, len: u64) {
         receiver.read_region(target.id, 0, &mut arrived).unwrap();
         arrived
     });
-    let sender = UcxTransport::open(Some(tls)).unwrap();
+    let sender = open(tls);
     let source = sender.register(MemoryKind::Host, len.next_multiple_of(4096)).unwrap();
     let data = pattern(len as usize, 5);
     sender.write_region(source.id, 0, &data).unwrap();
@@ -73,9 +88,10 @@ fn cpu_seconds() -> f64 {
 /// a sleeper a few milliseconds; the bound is ten times above the latter.
 #[test]
 fn idle_connections_do_not_spin() {
+    let _alone = alone();
     for tls in ["shm,self", "tcp,self"] {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let receiver = UcxTransport::open(Some(tls)).unwrap();
+        let receiver = open(tls);
         let target = receiver.register(MemoryKind::Host, 4096).unwrap();
         let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let accepting = std::thread::spawn(move || {
@@ -87,7 +103,7 @@ fn idle_connections_do_not_spin() {
             .unwrap();
             receiver
         });
-        let sender = UcxTransport::open(Some(tls)).unwrap();
+        let sender = open(tls);
         rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
             .unwrap();
         let receiver = accepting.join().unwrap();
@@ -97,4 +113,55 @@ fn idle_connections_do_not_spin() {
         assert!(used < 0.3, "{tls}: {used:.2} CPU-seconds in one idle second");
         drop((sender, receiver));
     }
+}
+
+/// Unsignalled puts have no request to watch, yet their source must stay mapped until they
+/// have left it: deregistering the source right after posting waits for them (a flush), so
+/// when it returns every byte has reached the peer; nothing reads unmapped memory.
+#[test]
+fn deregistering_a_source_waits_out_its_unsignalled_puts() {
+    use rdma_hint_core::WriteOp;
+    let _alone = alone();
+    std::env::set_var("UCX_NET_DEVICES", "lo");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let block: u64 = 4 << 20;
+    let blocks = 16u64;
+    let len = block * blocks;
+    let receiver = open("tcp,self");
+    let target = receiver.register(MemoryKind::Host, len).unwrap();
+    let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let accepting = std::thread::spawn(move || {
+        rdma_hint_core::blocking::block_on(receiver.connect(
+            PeerEndpoint::Listen(address),
+            &[target.id],
+            deadline,
+        ))
+        .unwrap();
+        receiver
+    });
+    let sender = open("tcp,self");
+    let source = sender.register(MemoryKind::Host, len).unwrap();
+    let data = pattern(len as usize, 11);
+    sender.write_region(source.id, 0, &data).unwrap();
+    let remote =
+        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+            .unwrap()[0];
+    let receiver = accepting.join().unwrap();
+    let ops: Vec<WriteOp> = (0..blocks)
+        .map(|i| WriteOp {
+            wr_id: i,
+            local: source.id,
+            local_offset: i * block,
+            remote: remote.id,
+            remote_offset: i * block,
+            len: block,
+            signalled: false,
+            imm: None,
+        })
+        .collect();
+    sender.post_writes(&ops).unwrap();
+    sender.deregister(source.id).unwrap();
+    let mut arrived = vec![0u8; len as usize];
+    receiver.read_region(target.id, 0, &mut arrived).unwrap();
+    assert!(arrived == data, "deregister returned before the unsignalled puts had landed");
 }

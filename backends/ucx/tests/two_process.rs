@@ -281,10 +281,11 @@ fn tcp_across_two_network_namespaces() {
     drop(receiver);
 }
 
-/// A hand-written TCP client past the authentication (no token configured).
+/// A hand-written TCP client that holds the token (an insider sending bad bytes).
 fn raw_dial(address: std::net::SocketAddr) -> TcpStream {
     let mut stream = TcpStream::connect(address).unwrap();
-    rdma_hint_oob::authenticate(&mut stream, None, rdma_hint_oob::Role::Dialer).unwrap();
+    let token = rdma_hint_oob::Token::new(TEST_TOKEN).unwrap();
+    rdma_hint_oob::authenticate(&mut stream, Some(&token), rdma_hint_oob::Role::Dialer).unwrap();
     stream
 }
 
@@ -292,7 +293,7 @@ fn raw_dial(address: std::net::SocketAddr) -> TcpStream {
 /// `authenticated`): what `connect` answers at its short deadline (a listener drops a bad
 /// candidate and waits for a good one).
 fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
-    let transport = UcxTransport::open(Some("tcp,self")).unwrap();
+    let transport = peer_transport("tcp,self");
     let region = transport.register(MemoryKind::Host, 4096).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let raw = std::thread::spawn(move || {
@@ -342,12 +343,12 @@ fn malformed_out_of_band_messages_are_rejected_with_a_reason() {
 /// with a handshake error instead of accepting a peer it cannot write to.
 #[test]
 fn a_garbage_rkey_is_refused_at_connect() {
-    let receiver = UcxTransport::open(Some("tcp,self")).unwrap();
+    let receiver = peer_transport("tcp,self");
     receiver.register(MemoryKind::Host, 4096).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     // A genuine worker address taken from the receiver's own hello, and a corrupt rkey.
     let liar = std::thread::spawn(move || {
-        let transport = UcxTransport::open(Some("tcp,self")).unwrap();
+        let transport = peer_transport("tcp,self");
         let region = transport.register(MemoryKind::Host, 4096).unwrap();
         let mut stream = raw_dial(address);
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -374,7 +375,7 @@ fn a_garbage_rkey_is_refused_at_connect() {
 #[test]
 fn unregistered_or_out_of_range_memory_fails_before_posting() {
     std::env::set_var("UCX_NET_DEVICES", "lo");
-    let receiver = UcxTransport::open(Some("tcp,self")).unwrap();
+    let receiver = peer_transport("tcp,self");
     let target = receiver.register(MemoryKind::Host, 1 << 20).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let accepting = std::thread::spawn(move || {
@@ -386,7 +387,7 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
         .unwrap();
         receiver
     });
-    let sender = UcxTransport::open(Some("tcp,self")).unwrap();
+    let sender = peer_transport("tcp,self");
     let source = sender.register(MemoryKind::Host, 1 << 20).unwrap();
     let remote =
         rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))
@@ -450,6 +451,9 @@ fn pre_shared_tokens_gate_the_handshake() {
         (Some(&b"s3cret"[..]), Some(&b"s3cret"[..]), true),
         (Some(b"s3cret"), Some(b"guess!"), false),
         (Some(b"s3cret"), None, false),
+        // Without a token the UCX backend connects to nobody: only authenticated peers may
+        // hand it a worker address.
+        (None, None, false),
     ] {
         let mut receiver = UcxTransport::open(Some("tcp,self")).unwrap();
         if let Some(token) = listener_token {

@@ -373,13 +373,16 @@ impl Transport for VerbsTransport {
                 why: "exposed to the connected peer; drop the transport to release it",
             });
         }
+        // The table's write lock first: no post can start (posts hold its read lock, then the
+        // posting lock) between the in-flight check and the removal.
+        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         if lock(&self.posting).in_flight > 0 {
             return Err(TransportError::RegionBusy {
                 region,
                 why: "writes are in flight; wait for their completions first",
             });
         }
-        self.regions.write().unwrap_or_else(PoisonError::into_inner).remove(region).map(drop)
+        table.remove(region).map(drop)
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {

@@ -171,4 +171,13 @@ mod tests {
         bad_magic[3] ^= 0x20;
         assert!(decode(&bad_magic).unwrap_err().to_string().contains("magic"));
     }
+
+    /// The fuzz seeds are valid hellos of the current version (so the fuzzer starts past the
+    /// preamble).
+    #[test]
+    fn fuzz_seeds_decode() {
+        let seed: &[u8] = include_bytes!("../../../fuzz/seeds/verbs_wire/one_region");
+        let hello = Hello::decode(&mut &seed[..]).expect("one_region decodes");
+        assert_eq!(hello.encode(), seed, "one_region round-trips");
+    }
 }

@@ -249,7 +249,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // Output paths are checked before minutes of measuring, not after.
             let json = json.map(|path| output::OutputFile::reserve(&path, "--json")).transpose()?;
             let plot = plot.map(|path| output::OutputFile::reserve(&path, "--plot")).transpose()?;
-            let options = match token::load(token_file.as_deref())? {
+            // Both ends of the in-process loopback get a fresh token: the pair is authenticated
+            // like any other (and the UCX backend connects only to authenticated peers).
+            let token = match (token::load(token_file.as_deref())?, peer) {
+                (Some(token), _) => Some(token),
+                (None, None) => Some(token::ephemeral()?),
+                (None, Some(_)) => None,
+            };
+            let options = match token {
                 Some(token) => OpenOptions::default().token(&token),
                 None => OpenOptions::default(),
             };

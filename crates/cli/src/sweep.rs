@@ -109,25 +109,43 @@ pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
     Ok(sizes)
 }
 
-/// CPU seconds this process has used on all its threads: the sum of each thread's
-/// `/proc/self/task/*/schedstat` run time (nanosecond resolution), falling back to the
-/// 10 ms ticks of `/proc/self/stat`.
-fn cpu_seconds() -> Option<f64> {
-    let from_schedstat = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
-        tasks
-            .filter_map(|task| task.ok())
-            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-            .filter_map(|stat| stat.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()))
-            .sum::<f64>()
-            / 1e9
-    });
-    from_schedstat.filter(|s| *s > 0.0).or_else(|| {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // utime and stime are fields 14 and 15, counted after the parenthesised command name.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-        Some(ticks / 100.0)
-    })
+/// CPU time this process has used, two ways: the sum of its live threads'
+/// `/proc/self/task/*/schedstat` run times (nanosecond resolution, but a thread that exits
+/// takes its time out of the sum) and `/proc/self/stat`'s utime + stime (10 ms ticks, exited
+/// threads included).
+#[derive(Debug, Clone, Copy)]
+struct CpuTime {
+    live_threads_s: Option<f64>,
+    process_ticks_s: Option<f64>,
+}
+
+impl CpuTime {
+    fn now() -> CpuTime {
+        let live_threads_s = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
+            tasks
+                .filter_map(|task| task.ok())
+                .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+                .filter_map(|stat| stat.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()))
+                .sum::<f64>()
+                / 1e9
+        });
+        let process_ticks_s = std::fs::read_to_string("/proc/self/stat").ok().and_then(|stat| {
+            // utime and stime are fields 14 and 15, counted after the parenthesised command name.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        });
+        CpuTime { live_threads_s: live_threads_s.filter(|s| *s > 0.0), process_ticks_s }
+    }
+
+    /// Seconds used since `earlier`: the fine count, unless a thread exited in between (its
+    /// time left the sum), then the coarse one.
+    fn since(&self, earlier: &CpuTime) -> Option<f64> {
+        match (self.live_threads_s, earlier.live_threads_s) {
+            (Some(now), Some(then)) if now >= then => Some(now - then),
+            _ => Some(self.process_ticks_s? - earlier.process_ticks_s?),
+        }
+    }
 }
 
 struct Endpoints {
@@ -213,7 +231,7 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, is_h
     let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
     // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
     chunker.write_as_blocking(transport, args.source, transfer, deadline())?;
-    let (cpu_before, wall) = (cpu_seconds(), Instant::now());
+    let (cpu_before, wall) = (CpuTime::now(), Instant::now());
     let mut peak: f64 = 0.0;
     for _ in 0..args.iters {
         let started = Instant::now();
@@ -221,10 +239,7 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, is_h
         peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
     }
     let elapsed = wall.elapsed().as_secs_f64();
-    let cpu_util = match (cpu_before, cpu_seconds()) {
-        (Some(before), Some(after)) => (after - before) / elapsed,
-        _ => f64::NAN,
-    };
+    let cpu_util = CpuTime::now().since(&cpu_before).map_or(f64::NAN, |used| used / elapsed);
     let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
 
     // Latency: one block at a time, signalled, as ib_write_lat does.
@@ -397,7 +412,10 @@ mod tests {
     }
 
     #[test]
-    fn cpu_time_is_readable() {
-        assert!(cpu_seconds().is_some_and(|s| s >= 0.0));
+    fn cpu_time_never_runs_backwards() {
+        let before = CpuTime::now();
+        // A thread that burns a little CPU and exits: its time leaves the live-thread sum.
+        std::thread::spawn(|| (0..2_000_000u64).fold(0u64, |a, b| a.wrapping_add(b * b))).join().unwrap();
+        assert!(CpuTime::now().since(&before).is_some_and(|used| used >= 0.0));
     }
 }

@@ -38,6 +38,17 @@ pub(crate) fn load(file: Option<&Path>) -> Result<Option<Vec<u8>>> {
     Ok(Some(token))
 }
 
+/// A fresh random token for a pair whose two ends are both in this process (the in-process
+/// loopback): authenticated like any other pair, and known to nobody else.
+pub(crate) fn ephemeral() -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut token = vec![0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut token))
+        .context("reading /dev/urandom for the loopback pair's token")?;
+    Ok(token)
+}
+
 fn warn_if_readable_by_others(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(metadata) = std::fs::metadata(path) {

@@ -292,3 +292,102 @@ fn a_full_dev_shm_does_not_stop_a_shm_sweep() {
     assert!(output.status.success(), "{:?}: {}", output.status, text(&output.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A UCX peer must hold the token: an address it sends reaches UCX only after it proved it.
+/// Without a token, `serve --backend ucx` refuses to start; with one, a client that cannot
+/// authenticate is dropped before UCX sees a byte, and one that can but sends a truncated or
+/// foreign-format worker address is refused by the screen in front of `ucp_ep_create`;
+/// `serve` lives through all of it and serves the legitimate sweep that follows.
+#[cfg(feature = "ucx")]
+#[test]
+fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
+    use rdma_hint::oob::{authenticate, Role, Token};
+    use rdma_hint::ucx::wire::{ExposedRegion, Hello};
+    let dir = scratch("ucx-serve");
+    let file = token_file(&dir);
+    let no_token = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .env("UCX_NET_DEVICES", "lo")
+        .env_remove("RDMA_HINT_TOKEN")
+        .args(["serve", "--backend", "ucx", "--listen", &free_address(), "--count", "1", "--timeout-s", "5"])
+        .output()
+        .unwrap();
+    assert!(!no_token.status.success());
+    assert!(text(&no_token.stderr).contains("token"), "{}", text(&no_token.stderr));
+
+    let address = free_address();
+    std::env::set_var("UCX_NET_DEVICES", "lo");
+    let server =
+        serve(&dir, &address, &["--backend", "ucx", "--count", "1", "--token-file", file.to_str().unwrap()]);
+    // No token: dropped at the preamble, whatever follows.
+    let mut stranger = TcpStream::connect(&address).unwrap();
+    stranger.write_all(&[preamble(0), vec![0xa5; 100]].concat()).unwrap();
+    // The token, and then addresses UCX would choke on: truncated, and another format.
+    let token = Token::new(TOKEN).unwrap();
+    for worker_address in [vec![0x01; 4], [vec![0x0e], vec![0x5a; 99]].concat()] {
+        let mut insider = TcpStream::connect(&address).unwrap();
+        insider.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        authenticate(&mut insider, Some(&token), Role::Dialer).unwrap();
+        let hello = Hello {
+            worker_address,
+            regions: vec![ExposedRegion {
+                id: 0,
+                address: 0x10000,
+                len: 4096,
+                rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            }],
+        };
+        insider.write_all(&hello.encode()).unwrap();
+        let mut rest = Vec::new();
+        let _ = insider.read_to_end(&mut rest);
+    }
+    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .env("UCX_NET_DEVICES", "lo")
+        .args(["sweep", "--backend", "ucx", "--channel", "tcp", "--peer", &address, "--sizes", "64K"])
+        .args(["--transfer", "1M", "--iters", "1", "--latency-samples", "3", "--no-record"])
+        .args(["--token-file", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(swept.status.success(), "{}", text(&swept.stderr));
+    let served = server.wait_with_output().unwrap();
+    assert!(served.status.success(), "{:?}: {}", served.status, text(&served.stderr));
+    let log = text(&served.stderr);
+    assert!(log.contains("worker address"), "the screen said why: {log}");
+    drop(stranger);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The dialling side: a fake server on loopback that answers `sweep --backend ucx --peer`
+/// with a garbage worker address. It cannot prove the token, so the sweep stops at the
+/// preamble with a typed error (exit 1), and UCX never parses the fake's bytes.
+#[cfg(feature = "ucx")]
+#[test]
+fn a_fake_ucx_server_cannot_feed_an_address_to_a_sweep() {
+    let dir = scratch("ucx-fake");
+    let file = token_file(&dir);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut victim, _) = listener.accept().unwrap();
+        let mut garbage = preamble(0);
+        garbage.extend_from_slice(b"RDMAHUCX");
+        garbage.extend_from_slice(&2u16.to_le_bytes());
+        garbage.extend_from_slice(&100u16.to_le_bytes());
+        garbage.extend_from_slice(&[0x5a; 100]);
+        let _ = victim.write_all(&garbage);
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .env("UCX_NET_DEVICES", "lo")
+        .args(["sweep", "--backend", "ucx", "--channel", "tcp", "--peer", &address, "--sizes", "64K"])
+        .args(["--transfer", "1M", "--iters", "1", "--latency-samples", "3", "--no-record"])
+        .args(["--token-file", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    fake.join().unwrap();
+    assert_eq!(swept.status.code(), Some(1), "{}", text(&swept.stderr));
+    assert!(text(&swept.stderr).contains("token"), "{}", text(&swept.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -35,6 +35,11 @@ impl Rendezvous {
         self.token = Some(token);
     }
 
+    /// Whether peers must prove a token.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     /// Lets this side listen on a non-loopback address without a token: anyone who can reach
     /// it may then connect and write into the regions it exposes.
     pub fn allow_unauthenticated_remote(&mut self) {

@@ -86,6 +86,10 @@ pub use rdma_hint_core::{
     LocalRegion, MemoryKind, Origin, PathClass, PeerEndpoint, Reason, RegionId, RemoteRegion, SizeHint,
     SourceId, Transport, TransportError, WaitMode, WriteOp,
 };
+/// The out-of-band handshake every backend uses: mutual authentication by pre-shared token
+/// (`authenticate`, `Token`), the listener's limits, the liveness goodbye. For tools that speak
+/// the protocol themselves (tests, proxies, alternative peers).
+pub use rdma_hint_oob as oob;
 /// The staged backend's own API (GPU facts, the in-process GPU staging pipeline).
 #[cfg(feature = "staged")]
 pub use rdma_hint_staged as staged;

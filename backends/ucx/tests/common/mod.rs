@@ -10,6 +10,15 @@ use std::time::{Duration, Instant};
 /// The scopes every test covers: shared memory and tcp on loopback.
 pub(crate) const SCOPES: [&str; 2] = ["shm,self", "tcp,self"];
 
+/// The token both ends of every test pair hold (the UCX backend connects only to
+/// authenticated peers).
+pub(crate) const TEST_TOKEN: &[u8] = b"rdma-hint test peers";
+
+/// A transport for `tls` holding [`TEST_TOKEN`].
+pub(crate) fn open(tls: &str) -> UcxTransport {
+    UcxTransport::open(Some(tls)).unwrap().with_token(TEST_TOKEN).unwrap()
+}
+
 pub(crate) fn deadline(seconds: u64) -> Instant {
     Instant::now() + Duration::from_secs(seconds)
 }
@@ -30,7 +39,7 @@ pub(crate) struct Pair {
 
 /// A connected sender/receiver pair in this process (separate UCP contexts and workers).
 pub(crate) fn pair(tls: &str, len: u64, address: SocketAddr) -> Pair {
-    let receiver = UcxTransport::open(Some(tls)).unwrap();
+    let receiver = open(tls);
     let target = receiver.register(MemoryKind::Host, len).unwrap();
     let address = receiver.bind(address).unwrap();
     let accepting = std::thread::spawn(move || {
@@ -42,7 +51,7 @@ pub(crate) fn pair(tls: &str, len: u64, address: SocketAddr) -> Pair {
         .unwrap();
         receiver
     });
-    let sender = UcxTransport::open(Some(tls)).unwrap();
+    let sender = open(tls);
     let source = sender.register(MemoryKind::Host, len).unwrap();
     let remote =
         rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))

@@ -1,0 +1,134 @@
+//! What an incoming frame may ask of this side, decided without touching memory or sockets:
+//! the link's reader thread applies only what [`Inbox::admit`] allowed, and the fuzz target
+//! `staged_frames` drives it with arbitrary frame sequences.
+
+use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED};
+
+/// One admitted frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inbound {
+    /// Place a write of `len` bytes at `offset` in the exposed region `region` (whose
+    /// payload follows on the socket when `payload_follows`), then deliver `arrival` (an
+    /// immediate) and acknowledge `ack` (a writer's tag) if present.
+    Write {
+        /// Target region id.
+        region: u32,
+        /// Offset in it.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+        /// TCP: the bytes follow the header; shm: already placed.
+        payload_follows: bool,
+        /// Immediate to deliver.
+        arrival: Option<u32>,
+        /// Writer's tag to acknowledge.
+        ack: Option<u64>,
+    },
+    /// A signalled write of ours landed.
+    Ack {
+        /// Our tag.
+        wr_id: u64,
+        /// 0 for success.
+        status: u16,
+    },
+}
+
+/// The receiving side's rules: the channel, the regions the peer may write (length by id)
+/// and the largest message. [`Inbox::admit`] also counts acknowledgements against the
+/// signalled writes this side has sent.
+#[derive(Debug, Clone)]
+pub struct Inbox {
+    channel: ChannelKind,
+    exposed: Vec<Option<u64>>,
+    max_msg_bytes: u64,
+    acks_received: u64,
+}
+
+impl Inbox {
+    /// Rules for `channel` with `exposed` regions as `(id, len)`.
+    pub fn new(channel: ChannelKind, exposed: &[(u32, u64)], max_msg_bytes: u64) -> Inbox {
+        let mut table: Vec<Option<u64>> = Vec::new();
+        for (id, len) in exposed {
+            let index = *id as usize;
+            if table.len() <= index {
+                table.resize(index + 1, None);
+            }
+            table[index] = Some(*len);
+        }
+        Inbox { channel, exposed: table, max_msg_bytes, acks_received: 0 }
+    }
+
+    /// Admits `frame`, given that this side has sent `signalled_sent` signalled writes so far;
+    /// anything else is a protocol error whose text starts with `protocol error`.
+    pub fn admit(&mut self, frame: &Frame, signalled_sent: u64) -> Result<Inbound, String> {
+        match frame.kind {
+            FrameKind::Write => self.write(frame),
+            FrameKind::Ack => {
+                if self.channel != ChannelKind::Tcp || self.acks_received >= signalled_sent {
+                    return Err("protocol error: acknowledgement for a write that was never sent".into());
+                }
+                self.acks_received += 1;
+                Ok(Inbound::Ack { wr_id: frame.wr_id, status: frame.status })
+            }
+        }
+    }
+
+    fn write(&self, frame: &Frame) -> Result<Inbound, String> {
+        let Some(Some(region_len)) = self.exposed.get(frame.region as usize).copied() else {
+            return Err(format!("protocol error: write to region {} which is not exposed", frame.region));
+        };
+        let in_bounds = frame.offset.checked_add(frame.len).is_some_and(|end| end <= region_len);
+        if !in_bounds || frame.len == 0 || frame.len > self.max_msg_bytes {
+            return Err(format!(
+                "protocol error: write {}+{} B outside region {} ({region_len} B)",
+                frame.offset, frame.len, frame.region
+            ));
+        }
+        let payload_follows = match (self.channel, frame.flags & FLAG_PLACED != 0) {
+            (ChannelKind::Tcp, false) => true,
+            (ChannelKind::Shm, true) => false,
+            _ => return Err("protocol error: write framing does not match the channel".into()),
+        };
+        Ok(Inbound::Write {
+            region: frame.region,
+            offset: frame.offset,
+            len: frame.len,
+            payload_follows,
+            arrival: (frame.flags & FLAG_IMM != 0).then_some(frame.imm),
+            ack: (frame.flags & FLAG_SIGNALLED != 0).then_some(frame.wr_id),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(region: u32, offset: u64, len: u64, flags: u8) -> Frame {
+        Frame { kind: FrameKind::Write, flags, status: 0, region, offset, len, wr_id: 7, imm: 9 }
+    }
+
+    #[test]
+    fn only_writes_inside_exposed_regions_and_owed_acks_pass() {
+        let mut inbox = Inbox::new(ChannelKind::Tcp, &[(0, 4096), (2, 8192)], 1 << 20);
+        assert!(inbox.admit(&write(0, 0, 4096, FLAG_IMM), 0).is_ok());
+        assert!(inbox.admit(&write(2, 4096, 4096, 0), 0).is_ok());
+        for bad in [write(1, 0, 1, 0), write(0, 4095, 2, 0), write(0, u64::MAX, 2, 0), write(0, 0, 0, 0)] {
+            assert!(inbox.admit(&bad, 0).unwrap_err().starts_with("protocol error"), "{bad:?}");
+        }
+        assert!(inbox.admit(&write(0, 0, 16, FLAG_PLACED), 0).is_err(), "shm framing on tcp");
+        let ack = Frame {
+            kind: FrameKind::Ack,
+            flags: 0,
+            status: 0,
+            region: 0,
+            offset: 0,
+            len: 0,
+            wr_id: 3,
+            imm: 0,
+        };
+        assert!(inbox.admit(&ack, 0).is_err(), "never asked for");
+        assert!(inbox.admit(&ack, 1).is_ok());
+        assert!(inbox.admit(&ack, 1).is_err(), "one ack per signalled write");
+    }
+}
