@@ -1,6 +1,7 @@
 //! Arbitrary frame sequences into the staged receiver's protocol rules (`Inbox`): every write
-//! it admits lies inside an exposed region, is non-empty and within the message limit, and it
-//! never admits more acknowledgements than signalled writes were sent; never a panic.
+//! it admits lies inside an exposed region, is non-empty and within the message limit, and
+//! every acknowledgement it admits is for the oldest signalled write still waiting; never a
+//! panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -13,26 +14,28 @@ const MAX_MSG: u64 = 1 << 16;
 fuzz_target!(|data: &[u8]| {
     let Some((&control, frames)) = data.split_first() else { return };
     let channel = if control & 1 == 0 { ChannelKind::Tcp } else { ChannelKind::Shm };
-    let mut inbox = Inbox::new(channel, &EXPOSED, MAX_MSG);
-    let mut sent = 0u64;
-    let mut acks = 0u64;
+    let inbox = Inbox::new(channel, &EXPOSED, MAX_MSG);
+    let mut awaiting = std::collections::VecDeque::new();
+    let mut next_tag = 0u64;
     for (index, chunk) in frames.chunks_exact(HEADER_BYTES).enumerate() {
-        // The control byte's other bits say after which frames this side "sent" a signalled write.
+        // The control byte's other bits say before which frames this side "sent" a signalled
+        // write (tagged 0, 1, 2...).
         if control >> (1 + index % 7) & 1 == 1 {
-            sent += 1;
+            awaiting.push_back(next_tag);
+            next_tag += 1;
         }
         let mut header = [0u8; HEADER_BYTES];
         header.copy_from_slice(chunk);
         let Ok(frame) = Frame::decode(&header) else { continue };
-        match inbox.admit(&frame, sent) {
+        match inbox.admit(&frame, awaiting.front().copied()) {
             Ok(Inbound::Write { region, offset, len, payload_follows, .. }) => {
                 let (_, region_len) = EXPOSED.iter().find(|(id, _)| *id == region).expect("an exposed region");
                 assert!(len > 0 && len <= MAX_MSG && offset.checked_add(len).is_some_and(|end| end <= *region_len));
                 assert_eq!(payload_follows, channel == ChannelKind::Tcp);
             }
-            Ok(Inbound::Ack { .. }) => {
-                acks += 1;
-                assert!(channel == ChannelKind::Tcp && acks <= sent, "an ack nobody asked for");
+            Ok(Inbound::Ack { wr_id, .. }) => {
+                assert_eq!(channel, ChannelKind::Tcp);
+                assert_eq!(awaiting.pop_front(), Some(wr_id), "an ack for a write that is not next");
             }
             Err(reason) => assert!(reason.starts_with("protocol error"), "{reason}"),
         }

@@ -8,9 +8,9 @@ use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIG
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
@@ -72,7 +72,9 @@ struct Shared {
     remote: RemoteRegions,
     writer: Mutex<TcpStream>,
     broken: Broken,
-    signalled_sent: AtomicU64,
+    /// Tags of the signalled writes sent and not yet acknowledged, oldest first: acks must
+    /// come back for exactly these, in this order (TCP keeps frames in order).
+    awaiting_ack: Mutex<VecDeque<u64>>,
     max_msg_bytes: u64,
 }
 
@@ -120,7 +122,7 @@ impl Link {
             remote: remote.clone(),
             writer: Mutex::new(socket.try_clone()?),
             broken: broken.clone(),
-            signalled_sent: AtomicU64::new(0),
+            awaiting_ack: Mutex::new(VecDeque::with_capacity(max_outstanding)),
             max_msg_bytes,
         });
         let reader_socket = socket.try_clone()?;
@@ -261,7 +263,8 @@ fn send_one(
         ChannelKind::Tcp => {
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
-                shared.signalled_sent.fetch_add(1, Ordering::SeqCst);
+                // Recorded before the frame leaves, so its ack cannot overtake it.
+                shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).push_back(op.wr_id);
             }
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             writer
@@ -314,7 +317,7 @@ fn read_loop(
             })
             .collect()
     };
-    let mut inbox = Inbox::new(shared.channel, &exposed, shared.max_msg_bytes);
+    let inbox = Inbox::new(shared.channel, &exposed, shared.max_msg_bytes);
     loop {
         if let Err(e) = socket.read_exact(&mut header) {
             return match e.kind() {
@@ -326,7 +329,9 @@ fn read_loop(
             Ok(frame) => frame,
             Err(e) => return format!("protocol error: {e}"),
         };
-        let step = match inbox.admit(&frame, shared.signalled_sent.load(Ordering::SeqCst)) {
+        let expected_ack =
+            shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied();
+        let step = match inbox.admit(&frame, expected_ack) {
             Err(reason) => Err(reason),
             Ok(Inbound::Write { region, offset, len, payload_follows, arrival, ack }) => place(
                 shared,
@@ -337,7 +342,10 @@ fn read_loop(
                 acks,
                 &mut staging,
             ),
-            Ok(Inbound::Ack { wr_id, status }) => acknowledge(wr_id, status, completions),
+            Ok(Inbound::Ack { wr_id, status }) => {
+                shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                acknowledge(wr_id, status, completions)
+            }
         };
         if let Err(reason) = step {
             return reason;

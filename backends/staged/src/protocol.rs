@@ -34,14 +34,14 @@ pub enum Inbound {
 }
 
 /// The receiving side's rules: the channel, the regions the peer may write (length by id)
-/// and the largest message. [`Inbox::admit`] also counts acknowledgements against the
-/// signalled writes this side has sent.
+/// and the largest message. An acknowledgement must name the oldest signalled write of ours
+/// still waiting for one (TCP keeps frames in order), so a peer can neither complete a write
+/// twice nor complete one it has not placed yet.
 #[derive(Debug, Clone)]
 pub struct Inbox {
     channel: ChannelKind,
     exposed: Vec<Option<u64>>,
     max_msg_bytes: u64,
-    acks_received: u64,
 }
 
 impl Inbox {
@@ -55,21 +55,25 @@ impl Inbox {
             }
             table[index] = Some(*len);
         }
-        Inbox { channel, exposed: table, max_msg_bytes, acks_received: 0 }
+        Inbox { channel, exposed: table, max_msg_bytes }
     }
 
-    /// Admits `frame`, given that this side has sent `signalled_sent` signalled writes so far;
-    /// anything else is a protocol error whose text starts with `protocol error`.
-    pub fn admit(&mut self, frame: &Frame, signalled_sent: u64) -> Result<Inbound, String> {
+    /// Admits `frame`, given the tag of the oldest signalled write of ours still waiting for
+    /// its acknowledgement (`None`: none is); anything else is a protocol error whose text
+    /// starts with `protocol error`.
+    pub fn admit(&self, frame: &Frame, expected_ack: Option<u64>) -> Result<Inbound, String> {
         match frame.kind {
             FrameKind::Write => self.write(frame),
-            FrameKind::Ack => {
-                if self.channel != ChannelKind::Tcp || self.acks_received >= signalled_sent {
-                    return Err("protocol error: acknowledgement for a write that was never sent".into());
+            FrameKind::Ack => match expected_ack {
+                Some(wr_id) if self.channel == ChannelKind::Tcp && frame.wr_id == wr_id => {
+                    Ok(Inbound::Ack { wr_id, status: frame.status })
                 }
-                self.acks_received += 1;
-                Ok(Inbound::Ack { wr_id: frame.wr_id, status: frame.status })
-            }
+                Some(wr_id) if self.channel == ChannelKind::Tcp => Err(format!(
+                    "protocol error: acknowledgement for write {} where write {wr_id} is next",
+                    frame.wr_id
+                )),
+                _ => Err("protocol error: acknowledgement for a write that was never sent".into()),
+            },
         }
     }
 
@@ -110,13 +114,13 @@ mod tests {
 
     #[test]
     fn only_writes_inside_exposed_regions_and_owed_acks_pass() {
-        let mut inbox = Inbox::new(ChannelKind::Tcp, &[(0, 4096), (2, 8192)], 1 << 20);
-        assert!(inbox.admit(&write(0, 0, 4096, FLAG_IMM), 0).is_ok());
-        assert!(inbox.admit(&write(2, 4096, 4096, 0), 0).is_ok());
+        let inbox = Inbox::new(ChannelKind::Tcp, &[(0, 4096), (2, 8192)], 1 << 20);
+        assert!(inbox.admit(&write(0, 0, 4096, FLAG_IMM), None).is_ok());
+        assert!(inbox.admit(&write(2, 4096, 4096, 0), None).is_ok());
         for bad in [write(1, 0, 1, 0), write(0, 4095, 2, 0), write(0, u64::MAX, 2, 0), write(0, 0, 0, 0)] {
-            assert!(inbox.admit(&bad, 0).unwrap_err().starts_with("protocol error"), "{bad:?}");
+            assert!(inbox.admit(&bad, None).unwrap_err().starts_with("protocol error"), "{bad:?}");
         }
-        assert!(inbox.admit(&write(0, 0, 16, FLAG_PLACED), 0).is_err(), "shm framing on tcp");
+        assert!(inbox.admit(&write(0, 0, 16, FLAG_PLACED), None).is_err(), "shm framing on tcp");
         let ack = Frame {
             kind: FrameKind::Ack,
             flags: 0,
@@ -127,8 +131,8 @@ mod tests {
             wr_id: 3,
             imm: 0,
         };
-        assert!(inbox.admit(&ack, 0).is_err(), "never asked for");
-        assert!(inbox.admit(&ack, 1).is_ok());
-        assert!(inbox.admit(&ack, 1).is_err(), "one ack per signalled write");
+        assert!(inbox.admit(&ack, None).is_err(), "never asked for");
+        assert!(inbox.admit(&ack, Some(3)).is_ok());
+        assert!(inbox.admit(&ack, Some(4)).is_err(), "not the write that is next");
     }
 }

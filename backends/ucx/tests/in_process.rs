@@ -4,6 +4,8 @@
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport};
 use rdma_hint_ucx::UcxTransport;
+
+mod common;
 use std::time::{Duration, Instant};
 
 /// Both ends hold this token: the UCX backend connects only to authenticated peers.
@@ -90,28 +92,12 @@ fn cpu_seconds() -> f64 {
 fn idle_connections_do_not_spin() {
     let _alone = alone();
     for tls in ["shm,self", "tcp,self"] {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let receiver = open(tls);
-        let target = receiver.register(MemoryKind::Host, 4096).unwrap();
-        let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let accepting = std::thread::spawn(move || {
-            rdma_hint_core::blocking::block_on(receiver.connect(
-                PeerEndpoint::Listen(address),
-                &[target.id],
-                deadline,
-            ))
-            .unwrap();
-            receiver
-        });
-        let sender = open(tls);
-        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
-            .unwrap();
-        let receiver = accepting.join().unwrap();
+        let pair = common::pair(tls, 4096, common::loopback());
         let before = cpu_seconds();
         std::thread::sleep(Duration::from_secs(1));
         let used = cpu_seconds() - before;
         assert!(used < 0.3, "{tls}: {used:.2} CPU-seconds in one idle second");
-        drop((sender, receiver));
+        drop(pair);
     }
 }
 
@@ -122,31 +108,13 @@ fn idle_connections_do_not_spin() {
 fn deregistering_a_source_waits_out_its_unsignalled_puts() {
     use rdma_hint_core::WriteOp;
     let _alone = alone();
-    std::env::set_var("UCX_NET_DEVICES", "lo");
-    let deadline = Instant::now() + Duration::from_secs(30);
     let block: u64 = 4 << 20;
     let blocks = 16u64;
     let len = block * blocks;
-    let receiver = open("tcp,self");
-    let target = receiver.register(MemoryKind::Host, len).unwrap();
-    let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let accepting = std::thread::spawn(move || {
-        rdma_hint_core::blocking::block_on(receiver.connect(
-            PeerEndpoint::Listen(address),
-            &[target.id],
-            deadline,
-        ))
-        .unwrap();
-        receiver
-    });
-    let sender = open("tcp,self");
-    let source = sender.register(MemoryKind::Host, len).unwrap();
+    let common::Pair { sender, receiver, source, target, remote } =
+        common::pair("tcp,self", len, common::loopback());
     let data = pattern(len as usize, 11);
     sender.write_region(source.id, 0, &data).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
-            .unwrap()[0];
-    let receiver = accepting.join().unwrap();
     let ops: Vec<WriteOp> = (0..blocks)
         .map(|i| WriteOp {
             wr_id: i,

@@ -293,6 +293,19 @@ fn a_full_dev_shm_does_not_stop_a_shm_sweep() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `sweep --backend ucx --peer ADDRESS` with the token in `file`.
+#[cfg(feature = "ucx")]
+fn ucx_sweep(dir: &Path, address: &str, file: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", dir)
+        .env("UCX_NET_DEVICES", "lo")
+        .args(["sweep", "--backend", "ucx", "--channel", "tcp", "--peer", address, "--sizes", "64K"])
+        .args(["--transfer", "1M", "--iters", "1", "--latency-samples", "3", "--no-record"])
+        .args(["--token-file", file.to_str().unwrap()])
+        .output()
+        .unwrap()
+}
+
 /// A UCX peer must hold the token: an address it sends reaches UCX only after it proved it.
 /// Without a token, `serve --backend ucx` refuses to start; with one, a client that cannot
 /// authenticate is dropped before UCX sees a byte, and one that can but sends a truncated or
@@ -341,14 +354,7 @@ fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
         let mut rest = Vec::new();
         let _ = insider.read_to_end(&mut rest);
     }
-    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
-        .env("RDMA_HINT_CACHE_DIR", &dir)
-        .env("UCX_NET_DEVICES", "lo")
-        .args(["sweep", "--backend", "ucx", "--channel", "tcp", "--peer", &address, "--sizes", "64K"])
-        .args(["--transfer", "1M", "--iters", "1", "--latency-samples", "3", "--no-record"])
-        .args(["--token-file", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let swept = ucx_sweep(&dir, &address, &file);
     assert!(swept.status.success(), "{}", text(&swept.stderr));
     let served = server.wait_with_output().unwrap();
     assert!(served.status.success(), "{:?}: {}", served.status, text(&served.stderr));
@@ -378,16 +384,51 @@ fn a_fake_ucx_server_cannot_feed_an_address_to_a_sweep() {
         let _ = victim.write_all(&garbage);
         std::thread::sleep(Duration::from_secs(2));
     });
-    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
-        .env("RDMA_HINT_CACHE_DIR", &dir)
-        .env("UCX_NET_DEVICES", "lo")
-        .args(["sweep", "--backend", "ucx", "--channel", "tcp", "--peer", &address, "--sizes", "64K"])
-        .args(["--transfer", "1M", "--iters", "1", "--latency-samples", "3", "--no-record"])
-        .args(["--token-file", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let swept = ucx_sweep(&dir, &address, &file);
     fake.join().unwrap();
     assert_eq!(swept.status.code(), Some(1), "{}", text(&swept.stderr));
     assert!(text(&swept.stderr).contains("token"), "{}", text(&swept.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The other side of a protocol violation: a fake `serve` that passes the handshake, then
+/// acknowledges a write the sweep never sent. The sweep stops with the protocol error and a
+/// non-zero status.
+#[test]
+fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
+    use rdma_hint::staged::wire::{ChannelKind, ExposedRegion, Frame, FrameKind, Hello};
+    let dir = scratch("fake-serve");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut victim, _) = listener.accept().unwrap();
+        victim.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        victim.write_all(&preamble(0)).unwrap();
+        let mut theirs = [0u8; 41];
+        victim.read_exact(&mut theirs).unwrap();
+        let hello = Hello {
+            channel: ChannelKind::Tcp,
+            regions: vec![ExposedRegion { id: 0, len: 4 << 20 }],
+            handoff: None,
+        };
+        victim.write_all(&hello.encode()).unwrap();
+        Hello::decode(&mut victim).unwrap();
+        let unsolicited = Frame {
+            kind: FrameKind::Ack,
+            flags: 0,
+            status: 0,
+            region: 0,
+            offset: 0,
+            len: 0,
+            wr_id: 77,
+            imm: 0,
+        };
+        victim.write_all(&unsolicited.encode()).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let swept = sweep(&dir, &address, &[]);
+    fake.join().unwrap();
+    assert_eq!(swept.status.code(), Some(1), "{}", text(&swept.stderr));
+    assert!(text(&swept.stderr).contains("protocol error"), "{}", text(&swept.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -26,7 +26,7 @@ fn cpu_seconds() -> f64 {
 }
 
 fn connected(id: &rdma_hint::TransportId, mode: WaitMode) -> (Box<dyn Transport>, Box<dyn Transport>) {
-    let options = OpenOptions::default().wait_mode(mode);
+    let options = OpenOptions::default().token(b"embedder").wait_mode(mode);
     let (sender, receiver) = (open(id, &options).unwrap(), open(id, &options).unwrap());
     let target = receiver.register(MemoryKind::Host, 1 << 20).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
