@@ -432,3 +432,77 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
     assert!(text(&swept.stderr).contains("protocol error"), "{}", text(&swept.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Another user's fake `serve` on the shm channel cannot make a sweep map anything: the
+/// hand-off socket's owner is checked (`SO_PEERCRED`) before a cookie or descriptor moves, so
+/// the old attack (a planted symlink, a file of the attacker's choosing) has nothing to aim at.
+/// Needs root to run the fake as `nobody` (CI runs as root and requires it).
+#[test]
+fn another_users_fake_serve_gets_no_shm_mapping() {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")));
+    if !is_root {
+        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "root required");
+        eprintln!("skipped: running the fake server as another user needs root (CI runs it as root)");
+        return;
+    }
+    let dir = scratch("other-user");
+    let fake = dir.join("fake_serve.py");
+    std::fs::write(
+        &fake,
+        r#"
+import os, socket, struct, sys
+tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
+print(tcp.getsockname()[1], flush=True)
+victim, _ = tcp.accept(); victim.settimeout(20)
+victim.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = victim.recv(n - len(data))
+        if not chunk: sys.exit(0)
+        data += chunk
+    return data
+read(41)
+name = b"rdma-hint-" + os.urandom(8).hex().encode()
+unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
+hello = b"RDMAHINT" + struct.pack("<HBH", 3, 1, 1) + struct.pack("<IQ", 0, 4 << 20) + bytes([len(name)]) + name + bytes(32)
+victim.sendall(hello)
+read(8 + 2 + 1 + 2 + 1 + 32)
+unix.settimeout(10)
+try:
+    conn, _ = unix.accept()
+    conn.settimeout(5)
+    print("cookie:", len(conn.recv(64)), flush=True)
+except socket.timeout:
+    pass
+"#,
+    )
+    .unwrap();
+    let mut server = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            fake.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut port)
+        .unwrap();
+    let address = format!("127.0.0.1:{}", port.trim());
+    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .args(["sweep", "--channel", "shm", "--peer", &address, "--sizes", "64K", "--transfer", "1M"])
+        .args(["--iters", "1", "--latency-samples", "3", "--no-record"])
+        .output()
+        .unwrap();
+    let served = server.wait_with_output().unwrap();
+    assert_eq!(swept.status.code(), Some(1), "{}", text(&swept.stderr));
+    assert!(text(&swept.stderr).contains("runs as uid 65534"), "{}", text(&swept.stderr));
+    assert!(!text(&served.stdout).contains("cookie: 32"), "the cookie reached another user");
+    let _ = std::fs::remove_dir_all(dir);
+}
