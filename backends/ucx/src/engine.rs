@@ -183,6 +183,24 @@ impl Engine {
         self.remote = remote;
     }
 
+    /// Flushes the new endpoint so UCX finishes its wire-up (lane connections) while the
+    /// handshake still holds both sides: UCX 1.13 aborts on an assertion when an endpoint
+    /// fails with wire-up messages pending, so a peer that dies right after `connect` must
+    /// find the wire-up done. Bounded; a flush still running at the bound is left to finish.
+    pub(crate) fn complete_wireup(&mut self) -> Result<(), TransportError> {
+        let param = sys::ucp_request_param_t::default();
+        // SAFETY: `ep` is live (engine lock held); the request is finished and freed by `finish`.
+        let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
+        match self.ucp.finish(request, 200_000) {
+            sys::UCS_OK => Ok(()),
+            sys::UCS_INPROGRESS => {
+                tracing::debug!("ucx: wire-up still running after the handshake's flush");
+                Ok(())
+            }
+            status => Err(TransportError::Handshake(format!("UCX wire-up failed: {}", status_text(status)))),
+        }
+    }
+
     /// Unpacks a peer's packed rkey on `ep`.
     pub(crate) fn unpack_rkey(ep: sys::ucp_ep_h, packed: &[u8]) -> Result<sys::ucp_rkey_h, TransportError> {
         let mut rkey: sys::ucp_rkey_h = std::ptr::null_mut();

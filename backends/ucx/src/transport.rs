@@ -458,6 +458,10 @@ fn attach(
     }
     let lanes = perf::lanes(ep);
     engine.attach(ep, remote);
+    if let Err(e) = engine.complete_wireup() {
+        engine.fail(format!("handshake failed: {e}"));
+        return Err(e);
+    }
     let table = shared.regions.read().unwrap_or_else(PoisonError::into_inner);
     let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
     let _ = signals.exposed.set(exposed);
