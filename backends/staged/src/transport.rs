@@ -317,8 +317,8 @@ impl Transport for StagedTransport {
 }
 
 /// Decodes the peer's hello and checks it speaks `channel`.
-fn decode_hello(stream: &mut TcpStream, channel: ChannelKind) -> Result<Hello, TransportError> {
-    let peer = Hello::decode(stream)?;
+fn decode_hello(mut stream: &mut dyn std::io::Read, channel: ChannelKind) -> Result<Hello, TransportError> {
+    let peer = Hello::decode(&mut stream)?;
     if peer.channel != channel {
         return Err(TransportError::Handshake(format!(
             "the peer speaks the {:?} channel, this side {:?}",

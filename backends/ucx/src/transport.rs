@@ -323,10 +323,10 @@ impl Transport for UcxTransport {
                 peer,
                 deadline,
                 move || Ok((ours.encode(), connected)),
-                move |stream| {
+                move |mut stream: &mut dyn std::io::Read| {
                     // A listener drops a candidate whose address fails the screen and keeps
                     // listening; the screen runs again right before `ucp_ep_create`.
-                    let theirs = Hello::decode(stream)?;
+                    let theirs = Hello::decode(&mut stream)?;
                     screen_worker_address(&theirs.worker_address, &our_address)?;
                     Ok(theirs)
                 },

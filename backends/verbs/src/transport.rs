@@ -425,8 +425,8 @@ impl Transport for VerbsTransport {
                 lent.value.finish(stream, theirs, psn)
             }))
         };
-        let (_, (theirs, thread, stream)) =
-            self.rendezvous.meet(peer, deadline, hello, Hello::decode).await?;
+        let decode = |mut stream: &mut dyn std::io::Read| Hello::decode(&mut stream);
+        let (_, (theirs, thread, stream)) = self.rendezvous.meet(peer, deadline, hello, decode).await?;
         *lock(&self.event_thread) = Some(thread);
         let _ = self.oob.set(stream);
         let mut remote: Vec<Option<ExposedRegion>> = Vec::new();

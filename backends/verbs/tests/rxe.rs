@@ -278,7 +278,7 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
 fn unregistered_or_out_of_range_memory_fails_before_posting() {
     let device = rxe();
     let (mut peer, address) = spawn_receiver(&device, 4096, 3);
-    let transport = VerbsTransport::open(Some(&device)).unwrap();
+    let transport = peer_transport(&device);
     let source = transport.register(MemoryKind::Host, 4096).unwrap();
     let remote =
         rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60)))

@@ -110,7 +110,7 @@ enum Command {
         bytes: u64,
         /// Seconds one run may wait for its peer and its transfer (handshakes are cut off
         /// after 5 s regardless).
-        #[arg(long, value_parser = units::parse_count, default_value = "600")]
+        #[arg(long, value_parser = units::parse_seconds, default_value = "600")]
         timeout_s: u64,
         /// Peers to serve, one after another (default: until stopped).
         #[arg(long, value_parser = units::parse_count)]

@@ -82,6 +82,10 @@ fn serve_one(args: &ServeArgs) -> Result<()> {
                 }
             }
             Err(TransportError::PeerGone(why)) => {
+                // A link broken by a protocol violation fails the run, whatever came before.
+                if why.contains("protocol error") {
+                    bail!("the peer broke the protocol: {why}");
+                }
                 return match outcome {
                     Some(SWEEP_FINISHED) => Ok(()),
                     Some(_) => bail!(

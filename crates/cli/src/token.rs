@@ -2,7 +2,11 @@
 //! `RDMA_HINT_TOKEN` environment variable (never a command-line value, which `ps` shows).
 
 use anyhow::{bail, Context, Result};
+use std::io::Read;
 use std::path::Path;
+
+/// The most a token file is read: a 64-byte token, CR LF, and one byte to tell it is longer.
+const MAX_FILE_BYTES: usize = 67;
 
 /// The variable read when no `--token-file` is given.
 pub(crate) const TOKEN_VARIABLE: &str = "RDMA_HINT_TOKEN";
@@ -12,8 +16,17 @@ pub(crate) const TOKEN_VARIABLE: &str = "RDMA_HINT_TOKEN";
 pub(crate) fn load(file: Option<&Path>) -> Result<Option<Vec<u8>>> {
     let token = match file {
         Some(path) => {
-            let mut bytes = std::fs::read(path)
-                .with_context(|| format!("--token-file {}: cannot read it", path.display()))?;
+            // A regular file only (a fifo would block, /dev/zero never end), read no further
+            // than one byte past the longest token.
+            let refuse = |why: String| anyhow::anyhow!("--token-file {}: {why}", path.display());
+            let metadata = std::fs::metadata(path).map_err(|e| refuse(format!("cannot read it: {e}")))?;
+            if !metadata.is_file() {
+                return Err(refuse("not a regular file".into()));
+            }
+            let mut bytes = Vec::with_capacity(MAX_FILE_BYTES);
+            std::fs::File::open(path)
+                .and_then(|file| Read::read_to_end(&mut Read::take(file, MAX_FILE_BYTES as u64), &mut bytes))
+                .map_err(|e| refuse(format!("cannot read it: {e}")))?;
             warn_if_readable_by_others(path);
             if bytes.ends_with(b"\n") {
                 bytes.pop();
@@ -74,6 +87,14 @@ mod tests {
         std::fs::write(&file, [b'x'; 65]).unwrap();
         assert!(load(Some(&file)).is_err());
         assert!(load(Some(&dir.join("missing"))).unwrap_err().to_string().contains("--token-file"));
+        assert!(load(Some(&dir)).unwrap_err().to_string().contains("not a regular file"), "a directory");
+        let endless = std::path::Path::new("/dev/zero");
+        assert!(load(Some(endless)).unwrap_err().to_string().contains("not a regular file"));
+        std::fs::write(&file, [b'x'; 1 << 20]).unwrap();
+        assert!(
+            load(Some(&file)).unwrap_err().to_string().contains("1 to 64"),
+            "read no further than needed"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

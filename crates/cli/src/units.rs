@@ -40,6 +40,17 @@ pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A number of seconds for a timeout: a whole number from 1 to 10⁸ (about three years), so a
+/// deadline computed from it cannot overflow.
+pub(crate) fn parse_seconds(text: &str) -> Result<u64, String> {
+    match parse_count(text)? {
+        seconds if seconds > 100_000_000 => {
+            Err(format!("`{text}` seconds is more than 10⁸ (about three years)"))
+        }
+        seconds => Ok(seconds),
+    }
+}
+
 /// [`parse_count`] for flags whose value is a 32-bit count.
 pub(crate) fn parse_count_u32(text: &str) -> Result<u32, String> {
     let count = parse_count(text)?;

@@ -115,15 +115,16 @@ fn a_wrong_token_is_refused_on_both_sides() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Fifty connections that never say a word do not hold `serve`: a token-holding sweep that
-/// comes after them succeeds well within its deadline.
+/// Three hundred connections that never say a word (more than the 256 handshakes a listener
+/// runs at once) do not hold `serve`: the oldest is cut off to make room, and a token-holding
+/// sweep that comes after them succeeds well within its deadline.
 #[test]
-fn fifty_silent_connections_do_not_starve_a_legitimate_sweep() {
+fn three_hundred_silent_connections_do_not_starve_a_legitimate_sweep() {
     let dir = scratch("silent");
     let file = token_file(&dir);
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "1", "--token-file", file.to_str().unwrap()]);
-    let silent: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(&address).unwrap()).collect();
+    let silent: Vec<TcpStream> = (0..300).map(|_| TcpStream::connect(&address).unwrap()).collect();
     let started = std::time::Instant::now();
     let swept = sweep(&dir, &address, &["--token-file", file.to_str().unwrap()]);
     assert!(swept.status.success(), "{}", text(&swept.stderr));
@@ -131,6 +132,40 @@ fn fifty_silent_connections_do_not_starve_a_legitimate_sweep() {
     let served = server.wait_with_output().unwrap();
     assert!(served.status.success(), "{}", text(&served.stderr));
     drop(silent);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A client that trickles its preamble a byte a second is cut off 5 s after it connected,
+/// not 5 s after its last byte: the handshake limit is one absolute deadline.
+#[test]
+fn a_trickling_handshake_is_cut_off_after_five_seconds() {
+    let dir = scratch("trickle");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "1", "--timeout-s", "30"]);
+    let mut trickle = TcpStream::connect(&address).unwrap();
+    let started = std::time::Instant::now();
+    let mut cut_off = None;
+    for byte in preamble(0) {
+        std::thread::sleep(Duration::from_millis(700));
+        if trickle.write_all(&[byte]).is_err() {
+            cut_off = Some(started.elapsed());
+            break;
+        }
+        // Our preamble has reached the listener's thread; a closed socket reads 0.
+        trickle.set_nonblocking(true).unwrap();
+        let mut probe = [0u8; 64];
+        let closed = matches!(std::io::Read::read(&mut trickle, &mut probe), Ok(0));
+        trickle.set_nonblocking(false).unwrap();
+        if closed {
+            cut_off = Some(started.elapsed());
+            break;
+        }
+    }
+    let cut_off = cut_off.expect("the trickle was never cut off");
+    assert!(cut_off < Duration::from_secs(8), "cut off after {cut_off:?}");
+    let swept = sweep(&dir, &address, &[]);
+    assert!(swept.status.success(), "{}", text(&swept.stderr));
+    assert!(server.wait_with_output().unwrap().status.success());
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -504,5 +539,42 @@ except socket.timeout:
     assert_eq!(swept.status.code(), Some(1), "{}", text(&swept.stderr));
     assert!(text(&swept.stderr).contains("runs as uid 65534"), "{}", text(&swept.stderr));
     assert!(!text(&served.stdout).contains("cookie: 32"), "the cookie reached another user");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Saying "finished" first does not excuse a violation after it: the run still fails.
+#[test]
+fn a_violation_after_the_finish_marker_still_fails_the_run() {
+    use rdma_hint::staged::wire::{ChannelKind, Frame, FrameKind, Hello, FLAG_IMM};
+    let dir = scratch("after-finish");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "1", "--channel", "tcp"]);
+    let mut peer = TcpStream::connect(&address).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    peer.write_all(&preamble(0)).unwrap();
+    let mut theirs = [0u8; 41];
+    peer.read_exact(&mut theirs).unwrap();
+    peer.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode()).unwrap();
+    let exposed = Hello::decode(&mut peer).unwrap().regions[0].clone();
+    // The sweep's "finished" immediate (0x5357_0001) on a proper 4 KiB write...
+    let finished = Frame {
+        kind: FrameKind::Write,
+        flags: FLAG_IMM,
+        status: 0,
+        region: exposed.id,
+        offset: 0,
+        len: 4096,
+        wr_id: 1,
+        imm: 0x5357_0001,
+    };
+    peer.write_all(&finished.encode()).unwrap();
+    peer.write_all(&[0u8; 4096]).unwrap();
+    // ...then a frame of no known kind.
+    peer.write_all(&[0xee; 40]).unwrap();
+    let mut rest = Vec::new();
+    let _ = peer.read_to_end(&mut rest);
+    let served = server.wait_with_output().unwrap();
+    assert!(!served.status.success(), "{}", text(&served.stderr));
+    assert!(text(&served.stderr).contains("protocol"), "{}", text(&served.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -96,6 +96,8 @@ fn meaningless_arguments_are_refused_naming_the_flag() {
             vec!["--ucx-tls", "--channel"],
         ),
         (vec!["serve", "--bytes", "1K"], vec!["--bytes", "4096"]),
+        (vec!["serve", "--timeout-s", "18446744073709551615"], vec!["--timeout-s"]),
+        (vec!["serve", "--token-file", "/dev/zero"], vec!["--token-file", "not a regular file"]),
         (vec!["plan", "--len", "4K", "--block", "4K", "--align", "4K", "--batch", "0"], vec!["--batch"]),
         ([&deepep[..], &["--tokens", "128", "--budget", "2GiB"]].concat(), vec!["--tokens", "--budget"]),
         ([&deepep[..], &["--tokens", "1K"]].concat(), vec!["--tokens", "whole number"]),

@@ -13,7 +13,7 @@
 //! a tunnel between hosts), or protection of a weak token against offline guessing by someone
 //! who recorded an exchange.
 
-use crate::codec::WireReader;
+use crate::codec::{Deadlined, WireReader};
 use crate::token::Token;
 use hmac::{Hmac, Mac};
 use rdma_hint_core::TransportError;
@@ -64,8 +64,8 @@ fn mac(token: &Token, sender: Role, sender_nonce: &[u8], receiver_nonce: &[u8]) 
     mac
 }
 
-/// Runs the preamble on `stream` (whose read and write timeouts bound it) as `role`, with
-/// `token` (`None`: none configured, and the peer must have none either). On success both
+/// Runs the preamble on `stream` as `role` within [`HANDSHAKE_TIMEOUT`](crate::HANDSHAKE_TIMEOUT),
+/// with `token` (`None`: none configured, and the peer must have none either). On success both
 /// sides hold the same token, or neither has one.
 ///
 /// ```
@@ -85,11 +85,22 @@ fn mac(token: &Token, sender: Role, sender_nonce: &[u8], receiver_nonce: &[u8]) 
 /// assert!(dialer.join().unwrap().is_ok());
 /// ```
 pub fn authenticate(stream: &mut TcpStream, token: Option<&Token>, role: Role) -> Result<(), TransportError> {
+    authenticate_by(stream, token, role, std::time::Instant::now() + crate::HANDSHAKE_TIMEOUT)
+}
+
+/// [`authenticate`], finished by `deadline` however the peer paces its bytes.
+pub fn authenticate_by(
+    stream: &TcpStream,
+    token: Option<&Token>,
+    role: Role,
+    deadline: std::time::Instant,
+) -> Result<(), TransportError> {
     let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
     let refuse = |why: &str| {
         tracing::warn!(%peer, why, "rejected peer (authentication)");
         TransportError::Unauthorized { peer: format!("{peer} ({why})") }
     };
+    let mut stream = Deadlined::new(stream, deadline);
     let mut ours = [0u8; NONCE_BYTES];
     getrandom::fill(&mut ours).map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
     let mut preamble = Vec::with_capacity(AUTH_MAGIC.len() + 1 + NONCE_BYTES);
@@ -98,7 +109,7 @@ pub fn authenticate(stream: &mut TcpStream, token: Option<&Token>, role: Role) -
     preamble.extend_from_slice(&ours);
     stream.write_all(&preamble)?;
 
-    let mut reader = WireReader::new(&mut *stream);
+    let mut reader = WireReader::new(&mut stream);
     let mut magic = [0u8; 8];
     reader.exact(&mut magic)?;
     if magic != AUTH_MAGIC {
@@ -122,7 +133,7 @@ pub fn authenticate(stream: &mut TcpStream, token: Option<&Token>, role: Role) -
     let proof = mac(token, role, &ours, &theirs).finalize().into_bytes();
     stream.write_all(&proof)?;
     let mut presented = [0u8; MAC_BYTES];
-    WireReader::new(&mut *stream).exact(&mut presented)?;
+    WireReader::new(&mut stream).exact(&mut presented)?;
     mac(token, role.peer(), &theirs, &ours).verify_slice(&presented).map_err(|_| refuse("wrong token"))
 }
 

@@ -171,3 +171,44 @@ impl WireWriter {
         self.out
     }
 }
+
+/// A stream whose every read and write must finish by one absolute `deadline`: each call gets
+/// only the time that is left, so a peer that trickles a byte at a time cannot stretch a
+/// handshake (a socket timeout alone restarts with every read).
+#[derive(Debug)]
+pub struct Deadlined<'a> {
+    stream: &'a std::net::TcpStream,
+    deadline: std::time::Instant,
+}
+
+impl<'a> Deadlined<'a> {
+    /// `stream`, bounded by `deadline`.
+    pub fn new(stream: &'a std::net::TcpStream, deadline: std::time::Instant) -> Deadlined<'a> {
+        Deadlined { stream, deadline }
+    }
+
+    fn remaining(&self) -> std::io::Result<std::time::Duration> {
+        match self.deadline.checked_duration_since(std::time::Instant::now()) {
+            Some(left) if !left.is_zero() => Ok(left),
+            _ => Err(ErrorKind::TimedOut.into()),
+        }
+    }
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.remaining()?))?;
+        (&*self.stream).read(buffer)
+    }
+}
+
+impl std::io::Write for Deadlined<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.remaining()?))?;
+        (&*self.stream).write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

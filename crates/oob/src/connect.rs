@@ -1,12 +1,14 @@
 //! Establishing the OOB TCP connection within a deadline.
 
-use crate::auth::{authenticate, Role};
+use crate::auth::{authenticate_by, Role};
+use crate::codec::Deadlined;
 use crate::token::Token;
 use rdma_hint_core::wait::off_thread;
 use rdma_hint_core::{PeerEndpoint, TransportError};
-use std::io::{ErrorKind, Write};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -87,7 +89,7 @@ impl Rendezvous {
     /// let deadline = Instant::now() + Duration::from_secs(5);
     /// let (listening, dialling) = (Rendezvous::default(), Rendezvous::default());
     /// let address = listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    /// let decode = |stream: &mut std::net::TcpStream| -> Result<[u8; 2], TransportError> {
+    /// let decode = |stream: &mut dyn Read| -> Result<[u8; 2], TransportError> {
     ///     let mut theirs = [0u8; 2];
     ///     stream.read_exact(&mut theirs)?;
     ///     Ok(theirs)
@@ -114,7 +116,7 @@ impl Rendezvous {
         R: Send + 'static,
         P: FnOnce() -> Result<(Vec<u8>, S), TransportError> + Send + 'static,
         S: FnOnce(&mut TcpStream, H) -> Result<R, TransportError>,
-        D: Fn(&mut TcpStream) -> Result<H, TransportError> + Send + Sync + 'static,
+        D: Fn(&mut dyn Read) -> Result<H, TransportError> + Send + Sync + 'static,
     {
         let listener = self.listener_for(peer)?;
         let token = self.token.clone();
@@ -123,9 +125,9 @@ impl Rendezvous {
             let hello = Arc::new(Greeting { token, ours, decode });
             let (mut stream, theirs) = match (peer, listener) {
                 (PeerEndpoint::Dial(address), _) => {
-                    let mut stream = dial(address, deadline)?;
+                    let stream = dial(address, deadline)?;
                     prepare(&stream, deadline)?;
-                    let theirs = hello.greet(&mut stream, Role::Dialer)?;
+                    let theirs = hello.greet(&stream, Role::Dialer, deadline)?;
                     (stream, theirs)
                 }
                 (PeerEndpoint::Listen(_), Some(listener)) => accept_first(&listener, &hello, deadline)?,
@@ -174,20 +176,24 @@ struct Greeting<D> {
 
 impl<D, H> Greeting<D>
 where
-    D: Fn(&mut TcpStream) -> Result<H, TransportError>,
+    D: Fn(&mut dyn Read) -> Result<H, TransportError>,
 {
-    /// Authenticates, sends this side's hello, decodes the peer's. Failures are logged with the
-    /// peer's address.
-    fn greet(&self, stream: &mut TcpStream, role: Role) -> Result<H, TransportError> {
+    /// Authenticates, sends this side's hello, decodes the peer's, all by `deadline` however
+    /// the peer paces its bytes. Failures are logged with the peer's address.
+    fn greet(&self, stream: &TcpStream, role: Role, deadline: Instant) -> Result<H, TransportError> {
         let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-        authenticate(stream, self.token.as_ref(), role)?;
-        stream.write_all(&self.ours)?;
-        (self.decode)(stream).inspect_err(|e| tracing::warn!(%peer, error = %e, "rejected peer (hello)"))
+        authenticate_by(stream, self.token.as_ref(), role, deadline)?;
+        let mut bounded = Deadlined::new(stream, deadline);
+        bounded.write_all(&self.ours)?;
+        (self.decode)(&mut bounded)
+            .inspect_err(|e| tracing::warn!(%peer, error = %e, "rejected peer (hello)"))
     }
 }
 
 /// Accepts until one connection authenticates and sends a hello that decodes, each candidate
-/// on its own thread within [`HANDSHAKE_TIMEOUT`].
+/// on its own thread within [`HANDSHAKE_TIMEOUT`] of its arrival. When
+/// [`MAX_PENDING_HANDSHAKES`] are pending, the oldest is cut off to make room: a legitimate
+/// peer authenticates in well under a millisecond, so a flood must outpace that to crowd it out.
 fn accept_first<D, H>(
     listener: &Listener,
     greeting: &Arc<Greeting<D>>,
@@ -195,11 +201,13 @@ fn accept_first<D, H>(
 ) -> Result<(TcpStream, H), TransportError>
 where
     H: Send + 'static,
-    D: Fn(&mut TcpStream) -> Result<H, TransportError> + Send + Sync + 'static,
+    D: Fn(&mut dyn Read) -> Result<H, TransportError> + Send + Sync + 'static,
 {
     let started = Instant::now();
     let (results, finished) = std::sync::mpsc::channel::<Result<(TcpStream, H), TransportError>>();
-    let pending = Arc::new(AtomicUsize::new(0));
+    // Candidates still authenticating, oldest first: a clone of each stream (to cut it off)
+    // and whether its thread is done.
+    let mut pending: VecDeque<(TcpStream, Arc<AtomicBool>)> = VecDeque::new();
     let mut last_failure = None;
     loop {
         match finished.recv_timeout(Duration::from_millis(2)) {
@@ -213,27 +221,31 @@ where
                 waited_ms: started.elapsed().as_millis() as u64,
             }));
         }
+        // A finished candidate's clone would keep its connection open: drop it now.
+        pending.retain(|(_, done)| !done.load(Ordering::Acquire));
         while let Some(stream) = listener.try_accept()? {
-            if pending.load(Ordering::Acquire) >= MAX_PENDING_HANDSHAKES {
-                tracing::warn!(
-                    "oob: {MAX_PENDING_HANDSHAKES} handshakes pending; a new connection was closed"
-                );
-                continue;
+            if pending.len() >= MAX_PENDING_HANDSHAKES {
+                if let Some((oldest, _)) = pending.pop_front() {
+                    tracing::warn!(
+                        peer = ?oldest.peer_addr().ok(),
+                        "oob: {MAX_PENDING_HANDSHAKES} handshakes pending; the oldest was cut off"
+                    );
+                    let _ = oldest.shutdown(std::net::Shutdown::Both);
+                }
             }
+            let Ok(watch) = stream.try_clone() else { continue };
+            let done = Arc::new(AtomicBool::new(false));
+            pending.push_back((watch, done.clone()));
             let limit = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-            let (greeting, results, in_flight) = (greeting.clone(), results.clone(), pending.clone());
-            pending.fetch_add(1, Ordering::AcqRel);
+            let (greeting, results) = (greeting.clone(), results.clone());
             let spawned = std::thread::Builder::new().name("oob-handshake".into()).spawn(move || {
-                let mut stream = stream;
-                let outcome = prepare(&stream, limit)
-                    .and_then(|()| greeting.greet(&mut stream, Role::Listener))
-                    .map(|theirs| (stream, theirs));
-                in_flight.fetch_sub(1, Ordering::AcqRel);
+                let outcome = greeting.greet(&stream, Role::Listener, limit).map(|theirs| (stream, theirs));
+                done.store(true, Ordering::Release);
                 // The loop may have finished already: then this connection is simply dropped.
                 let _ = results.send(outcome);
             });
             if spawned.is_err() {
-                pending.fetch_sub(1, Ordering::AcqRel);
+                pending.pop_back();
             }
         }
     }

@@ -27,8 +27,8 @@ mod connect;
 mod liveness;
 mod token;
 
-pub use auth::{authenticate, Role, AUTH_MAGIC};
-pub use codec::{handshake_error, WireReader, WireWriter};
+pub use auth::{authenticate, authenticate_by, Role, AUTH_MAGIC};
+pub use codec::{handshake_error, Deadlined, WireReader, WireWriter};
 pub use connect::{
     confirm, dial, prepare, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, REFUSED_GRACE,
 };
