@@ -20,7 +20,7 @@ pub const MAX_PENDING_HANDSHAKES: usize = 256;
 
 /// How a transport meets its peer: an optional listener bound ahead of time (so the peer can be
 /// told the port before `connect`), then per connect the stream, dialled or accepted,
-/// [`authenticate`]d, and the hellos exchanged, on a thread of its own ([`Rendezvous::meet`]).
+/// [`authenticate`](crate::authenticate)d, and the hellos exchanged, on a thread of its own ([`Rendezvous::meet`]).
 ///
 /// A listener on an address other than loopback needs a token, unless
 /// [`Rendezvous::allow_unauthenticated_remote`] says otherwise.
@@ -32,7 +32,7 @@ pub struct Rendezvous {
 }
 
 impl Rendezvous {
-    /// Peers must prove they hold `token` (and this side proves it too), see [`authenticate`].
+    /// Peers must prove they hold `token` (and this side proves it too), see [`authenticate`](crate::authenticate).
     pub fn set_token(&mut self, token: Token) {
         self.token = Some(token);
     }
@@ -72,7 +72,7 @@ impl Rendezvous {
     /// never blocks, and two `meet`s joined in one task both progress): `hello` builds this
     /// side's hello and the set-up to run after it; then it dials the peer, or accepts on the
     /// listener bound by [`Rendezvous::bind`] (binding the address now if none was);
-    /// [`authenticate`]s; sends the hello and reads the peer's with `decode`; then runs the
+    /// [`authenticate`](crate::authenticate)s; sends the hello and reads the peer's with `decode`; then runs the
     /// set-up with the decoded hello.
     ///
     /// A listener authenticates every connection it accepts concurrently, each within
