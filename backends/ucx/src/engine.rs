@@ -443,6 +443,32 @@ impl Engine {
         }
     }
 
+    /// Flushes everything this side sent (the last notice included) to the peer, bounded; done
+    /// before the goodbye, so the goodbye cannot overtake the last notice.
+    pub(crate) fn drain(&mut self) {
+        if self.ep.is_null() || !self.posted_any || self.gone.is_some() {
+            return;
+        }
+        // A finished batch sends its notices when harvested, so flush until nothing is left:
+        // at most a batch's notices beyond the first round.
+        for _ in 0..3 {
+            self.harvest();
+            let param = sys::ucp_request_param_t::default();
+            // SAFETY: `ep` is live; the request is finished (bounded) and freed by `finish`.
+            let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
+            if self.ucp.finish(request, 10_000) == sys::UCS_INPROGRESS {
+                tracing::warn!("ucx: the final flush did not finish in time");
+                break;
+            }
+            self.harvest();
+            if self.batches.is_empty() && self.notice_sends.is_empty() {
+                break;
+            }
+        }
+        // Flushed, or given up on: the close that follows does not wait again.
+        self.posted_any = false;
+    }
+
     /// Marks the connection gone: closes the endpoint by force, fails every signalled op not
     /// yet completed (nothing undelivered is reported delivered) and closes the arrival queue.
     pub(crate) fn fail(&mut self, why: String) {
@@ -497,14 +523,7 @@ impl Engine {
         if self.ep.is_null() {
             return;
         }
-        if self.posted_any && self.gone.is_none() {
-            let param = sys::ucp_request_param_t::default();
-            // SAFETY: `ep` is live; the request is finished (bounded) and freed by `finish`.
-            let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
-            if self.ucp.finish(request, 10_000) == sys::UCS_INPROGRESS {
-                tracing::warn!("ucx: the final flush did not finish in time");
-            }
-        }
+        self.drain();
         let param = sys::ucp_request_param_t {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
             flags: sys::UCP_EP_CLOSE_FLAG_FORCE,

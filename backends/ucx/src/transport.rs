@@ -13,7 +13,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{confirm, say_goodbye, Rendezvous, Token};
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous, Token};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -307,6 +307,12 @@ impl Transport for UcxTransport {
                 shared.engine().fail(why.to_string());
                 return Err(why);
             }
+            // Both sides are past the confirmation and progress their workers in this flush,
+            // so the wire-up completes now rather than behind a later failure.
+            if let Err(e) = shared.engine().complete_wireup() {
+                shared.engine().fail(format!("handshake failed: {e}"));
+                return Err(e);
+            }
             let oob = stream.try_clone()?;
             oob.set_nonblocking(true)?;
             shared.engine().watch(oob.try_clone()?);
@@ -415,8 +421,13 @@ impl Transport for UcxTransport {
 
 impl Drop for UcxTransport {
     fn drop(&mut self) {
+        // Everything sent reaches the peer first, then the goodbye that says it ends here; a
+        // peer that already left gets neither.
         if let Some(stream) = self.shared.oob.get() {
-            say_goodbye(stream);
+            if peer_left(stream).is_none() {
+                self.shared.engine().drain();
+                say_goodbye(stream);
+            }
         }
         self.shared.stop.store(true, Ordering::Release);
         if let Some(handle) = self.progress.lock().unwrap_or_else(PoisonError::into_inner).take() {
@@ -458,10 +469,6 @@ fn attach(
     }
     let lanes = perf::lanes(ep);
     engine.attach(ep, remote);
-    if let Err(e) = engine.complete_wireup() {
-        engine.fail(format!("handshake failed: {e}"));
-        return Err(e);
-    }
     let table = shared.regions.read().unwrap_or_else(PoisonError::into_inner);
     let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
     let _ = signals.exposed.set(exposed);

@@ -58,6 +58,31 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Whether this test runs as root; if not, says it skipped (and fails where CI requires root).
+fn running_as_root(needs: &str) -> bool {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")));
+    if !is_root {
+        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "{needs} needs root");
+        eprintln!("skipped: {needs} needs root (CI runs it as root)");
+    }
+    is_root
+}
+
+/// A hand-written staged peer on TCP, past the (token-less) authentication and the hellos:
+/// the stream and the region `serve` exposed.
+fn raw_staged_peer(address: &str) -> (TcpStream, rdma_hint::staged::wire::ExposedRegion) {
+    use rdma_hint::staged::wire::{ChannelKind, Hello};
+    let mut peer = TcpStream::connect(address).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    peer.write_all(&preamble(0)).unwrap();
+    let mut theirs = [0u8; 41];
+    peer.read_exact(&mut theirs).unwrap();
+    peer.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode()).unwrap();
+    let region = Hello::decode(&mut peer).unwrap().regions[0].clone();
+    (peer, region)
+}
+
 /// The no-token authentication preamble, written by hand: magic, flags, a nonce.
 fn preamble(flags: u8) -> Vec<u8> {
     let mut bytes = b"RDHAUTH1".to_vec();
@@ -173,7 +198,7 @@ fn a_trickling_handshake_is_cut_off_after_five_seconds() {
 /// an error line and counts as failed; `serve` lives on and serves the next peer's sweep.
 #[test]
 fn serve_survives_garbage_and_a_protocol_violation_and_serves_the_next_peer() {
-    use rdma_hint::staged::wire::{ChannelKind, Frame, FrameKind, Hello, FLAG_IMM};
+    use rdma_hint::staged::wire::{Frame, FrameKind, FLAG_IMM};
     let dir = scratch("violation");
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "2", "--channel", "tcp"]);
@@ -182,16 +207,7 @@ fn serve_survives_garbage_and_a_protocol_violation_and_serves_the_next_peer() {
     let mut half_magic = TcpStream::connect(&address).unwrap();
     half_magic.write_all(b"RDHA").unwrap();
 
-    let mut violator = TcpStream::connect(&address).unwrap();
-    violator.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    violator.write_all(&preamble(0)).unwrap();
-    let mut theirs = [0u8; 41];
-    violator.read_exact(&mut theirs).unwrap();
-    violator
-        .write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode())
-        .unwrap();
-    let served_hello = Hello::decode(&mut violator).unwrap();
-    let region = served_hello.regions[0].clone();
+    let (mut violator, region) = raw_staged_peer(&address);
     let past_the_end = Frame {
         kind: FrameKind::Write,
         flags: FLAG_IMM,
@@ -308,11 +324,7 @@ fn memory_that_cannot_be_committed_is_a_typed_error() {
 /// Needs root for the private mount namespace (CI runs as root and requires it).
 #[test]
 fn a_full_dev_shm_does_not_stop_a_shm_sweep() {
-    let is_root = std::fs::read_to_string("/proc/self/status")
-        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")));
-    if !is_root {
-        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "root required");
-        eprintln!("skipped: a private mount of /dev/shm needs root (CI runs it as root)");
+    if !running_as_root("a private mount of /dev/shm") {
         return;
     }
     let dir = scratch("full-shm");
@@ -474,11 +486,7 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
 /// Needs root to run the fake as `nobody` (CI runs as root and requires it).
 #[test]
 fn another_users_fake_serve_gets_no_shm_mapping() {
-    let is_root = std::fs::read_to_string("/proc/self/status")
-        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")));
-    if !is_root {
-        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "root required");
-        eprintln!("skipped: running the fake server as another user needs root (CI runs it as root)");
+    if !running_as_root("running the fake server as another user") {
         return;
     }
     let dir = scratch("other-user");
@@ -545,17 +553,11 @@ except socket.timeout:
 /// Saying "finished" first does not excuse a violation after it: the run still fails.
 #[test]
 fn a_violation_after_the_finish_marker_still_fails_the_run() {
-    use rdma_hint::staged::wire::{ChannelKind, Frame, FrameKind, Hello, FLAG_IMM};
+    use rdma_hint::staged::wire::{Frame, FrameKind, FLAG_IMM};
     let dir = scratch("after-finish");
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "1", "--channel", "tcp"]);
-    let mut peer = TcpStream::connect(&address).unwrap();
-    peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    peer.write_all(&preamble(0)).unwrap();
-    let mut theirs = [0u8; 41];
-    peer.read_exact(&mut theirs).unwrap();
-    peer.write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode()).unwrap();
-    let exposed = Hello::decode(&mut peer).unwrap().regions[0].clone();
+    let (mut peer, exposed) = raw_staged_peer(&address);
     // The sweep's "finished" immediate (0x5357_0001) on a proper 4 KiB write...
     let finished = Frame {
         kind: FrameKind::Write,
