@@ -329,8 +329,13 @@ fn read_loop(
             Ok(frame) => frame,
             Err(e) => return format!("protocol error: {e}"),
         };
-        let expected_ack =
-            shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied();
+        // Only an ack needs the queue: writes, the common frame, take no lock here.
+        let expected_ack = match frame.kind {
+            FrameKind::Ack => {
+                shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied()
+            }
+            FrameKind::Write => None,
+        };
         let step = match inbox.admit(&frame, expected_ack) {
             Err(reason) => Err(reason),
             Ok(Inbound::Write { region, offset, len, payload_follows, arrival, ack }) => place(
