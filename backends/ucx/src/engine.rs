@@ -188,6 +188,9 @@ impl Engine {
     /// fails with wire-up messages pending, so a peer that dies right after `connect` must
     /// find the wire-up done. Bounded; a flush still running at the bound is left to finish.
     pub(crate) fn complete_wireup(&mut self) -> Result<(), TransportError> {
+        if self.ep.is_null() {
+            return Ok(());
+        }
         let param = sys::ucp_request_param_t::default();
         // SAFETY: `ep` is live (engine lock held); the request is finished and freed by `finish`.
         let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
@@ -524,6 +527,10 @@ impl Engine {
             return;
         }
         self.drain();
+        // A flush that failed inside `drain` has closed the endpoint already (`fail`).
+        if self.ep.is_null() {
+            return;
+        }
         let param = sys::ucp_request_param_t {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
             flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
