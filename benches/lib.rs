@@ -42,6 +42,7 @@ impl NullTransport {
                     max_msg_bytes: 1 << 40,
                     max_payload_bytes: None,
                     queried_from_backend: true,
+                    rate_note: None,
                 },
                 max_outstanding_wrs: max_outstanding,
                 max_wrs_per_post: 64,

@@ -37,6 +37,7 @@ fn model_hint() -> Option<u64> {
             max_msg_bytes: 1 << 40,
             max_payload_bytes: None,
             queried_from_backend: false,
+            rate_note: None,
         },
         path_class: PathClass::SameDevice,
         bridges: 0,

@@ -66,6 +66,7 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
             max_msg_bytes: 1 << 40,
             max_payload_bytes: None,
             queried_from_backend: false,
+            rate_note: None,
         },
         max_outstanding_wrs: 256,
         max_wrs_per_post: 64,

@@ -210,6 +210,7 @@ fn capabilities(id: String, estimate: &Estimate) -> Capabilities {
             max_msg_bytes: MAX_REGION_BYTES,
             max_payload_bytes: None,
             queried_from_backend: true,
+            rate_note: None,
         },
         max_outstanding_wrs: MAX_OUTSTANDING as u32,
         max_wrs_per_post: MAX_WRS_PER_POST,

@@ -227,6 +227,7 @@ pub(crate) fn facts(context: &Context) -> Result<(DeviceFacts, ibv::ibv_port_att
         max_msg_bytes: u64::from(attr.max_msg_sz),
         max_payload_bytes: None,
         queried_from_backend: true,
+        rate_note: None,
     };
     let summary = format!(
         "port {port}: active MTU {} B, max_msg_sz {} B, max_qp_wr {}, max_sge {}, max_mr_size {} B, link {}x{} = {gbits:.1} Gb/s{}",

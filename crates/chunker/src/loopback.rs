@@ -59,6 +59,7 @@ impl LoopbackTransport {
                     max_msg_bytes: MAX_REGION_BYTES,
                     max_payload_bytes: None,
                     queried_from_backend: true,
+                    rate_note: None,
                 },
                 max_outstanding_wrs: max_outstanding,
                 max_wrs_per_post: 64,

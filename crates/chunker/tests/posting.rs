@@ -45,6 +45,7 @@ fn caps(max_outstanding: u32, max_per_post: u32) -> Capabilities {
             max_msg_bytes: 1 << 30,
             max_payload_bytes: None,
             queried_from_backend: true,
+            rate_note: None,
         },
         max_outstanding_wrs: max_outstanding,
         max_wrs_per_post: max_per_post,

@@ -1,6 +1,7 @@
 //! `rdma-hint`: probe the machine and print every hint with its reasons.
 
 mod backend;
+mod calibrate;
 mod deepep;
 mod output;
 mod plan;
@@ -33,8 +34,38 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Read this sysfs tree instead of /sys (live CUDA facts are then not used).
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", conflicts_with = "calibrate")]
         sysfs_root: Option<PathBuf>,
+        /// Calibrate every path this process can open first (about a second each, in-process
+        /// loopback) and show the fitted o and B in the reasons.
+        #[arg(long)]
+        calibrate: bool,
+    },
+    /// Fit the path's fixed cost per block o and bandwidth B on the live transport (about a
+    /// second, in-process loopback), store them and print the calibrated hint.
+    Calibrate {
+        /// Backend: staged, ucx or verbs (the last two need their cargo features).
+        #[arg(long, default_value = "staged")]
+        backend: String,
+        /// Channel of staged or ucx: shm (the default) or tcp. Not for verbs.
+        #[arg(long)]
+        channel: Option<String>,
+        /// UCX transports to allow instead of --channel's (UCX_TLS syntax).
+        #[arg(long, value_name = "TLS", conflicts_with = "channel")]
+        ucx_tls: Option<String>,
+        /// RDMA device for --backend verbs (default: the first one).
+        #[arg(long, value_name = "NAME")]
+        device: Option<String>,
+        /// Memory source: host:N or gpu:N.
+        #[arg(long, default_value = "host:0")]
+        source: String,
+        /// Measuring time in milliseconds (at most 600000).
+        #[arg(long, value_parser = units::parse_count, default_value = "1000")]
+        budget_ms: u64,
+        /// Print one JSON object: block_bytes, align_bytes, origin, fixed_cost_us,
+        /// bandwidth_gbps, fit_r2, elapsed_ms, then the whole calibration.
+        #[arg(long)]
+        json: bool,
     },
     /// Measure the block-size curve on a real backend: bandwidth, latency percentiles, CPU use,
     /// plateau and knee next to the model's hint; stores the knee as a measured hint.
@@ -71,8 +102,8 @@ enum Command {
         /// Write the report as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Write an SVG plot to this file.
-        #[arg(long, value_name = "FILE.svg")]
+        /// Write a plot to this file: PNG if it ends in .png, SVG otherwise.
+        #[arg(long, value_name = "FILE.svg|FILE.png")]
         plot: Option<PathBuf>,
         /// Send to a peer running `rdma-hint serve` (TCP) instead of an in-process receiver.
         #[arg(long, conflicts_with = "loopback")]
@@ -199,11 +230,18 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Probe { json, sysfs_root } => {
+        Command::Probe { json, sysfs_root, calibrate } => {
             let options = match sysfs_root {
                 Some(root) => ProbeOptions::for_tree(root),
                 None => ProbeOptions::default(),
             };
+            if calibrate {
+                let token = token::ephemeral()?;
+                let options = OpenOptions::default().token(&token);
+                for line in calibrate::every_path(&probe(&ProbeOptions::default())?, &options) {
+                    eprintln!("{line}");
+                }
+            }
             let report = probe(&options)?;
             if json {
                 output::print_line(&serde_json::to_string_pretty(&report)?)?;
@@ -281,7 +319,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 file.done();
             }
             if let Some(file) = plot {
-                plot::write_svg(&outcome.report, file.path())?;
+                plot::write(&outcome.report, file.path())?;
                 output::print_line(&format!("plot: {}", file.path().display()))?;
                 file.done();
             }
@@ -328,6 +366,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 timeout: std::time::Duration::from_secs(timeout_s),
                 count,
             })
+        }
+        Command::Calibrate { backend, channel, ucx_tls, device, source, budget_ms, json } => {
+            let transport = backend::transport_id(
+                &backend,
+                channel.as_deref(),
+                "shm",
+                ucx_tls.as_deref(),
+                device.as_deref(),
+            )?;
+            let source = source.parse().map_err(|e| anyhow::anyhow!("--source {source}: {e}"))?;
+            let token = token::ephemeral()?;
+            let options = OpenOptions::default().token(&token);
+            let calibration =
+                calibrate::run(&transport, source, &options, std::time::Duration::from_millis(budget_ms))?;
+            if json {
+                output::print_line(&serde_json::to_string_pretty(&calibrate::CalibrationJson::new(
+                    &calibration,
+                ))?)?;
+            } else {
+                output::print(&calibrate::text(&calibration))?;
+            }
+            Ok(())
         }
         Command::Plan { len, block, align, offset, region, batch, signal_every, json } => {
             let args = plan::PlanArgs { len, block, align, offset, region, batch, signal_every, json };

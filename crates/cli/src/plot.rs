@@ -1,83 +1,260 @@
-//! The sweep's SVG: bandwidth and p99 latency against block size on log axes, knee and hint
-//! marked. Text is laid out with the DejaVu Sans font shipped in `assets/`, so no system fonts
-//! are needed.
+//! The sweep's plot, as SVG or PNG: bandwidth (average and peak) and latency (p50 and p99)
+//! against block size, with ticks at the swept powers of two, the robust plateau and its 90 %
+//! line, and the knee and every hint marked on both panels. Text is laid out with the DejaVu
+//! Sans font shipped in `assets/`, so no system fonts are needed.
 
 use crate::sweep::SweepReport;
+use crate::units::format_bytes;
+use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
-fn register_font() -> anyhow::Result<()> {
-    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-        .map_err(|_| anyhow::anyhow!("the shipped font is invalid"))
+const SIZE: (u32, u32) = (1100, 720);
+const AVERAGE: RGBColor = RGBColor(31, 119, 180);
+const PEAK: RGBColor = RGBColor(140, 190, 230);
+const P50: RGBColor = RGBColor(44, 160, 44);
+const P99: RGBColor = RGBColor(214, 39, 40);
+const PLATEAU: RGBColor = RGBColor(90, 90, 90);
+
+/// A vertical marker: a block size with its label, colour and line width.
+struct Marker {
+    bytes: u64,
+    label: String,
+    color: RGBColor,
+    width: u32,
 }
 
-/// Writes the plot to `path`.
-pub(crate) fn write_svg(report: &SweepReport, path: &Path) -> anyhow::Result<()> {
-    register_font()?;
-    let error = |e: &dyn std::fmt::Display| anyhow::anyhow!("plotting {}: {e}", path.display());
-    let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| error(&e))?;
-    let (top, bottom) = root.split_vertically(270);
-    let x_range = {
-        let low = report.points.iter().map(|p| p.block_bytes).min().unwrap_or(4096) as f64;
-        let high = report.points.iter().map(|p| p.block_bytes).max().unwrap_or(1 << 20) as f64;
-        (low / 1.5)..(high * 1.5)
+fn markers(report: &SweepReport) -> Vec<Marker> {
+    let mut out = vec![Marker {
+        bytes: report.knee_bytes,
+        label: format!("knee {}", format_bytes(report.knee_bytes)),
+        color: RGBColor(255, 127, 14),
+        width: 7,
+    }];
+    let hints = &report.hints;
+    for (name, verdict, color) in [
+        ("model hint", Some(&hints.model), RGBColor(148, 103, 189)),
+        ("calibrated hint", hints.calibrated.as_ref(), RGBColor(23, 190, 207)),
+        ("recorded hint", hints.recorded.as_ref(), RGBColor(140, 86, 75)),
+    ] {
+        if let Some(v) = verdict {
+            out.push(Marker {
+                bytes: v.block_bytes,
+                label: format!("{name} {} ({:.2} of plateau)", format_bytes(v.block_bytes), v.efficiency),
+                color,
+                width: 2,
+            });
+        }
+    }
+    out
+}
+
+/// Writes the plot to `path`: PNG when it ends in `.png`, SVG otherwise.
+pub(crate) fn write(report: &SweepReport, path: &Path) -> anyhow::Result<()> {
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+        .map_err(|_| anyhow::anyhow!("the shipped font is invalid"))?;
+    let is_png = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let drawn = if is_png {
+        draw(report, BitMapBackend::new(path, SIZE).into_drawing_area())
+    } else {
+        draw(report, SVGBackend::new(path, SIZE).into_drawing_area())
     };
-    let bandwidth_top = report.plateau_gbps.max(1e-3) * 1.2;
+    drawn.map_err(|e| anyhow::anyhow!("plotting {}: {e}", path.display()))
+}
+
+/// Base-2 logarithm of a block size: the x coordinate, so ticks fall on powers of two.
+fn log2(bytes: u64) -> f64 {
+    (bytes as f64).log2()
+}
+
+fn tick_label(x: &f64) -> String {
+    if (x - x.round()).abs() < 1e-6 && *x >= 0.0 {
+        format_bytes(1u64 << (x.round() as u32).min(62))
+    } else {
+        String::new()
+    }
+}
+
+fn draw<DB: DrawingBackend>(report: &SweepReport, root: DrawingArea<DB, Shift>) -> Result<(), String> {
+    let error = |e: &dyn std::fmt::Display| e.to_string();
+    root.fill(&WHITE).map_err(|e| error(&e))?;
+    let (top, bottom) = root.split_vertically(SIZE.1 * 11 / 20);
+    let points = &report.points;
+    let low = points.iter().map(|p| p.block_bytes).min().unwrap_or(4096);
+    let high = points.iter().map(|p| p.block_bytes).max().unwrap_or(1 << 20);
+    let x_range = (log2(low) - 0.25)..(log2(high) + 0.25);
+    let powers = (log2(high).floor() - log2(low).ceil()) as usize + 1;
+    let markers = markers(report);
+    let plateau = report.plateau_gbps;
+
+    // Bandwidth: from just under the slowest point (or the 90 % line) to just over the fastest.
+    let fastest = points.iter().map(|p| p.peak_gbps.max(p.avg_gbps)).fold(plateau, f64::max);
+    let slowest = points.iter().map(|p| p.avg_gbps).fold(0.9 * plateau, f64::min);
+    let span = (fastest - slowest).max(fastest * 0.05);
+    let y_range = (slowest - span * 0.08).max(0.0)..(fastest + span * 0.3);
     let mut bandwidth = ChartBuilder::on(&top)
-        .caption(format!("{} from {}: bandwidth", report.transport, report.source), ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(56)
-        .build_cartesian_2d(x_range.clone().log_scale(), 0.0..bandwidth_top)
+        .caption(
+            format!(
+                "{} from {}: bandwidth per block size ({} per transfer, {} iterations)",
+                report.transport,
+                report.source,
+                format_bytes(report.transfer_bytes),
+                report.iters
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(34)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x_range.clone(), y_range.clone())
         .map_err(|e| error(&e))?;
     bandwidth
         .configure_mesh()
-        .x_desc("block bytes")
+        .x_labels(powers.max(2))
+        .x_label_formatter(&tick_label)
         .y_desc("GB/s")
-        .x_label_formatter(&|x| crate::units::format_bytes(*x as u64))
+        .x_desc("block size")
+        .light_line_style(RGBColor(238, 238, 238))
         .draw()
         .map_err(|e| error(&e))?;
-    let curve: Vec<(f64, f64)> = report.points.iter().map(|p| (p.block_bytes as f64, p.avg_gbps)).collect();
-    bandwidth.draw_series(LineSeries::new(curve.clone(), &BLUE)).map_err(|e| error(&e))?;
-    bandwidth
-        .draw_series(curve.iter().map(|&(x, y)| Circle::new((x, y), 3, BLUE.filled())))
-        .map_err(|e| error(&e))?;
-    for (bytes, color, label) in [(report.knee_bytes, &GREEN, "knee"), (report.hint_bytes, &RED, "hint")] {
-        let x = bytes as f64;
-        bandwidth
-            .draw_series(LineSeries::new(vec![(x, 0.0), (x, bandwidth_top)], color))
+    for (level, label, dashed) in [
+        (plateau, format!("plateau {plateau:.3} GB/s (median of the 3 best)"), false),
+        (0.9 * plateau, format!("90 % of plateau {:.3} GB/s", 0.9 * plateau), true),
+    ] {
+        let style = PLATEAU.stroke_width(if dashed { 1 } else { 2 });
+        let line: Vec<(f64, f64)> = vec![(x_range.start, level), (x_range.end, level)];
+        let series = if dashed {
+            bandwidth.draw_series(DashedLineSeries::new(line, 6, 4, style))
+        } else {
+            bandwidth.draw_series(LineSeries::new(line, style))
+        };
+        series
             .map_err(|e| error(&e))?
-            .label(format!("{label} {}", crate::units::format_bytes(bytes)))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
     }
+    let average: Vec<(f64, f64)> = points.iter().map(|p| (log2(p.block_bytes), p.avg_gbps)).collect();
+    let peak: Vec<(f64, f64)> = points.iter().map(|p| (log2(p.block_bytes), p.peak_gbps)).collect();
+    bandwidth
+        .draw_series(LineSeries::new(peak.clone(), PEAK.stroke_width(2)))
+        .map_err(|e| error(&e))?
+        .label("peak (best iteration)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], PEAK.stroke_width(2)));
+    bandwidth
+        .draw_series(peak.iter().map(|&(x, y)| TriangleMarker::new((x, y), 4, PEAK.filled())))
+        .map_err(|e| error(&e))?;
+    bandwidth
+        .draw_series(LineSeries::new(average.clone(), AVERAGE.stroke_width(2)))
+        .map_err(|e| error(&e))?
+        .label("average (all bytes / all time)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], AVERAGE.stroke_width(2)));
+    bandwidth
+        .draw_series(average.iter().map(|&(x, y)| Circle::new((x, y), 3, AVERAGE.filled())))
+        .map_err(|e| error(&e))?;
+    draw_markers(&mut bandwidth, &markers, y_range, true)?;
     bandwidth
         .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
+        .label_font(("sans-serif", 13))
         .draw()
         .map_err(|e| error(&e))?;
 
-    let latency_top = report.points.iter().map(|p| p.p99_us).fold(1.0, f64::max) * 2.0;
+    // Latency: one block at a time, p50 and p99, log scale from the fastest p50 to the slowest p99.
+    let fastest_us = points.iter().map(|p| p.p50_us).fold(f64::INFINITY, f64::min).max(0.01);
+    let slowest_us = points.iter().map(|p| p.p99_us).fold(fastest_us, f64::max);
+    let latency_range = (fastest_us / 1.3)..(slowest_us * 1.6);
     let mut latency = ChartBuilder::on(&bottom)
-        .caption("p99 latency per block", ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(56)
-        .build_cartesian_2d(x_range.log_scale(), (0.1..latency_top).log_scale())
+        .caption("latency of one block (p50 and p99)", ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(34)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x_range, latency_range.clone().log_scale())
         .map_err(|e| error(&e))?;
     latency
         .configure_mesh()
-        .x_desc("block bytes")
+        .x_labels(powers.max(2))
+        .x_label_formatter(&tick_label)
         .y_desc("µs")
-        .x_label_formatter(&|x| crate::units::format_bytes(*x as u64))
+        .x_desc("block size")
+        .y_labels(6)
+        .light_line_style(WHITE)
         .draw()
         .map_err(|e| error(&e))?;
-    let p99: Vec<(f64, f64)> =
-        report.points.iter().map(|p| (p.block_bytes as f64, p.p99_us.max(0.1))).collect();
-    latency.draw_series(LineSeries::new(p99, &MAGENTA)).map_err(|e| error(&e))?;
+    for (name, color, pick) in [
+        ("p50", P50, (|p: &crate::sweep::Point| p.p50_us) as fn(&crate::sweep::Point) -> f64),
+        ("p99", P99, |p: &crate::sweep::Point| p.p99_us),
+    ] {
+        let series: Vec<(f64, f64)> =
+            points.iter().map(|p| (log2(p.block_bytes), pick(p).max(latency_range.start))).collect();
+        latency
+            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))
+            .map_err(|e| error(&e))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        latency
+            .draw_series(series.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
+            .map_err(|e| error(&e))?;
+    }
+    draw_markers(&mut latency, &markers, latency_range, false)?;
+    latency
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(|e| error(&e))?;
     root.present().map_err(|e| error(&e))?;
+    Ok(())
+}
+
+/// Vertical lines at the knee and the hints; wide ones first so a hint on the knee stays
+/// visible. On the bandwidth panel each gets a label of its own height, so labels of
+/// coinciding markers do not overlap.
+fn draw_markers<DB: DrawingBackend, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    markers: &[Marker],
+    y_range: std::ops::Range<f64>,
+    labelled: bool,
+) -> Result<(), String>
+where
+    Y: Ranged<ValueType = f64>,
+{
+    let error = |e: &dyn std::fmt::Display| e.to_string();
+    let x_range = chart.x_range();
+    let middle = (x_range.start + x_range.end) / 2.0;
+    for (row, marker) in markers.iter().enumerate() {
+        let x = log2(marker.bytes);
+        let style = marker.color.stroke_width(marker.width);
+        let line = vec![(x, y_range.start), (x, y_range.end)];
+        let series = chart
+            .draw_series(LineSeries::new(
+                line,
+                marker.color.mix(if marker.width > 2 { 0.45 } else { 1.0 }).stroke_width(marker.width),
+            ))
+            .map_err(|e| error(&e))?;
+        if labelled {
+            series
+                .label(marker.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+            // Labels hang from the top, one row each, on the right of their line.
+            let y = y_range.end - (y_range.end - y_range.start) * (0.05 + 0.065 * row as f64);
+            // Right of the line in the left half, left of it in the right half: inside the chart.
+            let font = ("sans-serif", 13).into_font().color(&marker.color);
+            let (at, font) = if x <= middle {
+                (x + 0.06, font.pos(Pos::new(HPos::Left, VPos::Center)))
+            } else {
+                (x - 0.06, font.pos(Pos::new(HPos::Right, VPos::Center)))
+            };
+            chart
+                .draw_series(std::iter::once(Text::new(marker.label.clone(), (at, y), font)))
+                .map_err(|e| error(&e))?;
+        }
+    }
     Ok(())
 }

@@ -6,9 +6,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::core::fit::{robust_knee, robust_plateau};
 use rdma_hint::{
-    get_low_latency_rdma_size_hint_with, open, BlockingTransport, LocalRegion, MemoryKind, OpenOptions,
-    PeerEndpoint, RemoteRegion, SourceId, Transport, TransportId, TransportSelector,
+    open, BlockingTransport, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, SourceId,
+    Transport, TransportId,
 };
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -46,7 +47,28 @@ pub(crate) struct Point {
     pub(crate) max_us: f64,
     pub(crate) sharpness: f64,
     pub(crate) cpu_util: f64,
+    /// This block is the hint the library answered before the sweep.
     pub(crate) is_hint: bool,
+    /// Hints at this block: `model`, `calibrated`, `recorded`.
+    pub(crate) hints: Vec<&'static str>,
+}
+
+/// One of the three hints, judged against the curve.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct HintVerdict {
+    pub(crate) block_bytes: u64,
+    /// Average bandwidth at the block over the robust plateau.
+    pub(crate) efficiency: f64,
+    /// Block over the robust knee.
+    pub(crate) over_knee: f64,
+}
+
+/// The model's, the calibrated and the recorded hint the sweep measured, kept apart.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Hints {
+    pub(crate) model: HintVerdict,
+    pub(crate) calibrated: Option<HintVerdict>,
+    pub(crate) recorded: Option<HintVerdict>,
 }
 
 /// What `serve` learns at the end of a sweep, as the immediate of one last block: the sweep
@@ -69,11 +91,18 @@ pub(crate) struct SweepReport {
     pub(crate) source: SourceId,
     pub(crate) transfer_bytes: u64,
     pub(crate) iters: u32,
+    /// Robust plateau: the median of the three best averages, in GB/s.
     pub(crate) plateau_gbps: f64,
+    /// The single best average, in GB/s (for reference; verdicts use the plateau).
+    pub(crate) best_avg_gbps: f64,
+    /// Robust knee: the smallest block reaching 90 % of the plateau with the next larger block.
     pub(crate) knee_bytes: u64,
+    /// The hint the library answered before this sweep, and where it came from.
     pub(crate) hint_bytes: u64,
+    pub(crate) hint_origin: rdma_hint::Origin,
     pub(crate) efficiency_at_hint: f64,
     pub(crate) hint_over_knee: f64,
+    pub(crate) hints: Hints,
     pub(crate) cpu_copy_suspected: bool,
     pub(crate) cpu_note: String,
     pub(crate) points: Vec<Point>,
@@ -220,10 +249,12 @@ impl Endpoints {
     }
 }
 
-fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, is_hint: bool) -> Result<Point> {
+fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
     let deadline = || Instant::now() + Duration::from_secs(60);
     let transport = &*endpoints.sender;
-    let spec = BlockSpec::new(block, align)?;
+    // A hint need not be a multiple of the ladder's alignment (UCX's is 512 B): each block keeps
+    // the largest power of two that divides it, up to that alignment.
+    let spec = BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?;
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
     chunker.set_hint(args.source, spec);
     // Whole blocks only, never past the region: at least one block, at most the transfer size.
@@ -262,19 +293,25 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, is_h
         max_us: histogram.max() as f64 / 1e3,
         sharpness: if p50_us > 0.0 { p99_us / p50_us } else { f64::NAN },
         cpu_util,
-        is_hint,
+        is_hint: marks.answered,
+        hints: marks.hints,
     })
+}
+
+/// Which hints sit at one block.
+#[derive(Debug, Clone, Default)]
+struct Marks {
+    answered: bool,
+    hints: Vec<&'static str>,
 }
 
 /// Runs the sweep.
 pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let transport_id = args.transport.clone();
-    let hint = get_low_latency_rdma_size_hint_with(args.source, &TransportSelector::Id(transport_id.clone()))
+    let set = rdma_hint::hint_set(args.source, &transport_id)
         .with_context(|| format!("no model hint for {} over {transport_id}", args.source))?;
-    let align = match args.source {
-        SourceId::Gpu(_) => hint.align_bytes.max(64 * 1024),
-        SourceId::Host(_) => hint.align_bytes.max(HOST_ALIGN),
-    };
+    let answered = set.chosen().clone();
+    let align = rdma_hint::calibrate::ladder_alignment(&set.model);
     if let Some(odd) = args.sizes.iter().find(|size| *size % align != 0) {
         bail!(
             "--sizes: {} is not a multiple of the {} alignment {} needs over {transport_id}",
@@ -283,14 +320,23 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
             args.source
         );
     }
-    let mut blocks: Vec<(u64, bool)> = args.sizes.iter().map(|s| (*s, false)).collect();
-    blocks.push((hint.block_bytes, true));
-    blocks.sort_unstable();
-    blocks.dedup_by(|a, b| {
-        let same = a.0 == b.0;
-        b.1 |= same && a.1;
-        same
-    });
+    let mut blocks: Vec<(u64, Marks)> = args.sizes.iter().map(|s| (*s, Marks::default())).collect();
+    let labelled = [
+        ("model", Some(&set.model)),
+        ("calibrated", set.calibrated.as_ref()),
+        ("recorded", set.recorded.as_ref()),
+    ];
+    for (label, hint) in labelled {
+        let Some(hint) = hint else { continue };
+        match blocks.iter_mut().find(|b| b.0 == hint.block_bytes) {
+            Some(block) => block.1.hints.push(label),
+            None => blocks.push((hint.block_bytes, Marks { answered: false, hints: vec![label] })),
+        }
+    }
+    for block in &mut blocks {
+        block.1.answered = block.0 == answered.block_bytes;
+    }
+    blocks.sort_unstable_by_key(|b| b.0);
     let largest = blocks.iter().map(|b| b.0).max().unwrap_or(align);
     let region_bytes = args.transfer_bytes.max(largest);
     let endpoints = connect(args, region_bytes)?;
@@ -305,9 +351,9 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         ProgressBar::hidden()
     };
     let mut points = Vec::with_capacity(blocks.len());
-    for (block, is_hint) in blocks {
+    for (block, marks) in blocks {
         progress.set_message(format_bytes(block));
-        points.push(measure(&endpoints, args, block, align, is_hint)?);
+        points.push(measure(&endpoints, args, block, align, marks)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
@@ -315,14 +361,21 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         endpoints.tell_peer(SWEEP_FINISHED, args.source);
     }
 
-    let plateau_gbps = points.iter().map(|p| p.avg_gbps).fold(0.0, f64::max);
-    let knee_bytes = points
-        .iter()
-        .filter(|p| p.avg_gbps >= 0.9 * plateau_gbps)
-        .map(|p| p.block_bytes)
-        .min()
-        .unwrap_or(hint.block_bytes);
-    let at_hint = points.iter().find(|p| p.is_hint).map_or(f64::NAN, |p| p.avg_gbps);
+    let curve: Vec<(u64, f64)> = points.iter().map(|p| (p.block_bytes, p.avg_gbps)).collect();
+    let plateau_gbps = robust_plateau(&curve).unwrap_or(f64::NAN);
+    let knee_bytes = robust_knee(&curve, plateau_gbps).unwrap_or(answered.block_bytes);
+    let verdict = |block: u64| HintVerdict {
+        block_bytes: block,
+        efficiency: points.iter().find(|p| p.block_bytes == block).map_or(f64::NAN, |p| p.avg_gbps)
+            / plateau_gbps,
+        over_knee: block as f64 / knee_bytes as f64,
+    };
+    let hints = Hints {
+        model: verdict(set.model.block_bytes),
+        calibrated: set.calibrated.as_ref().map(|h| verdict(h.block_bytes)),
+        recorded: set.recorded.as_ref().map(|h| verdict(h.block_bytes)),
+    };
+    let at_answered = verdict(answered.block_bytes);
     let cpu_peak = points.iter().map(|p| p.cpu_util).fold(0.0, f64::max);
     let recorded_in = if args.record {
         Some(rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)?)
@@ -337,10 +390,13 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         transfer_bytes: args.transfer_bytes,
         iters: args.iters,
         plateau_gbps,
+        best_avg_gbps: points.iter().map(|p| p.avg_gbps).fold(0.0, f64::max),
         knee_bytes,
-        hint_bytes: hint.block_bytes,
-        efficiency_at_hint: at_hint / plateau_gbps,
-        hint_over_knee: hint.block_bytes as f64 / knee_bytes as f64,
+        hint_bytes: answered.block_bytes,
+        hint_origin: answered.origin,
+        efficiency_at_hint: at_answered.efficiency,
+        hint_over_knee: at_answered.over_knee,
+        hints,
         cpu_note: format!(
             "peak process CPU {:.0} % of one core during the bandwidth runs; staged, UCX over shm/tcp and Soft-RoCE copy with the CPU by design",
             cpu_peak * 100.0
@@ -380,20 +436,46 @@ pub(crate) fn table(report: &SweepReport) -> String {
             p.max_us,
             p.sharpness,
             p.cpu_util * 100.0,
-            if p.is_hint { "  ← model hint" } else { "" }
+            if p.hints.is_empty() { String::new() } else { format!("  ← {} hint", p.hints.join(" + ")) }
         ));
     }
     out.push_str(&format!(
-        "plateau {:.3} GB/s; knee (90 % of plateau) {}; model hint {} → {:.3} of plateau, hint/knee {:.2}\n{}{}\n",
+        "plateau {:.3} GB/s (median of the 3 best averages; best {:.3}); knee {} (smallest block at 90 % of the plateau with the next one)\n",
         report.plateau_gbps,
+        report.best_avg_gbps,
         format_bytes(report.knee_bytes),
-        format_bytes(report.hint_bytes),
-        report.efficiency_at_hint,
-        report.hint_over_knee,
+    ));
+    let hints = &report.hints;
+    for (label, verdict) in [
+        ("model", Some(&hints.model)),
+        ("calibrated", hints.calibrated.as_ref()),
+        ("recorded", hints.recorded.as_ref()),
+    ] {
+        match verdict {
+            Some(v) => out.push_str(&format!(
+                "{label:>10} hint {:>10} → {:.3} of plateau, {:.2}× the knee{}\n",
+                format_bytes(v.block_bytes),
+                v.efficiency,
+                v.over_knee,
+                if report.hint_origin == origin_of(label) { "  (what the library answered)" } else { "" }
+            )),
+            None => out.push_str(&format!("{label:>10} hint {:>10}\n", "(none)")),
+        }
+    }
+    out.push_str(&format!(
+        "{}{}\n",
         report.cpu_note,
         if report.cpu_copy_suspected { "\nCPU copy suspected: this path should bypass the CPU" } else { "" }
     ));
     out
+}
+
+fn origin_of(label: &str) -> rdma_hint::Origin {
+    match label {
+        "calibrated" => rdma_hint::Origin::Calibrated,
+        "recorded" => rdma_hint::Origin::Measured,
+        _ => rdma_hint::Origin::Model,
+    }
 }
 
 #[cfg(test)]

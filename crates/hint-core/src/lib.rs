@@ -32,6 +32,7 @@ pub mod blocking;
 pub mod cache;
 pub mod deepep;
 pub mod error;
+pub mod fit;
 pub mod model;
 pub mod pcie;
 pub mod profile;

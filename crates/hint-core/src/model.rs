@@ -124,6 +124,8 @@ pub enum Origin {
     Model,
     /// Taken from a measured block-size sweep on this hardware and driver.
     Measured,
+    /// Computed by the model from `o` and `B` fitted on the live path (`rdma-hint calibrate`).
+    Calibrated,
 }
 
 /// Which part of the computation a [`Reason`] explains.
@@ -144,6 +146,8 @@ pub enum Factor {
     Route,
     /// A measured sweep replaced the model's block.
     Measured,
+    /// `o` and `B` fitted on the live path replaced the model's constants.
+    Calibrated,
 }
 
 /// One line of explanation: the factor, its value with units, and where the value came from.
@@ -274,7 +278,93 @@ pub fn compute_hint(profile: &PathProfile, policy: &HintPolicy) -> Result<SizeHi
     let mut reasons = Vec::new();
     let (bandwidth_gbps, fixed_cost_us) = bandwidth_and_cost(profile, &mut reasons)?;
     let align_bytes = alignment(profile, &mut reasons);
+    block_for(profile, policy, Costs { bandwidth_gbps, fixed_cost_us, align_bytes }, reasons, Origin::Model)
+}
 
+/// `o` and `B` fitted on the live path (see [`crate::fit`]), in µs and GB/s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FittedCosts {
+    /// Fixed cost per block `o`, in µs.
+    pub fixed_cost_us: f64,
+    /// Bandwidth `B`, in GB/s.
+    pub bandwidth_gbps: f64,
+}
+
+/// The hint for one path from `o` and `B` fitted on it instead of the model's constants: the
+/// alignment, the bounds and the route checks (GPUDirect, NUMA) stay the model's.
+///
+/// ```
+/// use rdma_hint_core::model::{compute_hint_fitted, FittedCosts, Origin};
+/// use rdma_hint_core::{HintPolicy, PathProfile};
+/// let fitted = FittedCosts { fixed_cost_us: 2.0, bandwidth_gbps: 10.0 };
+/// let hint = compute_hint_fitted(&PathProfile::example_host_nic(), &HintPolicy::default(), fitted).unwrap();
+/// assert_eq!(hint.origin, Origin::Calibrated);
+/// assert_eq!(hint.fixed_cost_us, 2.0);
+/// assert!(hint.block_bytes >= 9 * 2 * 10_000); // s* = 9·o·B at η = 0.9
+/// ```
+pub fn compute_hint_fitted(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    fitted: FittedCosts,
+) -> Result<SizeHint, HintError> {
+    policy.validate()?;
+    check_profile(profile)?;
+    let FittedCosts { fixed_cost_us, bandwidth_gbps } = fitted;
+    if !(bandwidth_gbps.is_finite() && bandwidth_gbps > 0.0 && bandwidth_gbps <= MAX_WIRE_GBPS) {
+        return Err(HintError::InvalidProfile {
+            field: "bandwidth_gbps",
+            value: bandwidth_gbps.to_string(),
+            why: "a fitted bandwidth must be in (0, 10⁶] GB/s",
+        });
+    }
+    if !(fixed_cost_us.is_finite() && (0.0..=MAX_PER_OP_US).contains(&fixed_cost_us)) {
+        return Err(HintError::InvalidProfile {
+            field: "fixed_cost_us",
+            value: fixed_cost_us.to_string(),
+            why: "a fitted fixed cost must be in [0, 10⁶] µs",
+        });
+    }
+    // The model's own B and o are computed for its route checks, then replaced.
+    let mut model_reasons = Vec::new();
+    let (model_bandwidth, model_cost) = bandwidth_and_cost(profile, &mut model_reasons)?;
+    let mut reasons = vec![
+        Reason::new(
+            Factor::Calibrated,
+            rate(bandwidth_gbps),
+            format!("B fitted on the live path (the model's constants say {})", rate(model_bandwidth)),
+        ),
+        Reason::new(
+            Factor::Calibrated,
+            format!("{fixed_cost_us:.2} µs"),
+            format!("o fitted on the live path (the model's constants say {model_cost:.2} µs)"),
+        ),
+    ];
+    let align_bytes = alignment(profile, &mut reasons);
+    block_for(
+        profile,
+        policy,
+        Costs { bandwidth_gbps, fixed_cost_us, align_bytes },
+        reasons,
+        Origin::Calibrated,
+    )
+}
+
+/// What the block is computed from.
+struct Costs {
+    bandwidth_gbps: f64,
+    fixed_cost_us: f64,
+    align_bytes: u64,
+}
+
+/// `s*` for `costs` under `policy`'s target, bounds and the alignment.
+fn block_for(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    costs: Costs,
+    mut reasons: Vec<Reason>,
+    origin: Origin,
+) -> Result<SizeHint, HintError> {
+    let Costs { bandwidth_gbps, fixed_cost_us, align_bytes } = costs;
     let eta = policy.target_efficiency;
     let ideal = eta / (1.0 - eta) * fixed_cost_us * bandwidth_gbps * 1e3;
     reasons.push(Reason::new(
@@ -346,7 +436,7 @@ pub fn compute_hint(profile: &PathProfile, policy: &HintPolicy) -> Result<SizeHi
         predicted_gbps: bandwidth_gbps * efficiency,
         predicted_latency_us: fixed_cost_us + block_bytes as f64 / (bandwidth_gbps * 1e3),
         efficiency,
-        origin: Origin::Model,
+        origin,
         reasons,
     })
 }
@@ -379,10 +469,11 @@ fn bandwidth_and_cost(profile: &PathProfile, reasons: &mut Vec<Reason>) -> Resul
     let mut candidates: Vec<(f64, String)> = vec![(
         transport.wire_gbps,
         format!(
-            "{} rate {} ({})",
+            "{} rate {} ({}){}",
             transport.id,
             rate(transport.wire_gbps),
-            rate_gbits(transport.wire_gbps * 8.0)
+            rate_gbits(transport.wire_gbps * 8.0),
+            transport.rate_note.as_ref().map(|note| format!(" [{note}]")).unwrap_or_default()
         ),
     )];
     if let Some(link) = profile.source.pcie {
@@ -550,6 +641,7 @@ mod tests {
             max_msg_bytes: 1 << 40,
             max_payload_bytes: None,
             queried_from_backend: false,
+            rate_note: None,
         }
     }
 
@@ -768,6 +860,7 @@ mod tests {
                                 max_msg_bytes: max_msg,
                                 max_payload_bytes: None,
                                 queried_from_backend: false,
+                                rate_note: None,
                             },
                             path_class: class,
                             bridges,

@@ -209,6 +209,9 @@ pub struct TransportFacts {
     pub max_payload_bytes: Option<u64>,
     /// Whether the facts came from the backend itself (`true`) or from sysfs and defaults.
     pub queried_from_backend: bool,
+    /// Why `wire_gbps` is not what the backend said (an implausible estimate clamped), if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_note: Option<String>,
 }
 
 /// Driver and firmware versions a hint is valid for; part of the cache key.
@@ -253,6 +256,7 @@ impl PathProfile {
                 max_msg_bytes: GIB,
                 max_payload_bytes: Some(256),
                 queried_from_backend: false,
+                rate_note: None,
             },
             path_class: PathClass::Pix,
             bridges: 1,
@@ -290,6 +294,7 @@ impl PathProfile {
                 max_msg_bytes: GIB,
                 max_payload_bytes: Some(512),
                 queried_from_backend: false,
+                rate_note: None,
             },
             path_class: PathClass::Pix,
             bridges: 1,

@@ -67,14 +67,19 @@ pub struct ReadmeDoctests;
 pub struct ChunkerDocDoctests;
 
 mod backends;
+pub mod calibrate;
 mod error;
+mod loopback;
 pub mod measured;
 mod open;
 mod probe;
 mod profiles;
 
 pub use backends::{Absence, BackendDetail};
+pub use calibrate::{calibrate, calibrate_loopback, Calibration};
 pub use error::Error;
+pub use loopback::LoopbackPair;
+pub use measured::HintSet;
 pub use open::{open, OpenOptions, StagedChannelId, TransportId};
 pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
 pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US};
@@ -161,16 +166,8 @@ pub fn record_measurement(
 ) -> Result<std::path::PathBuf, Error> {
     let transport = transport.to_string();
     let transport = transport.as_str();
-    let inventory = live_inventory()?;
-    let profile = inventory
-        .candidates
-        .iter()
-        .filter_map(|c| c.as_ref().ok())
-        .find(|p| p.source.id == device && p.transport.id == transport)
-        .ok_or_else(|| Error::UnknownTransport {
-            transport: transport.to_string(),
-            available: transport_ids(&inventory).join(", "),
-        })?;
+    let profile = profile_of(device, transport)?;
+    let profile = &profile;
     let file = measured::cache_file().ok_or_else(|| Error::NoPath {
         device,
         transport: transport.to_string(),
@@ -193,6 +190,56 @@ pub fn record_measurement(
     })?;
     HintCache::global().clear();
     Ok(file)
+}
+
+/// The path profile of `device` over the transport with id `transport`, as discovery found it
+/// (UCX scopes the probe did not list are asked about now).
+pub(crate) fn profile_of(device: Device, transport: &str) -> Result<PathProfile, Error> {
+    let inventory = live_inventory()?;
+    let unknown = || Error::UnknownTransport {
+        transport: transport.to_string(),
+        available: transport_ids(&inventory).join(", "),
+    };
+    if let Some(candidate) = inventory.candidates.iter().find(|c| match c {
+        Ok(p) => p.source.id == device && p.transport.id == transport,
+        Err((source, id, _)) => *source == device && id == transport,
+    }) {
+        return match candidate {
+            Ok(profile) => Ok(profile.clone()),
+            Err((_, transport, why)) => {
+                Err(Error::NoPath { device, transport: transport.clone(), why: why.clone() })
+            }
+        };
+    }
+    let source =
+        inventory.sources.iter().find(|s| s.facts.id == device).ok_or_else(|| Error::UnknownDevice {
+            device,
+            available: inventory
+                .sources
+                .iter()
+                .map(|s| s.facts.id.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    match transport.parse::<TransportId>() {
+        Ok(id @ TransportId::Ucx(_)) => {
+            let tls = id.ucx_tls().unwrap_or_default();
+            let ucx = backends::ucx_transport(&tls).map_err(|why| Error::NoPath {
+                device,
+                transport: id.to_string(),
+                why,
+            })?;
+            Ok(profiles::software_profile(source.facts.clone(), &ucx))
+        }
+        _ => Err(unknown()),
+    }
+}
+
+/// The model's, the calibrated and the recorded hint of `device` over `transport`, kept apart
+/// (`rdma-hint sweep` compares all three with the curve it measures).
+pub fn hint_set(device: Device, transport: &TransportId) -> Result<HintSet, Error> {
+    let profile = profile_of(device, &transport.to_string())?;
+    Ok(measured::hint_set(&profile, &HintPolicy::default(), measured::cache_file().as_deref())?)
 }
 
 /// The block size and alignment to use for transfers from `device` over the best transport.
@@ -298,7 +345,7 @@ pub(crate) fn auto_choice(hints: &[SizeHint]) -> Option<&SizeHint> {
     }
     let software: Vec<&SizeHint> =
         SOFTWARE_ORDER.iter().filter_map(|id| hints.iter().find(|h| h.transport == *id)).collect();
-    software.iter().find(|h| h.origin == Origin::Measured).or(software.first()).copied()
+    software.iter().find(|h| h.origin != Origin::Model).or(software.first()).copied()
 }
 
 fn transport_ids(inventory: &Inventory) -> Vec<String> {

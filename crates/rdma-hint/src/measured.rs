@@ -1,12 +1,85 @@
-//! Measured hints: what `rdma-hint sweep` found, kept in a cache file and preferred over the
-//! model while the driver and firmware versions are the ones it was measured under.
+//! Measured hints: the knee `rdma-hint sweep` found and the `o`/`B` `rdma-hint calibrate`
+//! fitted, kept in cache files and preferred over the model while the driver and firmware
+//! versions are the ones they were measured under. Of a recorded knee and a calibration, the
+//! newer one wins.
 
-use rdma_hint_core::model::{efficiency, rate, Factor, Reason};
+use rdma_hint_core::model::{compute_hint_fitted, efficiency, rate, Factor, FittedCosts, Reason};
 use rdma_hint_core::{
     compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// A fitted path: what `rdma-hint calibrate` stores (only fits that are not poor).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibratedPath {
+    /// Memory source.
+    pub source: SourceId,
+    /// Transport id (`staged:shm`, …).
+    pub transport: String,
+    /// Versions the calibration ran under; the entry is ignored under any others.
+    pub versions: DriverVersions,
+    /// Fitted fixed cost per block `o`, in µs.
+    pub fixed_cost_us: f64,
+    /// Fitted bandwidth `B`, in GB/s.
+    pub bandwidth_gbps: f64,
+    /// R² of the fit.
+    pub fit_r2: f64,
+    /// When it was measured (seconds since the Unix epoch).
+    pub measured_at_unix: u64,
+}
+
+/// Entries kept per (source, transport) in a cache file.
+trait Entry: Serialize + DeserializeOwned {
+    fn key(&self) -> (SourceId, &str, &DriverVersions);
+}
+
+impl Entry for MeasuredHint {
+    fn key(&self) -> (SourceId, &str, &DriverVersions) {
+        (self.source, &self.transport, &self.versions)
+    }
+}
+
+impl Entry for CalibratedPath {
+    fn key(&self) -> (SourceId, &str, &DriverVersions) {
+        (self.source, &self.transport, &self.versions)
+    }
+}
+
+fn load_entries<T: Entry>(file: &Path) -> Vec<T> {
+    std::fs::read(file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+}
+
+/// Replaces the entry of `source`/`transport` in `file` by `entry` (none: removes it).
+fn store_entry<T: Entry>(
+    file: &Path,
+    source: SourceId,
+    transport: &str,
+    entry: Option<T>,
+) -> std::io::Result<()> {
+    let mut entries: Vec<T> = load_entries(file);
+    entries.retain(|e| {
+        let (s, t, _) = e.key();
+        !(s == source && t == transport)
+    });
+    entries.extend(entry);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temporary = file.with_extension("json.tmp");
+    std::fs::write(&temporary, serde_json::to_vec_pretty(&entries).map_err(std::io::Error::other)?)?;
+    std::fs::rename(temporary, file)
+}
+
+fn lookup_entry<T: Entry>(
+    file: &Path,
+    source: SourceId,
+    transport: &str,
+    versions: &DriverVersions,
+) -> Option<T> {
+    load_entries::<T>(file).into_iter().find(|e| e.key() == (source, transport, versions))
+}
 
 /// One measured result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,22 +108,30 @@ pub fn cache_file() -> Option<PathBuf> {
     Some(dir.join("measured.json"))
 }
 
+/// The calibration file beside the measured-knee file `file`: `calibrated.json`.
+pub fn calibration_file(file: &Path) -> PathBuf {
+    file.with_file_name("calibrated.json")
+}
+
 /// Every entry in `file` (none if it is missing or unreadable: a cache, not a source of truth).
 pub fn load(file: &Path) -> Vec<MeasuredHint> {
-    std::fs::read(file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+    load_entries(file)
 }
 
 /// Stores `entry` in `file`, replacing the entry of the same source and transport.
 pub fn store(file: &Path, entry: MeasuredHint) -> std::io::Result<()> {
-    let mut entries = load(file);
-    entries.retain(|e| !(e.source == entry.source && e.transport == entry.transport));
-    entries.push(entry);
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let temporary = file.with_extension("json.tmp");
-    std::fs::write(&temporary, serde_json::to_vec_pretty(&entries).map_err(std::io::Error::other)?)?;
-    std::fs::rename(temporary, file)
+    store_entry(file, entry.source, &entry.transport.clone(), Some(entry))
+}
+
+/// Stores a calibration in the calibration file beside `file`, replacing the one of the same
+/// source and transport; `None` removes it (a poor fit leaves no stale calibration behind).
+pub fn store_calibration(
+    file: &Path,
+    source: SourceId,
+    transport: &str,
+    entry: Option<CalibratedPath>,
+) -> std::io::Result<()> {
+    store_entry(&calibration_file(file), source, transport, entry)
 }
 
 /// The entry for this pair under exactly these versions; stale entries are ignored.
@@ -60,19 +141,110 @@ pub fn lookup(
     transport: &str,
     versions: &DriverVersions,
 ) -> Option<MeasuredHint> {
-    load(file).into_iter().find(|e| e.source == source && e.transport == transport && &e.versions == versions)
+    lookup_entry(file, source, transport, versions)
 }
 
-/// The hint for `profile`: the model's, with the knee measured under the same versions
-/// applied when `file` holds one. The one place the facade and the probe compute hints.
+/// The calibration for this pair under exactly these versions, from the file beside `file`.
+pub fn lookup_calibration(
+    file: &Path,
+    source: SourceId,
+    transport: &str,
+    versions: &DriverVersions,
+) -> Option<CalibratedPath> {
+    lookup_entry(&calibration_file(file), source, transport, versions)
+}
+
+/// Share of the efficiency a policy leaves on the table that a calibrated hint aims to win
+/// back: with the default 0.9 target, calibrated hints aim at 0.94 of the fitted `B`.
+///
+/// Measured curves rise more gradually than `o + s/B` near the knee (on this project's
+/// machines the fitted 90 % point reached 0.83–0.94 of the measured plateau); 0.94 of `B`
+/// lies 1.74× further out, within the 2× of the knee a hint may be.
+pub const CALIBRATION_MARGIN: f64 = 0.4;
+
+/// The policy a calibrated hint is computed under: `policy`'s target raised by
+/// [`CALIBRATION_MARGIN`], and the smallest block the calibration measured as its minimum
+/// instead of the policy's (which guards the model's constants; a fit measured the path, but
+/// only from that block on).
+pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint) -> HintPolicy {
+    let eta = policy.target_efficiency;
+    HintPolicy {
+        target_efficiency: (eta + CALIBRATION_MARGIN * (1.0 - eta)).min(0.999),
+        min_block_bytes: crate::calibrate::ladder_alignment(model),
+        ..policy.clone()
+    }
+}
+
+/// The hint from a stored calibration.
+pub fn calibrated_hint(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    calibration: &CalibratedPath,
+) -> Result<SizeHint, HintError> {
+    let costs =
+        FittedCosts { fixed_cost_us: calibration.fixed_cost_us, bandwidth_gbps: calibration.bandwidth_gbps };
+    let model = compute_hint(profile, policy)?;
+    let mut hint = compute_hint_fitted(profile, &calibrated_policy(policy, &model), costs)?;
+    hint.reasons.push(Reason::new(
+        Factor::Calibrated,
+        format!("R² {:.3}", calibration.fit_r2),
+        format!("fitted by `rdma-hint calibrate` on {}", utc_date_time(calibration.measured_at_unix)),
+    ));
+    Ok(hint)
+}
+
+/// The three hints of one pair, kept apart: the model's, the calibrated one and the recorded
+/// knee (each when the cache files hold one under the current versions).
+#[derive(Debug, Clone)]
+pub struct HintSet {
+    /// The model's hint from its constants.
+    pub model: SizeHint,
+    /// From `o` and `B` fitted by `rdma-hint calibrate`.
+    pub calibrated: Option<SizeHint>,
+    /// The knee recorded by `rdma-hint sweep`.
+    pub recorded: Option<SizeHint>,
+    /// Which one [`hint`] answers: the newer of calibrated and recorded (the recorded knee
+    /// when both are of the same second), else the model's.
+    pub chosen: Origin,
+}
+
+impl HintSet {
+    /// The hint [`hint`] answers.
+    pub fn chosen(&self) -> &SizeHint {
+        match self.chosen {
+            Origin::Calibrated => self.calibrated.as_ref().unwrap_or(&self.model),
+            Origin::Measured => self.recorded.as_ref().unwrap_or(&self.model),
+            Origin::Model => &self.model,
+        }
+    }
+}
+
+/// All three hints of `profile` (see [`HintSet`]).
+pub fn hint_set(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    file: Option<&Path>,
+) -> Result<HintSet, HintError> {
+    let model = compute_hint(profile, policy)?;
+    let (source, transport, versions) = (profile.source.id, &profile.transport.id, &profile.versions);
+    let recorded = file.and_then(|file| lookup(file, source, transport, versions));
+    let calibration = file.and_then(|file| lookup_calibration(file, source, transport, versions));
+    let chosen = match (&recorded, &calibration) {
+        (Some(r), Some(c)) if r.measured_at_unix >= c.measured_at_unix => Origin::Measured,
+        (_, Some(_)) => Origin::Calibrated,
+        (Some(_), None) => Origin::Measured,
+        (None, None) => Origin::Model,
+    };
+    let calibrated = calibration.map(|c| calibrated_hint(profile, policy, &c)).transpose()?;
+    let recorded = recorded.map(|r| apply(model.clone(), &r));
+    Ok(HintSet { model, calibrated, recorded, chosen })
+}
+
+/// The hint for `profile`: the model's, unless `file` (or the calibration file beside it)
+/// holds a knee or a calibration measured under the same versions — the newer of the two wins.
+/// The one place the facade and the probe compute hints.
 pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> Result<SizeHint, HintError> {
-    let hint = compute_hint(profile, policy)?;
-    let measured =
-        file.and_then(|file| lookup(file, profile.source.id, &profile.transport.id, &profile.versions));
-    Ok(match measured {
-        Some(measured) => apply(hint, &measured),
-        None => hint,
-    })
+    hint_set(profile, policy, file).map(|set| set.chosen().clone())
 }
 
 /// The model's hint with the measured knee as its block (rounded up to the alignment) and the
@@ -164,6 +336,47 @@ mod tests {
         assert!(load(&dir.join("missing.json")).is_empty());
         std::fs::write(&file, b"not json").unwrap();
         assert!(load(&file).is_empty(), "a garbled cache is ignored");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_newer_of_calibration_and_recorded_knee_answers() {
+        let dir = std::env::temp_dir().join(format!("rdma-hint-newest-{}", std::process::id()));
+        let file = dir.join("measured.json");
+        let profile = PathProfile::example_host_nic();
+        let (source, transport) = (profile.source.id, profile.transport.id.clone());
+        let knee = |at| MeasuredHint {
+            source,
+            transport: transport.clone(),
+            versions: profile.versions.clone(),
+            knee_bytes: 1 << 20,
+            plateau_gbps: 10.0,
+            measured_at_unix: at,
+        };
+        let calibration = |at| CalibratedPath {
+            source,
+            transport: transport.clone(),
+            versions: profile.versions.clone(),
+            fixed_cost_us: 1.0,
+            bandwidth_gbps: 20.0,
+            fit_r2: 0.999,
+            measured_at_unix: at,
+        };
+        let policy = HintPolicy::default();
+        assert_eq!(hint_set(&profile, &policy, Some(&file)).unwrap().chosen, Origin::Model);
+        store(&file, knee(100)).unwrap();
+        store_calibration(&file, source, &transport, Some(calibration(200))).unwrap();
+        let set = hint_set(&profile, &policy, Some(&file)).unwrap();
+        assert_eq!(set.chosen, Origin::Calibrated);
+        assert_eq!(set.chosen().origin, Origin::Calibrated);
+        assert_eq!(set.recorded.as_ref().unwrap().block_bytes, 1 << 20, "kept apart, not lost");
+        let calibrated = set.calibrated.unwrap();
+        assert!((calibrated.bandwidth_gbps - 20.0).abs() < 1e-12 && calibrated.fixed_cost_us == 1.0);
+        assert!(calibrated.efficiency >= 0.94 - 1e-9, "calibrated hints aim past the policy target");
+        store(&file, knee(300)).unwrap();
+        assert_eq!(hint(&profile, &policy, Some(&file)).unwrap().origin, Origin::Measured);
+        store_calibration(&file, source, &transport, None).unwrap();
+        assert!(hint_set(&profile, &policy, Some(&file)).unwrap().calibrated.is_none(), "removed");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

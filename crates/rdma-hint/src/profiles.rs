@@ -100,6 +100,7 @@ pub(crate) fn rdma_transport(nic: &Nic) -> Result<TransportFacts, String> {
         max_msg_bytes: ASSUMED_MAX_MSG_BYTES,
         max_payload_bytes: nic.max_payload_bytes,
         queried_from_backend: false,
+        rate_note: None,
     })
 }
 

@@ -1,0 +1,137 @@
+//! `rdma-hint calibrate`: fit `o` and `B` on the live path in about a second and store the
+//! calibrated hint; `probe --calibrate` does it for every path it can open.
+
+use crate::units::format_bytes;
+use rdma_hint::{calibrate_loopback, Calibration, OpenOptions, SourceId, TransportId};
+use serde::Serialize;
+use std::time::Duration;
+
+/// What `calibrate --json` prints: the hint's numbers first, then the whole calibration.
+#[derive(Serialize)]
+pub(crate) struct CalibrationJson<'a> {
+    block_bytes: u64,
+    align_bytes: u64,
+    origin: rdma_hint::Origin,
+    fixed_cost_us: f64,
+    bandwidth_gbps: f64,
+    fit_r2: f64,
+    fit_max_relative_error: f64,
+    fit_poor: Option<&'a str>,
+    elapsed_ms: f64,
+    stored_in: Option<String>,
+    calibration: &'a Calibration,
+}
+
+impl<'a> CalibrationJson<'a> {
+    pub(crate) fn new(calibration: &'a Calibration) -> CalibrationJson<'a> {
+        CalibrationJson {
+            block_bytes: calibration.hint.block_bytes,
+            align_bytes: calibration.hint.align_bytes,
+            origin: calibration.hint.origin,
+            fixed_cost_us: calibration.fit.fixed_cost_us,
+            bandwidth_gbps: calibration.fit.bandwidth_gbps,
+            fit_r2: calibration.fit.r2,
+            fit_max_relative_error: calibration.fit.max_relative_error,
+            fit_poor: calibration.fit.poor.as_deref(),
+            elapsed_ms: calibration.elapsed_ms,
+            stored_in: calibration.stored_in.as_ref().map(|p| p.display().to_string()),
+            calibration,
+        }
+    }
+}
+
+/// Calibrates `transport` from `source` over an in-process loopback pair.
+pub(crate) fn run(
+    transport: &TransportId,
+    source: SourceId,
+    options: &OpenOptions,
+    budget: Duration,
+) -> anyhow::Result<Calibration> {
+    Ok(calibrate_loopback(transport, source, options, budget)?)
+}
+
+/// The report, perftest style: the ladder, the fit, the hint.
+pub(crate) fn text(calibration: &Calibration) -> String {
+    let mut out = format!(
+        "# rdma-hint calibrate: {} from {}, {} block sizes in {:.0} ms\n{:>10} {:>10} {:>11} {:>5} {:>10}\n",
+        calibration.transport,
+        calibration.source,
+        calibration.points.len(),
+        calibration.elapsed_ms,
+        "block",
+        "GB/s",
+        "µs/block",
+        "runs",
+        "per run"
+    );
+    for point in &calibration.points {
+        let dropped = calibration.fit.dropped.iter().find(|d| d.block_bytes == point.block_bytes);
+        out.push_str(&format!(
+            "{:>10} {:>10.3} {:>11.2} {:>5} {:>10}{}\n",
+            format_bytes(point.block_bytes),
+            point.gbps,
+            point.us_per_block,
+            point.runs,
+            format_bytes(point.transfer_bytes),
+            dropped.map(|d| format!("  (left out: {})", d.why)).unwrap_or_default()
+        ));
+    }
+    let fit = &calibration.fit;
+    out.push_str(&format!(
+        "fit t(s) = o + s/B: o = {:.2} µs, B = {:.3} GB/s, R² {:.4}, largest error {:.0} % over {} of {} sizes\n",
+        fit.fixed_cost_us,
+        fit.bandwidth_gbps,
+        fit.r2,
+        fit.max_relative_error * 100.0,
+        fit.kept_bytes.len(),
+        calibration.points.len()
+    ));
+    if let Some(why) = &fit.poor {
+        out.push_str(&format!("poor fit: {why}\n"));
+    }
+    let hint = &calibration.hint;
+    out.push_str(&format!(
+        "hint: {} blocks, {} aligned ({}), predicted {:.3} GB/s = {:.2} of B\n",
+        format_bytes(hint.block_bytes),
+        format_bytes(hint.align_bytes),
+        format!("{:?}", hint.origin).to_lowercase(),
+        hint.predicted_gbps,
+        hint.efficiency
+    ));
+    match &calibration.stored_in {
+        Some(path) => out.push_str(&format!("stored: {}\n", path.display())),
+        None if fit.poor.is_some() => out.push_str("stored: nothing (a poor fit is not kept)\n"),
+        None => out.push_str("stored: nothing (no cache directory)\n"),
+    }
+    out
+}
+
+/// Calibrates every (source, transport) pair of `report` this process can open, one after
+/// another; returns one line per pair (what it found, or why it could not).
+pub(crate) fn every_path(report: &rdma_hint::ProbeReport, options: &OpenOptions) -> Vec<String> {
+    let mut lines = Vec::new();
+    for hint in &report.hints {
+        let line = match hint.transport.parse::<TransportId>() {
+            Err(e) => format!("calibrate {} over {}: {e}", hint.source, hint.transport),
+            Ok(id) => {
+                match calibrate_loopback(&id, hint.source, options, rdma_hint::calibrate::DEFAULT_BUDGET) {
+                    Ok(c) => format!(
+                    "calibrated {} over {}: o = {:.2} µs, B = {:.3} GB/s, R² {:.3} in {:.0} ms → {} ({}){}",
+                    c.source,
+                    c.transport,
+                    c.fit.fixed_cost_us,
+                    c.fit.bandwidth_gbps,
+                    c.fit.r2,
+                    c.elapsed_ms,
+                    format_bytes(c.hint.block_bytes),
+                    format!("{:?}", c.hint.origin).to_lowercase(),
+                    c.fit.poor.as_ref().map(|why| format!("; poor fit: {why}")).unwrap_or_default()
+                ),
+                    Err(e) => format!("calibrate {} over {}: {e}", hint.source, hint.transport),
+                }
+            }
+        };
+        lines.push(line);
+    }
+    lines
+}
