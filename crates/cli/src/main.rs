@@ -26,6 +26,42 @@ struct Cli {
     command: Command,
 }
 
+/// The path `sweep` and `calibrate` measure: backend, channel and memory source.
+#[derive(clap::Args)]
+struct PathArgs {
+    /// Backend to measure: staged, ucx or verbs (the last two need their cargo features).
+    #[arg(long, default_value = "staged")]
+    backend: String,
+    /// Channel of staged or ucx: shm (the default) or tcp (for ucx: UCX_TLS=shm,self or
+    /// tcp,self). Not for verbs.
+    #[arg(long)]
+    channel: Option<String>,
+    /// UCX transports to allow instead of --channel's (UCX_TLS syntax, e.g. posix,cma).
+    #[arg(long, value_name = "TLS", conflicts_with = "channel")]
+    ucx_tls: Option<String>,
+    /// RDMA device for --backend verbs (default: the first one).
+    #[arg(long, value_name = "NAME")]
+    device: Option<String>,
+    /// Memory source: host:N or gpu:N.
+    #[arg(long, default_value = "host:0")]
+    source: String,
+}
+
+impl PathArgs {
+    /// The transport id and the source.
+    fn resolve(&self) -> anyhow::Result<(rdma_hint::TransportId, rdma_hint::SourceId)> {
+        let transport = backend::transport_id(
+            &self.backend,
+            self.channel.as_deref(),
+            "shm",
+            self.ucx_tls.as_deref(),
+            self.device.as_deref(),
+        )?;
+        let source = self.source.parse().map_err(|e| anyhow::anyhow!("--source {}: {e}", self.source))?;
+        Ok((transport, source))
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Print every memory source, NIC, path class and hint (like `ucx_info -d` + `nvidia-smi topo -m`).
@@ -44,21 +80,8 @@ enum Command {
     /// Fit the path's fixed cost per block o and bandwidth B on the live transport (about a
     /// second, in-process loopback), store them and print the calibrated hint.
     Calibrate {
-        /// Backend: staged, ucx or verbs (the last two need their cargo features).
-        #[arg(long, default_value = "staged")]
-        backend: String,
-        /// Channel of staged or ucx: shm (the default) or tcp. Not for verbs.
-        #[arg(long)]
-        channel: Option<String>,
-        /// UCX transports to allow instead of --channel's (UCX_TLS syntax).
-        #[arg(long, value_name = "TLS", conflicts_with = "channel")]
-        ucx_tls: Option<String>,
-        /// RDMA device for --backend verbs (default: the first one).
-        #[arg(long, value_name = "NAME")]
-        device: Option<String>,
-        /// Memory source: host:N or gpu:N.
-        #[arg(long, default_value = "host:0")]
-        source: String,
+        #[command(flatten)]
+        path: PathArgs,
         /// Measuring time in milliseconds (at most 600000).
         #[arg(long, value_parser = units::parse_count, default_value = "1000")]
         budget_ms: u64,
@@ -70,22 +93,8 @@ enum Command {
     /// Measure the block-size curve on a real backend: bandwidth, latency percentiles, CPU use,
     /// plateau and knee next to the model's hint; stores the knee as a measured hint.
     Sweep {
-        /// Backend to measure: staged, ucx or verbs (the last two need their cargo features).
-        #[arg(long, default_value = "staged")]
-        backend: String,
-        /// Channel of staged or ucx: shm (the default) or tcp (for ucx: UCX_TLS=shm,self or
-        /// tcp,self). Not for verbs.
-        #[arg(long)]
-        channel: Option<String>,
-        /// UCX transports to allow instead of --channel's (UCX_TLS syntax, e.g. posix,cma).
-        #[arg(long, value_name = "TLS", conflicts_with = "channel")]
-        ucx_tls: Option<String>,
-        /// RDMA device for --backend verbs (default: the first one).
-        #[arg(long, value_name = "NAME")]
-        device: Option<String>,
-        /// Memory source: host:N or gpu:N.
-        #[arg(long, default_value = "host:0")]
-        source: String,
+        #[command(flatten)]
+        path: PathArgs,
         /// Block sizes: a range `4K..64M` (the powers of two between two powers of two) or a
         /// list `64K,96K,1M` of multiples of the alignment (the hint is added).
         #[arg(long, default_value = "4K..64M")]
@@ -251,11 +260,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sweep {
-            backend,
-            channel,
-            ucx_tls,
-            device,
-            source,
+            path,
             sizes,
             iters,
             transfer,
@@ -276,14 +281,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     units::format_bytes(largest)
                 );
             }
-            let transport = backend::transport_id(
-                &backend,
-                channel.as_deref(),
-                "shm",
-                ucx_tls.as_deref(),
-                device.as_deref(),
-            )?;
-            let source = source.parse().map_err(|e| anyhow::anyhow!("--source {source}: {e}"))?;
+            let (transport, source) = path.resolve()?;
             // Output paths are checked before minutes of measuring, not after.
             let json = json.map(|path| output::OutputFile::reserve(&path, "--json")).transpose()?;
             let plot = plot.map(|path| output::OutputFile::reserve(&path, "--plot")).transpose()?;
@@ -367,15 +365,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 count,
             })
         }
-        Command::Calibrate { backend, channel, ucx_tls, device, source, budget_ms, json } => {
-            let transport = backend::transport_id(
-                &backend,
-                channel.as_deref(),
-                "shm",
-                ucx_tls.as_deref(),
-                device.as_deref(),
-            )?;
-            let source = source.parse().map_err(|e| anyhow::anyhow!("--source {source}: {e}"))?;
+        Command::Calibrate { path, budget_ms, json } => {
+            let (transport, source) = path.resolve()?;
             let token = token::ephemeral()?;
             let options = OpenOptions::default().token(&token);
             let calibration =

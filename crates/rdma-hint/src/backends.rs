@@ -107,7 +107,7 @@ pub(crate) const SHM_FLOOR_GBPS: f64 = 5.5;
 /// in GB/s: the staged backend's TCP rate on loopback.
 pub(crate) const TCP_FLOOR_GBPS: f64 = 3.0;
 
-#[cfg(any(feature = "ucx", test))]
+#[cfg(feature = "ucx")]
 /// The speed of the interface `UCX_NET_DEVICES` names (the first one), from sysfs, in GB/s:
 /// `(name, GB/s)`; none for loopback, unset, or an interface without a speed.
 fn ucx_net_device_gbps() -> Option<(String, f64)> {

@@ -195,10 +195,13 @@ pub fn record_measurement(
 /// The path profile of `device` over the transport with id `transport`, as discovery found it
 /// (UCX scopes the probe did not list are asked about now).
 pub(crate) fn profile_of(device: Device, transport: &str) -> Result<PathProfile, Error> {
-    let inventory = live_inventory()?;
+    profile_in(&*live_inventory()?, device, transport)
+}
+
+fn profile_in(inventory: &Inventory, device: Device, transport: &str) -> Result<PathProfile, Error> {
     let unknown = || Error::UnknownTransport {
         transport: transport.to_string(),
-        available: transport_ids(&inventory).join(", "),
+        available: transport_ids(inventory).join(", "),
     };
     if let Some(candidate) = inventory.candidates.iter().find(|c| match c {
         Ok(p) => p.source.id == device && p.transport.id == transport,
@@ -270,7 +273,7 @@ pub fn get_low_latency_rdma_size_hint_with(
 }
 
 fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector) -> Result<SizeHint, Error> {
-    let Some(source) = inventory.sources.iter().find(|s| s.facts.id == device) else {
+    if !inventory.sources.iter().any(|s| s.facts.id == device) {
         return Err(Error::UnknownDevice {
             device,
             available: inventory
@@ -280,44 +283,13 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
                 .collect::<Vec<_>>()
                 .join(", "),
         });
-    };
+    }
     let for_device = inventory.candidates.iter().filter(|c| match c {
         Ok(profile) => profile.source.id == device,
         Err((source, _, _)) => *source == device,
     });
     match selector {
-        TransportSelector::Id(TransportId::Ucx(scope))
-            if !transport_ids(inventory).contains(&format!("ucx:{scope}")) =>
-        {
-            // A UCX scope the probe did not list (`ucx:posix+cma`): ask UCX about it now.
-            let id = TransportId::Ucx(scope.clone());
-            let tls = id.ucx_tls().unwrap_or_default();
-            let transport = backends::ucx_transport(&tls).map_err(|why| Error::NoPath {
-                device,
-                transport: id.to_string(),
-                why,
-            })?;
-            cached_hint(&profiles::software_profile(source.facts.clone(), &transport))
-        }
-        TransportSelector::Id(id) => {
-            let id = id.to_string();
-            let candidate = for_device
-                .clone()
-                .find(|c| match c {
-                    Ok(profile) => profile.transport.id == id,
-                    Err((_, transport, _)) => *transport == id,
-                })
-                .ok_or_else(|| Error::UnknownTransport {
-                    transport: id.clone(),
-                    available: transport_ids(inventory).join(", "),
-                })?;
-            match candidate {
-                Ok(profile) => cached_hint(profile),
-                Err((_, transport, why)) => {
-                    Err(Error::NoPath { device, transport: transport.clone(), why: why.clone() })
-                }
-            }
-        }
+        TransportSelector::Id(id) => cached_hint(&profile_in(inventory, device, &id.to_string())?),
         TransportSelector::Auto => {
             let hints: Vec<SizeHint> =
                 for_device.filter_map(|c| c.as_ref().ok()).filter_map(|p| cached_hint(p).ok()).collect();
