@@ -3,7 +3,7 @@
 
 use crate::memory::Memory;
 use crate::protocol::{Inbound, Inbox};
-use crate::region::{RegionMemory, Staging};
+use crate::region::{copy_to_peer, RegionMemory, Staging};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::queue::{event_queue, EventQueue, EventSender};
@@ -195,6 +195,14 @@ fn send_loop(
 ) {
     let mut staging = Staging::default();
     loop {
+        // Nothing more to post: let queued GPU copies land rather than leave them in flight
+        // while the link waits (a source may be deregistered next).
+        if ops.is_empty() && staging.unsettled() {
+            if let Err(e) = staging.settle() {
+                shared.fail(format!("copying GPU memory to the peer: {e}"));
+                break;
+            }
+        }
         let op = select! {
             recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
             recv(acks) -> outgoing => match outgoing {
@@ -279,10 +287,12 @@ fn send_one(
                 .and_then(Option::as_ref)
                 .and_then(|r| r.mapped.as_ref())
                 .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
-            source
-                .memory
-                .copy_to_host(op.local_offset, target, op.remote_offset, op.len)
+            copy_to_peer(&source.memory, op.local_offset, target, (op.remote_offset, op.len), staging)
                 .map_err(|e| e.to_string())?;
+            if op.signalled || op.imm.is_some() {
+                // A completion or a notification says the bytes are there: GPU copies land first.
+                staging.settle().map_err(|e| format!("copying GPU memory to the peer: {e}"))?;
+            }
             if op.signalled {
                 // The bytes are in the peer's memory: that is what an RDMA WRITE completion means.
                 let _ =

@@ -127,6 +127,12 @@ impl Memory {
     }
 
     /// Length in bytes.
+    /// Base address and length of the whole buffer, for the GPU driver to page-lock.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn mapping(&self) -> (*mut u8, usize) {
+        (self.ptr.as_ptr(), self.len)
+    }
+
     pub(crate) fn len(&self) -> u64 {
         self.len as u64
     }

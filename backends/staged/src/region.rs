@@ -18,6 +18,77 @@ pub(crate) enum RegionMemory {
 pub(crate) struct Staging {
     #[cfg(feature = "cuda")]
     socket: Option<crate::gpu::SocketStaging>,
+    /// GPU → peer mapping copies of the shm channel (dropped before `in_flight`: it waits).
+    #[cfg(feature = "cuda")]
+    peer: Option<crate::gpu::PeerCopier>,
+    /// Sources of queued copies, kept alive until they land (a deregistered region's GPU
+    /// memory is not freed under the copy engine).
+    #[cfg(feature = "cuda")]
+    in_flight: Vec<std::sync::Arc<RegionMemory>>,
+}
+
+impl Staging {
+    /// Whether copies are queued that have not been seen to land.
+    pub(crate) fn unsettled(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            self.peer.as_ref().is_some_and(crate::gpu::PeerCopier::is_queued)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
+    /// Returns once every queued copy into the peer's memory has landed.
+    pub(crate) fn settle(&mut self) -> Result<(), TransportError> {
+        #[cfg(feature = "cuda")]
+        {
+            if let Some(peer) = self.peer.as_mut() {
+                peer.wait().map_err(gpu_error)?;
+            }
+            self.in_flight.clear();
+        }
+        Ok(())
+    }
+}
+
+/// Copies `len` bytes at `from` of `memory` into the peer's mapped host memory at `to` (shm
+/// channel). Host memory is copied on return; GPU memory may be queued: call
+/// [`Staging::settle`] before anyone may rely on the bytes.
+pub(crate) fn copy_to_peer(
+    memory: &std::sync::Arc<RegionMemory>,
+    from: u64,
+    target: &Memory,
+    (to, len): (u64, u64),
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))] staging: &mut Staging,
+) -> Result<(), TransportError> {
+    match &**memory {
+        RegionMemory::Host(host) => host.copy_to(from, target, to, len),
+        #[cfg(feature = "cuda")]
+        RegionMemory::Gpu(buffer, _) => {
+            let gpu = buffer.gpu();
+            if staging.peer.as_ref().is_none_or(|p| p.gpu().ordinal() != gpu.ordinal()) {
+                staging.settle()?;
+                staging.peer = Some(crate::gpu::PeerCopier::new(gpu).map_err(gpu_error)?);
+            }
+            let Some(peer) = staging.peer.as_mut() else {
+                return Err(gpu_error(crate::gpu::GpuProbeError::Invalid("no copier".into())));
+            };
+            // SAFETY: bounds checked inside `slice_mut`; this link thread is the only writer of
+            // the peer's mapping, the peer reads the range only after a notification or
+            // completion, which `settle` precedes, and the mapping outlives the copier (both
+            // belong to this link).
+            let destination = unsafe { target.slice_mut(to, len) }?;
+            // SAFETY: as above: valid and unread until `settle`; `mapping` contains it.
+            unsafe { peer.copy(buffer, usize_of(from)?, destination, target.mapping()) }
+                .map_err(gpu_error)?;
+            if peer.is_queued() {
+                staging.in_flight.push(memory.clone());
+            }
+            Ok(())
+        }
+    }
 }
 
 #[cfg(feature = "cuda")]
@@ -154,27 +225,6 @@ impl RegionMemory {
                     usize_of(len).map_err(std::io::Error::other)?,
                 );
                 _staging.for_buffer(buffer)?.receive(buffer, offset, len, &mut &*socket)
-            }
-        }
-    }
-
-    /// Copies `len` bytes at `from` into the peer's mapped host memory (shm channel).
-    pub(crate) fn copy_to_host(
-        &self,
-        from: u64,
-        target: &Memory,
-        to: u64,
-        len: u64,
-    ) -> Result<(), TransportError> {
-        match self {
-            RegionMemory::Host(memory) => memory.copy_to(from, target, to, len),
-            #[cfg(feature = "cuda")]
-            RegionMemory::Gpu(buffer, _) => {
-                // SAFETY: bounds checked inside `slice_mut`; this link thread is the only user
-                // of the peer's mapping, and the peer reads the range only after the
-                // notification that follows this copy.
-                let destination = unsafe { target.slice_mut(to, len) }?;
-                buffer.download(usize_of(from)?, destination).map_err(gpu_error)
             }
         }
     }

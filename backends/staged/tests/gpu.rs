@@ -101,6 +101,81 @@ mod transport {
         }
     }
 
+    /// GPU memory into a same-host peer's host region over shm: the copies are queued into the
+    /// page-locked peer mapping and land before the notification (and, for writes nobody is
+    /// told about, once the link goes idle).
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and libcuda"]
+    fn gpu_regions_over_shm_arrive_byte_exact() {
+        for len in [1u64, 4095, 65536, (1 << 20) + 3, 64 << 20] {
+            let padded = len.next_multiple_of(64 * 1024);
+            let receiver = StagedTransport::new(StagedChannel::SharedMemory);
+            let target = receiver.register(MemoryKind::Host, padded).unwrap();
+            let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let listening = std::thread::spawn(move || {
+                rdma_hint_core::blocking::block_on(receiver.connect(
+                    PeerEndpoint::Listen(address),
+                    &[target.id],
+                    deadline,
+                ))
+                .unwrap();
+                let mut arrivals = [Arrival::EMPTY; 1];
+                assert_eq!(
+                    rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline))
+                        .unwrap(),
+                    1
+                );
+                let mut back = vec![0u8; len as usize];
+                receiver.read_region(target.id, 0, &mut back).unwrap();
+                (receiver, target, back)
+            });
+            let sender = StagedTransport::new(StagedChannel::SharedMemory);
+            let source = sender.register(MemoryKind::CudaDevice { ordinal: 0 }, padded).unwrap();
+            let data = super::random_bytes(len as usize, len);
+            sender.write_region(source.id, 0, &data).unwrap();
+            let remote = rdma_hint_core::blocking::block_on(sender.connect(
+                PeerEndpoint::Dial(address),
+                &[],
+                deadline,
+            ))
+            .unwrap()[0];
+            let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
+            chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
+            rdma_hint_core::blocking::block_on(chunker.write(
+                &sender,
+                Transfer::new(&source, &remote, len).notify(1),
+                deadline,
+            ))
+            .unwrap();
+            let (receiver, target, back) = listening.join().unwrap();
+            assert!(back == data, "{len} B GPU -> shm -> host");
+            // An unsignalled write without a notification: lands once the link is idle.
+            let fresh = super::random_bytes(len as usize, len + 1);
+            sender.write_region(source.id, 0, &fresh).unwrap();
+            let op = rdma_hint_core::WriteOp {
+                wr_id: 7,
+                local: source.id,
+                local_offset: 0,
+                remote: remote.id,
+                remote_offset: 0,
+                len,
+                imm: None,
+                signalled: false,
+            };
+            sender.post_writes(&[op]).unwrap();
+            let mut landed = vec![0u8; len as usize];
+            while Instant::now() < deadline {
+                receiver.read_region(target.id, 0, &mut landed).unwrap();
+                if landed == fresh {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(landed == fresh, "{len} B unsignalled GPU write never landed");
+        }
+    }
+
     #[test]
     #[ignore = "needs an NVIDIA GPU and libcuda"]
     fn gpu_regions_cannot_be_exposed_over_shm() {

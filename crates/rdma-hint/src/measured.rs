@@ -155,12 +155,14 @@ pub fn lookup_calibration(
 }
 
 /// Share of the efficiency a policy leaves on the table that a calibrated hint aims to win
-/// back: with the default 0.9 target, calibrated hints aim at 0.94 of the fitted `B`.
+/// back: with the default 0.9 target, calibrated hints aim at 0.93 of the fitted `B`.
 ///
-/// Measured curves rise more gradually than `o + s/B` near the knee (on this project's
-/// machines the fitted 90 % point reached 0.83–0.94 of the measured plateau); 0.94 of `B`
-/// lies 1.74× further out, within the 2× of the knee a hint may be.
-pub const CALIBRATION_MARGIN: f64 = 0.4;
+/// A hint meets its target when it reaches 0.90 of the measured plateau at no more than 2× the
+/// measured knee. Many measured curves rise more gradually than `o + s/B` near the knee (on this
+/// project's machines the fitted 90 % point reached 0.83–0.94 of the measured plateau), while an
+/// exact one (GPU copies) crosses 0.90 right at it; 0.93 of `B` lies 1.48× past the fitted 90 %
+/// point, near the middle of that window (`benches/fidelity.sh` measures how well it does).
+pub const CALIBRATION_MARGIN: f64 = 0.3;
 
 /// The policy a calibrated hint is computed under: `policy`'s target raised by
 /// [`CALIBRATION_MARGIN`], and the smallest block the calibration measured as its minimum
@@ -372,7 +374,7 @@ mod tests {
         assert_eq!(set.recorded.as_ref().unwrap().block_bytes, 1 << 20, "kept apart, not lost");
         let calibrated = set.calibrated.unwrap();
         assert!((calibrated.bandwidth_gbps - 20.0).abs() < 1e-12 && calibrated.fixed_cost_us == 1.0);
-        assert!(calibrated.efficiency >= 0.94 - 1e-9, "calibrated hints aim past the policy target");
+        assert!(calibrated.efficiency >= 0.93 - 1e-9, "calibrated hints aim past the policy target");
         store(&file, knee(300)).unwrap();
         assert_eq!(hint(&profile, &policy, Some(&file)).unwrap().origin, Origin::Measured);
         store_calibration(&file, source, &transport, None).unwrap();

@@ -8,12 +8,16 @@
 #[cfg(feature = "cuda")]
 mod buffers;
 #[cfg(feature = "cuda")]
+mod peer_copy;
+#[cfg(feature = "cuda")]
 mod pipeline;
 #[cfg(feature = "cuda")]
 mod staging;
 
 #[cfg(feature = "cuda")]
 pub use buffers::{DeviceBuffer, Gpu, PinnedBuffer};
+#[cfg(feature = "cuda")]
+pub(crate) use peer_copy::PeerCopier;
 #[cfg(feature = "cuda")]
 pub use pipeline::{CopyDirection, StagingPipeline};
 #[cfg(feature = "cuda")]
