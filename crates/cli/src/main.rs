@@ -99,8 +99,7 @@ enum Command {
         /// list `64K,96K,1M` of multiples of the alignment (the hint is added).
         #[arg(long, default_value = "4K..64M")]
         sizes: String,
-        /// Passes over all sizes, one timed transfer per size each (after one warm-up per
-        /// size), at least 1: drift of the machine spreads over every size.
+        /// Timed transfers per size (after one warm-up), at least 1.
         #[arg(long, value_parser = units::parse_count_u32, default_value = "5")]
         iters: u32,
         /// Bytes per transfer, at least the largest block of --sizes.

@@ -249,127 +249,53 @@ impl Endpoints {
     }
 }
 
-/// One block size being measured: its chunker and what its timed transfers added up to.
-struct Probe {
-    block: u64,
-    marks: Marks,
-    chunker: Chunker,
-    /// Bytes per timed transfer: whole blocks, at least one, at most the transfer size.
-    len: u64,
-    seconds: f64,
-    cpu_seconds: f64,
-    runs: u32,
-    peak_gbps: f64,
-}
-
-impl Probe {
-    fn new(
-        transport: &dyn Transport,
-        args: &SweepArgs,
-        (block, marks): (u64, Marks),
-        align: u64,
-    ) -> Result<Probe> {
-        // A hint need not be a multiple of the ladder's alignment (UCX's is 512 B): each block keeps
-        // the largest power of two that divides it, up to that alignment.
-        let spec = BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?;
-        let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
-        chunker.set_hint(args.source, spec);
-        let len = (args.transfer_bytes / block).max(1) * block;
-        Ok(Probe { block, marks, chunker, len, seconds: 0.0, cpu_seconds: 0.0, runs: 0, peak_gbps: 0.0 })
-    }
-
-    fn transfer(&mut self, endpoints: &Endpoints, source: SourceId, len: u64) -> Result<f64> {
-        let started = Instant::now();
-        let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
-        self.chunker.write_as_blocking(
-            &*endpoints.sender,
-            source,
-            transfer,
-            started + Duration::from_secs(60),
-        )?;
-        Ok(started.elapsed().as_secs_f64())
-    }
-
-    /// One timed transfer, added to the totals.
-    fn timed(&mut self, endpoints: &Endpoints, source: SourceId) -> Result<()> {
-        let cpu_before = CpuTime::now();
-        let seconds = self.transfer(endpoints, source, self.len)?;
-        self.cpu_seconds += CpuTime::now().since(&cpu_before).unwrap_or(f64::NAN);
-        self.seconds += seconds;
-        self.runs += 1;
-        self.peak_gbps = self.peak_gbps.max(self.len as f64 / seconds / 1e9);
-        Ok(())
-    }
-
-    /// The point: average = all bytes / all time, peak = best transfer, then the latency of
-    /// single signalled blocks, as ib_write_lat measures it.
-    fn finish(mut self, endpoints: &Endpoints, args: &SweepArgs) -> Result<Point> {
-        let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-        for _ in 0..args.latency_samples {
-            let seconds = self.transfer(endpoints, args.source, self.block)?;
-            histogram.saturating_record(((seconds * 1e9) as u64).max(1));
-        }
-        let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
-        let (p50_us, p99_us) = (us(0.5), us(0.99));
-        Ok(Point {
-            block_bytes: self.block,
-            avg_gbps: self.len as f64 * f64::from(self.runs) / self.seconds / 1e9,
-            peak_gbps: self.peak_gbps,
-            p50_us,
-            p99_us,
-            p999_us: us(0.999),
-            max_us: histogram.max() as f64 / 1e3,
-            sharpness: if p50_us > 0.0 { p99_us / p50_us } else { f64::NAN },
-            cpu_util: self.cpu_seconds / self.seconds,
-            is_hint: self.marks.answered,
-            hints: std::mem::take(&mut self.marks.hints),
-        })
-    }
-}
-
-/// Measures every block: a warm-up transfer each, then `iters` passes over all of them, one
-/// timed transfer per block per pass, so a machine that drifts (a neighbour's load, a clock)
-/// spreads its drift over every size instead of bending the curve; then the latencies.
-fn measure_all(
-    endpoints: &Endpoints,
-    args: &SweepArgs,
-    blocks: Vec<(u64, Marks)>,
-    align: u64,
-) -> Result<Vec<Point>> {
+fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
+    let deadline = || Instant::now() + Duration::from_secs(60);
     let transport = &*endpoints.sender;
-    let mut probes = blocks
-        .into_iter()
-        .map(|block| Probe::new(transport, args, block, align))
-        .collect::<Result<Vec<_>>>()?;
-    let progress = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(probes.len() as u64 * (u64::from(args.iters) + 2));
-        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    progress.set_message("warm-up");
-    for probe in &mut probes {
-        probe.transfer(endpoints, args.source, probe.len)?;
-        progress.inc(1);
+    // A hint need not be a multiple of the ladder's alignment (UCX's is 512 B): each block keeps
+    // the largest power of two that divides it, up to that alignment.
+    let spec = BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?;
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
+    chunker.set_hint(args.source, spec);
+    // Whole blocks only, never past the region: at least one block, at most the transfer size.
+    let len = (args.transfer_bytes / block).max(1) * block;
+    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
+    chunker.write_as_blocking(transport, args.source, transfer, deadline())?;
+    let (cpu_before, wall) = (CpuTime::now(), Instant::now());
+    let mut peak: f64 = 0.0;
+    for _ in 0..args.iters {
+        let started = Instant::now();
+        chunker.write_as_blocking(transport, args.source, transfer, deadline())?;
+        peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
     }
-    for pass in 1..=args.iters {
-        progress.set_message(format!("pass {pass}/{}", args.iters));
-        for probe in &mut probes {
-            probe.timed(endpoints, args.source)?;
-            progress.inc(1);
-        }
+    let elapsed = wall.elapsed().as_secs_f64();
+    let cpu_util = CpuTime::now().since(&cpu_before).map_or(f64::NAN, |used| used / elapsed);
+    let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
+
+    // Latency: one block at a time, signalled, as ib_write_lat does.
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let single = Transfer::new(&endpoints.source, &endpoints.remote, block);
+    for _ in 0..args.latency_samples {
+        let started = Instant::now();
+        chunker.write_as_blocking(transport, args.source, single, deadline())?;
+        histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
     }
-    progress.set_message("latency");
-    let mut points = Vec::with_capacity(probes.len());
-    for probe in probes {
-        points.push(probe.finish(endpoints, args)?);
-        progress.inc(1);
-    }
-    progress.finish_and_clear();
-    Ok(points)
+    let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
+    let (p50_us, p99_us) = (us(0.5), us(0.99));
+    Ok(Point {
+        block_bytes: block,
+        avg_gbps,
+        peak_gbps: peak,
+        p50_us,
+        p99_us,
+        p999_us: us(0.999),
+        max_us: histogram.max() as f64 / 1e3,
+        sharpness: if p50_us > 0.0 { p99_us / p50_us } else { f64::NAN },
+        cpu_util,
+        is_hint: marks.answered,
+        hints: marks.hints,
+    })
 }
 
 /// Which hints sit at one block.
@@ -415,7 +341,22 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let region_bytes = args.transfer_bytes.max(largest);
     let endpoints = connect(args, region_bytes)?;
 
-    let points = measure_all(&endpoints, args, blocks, align)?;
+    let progress = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(blocks.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut points = Vec::with_capacity(blocks.len());
+    for (block, marks) in blocks {
+        progress.set_message(format_bytes(block));
+        points.push(measure(&endpoints, args, block, align, marks)?);
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
     if args.peer.is_some() {
         endpoints.tell_peer(SWEEP_FINISHED, args.source);
     }
