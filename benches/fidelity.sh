@@ -5,7 +5,9 @@
 # whether the calibrated one meets "≥ 0.90 of the plateau and ≤ 2× the knee".
 #
 #   benches/fidelity.sh [OUT_DIR]          (default target/fidelity)
-#   RDMA_HINT_BIN=path  RUNS=3  PATHS="staged:shm@host:0 ucx:tcp@host:0 staged:shm@gpu:0"
+#   RDMA_HINT_BIN=path  RUNS=3  PATHS="staged:shm@host:0 ucx:tcp@host:0 staged:shm@gpu:0 verbs:rxe0@host:0"
+#   SIZES=4K..1M  SWEEP_ARGS="--iters 2 --transfer 4M"  CALIBRATE_ARGS="--budget-ms 3000"
+#   (slow paths: Soft-RoCE under emulation moves ≈ 20 MB/s)
 #
 # Raw JSON per run lands in OUT_DIR (cal-*.json, sweep-*.json, sweep-*.txt); the summary is
 # printed and written to OUT_DIR/summary.txt. The sweeps do not record their knee
@@ -25,12 +27,17 @@ fi
 for path in $PATHS; do
     transport=${path%@*} source=${path#*@}
     backend=${transport%%:*} channel=${transport#*:}
-    sizes=4K..16M
-    [ "${source%%:*}" = gpu ] && sizes=64K..16M
+    # verbs:DEVICE names a device, the others a channel.
+    path_args=(--backend "$backend" --channel "$channel")
+    [ "$backend" = verbs ] && path_args=(--backend verbs --device "$channel")
+    sizes=${SIZES:-4K..16M}
+    [ -z "${SIZES:-}" ] && [ "${source%%:*}" = gpu ] && sizes=64K..16M
     for run in $(seq 1 "$runs"); do
         tag="${backend}-${channel}-${source/:/}-$run"
-        "$bin" calibrate --backend "$backend" --channel "$channel" --source "$source" --json >"$out/cal-$tag.json"
-        "$bin" sweep --backend "$backend" --channel "$channel" --source "$source" --sizes "$sizes" \
+        # shellcheck disable=SC2086 # the *_ARGS are word lists on purpose
+        "$bin" calibrate "${path_args[@]}" --source "$source" ${CALIBRATE_ARGS:-} --json >"$out/cal-$tag.json"
+        # shellcheck disable=SC2086
+        "$bin" sweep "${path_args[@]}" --source "$source" --sizes "$sizes" ${SWEEP_ARGS:-} \
             --no-record --json "$out/sweep-$tag.json" --plot "$out/sweep-$tag.svg" >"$out/sweep-$tag.txt"
     done
 done
