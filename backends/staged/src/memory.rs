@@ -126,13 +126,13 @@ impl Memory {
         Ok(Memory { ptr, len: size, backing: Backing::SharedPeer { _map: map } })
     }
 
-    /// Length in bytes.
     /// Base address and length of the whole buffer, for the GPU driver to page-lock.
     #[cfg(feature = "cuda")]
     pub(crate) fn mapping(&self) -> (*mut u8, usize) {
         (self.ptr.as_ptr(), self.len)
     }
 
+    /// Length in bytes.
     pub(crate) fn len(&self) -> u64 {
         self.len as u64
     }
@@ -245,22 +245,16 @@ impl Memory {
         Ok((start, len))
     }
 
-    /// The bytes `offset..offset + len` as a mutable slice, for a GPU download into a peer's
-    /// mapped region.
-    ///
-    /// # Safety
-    /// Nothing else in this process may access these bytes while the slice lives: the one link
-    /// thread that copies into a peer region is the only user of its mapping, and the peer
-    /// reads the range only after the notification that follows the copy.
+    /// The address of `offset` after checking that `offset..offset + len` lies in the buffer,
+    /// for a GPU copy into a peer's mapped region. A raw pointer, not a slice: the peer may read
+    /// or write those bytes at any time (as a remote NIC may), so no Rust reference is formed.
     #[cfg(feature = "cuda")]
-    #[allow(clippy::mut_from_ref)] // a peer's mapping, written through `&self` by design
-    pub(crate) unsafe fn slice_mut(&self, offset: u64, len: u64) -> Result<&mut [u8], TransportError> {
+    pub(crate) fn range_ptr(&self, offset: u64, len: u64) -> Result<*mut u8, TransportError> {
         let len = usize::try_from(len)
             .map_err(|_| TransportError::MessageTooLarge { len, max_msg_bytes: u64::MAX })?;
         let start = self.check(offset, len, "local")?;
-        // SAFETY: in bounds (checked) and the buffer lives as long as `self`; exclusivity is the
-        // caller's obligation (see above).
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(start), len) })
+        // `start + len` is within the buffer (checked), so the offset stays in the allocation.
+        Ok(self.ptr.as_ptr().wrapping_add(start))
     }
 }
 

@@ -61,10 +61,16 @@ pub(crate) fn copy_to_peer(
     from: u64,
     target: &Memory,
     (to, len): (u64, u64),
-    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))] staging: &mut Staging,
+    staging: &mut Staging,
 ) -> Result<(), TransportError> {
     match &**memory {
-        RegionMemory::Host(host) => host.copy_to(from, target, to, len),
+        RegionMemory::Host(host) => {
+            // Queued GPU copies land first: a later write to the same bytes must win.
+            if staging.unsettled() {
+                staging.settle()?;
+            }
+            host.copy_to(from, target, to, len)
+        }
         #[cfg(feature = "cuda")]
         RegionMemory::Gpu(buffer, _) => {
             let gpu = buffer.gpu();
@@ -75,15 +81,14 @@ pub(crate) fn copy_to_peer(
             let Some(peer) = staging.peer.as_mut() else {
                 return Err(gpu_error(crate::gpu::GpuProbeError::Invalid("no copier".into())));
             };
-            // SAFETY: bounds checked inside `slice_mut`; this link thread is the only writer of
-            // the peer's mapping, the peer reads the range only after a notification or
-            // completion, which `settle` precedes, and the mapping outlives the copier (both
-            // belong to this link).
-            let destination = unsafe { target.slice_mut(to, len) }?;
-            // SAFETY: as above: valid and unread until `settle`; `mapping` contains it.
+            let destination = (target.range_ptr(to, len)?, usize_of(len)?);
+            // SAFETY: the peer mapping belongs to this link and outlives the copier (both are
+            // dropped when the link's threads end, the copier first); `memory` is kept in
+            // `in_flight` until `settle`, so the source stays allocated while a copy is queued.
             unsafe { peer.copy(buffer, usize_of(from)?, destination, target.mapping()) }
                 .map_err(gpu_error)?;
-            if peer.is_queued() {
+            // One keep-alive per region, not per op: bounded by the region table.
+            if peer.is_queued() && !staging.in_flight.iter().any(|m| std::sync::Arc::ptr_eq(m, memory)) {
                 staging.in_flight.push(memory.clone());
             }
             Ok(())

@@ -176,6 +176,68 @@ mod transport {
         }
     }
 
+    /// Writes land in the order they were posted, whatever their source: a queued GPU copy
+    /// must not overwrite a later host write to the same bytes.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and libcuda"]
+    fn a_later_host_write_wins_over_an_earlier_queued_gpu_write() {
+        let len = 8u64 << 20;
+        let receiver = StagedTransport::new(StagedChannel::SharedMemory);
+        let target = receiver.register(MemoryKind::Host, len).unwrap();
+        let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let listening = std::thread::spawn(move || {
+            rdma_hint_core::blocking::block_on(receiver.connect(
+                PeerEndpoint::Listen(address),
+                &[target.id],
+                deadline,
+            ))
+            .unwrap();
+            receiver
+        });
+        let sender = StagedTransport::new(StagedChannel::SharedMemory);
+        let gpu = sender.register(MemoryKind::CudaDevice { ordinal: 0 }, len).unwrap();
+        let host = sender.register(MemoryKind::Host, len).unwrap();
+        sender.write_region(gpu.id, 0, &vec![0xAA; len as usize]).unwrap();
+        sender.write_region(host.id, 0, &vec![0x55; len as usize]).unwrap();
+        let remote =
+            rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+                .unwrap()[0];
+        let receiver = listening.join().unwrap();
+        // The GPU write covers the region; the host write, posted after it, its last 4 KiB,
+        // which the copy engine reaches only after the host memcpy would have finished.
+        let tail = len - 4096;
+        let op = |wr_id, local, (offset, bytes), imm| rdma_hint_core::WriteOp {
+            wr_id,
+            local,
+            local_offset: offset,
+            remote: remote.id,
+            remote_offset: offset,
+            len: bytes,
+            imm,
+            signalled: false,
+        };
+        for round in 0..20u64 {
+            sender
+                .post_writes(&[
+                    op(2 * round, gpu.id, (0, len), None),
+                    op(2 * round + 1, host.id, (tail, 4096), Some(round as u32)),
+                ])
+                .unwrap();
+            let mut arrivals = [Arrival::EMPTY; 1];
+            assert_eq!(
+                rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap(),
+                1
+            );
+            let mut landed = vec![0u8; 4096];
+            receiver.read_region(target.id, tail, &mut landed).unwrap();
+            assert!(
+                landed.iter().all(|b| *b == 0x55),
+                "round {round}: an earlier GPU write landed over a later host write"
+            );
+        }
+    }
+
     #[test]
     #[ignore = "needs an NVIDIA GPU and libcuda"]
     fn gpu_regions_cannot_be_exposed_over_shm() {

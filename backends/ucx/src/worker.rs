@@ -40,34 +40,11 @@ pub(crate) fn detects_peer_failure(tls: Option<&str>) -> bool {
     }
 }
 
-/// UCX writes its own log (warnings such as "unused env variable", printed at exit) to stdout
-/// by default, into the middle of an application's output (`rdma-hint calibrate --json`).
-/// Unless `UCX_LOG_FILE` chooses a destination, it is reopened on stderr, once, before the
-/// first context.
-fn route_log_to_stderr() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("UCX_LOG_FILE").is_some() {
-            return;
-        }
-        // SAFETY: both strings are NUL-terminated constants; UCS copies the value into its
-        // global options. Cleanup and init reopen the log stream from them; this runs once,
-        // before this process's first UCX context, so no UCX thread of ours is logging.
-        unsafe {
-            if sys::ucs_global_opts_set_value(c"LOG_FILE".as_ptr(), c"stderr".as_ptr()) == sys::UCS_OK {
-                sys::ucs_log_cleanup();
-                sys::ucs_log_init();
-            }
-        }
-    });
-}
-
 impl Ucp {
     /// Opens a context with RMA, AM and wakeup features, restricted to `tls` when given (the
     /// syntax of `UCX_TLS`; otherwise UCX reads `UCX_TLS` from the environment itself).
     /// `peer_failure_mode`: see [`detects_peer_failure`].
     pub(crate) fn open(tls: Option<&str>, peer_failure_mode: bool) -> Result<Ucp, TransportError> {
-        route_log_to_stderr();
         let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
         // SAFETY: null env prefix and file name ask for the defaults + environment.
         let status = unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) };

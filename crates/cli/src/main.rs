@@ -217,6 +217,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists: UCX's log to stderr, so stdout holds only our output.
+    #[cfg(feature = "ucx")]
+    let _ = rdma_hint::ucx::route_log_to_stderr();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // Colour codes only for a terminal: a log file or a pipe gets plain text.

@@ -114,6 +114,27 @@ impl DeviceBuffer {
     }
 }
 
+impl DeviceBuffer {
+    /// Copies out from `offset` into `len` bytes at `destination` (synchronous).
+    ///
+    /// # Safety
+    /// `destination..destination + len` must be valid for writes for the duration of the call.
+    pub(crate) unsafe fn download_raw(
+        &self,
+        offset: usize,
+        destination: *mut u8,
+        len: usize,
+    ) -> Result<(), GpuProbeError> {
+        let source = self.address(offset, len)?;
+        self.gpu.bind()?;
+        // SAFETY: `source..+len` is inside this allocation (checked); the destination is the
+        // caller's obligation.
+        unsafe { sys::cuMemcpyDtoH_v2(destination.cast::<c_void>(), source, len) }
+            .result()
+            .map_err(driver_error("cuMemcpyDtoH"))
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let _ = self.gpu.bind();

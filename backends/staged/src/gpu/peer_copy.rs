@@ -50,6 +50,7 @@ impl PeerCopier {
     /// Whether the mapping `base..base + len` is page-locked, registering it on first sight.
     fn pinned(&mut self, base: *mut u8, len: usize) -> bool {
         let base_address = base as usize;
+        let _ = self.gpu.bind();
         if let Some(known) = self.mappings.iter().find(|m| m.base == base_address && m.len == len) {
             return known.pinned;
         }
@@ -67,39 +68,38 @@ impl PeerCopier {
         registered.is_ok()
     }
 
-    /// Copies `buffer[offset..offset + destination.len()]` into `destination`, which lies inside
-    /// the peer mapping `mapping` (its base and length). Into a page-locked mapping the copy is
-    /// queued (call [`PeerCopier::wait`] before anyone may read it); otherwise it is done on
-    /// return.
+    /// Copies `buffer[offset..offset + len]` to `destination`, which lies inside the peer
+    /// mapping `mapping` (its base and length; checked). Into a page-locked mapping the copy is
+    /// queued (call [`PeerCopier::wait`] before anyone may rely on the bytes); otherwise it is
+    /// done on return, after every queued copy (so copies land in the order they were made).
     ///
     /// # Safety
-    /// `destination` must stay valid, and unread by anyone relying on its contents, until the
-    /// next [`PeerCopier::wait`] returns; `mapping` must contain `destination` and stay mapped
-    /// for the life of this copier.
+    /// `mapping` must stay mapped for the life of this copier, and `buffer` must stay allocated
+    /// until the next [`PeerCopier::wait`] returns (the caller keeps it alive).
     pub(crate) unsafe fn copy(
         &mut self,
         buffer: &DeviceBuffer,
         offset: usize,
-        destination: &mut [u8],
+        (destination, len): (*mut u8, usize),
         mapping: (*mut u8, usize),
     ) -> Result<(), GpuProbeError> {
+        let (start, base) = (destination as usize, mapping.0 as usize);
+        if start < base || start.checked_add(len).is_none_or(|end| end > base + mapping.1) {
+            return Err(GpuProbeError::Invalid("a copy outside the peer's mapping".into()));
+        }
         if !self.pinned(mapping.0, mapping.1) {
-            return buffer.download(offset, destination);
+            self.wait()?;
+            // SAFETY: inside the live mapping (checked above).
+            return unsafe { buffer.download_raw(offset, destination, len) };
         }
-        let source = buffer.address(offset, destination.len())?;
+        let source = buffer.address(offset, len)?;
         self.gpu.bind()?;
-        // SAFETY: the source range was checked against its allocation; the destination is
-        // page-locked and stays valid until `wait` (the caller's obligation).
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                destination.as_mut_ptr().cast::<c_void>(),
-                source,
-                destination.len(),
-                self.stream,
-            )
-        }
-        .result()
-        .map_err(driver_error("cuMemcpyDtoHAsync"))?;
+        // SAFETY: the source range was checked against its allocation, which the caller keeps
+        // until `wait`; the destination lies in the page-locked mapping (checked), which
+        // outlives this copier.
+        unsafe { sys::cuMemcpyDtoHAsync_v2(destination.cast::<c_void>(), source, len, self.stream) }
+            .result()
+            .map_err(driver_error("cuMemcpyDtoHAsync"))?;
         self.queued = true;
         Ok(())
     }
