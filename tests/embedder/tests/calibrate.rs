@@ -1,0 +1,44 @@
+//! Calibration from outside, through the facade only: an embedder's own connected pair,
+//! calibrated, then the hint the library answers, then data moved in that hint's blocks.
+
+use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+use rdma_hint::{
+    calibrate, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport, Device, LoopbackPair,
+    OpenOptions, Origin, TransportId, TransportSelector,
+};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
+    let cache = std::env::temp_dir().join(format!("rdma-hint-embedder-calibrate-{}", std::process::id()));
+    std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
+    let id = TransportId::STAGED_SHM;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pair = LoopbackPair::open(&id, Device::Host(0), 32 << 20, &OpenOptions::default(), deadline).unwrap();
+    let calibration =
+        calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, Duration::from_millis(500))
+            .unwrap();
+    assert!(calibration.elapsed_ms > 0.0 && calibration.points.len() >= 3);
+    let hint = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id)).unwrap();
+    if calibration.fit.poor.is_none() {
+        assert_eq!(hint.origin, Origin::Calibrated);
+        assert_eq!(hint.block_bytes, calibration.hint.block_bytes);
+    } else {
+        assert_ne!(hint.origin, Origin::Calibrated, "a poor fit is not answered");
+    }
+    // Move 8 MiB in the answered blocks and check every byte.
+    let len = 8u64 << 20;
+    let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+    pair.sender.write_region(pair.local.id, 0, &data).unwrap();
+    let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities()).unwrap();
+    chunker.set_size_hint(&hint).unwrap();
+    chunker
+        .write_blocking(&*pair.sender, Transfer::new(&pair.local, &pair.remote, len).notify(5), deadline)
+        .unwrap();
+    let mut arrivals = [Arrival::EMPTY; 4];
+    assert!(pair.receiver.wait_arrivals_blocking(&mut arrivals, deadline).unwrap() >= 1);
+    let mut landed = vec![0u8; len as usize];
+    pair.receiver.read_region(pair.target.id, 0, &mut landed).unwrap();
+    assert!(landed == data);
+    let _ = std::fs::remove_dir_all(cache);
+}
