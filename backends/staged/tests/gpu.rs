@@ -47,57 +47,98 @@ fn without_a_driver_the_error_says_so() {
 
 mod transport {
     use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-    use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport};
+    use rdma_hint_core::{
+        Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport, WriteOp,
+    };
     use rdma_hint_staged::{StagedChannel, StagedTransport};
     use std::time::{Duration, Instant};
+
+    /// Both ends of `channel` on this host, connected: the sender's regions of `sources`
+    /// kinds and the receiver's one region of `target` kind, `len` bytes each.
+    struct Pair {
+        sender: StagedTransport,
+        receiver: StagedTransport,
+        sources: Vec<LocalRegion>,
+        target: LocalRegion,
+        remote: RemoteRegion,
+        deadline: Instant,
+    }
+
+    fn connected(channel: StagedChannel, target: MemoryKind, sources: &[MemoryKind], len: u64) -> Pair {
+        let receiver = StagedTransport::new(channel);
+        let target = receiver.register(target, len).unwrap();
+        let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let listening = std::thread::spawn(move || {
+            rdma_hint_core::blocking::block_on(receiver.connect(
+                PeerEndpoint::Listen(address),
+                &[target.id],
+                deadline,
+            ))
+            .unwrap();
+            receiver
+        });
+        let sender = StagedTransport::new(channel);
+        let sources = sources.iter().map(|kind| sender.register(*kind, len).unwrap()).collect();
+        let remote =
+            rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+                .unwrap()[0];
+        Pair { sender, receiver: listening.join().unwrap(), sources, target, remote, deadline }
+    }
+
+    impl Pair {
+        /// Chunks `data` from source 0 in 320 KiB blocks with a notification, waits for it on
+        /// the receiver and returns what landed.
+        fn round_trip(&self, data: &[u8]) -> Vec<u8> {
+            let (source, len) = (&self.sources[0], data.len() as u64);
+            self.sender.write_region(source.id, 0, data).unwrap();
+            let mut chunker = Chunker::new(PostPolicy::default(), self.sender.capabilities()).unwrap();
+            chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
+            rdma_hint_core::blocking::block_on(chunker.write(
+                &self.sender,
+                Transfer::new(source, &self.remote, len).notify(1),
+                self.deadline,
+            ))
+            .unwrap();
+            self.landed_after_arrival(0, len)
+        }
+
+        fn landed_after_arrival(&self, offset: u64, len: u64) -> Vec<u8> {
+            let mut arrivals = [Arrival::EMPTY; 1];
+            let got =
+                rdma_hint_core::blocking::block_on(self.receiver.wait_arrivals(&mut arrivals, self.deadline));
+            assert_eq!(got.unwrap(), 1);
+            let mut back = vec![0u8; len as usize];
+            self.receiver.read_region(self.target.id, offset, &mut back).unwrap();
+            back
+        }
+
+        fn op(&self, wr_id: u64, source: usize, (offset, len): (u64, u64), imm: Option<u32>) -> WriteOp {
+            WriteOp {
+                wr_id,
+                local: self.sources[source].id,
+                local_offset: offset,
+                remote: self.remote.id,
+                remote_offset: offset,
+                len,
+                imm,
+                signalled: false,
+            }
+        }
+    }
+
+    const GPU: MemoryKind = MemoryKind::CudaDevice { ordinal: 0 };
+    const SIZES: [u64; 5] = [1, 4095, 65536, (1 << 20) + 3, 64 << 20];
 
     /// GPU memory on both ends of a real TCP connection: sender stages D2H through pinned
     /// halves, receiver H2D; bytes checked after the arrival.
     #[test]
     #[ignore = "needs an NVIDIA GPU and libcuda"]
     fn gpu_regions_over_tcp_arrive_byte_exact() {
-        for len in [1u64, 4095, 65536, (1 << 20) + 3, 64 << 20] {
-            let padded = len.next_multiple_of(64 * 1024);
-            let receiver = StagedTransport::new(StagedChannel::Tcp);
-            let target = receiver.register(MemoryKind::CudaDevice { ordinal: 0 }, padded).unwrap();
-            let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let listening = std::thread::spawn(move || {
-                rdma_hint_core::blocking::block_on(receiver.connect(
-                    PeerEndpoint::Listen(address),
-                    &[target.id],
-                    deadline,
-                ))
-                .unwrap();
-                let mut arrivals = [Arrival::EMPTY; 1];
-                assert_eq!(
-                    rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline))
-                        .unwrap(),
-                    1
-                );
-                let mut back = vec![0u8; len as usize];
-                receiver.read_region(target.id, 0, &mut back).unwrap();
-                back
-            });
-            let sender = StagedTransport::new(StagedChannel::Tcp);
-            let source = sender.register(MemoryKind::CudaDevice { ordinal: 0 }, padded).unwrap();
+        for len in SIZES {
+            let pair = connected(StagedChannel::Tcp, GPU, &[GPU], len.next_multiple_of(64 * 1024));
             let data = super::random_bytes(len as usize, len);
-            sender.write_region(source.id, 0, &data).unwrap();
-            let remote = rdma_hint_core::blocking::block_on(sender.connect(
-                PeerEndpoint::Dial(address),
-                &[],
-                deadline,
-            ))
-            .unwrap()[0];
-            let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
-            chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
-            rdma_hint_core::blocking::block_on(chunker.write(
-                &sender,
-                Transfer::new(&source, &remote, len).notify(1),
-                deadline,
-            ))
-            .unwrap();
-            assert!(listening.join().unwrap() == data, "{len} B GPU -> TCP -> GPU");
+            assert!(pair.round_trip(&data) == data, "{len} B GPU -> TCP -> GPU");
         }
     }
 
@@ -107,66 +148,22 @@ mod transport {
     #[test]
     #[ignore = "needs an NVIDIA GPU and libcuda"]
     fn gpu_regions_over_shm_arrive_byte_exact() {
-        for len in [1u64, 4095, 65536, (1 << 20) + 3, 64 << 20] {
-            let padded = len.next_multiple_of(64 * 1024);
-            let receiver = StagedTransport::new(StagedChannel::SharedMemory);
-            let target = receiver.register(MemoryKind::Host, padded).unwrap();
-            let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let listening = std::thread::spawn(move || {
-                rdma_hint_core::blocking::block_on(receiver.connect(
-                    PeerEndpoint::Listen(address),
-                    &[target.id],
-                    deadline,
-                ))
-                .unwrap();
-                let mut arrivals = [Arrival::EMPTY; 1];
-                assert_eq!(
-                    rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline))
-                        .unwrap(),
-                    1
-                );
-                let mut back = vec![0u8; len as usize];
-                receiver.read_region(target.id, 0, &mut back).unwrap();
-                (receiver, target, back)
-            });
-            let sender = StagedTransport::new(StagedChannel::SharedMemory);
-            let source = sender.register(MemoryKind::CudaDevice { ordinal: 0 }, padded).unwrap();
+        for len in SIZES {
+            let pair = connected(
+                StagedChannel::SharedMemory,
+                MemoryKind::Host,
+                &[GPU],
+                len.next_multiple_of(64 * 1024),
+            );
             let data = super::random_bytes(len as usize, len);
-            sender.write_region(source.id, 0, &data).unwrap();
-            let remote = rdma_hint_core::blocking::block_on(sender.connect(
-                PeerEndpoint::Dial(address),
-                &[],
-                deadline,
-            ))
-            .unwrap()[0];
-            let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
-            chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
-            rdma_hint_core::blocking::block_on(chunker.write(
-                &sender,
-                Transfer::new(&source, &remote, len).notify(1),
-                deadline,
-            ))
-            .unwrap();
-            let (receiver, target, back) = listening.join().unwrap();
-            assert!(back == data, "{len} B GPU -> shm -> host");
+            assert!(pair.round_trip(&data) == data, "{len} B GPU -> shm -> host");
             // An unsignalled write without a notification: lands once the link is idle.
             let fresh = super::random_bytes(len as usize, len + 1);
-            sender.write_region(source.id, 0, &fresh).unwrap();
-            let op = rdma_hint_core::WriteOp {
-                wr_id: 7,
-                local: source.id,
-                local_offset: 0,
-                remote: remote.id,
-                remote_offset: 0,
-                len,
-                imm: None,
-                signalled: false,
-            };
-            sender.post_writes(&[op]).unwrap();
+            pair.sender.write_region(pair.sources[0].id, 0, &fresh).unwrap();
+            pair.sender.post_writes(&[pair.op(7, 0, (0, len), None)]).unwrap();
             let mut landed = vec![0u8; len as usize];
-            while Instant::now() < deadline {
-                receiver.read_region(target.id, 0, &mut landed).unwrap();
+            while Instant::now() < pair.deadline {
+                pair.receiver.read_region(pair.target.id, 0, &mut landed).unwrap();
                 if landed == fresh {
                     break;
                 }
@@ -182,55 +179,19 @@ mod transport {
     #[ignore = "needs an NVIDIA GPU and libcuda"]
     fn a_later_host_write_wins_over_an_earlier_queued_gpu_write() {
         let len = 8u64 << 20;
-        let receiver = StagedTransport::new(StagedChannel::SharedMemory);
-        let target = receiver.register(MemoryKind::Host, len).unwrap();
-        let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let listening = std::thread::spawn(move || {
-            rdma_hint_core::blocking::block_on(receiver.connect(
-                PeerEndpoint::Listen(address),
-                &[target.id],
-                deadline,
-            ))
-            .unwrap();
-            receiver
-        });
-        let sender = StagedTransport::new(StagedChannel::SharedMemory);
-        let gpu = sender.register(MemoryKind::CudaDevice { ordinal: 0 }, len).unwrap();
-        let host = sender.register(MemoryKind::Host, len).unwrap();
-        sender.write_region(gpu.id, 0, &vec![0xAA; len as usize]).unwrap();
-        sender.write_region(host.id, 0, &vec![0x55; len as usize]).unwrap();
-        let remote =
-            rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
-                .unwrap()[0];
-        let receiver = listening.join().unwrap();
+        let pair = connected(StagedChannel::SharedMemory, MemoryKind::Host, &[GPU, MemoryKind::Host], len);
+        pair.sender.write_region(pair.sources[0].id, 0, &vec![0xAA; len as usize]).unwrap();
+        pair.sender.write_region(pair.sources[1].id, 0, &vec![0x55; len as usize]).unwrap();
         // The GPU write covers the region; the host write, posted after it, its last 4 KiB,
         // which the copy engine reaches only after the host memcpy would have finished.
         let tail = len - 4096;
-        let op = |wr_id, local, (offset, bytes), imm| rdma_hint_core::WriteOp {
-            wr_id,
-            local,
-            local_offset: offset,
-            remote: remote.id,
-            remote_offset: offset,
-            len: bytes,
-            imm,
-            signalled: false,
-        };
         for round in 0..20u64 {
-            sender
-                .post_writes(&[
-                    op(2 * round, gpu.id, (0, len), None),
-                    op(2 * round + 1, host.id, (tail, 4096), Some(round as u32)),
-                ])
-                .unwrap();
-            let mut arrivals = [Arrival::EMPTY; 1];
-            assert_eq!(
-                rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap(),
-                1
-            );
-            let mut landed = vec![0u8; 4096];
-            receiver.read_region(target.id, tail, &mut landed).unwrap();
+            let ops = [
+                pair.op(2 * round, 0, (0, len), None),
+                pair.op(2 * round + 1, 1, (tail, 4096), Some(round as u32)),
+            ];
+            pair.sender.post_writes(&ops).unwrap();
+            let landed = pair.landed_after_arrival(tail, 4096);
             assert!(
                 landed.iter().all(|b| *b == 0x55),
                 "round {round}: an earlier GPU write landed over a later host write"

@@ -198,6 +198,14 @@ pub(crate) fn profile_of(device: Device, transport: &str) -> Result<PathProfile,
     profile_in(&*live_inventory()?, device, transport)
 }
 
+/// The memory source `device`, or an error naming those that exist.
+fn source_in(inventory: &Inventory, device: Device) -> Result<&profiles::Source, Error> {
+    inventory.sources.iter().find(|s| s.facts.id == device).ok_or_else(|| Error::UnknownDevice {
+        device,
+        available: inventory.sources.iter().map(|s| s.facts.id.to_string()).collect::<Vec<_>>().join(", "),
+    })
+}
+
 fn profile_in(inventory: &Inventory, device: Device, transport: &str) -> Result<PathProfile, Error> {
     let unknown = || Error::UnknownTransport {
         transport: transport.to_string(),
@@ -214,16 +222,7 @@ fn profile_in(inventory: &Inventory, device: Device, transport: &str) -> Result<
             }
         };
     }
-    let source =
-        inventory.sources.iter().find(|s| s.facts.id == device).ok_or_else(|| Error::UnknownDevice {
-            device,
-            available: inventory
-                .sources
-                .iter()
-                .map(|s| s.facts.id.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
+    let source = source_in(inventory, device)?;
     match transport.parse::<TransportId>() {
         Ok(id @ TransportId::Ucx(_)) => {
             let tls = id.ucx_tls().unwrap_or_default();
@@ -273,17 +272,7 @@ pub fn get_low_latency_rdma_size_hint_with(
 }
 
 fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector) -> Result<SizeHint, Error> {
-    if !inventory.sources.iter().any(|s| s.facts.id == device) {
-        return Err(Error::UnknownDevice {
-            device,
-            available: inventory
-                .sources
-                .iter()
-                .map(|s| s.facts.id.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        });
-    }
+    source_in(inventory, device)?;
     let for_device = inventory.candidates.iter().filter(|c| match c {
         Ok(profile) => profile.source.id == device,
         Err((source, _, _)) => *source == device,
