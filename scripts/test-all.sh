@@ -18,6 +18,11 @@ checkout_before=$(git status --porcelain --untracked-files=all 2>/dev/null || tr
 ./scripts/install-deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TERM_COLOR=never
+# Tests read and write a hint cache of their own, never the user's: a calibration or knee
+# recorded on this machine must not change what the suite measures.
+suite_cache=$(mktemp -d)
+export RDMA_HINT_CACHE_DIR=$suite_cache
+trap 'rm -rf "$suite_cache"' EXIT
 # CI runs as root: the two-host tests in network namespaces must run, not skip.
 if [ "$(id -u)" = 0 ]; then export RDMA_HINT_REQUIRE_NETNS=1; fi
 
