@@ -100,3 +100,23 @@ fn dgx_gpu_across_sockets_has_no_hint_but_a_fallback() {
         assert!(report.hints.iter().any(|h| h.source == source.id && h.transport == "staged:tcp"));
     }
 }
+
+#[test]
+fn a_gpu_source_over_staged_shm_is_bound_by_its_pcie_link_not_memcpy() {
+    let report = probe(&ProbeOptions::for_tree(sysfs_fixture("gpu-behind-switch"))).unwrap();
+    let hint = |source, transport: &str| {
+        report.hints.iter().find(|h| h.source == source && h.transport == transport).cloned().unwrap()
+    };
+    let (gpu, host) = (hint(SourceId::Gpu(1), "staged:shm"), hint(SourceId::Host(0), "staged:shm"));
+    assert!(
+        gpu.bandwidth_gbps > 4.0 * host.bandwidth_gbps,
+        "{} vs {}",
+        gpu.bandwidth_gbps,
+        host.bandwidth_gbps
+    );
+    assert!(gpu.reasons.iter().any(|r| r.why.contains("copy engine writes the peer")), "{:?}", gpu.reasons);
+    assert!((gpu.fixed_cost_us - (rdma_hint::STAGED_SHM_GPU_PER_BLOCK_US + 0.25)).abs() < 1e-9);
+    // Over TCP the socket still bounds a GPU source.
+    let tcp = hint(SourceId::Gpu(1), "staged:tcp");
+    assert!(tcp.bandwidth_gbps <= 3.0 + 1e-9, "{}", tcp.bandwidth_gbps);
+}

@@ -84,6 +84,10 @@ pub struct PathFit {
     pub kept_bytes: Vec<u64>,
     /// Points left out, with reasons.
     pub dropped: Vec<DroppedPoint>,
+    /// Points were left out for being off the line: the curve bends more gradually than
+    /// `o + s/B` (small blocks do better than the line says), so its knee lies further out
+    /// than the line's.
+    pub gradual: bool,
     /// Why the fit should not be trusted, if it should not.
     pub poor: Option<String>,
 }
@@ -179,6 +183,7 @@ pub fn fit_path(timings: &[BlockTiming]) -> Result<PathFit, FitError> {
             kept.push(timing);
         }
     }
+    let past_plateau = dropped.len();
     let (mut intercept, mut slope) = least_squares(&kept).ok_or(FitError::TooFewSizes(kept.len()))?;
     loop {
         let relative = |p: &BlockTiming| {
@@ -244,8 +249,10 @@ pub fn fit_path(timings: &[BlockTiming]) -> Result<PathFit, FitError> {
     } else {
         None
     };
+    let gradual = dropped.len() > past_plateau;
     dropped.sort_by_key(|d| d.block_bytes);
     Ok(PathFit {
+        gradual,
         fixed_cost_us,
         bandwidth_gbps,
         r2,
@@ -325,6 +332,7 @@ mod tests {
         assert_eq!(fit.dropped.len(), 2);
         assert!(fit.dropped.iter().all(|d| d.why.contains("past its end")), "{fit:?}");
         assert!(fit.poor.is_none());
+        assert!(!fit.gradual, "an exact line with a falloff is not a gradual curve");
     }
 
     #[test]
@@ -335,6 +343,7 @@ mod tests {
         assert!((fit.bandwidth_gbps - 5.0).abs() < 0.05, "{fit:?}");
         assert_eq!(fit.dropped.len(), 1);
         assert_eq!(fit.dropped[0].block_bytes, 1 << 20);
+        assert!(fit.gradual);
     }
 
     #[test]

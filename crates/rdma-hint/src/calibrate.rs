@@ -283,6 +283,7 @@ pub fn calibrate(
         fixed_cost_us: fit.fixed_cost_us,
         bandwidth_gbps: fit.bandwidth_gbps,
         fit_r2: fit.r2,
+        gradual: fit.gradual,
         measured_at_unix: now,
     };
     let (hint, stored) = match &fit.poor {

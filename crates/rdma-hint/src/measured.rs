@@ -26,6 +26,9 @@ pub struct CalibratedPath {
     pub bandwidth_gbps: f64,
     /// R² of the fit.
     pub fit_r2: f64,
+    /// The fit left points out as off the line (see `PathFit::gradual`): the hint aims further.
+    #[serde(default)]
+    pub gradual: bool,
     /// When it was measured (seconds since the Unix epoch).
     pub measured_at_unix: u64,
 }
@@ -155,23 +158,29 @@ pub fn lookup_calibration(
 }
 
 /// Share of the efficiency a policy leaves on the table that a calibrated hint aims to win
-/// back: with the default 0.9 target, calibrated hints aim at 0.93 of the fitted `B`.
+/// back, for a curve the line fits whole (GPU copies: exactly `o + s/B`): with the default 0.9
+/// target, 0.92 of the fitted `B`, 1.28× past the fitted 90 % point.
+pub const CALIBRATION_MARGIN: f64 = 0.2;
+/// The same for a curve that bends more gradually than the line (points dropped as off the
+/// line, `PathFit::gradual`: host memcpy and socket paths): 0.94 of `B`, 1.74× past the fitted
+/// 90 % point.
 ///
 /// A hint meets its target when it reaches 0.90 of the measured plateau at no more than 2× the
-/// measured knee. Many measured curves rise more gradually than `o + s/B` near the knee (on this
-/// project's machines the fitted 90 % point reached 0.83–0.94 of the measured plateau), while an
-/// exact one (GPU copies) crosses 0.90 right at it; 0.93 of `B` lies 1.48× past the fitted 90 %
-/// point, near the middle of that window (`benches/fidelity.sh` measures how well it does).
-pub const CALIBRATION_MARGIN: f64 = 0.3;
+/// measured knee. On this project's machines, gradual curves reach 0.90 of their plateau later
+/// than their line does, exact ones right where it does; over 60 calibrate + sweep runs on
+/// 2-core and H200 hosts (`benches/fidelity.sh`), these two margins met that target more
+/// often (44) than one margin for both (37 at 0.93).
+pub const GRADUAL_CALIBRATION_MARGIN: f64 = 0.4;
 
 /// The policy a calibrated hint is computed under: `policy`'s target raised by
-/// [`CALIBRATION_MARGIN`], and the smallest block the calibration measured as its minimum
-/// instead of the policy's (which guards the model's constants; a fit measured the path, but
-/// only from that block on).
-pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint) -> HintPolicy {
+/// [`CALIBRATION_MARGIN`] (or [`GRADUAL_CALIBRATION_MARGIN`]), and the smallest block the
+/// calibration measured as its minimum instead of the policy's (which guards the model's
+/// constants; a fit measured the path, but only from that block on).
+pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -> HintPolicy {
     let eta = policy.target_efficiency;
+    let margin = if gradual { GRADUAL_CALIBRATION_MARGIN } else { CALIBRATION_MARGIN };
     HintPolicy {
-        target_efficiency: (eta + CALIBRATION_MARGIN * (1.0 - eta)).min(0.999),
+        target_efficiency: (eta + margin * (1.0 - eta)).min(0.999),
         min_block_bytes: crate::calibrate::ladder_alignment(model),
         ..policy.clone()
     }
@@ -186,7 +195,8 @@ pub fn calibrated_hint(
     let costs =
         FittedCosts { fixed_cost_us: calibration.fixed_cost_us, bandwidth_gbps: calibration.bandwidth_gbps };
     let model = compute_hint(profile, policy)?;
-    let mut hint = compute_hint_fitted(profile, &calibrated_policy(policy, &model), costs)?;
+    let mut hint =
+        compute_hint_fitted(profile, &calibrated_policy(policy, &model, calibration.gradual), costs)?;
     hint.reasons.push(Reason::new(
         Factor::Calibrated,
         format!("R² {:.3}", calibration.fit_r2),
@@ -362,6 +372,7 @@ mod tests {
             fixed_cost_us: 1.0,
             bandwidth_gbps: 20.0,
             fit_r2: 0.999,
+            gradual: false,
             measured_at_unix: at,
         };
         let policy = HintPolicy::default();
@@ -374,7 +385,11 @@ mod tests {
         assert_eq!(set.recorded.as_ref().unwrap().block_bytes, 1 << 20, "kept apart, not lost");
         let calibrated = set.calibrated.unwrap();
         assert!((calibrated.bandwidth_gbps - 20.0).abs() < 1e-12 && calibrated.fixed_cost_us == 1.0);
-        assert!(calibrated.efficiency >= 0.93 - 1e-9, "calibrated hints aim past the policy target");
+        assert!(calibrated.efficiency >= 0.92 - 1e-9, "calibrated hints aim past the policy target");
+        let gradual =
+            calibrated_hint(&profile, &policy, &CalibratedPath { gradual: true, ..calibration(200) })
+                .unwrap();
+        assert!(gradual.efficiency >= 0.94 - 1e-9 && gradual.block_bytes > calibrated.block_bytes);
         store(&file, knee(300)).unwrap();
         assert_eq!(hint(&profile, &policy, Some(&file)).unwrap().origin, Origin::Measured);
         store_calibration(&file, source, &transport, None).unwrap();

@@ -16,6 +16,12 @@ pub const SOFT_ROCE_PER_OP_US: f64 = 5.0;
 /// `max_msg_sz` assumed for sysfs-only NIC facts (mlx5 and rxe both report at least 1 GiB).
 pub const ASSUMED_MAX_MSG_BYTES: u64 = GIB;
 
+/// Per-block cost of a GPU source over staged shm, without the copy-engine launch the model
+/// adds for every staged GPU block: the queued `cuMemcpyDtoHAsync`, the handoff to the link
+/// thread and the stream wait of each signalled block. Calibrated on an H200 (Gen5 x16):
+/// `rdma-hint calibrate --source gpu:0` fitted o = 2.8–3.0 µs, B = 53–54 GB/s.
+pub const STAGED_SHM_GPU_PER_BLOCK_US: f64 = 2.65;
+
 /// A memory source with where sysfs put it.
 #[derive(Debug, Clone)]
 pub(crate) struct Source {
@@ -107,9 +113,19 @@ pub(crate) fn rdma_transport(nic: &Nic) -> Result<TransportFacts, String> {
 /// The path from a memory source to a transport that needs no NIC.
 pub(crate) fn software_profile(source: SourceFacts, transport: &backends::SoftwareTransport) -> PathProfile {
     let gpu_driver = source.gpu().and_then(|g| g.driver_version.clone());
+    let mut facts = transport.facts.clone();
+    // From GPU memory the staged shm channel does not memcpy: the copy engine writes the peer's
+    // page-locked mapping, so the GPU's PCIe link bounds it, not the memcpy rate.
+    if let (TransportKind::Staged, "staged:shm", Some(_), Some(link)) =
+        (facts.kind, facts.id.as_str(), source.gpu(), source.pcie)
+    {
+        facts.wire_gbps = link.effective_gbps();
+        facts.per_op_overhead_us = STAGED_SHM_GPU_PER_BLOCK_US;
+        facts.rate_note = Some("GPU source: the copy engine writes the peer's page-locked mapping".into());
+    }
     PathProfile {
         source,
-        transport: transport.facts.clone(),
+        transport: facts,
         path_class: PathClass::NoNic,
         bridges: 0,
         versions: DriverVersions {
