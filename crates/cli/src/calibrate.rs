@@ -89,7 +89,9 @@ pub(crate) fn text(calibration: &Calibration) -> String {
     if let Some(why) = &fit.poor {
         out.push_str(&format!("poor fit: {why}\n"));
     } else if fit.gradual {
-        out.push_str("the curve bends more gradually than o + s/B (sizes left out above): the hint aims further\n");
+        out.push_str(
+            "the curve bends more gradually than o + s/B (sizes left out above): the hint aims further\n",
+        );
     }
     let hint = &calibration.hint;
     out.push_str(&format!(
