@@ -2,9 +2,8 @@
 //! calibrated hint; `probe --calibrate` does it for every path it can open.
 
 use crate::units::format_bytes;
-use rdma_hint::{calibrate_loopback, Calibration, OpenOptions, SourceId, TransportId};
+use rdma_hint::{calibrate_loopback, Calibration, OpenOptions, TransportId};
 use serde::Serialize;
-use std::time::Duration;
 
 /// What `calibrate --json` prints: the hint's numbers first, then the whole calibration.
 #[derive(Serialize)]
@@ -38,16 +37,6 @@ impl<'a> CalibrationJson<'a> {
             calibration,
         }
     }
-}
-
-/// Calibrates `transport` from `source` over an in-process loopback pair.
-pub(crate) fn run(
-    transport: &TransportId,
-    source: SourceId,
-    options: &OpenOptions,
-    budget: Duration,
-) -> anyhow::Result<Calibration> {
-    Ok(calibrate_loopback(transport, source, options, budget)?)
 }
 
 /// The report, perftest style: the ladder, the fit, the hint.

@@ -372,8 +372,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let (transport, source) = path.resolve()?;
             let token = token::ephemeral()?;
             let options = OpenOptions::default().token(&token);
-            let calibration =
-                calibrate::run(&transport, source, &options, std::time::Duration::from_millis(budget_ms))?;
+            let calibration = rdma_hint::calibrate_loopback(
+                &transport,
+                source,
+                &options,
+                std::time::Duration::from_millis(budget_ms),
+            )?;
             if json {
                 output::print_line(&serde_json::to_string_pretty(&calibrate::CalibrationJson::new(
                     &calibration,

@@ -8,8 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint::core::fit::{robust_knee, robust_plateau};
 use rdma_hint::{
-    open, BlockingTransport, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, SourceId,
-    Transport, TransportId,
+    open, BlockingTransport, LocalRegion, LoopbackPair, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion,
+    SourceId, Transport, TransportId,
 };
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -186,37 +186,29 @@ struct Endpoints {
 
 fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let kind = match args.source {
-        SourceId::Host(_) => MemoryKind::Host,
-        SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
-    };
-    let options = &args.options;
-    let sender = open(&args.transport, options)?;
-    let source = sender.register(kind, region_bytes)?;
-    sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize])?;
-    let (remote, receiver) = match args.peer {
+    let endpoints = match args.peer {
         Some(address) => {
+            let sender = open(&args.transport, &args.options)?;
+            let source = sender.register(MemoryKind::of(args.source), region_bytes)?;
             let remote = sender
                 .connect_blocking(PeerEndpoint::Dial(address), &[], deadline)
                 .with_context(|| format!("connecting to the peer at {address}"))?;
-            (remote, None)
+            let remote = *remote.first().ok_or_else(|| anyhow!("the peer exposed no region"))?;
+            Endpoints { sender, _receiver: None, source, remote }
         }
         None => {
-            let receiver = open(&args.transport, options)?;
-            let target = receiver.register(MemoryKind::Host, region_bytes)?;
-            let address = receiver.bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
-            let accepting = std::thread::spawn(move || {
-                receiver
-                    .connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline)
-                    .map(|_| receiver)
-            });
-            let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline)?;
-            let receiver = accepting.join().map_err(|_| anyhow!("the loopback receiver panicked"))??;
-            (remote, Some(receiver))
+            let pair =
+                LoopbackPair::open(&args.transport, args.source, region_bytes, &args.options, deadline)?;
+            Endpoints {
+                sender: pair.sender,
+                _receiver: Some(pair.receiver),
+                source: pair.local,
+                remote: pair.remote,
+            }
         }
     };
-    let remote = *remote.first().ok_or_else(|| anyhow!("the peer exposed no region"))?;
-    let endpoints = Endpoints { sender, _receiver: receiver, source, remote };
+    let (source, remote) = (endpoints.source, endpoints.remote);
+    endpoints.sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize])?;
     if remote.len < region_bytes {
         if args.peer.is_some() {
             endpoints.tell_peer(SWEEP_REGION_TOO_SMALL, args.source);

@@ -4,21 +4,13 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn rdma_hint(cache: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
-        .env("RDMA_HINT_CACHE_DIR", cache)
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod common;
+
+use common::rdma_hint;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdma-hint-calibrate-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("calibrate", name)
 }
 
 fn calibrate_json(dir: &Path, channel: &str) -> Value {

@@ -3,25 +3,18 @@
 
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn rdma_hint(cache: &PathBuf, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
-        .env("RDMA_HINT_CACHE_DIR", cache)
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod common;
+
+use common::rdma_hint;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdma-hint-sweep-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("sweep", name)
 }
 
 /// Runs `sweep ARGS --json DIR/out.json`, asserts it succeeded and returns the report.
-fn sweep_report(dir: &PathBuf, args: &[&str]) -> Value {
+fn sweep_report(dir: &std::path::Path, args: &[&str]) -> Value {
     let json = dir.join("out.json");
     let mut all = vec!["sweep"];
     all.extend_from_slice(args);

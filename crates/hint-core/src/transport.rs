@@ -27,6 +27,22 @@ pub enum MemoryKind {
     DmaBuf,
 }
 
+impl MemoryKind {
+    /// The memory a source's regions are registered in: host memory for `host:N`, the GPU's
+    /// device memory for `gpu:N`.
+    ///
+    /// ```
+    /// use rdma_hint_core::{MemoryKind, SourceId};
+    /// assert_eq!(MemoryKind::of(SourceId::Gpu(1)), MemoryKind::CudaDevice { ordinal: 1 });
+    /// ```
+    pub fn of(source: crate::profile::SourceId) -> MemoryKind {
+        match source {
+            crate::profile::SourceId::Host(_) => MemoryKind::Host,
+            crate::profile::SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
+        }
+    }
+}
+
 /// What a transport can do, as the backend reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Capabilities {

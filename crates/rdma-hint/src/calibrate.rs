@@ -223,9 +223,9 @@ pub fn calibrate(
     });
     if ladder.len() < 3 {
         return Err(invalid(format!(
-            "the path moves {:.3} GB/s: {} is too short for three block sizes; give a longer budget",
+            "the path moves {:.3} GB/s: {:.2} s is too short for three block sizes; give a longer budget",
             rate_bytes_per_s / 1e9,
-            humantime(budget)
+            budget.as_secs_f64()
         )));
     }
 
@@ -287,7 +287,7 @@ pub fn calibrate(
         measured_at_unix: now,
     };
     let (hint, stored) = match &fit.poor {
-        None => (measured::calibrated_hint(&profile, &policy, &entry)?, Some(entry)),
+        None => (measured::calibrated_hint(&profile, &policy, &model, &entry)?, Some(entry)),
         Some(why) => {
             // Without this pair's calibration, the cache answers the recorded knee or the model.
             if let Some(file) = &file {
@@ -332,10 +332,6 @@ pub fn calibrate(
         stored_in,
         written_bytes: cursor.written,
     })
-}
-
-fn humantime(budget: Duration) -> String {
-    format!("{:.2} s", budget.as_secs_f64())
 }
 
 /// [`calibrate`] over both ends of `id` in this process ([`LoopbackPair`], regions of

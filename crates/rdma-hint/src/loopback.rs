@@ -49,12 +49,8 @@ impl LoopbackPair {
         options: &OpenOptions,
         deadline: Instant,
     ) -> Result<LoopbackPair, Error> {
-        let kind = match source {
-            SourceId::Host(_) => MemoryKind::Host,
-            SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
-        };
         let sender = open(id, options)?;
-        let local = sender.register(kind, region_bytes)?;
+        let local = sender.register(MemoryKind::of(source), region_bytes)?;
         let receiver = open(id, options)?;
         let target = receiver.register(MemoryKind::Host, region_bytes)?;
         let address = receiver.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;

@@ -186,17 +186,18 @@ pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -
     }
 }
 
-/// The hint from a stored calibration.
+/// The hint from a stored calibration (`model`: the model's hint of the same path, whose
+/// alignment bounds the calibrated block from below).
 pub fn calibrated_hint(
     profile: &PathProfile,
     policy: &HintPolicy,
+    model: &SizeHint,
     calibration: &CalibratedPath,
 ) -> Result<SizeHint, HintError> {
     let costs =
         FittedCosts { fixed_cost_us: calibration.fixed_cost_us, bandwidth_gbps: calibration.bandwidth_gbps };
-    let model = compute_hint(profile, policy)?;
     let mut hint =
-        compute_hint_fitted(profile, &calibrated_policy(policy, &model, calibration.gradual), costs)?;
+        compute_hint_fitted(profile, &calibrated_policy(policy, model, calibration.gradual), costs)?;
     hint.reasons.push(Reason::new(
         Factor::Calibrated,
         format!("R² {:.3}", calibration.fit_r2),
@@ -247,7 +248,7 @@ pub fn hint_set(
         (Some(_), None) => Origin::Measured,
         (None, None) => Origin::Model,
     };
-    let calibrated = calibration.map(|c| calibrated_hint(profile, policy, &c)).transpose()?;
+    let calibrated = calibration.map(|c| calibrated_hint(profile, policy, &model, &c)).transpose()?;
     let recorded = recorded.map(|r| apply(model.clone(), &r));
     Ok(HintSet { model, calibrated, recorded, chosen })
 }
@@ -386,8 +387,9 @@ mod tests {
         let calibrated = set.calibrated.unwrap();
         assert!((calibrated.bandwidth_gbps - 20.0).abs() < 1e-12 && calibrated.fixed_cost_us == 1.0);
         assert!(calibrated.efficiency >= 0.92 - 1e-9, "calibrated hints aim past the policy target");
+        let model = compute_hint(&profile, &policy).unwrap();
         let gradual =
-            calibrated_hint(&profile, &policy, &CalibratedPath { gradual: true, ..calibration(200) })
+            calibrated_hint(&profile, &policy, &model, &CalibratedPath { gradual: true, ..calibration(200) })
                 .unwrap();
         assert!(gradual.efficiency >= 0.94 - 1e-9 && gradual.block_bytes > calibrated.block_bytes);
         store(&file, knee(300)).unwrap();
