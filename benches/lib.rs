@@ -7,15 +7,16 @@ pub mod write_bw;
 
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};
-use rdma_hint::core::{
+use rdma_hint::model::{TransportFacts, TransportKind};
+use rdma_hint::transport::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use std::net::SocketAddr;
 use std::time::Instant;
 
 /// The library's own blocking executor (allocation-free after its first call on a thread).
-pub use rdma_hint::core::blocking::block_on;
+pub use rdma_hint::transport::blocking::block_on;
 
 /// A transport that moves no bytes: every signalled op completes at once. Measures what the
 /// posting machinery itself costs per block.
@@ -101,7 +102,7 @@ impl Transport for NullTransport {
         Ok(())
     }
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        Ok(rdma_hint::core::queue::drain(&self.completions, out))
+        Ok(rdma_hint::transport::queue::drain(&self.completions, out))
     }
     async fn wait_completions(
         &self,

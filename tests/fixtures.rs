@@ -1,7 +1,8 @@
 //! The fixture trees classified end to end: sysfs → topology → matrix → hints.
 
-use rdma_hint::core::topology::NicKind;
-use rdma_hint::core::{PathClass, SourceId, Topology};
+use rdma_hint::discovery::topology::NicKind;
+use rdma_hint::discovery::Topology;
+use rdma_hint::model::{PathClass, SourceId};
 use rdma_hint::{probe, ProbeOptions};
 use rdma_hint_integration_tests::sysfs_fixture;
 use std::collections::BTreeMap;

@@ -2,7 +2,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use rdma_hint::core::{compute_hint, DriverVersions, HintCache, HintKey, HintPolicy, PathProfile};
+use rdma_hint::model::{compute_hint, DriverVersions, HintPolicy, PathProfile};
+use rdma_hint::{HintCache, HintKey};
 
 fn hint_model(c: &mut Criterion) {
     let policy = HintPolicy::default();

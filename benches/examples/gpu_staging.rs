@@ -4,11 +4,12 @@
 //!
 //! `gpu_staging [TOTAL_MIB]` (default 1024 MiB moved per block size; needs libcuda).
 
-use rdma_hint::core::{
-    compute_hint, HintPolicy, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, Topology,
-    TransportFacts, TransportKind,
+use rdma_hint::discovery::Topology;
+use rdma_hint::model::{
+    compute_hint, HintPolicy, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
+    TransportKind,
 };
-use rdma_hint::staged::gpu::{probe_gpus, CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
+use rdma_hint::staged::gpu::{CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
 use std::time::Instant;
 
 const BLOCKS: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -16,7 +17,7 @@ const BLOCKS: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 <
 /// The model's hint for in-process GPU staging: B = the GPU's PCIe link (from sysfs), o = the
 /// copy-engine launch the model charges for GPU sources on the staged backend.
 fn model_hint() -> Option<u64> {
-    let facts = probe_gpus().ok()?.into_iter().next()?.facts;
+    let facts = rdma_hint::discovery::gpus().ok()?.into_iter().next()?.facts;
     let topology = Topology::discover(std::path::Path::new("/sys")).ok()?;
     let link = topology.gpus.iter().find(|g| Some(g.pci.as_str()) == facts.pci.as_deref())?.link?;
     let profile = PathProfile {

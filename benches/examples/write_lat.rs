@@ -46,8 +46,9 @@ fn complete(transport: &dyn Transport, deadline: Instant) {
     let mut completions = [Completion::EMPTY; 4];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::core::blocking::block_on(transport.wait_completions(&mut completions, deadline))
-            .expect("completion");
+        got =
+            rdma_hint::transport::blocking::block_on(transport.wait_completions(&mut completions, deadline))
+                .expect("completion");
     }
 }
 
@@ -55,7 +56,7 @@ fn arrive(transport: &dyn Transport, deadline: Instant) {
     let mut arrivals = [Arrival::EMPTY; 4];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
+        got = rdma_hint::transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
             .expect("arrival");
     }
 }

@@ -1,6 +1,7 @@
 //! The two channels of the staged backend and what the model may assume about them.
 
-use rdma_hint_core::{Capabilities, MemoryKind, TransportFacts, TransportKind};
+use rdma_hint_model::{TransportFacts, TransportKind};
+use rdma_hint_transport::{Capabilities, MemoryKind};
 use std::fmt;
 
 /// How staged blocks cross between processes.

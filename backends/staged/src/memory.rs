@@ -2,7 +2,7 @@
 //! through a descriptor we hand it (never a name in a shared directory), and the peer's regions
 //! mapped here. All access goes through bounds-checked raw copies.
 
-use rdma_hint_core::TransportError;
+use rdma_hint_transport::TransportError;
 use std::alloc::Layout;
 use std::fs::File;
 use std::net::TcpStream;

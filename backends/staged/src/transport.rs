@@ -7,12 +7,12 @@ use crate::memory::Memory;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
-use rdma_hint_core::wait::WaitModeCell;
-use rdma_hint_core::{
+use rdma_hint_oob::{Rendezvous, Token};
+use rdma_hint_transport::wait::WaitModeCell;
+use rdma_hint_transport::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{Rendezvous, Token};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 /// its own, so `connect` never blocks the awaiting task's thread.
 ///
 /// ```no_run
-/// use rdma_hint_core::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_transport::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
 /// use rdma_hint_staged::{StagedChannel, StagedTransport};
 /// use std::time::{Duration, Instant};
 ///

@@ -13,8 +13,8 @@
 
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
 use crate::memory::MAX_REGION_BYTES;
-use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error as handshake, WireReader, WireWriter};
+use rdma_hint_transport::TransportError;
 use std::io::Read;
 
 /// Handshake magic.

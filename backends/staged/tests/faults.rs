@@ -5,8 +5,8 @@ mod common;
 
 use common::{chunker, deadline, loopback, pair};
 use rdma_hint_chunker::{Transfer, TransferError};
-use rdma_hint_core::{Arrival, Transport};
 use rdma_hint_staged::StagedChannel;
+use rdma_hint_transport::{Arrival, Transport};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -16,7 +16,7 @@ fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
         let p = pair(channel, len, loopback());
         let mut chunker = chunker(&p.sender, 4096);
         let started = Instant::now();
-        let result = rdma_hint_core::blocking::block_on(chunker.write(
+        let result = rdma_hint_transport::blocking::block_on(chunker.write(
             &p.sender,
             Transfer::new(&p.source, &p.remote, len),
             started + Duration::from_millis(20),
@@ -41,9 +41,10 @@ fn sender_and_receiver_restart_and_reconnect_on_the_same_port() {
         p.sender.write_region(p.source.id, 0, &vec![cycle + 1; 1 << 20]).unwrap();
         let mut chunker = chunker(&p.sender, 64 * 1024);
         let transfer = Transfer::new(&p.source, &p.remote, 1 << 20).notify(u32::from(cycle));
-        rdma_hint_core::blocking::block_on(chunker.write(&p.sender, transfer, deadline(10))).unwrap();
+        rdma_hint_transport::blocking::block_on(chunker.write(&p.sender, transfer, deadline(10))).unwrap();
         let mut arrivals = [Arrival::EMPTY; 1];
-        rdma_hint_core::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap();
+        rdma_hint_transport::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(10)))
+            .unwrap();
         assert_eq!(arrivals[0].imm, u32::from(cycle));
         let mut arrived = vec![0u8; 1 << 20];
         p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();
@@ -57,7 +58,7 @@ fn an_exposed_region_cannot_be_released_while_the_peer_is_connected() {
         let p = pair(channel, 1 << 20, loopback());
         let busy = p.receiver.deregister(p.target.id);
         assert!(
-            matches!(busy, Err(rdma_hint_core::TransportError::RegionBusy { .. })),
+            matches!(busy, Err(rdma_hint_transport::TransportError::RegionBusy { .. })),
             "{channel:?}: {busy:?}"
         );
         // The sender's own (unexposed) region can go; once the peer is gone, so can the target.

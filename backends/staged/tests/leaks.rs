@@ -5,9 +5,9 @@ mod common;
 
 use common::{chunker, deadline, loopback, pair};
 use rdma_hint_chunker::Transfer;
-use rdma_hint_core::{Arrival, Transport};
 use rdma_hint_integration_tests::{open_fds, threads};
 use rdma_hint_staged::StagedChannel;
+use rdma_hint_transport::{Arrival, Transport};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -38,9 +38,10 @@ fn a_hundred_cycles_leak_no_descriptors_threads_or_shm_mappings() {
             p.sender.write_region(p.source.id, 0, &[cycle as u8; 64 * 1024]).unwrap();
             let mut chunker = chunker(&p.sender, 16 * 1024);
             let transfer = Transfer::new(&p.source, &p.remote, 64 * 1024).notify(cycle);
-            rdma_hint_core::blocking::block_on(chunker.write(&p.sender, transfer, deadline(10))).unwrap();
+            rdma_hint_transport::blocking::block_on(chunker.write(&p.sender, transfer, deadline(10)))
+                .unwrap();
             let mut arrivals = [Arrival::EMPTY; 1];
-            rdma_hint_core::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(10)))
+            rdma_hint_transport::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(10)))
                 .unwrap();
             let mut arrived = [0u8; 64 * 1024];
             p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();
@@ -73,7 +74,7 @@ fn a_hundred_failed_transfers_leak_nothing() {
                 std::thread::sleep(Duration::from_micros(500));
                 drop(receiver);
             });
-            let result = rdma_hint_core::blocking::block_on(chunker.write(
+            let result = rdma_hint_transport::blocking::block_on(chunker.write(
                 &p.sender,
                 Transfer::new(&p.source, &p.remote, len),
                 deadline(20),

@@ -5,9 +5,9 @@ mod common;
 
 use common::{chunker, deadline, loopback, pair};
 use rdma_hint_chunker::Transfer;
-use rdma_hint_core::{Arrival, Transport};
 use rdma_hint_integration_tests::resident_kib;
 use rdma_hint_staged::StagedChannel;
+use rdma_hint_transport::{Arrival, Transport};
 
 /// Soak: four connections at once, 200 transfers each of pseudo-random sizes up to 1 MiB, every
 /// transfer's bytes verified on its receiver; resident memory stays flat.
@@ -25,9 +25,10 @@ fn soak_four_connections_two_hundred_transfers_each() {
             let byte = (state >> 32) as u8;
             p.sender.write_region(p.source.id, 0, &vec![byte; len as usize]).unwrap();
             let transfer = Transfer::new(&p.source, &p.remote, len).notify(round);
-            rdma_hint_core::blocking::block_on(chunker.write(&p.sender, transfer, deadline(20))).unwrap();
+            rdma_hint_transport::blocking::block_on(chunker.write(&p.sender, transfer, deadline(20)))
+                .unwrap();
             let mut arrivals = [Arrival::EMPTY; 1];
-            rdma_hint_core::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20)))
+            rdma_hint_transport::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20)))
                 .unwrap();
             assert_eq!(arrivals[0].imm, round);
             let mut arrived = vec![0u8; len as usize];

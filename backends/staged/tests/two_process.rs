@@ -5,10 +5,11 @@
 //! Peers are this test binary re-run with `RDMA_HINT_PEER` set (see `peer_main`).
 
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError};
-use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport, TransportError};
 use rdma_hint_integration_tests::{env, ip, netns_available, peer_role, random_bytes, Peer, TwoHosts};
+use rdma_hint_model::SourceId;
 use rdma_hint_staged::wire::{ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM};
 use rdma_hint_staged::{StagedChannel, StagedTransport};
+use rdma_hint_transport::{Arrival, MemoryKind, PeerEndpoint, Transport, TransportError};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -69,15 +70,15 @@ fn receiver() {
     let address = transport.bind(env("LISTEN").parse().unwrap()).unwrap();
     println!("LISTENING {address}");
     std::io::stdout().flush().unwrap();
-    rdma_hint_core::blocking::block_on(transport.connect(
+    rdma_hint_transport::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(20),
     ))
     .unwrap();
     let mut arrivals = [Arrival::EMPTY; 4];
-    let ready =
-        rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20))).unwrap();
+    let ready = rdma_hint_transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)))
+        .unwrap();
     assert_eq!(ready, 1);
     assert_eq!((arrivals[0].imm, arrivals[0].region), (7, region.id));
     let mut arrived = vec![0u8; len as usize];
@@ -98,10 +99,11 @@ fn sender() {
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
-    let remote = rdma_hint_core::blocking::block_on(transport.connect(peer, &[], deadline(20))).unwrap()[0];
+    let remote =
+        rdma_hint_transport::blocking::block_on(transport.connect(peer, &[], deadline(20))).unwrap()[0];
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
-    let report = rdma_hint_core::blocking::block_on(chunker.write(
+    let report = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len).notify(7),
         deadline(20),
@@ -119,14 +121,15 @@ fn sender_outcome() {
     let transport = peer_transport(channel_named(&env("CHANNEL")));
     let source = transport.register(MemoryKind::Host, len).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
-    let remote = rdma_hint_core::blocking::block_on(transport.connect(peer, &[], deadline(20))).unwrap()[0];
+    let remote =
+        rdma_hint_transport::blocking::block_on(transport.connect(peer, &[], deadline(20))).unwrap()[0];
     println!("CONNECTED");
     std::io::stdout().flush().unwrap();
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
     let started = Instant::now();
     let limit = Duration::from_millis(env("DEADLINE_MS").parse().unwrap());
-    let result = rdma_hint_core::blocking::block_on(chunker.write(
+    let result = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len),
         started + limit,
@@ -200,15 +203,18 @@ fn transfer_to_child(channel: &str, len: u64) {
     let transport = peer_transport(channel_named(channel));
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
-            .unwrap();
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(30),
+    ))
+    .unwrap();
     assert_eq!(remote.len(), 1);
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
     let transfer = Transfer::new(&source, &remote[0], len).notify(7);
     let report =
-        rdma_hint_core::blocking::block_on(chunker.write(&transport, transfer, deadline(20))).unwrap();
+        rdma_hint_transport::blocking::block_on(chunker.write(&transport, transfer, deadline(20))).unwrap();
     assert_eq!(report.payload_bytes, len);
     assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{channel}, {len} B");
     assert!(peer.child.wait().unwrap().success());
@@ -245,7 +251,7 @@ fn child_sender_reaches_parent_receiver_over_tcp() {
             ("DIAL", address.to_string()),
         ],
     );
-    rdma_hint_core::blocking::block_on(transport.connect(
+    rdma_hint_transport::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(30),
@@ -253,7 +259,8 @@ fn child_sender_reaches_parent_receiver_over_tcp() {
     .unwrap();
     let mut arrivals = [Arrival::EMPTY; 2];
     assert_eq!(
-        rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(30))).unwrap(),
+        rdma_hint_transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(30)))
+            .unwrap(),
         1
     );
     assert_eq!(arrivals[0].imm, 7);
@@ -270,9 +277,12 @@ fn receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
     let transport = StagedTransport::new(StagedChannel::Tcp);
     let len = 64 << 20;
     let source = transport.register(MemoryKind::Host, len).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(30),
+    ))
+    .unwrap()[0];
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, ALIGN).unwrap());
     let killer = std::thread::spawn(move || {
@@ -281,7 +291,7 @@ fn receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
         peer
     });
     let started = Instant::now();
-    let result = rdma_hint_core::blocking::block_on(chunker.write(
+    let result = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len).notify(1),
         started + Duration::from_secs(20),
@@ -297,7 +307,7 @@ fn receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
     }
     assert!(started.elapsed() < Duration::from_secs(25), "bounded by the deadline");
     // The link stays broken: new posts fail at once with a typed error.
-    let again = rdma_hint_core::blocking::block_on(chunker.write(
+    let again = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, 4096),
         deadline(5),
@@ -323,9 +333,12 @@ fn shm_receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
     let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
     let transport = peer_transport(StagedChannel::SharedMemory);
     let source = transport.register(MemoryKind::Host, len).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(30),
+    ))
+    .unwrap()[0];
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(4096, ALIGN).unwrap());
     let killer = std::thread::spawn(move || {
@@ -334,7 +347,7 @@ fn shm_receiver_killed_mid_transfer_fails_the_sender_within_the_deadline() {
         peer
     });
     let started = Instant::now();
-    let result = rdma_hint_core::blocking::block_on(chunker.write(
+    let result = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len).notify(7),
         started + Duration::from_secs(20),
@@ -359,7 +372,7 @@ fn sender_killed_mid_write_never_reports_the_region_complete() {
     let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut peer = Peer::spawn("raw-half-writer", &[("DIAL", address.to_string())]);
-    rdma_hint_core::blocking::block_on(transport.connect(
+    rdma_hint_transport::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(30),
@@ -369,7 +382,8 @@ fn sender_killed_mid_write_never_reports_the_region_complete() {
     peer.child.kill().unwrap();
     let started = Instant::now();
     let mut arrivals = [Arrival::EMPTY; 1];
-    let result = rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)));
+    let result =
+        rdma_hint_transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)));
     assert!(matches!(result, Err(TransportError::PeerGone(_))), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(matches!(transport.poll_arrivals(&mut arrivals), Err(TransportError::PeerGone(_))));
@@ -389,7 +403,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
         let _ = stream.read(&mut sink);
         std::thread::sleep(Duration::from_millis(500));
     });
-    let connected = rdma_hint_core::blocking::block_on(transport.connect(
+    let connected = rdma_hint_transport::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(2),
@@ -398,7 +412,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
         Err(e) => e,
         Ok(_) => {
             let mut arrivals = [Arrival::EMPTY; 1];
-            rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(10)))
+            rdma_hint_transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(10)))
                 .unwrap_err()
         }
     };
@@ -476,7 +490,7 @@ fn unregistered_memory_fails_before_posting() {
     let region = transport.register(MemoryKind::Host, 4096).unwrap();
     transport.deregister(region.id).unwrap();
     assert!(matches!(transport.write_region(region.id, 0, &[1]), Err(TransportError::UnregisteredRegion(_))));
-    let op = rdma_hint_core::WriteOp {
+    let op = rdma_hint_transport::WriteOp {
         wr_id: 0,
         local: region.id,
         local_offset: 0,
@@ -558,19 +572,20 @@ fn simultaneous_writes_in_both_directions_complete() {
     let address = a.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let policy = PostPolicy { wrs_per_doorbell: 8, signal_every: 1, window: 64 };
     let run = |transport: &StagedTransport, peer: PeerEndpoint, src, dst, seed| {
-        let remote =
-            rdma_hint_core::blocking::block_on(transport.connect(peer, &[dst], deadline(20))).unwrap()[0];
+        let remote = rdma_hint_transport::blocking::block_on(transport.connect(peer, &[dst], deadline(20)))
+            .unwrap()[0];
         let mut chunker = Chunker::new(policy, transport.capabilities()).unwrap();
         chunker.set_hint(SourceId::Host(0), BlockSpec::new(256 * 1024, ALIGN).unwrap());
-        let local = rdma_hint_core::LocalRegion { id: src, kind: MemoryKind::Host, len };
-        rdma_hint_core::blocking::block_on(chunker.write(
+        let local = rdma_hint_transport::LocalRegion { id: src, kind: MemoryKind::Host, len };
+        rdma_hint_transport::blocking::block_on(chunker.write(
             transport,
             Transfer::new(&local, &remote, len).notify(seed),
             deadline(30),
         ))
         .unwrap();
         let mut arrivals = [Arrival::EMPTY; 1];
-        rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(30))).unwrap();
+        rdma_hint_transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(30)))
+            .unwrap();
         let mut arrived = vec![0u8; len as usize];
         transport.read_region(dst, 0, &mut arrived).unwrap();
         assert!(arrived == random_bytes(len as usize, 3 - u64::from(seed)), "side {seed} received garbage");
@@ -595,7 +610,7 @@ fn connect_with_tokens(listener_token: Option<&[u8]>, dialer_token: Option<&[u8]
     let region = listener.register(MemoryKind::Host, 4096).unwrap();
     let address = listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let accepting = std::thread::spawn(move || {
-        rdma_hint_core::blocking::block_on(listener.connect(
+        rdma_hint_transport::blocking::block_on(listener.connect(
             PeerEndpoint::Listen(address),
             &[region.id],
             deadline(5),
@@ -603,9 +618,12 @@ fn connect_with_tokens(listener_token: Option<&[u8]>, dialer_token: Option<&[u8]
         .is_ok()
     });
     let dialer = with(dialer_token);
-    let dialed =
-        rdma_hint_core::blocking::block_on(dialer.connect(PeerEndpoint::Dial(address), &[], deadline(5)))
-            .is_ok();
+    let dialed = rdma_hint_transport::blocking::block_on(dialer.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(5),
+    ))
+    .is_ok();
     drop(dialer);
     (accepting.join().unwrap(), dialed)
 }

@@ -10,7 +10,7 @@
 //! `rdma-hint probe` shows UCX hints with UCX's numbers.
 //!
 //! ```no_run
-//! use rdma_hint_core::Transport;
+//! use rdma_hint_transport::Transport;
 //! use rdma_hint_ucx::UcxTransport;
 //!
 //! let transport = UcxTransport::open(Some("shm,self")).unwrap();

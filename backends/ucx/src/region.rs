@@ -1,8 +1,8 @@
 //! Host memory the transport allocates and maps with `ucp_mem_map`.
 
 use crate::status::status_text;
-use rdma_hint_core::transport::check_range;
-use rdma_hint_core::TransportError;
+use rdma_hint_transport::transport::check_range;
+use rdma_hint_transport::TransportError;
 use rdma_hint_ucx_sys as sys;
 
 /// Largest region one registration may ask for, in bytes (1 TiB): anything larger is a caller

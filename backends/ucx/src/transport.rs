@@ -7,13 +7,14 @@ use crate::region::{Region, MAX_REGION_BYTES};
 use crate::wire::{screen_worker_address, ExposedRegion, Hello, MAX_REGIONS, READY};
 use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
-use rdma_hint_core::queue::{event_queue, EventQueue};
-use rdma_hint_core::wait::{wait, WaitModeCell};
-use rdma_hint_core::{
-    Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
-    Transport, TransportError, TransportFacts, TransportKind, WaitMode, WriteOp,
-};
+use rdma_hint_model::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous, Token};
+use rdma_hint_transport::queue::{event_queue, EventQueue};
+use rdma_hint_transport::wait::{wait, WaitModeCell};
+use rdma_hint_transport::{
+    Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
+    Transport, TransportError, WaitMode, WriteOp,
+};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,7 +40,7 @@ const MAX_WRS_PER_POST: u32 = 64;
 /// syntax), or `UCX_TLS` from the environment when none is given.
 ///
 /// ```no_run
-/// use rdma_hint_core::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_transport::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
 /// use rdma_hint_ucx::UcxTransport;
 /// use std::time::{Duration, Instant};
 ///

@@ -5,7 +5,7 @@ mod common;
 
 use common::{chunker, deadline, loopback, pair, round_trip, SCOPES};
 use rdma_hint_chunker::{Transfer, TransferError};
-use rdma_hint_core::TransportError;
+use rdma_hint_transport::TransportError;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -15,7 +15,7 @@ fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
         let p = pair(tls, len, loopback());
         let mut chunker = chunker(&p.sender, 4096);
         let started = Instant::now();
-        let result = rdma_hint_core::blocking::block_on(chunker.write(
+        let result = rdma_hint_transport::blocking::block_on(chunker.write(
             &p.sender,
             Transfer::new(&p.source, &p.remote, len),
             started + Duration::from_millis(20),
@@ -45,7 +45,7 @@ fn a_receiver_that_closes_mid_transfer_fails_the_sender_in_time() {
             drop(receiver);
         });
         let started = Instant::now();
-        let result = rdma_hint_core::blocking::block_on(chunker.write(
+        let result = rdma_hint_transport::blocking::block_on(chunker.write(
             &p.sender,
             Transfer::new(&p.source, &p.remote, len),
             started + Duration::from_secs(20),

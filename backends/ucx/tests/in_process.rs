@@ -2,7 +2,8 @@
 //! check of connect, chunked puts, completions, arrivals and the bytes that arrived.
 
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport};
+use rdma_hint_model::SourceId;
+use rdma_hint_transport::{Arrival, MemoryKind, PeerEndpoint, Transport};
 use rdma_hint_ucx::UcxTransport;
 
 mod common;
@@ -33,7 +34,7 @@ fn transfer(tls: &str, len: u64) {
     let target = receiver.register(MemoryKind::Host, len.next_multiple_of(4096)).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let receiving = std::thread::spawn(move || {
-        rdma_hint_core::blocking::block_on(receiver.connect(
+        rdma_hint_transport::blocking::block_on(receiver.connect(
             PeerEndpoint::Listen(address),
             &[target.id],
             deadline,
@@ -41,7 +42,7 @@ fn transfer(tls: &str, len: u64) {
         .unwrap();
         let mut arrivals = [Arrival::EMPTY; 4];
         let ready =
-            rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap();
+            rdma_hint_transport::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap();
         assert_eq!(ready, 1);
         assert_eq!(arrivals[0].imm, 99);
         let mut arrived = vec![0u8; len as usize];
@@ -53,12 +54,12 @@ fn transfer(tls: &str, len: u64) {
     let data = pattern(len as usize, 5);
     sender.write_region(source.id, 0, &data).unwrap();
     let remote =
-        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+        rdma_hint_transport::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
             .unwrap()[0];
     eprintln!("{tls}: lanes {:?}, estimate {:?}", sender.connected_lanes(), sender.estimate());
     let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
-    rdma_hint_core::blocking::block_on(chunker.write(
+    rdma_hint_transport::blocking::block_on(chunker.write(
         &sender,
         Transfer::new(&source, &remote, len).notify(99),
         deadline,
@@ -106,7 +107,7 @@ fn idle_connections_do_not_spin() {
 /// when it returns every byte has reached the peer; nothing reads unmapped memory.
 #[test]
 fn deregistering_a_source_waits_out_its_unsignalled_puts() {
-    use rdma_hint_core::WriteOp;
+    use rdma_hint_transport::WriteOp;
     let _alone = alone();
     let block: u64 = 4 << 20;
     let blocks = 16u64;

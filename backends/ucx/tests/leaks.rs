@@ -49,7 +49,7 @@ fn a_hundred_failed_transfers_leak_nothing() {
                 std::thread::sleep(Duration::from_micros(500));
                 drop(receiver);
             });
-            let result = rdma_hint_core::blocking::block_on(chunker.write(
+            let result = rdma_hint_transport::blocking::block_on(chunker.write(
                 &p.sender,
                 Transfer::new(&p.source, &p.remote, len),
                 common::deadline(20),

@@ -6,12 +6,11 @@
 //! Peers are this test binary re-run with `RDMA_HINT_PEER` set (see `peer_main`).
 
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError};
-use rdma_hint_core::{
-    Arrival, MemoryKind, PeerEndpoint, RegionId, SourceId, Transport, TransportError, WriteOp,
-};
 use rdma_hint_integration_tests::{
     env, first_mismatch, ip, netns_available, peer_role, random_bytes, Peer, TwoHosts,
 };
+use rdma_hint_model::SourceId;
+use rdma_hint_transport::{Arrival, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp};
 use rdma_hint_ucx::wire::{ExposedRegion, Hello};
 use rdma_hint_ucx::UcxTransport;
 use std::io::Write;
@@ -65,7 +64,7 @@ fn receiver() {
     let region = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     let address = transport.bind(env("LISTEN").parse().unwrap()).unwrap();
     say(format!("LISTENING {address}"));
-    rdma_hint_core::blocking::block_on(transport.connect(
+    rdma_hint_transport::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(30),
@@ -73,8 +72,8 @@ fn receiver() {
     .unwrap();
     say("CONNECTED".into());
     let mut arrivals = [Arrival::EMPTY; 4];
-    let ready =
-        rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(60))).unwrap();
+    let ready = rdma_hint_transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(60)))
+        .unwrap();
     assert_eq!(ready, 1);
     assert_eq!((arrivals[0].imm, arrivals[0].region), (7, region.id));
     let mut arrived = vec![0u8; len as usize];
@@ -94,12 +93,13 @@ fn sender() {
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
     let peer = PeerEndpoint::Dial(env("DIAL").parse().unwrap());
-    let remote = rdma_hint_core::blocking::block_on(transport.connect(peer, &[], deadline(30))).unwrap()[0];
+    let remote =
+        rdma_hint_transport::blocking::block_on(transport.connect(peer, &[], deadline(30))).unwrap()[0];
     say("CONNECTED".into());
     let mut chunker = chunker(&transport);
     let started = Instant::now();
     let limit = Duration::from_millis(env("DEADLINE_MS").parse().unwrap());
-    let result = rdma_hint_core::blocking::block_on(chunker.write(
+    let result = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len).notify(7),
         started + limit,
@@ -136,14 +136,20 @@ fn transfer_to_child(tls: &str, len: u64) {
     let transport = peer_transport(tls);
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
-            .unwrap();
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(30),
+    ))
+    .unwrap();
     assert_eq!(remote.len(), 1);
     let transfer = Transfer::new(&source, &remote[0], len).notify(7);
-    let report =
-        rdma_hint_core::blocking::block_on(chunker(&transport).write(&transport, transfer, deadline(60)))
-            .unwrap();
+    let report = rdma_hint_transport::blocking::block_on(chunker(&transport).write(
+        &transport,
+        transfer,
+        deadline(60),
+    ))
+    .unwrap();
     assert_eq!(report.payload_bytes, len);
     assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{tls}, {len} B");
     assert!(peer.child.wait().unwrap().success());
@@ -182,9 +188,12 @@ fn receiver_killed_mid_transfer(tls: &str) {
     let address: SocketAddr = peer.expect("LISTENING").parse().unwrap();
     let transport = peer_transport(tls);
     let source = transport.register(MemoryKind::Host, len).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(30),
+    ))
+    .unwrap()[0];
     let killer = std::thread::spawn(move || {
         assert_eq!(peer.expect("CONNECTED"), "");
         std::thread::sleep(Duration::from_millis(30));
@@ -194,7 +203,7 @@ fn receiver_killed_mid_transfer(tls: &str) {
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(4096, ALIGN).unwrap());
     let started = Instant::now();
-    let result = rdma_hint_core::blocking::block_on(chunker.write(
+    let result = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, len).notify(1),
         started + Duration::from_secs(20),
@@ -209,7 +218,7 @@ fn receiver_killed_mid_transfer(tls: &str) {
         other => panic!("{tls}: expected the peer to be reported gone, got {other:?}"),
     }
     assert!(elapsed < Duration::from_secs(10), "{tls}: noticed after {elapsed:?}");
-    let again = rdma_hint_core::blocking::block_on(chunker.write(
+    let again = rdma_hint_transport::blocking::block_on(chunker.write(
         &transport,
         Transfer::new(&source, &remote, 4096),
         deadline(5),
@@ -302,7 +311,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
         // Keep the socket open until the transport has judged the bytes.
         std::thread::sleep(Duration::from_millis(500));
     });
-    let result = rdma_hint_core::blocking::block_on(transport.connect(
+    let result = rdma_hint_transport::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(2),
@@ -365,9 +374,12 @@ fn a_garbage_rkey_is_refused_at_connect() {
         stream.write_all(&mine.encode()).unwrap();
         std::thread::sleep(Duration::from_millis(500));
     });
-    let err =
-        rdma_hint_core::blocking::block_on(receiver.connect(PeerEndpoint::Listen(address), &[], deadline(5)))
-            .unwrap_err();
+    let err = rdma_hint_transport::blocking::block_on(receiver.connect(
+        PeerEndpoint::Listen(address),
+        &[],
+        deadline(5),
+    ))
+    .unwrap_err();
     liar.join().unwrap();
     assert!(err.to_string().contains("packed rkey of 7 B"), "{err}");
 }
@@ -379,7 +391,7 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     let target = receiver.register(MemoryKind::Host, 1 << 20).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let accepting = std::thread::spawn(move || {
-        rdma_hint_core::blocking::block_on(receiver.connect(
+        rdma_hint_transport::blocking::block_on(receiver.connect(
             PeerEndpoint::Listen(address),
             &[target.id],
             deadline(10),
@@ -389,9 +401,12 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     });
     let sender = peer_transport("tcp,self");
     let source = sender.register(MemoryKind::Host, 1 << 20).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(sender.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(10),
+    ))
+    .unwrap()[0];
     let receiver = accepting.join().unwrap();
     let op = WriteOp {
         wr_id: 1,
@@ -430,13 +445,14 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     // And the connection still works.
     sender.write_region(source.id, 0, &[9u8; 4096]).unwrap();
     sender.post_writes(&[op]).unwrap();
-    let mut completions = [rdma_hint_core::Completion::EMPTY; 2];
+    let mut completions = [rdma_hint_transport::Completion::EMPTY; 2];
     assert_eq!(
-        rdma_hint_core::blocking::block_on(sender.wait_completions(&mut completions, deadline(10))).unwrap(),
+        rdma_hint_transport::blocking::block_on(sender.wait_completions(&mut completions, deadline(10)))
+            .unwrap(),
         1
     );
     assert_eq!(
-        rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap(),
+        rdma_hint_transport::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline(10))).unwrap(),
         1
     );
     let mut arrived = [0u8; 4096];
@@ -462,7 +478,7 @@ fn pre_shared_tokens_gate_the_handshake() {
         let target = receiver.register(MemoryKind::Host, 4096).unwrap();
         let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let accepting = std::thread::spawn(move || {
-            rdma_hint_core::blocking::block_on(receiver.connect(
+            rdma_hint_transport::blocking::block_on(receiver.connect(
                 PeerEndpoint::Listen(address),
                 &[target.id],
                 deadline(10),
@@ -473,7 +489,7 @@ fn pre_shared_tokens_gate_the_handshake() {
         if let Some(token) = dialer_token {
             sender = sender.with_token(token).unwrap();
         }
-        let dialed = rdma_hint_core::blocking::block_on(sender.connect(
+        let dialed = rdma_hint_transport::blocking::block_on(sender.connect(
             PeerEndpoint::Dial(address),
             &[],
             deadline(10),

@@ -1,7 +1,8 @@
 //! Devices and their capabilities: `ibv_query_device` / `ibv_query_port` as hint-model facts.
 
 use crate::status::unavailable;
-use rdma_hint_core::{TransportError, TransportFacts, TransportKind};
+use rdma_hint_model::{TransportFacts, TransportKind};
+use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
 use std::ffi::CStr;
 

@@ -4,9 +4,9 @@
 
 use crate::qp::Lent;
 use crate::status::unavailable;
-use rdma_hint_core::wait::Notifier;
-use rdma_hint_core::TransportError;
 use rdma_hint_oob::{peer_left, PeerLoss};
+use rdma_hint_transport::wait::Notifier;
+use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
 use std::io::ErrorKind;
 use std::net::TcpStream;

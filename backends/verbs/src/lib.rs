@@ -7,7 +7,7 @@
 //! a machine without rdma-core and [`devices`] answers why there is nothing to use.
 //!
 //! ```no_run
-//! use rdma_hint_core::Transport;
+//! use rdma_hint_transport::Transport;
 //! use rdma_hint_verbs::VerbsTransport;
 //!
 //! let transport = VerbsTransport::open(Some("rxe0")).unwrap();

@@ -4,7 +4,7 @@
 
 use crate::status::check;
 use crate::wire::Hello;
-use rdma_hint_core::TransportError;
+use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 

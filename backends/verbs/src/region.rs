@@ -2,8 +2,8 @@
 
 use crate::status::unavailable;
 use memmap2::MmapMut;
-use rdma_hint_core::transport::check_range;
-use rdma_hint_core::TransportError;
+use rdma_hint_transport::transport::check_range;
+use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
 
 /// Largest region one registration may ask for, in bytes (1 TiB).

@@ -7,12 +7,12 @@ use crate::region::Region;
 use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
-use rdma_hint_core::wait::{wait, WaitModeCell};
-use rdma_hint_core::{
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous, Token};
+use rdma_hint_transport::wait::{wait, WaitModeCell};
+use rdma_hint_transport::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RegionTable, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous, Token};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -60,7 +60,7 @@ struct Polling {
 /// ([`WaitMode::BusyPoll`]). A peer that dies is `PeerGone` at once, before RC retries run out.
 ///
 /// ```no_run
-/// use rdma_hint_core::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_transport::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
 /// use rdma_hint_verbs::VerbsTransport;
 /// use std::time::{Duration, Instant};
 ///

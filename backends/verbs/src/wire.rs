@@ -8,8 +8,8 @@
 //! that rejected the peer closes the socket instead.
 
 use crate::region::MAX_REGION_BYTES;
-use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error, WireReader, WireWriter};
+use rdma_hint_transport::TransportError;
 use std::io::Read;
 
 /// Hello magic.

@@ -9,10 +9,9 @@
 //! within its deadline; unregistered memory fails before posting.
 
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError};
-use rdma_hint_core::{
-    Arrival, MemoryKind, PeerEndpoint, RegionId, SourceId, Transport, TransportError, WriteOp,
-};
 use rdma_hint_integration_tests::{env, first_mismatch, peer_role, random_bytes, Peer};
+use rdma_hint_model::SourceId;
+use rdma_hint_transport::{Arrival, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp};
 use rdma_hint_verbs::wire::Hello;
 use rdma_hint_verbs::VerbsTransport;
 use std::io::{Read, Write};
@@ -66,7 +65,7 @@ fn receiver() {
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:0".into());
     let address = transport.bind(listen.parse().unwrap()).unwrap();
     say(format!("LISTENING {address}"));
-    rdma_hint_core::blocking::block_on(transport.connect(
+    rdma_hint_transport::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(60),
@@ -74,7 +73,7 @@ fn receiver() {
     .unwrap();
     say("CONNECTED".into());
     let mut arrivals = [Arrival::EMPTY; 4];
-    match rdma_hint_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(120))) {
+    match rdma_hint_transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(120))) {
         Ok(ready) => {
             assert_eq!(ready, 1);
             assert_eq!((arrivals[0].imm, arrivals[0].region), (7, region.id));
@@ -104,13 +103,13 @@ fn sender() {
     // The receiver's VM may still be booting: a refused dial is retried until the deadline.
     let until = deadline(120);
     let remote = loop {
-        match rdma_hint_core::blocking::block_on(transport.connect(peer, &[], until)) {
+        match rdma_hint_transport::blocking::block_on(transport.connect(peer, &[], until)) {
             Err(TransportError::Refused { .. }) if Instant::now() < until => continue,
             connected => break connected.unwrap()[0],
         }
     };
     let transfer = Transfer::new(&source, &remote, len).notify(7);
-    let report = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
+    let report = rdma_hint_transport::blocking::block_on(chunker(&transport, 64 * 1024).write(
         &transport,
         transfer,
         deadline(300),
@@ -146,7 +145,7 @@ fn chunked_rdma_writes_arrive_byte_exact() {
         let transport = peer_transport(&device);
         let source = transport.register(MemoryKind::Host, len.next_multiple_of(ALIGN)).unwrap();
         transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).unwrap();
-        let remote = rdma_hint_core::blocking::block_on(transport.connect(
+        let remote = rdma_hint_transport::blocking::block_on(transport.connect(
             PeerEndpoint::Dial(address),
             &[],
             deadline(60),
@@ -154,7 +153,7 @@ fn chunked_rdma_writes_arrive_byte_exact() {
         .unwrap();
         assert_eq!(remote.len(), 1);
         let transfer = Transfer::new(&source, &remote[0], len).notify(7);
-        let report = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
+        let report = rdma_hint_transport::blocking::block_on(chunker(&transport, 64 * 1024).write(
             &transport,
             transfer,
             deadline(120),
@@ -202,11 +201,14 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     let transport = peer_transport(&device);
     let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let proxy = rkey_rewriting_proxy(address);
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(proxy), &[], deadline(60)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(proxy),
+        &[],
+        deadline(60),
+    ))
+    .unwrap()[0];
     let started = Instant::now();
-    let result = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
+    let result = rdma_hint_transport::blocking::block_on(chunker(&transport, 64 * 1024).write(
         &transport,
         Transfer::new(&source, &remote, 1 << 20),
         deadline(30),
@@ -224,7 +226,7 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     }
     assert!(started.elapsed() < Duration::from_secs(30));
     // The QP is in error now: later posts fail at once with a typed error.
-    let again = rdma_hint_core::blocking::block_on(chunker(&transport, 4096).write(
+    let again = rdma_hint_transport::blocking::block_on(chunker(&transport, 4096).write(
         &transport,
         Transfer::new(&source, &remote, 4096),
         deadline(5),
@@ -244,9 +246,12 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
     let (mut peer, address) = spawn_receiver(&device, len, 2);
     let transport = peer_transport(&device);
     let source = transport.register(MemoryKind::Host, len).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(60),
+    ))
+    .unwrap()[0];
     let killer = std::thread::spawn(move || {
         assert_eq!(peer.expect("CONNECTED"), "");
         std::thread::sleep(Duration::from_millis(200));
@@ -254,7 +259,7 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_its_deadline() {
         peer
     });
     let started = Instant::now();
-    let result = rdma_hint_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
+    let result = rdma_hint_transport::blocking::block_on(chunker(&transport, 64 * 1024).write(
         &transport,
         Transfer::new(&source, &remote, len),
         started + Duration::from_secs(60),
@@ -280,9 +285,12 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     let (mut peer, address) = spawn_receiver(&device, 4096, 3);
     let transport = peer_transport(&device);
     let source = transport.register(MemoryKind::Host, 4096).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(60)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(60),
+    ))
+    .unwrap()[0];
     let op = WriteOp {
         wr_id: 1,
         local: source.id,
@@ -313,9 +321,9 @@ fn unregistered_or_out_of_range_memory_fails_before_posting() {
     // Nothing was posted by the refused calls; the valid one moves the bytes.
     transport.write_region(source.id, 0, &random_bytes(4096, 3)).unwrap();
     transport.post_writes(&[op]).unwrap();
-    let mut completions = [rdma_hint_core::Completion::EMPTY; 4];
+    let mut completions = [rdma_hint_transport::Completion::EMPTY; 4];
     assert_eq!(
-        rdma_hint_core::blocking::block_on(transport.wait_completions(&mut completions, deadline(30)))
+        rdma_hint_transport::blocking::block_on(transport.wait_completions(&mut completions, deadline(30)))
             .unwrap(),
         1
     );
@@ -342,15 +350,15 @@ fn pair(
 ) -> (
     VerbsTransport,
     VerbsTransport,
-    rdma_hint_core::LocalRegion,
-    rdma_hint_core::LocalRegion,
-    rdma_hint_core::RemoteRegion,
+    rdma_hint_transport::LocalRegion,
+    rdma_hint_transport::LocalRegion,
+    rdma_hint_transport::RemoteRegion,
 ) {
     let receiver = VerbsTransport::open(Some(device)).unwrap();
     let target = receiver.register(MemoryKind::Host, len).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let accepting = std::thread::spawn(move || {
-        rdma_hint_core::blocking::block_on(receiver.connect(
+        rdma_hint_transport::blocking::block_on(receiver.connect(
             PeerEndpoint::Listen(address),
             &[target.id],
             deadline(60),
@@ -360,9 +368,12 @@ fn pair(
     });
     let sender = VerbsTransport::open(Some(device)).unwrap();
     let source = sender.register(MemoryKind::Host, len).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(60)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(sender.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(60),
+    ))
+    .unwrap()[0];
     (sender, accepting.join().unwrap(), source, target, remote)
 }
 
@@ -373,7 +384,7 @@ fn a_deadline_shorter_than_the_transfer_stops_it_in_time() {
     let len = 32 << 20;
     let (sender, _receiver, source, _, remote) = pair(&device, len);
     let started = Instant::now();
-    let result = rdma_hint_core::blocking::block_on(chunker(&sender, 4096).write(
+    let result = rdma_hint_transport::blocking::block_on(chunker(&sender, 4096).write(
         &sender,
         Transfer::new(&source, &remote, len),
         started + Duration::from_millis(50),
@@ -401,14 +412,14 @@ fn a_hundred_connect_transfer_drop_cycles_leak_nothing() {
         let (sender, receiver, source, target, remote) = pair(&device, 64 * 1024);
         let data = random_bytes(64 * 1024, u64::from(cycle));
         sender.write_region(source.id, 0, &data).unwrap();
-        rdma_hint_core::blocking::block_on(chunker(&sender, 16 * 1024).write(
+        rdma_hint_transport::blocking::block_on(chunker(&sender, 16 * 1024).write(
             &sender,
             Transfer::new(&source, &remote, 64 * 1024).notify(cycle),
             deadline(30),
         ))
         .unwrap();
         let mut arrivals = [Arrival::EMPTY; 1];
-        rdma_hint_core::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline(30))).unwrap();
+        rdma_hint_transport::blocking::block_on(receiver.wait_arrivals(&mut arrivals, deadline(30))).unwrap();
         assert_eq!(arrivals[0].imm, cycle);
         let mut arrived = vec![0u8; 64 * 1024];
         receiver.read_region(target.id, 0, &mut arrived).unwrap();
@@ -438,7 +449,7 @@ fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
         link
     });
     let started = Instant::now();
-    let result = rdma_hint_core::blocking::block_on(chunker(&sender, 64 * 1024).write(
+    let result = rdma_hint_transport::blocking::block_on(chunker(&sender, 64 * 1024).write(
         &sender,
         Transfer::new(&source, &remote, len),
         started + Duration::from_secs(20),
@@ -474,7 +485,7 @@ fn a_hundred_failed_transfers_leak_nothing() {
             std::thread::sleep(Duration::from_millis(2));
             drop(receiver);
         });
-        let result = rdma_hint_core::blocking::block_on(chunker(&sender, 4096).write(
+        let result = rdma_hint_transport::blocking::block_on(chunker(&sender, 4096).write(
             &sender,
             Transfer::new(&source, &remote, len),
             deadline(30),

@@ -2,8 +2,9 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy};
-use rdma_hint_core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
+use rdma_hint_model::SourceId;
 use rdma_hint_staged::{StagedChannel, StagedTransport};
+use rdma_hint_transport::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,7 @@ pub(crate) fn pair(channel: StagedChannel, len: u64, address: SocketAddr) -> Pai
     let target = receiver.register(MemoryKind::Host, len).unwrap();
     let address = receiver.bind(address).unwrap();
     let accepting = std::thread::spawn(move || {
-        rdma_hint_core::blocking::block_on(receiver.connect(
+        rdma_hint_transport::blocking::block_on(receiver.connect(
             PeerEndpoint::Listen(address),
             &[target.id],
             deadline(10),
@@ -35,9 +36,12 @@ pub(crate) fn pair(channel: StagedChannel, len: u64, address: SocketAddr) -> Pai
     });
     let sender = StagedTransport::new(channel);
     let source = sender.register(MemoryKind::Host, len).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(sender.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(10),
+    ))
+    .unwrap()[0];
     Pair { sender, receiver: accepting.join().unwrap(), source, target, remote }
 }
 

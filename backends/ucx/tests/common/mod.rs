@@ -2,7 +2,8 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint_core::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
+use rdma_hint_model::SourceId;
+use rdma_hint_transport::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport};
 use rdma_hint_ucx::UcxTransport;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ pub(crate) fn pair(tls: &str, len: u64, address: SocketAddr) -> Pair {
     let target = receiver.register(MemoryKind::Host, len).unwrap();
     let address = receiver.bind(address).unwrap();
     let accepting = std::thread::spawn(move || {
-        rdma_hint_core::blocking::block_on(receiver.connect(
+        rdma_hint_transport::blocking::block_on(receiver.connect(
             PeerEndpoint::Listen(address),
             &[target.id],
             deadline(10),
@@ -53,9 +54,12 @@ pub(crate) fn pair(tls: &str, len: u64, address: SocketAddr) -> Pair {
     });
     let sender = open(tls);
     let source = sender.register(MemoryKind::Host, len).unwrap();
-    let remote =
-        rdma_hint_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(10)))
-            .unwrap()[0];
+    let remote = rdma_hint_transport::blocking::block_on(sender.connect(
+        PeerEndpoint::Dial(address),
+        &[],
+        deadline(10),
+    ))
+    .unwrap()[0];
     Pair { sender, receiver: accepting.join().unwrap(), source, target, remote }
 }
 
@@ -69,9 +73,9 @@ pub(crate) fn chunker(transport: &UcxTransport, block: u64) -> Chunker {
 pub(crate) fn round_trip(p: &Pair, chunker: &mut Chunker, len: u64, byte: u8, imm: u32) {
     p.sender.write_region(p.source.id, 0, &vec![byte; len as usize]).unwrap();
     let transfer = Transfer::new(&p.source, &p.remote, len).notify(imm);
-    rdma_hint_core::blocking::block_on(chunker.write(&p.sender, transfer, deadline(20))).unwrap();
+    rdma_hint_transport::blocking::block_on(chunker.write(&p.sender, transfer, deadline(20))).unwrap();
     let mut arrivals = [Arrival::EMPTY; 1];
-    rdma_hint_core::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20))).unwrap();
+    rdma_hint_transport::blocking::block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(20))).unwrap();
     assert_eq!(arrivals[0].imm, imm);
     let mut arrived = vec![0u8; len as usize];
     p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();

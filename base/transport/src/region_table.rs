@@ -1,0 +1,78 @@
+//! The table of registered regions every backend keeps: ids are slot indices, freed slots are
+//! reused, and looking up an id that is not registered is a typed error.
+
+use crate::transport::{RegionId, TransportError};
+
+/// Registered regions of one transport, by [`RegionId`].
+///
+/// ```
+/// use rdma_hint_transport::{RegionId, RegionTable, TransportError};
+/// let mut table = RegionTable::new(2);
+/// let a = table.insert_with(4096, || Ok("a")).unwrap();
+/// let b = table.insert_with(4096, || Ok("b")).unwrap();
+/// assert!(table.insert_with(4096, || -> Result<&str, TransportError> { unreachable!() }).is_err()); // full
+/// assert_eq!(table.remove(a).unwrap(), "a");
+/// assert_eq!(table.insert_with(4096, || Ok("c")).unwrap(), a); // the freed id is reused
+/// assert_eq!(*table.get(b).unwrap(), "b");
+/// assert!(matches!(table.get(RegionId(7)), Err(TransportError::UnregisteredRegion(RegionId(7)))));
+/// ```
+#[derive(Debug)]
+pub struct RegionTable<T> {
+    slots: Vec<Option<T>>,
+    max: usize,
+}
+
+impl<T> RegionTable<T> {
+    /// An empty table holding at most `max` regions at once.
+    pub fn new(max: usize) -> RegionTable<T> {
+        RegionTable { slots: Vec::new(), max }
+    }
+
+    /// Registers a region of `len` bytes under the lowest free id. `make` (which allocates and
+    /// registers the memory) only runs when the table has room, so a full table costs nothing.
+    pub fn insert_with(
+        &mut self,
+        len: u64,
+        make: impl FnOnce() -> Result<T, TransportError>,
+    ) -> Result<RegionId, TransportError> {
+        if self.slots.iter().flatten().count() >= self.max {
+            return Err(TransportError::Registration {
+                len,
+                reason: format!("at most {} regions", self.max),
+            });
+        }
+        let region = make()?;
+        let index = match self.slots.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        self.slots[index] = Some(region);
+        Ok(RegionId(index as u32))
+    }
+
+    /// The region registered as `id`.
+    pub fn get(&self, id: RegionId) -> Result<&T, TransportError> {
+        self.slots.get(id.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(id))
+    }
+
+    /// The region registered as `id`, mutably.
+    pub fn get_mut(&mut self, id: RegionId) -> Result<&mut T, TransportError> {
+        self.slots
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(TransportError::UnregisteredRegion(id))
+    }
+
+    /// Unregisters `id` and hands its region back.
+    pub fn remove(&mut self, id: RegionId) -> Result<T, TransportError> {
+        self.slots.get_mut(id.0 as usize).and_then(Option::take).ok_or(TransportError::UnregisteredRegion(id))
+    }
+
+    /// Unregisters every region, in id order.
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.slots.drain(..).flatten()
+    }
+}

@@ -1,0 +1,78 @@
+//! Errors of the facade.
+
+use rdma_hint_discovery::sysfs::DiscoveryError;
+use rdma_hint_model::{HintError, SourceId};
+use rdma_hint_transport::TransportError;
+use thiserror::Error;
+
+/// Why a hint, a probe or [`open`](crate::open) failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The sysfs tree could not be read.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// The model refused the path or its inputs.
+    #[error(transparent)]
+    Hint(#[from] HintError),
+    /// No such GPU or host node on this machine.
+    #[error("unknown device {device}; this machine has: {available}")]
+    UnknownDevice {
+        /// The device asked for.
+        device: SourceId,
+        /// The devices that exist.
+        available: String,
+    },
+    /// No such transport on this machine or in this build.
+    #[error("unknown transport `{transport}`; available: {available}")]
+    UnknownTransport {
+        /// The transport asked for.
+        transport: String,
+        /// The transports that exist.
+        available: String,
+    },
+    /// A pair whose path cannot be modelled (NIC position unknown, port without a rate).
+    #[error("no path from {device} to {transport}: {why}")]
+    NoPath {
+        /// The device.
+        device: SourceId,
+        /// The transport.
+        transport: String,
+        /// Why.
+        why: String,
+    },
+    /// A transport id that does not parse.
+    #[error("invalid transport id `{id}`: {why}")]
+    InvalidTransportId {
+        /// The text given.
+        id: String,
+        /// What is wrong and what is accepted.
+        why: String,
+    },
+    /// The transport's backend is not compiled into this build.
+    #[error("{transport} needs the `{feature}` backend, which this build lacks: enable the cargo feature `{feature}` of rdma-hint")]
+    FeatureMissing {
+        /// The transport asked for.
+        transport: String,
+        /// The cargo feature that provides it.
+        feature: &'static str,
+    },
+    /// The backend is compiled in but cannot run here (library or device missing).
+    #[error("{transport} is unavailable here: {source}")]
+    Unavailable {
+        /// The transport asked for.
+        transport: String,
+        /// The backend's reason.
+        #[source]
+        source: TransportError,
+    },
+    /// A transport operation failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A chunked transfer failed (with the bytes confirmed before it did).
+    #[error(transparent)]
+    Transfer(#[from] rdma_hint_chunker::TransferError),
+    /// A transfer could not be planned (sizes, alignment, regions, policy).
+    #[error(transparent)]
+    Plan(#[from] rdma_hint_chunker::PlanError),
+}
