@@ -131,11 +131,7 @@ impl StagedTransport {
             .and_then(Option::as_ref)
             .map(|r| r.len)
             .ok_or(TransportError::UnregisteredRegion(op.remote))?;
-        op.check(
-            &LocalRegion { id: op.local, kind: source.memory.kind(), len: source.memory.len() },
-            &RemoteRegion { id: op.remote, len: remote_len },
-            self.caps.facts.max_msg_bytes,
-        )
+        op.check_lens(source.memory.len(), remote_len, self.caps.facts.max_msg_bytes)
     }
 }
 

@@ -13,7 +13,8 @@
 
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
 use crate::memory::MAX_REGION_BYTES;
-use rdma_hint_oob::{handshake_error as handshake, WireReader, WireWriter};
+use bytes::{Buf, BufMut};
+use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, truncated, WireReader};
 use rdma_hint_transport::TransportError;
 use std::io::Read;
 
@@ -26,6 +27,10 @@ pub const VERSION: u16 = 3;
 pub const MAX_REGIONS: usize = 1024;
 /// Size of a frame header in bytes.
 pub const HEADER_BYTES: usize = 40;
+/// Size of one region in a hello in bytes: id u32, len u64.
+const REGION_BYTES: usize = 4 + 8;
+/// Longest hand-off socket name accepted, in bytes.
+const MAX_HANDOFF_NAME_BYTES: usize = 64;
 
 /// How payloads travel after the handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,18 +73,29 @@ pub struct Hello {
 impl Hello {
     /// Encodes the hello.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = WireWriter::default();
-        out.raw(&MAGIC).u16(VERSION).u8(self.channel as u8).u16(self.regions.len() as u16);
+        let handoff_bytes = 1 + MAX_HANDOFF_NAME_BYTES + COOKIE_BYTES;
+        let mut out =
+            Vec::with_capacity(MAGIC.len() + 2 + 1 + 2 + self.regions.len() * REGION_BYTES + handoff_bytes);
+        put_preamble(&mut out, MAGIC, VERSION);
+        out.put_u8(self.channel as u8);
+        out.put_u16_le(self.regions.len() as u16);
         for region in &self.regions {
-            out.u32(region.id).u64(region.len);
+            out.put_u32_le(region.id);
+            out.put_u64_le(region.len);
         }
         if self.channel == ChannelKind::Shm {
             match &self.handoff {
-                Some(handoff) => out.bytes_u8(handoff.socket.as_bytes()).raw(&handoff.cookie),
-                None => out.bytes_u8(&[]).raw(&[0; COOKIE_BYTES]),
-            };
+                Some(handoff) => {
+                    put_prefixed_u8(&mut out, handoff.socket.as_bytes());
+                    out.put_slice(&handoff.cookie);
+                }
+                None => {
+                    put_prefixed_u8(&mut out, &[]);
+                    out.put_bytes(0, COOKIE_BYTES);
+                }
+            }
         }
-        out.finish()
+        out
     }
 
     /// Reads and validates a hello: magic, version, channel, region count and every region
@@ -92,14 +108,14 @@ impl Hello {
             1 => ChannelKind::Shm,
             other => return Err(handshake(format!("unknown channel kind {other}"))),
         };
-        let count = usize::from(reader.u16()?);
+        let count = usize::from(reader.fields::<2, _>(|piece| piece.try_get_u16_le())?);
         if count > MAX_REGIONS {
             return Err(handshake(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
         }
         let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
         for _ in 0..count {
-            let id = reader.u32()?;
-            let len = reader.u64()?;
+            let (id, len) = reader
+                .fields::<REGION_BYTES, _>(|piece| Ok((piece.try_get_u32_le()?, piece.try_get_u64_le()?)))?;
             if len == 0 || len > MAX_REGION_BYTES {
                 return Err(handshake(format!(
                     "region {id} length {len} B is outside 1 B … {MAX_REGION_BYTES} B"
@@ -115,7 +131,7 @@ impl Hello {
         }
         let mut handoff = None;
         if channel == ChannelKind::Shm {
-            let socket = reader.bytes_u8(64, "hand-off socket name")?;
+            let socket = reader.bytes_u8(MAX_HANDOFF_NAME_BYTES, "hand-off socket name")?;
             let mut cookie = [0u8; COOKIE_BYTES];
             reader.exact(&mut cookie)?;
             if socket.is_empty() {
@@ -177,47 +193,46 @@ impl Frame {
     /// Encodes into a fixed header.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut out = [0u8; HEADER_BYTES];
-        out[0] = self.kind as u8;
-        out[1] = self.flags;
-        out[2..4].copy_from_slice(&self.status.to_le_bytes());
-        out[4..8].copy_from_slice(&self.region.to_le_bytes());
-        out[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        out[16..24].copy_from_slice(&self.len.to_le_bytes());
-        out[24..32].copy_from_slice(&self.wr_id.to_le_bytes());
-        out[32..36].copy_from_slice(&self.imm.to_le_bytes());
+        let mut cursor = &mut out[..];
+        cursor.put_u8(self.kind as u8);
+        cursor.put_u8(self.flags);
+        cursor.put_u16_le(self.status);
+        cursor.put_u32_le(self.region);
+        cursor.put_u64_le(self.offset);
+        cursor.put_u64_le(self.len);
+        cursor.put_u64_le(self.wr_id);
+        cursor.put_u32_le(self.imm);
+        cursor.put_u32_le(0); // reserved
+        debug_assert!(cursor.is_empty(), "a frame header fills its {HEADER_BYTES} B");
         out
     }
 
     /// Decodes a header, rejecting unknown kinds, unknown flags and non-zero reserved bytes.
     /// Range checks against regions happen where the regions are known.
     pub fn decode(bytes: &[u8; HEADER_BYTES]) -> Result<Frame, TransportError> {
-        let u64_at = |at: usize| {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&bytes[at..at + 8]);
-            u64::from_le_bytes(word)
-        };
-        let kind = match bytes[0] {
+        let mut piece = &bytes[..];
+        let kind = match piece.try_get_u8().map_err(truncated)? {
             1 => FrameKind::Write,
             2 => FrameKind::Ack,
             other => return Err(handshake(format!("unknown frame kind {other}"))),
         };
-        let flags = bytes[1];
+        let flags = piece.try_get_u8().map_err(truncated)?;
         if flags & !KNOWN_FLAGS != 0 {
             return Err(handshake(format!("unknown frame flags {flags:#04x}")));
-        }
-        if bytes[36..40] != [0; 4] {
-            return Err(handshake("reserved frame bytes are not zero"));
         }
         let frame = Frame {
             kind,
             flags,
-            status: u16::from_le_bytes([bytes[2], bytes[3]]),
-            region: u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
-            offset: u64_at(8),
-            len: u64_at(16),
-            wr_id: u64_at(24),
-            imm: u32::from_le_bytes([bytes[32], bytes[33], bytes[34], bytes[35]]),
+            status: piece.try_get_u16_le().map_err(truncated)?,
+            region: piece.try_get_u32_le().map_err(truncated)?,
+            offset: piece.try_get_u64_le().map_err(truncated)?,
+            len: piece.try_get_u64_le().map_err(truncated)?,
+            wr_id: piece.try_get_u64_le().map_err(truncated)?,
+            imm: piece.try_get_u32_le().map_err(truncated)?,
         };
+        if piece.try_get_u32_le().map_err(truncated)? != 0 {
+            return Err(handshake("reserved frame bytes are not zero"));
+        }
         if kind == FrameKind::Ack && (flags != 0 || frame.len != 0) {
             return Err(handshake("an ack carries no flags and no payload"));
         }
@@ -277,6 +292,57 @@ mod tests {
         for (i, case) in cases.iter().enumerate() {
             assert!(Hello::decode(&mut case.as_slice()).is_err(), "case {i} accepted");
         }
+    }
+
+    /// Every truncated hello, on either channel, is a typed error (the peer went away mid-hello),
+    /// never a panic.
+    #[test]
+    fn every_truncated_hello_is_a_typed_error() {
+        for channel in [ChannelKind::Tcp, ChannelKind::Shm] {
+            let good = hello(channel).encode();
+            for cut in 0..good.len() {
+                match Hello::decode(&mut &good[..cut]) {
+                    Err(TransportError::PeerGone(_)) => {}
+                    other => panic!("{channel:?} hello truncated at {cut}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// The decoder reads exactly one hello: the frames behind it on the socket stay there.
+    #[test]
+    fn decoding_reads_no_further_than_the_hello() {
+        let good = hello(ChannelKind::Shm).encode();
+        let both = [good, vec![0xAB; HEADER_BYTES]].concat();
+        let mut rest = &both[..];
+        Hello::decode(&mut rest).unwrap();
+        assert_eq!(rest, &[0xAB; HEADER_BYTES][..]);
+    }
+
+    /// The frame header's byte layout, field by field (what older peers read).
+    #[test]
+    fn frame_layout_is_fixed() {
+        let frame = Frame {
+            kind: FrameKind::Write,
+            flags: FLAG_SIGNALLED | FLAG_PLACED,
+            status: 0x0102,
+            region: 0x0304_0506,
+            offset: 0x0708_090a_0b0c_0d0e,
+            len: 0x1011_1213_1415_1617,
+            wr_id: 0x2021_2223_2425_2627,
+            imm: 0x3031_3233,
+        };
+        let mut expected = vec![1, FLAG_SIGNALLED | FLAG_PLACED];
+        expected.extend_from_slice(&frame.status.to_le_bytes());
+        expected.extend_from_slice(&frame.region.to_le_bytes());
+        expected.extend_from_slice(&frame.offset.to_le_bytes());
+        expected.extend_from_slice(&frame.len.to_le_bytes());
+        expected.extend_from_slice(&frame.wr_id.to_le_bytes());
+        expected.extend_from_slice(&frame.imm.to_le_bytes());
+        expected.extend_from_slice(&[0; 4]);
+        assert_eq!(frame.encode().to_vec(), expected);
+        assert_eq!(Frame::decode(&frame.encode()).unwrap(), frame);
+        // `Frame::decode` takes exactly `HEADER_BYTES` by type: a short header cannot reach it.
     }
 
     #[test]

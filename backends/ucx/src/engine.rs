@@ -8,9 +8,11 @@
 
 use crate::region::Region;
 use crate::status::{completion_code, status_text};
+use crate::transport::MAX_WRS_PER_POST;
 use crate::worker::{Ucp, NOTICE_AM_ID};
 use rdma_hint_oob::{peer_left, PeerLoss};
 use rdma_hint_transport::queue::EventSender;
+use rdma_hint_transport::region_table::RegionLen;
 use rdma_hint_transport::{
     Arrival, Completion, CompletionStatus, RegionId, RegionTable, TransportError, WriteOp,
 };
@@ -105,6 +107,21 @@ pub(crate) struct RemoteEntry {
     pub(crate) rkey: sys::ucp_rkey_h,
 }
 
+impl RegionLen for RemoteEntry {
+    fn region_len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// One op of a batch after its check: where its bytes come from and go to.
+#[derive(Debug, Clone, Copy)]
+struct Put {
+    source: *mut u8,
+    memh: sys::ucp_mem_h,
+    address: u64,
+    rkey: sys::ucp_rkey_h,
+}
+
 /// One posted batch whose flush has not been turned into completions yet.
 #[derive(Debug)]
 struct Batch {
@@ -129,6 +146,8 @@ pub(crate) struct Engine {
     /// Notice sends not finished yet, oldest first: their slots must stay put until then.
     notice_sends: VecDeque<sys::ucs_status_ptr_t>,
     next_slot: usize,
+    /// The batch being posted, checked; sized once (`max_wrs_per_post`).
+    puts: Vec<Put>,
     completions: EventSender<Completion>,
     capacity: usize,
     posted_any: bool,
@@ -164,6 +183,7 @@ impl Engine {
             notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
             notice_sends: VecDeque::with_capacity(capacity),
             next_slot: 0,
+            puts: Vec::with_capacity(MAX_WRS_PER_POST as usize),
             unflushed: 0,
             oob: None,
             completions,
@@ -221,11 +241,6 @@ impl Engine {
         Ok(rkey)
     }
 
-    /// The peer's length of remote region `id`, if it exposed one.
-    pub(crate) fn remote_len(&self, id: RegionId) -> Option<u64> {
-        self.remote.get(id.0 as usize).and_then(Option::as_ref).map(|r| r.len)
-    }
-
     /// Why the connection is gone, if it is.
     pub(crate) fn gone(&self) -> Option<&str> {
         self.gone.as_deref()
@@ -268,6 +283,7 @@ impl Engine {
         &mut self,
         ops: &[WriteOp],
         locals: &RegionTable<Region>,
+        max_msg_bytes: u64,
         queued_completions: usize,
     ) -> Result<(), TransportError> {
         if let Some(why) = &self.gone {
@@ -285,29 +301,31 @@ impl Engine {
                 max: (self.capacity.saturating_sub(in_flight)) as u32,
             });
         }
+        // Check (and look up) every op before the first put: a rejected batch moves nothing.
+        let Engine { puts, remote: remotes, .. } = self;
+        puts.clear();
         for op in ops {
-            let local = locals.get(op.local)?;
-            let Some(Some(remote)) = self.remote.get(op.remote.0 as usize) else {
-                return Err(TransportError::UnregisteredRegion(op.remote));
-            };
+            let remote = remotes.get(op.remote.0 as usize).and_then(Option::as_ref);
+            let (local, remote) = locals.check_write(op, remote, max_msg_bytes)?;
+            puts.push(Put {
+                source: local.pointer(op.local_offset),
+                memh: local.memh,
+                address: remote.address + op.remote_offset,
+                rkey: remote.rkey,
+            });
+        }
+        for (op, put) in ops.iter().zip(&self.puts) {
             let param = sys::ucp_request_param_t {
                 op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
-                memh: local.memh,
+                memh: put.memh,
                 ..Default::default()
             };
             // SAFETY: the ep and rkey are live (engine lock held); the source range was
-            // bound-checked against the registered region, which stays mapped while ops are in
-            // flight (deregister refuses busy regions); the remote range against the peer's
-            // advertised length.
+            // bound-checked against the registered region just now, which stays mapped while
+            // ops are in flight (deregister refuses busy regions); the remote range against the
+            // peer's advertised length.
             let request = unsafe {
-                sys::ucp_put_nbx(
-                    self.ep,
-                    local.pointer(op.local_offset).cast(),
-                    op.len as usize,
-                    remote.address + op.remote_offset,
-                    remote.rkey,
-                    &param,
-                )
+                sys::ucp_put_nbx(self.ep, put.source.cast(), op.len as usize, put.address, put.rkey, &param)
             };
             if sys::status_ptr_is_err(request) {
                 let status = sys::status_ptr_status(request);

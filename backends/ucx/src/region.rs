@@ -1,6 +1,7 @@
 //! Host memory the transport allocates and maps with `ucp_mem_map`.
 
 use crate::status::status_text;
+use rdma_hint_transport::region_table::RegionLen;
 use rdma_hint_transport::transport::check_range;
 use rdma_hint_transport::TransportError;
 use rdma_hint_ucx_sys as sys;
@@ -28,6 +29,12 @@ pub(crate) struct Region {
 unsafe impl Send for Region {}
 // SAFETY: see `Send`: shared access only copies bytes through raw pointers.
 unsafe impl Sync for Region {}
+
+impl RegionLen for Region {
+    fn region_len(&self) -> u64 {
+        self.len
+    }
+}
 
 impl Region {
     /// Allocates `len` bytes (zeroed) and maps them for local access and remote writes (no

@@ -24,7 +24,7 @@ use std::time::Instant;
 /// Signalled writes (and notices, and batches) that may be in flight at once.
 const MAX_OUTSTANDING: usize = 1024;
 /// Ops one `post_writes` call accepts (one flush covers them).
-const MAX_WRS_PER_POST: u32 = 64;
+pub(crate) const MAX_WRS_PER_POST: u32 = 64;
 
 /// UCX UCP transport: one context and worker per instance, one endpoint to one peer.
 ///
@@ -362,17 +362,7 @@ impl Transport for UcxTransport {
             return Err(TransportError::PeerGone(why.to_string()));
         }
         let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        for op in ops {
-            let local = table.get(op.local)?;
-            let remote_len =
-                engine.remote_len(op.remote).ok_or(TransportError::UnregisteredRegion(op.remote))?;
-            op.check(
-                &LocalRegion { id: op.local, kind: MemoryKind::Host, len: local.len() },
-                &RemoteRegion { id: op.remote, len: remote_len },
-                self.caps.facts.max_msg_bytes,
-            )?;
-        }
-        engine.post(ops, &table, self.shared.completions.len())?;
+        engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
         if engine.busy() {
             self.shared.wake();
         }

@@ -8,7 +8,8 @@
 //! side sends one [`READY`] byte; a side that rejected the peer closes the socket instead.
 
 use crate::region::MAX_REGION_BYTES;
-use rdma_hint_oob::{handshake_error, WireReader, WireWriter};
+use bytes::{Buf, BufMut};
+use rdma_hint_oob::{handshake_error, put_preamble, put_prefixed_u16, WireReader};
 use rdma_hint_transport::TransportError;
 use std::io::Read;
 
@@ -25,6 +26,8 @@ pub const MAX_WORKER_ADDRESS_BYTES: usize = 16 * 1024;
 pub const MAX_RKEY_BYTES: usize = 4 * 1024;
 /// The byte each side sends once its endpoint to the peer is ready.
 pub const READY: u8 = 0x52;
+/// Size of a region's fixed fields in a hello in bytes: id u32, address u64, len u64.
+const REGION_FIELDS_BYTES: usize = 4 + 8 + 8;
 
 /// A region one side exposes for remote writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,12 +102,18 @@ impl Hello {
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = WireWriter::default();
-        out.raw(&MAGIC).u16(VERSION).bytes_u16(&self.worker_address).u16(self.regions.len() as u16);
+        let regions: usize = self.regions.iter().map(|r| REGION_FIELDS_BYTES + 2 + r.rkey.len()).sum();
+        let mut out = Vec::with_capacity(MAGIC.len() + 2 + 2 + self.worker_address.len() + 2 + regions);
+        put_preamble(&mut out, MAGIC, VERSION);
+        put_prefixed_u16(&mut out, &self.worker_address);
+        out.put_u16_le(self.regions.len() as u16);
         for region in &self.regions {
-            out.u32(region.id).u64(region.address).u64(region.len).bytes_u16(&region.rkey);
+            out.put_u32_le(region.id);
+            out.put_u64_le(region.address);
+            out.put_u64_le(region.len);
+            put_prefixed_u16(&mut out, &region.rkey);
         }
-        out.finish()
+        out
     }
 
     /// Reads and validates a hello: magic, version, every length and count bounded before it is
@@ -116,15 +125,15 @@ impl Hello {
         if worker_address.is_empty() {
             return Err(handshake_error("empty worker address"));
         }
-        let count = usize::from(reader.u16()?);
+        let count = usize::from(reader.fields::<2, _>(|piece| piece.try_get_u16_le())?);
         if count > MAX_REGIONS {
             return Err(handshake_error(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
         }
         let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
         for _ in 0..count {
-            let id = reader.u32()?;
-            let address = reader.u64()?;
-            let len = reader.u64()?;
+            let (id, address, len) = reader.fields::<REGION_FIELDS_BYTES, _>(|piece| {
+                Ok((piece.try_get_u32_le()?, piece.try_get_u64_le()?, piece.try_get_u64_le()?))
+            })?;
             let rkey = reader.bytes_u16(MAX_RKEY_BYTES, "packed rkey")?;
             if id as usize >= MAX_REGIONS * 64 {
                 return Err(handshake_error(format!("region id {id} is out of range")));
@@ -160,29 +169,29 @@ impl Hello {
 /// assert!(check_packed_rkey(&[0xff; 7]).is_err());
 /// ```
 pub fn check_packed_rkey(rkey: &[u8]) -> Result<(), String> {
-    let Some((md_map, rest)) = rkey.split_first_chunk::<8>() else {
-        return Err(format!("packed rkey of {} B is shorter than its md map", rkey.len()));
-    };
-    let md_map = u64::from_le_bytes(*md_map);
+    let mut rest = rkey;
+    let md_map = rest
+        .try_get_u64_le()
+        .map_err(|_| format!("packed rkey of {} B is shorter than its md map", rkey.len()))?;
     if md_map == 0 {
         return Err("packed rkey names no memory domain".into());
     }
-    let Some((&memory_type, mut rest)) = rest.split_first() else {
-        return Err("packed rkey ends before its memory type".into());
-    };
+    let memory_type = rest.try_get_u8().map_err(|_| "packed rkey ends before its memory type".to_string())?;
     if memory_type != 0 {
         return Err(format!("packed rkey is for memory type {memory_type}, only host memory (0) is exposed"));
     }
     for md in 0..md_map.count_ones() {
-        let Some((&size, tail)) = rest.split_first() else {
-            return Err(format!("packed rkey ends before the key of memory domain #{md}"));
-        };
-        rest = tail
-            .get(usize::from(size)..)
-            .ok_or_else(|| format!("packed rkey key #{md} runs past the end"))?;
+        let size = rest
+            .try_get_u8()
+            .map_err(|_| format!("packed rkey ends before the key of memory domain #{md}"))?;
+        // `advance` panics past the end: check first.
+        if rest.remaining() < usize::from(size) {
+            return Err(format!("packed rkey key #{md} runs past the end"));
+        }
+        rest.advance(usize::from(size));
     }
-    if !rest.is_empty() {
-        return Err(format!("packed rkey has {} B after its last key", rest.len()));
+    if rest.has_remaining() {
+        return Err(format!("packed rkey has {} B after its last key", rest.remaining()));
     }
     Ok(())
 }
@@ -228,9 +237,12 @@ mod tests {
         let mut bad_version = good.clone();
         bad_version[8] = 9;
         assert!(decode(&bad_version).unwrap_err().to_string().contains("version"));
-        // Every truncation is a typed error, never a panic.
+        // Every truncation is a typed error (the peer went away mid-hello), never a panic.
         for cut in 0..good.len() {
-            assert!(decode(&good[..cut]).is_err(), "truncated at {cut} accepted");
+            match decode(&good[..cut]) {
+                Err(TransportError::PeerGone(_)) => {}
+                other => panic!("truncated at {cut}: {other:?}"),
+            }
         }
         let cases: Vec<(Hello, &str)> = vec![
             (Hello { worker_address: vec![], ..hello() }, "empty worker address"),
@@ -314,6 +326,25 @@ mod tests {
         too_many.push(1);
         too_many.extend_from_slice(&(MAX_REGIONS as u16 + 1).to_le_bytes());
         assert!(decode(&too_many).unwrap_err().to_string().contains("exceed"));
+    }
+
+    /// Every truncated packed rkey is refused with a reason, never a panic.
+    #[test]
+    fn every_truncated_rkey_is_refused() {
+        let rkey = [3, 0, 0, 0, 0, 0, 0, 0, 0, 2, 7, 7, 1, 9];
+        assert!(check_packed_rkey(&rkey).is_ok());
+        for cut in 0..rkey.len() {
+            assert!(check_packed_rkey(&rkey[..cut]).is_err(), "truncated at {cut} accepted");
+        }
+    }
+
+    /// The decoder reads exactly one hello: the ready byte behind it on the socket stays there.
+    #[test]
+    fn decoding_reads_no_further_than_the_hello() {
+        let both = [hello().encode(), vec![READY]].concat();
+        let mut rest = &both[..];
+        assert_eq!(Hello::decode(&mut rest).unwrap(), hello());
+        assert_eq!(rest, &[READY][..]);
     }
 
     /// The fuzz seeds are valid hellos of the current version (so the fuzzer starts past the

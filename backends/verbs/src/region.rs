@@ -1,7 +1,9 @@
 //! Host memory the transport allocates and registers with `ibv_reg_mr`.
 
 use crate::status::unavailable;
+use crate::wire::ExposedRegion;
 use memmap2::MmapMut;
+use rdma_hint_transport::region_table::RegionLen;
 use rdma_hint_transport::transport::check_range;
 use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
@@ -118,5 +120,17 @@ impl Drop for Region {
             }
             ibv::ibv_dereg_mr(self.local);
         }
+    }
+}
+
+impl RegionLen for Region {
+    fn region_len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl RegionLen for ExposedRegion {
+    fn region_len(&self) -> u64 {
+        self.len
     }
 }

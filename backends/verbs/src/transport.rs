@@ -464,16 +464,8 @@ impl Transport for VerbsTransport {
         }
         let Posting { wrs, sges, .. } = &mut *posting;
         for (index, op) in ops.iter().enumerate() {
-            let local = table.get(op.local)?;
-            let target = remote
-                .get(op.remote.0 as usize)
-                .and_then(Option::as_ref)
-                .ok_or(TransportError::UnregisteredRegion(op.remote))?;
-            op.check(
-                &LocalRegion { id: op.local, kind: MemoryKind::Host, len: local.len() },
-                &RemoteRegion { id: op.remote, len: target.len },
-                self.caps.facts.max_msg_bytes,
-            )?;
+            let target = remote.get(op.remote.0 as usize).and_then(Option::as_ref);
+            let (local, target) = table.check_write(op, target, self.caps.facts.max_msg_bytes)?;
             sges[index] = ibv::ibv_sge {
                 addr: local.address(op.local_offset),
                 length: op.len as u32,

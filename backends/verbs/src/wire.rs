@@ -8,7 +8,8 @@
 //! that rejected the peer closes the socket instead.
 
 use crate::region::MAX_REGION_BYTES;
-use rdma_hint_oob::{handshake_error, WireReader, WireWriter};
+use bytes::{Buf, BufMut};
+use rdma_hint_oob::{handshake_error, put_preamble, WireReader};
 use rdma_hint_transport::TransportError;
 use std::io::Read;
 
@@ -21,6 +22,8 @@ pub const VERSION: u16 = 2;
 pub const MAX_REGIONS: usize = 1024;
 /// The byte each side sends once its QP is ready to send.
 pub const READY: u8 = 0x56;
+/// Size of one region in a hello in bytes: id u32, address u64, len u64, rkey u32.
+const REGION_BYTES: usize = 4 + 8 + 8 + 4;
 
 /// A region one side exposes for RDMA WRITE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,13 +65,22 @@ impl Hello {
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = WireWriter::default();
-        out.raw(&MAGIC).u16(VERSION).u16(self.lid).u32(self.qpn).u32(self.psn).raw(&self.gid).u8(self.mtu);
-        out.u16(self.regions.len() as u16);
+        let mut out =
+            Vec::with_capacity(MAGIC.len() + 2 + 2 + 4 + 4 + 16 + 1 + 2 + self.regions.len() * REGION_BYTES);
+        put_preamble(&mut out, MAGIC, VERSION);
+        out.put_u16_le(self.lid);
+        out.put_u32_le(self.qpn);
+        out.put_u32_le(self.psn);
+        out.put_slice(&self.gid);
+        out.put_u8(self.mtu);
+        out.put_u16_le(self.regions.len() as u16);
         for region in &self.regions {
-            out.u32(region.id).u64(region.address).u64(region.len).u32(region.rkey);
+            out.put_u32_le(region.id);
+            out.put_u64_le(region.address);
+            out.put_u64_le(region.len);
+            out.put_u32_le(region.rkey);
         }
-        out.finish()
+        out
     }
 
     /// Reads and validates a hello: magic, version, 24-bit QPN and PSN, MTU code, region count
@@ -76,9 +88,9 @@ impl Hello {
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
         let mut reader = WireReader::new(reader);
         reader.preamble(MAGIC, VERSION, "an rdma-hint verbs transport")?;
-        let lid = reader.u16()?;
-        let qpn = reader.u32()?;
-        let psn = reader.u32()?;
+        let (lid, qpn, psn) = reader.fields::<{ 2 + 4 + 4 }, _>(|piece| {
+            Ok((piece.try_get_u16_le()?, piece.try_get_u32_le()?, piece.try_get_u32_le()?))
+        })?;
         if qpn >= 1 << 24 || qpn == 0 {
             return Err(handshake_error(format!("QP number {qpn} is not a 24-bit QPN")));
         }
@@ -91,18 +103,20 @@ impl Hello {
         if !(1..=5).contains(&mtu) {
             return Err(handshake_error(format!("MTU code {mtu} is not an ibv_mtu (1…5)")));
         }
-        let count = usize::from(reader.u16()?);
+        let count = usize::from(reader.fields::<2, _>(|piece| piece.try_get_u16_le())?);
         if count > MAX_REGIONS {
             return Err(handshake_error(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
         }
         let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
         for _ in 0..count {
-            let region = ExposedRegion {
-                id: reader.u32()?,
-                address: reader.u64()?,
-                len: reader.u64()?,
-                rkey: reader.u32()?,
-            };
+            let region = reader.fields::<REGION_BYTES, _>(|piece| {
+                Ok(ExposedRegion {
+                    id: piece.try_get_u32_le()?,
+                    address: piece.try_get_u64_le()?,
+                    len: piece.try_get_u64_le()?,
+                    rkey: piece.try_get_u32_le()?,
+                })
+            })?;
             let id = region.id;
             if id as usize >= MAX_REGIONS * 64 {
                 return Err(handshake_error(format!("region id {id} is out of range")));
@@ -148,8 +162,12 @@ mod tests {
     fn round_trips_and_rejects_malformed_fields() {
         let good = hello().encode();
         assert_eq!(decode(&good).unwrap(), hello());
+        // Every truncation is a typed error (the peer went away mid-hello), never a panic.
         for cut in 0..good.len() {
-            assert!(decode(&good[..cut]).is_err(), "truncated at {cut} accepted");
+            match decode(&good[..cut]) {
+                Err(TransportError::PeerGone(_)) => {}
+                other => panic!("truncated at {cut}: {other:?}"),
+            }
         }
         let cases: Vec<(Hello, &str)> = vec![
             (Hello { qpn: 1 << 24, ..hello() }, "24-bit QPN"),
@@ -170,6 +188,31 @@ mod tests {
         let mut bad_magic = good.clone();
         bad_magic[3] ^= 0x20;
         assert!(decode(&bad_magic).unwrap_err().to_string().contains("magic"));
+    }
+
+    /// The hello's byte layout, field by field (what older peers read), and the decoder reads
+    /// exactly one hello: the ready byte behind it on the socket stays there.
+    #[test]
+    fn layout_is_fixed_and_decoding_reads_no_further() {
+        let hello = hello();
+        let mut expected = b"RDMAHVRB".to_vec();
+        expected.extend_from_slice(&VERSION.to_le_bytes());
+        expected.extend_from_slice(&hello.lid.to_le_bytes());
+        expected.extend_from_slice(&hello.qpn.to_le_bytes());
+        expected.extend_from_slice(&hello.psn.to_le_bytes());
+        expected.extend_from_slice(&hello.gid);
+        expected.push(hello.mtu);
+        expected.extend_from_slice(&1u16.to_le_bytes());
+        let region = hello.regions[0];
+        expected.extend_from_slice(&region.id.to_le_bytes());
+        expected.extend_from_slice(&region.address.to_le_bytes());
+        expected.extend_from_slice(&region.len.to_le_bytes());
+        expected.extend_from_slice(&region.rkey.to_le_bytes());
+        assert_eq!(hello.encode(), expected);
+        let both = [expected, vec![READY]].concat();
+        let mut rest = &both[..];
+        assert_eq!(Hello::decode(&mut rest).unwrap(), hello);
+        assert_eq!(rest, &[READY][..]);
     }
 
     /// The fuzz seeds are valid hellos of the current version (so the fuzzer starts past the

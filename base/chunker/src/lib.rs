@@ -55,7 +55,7 @@ pub use error::{PlanError, TransferError};
 pub use loopback::LoopbackTransport;
 pub use pipeline::{Pipeline, TransferReport};
 pub use plan::{Block, BlockSpec, Blocks, ChunkPlan};
-pub use policy::PostPolicy;
+pub use policy::{PostPolicy, SignalSchedule};
 
 #[doc(no_inline)]
 pub use rdma_hint_transport::Transport;

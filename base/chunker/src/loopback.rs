@@ -201,11 +201,7 @@ impl Transport for LoopbackTransport {
             if !regions.exposed[op.remote.0 as usize] {
                 return Err(TransportError::UnregisteredRegion(op.remote));
             }
-            op.check(
-                &LocalRegion { id: op.local, kind: MemoryKind::Host, len: local },
-                &RemoteRegion { id: op.remote, len: remote },
-                self.caps.facts.max_msg_bytes,
-            )?;
+            op.check_lens(local, remote, self.caps.facts.max_msg_bytes)?;
             signalled += usize::from(op.signalled);
             notifying += usize::from(op.imm.is_some());
         }

@@ -4,7 +4,7 @@
 use crate::chunker::Transfer;
 use crate::error::{PlanError, TransferError};
 use crate::plan::{Blocks, ChunkPlan};
-use crate::policy::PostPolicy;
+use crate::policy::{PostPolicy, SignalSchedule};
 use rdma_hint_transport::{
     Capabilities, Completion, CompletionStatus, RegionId, RemoteRegion, Transport, TransportError, WriteOp,
 };
@@ -153,13 +153,16 @@ impl Pipeline {
             tag: u64::from(self.sequence) << INDEX_BITS,
             notify: transfer.notify,
         };
+        // What every op of this transfer shares is written once; the loop fills in the rest.
+        for slot in &mut self.ops {
+            *slot = WriteOp { local: job.local, remote: job.remote, ..EMPTY_OP };
+        }
         let mut progress = Progress {
             blocks: plan.blocks(),
             posted: 0,
             retired: 0,
             doorbells: 0,
-            signalled: 0,
-            until_signal: self.policy.signal_every,
+            schedule: SignalSchedule::new(&self.policy),
         };
         let count = plan.block_count();
         let failed = |source: TransportError, retired: u64| TransferError::Transport {
@@ -226,7 +229,7 @@ impl Pipeline {
             wire_bytes: plan.wire_bytes(),
             blocks: count,
             doorbells: progress.doorbells,
-            signalled: progress.signalled,
+            signalled: self.policy.signalled_count(count),
         })
     }
 
@@ -244,34 +247,28 @@ impl Pipeline {
         let mut p = *progress;
         let plan = &job.plan;
         let count = plan.block_count();
-        let batch = u64::from(self.policy.wrs_per_doorbell);
         let window = u64::from(self.policy.window);
+        let remote_shift = job.remote_offset.wrapping_sub(plan.offset());
         while p.posted < count {
-            let end = (p.posted + batch).min(count);
+            let end = self.policy.batch_end(p.posted, count);
             if end - p.retired > window {
                 break;
             }
             let ops = &mut self.ops[..(end - p.posted) as usize];
-            let remote_shift = job.remote_offset.wrapping_sub(plan.offset());
-            for (slot, index) in ops.iter_mut().zip(p.posted..end) {
+            for (slot, index) in ops.iter_mut().zip(p.posted..) {
                 let Some(block) = p.blocks.next() else { break };
-                p.until_signal -= 1;
-                let is_last = index + 1 == count;
-                let signalled = p.until_signal == 0 || is_last;
-                if p.until_signal == 0 {
-                    p.until_signal = self.policy.signal_every;
+                slot.wr_id = job.tag | index;
+                slot.local_offset = block.offset;
+                slot.remote_offset = block.offset.wrapping_add(remote_shift);
+                slot.len = block.wire_len;
+                slot.signalled = p.schedule.next_is_signalled();
+            }
+            if end == count {
+                // The last block always asks for a completion and carries the notification.
+                if let Some(last) = ops.last_mut() {
+                    last.signalled = true;
+                    last.imm = job.notify;
                 }
-                p.signalled += u64::from(signalled);
-                *slot = WriteOp {
-                    wr_id: job.tag | index,
-                    local: job.local,
-                    local_offset: block.offset,
-                    remote: job.remote,
-                    remote_offset: block.offset.wrapping_add(remote_shift),
-                    len: block.wire_len,
-                    signalled,
-                    imm: if is_last { job.notify } else { None },
-                };
             }
             transport.post_writes(ops)?;
             p.posted = end;
@@ -324,6 +321,5 @@ struct Progress {
     posted: u64,
     retired: u64,
     doorbells: u64,
-    signalled: u64,
-    until_signal: u32,
+    schedule: SignalSchedule,
 }

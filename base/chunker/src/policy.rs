@@ -67,20 +67,67 @@ impl PostPolicy {
         PostPolicy { wrs_per_doorbell, signal_every: self.signal_every.min(window).max(1), window }
     }
 
-    /// Whether block `index` of `count` asks for a completion.
-    pub fn is_signalled(&self, index: u64, count: u64) -> bool {
-        (index + 1) % u64::from(self.signal_every) == 0 || index + 1 == count
+    /// Which of `count` blocks ask for a completion, in block order: the schedule the
+    /// pipeline posts ([`SignalSchedule`]), every k-th block and the last.
+    ///
+    /// ```
+    /// use rdma_hint_chunker::PostPolicy;
+    /// let policy = PostPolicy { signal_every: 4, ..PostPolicy::default() };
+    /// let signalled: Vec<u64> = (0..10).zip(policy.signalled_blocks(10)).filter(|b| b.1).map(|b| b.0).collect();
+    /// assert_eq!(signalled, [3, 7, 9]);
+    /// ```
+    pub fn signalled_blocks(&self, count: u64) -> impl Iterator<Item = bool> {
+        let mut schedule = SignalSchedule::new(self);
+        (0..count).map(move |index| schedule.next_is_signalled() || index + 1 == count)
+    }
+
+    /// Signalled work requests of a transfer of `count` blocks: ⌈count / k⌉.
+    pub fn signalled_count(&self, count: u64) -> u64 {
+        count.div_ceil(u64::from(self.signal_every))
     }
 
     /// Batch `batch` of a plan with `count` blocks, as a range of block indices.
     pub fn batch(&self, batch: u64, count: u64) -> std::ops::Range<u64> {
-        let n = u64::from(self.wrs_per_doorbell);
-        let start = (batch * n).min(count);
-        start..(start + n).min(count)
+        let start = (batch * u64::from(self.wrs_per_doorbell)).min(count);
+        start..self.batch_end(start, count)
+    }
+
+    /// The block index one past the batch that starts at block `start` (of `count`).
+    #[inline]
+    pub fn batch_end(&self, start: u64, count: u64) -> u64 {
+        (start + u64::from(self.wrs_per_doorbell)).min(count)
     }
 
     /// Number of batches (doorbells) for `count` blocks.
     pub fn batch_count(&self, count: u64) -> u64 {
         count.div_ceil(u64::from(self.wrs_per_doorbell))
+    }
+}
+
+/// Walks the signalling schedule one block at a time: every k-th block of a transfer asks for a
+/// completion (the caller adds the last block). A countdown, so the posting loop divides
+/// nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct SignalSchedule {
+    signal_every: u32,
+    until_signal: u32,
+}
+
+impl SignalSchedule {
+    /// The schedule of `policy`, at the first block of a transfer.
+    pub fn new(policy: &PostPolicy) -> SignalSchedule {
+        let signal_every = policy.signal_every.max(1);
+        SignalSchedule { signal_every, until_signal: signal_every }
+    }
+
+    /// Advances one block: whether it is a k-th block.
+    #[inline]
+    pub fn next_is_signalled(&mut self) -> bool {
+        self.until_signal -= 1;
+        if self.until_signal == 0 {
+            self.until_signal = self.signal_every;
+            return true;
+        }
+        false
     }
 }

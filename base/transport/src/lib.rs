@@ -6,12 +6,12 @@
 //! have a deadline and never block an async runtime's thread.
 //!
 //! ```
-//! use rdma_hint_transport::{LocalRegion, MemoryKind, RegionId, RemoteRegion, WriteOp};
-//! let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 8192 };
-//! let remote = RemoteRegion { id: RegionId(0), len: 8192 };
-//! let op = WriteOp { wr_id: 1, local: local.id, local_offset: 0, remote: remote.id,
+//! use rdma_hint_transport::{RegionId, WriteOp};
+//! // Block 1 of a 4 KiB-block transfer into the peer's region 3, asking for a completion.
+//! let op = WriteOp { wr_id: 1, local: RegionId(0), local_offset: 4096, remote: RegionId(3),
 //!                    remote_offset: 4096, len: 4096, signalled: true, imm: None };
-//! assert!(op.check(&local, &remote, 1 << 30).is_ok());
+//! assert!(op.check_lens(8192, 8192, 1 << 30).is_ok());
+//! assert!(op.check_lens(8192, 4096, 1 << 30).is_err()); // past the end of the peer's region
 //! ```
 #![forbid(unsafe_code)]
 

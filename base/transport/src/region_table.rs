@@ -1,7 +1,14 @@
 //! The table of registered regions every backend keeps: ids are slot indices, freed slots are
 //! reused, and looking up an id that is not registered is a typed error.
 
-use crate::transport::{RegionId, TransportError};
+use crate::transport::{RegionId, TransportError, WriteOp};
+
+/// A region (local or the peer's) that knows its length in bytes, so ops can be checked
+/// against it.
+pub trait RegionLen {
+    /// Length in bytes.
+    fn region_len(&self) -> u64;
+}
 
 /// Registered regions of one transport, by [`RegionId`].
 ///
@@ -54,6 +61,7 @@ impl<T> RegionTable<T> {
     }
 
     /// The region registered as `id`.
+    #[inline]
     pub fn get(&self, id: RegionId) -> Result<&T, TransportError> {
         self.slots.get(id.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(id))
     }
@@ -74,5 +82,38 @@ impl<T> RegionTable<T> {
     /// Unregisters every region, in id order.
     pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
         self.slots.drain(..).flatten()
+    }
+}
+
+impl<T: RegionLen> RegionTable<T> {
+    /// Looks up `op`'s local region here and checks `op` against it and the peer's region
+    /// `remote` ([`WriteOp::check_lens`]): the one lookup and check an op gets on its way to the
+    /// wire. Hands both regions back for posting.
+    ///
+    /// ```
+    /// use rdma_hint_transport::region_table::RegionLen;
+    /// use rdma_hint_transport::{RegionId, RegionTable, TransportError, WriteOp};
+    /// struct Bytes(u64);
+    /// impl RegionLen for Bytes { fn region_len(&self) -> u64 { self.0 } }
+    /// let mut table = RegionTable::new(4);
+    /// let local = table.insert_with(8192, || Ok(Bytes(8192))).unwrap();
+    /// let op = WriteOp { wr_id: 1, local, local_offset: 4096, remote: RegionId(0),
+    ///                    remote_offset: 0, len: 4096, signalled: true, imm: None };
+    /// assert!(table.check_write(&op, Some(&Bytes(4096)), 1 << 20).is_ok());
+    /// assert!(matches!(table.check_write(&op, None::<&Bytes>, 1 << 20),
+    ///                  Err(TransportError::UnregisteredRegion(RegionId(0)))));
+    /// assert!(table.check_write(&WriteOp { len: 8192, ..op }, Some(&Bytes(8192)), 1 << 20).is_err());
+    /// ```
+    #[inline]
+    pub fn check_write<'a, R: RegionLen>(
+        &'a self,
+        op: &WriteOp,
+        remote: Option<&'a R>,
+        max_msg_bytes: u64,
+    ) -> Result<(&'a T, &'a R), TransportError> {
+        let local = self.get(op.local)?;
+        let remote = remote.ok_or(TransportError::UnregisteredRegion(op.remote))?;
+        op.check_lens(local.region_len(), remote.region_len(), max_msg_bytes)?;
+        Ok((local, remote))
     }
 }

@@ -115,20 +115,23 @@ pub struct WriteOp {
 }
 
 impl WriteOp {
-    /// Checks the op against its regions and the transport's max message, before posting.
+    /// The one check an op gets before it is posted: not empty, within the transport's max
+    /// message, and inside both regions (`local_len`, `remote_len` bytes) without overflow.
+    /// Backends call it through [`RegionTable::check_write`](crate::RegionTable::check_write),
+    /// which also looks both regions up.
     ///
     /// ```
-    /// use rdma_hint_transport::{LocalRegion, MemoryKind, RegionId, RemoteRegion, WriteOp};
-    /// let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 4096 };
-    /// let remote = RemoteRegion { id: RegionId(0), len: 4096 };
-    /// let op = WriteOp { wr_id: 1, local: local.id, local_offset: 0, remote: remote.id,
+    /// use rdma_hint_transport::{RegionId, WriteOp};
+    /// let op = WriteOp { wr_id: 1, local: RegionId(0), local_offset: 0, remote: RegionId(0),
     ///                    remote_offset: 2048, len: 4096, signalled: true, imm: None };
-    /// assert!(op.check(&local, &remote, 1 << 30).is_err()); // runs past the remote end
+    /// assert!(op.check_lens(4096, 8192, 1 << 30).is_ok());
+    /// assert!(op.check_lens(4096, 4096, 1 << 30).is_err()); // runs past the remote end
     /// ```
-    pub fn check(
+    #[inline]
+    pub fn check_lens(
         &self,
-        local: &LocalRegion,
-        remote: &RemoteRegion,
+        local_len: u64,
+        remote_len: u64,
         max_msg_bytes: u64,
     ) -> Result<(), TransportError> {
         if self.len == 0 {
@@ -137,8 +140,8 @@ impl WriteOp {
         if self.len > max_msg_bytes {
             return Err(TransportError::MessageTooLarge { len: self.len, max_msg_bytes });
         }
-        check_range("local", self.local_offset, self.len, local.len)?;
-        check_range("remote", self.remote_offset, self.len, remote.len)
+        check_range("local", self.local_offset, self.len, local_len)?;
+        check_range("remote", self.remote_offset, self.len, remote_len)
     }
 }
 
@@ -151,6 +154,7 @@ impl WriteOp {
 /// assert!(check_range("local", 4097, 4096, 8192).is_err());
 /// assert!(check_range("remote", u64::MAX, 2, u64::MAX).is_err()); // overflow, not a wrap
 /// ```
+#[inline]
 pub fn check_range(side: &'static str, offset: u64, len: u64, region_len: u64) -> Result<(), TransportError> {
     if offset.checked_add(len).is_none_or(|end| end > region_len) {
         return Err(TransportError::OutOfBounds { side, offset, len, region_len });

@@ -35,7 +35,8 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
     let policy = PostPolicy { wrs_per_doorbell: args.batch, signal_every: args.signal_every, window };
     policy.validate()?;
     let count = plan.block_count();
-    let signalled = (0..count).filter(|i| policy.is_signalled(*i, count));
+    let signalled =
+        (0..count).zip(policy.signalled_blocks(count)).filter(|(_, yes)| *yes).map(|(index, _)| index);
 
     if args.json {
         if count > MAX_LISTED_BLOCKS {
@@ -87,7 +88,7 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
     );
     let shown = |i: u64| i < 16 || i + 4 >= count;
     let mut previous = None;
-    for index in (0..count).filter(|i| shown(*i)) {
+    for (index, signalled) in (0..count).zip(policy.signalled_blocks(count)).filter(|(i, _)| shown(*i)) {
         if previous.is_some_and(|p: u64| index > p + 1) {
             let _ = writeln!(out, "{:>8}", "…");
         }
@@ -100,7 +101,7 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
             block.payload_len,
             block.wire_len,
             index / u64::from(policy.wrs_per_doorbell),
-            if policy.is_signalled(index, count) { "yes" } else { "" }
+            if signalled { "yes" } else { "" }
         );
     }
     Ok(out)

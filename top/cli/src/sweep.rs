@@ -244,11 +244,14 @@ impl Endpoints {
 fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
     let deadline = || Instant::now() + Duration::from_secs(60);
     let transport = &*endpoints.sender;
-    // A hint need not be a multiple of the ladder's alignment (UCX's is 512 B): each block keeps
-    // the largest power of two that divides it, up to that alignment.
-    let spec = BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?;
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
-    chunker.set_hint(args.source, spec);
+    match &marks.hint {
+        // A hint is measured as the chunker takes it from an embedder.
+        Some(hint) => chunker.set_size_hint(hint)?,
+        // A ladder block keeps the largest power of two that divides it, up to the ladder's
+        // alignment (a hint need not be a multiple of it: UCX's is 512 B).
+        None => chunker.set_hint(args.source, BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?),
+    }
     // Whole blocks only, never past the region: at least one block, at most the transfer size.
     let len = (args.transfer_bytes / block).max(1) * block;
     let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
@@ -295,6 +298,8 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
 struct Marks {
     answered: bool,
     hints: Vec<&'static str>,
+    /// The first hint at this block: measured in its own block spec, as an embedder gets it.
+    hint: Option<rdma_hint::SizeHint>,
 }
 
 /// Runs the sweep.
@@ -321,8 +326,14 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     for (label, hint) in labelled {
         let Some(hint) = hint else { continue };
         match blocks.iter_mut().find(|b| b.0 == hint.block_bytes) {
-            Some(block) => block.1.hints.push(label),
-            None => blocks.push((hint.block_bytes, Marks { answered: false, hints: vec![label] })),
+            Some(block) => {
+                block.1.hints.push(label);
+                block.1.hint.get_or_insert_with(|| hint.clone());
+            }
+            None => blocks.push((
+                hint.block_bytes,
+                Marks { answered: false, hints: vec![label], hint: Some(hint.clone()) },
+            )),
         }
     }
     for block in &mut blocks {

@@ -1,0 +1,94 @@
+//! The shared `Transport` contract (tests/conformance) over UCX's shared memory and tcp
+//! transports on loopback, and what only the UCX backend has: progress threads that sleep, and
+//! a deregister that waits out unsignalled puts.
+
+use rdma_hint_conformance::{alone, pair, suite, Backend, Transport, TEST_TOKEN};
+use rdma_hint_transport::WriteOp;
+use rdma_hint_ucx::UcxTransport;
+use std::time::Duration;
+
+struct Ucx(&'static str);
+
+impl Backend for Ucx {
+    type Transport = UcxTransport;
+
+    fn open(&self, token: Option<&[u8]>) -> UcxTransport {
+        // UCX's tcp transport stays on loopback too (peers in namespaces get their veth).
+        if std::env::var_os("UCX_NET_DEVICES").is_none() {
+            std::env::set_var("UCX_NET_DEVICES", "lo");
+        }
+        let transport = UcxTransport::open(Some(self.0)).expect("UCX");
+        match token {
+            Some(token) => transport.with_token(token).expect("token"),
+            None => transport,
+        }
+    }
+
+    /// The UCX backend connects only to authenticated peers.
+    fn token(&self) -> Option<&'static [u8]> {
+        Some(TEST_TOKEN)
+    }
+
+    fn crosses_hosts(&self) -> bool {
+        self.0.starts_with("tcp")
+    }
+}
+
+suite! {
+    shm: Ucx("shm,self"),
+    tcp: Ucx("tcp,self"),
+}
+
+/// CPU seconds this process has used (utime + stime from /proc/self/stat, 10 ms ticks).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+}
+
+/// A connected pair with nothing to do must not spin a core: the progress threads sleep on the
+/// worker's event fd. Not a timing assertion: an idle spinner burns ~1 CPU-second per second,
+/// a sleeper a few milliseconds; the bound is ten times above the latter.
+#[test]
+fn idle_connections_do_not_spin() {
+    let _alone = alone();
+    for tls in ["shm,self", "tcp,self"] {
+        let pair = pair(&Ucx(tls), 4096, "127.0.0.1:0".parse().unwrap());
+        // Let the connection settle (and anything an earlier test left wind down).
+        std::thread::sleep(Duration::from_millis(200));
+        let before = cpu_seconds();
+        std::thread::sleep(Duration::from_secs(1));
+        let used = cpu_seconds() - before;
+        assert!(used < 0.3, "{tls}: {used:.2} CPU-seconds in one idle second");
+        drop(pair);
+    }
+}
+
+/// Unsignalled puts have no request to watch, yet their source must stay mapped until they
+/// have left it: deregistering the source right after posting waits for them (a flush), so
+/// when it returns every byte has reached the peer; nothing reads unmapped memory.
+#[test]
+fn deregistering_a_source_waits_out_its_unsignalled_puts() {
+    let (block, blocks) = (4u64 << 20, 16u64);
+    let len = block * blocks;
+    let p = pair(&Ucx("tcp,self"), len, "127.0.0.1:0".parse().unwrap());
+    let data = rdma_hint_integration_tests::random_bytes(len as usize, 11);
+    p.sender.write_region(p.source.id, 0, &data).unwrap();
+    let ops: Vec<WriteOp> = (0..blocks)
+        .map(|i| WriteOp {
+            wr_id: i,
+            local: p.source.id,
+            local_offset: i * block,
+            remote: p.remote.id,
+            remote_offset: i * block,
+            len: block,
+            signalled: false,
+            imm: None,
+        })
+        .collect();
+    p.sender.post_writes(&ops).unwrap();
+    p.sender.deregister(p.source.id).unwrap();
+    let mut arrived = vec![0u8; len as usize];
+    p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();
+    assert!(arrived == data, "deregister returned before the unsignalled puts had landed");
+}

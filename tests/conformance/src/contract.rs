@@ -1,0 +1,532 @@
+//! The rules, one function each, generic over the backend. Rules that count process-wide
+//! resources (descriptors, threads, resident memory) run alone; the others run side by side.
+
+use crate::backend::{Backend, TEST_TOKEN};
+use crate::pair::{chunker, deadline, pair, round_trip, Pair};
+use crate::peer::spawn;
+use crate::Subject;
+use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
+use rdma_hint_integration_tests::{
+    ip, netns_available, open_fds, random_bytes, resident_kib, threads, TwoHosts,
+};
+use rdma_hint_model::SourceId;
+use rdma_hint_transport::blocking::block_on;
+use rdma_hint_transport::{
+    Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp,
+};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+static PROCESS: RwLock<()> = RwLock::new(());
+
+/// Most rules share the process.
+fn shared() -> RwLockReadGuard<'static, ()> {
+    PROCESS.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The counting rules have it to themselves; a backend's own test that measures the whole
+/// process (CPU time, descriptors) takes it too.
+pub fn alone() -> RwLockWriteGuard<'static, ()> {
+    PROCESS.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The sizes every backend must move exactly: one byte, odd sizes around a page and a MiB, and
+/// the backend's largest.
+fn ladder(max: u64) -> Vec<u64> {
+    let mut sizes: Vec<u64> =
+        [1, 4095, 4097, 64 * 1024, (1 << 20) + 3].into_iter().filter(|s| *s < max).collect();
+    sizes.push(max);
+    sizes
+}
+
+/// Asserts that `result` is a failed transfer the way a dead peer fails one: a typed transport
+/// error (or the deadline), fewer bytes confirmed than asked.
+fn assert_failed_short(what: &str, result: Result<TransferReport, TransferError>, len: u64) {
+    match result {
+        Err(TransferError::Transport {
+            source: TransportError::PeerGone(_) | TransportError::Completion { .. },
+            confirmed_bytes,
+        })
+        | Err(TransferError::DeadlineExceeded { confirmed_bytes, .. }) => {
+            assert!(confirmed_bytes < len, "{what}: {confirmed_bytes} of {len} B confirmed")
+        }
+        other => panic!("{what}: expected the transfer to fail, got {other:?}"),
+    }
+}
+
+/// Every size of the ladder arrives byte for byte with its immediate, in one process.
+pub fn bytes_over_the_size_ladder_arrive_exact<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let max = s.backend.scale().ladder_max_bytes;
+    let p = pair(s.backend, max, s.backend.listen_address());
+    for (round, len) in ladder(max).into_iter().enumerate() {
+        for block in [4096, 64 * 1024] {
+            round_trip(&p, &mut chunker(&p.sender, block), len, len ^ block, round as u32);
+        }
+    }
+}
+
+/// The ladder again, to a receiver in another process that checks every byte itself.
+pub fn writes_to_a_peer_process_arrive_byte_exact<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    for len in ladder(s.backend.scale().ladder_max_bytes) {
+        let seed = len ^ 0x5eed;
+        let listen = s.backend.listen_address().to_string();
+        let vars = [("LEN", len.to_string()), ("SEED", seed.to_string()), ("LISTEN", listen)];
+        let mut peer = spawn(s.key, None, "receiver", &vars);
+        let address: SocketAddr = peer.expect("LISTENING").parse().expect("address");
+        let transport = s.backend.open(Some(TEST_TOKEN));
+        let source = transport.register(MemoryKind::Host, len.next_multiple_of(4096)).expect("register");
+        transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).expect("fill");
+        let remote =
+            block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).expect("dial");
+        assert_eq!(remote.len(), 1, "the peer exposes one region");
+        let transfer = Transfer::new(&source, &remote[0], len).notify(7);
+        let report = block_on(chunker(&transport, 64 * 1024).write(&transport, transfer, deadline(60)));
+        assert_eq!(report.expect("transfer").payload_bytes, len);
+        assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{len} B");
+    }
+}
+
+/// Both sides write to each other at once, every block signalled: nothing deadlocks, both
+/// receive what the other sent.
+pub fn writes_in_both_directions_at_once_complete<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let len = s.backend.scale().ladder_max_bytes.min(32 << 20);
+    let (a, b) = (s.backend.open(s.backend.token()), s.backend.open(s.backend.token()));
+    let regions = |t: &B::Transport| {
+        (
+            t.register(MemoryKind::Host, len).expect("source"),
+            t.register(MemoryKind::Host, len).expect("target"),
+        )
+    };
+    let (a_regions, b_regions) = (regions(&a), regions(&b));
+    let address = a.bind(s.backend.listen_address()).expect("bind");
+    let policy = PostPolicy { wrs_per_doorbell: 8, signal_every: 1, window: 64 };
+    let run = |t: &B::Transport,
+               peer: PeerEndpoint,
+               (source, target): (LocalRegion, LocalRegion),
+               seed: u32| {
+        t.write_region(source.id, 0, &random_bytes(len as usize, u64::from(seed))).expect("fill");
+        let remote = block_on(t.connect(peer, &[target.id], deadline(30))).expect("connect")[0];
+        let mut chunker = Chunker::new(policy, t.capabilities()).expect("policy");
+        chunker.set_hint(SourceId::Host(0), BlockSpec::new(256 * 1024, 4096).expect("spec"));
+        block_on(chunker.write(t, Transfer::new(&source, &remote, len).notify(seed), deadline(60)))
+            .expect("write");
+        let mut arrivals = [Arrival::EMPTY; 1];
+        block_on(t.wait_arrivals(&mut arrivals, deadline(60))).expect("arrival");
+        let mut arrived = vec![0u8; len as usize];
+        t.read_region(target.id, 0, &mut arrived).expect("read");
+        assert!(arrived == random_bytes(len as usize, u64::from(3 - seed)), "side {seed} received garbage");
+    };
+    std::thread::scope(|scope| {
+        let (run, a, b) = (&run, &a, &b);
+        scope.spawn(move || run(a, PeerEndpoint::Listen(address), a_regions, 1));
+        scope.spawn(move || run(b, PeerEndpoint::Dial(address), b_regions, 2));
+    });
+}
+
+/// A deadline shorter than the transfer ends it with `DeadlineExceeded`, soon after.
+pub fn a_deadline_shorter_than_the_transfer_stops_it_in_time<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let scale = s.backend.scale();
+    let len = scale.long_transfer_bytes;
+    let p = pair(s.backend, len, s.backend.listen_address());
+    let started = Instant::now();
+    let result = block_on(chunker(&p.sender, 4096).write(
+        &p.sender,
+        Transfer::new(&p.source, &p.remote, len),
+        started + Duration::from_millis(20),
+    ));
+    match result {
+        Err(TransferError::DeadlineExceeded { confirmed_bytes, len: asked }) => {
+            assert!(confirmed_bytes < asked)
+        }
+        other => panic!("expected the deadline, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(scale.report_within_s),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+}
+
+/// The receiving transport is dropped mid-transfer: the sender ends with a typed error well
+/// before its deadline and never reports the transfer complete.
+pub fn a_receiver_that_goes_away_fails_the_sender_in_time<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let scale = s.backend.scale();
+    let len = scale.long_transfer_bytes;
+    let p = pair(s.backend, len, s.backend.listen_address());
+    let Pair { sender, receiver, source, remote, .. } = p;
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        drop(receiver);
+    });
+    let started = Instant::now();
+    let result = block_on(chunker(&sender, 4096).write(
+        &sender,
+        Transfer::new(&source, &remote, len),
+        started + Duration::from_secs(4 * scale.report_within_s),
+    ));
+    closer.join().expect("closer");
+    assert_failed_short("receiver dropped", result, len);
+    assert!(started.elapsed() < Duration::from_secs(scale.report_within_s), "took {:?}", started.elapsed());
+}
+
+/// The receiver is another process, killed mid-transfer: the sender fails in time, and stays
+/// failed (a new transfer is refused at once with a typed error).
+pub fn a_receiver_process_killed_mid_transfer_fails_the_sender_in_time<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let scale = s.backend.scale();
+    let len = scale.long_transfer_bytes;
+    let listen = s.backend.listen_address().to_string();
+    let vars = [("LEN", len.to_string()), ("SEED", "3".into()), ("LISTEN", listen)];
+    let mut peer = spawn(s.key, None, "receiver", &vars);
+    let address: SocketAddr = peer.expect("LISTENING").parse().expect("address");
+    let transport = s.backend.open(Some(TEST_TOKEN));
+    let source = transport.register(MemoryKind::Host, len).expect("register");
+    let remote =
+        block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).expect("dial")[0];
+    let killer = std::thread::spawn(move || {
+        peer.expect("CONNECTED");
+        std::thread::sleep(Duration::from_millis(30));
+        peer.child.kill().expect("kill the receiver");
+        peer
+    });
+    let mut chunker = chunker(&transport, 4096);
+    let started = Instant::now();
+    let result = block_on(chunker.write(
+        &transport,
+        Transfer::new(&source, &remote, len).notify(1),
+        started + Duration::from_secs(4 * scale.report_within_s),
+    ));
+    drop(killer.join().expect("killer"));
+    assert_failed_short("receiver killed", result, len);
+    assert!(
+        started.elapsed() < Duration::from_secs(2 * scale.report_within_s),
+        "took {:?}",
+        started.elapsed()
+    );
+    let again = block_on(chunker.write(
+        &transport,
+        Transfer::new(&source, &remote, 4096),
+        deadline(scale.report_within_s),
+    ));
+    assert!(
+        matches!(again, Err(TransferError::Transport { .. } | TransferError::DeadlineExceeded { .. })),
+        "{again:?}"
+    );
+}
+
+/// Three pairs in turn on one port: each connects and moves its bytes.
+pub fn sender_and_receiver_restart_and_reconnect_on_the_same_port<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let address =
+        TcpListener::bind(s.backend.listen_address()).expect("a free port").local_addr().expect("addr");
+    for cycle in 0..3u32 {
+        let p = pair(s.backend, 1 << 20, address);
+        round_trip(&p, &mut chunker(&p.sender, 64 * 1024), 1 << 20, u64::from(cycle), cycle);
+    }
+}
+
+/// Descriptors, threads and the backend's own resources before and after `work`.
+fn unchanged_by<B: Backend>(s: &Subject<'_, B>, what: &str, work: impl FnOnce()) {
+    let _alone = alone();
+    s.backend.warm_up();
+    drop(pair(s.backend, 64 * 1024, s.backend.listen_address()));
+    std::thread::sleep(Duration::from_millis(100));
+    let before = (open_fds(), threads(), s.backend.resources());
+    work();
+    // Background threads and descriptors of the last pair wind down within moments.
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut after = (open_fds(), threads(), s.backend.resources());
+    while after != before && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+        after = (open_fds(), threads(), s.backend.resources());
+    }
+    assert_eq!(before, after, "(descriptors, threads, backend resources) before and after {what}");
+}
+
+/// 100 connect/transfer/drop cycles leave descriptors, threads and backend resources as they were.
+pub fn a_hundred_cycles_leak_nothing<B: Backend>(s: &Subject<'_, B>) {
+    unchanged_by(s, "100 cycles", || {
+        for cycle in 0..100u32 {
+            let p = pair(s.backend, 64 * 1024, s.backend.listen_address());
+            round_trip(&p, &mut chunker(&p.sender, 16 * 1024), 64 * 1024, u64::from(cycle), cycle);
+        }
+    });
+}
+
+/// 100 transfers whose receiver goes away mid-way fail with typed errors and leak nothing.
+pub fn a_hundred_failed_transfers_leak_nothing<B: Backend>(s: &Subject<'_, B>) {
+    let len = s.backend.scale().long_transfer_bytes.min(32 << 20);
+    unchanged_by(s, "100 failed transfers", || {
+        let mut failed = 0;
+        for cycle in 0..100u32 {
+            let Pair { sender, receiver, source, remote, .. } =
+                pair(s.backend, len, s.backend.listen_address());
+            let closer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(500));
+                drop(receiver);
+            });
+            let result = block_on(chunker(&sender, 4096).write(
+                &sender,
+                Transfer::new(&source, &remote, len),
+                deadline(30),
+            ));
+            closer.join().expect("closer");
+            if let Err(e) = result {
+                assert!(matches!(e, TransferError::Transport { .. }), "cycle {cycle}: {e}");
+                failed += 1;
+            }
+        }
+        assert!(failed >= 90, "only {failed} of 100 transfers saw the receiver go");
+    });
+}
+
+/// Four connections at once, 200 transfers each of pseudo-random sizes up to 512 KiB, every
+/// transfer's bytes verified; resident memory stays flat.
+pub fn soak_four_connections_verify_every_transfer<B: Backend>(s: &Subject<'_, B>) {
+    let _alone = alone();
+    let run = |seed: u64| {
+        let p = pair(s.backend, 1 << 20, s.backend.listen_address());
+        let mut chunker = chunker(&p.sender, 64 * 1024);
+        let mut state = seed | 1;
+        for round in 0..200u32 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            round_trip(&p, &mut chunker, 1 + state % (1 << 20) / 2, state >> 32, round);
+        }
+    };
+    run(99); // warm the backend and the allocator before measuring
+    let before = resident_kib();
+    std::thread::scope(|scope| {
+        for seed in 1..=4 {
+            scope.spawn(move || run(seed));
+        }
+    });
+    let grown = resident_kib().saturating_sub(before);
+    assert!(grown < 64 * 1024, "resident memory grew by {grown} KiB over 800 transfers");
+}
+
+/// Zero-length and absurd registrations, posts before connecting, unknown regions, ranges past
+/// either end, empty and oversized ops: each a typed error, and nothing arrives.
+pub fn bad_memory_and_bad_ops_fail_before_posting<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let lone = s.backend.open(s.backend.token());
+    for len in [0, u64::MAX] {
+        let registered = lone.register(MemoryKind::Host, len);
+        assert!(matches!(registered, Err(TransportError::Registration { .. })), "{len} B: {registered:?}");
+    }
+    let region = lone.register(MemoryKind::Host, 4096).expect("register");
+    let op = WriteOp {
+        wr_id: 1,
+        local: region.id,
+        local_offset: 0,
+        remote: RegionId(0),
+        remote_offset: 0,
+        len: 4096,
+        signalled: true,
+        imm: Some(5),
+    };
+    assert!(matches!(lone.post_writes(&[op]), Err(TransportError::NotConnected)), "before connecting");
+    lone.deregister(region.id).expect("deregister");
+    assert!(matches!(lone.write_region(region.id, 0, &[1]), Err(TransportError::UnregisteredRegion(_))));
+
+    let p = pair(s.backend, 64 * 1024, s.backend.listen_address());
+    let good = WriteOp { local: p.source.id, remote: p.remote.id, len: 4096, ..op };
+    let max_msg = p.sender.capabilities().facts.max_msg_bytes;
+    let cases = [
+        ("unknown local region", WriteOp { local: RegionId(999), ..good }),
+        ("unknown remote region", WriteOp { remote: RegionId(999), ..good }),
+        ("past the local end", WriteOp { local_offset: 64 * 1024 - 100, ..good }),
+        ("past the remote end", WriteOp { remote_offset: 64 * 1024 - 100, ..good }),
+        ("offset overflow", WriteOp { remote_offset: u64::MAX - 10, ..good }),
+        ("empty", WriteOp { len: 0, ..good }),
+        ("over the max message", WriteOp { len: max_msg.saturating_add(1), ..good }),
+    ];
+    for (what, bad) in cases {
+        let posted = p.sender.post_writes(&[good, bad]);
+        assert!(
+            matches!(
+                posted,
+                Err(TransportError::UnregisteredRegion(_)
+                    | TransportError::OutOfBounds { .. }
+                    | TransportError::ZeroLength { .. }
+                    | TransportError::MessageTooLarge { .. })
+            ),
+            "{what}: {posted:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let mut arrivals = [Arrival::EMPTY; 4];
+    assert_eq!(p.receiver.poll_arrivals(&mut arrivals).expect("poll"), 0, "a rejected batch moved nothing");
+    // The pair still works.
+    round_trip(&p, &mut chunker(&p.sender, 16 * 1024), 64 * 1024, 9, 9);
+}
+
+/// What a listener of this backend answers a raw client that sends `bytes` (after
+/// authenticating with `token` when given): the error its connect reports at a short deadline,
+/// or `None` when it connected anyway.
+fn listener_answers<B: Backend>(
+    s: &Subject<'_, B>,
+    bytes: &'static [u8],
+    token: Option<Option<&'static [u8]>>,
+) -> Option<TransportError> {
+    let listener = s.backend.open(s.backend.token());
+    let region = listener.register(MemoryKind::Host, 4096).expect("register");
+    let address = listener.bind(s.backend.listen_address()).expect("bind");
+    let raw = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).expect("connect");
+        if let Some(token) = token {
+            let token = token.map(|bytes| rdma_hint_oob::Token::new(bytes).expect("a valid token"));
+            let _ = rdma_hint_oob::authenticate(&mut stream, token.as_ref(), rdma_hint_oob::Role::Dialer);
+        }
+        let _ = stream.write_all(bytes);
+        let mut sink = [0u8; 4096];
+        let _ = stream.read(&mut sink);
+    });
+    let connected = block_on(listener.connect(PeerEndpoint::Listen(address), &[region.id], deadline(3)));
+    raw.join().expect("raw client");
+    connected.err()
+}
+
+/// Garbage before authenticating, garbage and a truncated hello after it: typed errors within
+/// the deadline, and the listener takes a real peer afterwards.
+pub fn garbage_hellos_are_typed_errors_and_the_listener_survives<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let token = s.backend.token();
+    let http: &'static [u8] = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (what, bytes, auth) in [
+        ("no authentication", http, None),
+        ("garbage after authenticating", http, Some(token)),
+        ("a truncated hello", &b"RDMAH"[..], Some(token)),
+        ("ones", &[0xFF; 64][..], Some(token)),
+    ] {
+        let answer = listener_answers(s, bytes, auth);
+        assert!(
+            matches!(
+                answer,
+                Some(
+                    TransportError::Unauthorized { .. }
+                        | TransportError::Handshake(_)
+                        | TransportError::PeerGone(_)
+                        | TransportError::DeadlineExceeded { .. }
+                )
+            ),
+            "{what}: {answer:?}"
+        );
+    }
+    // The same listener drops a bad candidate and takes the next, real one.
+    let listener = s.backend.open(s.backend.token());
+    let target = listener.register(MemoryKind::Host, 1 << 20).expect("register");
+    let address = listener.bind(s.backend.listen_address()).expect("bind");
+    let garbage = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).expect("connect");
+        let _ = stream.write_all(http);
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let accepting = std::thread::spawn(move || {
+        block_on(listener.connect(PeerEndpoint::Listen(address), &[target.id], deadline(20)))
+            .map(|_| listener)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let sender = s.backend.open(token);
+    let source = sender.register(MemoryKind::Host, 1 << 20).expect("register");
+    let remote = block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(20)))
+        .expect("a real peer after garbage")[0];
+    let receiver = accepting.join().expect("accepting").expect("the listener survived the garbage");
+    garbage.join().expect("garbage client");
+    let p = Pair { sender, receiver, source, target, remote };
+    round_trip(&p, &mut chunker(&p.sender, 64 * 1024), 1 << 20, 4, 4);
+}
+
+/// Connects a listener and a dialler holding the given tokens: whether each side connected.
+fn connect_with_tokens<B: Backend>(
+    s: &Subject<'_, B>,
+    listener: Option<&[u8]>,
+    dialler: Option<&[u8]>,
+) -> (bool, bool) {
+    let listening = s.backend.open(listener);
+    let region = listening.register(MemoryKind::Host, 4096).expect("register");
+    let address = listening.bind(s.backend.listen_address()).expect("bind");
+    let accepting = std::thread::spawn(move || {
+        block_on(listening.connect(PeerEndpoint::Listen(address), &[region.id], deadline(3))).is_ok()
+    });
+    let dialling = s.backend.open(dialler);
+    let dialled = block_on(dialling.connect(PeerEndpoint::Dial(address), &[], deadline(3))).is_ok();
+    (accepting.join().expect("accepting"), dialled)
+}
+
+/// Equal tokens connect; a different or a missing one on either side connects neither.
+pub fn pre_shared_tokens_gate_the_handshake<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let (a, b): (&[u8], &[u8]) = (b"token of the cluster", b"a guess at the token");
+    assert_eq!(connect_with_tokens(s, Some(a), Some(a)), (true, true), "equal tokens");
+    assert_eq!(connect_with_tokens(s, Some(a), Some(b)), (false, false), "different tokens");
+    assert_eq!(connect_with_tokens(s, Some(a), None), (false, false), "dialler without a token");
+    assert_eq!(connect_with_tokens(s, None, Some(a)), (false, false), "listener without a token");
+}
+
+/// Where the backend crosses hosts: a sender and a receiver in two network namespaces move
+/// the ladder's largest transfer; then the sender's link goes down mid-transfer and it stops
+/// at its deadline with a typed error.
+pub fn two_hosts_over_network_namespaces_and_a_link_going_down<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    if !s.backend.crosses_hosts() {
+        eprintln!("not applicable: {} does not cross hosts over IP", s.key);
+        return;
+    }
+    if !netns_available() {
+        return;
+    }
+    let hosts = TwoHosts::create(s.key.len() as u32 + 1);
+    let listen = format!("{}:0", hosts.addresses[1]);
+    let len = s.backend.scale().ladder_max_bytes;
+    let vars = |len: u64| vec![("LEN", len.to_string()), ("SEED", (len ^ 0xabc).to_string())];
+    // UCX would otherwise look at every interface; each side uses its own veth.
+    let device = |side: usize| vec![("UCX_NET_DEVICES", hosts.links[side].clone())];
+    let mut receiver = spawn(
+        s.key,
+        Some(&hosts.names[1]),
+        "receiver",
+        &[vars(len), device(1), vec![("LISTEN", listen.clone())]].concat(),
+    );
+    let address = receiver.expect("LISTENING");
+    assert!(
+        address.starts_with(&hosts.addresses[1]),
+        "the receiver listens on its namespace's address: {address}"
+    );
+    let mut sender = spawn(
+        s.key,
+        Some(&hosts.names[0]),
+        "sender",
+        &[vars(len), device(0), vec![("DIAL", address)]].concat(),
+    );
+    assert_eq!(receiver.expect("RESULT"), format!("OK {len}"));
+    assert_eq!(sender.expect("SENT"), len.to_string());
+
+    let len = 1u64 << 30;
+    let mut receiver = spawn(
+        s.key,
+        Some(&hosts.names[1]),
+        "receiver",
+        &[vars(len), device(1), vec![("LISTEN", listen)]].concat(),
+    );
+    let address = receiver.expect("LISTENING");
+    let dial = vec![("DIAL", address), ("DEADLINE_MS", "3000".to_string())];
+    let mut sender =
+        spawn(s.key, Some(&hosts.names[0]), "sender-outcome", &[vars(len), device(0), dial].concat());
+    sender.expect("CONNECTED");
+    std::thread::sleep(Duration::from_millis(50));
+    ip(&["-n", &hosts.names[0], "link", "set", &hosts.links[0], "down"]);
+    let outcome = sender.expect("OUTCOME");
+    let elapsed_ms: u64 =
+        outcome.split_whitespace().next().and_then(|ms| ms.parse().ok()).expect("elapsed ms");
+    assert!(outcome.contains("failed after"), "{outcome}");
+    assert!(elapsed_ms < 6000, "{outcome}");
+}

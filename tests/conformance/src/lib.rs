@@ -1,0 +1,91 @@
+//! # rdma-hint-conformance
+//!
+//! The contract every [`Transport`] must meet, written once and run against every backend:
+//! bytes verified over a size ladder (in one process and to a peer process), deadlines, a peer
+//! that goes away or is killed mid-transfer, a link that goes down (two network namespaces,
+//! where the backend crosses hosts), restart and reconnect on the same port, 100 cycles and 100
+//! failed transfers without leaks, a soak, bad memory and bad hellos, pre-shared tokens.
+//!
+//! A backend implements [`Backend`] (how to open a transport) and instantiates the suite in its
+//! own `tests/conformance.rs`:
+//!
+//! ```ignore
+//! struct Tcp;
+//! impl rdma_hint_conformance::Backend for Tcp {
+//!     type Transport = StagedTransport;
+//!     fn open(&self, token: Option<&[u8]>) -> StagedTransport { /* … */ }
+//! }
+//! rdma_hint_conformance::suite! { tcp: Tcp }
+//! ```
+//!
+//! Each instance becomes a module of `#[test]`s (attributes before the name, such as
+//! `#[ignore = "…"]`, apply to all of them) plus the `peer_main` entry point the two-process
+//! tests re-run the binary as.
+
+mod backend;
+pub mod contract;
+mod pair;
+pub mod peer;
+
+pub use backend::{Backend, Scale, TEST_TOKEN};
+pub use contract::alone;
+pub use pair::{chunker, deadline, pair, round_trip, Pair};
+pub use rdma_hint_transport::Transport;
+
+/// Generates the suite for each `name: backend` (an expression of a type that implements
+/// [`Backend`]): a module `name` with one `#[test]` per contract rule, and one `peer_main`.
+#[macro_export]
+macro_rules! suite {
+    ($( $(#[$meta:meta])* $name:ident : $backend:expr ),+ $(,)?) => {
+        /// Entry point of the peer processes the two-process rules spawn.
+        #[test]
+        #[ignore = "runs only as a peer process spawned by the other tests"]
+        fn peer_main() {
+            let Some(key) = $crate::peer::backend_key() else { return };
+            $( if key == stringify!($name) { return $crate::peer::run(&$backend); } )+
+            panic!("no backend {key} in this suite");
+        }
+        $( $crate::suite!(@module [$(#[$meta])*] $name : $backend); )+
+    };
+    (@module [$($attrs:tt)*] $name:ident : $backend:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::suite!(@rules [$($attrs)*] $name : $backend;
+                bytes_over_the_size_ladder_arrive_exact,
+                writes_to_a_peer_process_arrive_byte_exact,
+                writes_in_both_directions_at_once_complete,
+                a_deadline_shorter_than_the_transfer_stops_it_in_time,
+                a_receiver_that_goes_away_fails_the_sender_in_time,
+                a_receiver_process_killed_mid_transfer_fails_the_sender_in_time,
+                sender_and_receiver_restart_and_reconnect_on_the_same_port,
+                a_hundred_cycles_leak_nothing,
+                a_hundred_failed_transfers_leak_nothing,
+                soak_four_connections_verify_every_transfer,
+                bad_memory_and_bad_ops_fail_before_posting,
+                garbage_hellos_are_typed_errors_and_the_listener_survives,
+                pre_shared_tokens_gate_the_handshake,
+                two_hosts_over_network_namespaces_and_a_link_going_down,
+            );
+        }
+    };
+    (@rules [$($attrs:tt)*] $name:ident : $backend:expr; $rule:ident, $($rest:ident,)*) => {
+        #[test]
+        $($attrs)*
+        fn $rule() {
+            $crate::contract::$rule(&$crate::Subject { key: stringify!($name), backend: &$backend });
+        }
+        $crate::suite!(@rules [$($attrs)*] $name : $backend; $($rest,)*);
+    };
+    (@rules [$($attrs:tt)*] $name:ident : $backend:expr;) => {};
+}
+
+/// One backend under test and the name its suite instance has (which peer processes are
+/// told, so they open the same backend).
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a, B> {
+    /// The instance's name in [`suite!`].
+    pub key: &'static str,
+    /// The backend.
+    pub backend: &'a B,
+}
