@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests of every crate: sysfs fixture trees, peer processes,
 //! two-host network namespaces, test payloads and process accounting.
+#![forbid(unsafe_code)]
 
 #[path = "harness/data.rs"]
 mod data;

@@ -1,7 +1,7 @@
 //! The shared `Transport` contract (tests/conformance) over the staged backend's two
 //! channels, with real sockets and shm files.
 
-use rdma_hint_conformance::{pair, suite, Backend, Transport};
+use rdma_hint_conformance::{pair, suite, two_hosts, Backend, Transport};
 use rdma_hint_staged::{StagedChannel, StagedTransport};
 use rdma_hint_transport::TransportError;
 use std::time::{Duration, Instant};
@@ -24,16 +24,13 @@ impl Backend for Staged {
         let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
         maps.lines().filter(|line| line.contains("memfd:rdma-hint-region")).count()
     }
-
-    fn crosses_hosts(&self) -> bool {
-        self.0 == StagedChannel::Tcp
-    }
 }
 
 suite! {
     shm: Staged(StagedChannel::SharedMemory),
     tcp: Staged(StagedChannel::Tcp),
 }
+two_hosts! { tcp: Staged(StagedChannel::Tcp) }
 
 /// The staged backend's own rule: a region the peer may still write cannot be released while
 /// the link is up (its mapping or socket reader would write into freed memory).

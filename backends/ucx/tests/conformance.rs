@@ -2,7 +2,7 @@
 //! transports on loopback, and what only the UCX backend has: progress threads that sleep, and
 //! a deregister that waits out unsignalled puts.
 
-use rdma_hint_conformance::{alone, pair, suite, Backend, Transport, TEST_TOKEN};
+use rdma_hint_conformance::{alone, pair, suite, two_hosts, Backend, Transport, TEST_TOKEN};
 use rdma_hint_transport::WriteOp;
 use rdma_hint_ucx::UcxTransport;
 use std::time::Duration;
@@ -28,16 +28,13 @@ impl Backend for Ucx {
     fn token(&self) -> Option<&'static [u8]> {
         Some(TEST_TOKEN)
     }
-
-    fn crosses_hosts(&self) -> bool {
-        self.0.starts_with("tcp")
-    }
 }
 
 suite! {
     shm: Ucx("shm,self"),
     tcp: Ucx("tcp,self"),
 }
+two_hosts! { tcp: Ucx("tcp,self") }
 
 /// CPU seconds this process has used (utime + stime from /proc/self/stat, 10 ms ticks).
 fn cpu_seconds() -> f64 {

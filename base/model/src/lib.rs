@@ -28,6 +28,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod deepep;
 pub mod error;
 pub mod fit;
 pub mod model;

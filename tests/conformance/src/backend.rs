@@ -54,12 +54,6 @@ pub trait Backend: Sync {
         0
     }
 
-    /// Whether the backend crosses hosts over IP (then the two-namespace rule runs; shared
-    /// memory does not).
-    fn crosses_hosts(&self) -> bool {
-        false
-    }
-
     /// Memory one process's transports keep for the process's life (UCX's contexts), which the
     /// leak rules warm before counting.
     fn warm_up(&self) {}

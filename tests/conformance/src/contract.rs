@@ -472,15 +472,11 @@ pub fn pre_shared_tokens_gate_the_handshake<B: Backend>(s: &Subject<'_, B>) {
     assert_eq!(connect_with_tokens(s, None, Some(a)), (false, false), "listener without a token");
 }
 
-/// Where the backend crosses hosts: a sender and a receiver in two network namespaces move
+/// For backends that cross hosts ([`two_hosts!`](crate::two_hosts)): a sender and a receiver in two network namespaces move
 /// the ladder's largest transfer; then the sender's link goes down mid-transfer and it stops
 /// at its deadline with a typed error.
 pub fn two_hosts_over_network_namespaces_and_a_link_going_down<B: Backend>(s: &Subject<'_, B>) {
     let _shared = shared();
-    if !s.backend.crosses_hosts() {
-        eprintln!("not applicable: {} does not cross hosts over IP", s.key);
-        return;
-    }
     if !netns_available() {
         return;
     }

@@ -1,6 +1,7 @@
 //! One verified transfer between two transports of one id, written only against the
 //! `rdma-hint` facade: what an embedder's code looks like. The tests drive it under tokio,
 //! smol and the library's blocking API.
+#![forbid(unsafe_code)]
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{

@@ -1,4 +1,5 @@
 //! `rdma-hint`: probe the machine and print every hint with its reasons.
+#![forbid(unsafe_code)]
 
 mod backend;
 mod calibrate;

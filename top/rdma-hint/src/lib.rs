@@ -55,6 +55,7 @@
 //! assert!(landed.iter().all(|b| *b == 7));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![forbid(unsafe_code)]
 
 /// Every Rust snippet of the README, compiled and run as a doctest.
 #[cfg(all(doctest, feature = "staged"))]
@@ -69,7 +70,6 @@ pub struct ChunkerDocDoctests;
 mod backends;
 mod cache;
 pub mod calibrate;
-pub mod deepep;
 mod error;
 mod loopback;
 pub mod measured;
@@ -91,6 +91,8 @@ pub use rdma_hint_chunker as chunker;
 pub use rdma_hint_discovery as discovery;
 /// The pure path model: profiles, hints, fits (no I/O).
 pub use rdma_hint_model as model;
+/// DeepEP-compatible buffer sizing (`get_low_latency_rdma_size_hint` in DeepEP's sense).
+pub use rdma_hint_model::deepep;
 pub use rdma_hint_model::{HintError, HintPolicy, Origin, PathClass, Reason, SizeHint, SourceId};
 /// The out-of-band handshake every backend uses: mutual authentication by pre-shared token
 /// (`authenticate`, `Token`), the listener's limits, the liveness goodbye. For tools that speak

@@ -8,7 +8,7 @@
 //! DeepEP would assert on, and warnings where the result breaks DeepEP's own limits.
 //!
 //! ```
-//! use rdma_hint::deepep::low_latency_rdma_size_hint;
+//! use rdma_hint_model::deepep::low_latency_rdma_size_hint;
 //! // DeepSeek-V3 shape: 128 tokens per rank, hidden 7168, 16 ranks, 256 experts.
 //! let size = low_latency_rdma_size_hint(128, 7168, 16, 256).unwrap();
 //! assert_eq!(size.bytes, 1_908_410_496);
@@ -205,7 +205,7 @@ pub fn low_latency_rdma_size_hint(
 /// past about 32 GiB DeepEP's limit, not the budget, decides.
 ///
 /// ```
-/// use rdma_hint::deepep::{low_latency_rdma_size_hint, max_tokens_for_budget};
+/// use rdma_hint_model::deepep::{low_latency_rdma_size_hint, max_tokens_for_budget};
 /// let tokens = max_tokens_for_budget(2 << 30, 7168, 16, 256).unwrap();
 /// assert!(low_latency_rdma_size_hint(tokens, 7168, 16, 256).unwrap().bytes <= 2 << 30);
 /// assert!(low_latency_rdma_size_hint(tokens + 1, 7168, 16, 256).unwrap().bytes > 2 << 30);
@@ -265,7 +265,7 @@ impl NormalConfig {
     /// buffer up to a multiple of the send chunk.
     ///
     /// ```
-    /// use rdma_hint::deepep::NormalConfig;
+    /// use rdma_hint_model::deepep::NormalConfig;
     /// let config = NormalConfig::new(24, 6, 256, 6, 130).unwrap();
     /// assert_eq!(config.rdma_recv_tokens, 132);
     /// assert!(NormalConfig::new(24, 256, 256, 6, 128).is_err()); // NVL send must be < recv
