@@ -4,14 +4,14 @@
 //! panic, never an unbounded allocation.
 #![no_main]
 
+#[path = "common/round_trip.rs"]
+mod round_trip;
+
 use libfuzzer_sys::fuzz_target;
 use rdma_hint_ucx::wire::{check_packed_rkey, screen_worker_address, Hello, WORKER_ADDRESS_PADDING};
 
 fuzz_target!(|data: &[u8]| {
-    let mut reader = data;
-    if let Ok(hello) = Hello::decode(&mut reader) {
-        let consumed = data.len() - reader.len();
-        assert_eq!(hello.encode(), &data[..consumed], "hello round trip");
+    if let Some(hello) = round_trip::hello(data, |reader| Hello::decode(reader), Hello::encode) {
         assert!(!hello.worker_address.is_empty());
         let ours = [hello.worker_address[0], 0, 0, 0, 0, 0, 0, 0, 0];
         if let Ok(padded) = screen_worker_address(&hello.worker_address, &ours) {

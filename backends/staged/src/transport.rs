@@ -7,7 +7,7 @@ use crate::memory::Memory;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
-use rdma_hint_oob::{Rendezvous, Token};
+use rdma_hint_oob::Rendezvous;
 use rdma_hint_transport::wait::WaitModeCell;
 use rdma_hint_transport::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
@@ -53,6 +53,8 @@ fn wire_channel(channel: StagedChannel) -> ChannelKind {
     }
 }
 
+rdma_hint_oob::token_setters!(StagedTransport, "regions, the shm hand-off");
+
 impl StagedTransport {
     /// A transport over `channel`, not yet connected.
     pub fn new(channel: StagedChannel) -> StagedTransport {
@@ -64,21 +66,6 @@ impl StagedTransport {
             link: OnceLock::new(),
             wait_mode: WaitModeCell::default(),
         }
-    }
-
-    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
-    /// any hello is exchanged, and proves it in turn; the token never crosses the wire (see
-    /// [`rdma_hint_oob::authenticate`]). A refused peer is logged with its address.
-    pub fn with_token(mut self, token: &[u8]) -> Result<StagedTransport, TransportError> {
-        self.rendezvous.set_token(Token::new(token)?);
-        Ok(self)
-    }
-
-    /// Lets [`Transport::bind`] listen on a non-loopback address without a token (refused
-    /// otherwise): anyone who reaches it may connect and write into the exposed regions.
-    pub fn allow_unauthenticated_remote(mut self) -> StagedTransport {
-        self.rendezvous.allow_unauthenticated_remote();
-        self
     }
 
     /// The channel this transport speaks.

@@ -8,7 +8,7 @@ use crate::wire::{screen_worker_address, ExposedRegion, Hello, MAX_REGIONS, READ
 use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
 use rdma_hint_model::{TransportFacts, TransportKind};
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous, Token};
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_transport::queue::{event_queue, EventQueue};
 use rdma_hint_transport::wait::{wait, WaitModeCell};
 use rdma_hint_transport::{
@@ -80,6 +80,8 @@ pub fn transport_id(tls: Option<&str>) -> String {
     }
 }
 
+rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
+
 impl UcxTransport {
     /// Opens a UCP context and worker restricted to `tls` (`UCX_TLS` syntax, e.g. `shm,self`
     /// or `tcp`; `None` lets UCX read `UCX_TLS` from the environment) and asks UCX for its
@@ -110,21 +112,6 @@ impl UcxTransport {
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
         })
-    }
-
-    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
-    /// any hello (worker address, rkeys) is exchanged, and proves it in turn; the token never
-    /// crosses the wire (see [`rdma_hint_oob::authenticate`]).
-    pub fn with_token(mut self, token: &[u8]) -> Result<UcxTransport, TransportError> {
-        self.rendezvous.set_token(Token::new(token)?);
-        Ok(self)
-    }
-
-    /// Lets [`Transport::bind`] listen on a non-loopback address without a token (refused
-    /// otherwise): anyone who reaches it may connect and write into the exposed regions.
-    pub fn allow_unauthenticated_remote(mut self) -> UcxTransport {
-        self.rendezvous.allow_unauthenticated_remote();
-        self
     }
 
     /// UCX's estimate for this scope (loopback endpoint, before any peer).

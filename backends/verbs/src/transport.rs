@@ -7,7 +7,7 @@ use crate::region::Region;
 use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous, Token};
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_transport::wait::{wait, WaitModeCell};
 use rdma_hint_transport::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
@@ -167,6 +167,8 @@ fn initial_psn() -> u32 {
     (nanos ^ std::process::id().rotate_left(12)) & 0x00ff_ffff
 }
 
+rdma_hint_oob::token_setters!(VerbsTransport, "QP number, rkeys");
+
 impl VerbsTransport {
     /// Opens `device` (e.g. `rxe0`, `mlx5_0`; `None`: the first device) on its first active
     /// port: protection domain, send and receive CQs and an RC QP sized from the device caps.
@@ -277,21 +279,6 @@ impl VerbsTransport {
             channel,
             _context: context,
         })
-    }
-
-    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
-    /// any hello (QP number, rkeys) is exchanged, and proves it in turn; the token never
-    /// crosses the wire (see [`rdma_hint_oob::authenticate`]).
-    pub fn with_token(mut self, token: &[u8]) -> Result<VerbsTransport, TransportError> {
-        self.rendezvous.set_token(Token::new(token)?);
-        Ok(self)
-    }
-
-    /// Lets [`Transport::bind`] listen on a non-loopback address without a token (refused
-    /// otherwise): anyone who reaches it may connect and write into the exposed regions.
-    pub fn allow_unauthenticated_remote(mut self) -> VerbsTransport {
-        self.rendezvous.allow_unauthenticated_remote();
-        self
     }
 
     /// What `ibv_query_device` / `ibv_query_port` said about this device.

@@ -36,3 +36,43 @@ pub use connect::{
 };
 pub use liveness::{peer_left, say_goodbye, PeerLoss, GOODBYE};
 pub use token::{Token, MAX_TOKEN_BYTES};
+
+#[doc(hidden)]
+pub use rdma_hint_transport::TransportError as __TransportError;
+
+/// The token setters of a transport that meets its peer through a [`Rendezvous`] in its field
+/// `rendezvous`; `$hello` says what its hello carries (what the token protects).
+///
+/// ```
+/// use rdma_hint_oob::Rendezvous;
+/// struct Example { rendezvous: Rendezvous }
+/// rdma_hint_oob::token_setters!(Example, "nothing here");
+/// let example = Example { rendezvous: Rendezvous::default() }.with_token(b"a cluster's token").unwrap();
+/// assert!(example.rendezvous.has_token());
+/// assert!(Example { rendezvous: Rendezvous::default() }.with_token(b"").is_err());
+/// ```
+#[macro_export]
+macro_rules! token_setters {
+    ($transport:ty, $hello:literal) => {
+        impl $transport {
+            #[doc = concat!(
+                "Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) ",
+                "before any hello (", $hello, ") is exchanged, and proves it in turn; the token never ",
+                "crosses the wire (see [`rdma_hint_oob::authenticate`]). A refused peer is logged ",
+                "with its address."
+            )]
+            pub fn with_token(mut self, token: &[u8]) -> Result<Self, $crate::__TransportError> {
+                self.rendezvous.set_token($crate::Token::new(token)?);
+                Ok(self)
+            }
+
+            /// Lets [`Transport::bind`](rdma_hint_transport::Transport::bind) listen on a
+            /// non-loopback address without a token (refused otherwise): anyone who reaches it
+            /// may connect and write into the exposed regions.
+            pub fn allow_unauthenticated_remote(mut self) -> Self {
+                self.rendezvous.allow_unauthenticated_remote();
+                self
+            }
+        }
+    };
+}
