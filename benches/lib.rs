@@ -8,6 +8,7 @@ pub mod write_bw;
 
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};
+use rdma_hint::chunker::PostPolicy;
 use rdma_hint::model::{TransportFacts, TransportKind};
 use rdma_hint::transport::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
@@ -123,14 +124,9 @@ impl Transport for NullTransport {
 /// The posting loop a careful user would write by hand for the same policy (N per doorbell,
 /// signal every k-th and the last, window W), without planning or checks: the yardstick the
 /// chunker is compared against. Returns the number of blocks posted.
-pub fn hand_written_loop<T: Transport>(
-    transport: &T,
-    len: u64,
-    block: u64,
-    n: usize,
-    k: u64,
-    window: u64,
-) -> u64 {
+pub fn hand_written_loop<T: Transport>(transport: &T, len: u64, block: u64, policy: &PostPolicy) -> u64 {
+    let (n, k, window) =
+        (policy.wrs_per_doorbell as usize, u64::from(policy.signal_every), u64::from(policy.window));
     let count = len.div_ceil(block);
     let mut ops = [WriteOp {
         wr_id: 0,

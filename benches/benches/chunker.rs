@@ -52,16 +52,7 @@ fn posting(c: &mut Criterion) {
         let transport = NullTransport::new(256);
         group.throughput(Throughput::Elements(NULL_TRANSFER / block));
         group.bench_with_input(BenchmarkId::from_parameter(label(block)), &block, |b, &block| {
-            b.iter(|| {
-                hand_written_loop(
-                    &transport,
-                    NULL_TRANSFER,
-                    block,
-                    policy.wrs_per_doorbell as usize,
-                    u64::from(policy.signal_every),
-                    u64::from(policy.window),
-                )
-            })
+            b.iter(|| hand_written_loop(&transport, NULL_TRANSFER, block, &policy))
         });
     }
     group.finish();

@@ -39,14 +39,7 @@ fn main() {
         }
         "hand" => {
             for _ in 0..transfers {
-                blocks += hand_written_loop(
-                    &transport,
-                    TRANSFER,
-                    block,
-                    policy.wrs_per_doorbell as usize,
-                    u64::from(policy.signal_every),
-                    u64::from(policy.window),
-                );
+                blocks += hand_written_loop(&transport, TRANSFER, block, &policy);
             }
         }
         _ => {

@@ -26,15 +26,7 @@ fuzz_target!(|data: &[u8]| {
     profile.transport.mtu_bytes = Some(u64_at(data, 25) >> (u64_at(data, 25) % 64));
     profile.source.memory_bytes = Some(u64_at(data, 33));
     profile.bridges = (u64_at(data, 41) % 64) as u32;
-    profile.path_class = [
-        PathClass::SameDevice,
-        PathClass::NoNic,
-        PathClass::Pix,
-        PathClass::Pxb,
-        PathClass::Phb,
-        PathClass::Node,
-        PathClass::Sys,
-    ][(u64_at(data, 49) % 7) as usize];
+    profile.path_class = PathClass::ALL[(u64_at(data, 49) % 7) as usize];
     if let SourceKind::Gpu(gpu) = &mut profile.source.kind {
         gpu.vmm_granularity_bytes = Some(u64_at(data, 57));
     }

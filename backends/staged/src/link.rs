@@ -1,7 +1,7 @@
 //! One connected peer: a sender thread that moves posted writes (socket payload or shm copy)
 //! and a reader thread that places incoming writes, acknowledges them and collects arrivals.
 
-use crate::memory::Memory;
+use crate::memory::{Direction, Memory};
 use crate::protocol::{Inbound, Inbox};
 use crate::region::{copy_to_peer, RegionMemory, Staging};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
@@ -277,7 +277,9 @@ fn send_one(
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             writer
                 .write_all(&frame.encode())
-                .and_then(|()| source.memory.send(op.local_offset, op.len, &writer, staging))
+                .and_then(|()| {
+                    source.memory.over_socket(Direction::Send, op.local_offset, op.len, &writer, staging)
+                })
                 .map_err(|e| format!("sending a write: {e}"))?;
         }
         ChannelKind::Shm => {
@@ -382,22 +384,13 @@ fn place(
         let target = local(&shared.local, region).ok_or_else(|| format!("region {} vanished", region.0))?;
         target
             .memory
-            .receive(offset, len, socket, staging)
+            .over_socket(Direction::Receive, offset, len, socket, staging)
             .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
     }
     let arrival = arrival.map(|imm| Arrival { imm, region, len });
     let outgoing = match ack {
         Some(wr_id) => {
-            let ack = Frame {
-                kind: FrameKind::Ack,
-                flags: 0,
-                status: 0,
-                region: region.0,
-                offset: 0,
-                len: 0,
-                wr_id,
-                imm: 0,
-            };
+            let ack = Frame::ack(region.0, wr_id);
             Some(Outgoing::Ack { ack, then: arrival })
         }
         None => arrival.map(Outgoing::Arrival),

@@ -9,6 +9,15 @@ use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
+/// Which way bytes cross a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// From the region to the socket.
+    Send,
+    /// From the socket into the region.
+    Receive,
+}
+
 /// Largest region this backend registers (1 TiB): larger asks are typed errors, not aborts.
 pub(crate) const MAX_REGION_BYTES: u64 = 1 << 40;
 const PAGE: usize = 4096;
@@ -188,47 +197,32 @@ impl Memory {
         Ok(())
     }
 
-    /// Sends `offset..offset + len` to `socket` straight from the buffer: the kernel reads it
-    /// through a raw pointer, and no Rust reference to registered memory (which the peer or
-    /// another thread may be writing) is ever made.
-    pub(crate) fn send_to(&self, offset: u64, len: u64, socket: &TcpStream) -> std::io::Result<()> {
+    /// Sends `offset..offset + len` to `socket` straight from the buffer, or receives exactly
+    /// that many bytes into it: the kernel reads or writes it through a raw pointer, and no Rust
+    /// reference to registered memory (which the peer or another thread may be writing) is
+    /// ever made.
+    pub(crate) fn over_socket(
+        &self,
+        socket: &TcpStream,
+        direction: Direction,
+        range: (u64, u64),
+    ) -> std::io::Result<()> {
+        let (offset, len) = range;
         let (start, len) = self.io_range(offset, len)?;
         let mut done = 0;
         while done < len {
             // SAFETY: `start + len <= self.len` (checked), so `ptr + start + done` and the
-            // `len - done` bytes after it lie inside the buffer, which lives as long as `self`.
-            let sent = unsafe {
-                libc::send(
-                    socket.as_raw_fd(),
-                    self.ptr.as_ptr().add(start + done).cast(),
-                    len - done,
-                    libc::MSG_NOSIGNAL,
-                )
+            // `len - done` bytes after it lie inside the buffer, which lives as long as `self`;
+            // the kernel reads (send) or writes (recv) at most that many bytes.
+            let moved = unsafe {
+                let at = self.ptr.as_ptr().add(start + done).cast();
+                match direction {
+                    Direction::Send => libc::send(socket.as_raw_fd(), at, len - done, libc::MSG_NOSIGNAL),
+                    Direction::Receive => libc::recv(socket.as_raw_fd(), at, len - done, 0),
+                }
             };
-            match sent {
-                n if n > 0 => done += n as usize,
-                _ => match std::io::Error::last_os_error() {
-                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    e => return Err(e),
-                },
-            }
-        }
-        Ok(())
-    }
-
-    /// Receives exactly `len` bytes from `socket` into `offset..offset + len`, written by the
-    /// kernel through a raw pointer (no Rust reference to registered memory, see
-    /// [`Memory::send_to`]).
-    pub(crate) fn receive_from(&self, offset: u64, len: u64, socket: &TcpStream) -> std::io::Result<()> {
-        let (start, len) = self.io_range(offset, len)?;
-        let mut done = 0;
-        while done < len {
-            // SAFETY: in bounds as in `send_to`; the kernel writes at most `len - done` bytes.
-            let received = unsafe {
-                libc::recv(socket.as_raw_fd(), self.ptr.as_ptr().add(start + done).cast(), len - done, 0)
-            };
-            match received {
-                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            match moved {
+                0 if direction == Direction::Receive => return Err(std::io::ErrorKind::UnexpectedEof.into()),
                 n if n > 0 => done += n as usize,
                 _ => match std::io::Error::last_os_error() {
                     e if e.kind() == std::io::ErrorKind::Interrupted => {}

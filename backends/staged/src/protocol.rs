@@ -121,16 +121,7 @@ mod tests {
             assert!(inbox.admit(&bad, None).unwrap_err().starts_with("protocol error"), "{bad:?}");
         }
         assert!(inbox.admit(&write(0, 0, 16, FLAG_PLACED), None).is_err(), "shm framing on tcp");
-        let ack = Frame {
-            kind: FrameKind::Ack,
-            flags: 0,
-            status: 0,
-            region: 0,
-            offset: 0,
-            len: 0,
-            wr_id: 3,
-            imm: 0,
-        };
+        let ack = Frame::ack(0, 3);
         assert!(inbox.admit(&ack, None).is_err(), "never asked for");
         assert!(inbox.admit(&ack, Some(3)).is_ok());
         assert!(inbox.admit(&ack, Some(4)).is_err(), "not the write that is next");

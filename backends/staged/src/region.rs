@@ -1,7 +1,7 @@
 //! What a registered region is backed by: host memory (heap or shm) or, with feature `cuda`,
 //! GPU memory staged through pinned buffers on its way to and from the wire.
 
-use crate::memory::Memory;
+use crate::memory::{Direction, Memory};
 use rdma_hint_transport::{MemoryKind, TransportError};
 use std::net::TcpStream;
 
@@ -191,46 +191,33 @@ impl RegionMemory {
         }
     }
 
-    /// Writes `len` bytes at `offset` to a socket (TCP channel); GPU memory goes through pinned
-    /// halves, copy engine and socket overlapped.
-    pub(crate) fn send(
+    /// Writes `len` bytes at `offset` to a socket or reads them from it (TCP channel); GPU
+    /// memory goes through pinned halves, copy engine and socket overlapped.
+    pub(crate) fn over_socket(
         &self,
+        direction: Direction,
         offset: u64,
         len: u64,
         socket: &TcpStream,
         _staging: &mut Staging,
     ) -> std::io::Result<()> {
         match self {
-            RegionMemory::Host(memory) => memory.send_to(offset, len, socket),
+            RegionMemory::Host(memory) => memory.over_socket(socket, direction, (offset, len)),
             #[cfg(feature = "cuda")]
             RegionMemory::Gpu(buffer, _) => {
-                let (offset, len) = (
-                    usize_of(offset).map_err(std::io::Error::other)?,
-                    usize_of(len).map_err(std::io::Error::other)?,
-                );
-                _staging.for_buffer(buffer)?.send(buffer, offset, len, &mut &*socket)
+                let (offset, len) = io_range(offset, len)?;
+                let staging = _staging.for_buffer(buffer)?;
+                match direction {
+                    Direction::Send => staging.send(buffer, offset, len, &mut &*socket),
+                    Direction::Receive => staging.receive(buffer, offset, len, &mut &*socket),
+                }
             }
         }
     }
+}
 
-    /// Reads `len` bytes from a socket into `offset` (TCP channel).
-    pub(crate) fn receive(
-        &self,
-        offset: u64,
-        len: u64,
-        socket: &TcpStream,
-        _staging: &mut Staging,
-    ) -> std::io::Result<()> {
-        match self {
-            RegionMemory::Host(memory) => memory.receive_from(offset, len, socket),
-            #[cfg(feature = "cuda")]
-            RegionMemory::Gpu(buffer, _) => {
-                let (offset, len) = (
-                    usize_of(offset).map_err(std::io::Error::other)?,
-                    usize_of(len).map_err(std::io::Error::other)?,
-                );
-                _staging.for_buffer(buffer)?.receive(buffer, offset, len, &mut &*socket)
-            }
-        }
-    }
+/// `offset` and `len` as host sizes, for the GPU staging calls of the socket paths.
+#[cfg(feature = "cuda")]
+fn io_range(offset: u64, len: u64) -> std::io::Result<(usize, usize)> {
+    Ok((usize_of(offset).map_err(std::io::Error::other)?, usize_of(len).map_err(std::io::Error::other)?))
 }

@@ -190,6 +190,18 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// The acknowledgement of write `wr_id` into `region` (status 0: it landed).
+    ///
+    /// ```
+    /// use rdma_hint_staged::wire::{Frame, FrameKind};
+    /// let ack = Frame::ack(0, 77);
+    /// assert_eq!((ack.kind, ack.wr_id, ack.len), (FrameKind::Ack, 77, 0));
+    /// assert_eq!(Frame::decode(&ack.encode()).unwrap(), ack);
+    /// ```
+    pub fn ack(region: u32, wr_id: u64) -> Frame {
+        Frame { kind: FrameKind::Ack, flags: 0, status: 0, region, offset: 0, len: 0, wr_id, imm: 0 }
+    }
+
     /// Encodes into a fixed header.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut out = [0u8; HEADER_BYTES];

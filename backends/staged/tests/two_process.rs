@@ -144,16 +144,7 @@ fn malformed_frames_break_the_link_without_an_arrival() {
         ("past the region end", [hello.clone(), frame(0, (1 << 20) - 8, 16).to_vec()].concat()),
         ("offset overflow", [hello.clone(), frame(0, u64::MAX, 16).to_vec()].concat()),
         ("ack never asked for", {
-            let ack = Frame {
-                kind: FrameKind::Ack,
-                flags: 0,
-                status: 0,
-                region: 0,
-                offset: 0,
-                len: 0,
-                wr_id: 3,
-                imm: 0,
-            };
+            let ack = Frame::ack(0, 3);
             [hello.clone(), ack.encode().to_vec()].concat()
         }),
     ];

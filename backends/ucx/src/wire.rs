@@ -218,6 +218,11 @@ mod tests {
         }
     }
 
+    /// [`hello`] with its region's packed rkey replaced.
+    fn with_rkey(rkey: Vec<u8>) -> Hello {
+        Hello { regions: vec![ExposedRegion { rkey, ..hello().regions[0].clone() }], ..hello() }
+    }
+
     fn decode(bytes: &[u8]) -> Result<Hello, TransportError> {
         Hello::decode(&mut &bytes[..])
     }
@@ -262,53 +267,11 @@ mod tests {
                 },
                 "not addressable",
             ),
-            (
-                Hello {
-                    regions: vec![ExposedRegion { rkey: vec![], ..hello().regions[0].clone() }],
-                    ..hello()
-                },
-                "shorter than its md map",
-            ),
-            (
-                Hello {
-                    regions: vec![ExposedRegion {
-                        rkey: vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-                        ..hello().regions[0].clone()
-                    }],
-                    ..hello()
-                },
-                "ends before the key",
-            ),
-            (
-                Hello {
-                    regions: vec![ExposedRegion {
-                        rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1],
-                        ..hello().regions[0].clone()
-                    }],
-                    ..hello()
-                },
-                "runs past the end",
-            ),
-            (
-                Hello {
-                    regions: vec![ExposedRegion {
-                        rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5],
-                        ..hello().regions[0].clone()
-                    }],
-                    ..hello()
-                },
-                "after its last key",
-            ),
-            (
-                Hello {
-                    regions: vec![ExposedRegion {
-                        rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 3, 0],
-                        ..hello().regions[0].clone()
-                    }],
-                    ..hello()
-                },
-                "memory type 3",
-            ),
+            (with_rkey(vec![]), "shorter than its md map"),
+            (with_rkey(vec![3, 0, 0, 0, 0, 0, 0, 0, 0, 0]), "ends before the key"),
+            (with_rkey(vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1]), "runs past the end"),
+            (with_rkey(vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]), "after its last key"),
+            (with_rkey(vec![1, 0, 0, 0, 0, 0, 0, 0, 3, 0]), "memory type 3"),
             (
                 Hello {
                     regions: vec![ExposedRegion { id: u32::MAX, ..hello().regions[0].clone() }],

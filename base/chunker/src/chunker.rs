@@ -60,7 +60,7 @@ impl Chunker {
     }
 
     /// The source a region of `kind` belongs to (`None` for dma-buf regions, whose device the
-    /// chunker cannot know: use [`write_as`](Chunker::write_as)).
+    /// chunker cannot know: name it with [`Transfer::from_source`]).
     pub fn source_of(&self, kind: MemoryKind) -> Option<SourceId> {
         match kind {
             MemoryKind::Host => Some(SourceId::Host(self.host_node)),
@@ -86,17 +86,21 @@ impl Chunker {
         ChunkPlan::new(local.len, offset, len, self.spec_for(source)?)
     }
 
-    /// Writes `transfer.len` bytes in blocks of the hint of the local region's source device.
+    /// Writes `transfer.len` bytes in blocks of the hint of the transfer's source: the one
+    /// [`Transfer::from_source`] names, else the local region's device.
     pub async fn write<T: Transport + ?Sized>(
         &mut self,
         transport: &T,
         transfer: Transfer<'_>,
         deadline: Instant,
     ) -> Result<TransferReport, TransferError> {
-        let source = self.source_of(transfer.local.kind).ok_or_else(|| {
-            PlanError::InvalidPolicy("a dma-buf region has no known source device; use write_as".into())
+        let source = transfer.source.or_else(|| self.source_of(transfer.local.kind)).ok_or_else(|| {
+            PlanError::InvalidPolicy(
+                "a dma-buf region has no known source device; name it with Transfer::from_source".into(),
+            )
         })?;
-        self.write_as(transport, source, transfer, deadline).await
+        let plan = self.plan_as(source, transfer.local, transfer.local_offset, transfer.len)?;
+        self.pipeline.run(transport, &plan, &transfer, deadline).await
     }
 
     /// [`write`](Chunker::write), blocking the calling thread (for callers without an async
@@ -108,29 +112,6 @@ impl Chunker {
         deadline: Instant,
     ) -> Result<TransferReport, TransferError> {
         rdma_hint_transport::blocking::block_on(self.write(transport, transfer, deadline))
-    }
-
-    /// [`write_as`](Chunker::write_as), blocking the calling thread.
-    pub fn write_as_blocking<T: Transport + ?Sized>(
-        &mut self,
-        transport: &T,
-        source: SourceId,
-        transfer: Transfer<'_>,
-        deadline: Instant,
-    ) -> Result<TransferReport, TransferError> {
-        rdma_hint_transport::blocking::block_on(self.write_as(transport, source, transfer, deadline))
-    }
-
-    /// [`write`](Chunker::write) with the source given explicitly.
-    pub async fn write_as<T: Transport + ?Sized>(
-        &mut self,
-        transport: &T,
-        source: SourceId,
-        transfer: Transfer<'_>,
-        deadline: Instant,
-    ) -> Result<TransferReport, TransferError> {
-        let plan = self.plan_as(source, transfer.local, transfer.local_offset, transfer.len)?;
-        self.pipeline.run(transport, &plan, &transfer, deadline).await
     }
 }
 
@@ -151,12 +132,14 @@ pub struct Transfer<'a> {
     /// Immediate value delivered with the last block: the receiver's `poll_arrivals` /
     /// `wait_arrivals` sees it once every byte of the transfer has landed.
     pub notify: Option<u32>,
+    /// Whose hint cuts the blocks; `None`: the local region's device.
+    pub source: Option<SourceId>,
 }
 
 impl<'a> Transfer<'a> {
     /// `len` bytes from the start of `local` to the start of `remote`, no notification.
     pub fn new(local: &'a LocalRegion, remote: &'a RemoteRegion, len: u64) -> Transfer<'a> {
-        Transfer { local, local_offset: 0, remote, remote_offset: 0, len, notify: None }
+        Transfer { local, local_offset: 0, remote, remote_offset: 0, len, notify: None, source: None }
     }
 
     /// The same transfer at other offsets.
@@ -167,5 +150,11 @@ impl<'a> Transfer<'a> {
     /// The same transfer, announced to the receiver with `imm`.
     pub fn notify(self, imm: u32) -> Transfer<'a> {
         Transfer { notify: Some(imm), ..self }
+    }
+
+    /// The same transfer in blocks of `source`'s hint, whatever memory the local region is
+    /// (a dma-buf region, or a host region measured as another NUMA node's).
+    pub fn from_source(self, source: SourceId) -> Transfer<'a> {
+        Transfer { source: Some(source), ..self }
     }
 }

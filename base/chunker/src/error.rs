@@ -1,32 +1,19 @@
 //! Errors of planning and of transfers.
 
-use rdma_hint_model::SourceId;
+use rdma_hint_model::{HintError, SourceId};
 use rdma_hint_transport::TransportError;
 use thiserror::Error;
 
 /// Why a plan cannot be made. Nothing has been posted when one of these is returned.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Error)]
 pub enum PlanError {
     /// A transfer of 0 bytes.
     #[error("transfer length is 0 bytes")]
     ZeroLength,
-    /// A block size of 0 bytes.
-    #[error("block size is 0 bytes")]
-    ZeroBlock,
-    /// An alignment that is 0 or not a power of two.
-    #[error("alignment {align_bytes} B is not a non-zero power of two")]
-    AlignNotPowerOfTwo {
-        /// Alignment given.
-        align_bytes: u64,
-    },
-    /// A block that is not a whole number of alignment units.
-    #[error("block {block_bytes} B is not a multiple of the alignment {align_bytes} B")]
-    BlockNotMultipleOfAlign {
-        /// Block given.
-        block_bytes: u64,
-        /// Alignment given.
-        align_bytes: u64,
-    },
+    /// A block size and alignment the model's rules refuse (a zero block, an alignment that
+    /// is not a power of two, a block that is not a whole number of alignment units).
+    #[error(transparent)]
+    Spec(#[from] HintError),
     /// A transfer offset (local or remote) that is not aligned.
     #[error("{side} offset {offset} B is not a multiple of the alignment {align_bytes} B")]
     MisalignedOffset {

@@ -2,6 +2,7 @@
 //! alignment.
 
 use crate::error::PlanError;
+use rdma_hint_model::validate::validate_shape;
 use rdma_hint_model::SizeHint;
 use serde::Serialize;
 
@@ -10,9 +11,10 @@ use serde::Serialize;
 ///
 /// ```
 /// use rdma_hint_chunker::{BlockSpec, PlanError};
+/// use rdma_hint_model::HintError;
 /// assert!(BlockSpec::new(256 * 1024, 4096).is_ok());
-/// assert_eq!(BlockSpec::new(0, 4096), Err(PlanError::ZeroBlock));
-/// assert!(matches!(BlockSpec::new(6000, 4096), Err(PlanError::BlockNotMultipleOfAlign { .. })));
+/// assert_eq!(BlockSpec::new(0, 4096), Err(PlanError::Spec(HintError::ZeroBlock)));
+/// assert!(matches!(BlockSpec::new(6000, 4096), Err(PlanError::Spec(HintError::BlockNotMultipleOfAlign { .. }))));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct BlockSpec {
@@ -23,15 +25,7 @@ pub struct BlockSpec {
 impl BlockSpec {
     /// Checks and builds a spec.
     pub fn new(block_bytes: u64, align_bytes: u64) -> Result<BlockSpec, PlanError> {
-        if block_bytes == 0 {
-            return Err(PlanError::ZeroBlock);
-        }
-        if !align_bytes.is_power_of_two() {
-            return Err(PlanError::AlignNotPowerOfTwo { align_bytes });
-        }
-        if block_bytes % align_bytes != 0 {
-            return Err(PlanError::BlockNotMultipleOfAlign { block_bytes, align_bytes });
-        }
+        validate_shape(block_bytes, align_bytes)?;
         Ok(BlockSpec { block_bytes, align_bytes })
     }
 
@@ -316,7 +310,10 @@ mod tests {
                 padding: 24
             })
         );
-        assert_eq!(BlockSpec::new(4096, 0), Err(PlanError::AlignNotPowerOfTwo { align_bytes: 0 }));
+        assert_eq!(
+            BlockSpec::new(4096, 0),
+            Err(PlanError::Spec(rdma_hint_model::HintError::AlignNotPowerOfTwo { align_bytes: 0 }))
+        );
     }
 
     proptest! {

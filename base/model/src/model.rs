@@ -827,15 +827,7 @@ mod tests {
             )
                 .prop_map(
                     |(rate, overhead, mtu_shift, max_msg, memory, gpu, bridges, class, pcie)| {
-                        let class = [
-                            PathClass::SameDevice,
-                            PathClass::NoNic,
-                            PathClass::Pix,
-                            PathClass::Pxb,
-                            PathClass::Phb,
-                            PathClass::Node,
-                            PathClass::Sys,
-                        ][class];
+                        let class = PathClass::ALL[class];
                         let pcie = pcie.map(|(generation, width)| PcieLink {
                             speed_gts: 2.5 * f64::from(1 << generation),
                             width,

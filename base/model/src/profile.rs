@@ -153,6 +153,17 @@ pub enum PathClass {
 }
 
 impl PathClass {
+    /// Every class, closest first.
+    pub const ALL: [PathClass; 7] = [
+        PathClass::SameDevice,
+        PathClass::NoNic,
+        PathClass::Pix,
+        PathClass::Pxb,
+        PathClass::Phb,
+        PathClass::Node,
+        PathClass::Sys,
+    ];
+
     /// The label NCCL and `nvidia-smi topo -m` use.
     pub fn label(&self) -> &'static str {
         match self {

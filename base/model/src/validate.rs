@@ -23,6 +23,27 @@ impl HintLimits {
     }
 }
 
+/// Checks the shape of a block: non-zero, a power-of-two alignment, a whole number of alignment
+/// units. What every block spec (a hint's, a chunker's) must be, whatever the path's limits.
+///
+/// ```
+/// use rdma_hint_model::{validate::validate_shape, HintError};
+/// assert!(validate_shape(12288, 4096).is_ok());
+/// assert!(matches!(validate_shape(6000, 4096), Err(HintError::BlockNotMultipleOfAlign { .. })));
+/// ```
+pub fn validate_shape(block_bytes: u64, align_bytes: u64) -> Result<(), HintError> {
+    if block_bytes == 0 {
+        return Err(HintError::ZeroBlock);
+    }
+    if !align_bytes.is_power_of_two() {
+        return Err(HintError::AlignNotPowerOfTwo { align_bytes });
+    }
+    if block_bytes % align_bytes != 0 {
+        return Err(HintError::BlockNotMultipleOfAlign { block_bytes, align_bytes });
+    }
+    Ok(())
+}
+
 /// Checks a block size and alignment pair: non-zero block, power-of-two alignment, block a
 /// multiple of the alignment, block within `max_msg` and device memory.
 ///
@@ -34,15 +55,7 @@ impl HintLimits {
 /// assert!(matches!(validate_block(4096, 3000, &limits), Err(HintError::AlignNotPowerOfTwo { .. })));
 /// ```
 pub fn validate_block(block_bytes: u64, align_bytes: u64, limits: &HintLimits) -> Result<(), HintError> {
-    if block_bytes == 0 {
-        return Err(HintError::ZeroBlock);
-    }
-    if !align_bytes.is_power_of_two() {
-        return Err(HintError::AlignNotPowerOfTwo { align_bytes });
-    }
-    if block_bytes % align_bytes != 0 {
-        return Err(HintError::BlockNotMultipleOfAlign { block_bytes, align_bytes });
-    }
+    validate_shape(block_bytes, align_bytes)?;
     if block_bytes > limits.max_msg_bytes {
         return Err(HintError::BlockExceedsMaxMsg { block_bytes, max_msg_bytes: limits.max_msg_bytes });
     }

@@ -40,6 +40,15 @@ pub use token::{Token, MAX_TOKEN_BYTES};
 #[doc(hidden)]
 pub use rdma_hint_transport::TransportError as __TransportError;
 
+/// A transport whose peers must prove a pre-shared token; what [`token_setters!`] implements.
+/// Generic code (the facade's `open`) applies options through it.
+pub trait Gated: Sized {
+    /// See the backend's inherent `with_token`.
+    fn with_token(self, token: &[u8]) -> Result<Self, rdma_hint_transport::TransportError>;
+    /// See the backend's inherent `allow_unauthenticated_remote`.
+    fn allow_unauthenticated_remote(self) -> Self;
+}
+
 /// The token setters of a transport that meets its peer through a [`Rendezvous`] in its field
 /// `rendezvous`; `$hello` says what its hello carries (what the token protects).
 ///
@@ -72,6 +81,16 @@ macro_rules! token_setters {
             pub fn allow_unauthenticated_remote(mut self) -> Self {
                 self.rendezvous.allow_unauthenticated_remote();
                 self
+            }
+        }
+
+        impl $crate::Gated for $transport {
+            fn with_token(self, token: &[u8]) -> Result<Self, $crate::__TransportError> {
+                <$transport>::with_token(self, token)
+            }
+
+            fn allow_unauthenticated_remote(self) -> Self {
+                <$transport>::allow_unauthenticated_remote(self)
             }
         }
     };

@@ -27,14 +27,14 @@ struct Cli {
     command: Command,
 }
 
-/// The path `sweep` and `calibrate` measure: backend, channel and memory source.
+/// Which transport: backend, channel and device, as `sweep`, `calibrate` and `serve` take it.
 #[derive(clap::Args)]
-struct PathArgs {
-    /// Backend to measure: staged, ucx or verbs (the last two need their cargo features).
+struct TransportArgs {
+    /// Backend: staged, ucx or verbs (the last two need their cargo features).
     #[arg(long, default_value = "staged")]
     backend: String,
-    /// Channel of staged or ucx: shm (the default) or tcp (for ucx: UCX_TLS=shm,self or
-    /// tcp,self). Not for verbs.
+    /// Channel of staged or ucx: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self); `serve`
+    /// defaults to tcp, the others to shm. Not for verbs.
     #[arg(long)]
     channel: Option<String>,
     /// UCX transports to allow instead of --channel's (UCX_TLS syntax, e.g. posix,cma).
@@ -43,6 +43,26 @@ struct PathArgs {
     /// RDMA device for --backend verbs (default: the first one).
     #[arg(long, value_name = "NAME")]
     device: Option<String>,
+}
+
+impl TransportArgs {
+    /// The transport id, `default_channel` where none was given.
+    fn resolve(&self, default_channel: &str) -> anyhow::Result<rdma_hint::TransportId> {
+        backend::transport_id(
+            &self.backend,
+            self.channel.as_deref(),
+            default_channel,
+            self.ucx_tls.as_deref(),
+            self.device.as_deref(),
+        )
+    }
+}
+
+/// The path `sweep` and `calibrate` measure: a transport and a memory source.
+#[derive(clap::Args)]
+struct PathArgs {
+    #[command(flatten)]
+    transport: TransportArgs,
     /// Memory source: host:N or gpu:N.
     #[arg(long, default_value = "host:0")]
     source: String,
@@ -51,13 +71,7 @@ struct PathArgs {
 impl PathArgs {
     /// The transport id and the source.
     fn resolve(&self) -> anyhow::Result<(rdma_hint::TransportId, rdma_hint::SourceId)> {
-        let transport = backend::transport_id(
-            &self.backend,
-            self.channel.as_deref(),
-            "shm",
-            self.ucx_tls.as_deref(),
-            self.device.as_deref(),
-        )?;
+        let transport = self.transport.resolve("shm")?;
         let source = self.source.parse().map_err(|e| anyhow::anyhow!("--source {}: {e}", self.source))?;
         Ok((transport, source))
     }
@@ -134,18 +148,8 @@ enum Command {
         /// Address to listen on (loopback unless told otherwise).
         #[arg(long, default_value = "127.0.0.1:7470")]
         listen: std::net::SocketAddr,
-        /// Backend: staged, ucx or verbs (the last two need their cargo features).
-        #[arg(long, default_value = "staged")]
-        backend: String,
-        /// Channel of staged or ucx: tcp (the default) or shm. Not for verbs.
-        #[arg(long)]
-        channel: Option<String>,
-        /// UCX transports to allow instead of --channel's (UCX_TLS syntax).
-        #[arg(long, value_name = "TLS", conflicts_with = "channel")]
-        ucx_tls: Option<String>,
-        /// RDMA device for --backend verbs (default: the first one).
-        #[arg(long, value_name = "NAME")]
-        device: Option<String>,
+        #[command(flatten)]
+        transport: TransportArgs,
         /// Bytes to expose (at least the sweep's largest transfer; at least 4 KiB).
         #[arg(long, value_parser = serve::parse_region_bytes, default_value = "128M")]
         bytes: u64,
@@ -166,32 +170,7 @@ enum Command {
         insecure: bool,
     },
     /// Print how a transfer is cut into blocks, doorbell batches and signalled requests.
-    Plan {
-        /// Bytes to transfer (e.g. 1048576, 1M).
-        #[arg(long, value_parser = units::parse_bytes)]
-        len: u64,
-        /// Block size (a multiple of --align).
-        #[arg(long, value_parser = units::parse_bytes)]
-        block: u64,
-        /// Alignment (a power of two).
-        #[arg(long, value_parser = units::parse_bytes)]
-        align: u64,
-        /// Start of the transfer in the region (a multiple of --align).
-        #[arg(long, value_parser = units::parse_bytes, default_value = "0")]
-        offset: u64,
-        /// Registered region size (default: offset + len rounded up to --align).
-        #[arg(long, value_parser = units::parse_bytes)]
-        region: Option<u64>,
-        /// Work requests per doorbell.
-        #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
-        batch: u32,
-        /// Signal every k-th work request (and the last).
-        #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
-        signal_every: u32,
-        /// Print JSON: {"blocks":[{offset,payload_len,wire_len}],"batches":[[..]],"signalled":[..]}.
-        #[arg(long)]
-        json: bool,
-    },
+    Plan(plan::PlanArgs),
     /// DeepEP's `get_low_latency_rdma_size_hint`: RDMA *buffer bytes* its low-latency MoE kernels
     /// need for a model shape (BF16). A different meaning from the block-size hint of `probe`.
     DeepepSize {
@@ -336,25 +315,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve {
-            listen,
-            backend,
-            channel,
-            ucx_tls,
-            device,
-            bytes,
-            timeout_s,
-            count,
-            token_file,
-            insecure,
-        } => {
-            let transport = backend::transport_id(
-                &backend,
-                channel.as_deref(),
-                "tcp",
-                ucx_tls.as_deref(),
-                device.as_deref(),
-            )?;
+        Command::Serve { listen, transport, bytes, timeout_s, count, token_file, insecure } => {
+            let transport = transport.resolve("tcp")?;
             let options = match token::load(token_file.as_deref())? {
                 Some(token) => OpenOptions::default().token(&token),
                 None => OpenOptions::default(),
@@ -388,8 +350,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Plan { len, block, align, offset, region, batch, signal_every, json } => {
-            let args = plan::PlanArgs { len, block, align, offset, region, batch, signal_every, json };
+        Command::Plan(args) => {
             output::print_line(&plan::run(&args)?)?;
             Ok(())
         }

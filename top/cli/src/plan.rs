@@ -1,6 +1,6 @@
 //! `rdma-hint plan`: the blocks, doorbell batches and signalled requests of one transfer.
 
-use crate::units::{format_bytes, plural};
+use crate::units::{self, format_bytes, plural};
 use rdma_hint::chunker::{BlockSpec, ChunkPlan, PostPolicy};
 use serde_json::json;
 use std::fmt::Write;
@@ -9,14 +9,31 @@ use std::fmt::Write;
 const MAX_LISTED_BLOCKS: u64 = 1_000_000;
 
 /// Arguments of `plan`.
+#[derive(clap::Args)]
 pub(crate) struct PlanArgs {
+    /// Bytes to transfer (e.g. 1048576, 1M).
+    #[arg(long, value_parser = units::parse_bytes)]
     pub(crate) len: u64,
+    /// Block size (a multiple of --align).
+    #[arg(long, value_parser = units::parse_bytes)]
     pub(crate) block: u64,
+    /// Alignment (a power of two).
+    #[arg(long, value_parser = units::parse_bytes)]
     pub(crate) align: u64,
+    /// Start of the transfer in the region (a multiple of --align).
+    #[arg(long, value_parser = units::parse_bytes, default_value = "0")]
     pub(crate) offset: u64,
+    /// Registered region size (default: offset + len rounded up to --align).
+    #[arg(long, value_parser = units::parse_bytes)]
     pub(crate) region: Option<u64>,
+    /// Work requests per doorbell.
+    #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
     pub(crate) batch: u32,
+    /// Signal every k-th work request (and the last).
+    #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
     pub(crate) signal_every: u32,
+    /// Print JSON: {"blocks":[{offset,payload_len,wire_len}],"batches":[[..]],"signalled":[..]}.
+    #[arg(long)]
     pub(crate) json: bool,
 }
 

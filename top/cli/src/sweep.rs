@@ -235,7 +235,7 @@ impl Endpoints {
         chunker.set_hint(source, spec);
         let transfer = Transfer::new(&self.source, &self.remote, block).notify(outcome);
         let deadline = Instant::now() + Duration::from_secs(10);
-        if let Err(e) = chunker.write_as_blocking(transport, source, transfer, deadline) {
+        if let Err(e) = chunker.write_blocking(transport, transfer.from_source(source), deadline) {
             tracing::debug!(error = %e, "could not tell the peer how the sweep ended");
         }
     }
@@ -256,12 +256,12 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
     let len = (args.transfer_bytes / block).max(1) * block;
     let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
     // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
-    chunker.write_as_blocking(transport, args.source, transfer, deadline())?;
+    chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
     let (cpu_before, wall) = (CpuTime::now(), Instant::now());
     let mut peak: f64 = 0.0;
     for _ in 0..args.iters {
         let started = Instant::now();
-        chunker.write_as_blocking(transport, args.source, transfer, deadline())?;
+        chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
         peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
     }
     let elapsed = wall.elapsed().as_secs_f64();
@@ -273,7 +273,7 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
     let single = Transfer::new(&endpoints.source, &endpoints.remote, block);
     for _ in 0..args.latency_samples {
         let started = Instant::now();
-        chunker.write_as_blocking(transport, args.source, single, deadline())?;
+        chunker.write_blocking(transport, single.from_source(args.source), deadline())?;
         histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
     }
     let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;

@@ -443,7 +443,7 @@ fn a_fake_ucx_server_cannot_feed_an_address_to_a_sweep() {
 /// non-zero status.
 #[test]
 fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
-    use rdma_hint::staged::wire::{ChannelKind, ExposedRegion, Frame, FrameKind, Hello};
+    use rdma_hint::staged::wire::{ChannelKind, ExposedRegion, Frame, Hello};
     let dir = scratch("fake-serve");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
@@ -460,16 +460,7 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
         };
         victim.write_all(&hello.encode()).unwrap();
         Hello::decode(&mut victim).unwrap();
-        let unsolicited = Frame {
-            kind: FrameKind::Ack,
-            flags: 0,
-            status: 0,
-            region: 0,
-            offset: 0,
-            len: 0,
-            wr_id: 77,
-            imm: 0,
-        };
+        let unsolicited = Frame::ack(0, 77);
         victim.write_all(&unsolicited.encode()).unwrap();
         std::thread::sleep(Duration::from_secs(3));
     });

@@ -132,7 +132,7 @@ fn timed_transfer(
     let at = cursor.next(len, align);
     let transfer = Transfer::new(local, remote, len).at(at, at);
     let started = Instant::now();
-    chunker.write_as_blocking(transport, source, transfer, started + TRANSFER_DEADLINE)?;
+    chunker.write_blocking(transport, transfer.from_source(source), started + TRANSFER_DEADLINE)?;
     Ok(started.elapsed().as_secs_f64())
 }
 

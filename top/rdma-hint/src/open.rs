@@ -261,13 +261,7 @@ fn open_staged(
         StagedChannelId::Tcp => StagedChannel::Tcp,
     };
     let transport = StagedTransport::new(channel);
-    let transport = match &options.token {
-        Some(token) => transport.with_token(token)?,
-        None => transport,
-    };
-    let transport =
-        if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport };
-    Ok(Box::new(transport))
+    Ok(Box::new(gated(transport, options)?))
 }
 
 #[cfg(not(feature = "staged"))]
@@ -278,13 +272,7 @@ fn open_staged(id: &TransportId, _: StagedChannelId, _: &OpenOptions) -> Result<
 #[cfg(feature = "ucx")]
 fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     let transport = rdma_hint_ucx::UcxTransport::open(id.ucx_tls().as_deref()).map_err(unavailable(id))?;
-    let transport = match &options.token {
-        Some(token) => transport.with_token(token)?,
-        None => transport,
-    };
-    let transport =
-        if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport };
-    Ok(Box::new(transport))
+    Ok(Box::new(gated(transport, options)?))
 }
 
 #[cfg(not(feature = "ucx"))]
@@ -295,18 +283,22 @@ fn open_ucx(id: &TransportId, _: &OpenOptions) -> Result<Box<dyn Transport>, Err
 #[cfg(feature = "verbs")]
 fn open_verbs(id: &TransportId, device: &str, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     let transport = rdma_hint_verbs::VerbsTransport::open(Some(device)).map_err(unavailable(id))?;
-    let transport = match &options.token {
-        Some(token) => transport.with_token(token)?,
-        None => transport,
-    };
-    let transport =
-        if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport };
-    Ok(Box::new(transport))
+    Ok(Box::new(gated(transport, options)?))
 }
 
 #[cfg(not(feature = "verbs"))]
 fn open_verbs(id: &TransportId, _: &str, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     Err(Error::FeatureMissing { transport: id.to_string(), feature: "verbs" })
+}
+
+/// `transport` with the token and remote-listening choice of `options` applied.
+#[cfg(any(feature = "staged", feature = "ucx", feature = "verbs"))]
+fn gated<T: rdma_hint_oob::Gated>(transport: T, options: &OpenOptions) -> Result<T, Error> {
+    let transport = match &options.token {
+        Some(token) => transport.with_token(token)?,
+        None => transport,
+    };
+    Ok(if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport })
 }
 
 #[cfg(test)]
