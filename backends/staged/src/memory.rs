@@ -2,7 +2,7 @@
 //! through a descriptor we hand it (never a name in a shared directory), and the peer's regions
 //! mapped here. All access goes through bounds-checked raw copies.
 
-use rdma_hint_transport::TransportError;
+use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
 use std::alloc::Layout;
 use std::fs::File;
 use std::net::TcpStream;
@@ -18,8 +18,6 @@ pub(crate) enum Direction {
     Receive,
 }
 
-/// Largest region this backend registers (1 TiB): larger asks are typed errors, not aborts.
-pub(crate) const MAX_REGION_BYTES: u64 = 1 << 40;
 const PAGE: usize = 4096;
 /// The seals a shared region carries, and that a peer's region must carry: its size can never
 /// change (no SIGBUS from a peer that shrinks it), nor its seals.

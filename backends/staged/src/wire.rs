@@ -12,10 +12,9 @@
 //! reserved u32 (zero).
 
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
-use crate::memory::MAX_REGION_BYTES;
 use bytes::{Buf, BufMut};
 use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, truncated, WireReader};
-use rdma_hint_transport::TransportError;
+use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
 use std::io::Read;
 
 /// Handshake magic.
@@ -23,8 +22,8 @@ pub const MAGIC: [u8; 8] = *b"RDMAHINT";
 /// The only protocol version spoken (3: the token moved out of the hello into the
 /// authentication before it, and shm regions travel as descriptors, not file names).
 pub const VERSION: u16 = 3;
-/// Regions one side may expose.
-pub const MAX_REGIONS: usize = 1024;
+/// Regions one side may expose (the transport-wide limit).
+pub use rdma_hint_transport::MAX_REGIONS;
 /// Size of a frame header in bytes.
 pub const HEADER_BYTES: usize = 40;
 /// Size of one region in a hello in bytes: id u32, len u64.

@@ -29,7 +29,7 @@ pub mod wire;
 mod worker;
 
 pub use perf::Estimate;
-pub use region::MAX_REGION_BYTES;
+pub use rdma_hint_transport::MAX_REGION_BYTES;
 pub use transport::{transport_id, UcxTransport};
 
 /// Backend name used in transport ids (`ucx:<transports>`).

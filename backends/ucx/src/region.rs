@@ -3,12 +3,8 @@
 use crate::status::status_text;
 use rdma_hint_transport::region_table::RegionLen;
 use rdma_hint_transport::transport::check_range;
-use rdma_hint_transport::TransportError;
+use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
 use rdma_hint_ucx_sys as sys;
-
-/// Largest region one registration may ask for, in bytes (1 TiB): anything larger is a caller
-/// bug (a length computed from garbage), not a buffer.
-pub const MAX_REGION_BYTES: u64 = 1 << 40;
 
 /// Memory UCP allocated and mapped (`UCP_MEM_MAP_ALLOCATE`), so that on shared memory it lives
 /// in a segment the peer can map: a put is then one `memcpy` by the writer, with no work and no

@@ -3,7 +3,7 @@
 use crate::engine::{on_endpoint_error, on_notice, Engine, RemoteEntry, Signals};
 use crate::perf::{self, Estimate};
 use crate::progress::{self, Shared};
-use crate::region::{Region, MAX_REGION_BYTES};
+use crate::region::Region;
 use crate::wire::{screen_worker_address, ExposedRegion, Hello, MAX_REGIONS, READY};
 use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
@@ -11,6 +11,7 @@ use rdma_hint_model::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_transport::queue::{event_queue, EventQueue};
 use rdma_hint_transport::wait::{wait, WaitModeCell};
+use rdma_hint_transport::MAX_REGION_BYTES;
 use rdma_hint_transport::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WaitMode, WriteOp,

@@ -7,10 +7,9 @@
 //! that has not proven the token. After both hellos were accepted and the endpoint exists, each
 //! side sends one [`READY`] byte; a side that rejected the peer closes the socket instead.
 
-use crate::region::MAX_REGION_BYTES;
 use bytes::{Buf, BufMut};
 use rdma_hint_oob::{handshake_error, put_preamble, put_prefixed_u16, WireReader};
-use rdma_hint_transport::TransportError;
+use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
 use std::io::Read;
 
 /// Hello magic.
@@ -18,8 +17,8 @@ pub const MAGIC: [u8; 8] = *b"RDMAHUCX";
 /// The only protocol version spoken (2: the token moved out of the hello into the
 /// authentication before it).
 pub const VERSION: u16 = 2;
-/// Regions one side may expose.
-pub const MAX_REGIONS: usize = 1024;
+/// Regions one side may expose (the transport-wide limit).
+pub use rdma_hint_transport::MAX_REGIONS;
 /// Longest UCP worker address accepted, in bytes.
 pub const MAX_WORKER_ADDRESS_BYTES: usize = 16 * 1024;
 /// Longest packed rkey accepted, in bytes.

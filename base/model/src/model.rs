@@ -219,6 +219,33 @@ pub fn efficiency(block_bytes: u64, fixed_cost_us: f64, bandwidth_gbps: f64) -> 
     s / (s + fixed_cost_us * bandwidth_gbps * 1e3)
 }
 
+/// Time one block of `block_bytes` takes on a path with fixed cost `fixed_cost_us` µs and
+/// bandwidth `bandwidth_gbps` GB/s: `o + s/B`, in µs.
+///
+/// ```
+/// let t = rdma_hint_model::model::latency_us(50_000, 2.0, 50.0);
+/// assert!((t - 3.0).abs() < 1e-12); // 2 µs + 50 kB at 50 GB/s
+/// ```
+pub fn latency_us(block_bytes: u64, fixed_cost_us: f64, bandwidth_gbps: f64) -> f64 {
+    fixed_cost_us + block_bytes as f64 / (bandwidth_gbps * 1e3)
+}
+
+impl SizeHint {
+    /// The same hint at another block size and bandwidth: efficiency, predicted bandwidth and
+    /// latency recomputed from its fixed cost (what a measured knee and plateau change).
+    pub fn rescaled(self, block_bytes: u64, bandwidth_gbps: f64) -> SizeHint {
+        let efficiency = efficiency(block_bytes, self.fixed_cost_us, bandwidth_gbps);
+        SizeHint {
+            block_bytes,
+            bandwidth_gbps,
+            efficiency,
+            predicted_gbps: bandwidth_gbps * efficiency,
+            predicted_latency_us: latency_us(block_bytes, self.fixed_cost_us, bandwidth_gbps),
+            ..self
+        }
+    }
+}
+
 fn check_profile(profile: &PathProfile) -> Result<(), HintError> {
     let transport = &profile.transport;
     let invalid = |field: &'static str, value: String, why: &'static str| {
@@ -434,7 +461,7 @@ fn block_for(
         bandwidth_gbps,
         fixed_cost_us,
         predicted_gbps: bandwidth_gbps * efficiency,
-        predicted_latency_us: fixed_cost_us + block_bytes as f64 / (bandwidth_gbps * 1e3),
+        predicted_latency_us: latency_us(block_bytes, fixed_cost_us, bandwidth_gbps),
         efficiency,
         origin,
         reasons,

@@ -23,7 +23,7 @@ pub mod transport;
 pub mod wait;
 
 pub use blocking::BlockingTransport;
-pub use region_table::RegionTable;
+pub use region_table::{RegionTable, MAX_REGIONS, MAX_REGION_BYTES};
 pub use transport::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, WriteOp,

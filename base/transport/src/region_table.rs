@@ -3,6 +3,13 @@
 
 use crate::transport::{RegionId, TransportError, WriteOp};
 
+/// Regions one transport holds at once, and the most one side may expose to its peer (a
+/// hello announcing more is malformed).
+pub const MAX_REGIONS: usize = 1024;
+
+/// The largest region a backend registers or accepts from a peer's hello, in bytes (1 TiB).
+pub const MAX_REGION_BYTES: u64 = 1 << 40;
+
 /// A region (local or the peer's) that knows its length in bytes, so ops can be checked
 /// against it.
 pub trait RegionLen {

@@ -3,7 +3,7 @@
 //! versions are the ones they were measured under. Of a recorded knee and a calibration, the
 //! newer one wins.
 
-use rdma_hint_model::model::{compute_hint_fitted, efficiency, rate, Factor, FittedCosts, Reason};
+use rdma_hint_model::model::{compute_hint_fitted, rate, Factor, FittedCosts, Reason};
 use rdma_hint_model::{
     compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
 };
@@ -265,13 +265,9 @@ pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> 
 /// cost `o` with that `B`.
 pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
     let block = measured.knee_bytes.div_ceil(hint.align_bytes).max(1) * hint.align_bytes;
-    if measured.plateau_gbps.is_finite() && measured.plateau_gbps > 0.0 {
-        hint.bandwidth_gbps = measured.plateau_gbps;
-    }
-    hint.block_bytes = block;
-    hint.efficiency = efficiency(block, hint.fixed_cost_us, hint.bandwidth_gbps);
-    hint.predicted_gbps = hint.bandwidth_gbps * hint.efficiency;
-    hint.predicted_latency_us = hint.fixed_cost_us + block as f64 / (hint.bandwidth_gbps * 1e3);
+    let plateau = measured.plateau_gbps;
+    let bandwidth = if plateau.is_finite() && plateau > 0.0 { plateau } else { hint.bandwidth_gbps };
+    hint = hint.rescaled(block, bandwidth);
     hint.origin = Origin::Measured;
     hint.reasons.push(Reason::new(
         Factor::Measured,
