@@ -9,7 +9,7 @@ pub mod write_bw;
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};
 use rdma_hint::chunker::PostPolicy;
-use rdma_hint::model::{TransportFacts, TransportKind};
+use rdma_hint::model::{TransportFacts, TransportId, TransportKind};
 use rdma_hint::transport::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
@@ -36,7 +36,7 @@ impl NullTransport {
         NullTransport {
             caps: Capabilities {
                 facts: TransportFacts {
-                    id: "null".into(),
+                    id: TransportId::Custom("null".into()),
                     kind: TransportKind::Loopback,
                     wire_gbps: 1e6,
                     nic_pcie: None,

@@ -29,7 +29,7 @@ fn model_hint() -> Option<u64> {
             kind: SourceKind::Gpu(facts),
         },
         transport: TransportFacts {
-            id: "staged:copy-engine".into(),
+            id: rdma_hint::TransportId::Custom("copy-engine".into()),
             kind: TransportKind::Staged,
             wire_gbps: link.effective_gbps(),
             nic_pcie: None,

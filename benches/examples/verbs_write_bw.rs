@@ -7,7 +7,7 @@
 //! verbs_write_bw <device> <bytes> run <address> <messages>   # prints RESULT <MB/s>
 //! ```
 
-use rdma_hint::{open, OpenOptions};
+use rdma_hint::{open, OpenOptions, TransportId};
 use rdma_hint_benches::write_bw::{run, Role};
 
 fn main() -> Result<(), String> {
@@ -16,7 +16,7 @@ fn main() -> Result<(), String> {
         return Err("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES".into());
     };
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
-    let id = format!("verbs:{device}").parse().map_err(|e: rdma_hint::Error| e.to_string())?;
+    let id = TransportId::verbs(&device).map_err(|e| e.to_string())?;
     let transport = open(&id, &OpenOptions::default().token(rdma_hint_benches::write_bw::BENCH_TOKEN))
         .map_err(|e| e.to_string())?;
     run(&*transport, Role::parse(&args[2..])?, bytes)

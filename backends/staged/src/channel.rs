@@ -1,5 +1,6 @@
 //! The two channels of the staged backend and what the model may assume about them.
 
+use rdma_hint_model::TransportId;
 use rdma_hint_model::{TransportFacts, TransportKind};
 use rdma_hint_transport::{Capabilities, MemoryKind};
 use std::fmt;
@@ -16,6 +17,14 @@ pub enum StagedChannel {
 impl StagedChannel {
     /// Both channels.
     pub const ALL: [StagedChannel; 2] = [StagedChannel::SharedMemory, StagedChannel::Tcp];
+
+    /// The transport id: `staged:shm` or `staged:tcp`.
+    pub fn id(&self) -> TransportId {
+        match self {
+            StagedChannel::SharedMemory => TransportId::STAGED_SHM,
+            StagedChannel::Tcp => TransportId::STAGED_TCP,
+        }
+    }
 
     /// Transport id suffix: `shm` or `tcp`.
     pub fn name(&self) -> &'static str {
@@ -45,7 +54,7 @@ impl fmt::Display for StagedChannel {
 /// ```
 /// use rdma_hint_staged::{capabilities, StagedChannel};
 /// let caps = capabilities(StagedChannel::Tcp);
-/// assert_eq!(caps.facts.id, "staged:tcp");
+/// assert_eq!(caps.facts.id.to_string(), "staged:tcp");
 /// assert!(caps.facts.wire_gbps > 0.0);
 /// ```
 pub fn capabilities(channel: StagedChannel) -> Capabilities {
@@ -57,7 +66,7 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
     memory_kinds.extend(crate::gpu::visible_ordinals().map(|ordinal| MemoryKind::CudaDevice { ordinal }));
     Capabilities {
         facts: TransportFacts {
-            id: channel.to_string(),
+            id: channel.id(),
             kind: TransportKind::Staged,
             wire_gbps,
             nic_pcie: None,

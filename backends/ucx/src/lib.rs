@@ -30,7 +30,7 @@ mod worker;
 
 pub use perf::Estimate;
 pub use rdma_hint_transport::MAX_REGION_BYTES;
-pub use transport::{transport_id, UcxTransport};
+pub use transport::UcxTransport;
 
 /// Backend name used in transport ids (`ucx:<transports>`).
 pub const BACKEND: &str = "ucx";

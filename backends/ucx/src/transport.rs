@@ -7,6 +7,7 @@ use crate::region::Region;
 use crate::wire::{screen_worker_address, ExposedRegion, Hello, MAX_REGIONS, READY};
 use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
+use rdma_hint_model::TransportId;
 use rdma_hint_model::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_transport::queue::{event_queue, EventQueue};
@@ -63,24 +64,6 @@ pub struct UcxTransport {
     connected_lanes: Mutex<Option<String>>,
 }
 
-/// The transport id for a scope: `ucx:` and the transports other than `self`, joined by `+`
-/// (`shm,self` → `ucx:shm`; no scope → `ucx:default`).
-///
-/// ```
-/// assert_eq!(rdma_hint_ucx::transport_id(Some("tcp,self")), "ucx:tcp");
-/// assert_eq!(rdma_hint_ucx::transport_id(Some("posix,cma")), "ucx:posix+cma");
-/// assert_eq!(rdma_hint_ucx::transport_id(None), "ucx:default");
-/// ```
-pub fn transport_id(tls: Option<&str>) -> String {
-    let names: Vec<&str> =
-        tls.unwrap_or_default().split(',').map(str::trim).filter(|t| !t.is_empty() && *t != "self").collect();
-    if names.is_empty() {
-        format!("{}:default", crate::BACKEND)
-    } else {
-        format!("{}:{}", crate::BACKEND, names.join("+"))
-    }
-}
-
 rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
 
 impl UcxTransport {
@@ -95,7 +78,9 @@ impl UcxTransport {
         let scope = tls.or(env_tls.as_deref());
         let ucp = Ucp::open(tls, detects_peer_failure(scope))?;
         let estimate = perf::self_estimate(&ucp)?;
-        let caps = capabilities(transport_id(scope), &estimate);
+        let id = TransportId::ucx_for_tls(scope)
+            .map_err(|e| TransportError::InvalidArgument { what: "UCX_TLS", why: e.to_string() })?;
+        let caps = capabilities(id, &estimate);
         let (completion_tx, completions) = event_queue(MAX_OUTSTANDING);
         let (arrival_tx, arrivals) = event_queue(MAX_OUTSTANDING * 4);
         let signals = Arc::new(Signals::default());
@@ -186,7 +171,7 @@ impl UcxTransport {
     }
 }
 
-fn capabilities(id: String, estimate: &Estimate) -> Capabilities {
+fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
     Capabilities {
         facts: TransportFacts {
             id,

@@ -51,7 +51,7 @@ impl LoopbackTransport {
         LoopbackTransport {
             caps: Capabilities {
                 facts: TransportFacts {
-                    id: "loopback:memcpy".into(),
+                    id: rdma_hint_model::TransportId::Loopback,
                     kind: TransportKind::Loopback,
                     wire_gbps: 10.0,
                     nic_pcie: None,

@@ -37,7 +37,7 @@ mock! {
 fn caps(max_outstanding: u32, max_per_post: u32) -> Capabilities {
     Capabilities {
         facts: TransportFacts {
-            id: "mock:nic".into(),
+            id: rdma_hint_model::TransportId::Custom("mock-nic".into()),
             kind: TransportKind::Verbs,
             wire_gbps: 50.0,
             nic_pcie: None,

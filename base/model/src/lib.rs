@@ -34,6 +34,7 @@ pub mod fit;
 pub mod model;
 pub mod pcie;
 pub mod profile;
+pub mod transport_id;
 pub mod validate;
 
 pub use error::HintError;
@@ -43,6 +44,7 @@ pub use profile::{
     DriverVersions, GpuFacts, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
     TransportKind,
 };
+pub use transport_id::{StagedChannelId, TransportId, TransportIdError};
 pub use validate::{validate_hint, HintLimits};
 
 /// One kibibyte (1024 bytes).

@@ -15,6 +15,7 @@
 
 use crate::error::HintError;
 use crate::profile::{PathClass, PathProfile, SourceId, SourceKind, TransportKind};
+use crate::transport_id::TransportId;
 use crate::{KIB, MIB};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -183,7 +184,7 @@ pub struct SizeHint {
     /// Memory source the hint is for.
     pub source: SourceId,
     /// Transport identity (`verbs:mlx5_0`, `staged:shm`, …).
-    pub transport: String,
+    pub transport: TransportId,
     /// Block size to post, in bytes.
     pub block_bytes: u64,
     /// Alignment every block start and padded tail keeps, in bytes.
@@ -659,7 +660,7 @@ mod tests {
 
     fn staged_shm() -> TransportFacts {
         TransportFacts {
-            id: "staged:shm".into(),
+            id: TransportId::STAGED_SHM,
             kind: TransportKind::Staged,
             wire_gbps: 10.0,
             nic_pcie: None,
@@ -870,7 +871,7 @@ mod tests {
                         PathProfile {
                             source,
                             transport: TransportFacts {
-                                id: "verbs:test".into(),
+                                id: TransportId::Verbs("test".into()),
                                 kind: TransportKind::Verbs,
                                 wire_gbps: rate,
                                 nic_pcie: None,

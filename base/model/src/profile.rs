@@ -1,6 +1,7 @@
 //! `PathProfile`: every fact about one (memory source, transport) pair that the model reads.
 
 use crate::pcie::PcieLink;
+use crate::transport_id::TransportId;
 use crate::{GIB, KIB, MIB};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -202,7 +203,7 @@ pub enum TransportKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TransportFacts {
     /// Stable identity: `verbs:mlx5_0`, `staged:shm`, `ucx:tcp`…
-    pub id: String,
+    pub id: TransportId,
     /// Backend family.
     pub kind: TransportKind,
     /// Wire (or channel) rate in GB/s.
@@ -258,7 +259,7 @@ impl PathProfile {
         PathProfile {
             source: SourceFacts { memory_bytes: Some(256 * GIB), ..SourceFacts::host(0) },
             transport: TransportFacts {
-                id: "verbs:mlx5_0".into(),
+                id: TransportId::Verbs("mlx5_0".into()),
                 kind: TransportKind::Verbs,
                 wire_gbps: 25.0,
                 nic_pcie: Some(PcieLink { speed_gts: 16.0, width: 16 }),
@@ -296,7 +297,7 @@ impl PathProfile {
                 pcie: Some(PcieLink { speed_gts: 32.0, width: 16 }),
             },
             transport: TransportFacts {
-                id: "verbs:mlx5_0".into(),
+                id: TransportId::Verbs("mlx5_0".into()),
                 kind: TransportKind::Verbs,
                 wire_gbps: 50.0,
                 nic_pcie: Some(PcieLink { speed_gts: 32.0, width: 16 }),

@@ -28,13 +28,14 @@ pub(crate) fn transport_id(
         bail!("--channel {channel}: unknown channel (shm or tcp)");
     }
     let id = match backend {
-        "staged" => format!("staged:{channel}").parse()?,
+        "staged" if channel == "shm" => TransportId::STAGED_SHM,
+        "staged" => TransportId::STAGED_TCP,
         "ucx" => match ucx_tls {
             Some(tls) => TransportId::ucx_for_tls(Some(tls)).with_context(|| format!("--ucx-tls {tls}"))?,
-            None => format!("ucx:{channel}").parse()?,
+            None => TransportId::Ucx(channel.to_string()),
         },
         "verbs" => match device {
-            Some(name) => format!("verbs:{name}").parse().with_context(|| format!("--device {name}"))?,
+            Some(name) => TransportId::verbs(name).with_context(|| format!("--device {name}"))?,
             None => first_verbs_device()?,
         },
         other => bail!("--backend {other}: unknown backend (staged, ucx, verbs)"),
@@ -45,8 +46,8 @@ pub(crate) fn transport_id(
 /// The first RDMA device the probe found, or the probe's reason why there is none.
 fn first_verbs_device() -> Result<TransportId> {
     let report = rdma_hint::probe(&ProbeOptions::default()).context("probing for an RDMA device")?;
-    if let Some(id) = report.transports.iter().find(|t| t.id.starts_with("verbs:")) {
-        return Ok(id.id.parse()?);
+    if let Some(device) = report.transports.iter().find(|t| matches!(t.id, TransportId::Verbs(_))) {
+        return Ok(device.id.clone());
     }
     let why: Vec<String> =
         report.absent.iter().filter(|a| a.component == "verbs").map(|a| a.why.clone()).collect();

@@ -2,7 +2,8 @@
 //! calibrated hint; `probe --calibrate` does it for every path it can open.
 
 use crate::units::format_bytes;
-use rdma_hint::{calibrate_loopback, Calibration, OpenOptions, TransportId};
+use rdma_hint::calibrate::DEFAULT_BUDGET;
+use rdma_hint::{calibrate_loopback, Calibration, OpenOptions};
 use serde::Serialize;
 
 /// What `calibrate --json` prints: the hint's numbers first, then the whole calibration.
@@ -104,25 +105,20 @@ pub(crate) fn text(calibration: &Calibration) -> String {
 pub(crate) fn every_path(report: &rdma_hint::ProbeReport, options: &OpenOptions) -> Vec<String> {
     let mut lines = Vec::new();
     for hint in &report.hints {
-        let line = match hint.transport.parse::<TransportId>() {
+        let line = match calibrate_loopback(&hint.transport, hint.source, options, DEFAULT_BUDGET) {
+            Ok(c) => format!(
+                "calibrated {} over {}: o = {:.2} µs, B = {:.3} GB/s, R² {:.3} in {:.0} ms → {} ({}){}",
+                c.source,
+                c.transport,
+                c.fit.fixed_cost_us,
+                c.fit.bandwidth_gbps,
+                c.fit.r2,
+                c.elapsed_ms,
+                format_bytes(c.hint.block_bytes),
+                format!("{:?}", c.hint.origin).to_lowercase(),
+                c.fit.poor.as_ref().map(|why| format!("; poor fit: {why}")).unwrap_or_default()
+            ),
             Err(e) => format!("calibrate {} over {}: {e}", hint.source, hint.transport),
-            Ok(id) => {
-                match calibrate_loopback(&id, hint.source, options, rdma_hint::calibrate::DEFAULT_BUDGET) {
-                    Ok(c) => format!(
-                    "calibrated {} over {}: o = {:.2} µs, B = {:.3} GB/s, R² {:.3} in {:.0} ms → {} ({}){}",
-                    c.source,
-                    c.transport,
-                    c.fit.fixed_cost_us,
-                    c.fit.bandwidth_gbps,
-                    c.fit.r2,
-                    c.elapsed_ms,
-                    format_bytes(c.hint.block_bytes),
-                    format!("{:?}", c.hint.origin).to_lowercase(),
-                    c.fit.poor.as_ref().map(|why| format!("; poor fit: {why}")).unwrap_or_default()
-                ),
-                    Err(e) => format!("calibrate {} over {}: {e}", hint.source, hint.transport),
-                }
-            }
         };
         lines.push(line);
     }

@@ -1,6 +1,7 @@
 //! What the compiled-in backends contribute: software transports, GPU facts, and plain words
 //! for every backend that cannot contribute here.
 
+use rdma_hint_model::TransportId;
 use rdma_hint_model::{GpuFacts, TransportFacts};
 use serde::Serialize;
 
@@ -27,7 +28,7 @@ pub(crate) struct SoftwareTransport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BackendDetail {
     /// Transport id (`ucx:shm`).
-    pub transport: String,
+    pub transport: TransportId,
     /// One line, with units.
     pub detail: String,
 }
@@ -155,7 +156,7 @@ mod tests {
 
     fn facts(gbps: f64) -> TransportFacts {
         TransportFacts {
-            id: "ucx:tcp".into(),
+            id: TransportId::Ucx("tcp".into()),
             kind: rdma_hint_model::TransportKind::Ucx,
             wire_gbps: gbps,
             nic_pcie: None,

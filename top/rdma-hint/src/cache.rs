@@ -3,6 +3,7 @@
 use rdma_hint_model::error::HintError;
 use rdma_hint_model::model::SizeHint;
 use rdma_hint_model::profile::{DriverVersions, SourceId};
+use rdma_hint_model::TransportId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -12,7 +13,7 @@ pub struct HintKey {
     /// Memory source.
     pub source: SourceId,
     /// Transport identity (`verbs:mlx5_0`, `staged:tcp`, …).
-    pub transport: String,
+    pub transport: TransportId,
 }
 
 type Slot = Mutex<Option<(DriverVersions, Result<SizeHint, HintError>)>>;
@@ -24,10 +25,10 @@ type Slot = Mutex<Option<(DriverVersions, Result<SizeHint, HintError>)>>;
 /// for one computation instead of repeating it.
 ///
 /// ```
-/// use rdma_hint_model::{compute_hint, DriverVersions, HintPolicy, PathProfile, SourceId};
+/// use rdma_hint::model::{compute_hint, DriverVersions, HintPolicy, PathProfile, SourceId, TransportId};
 /// use rdma_hint::{HintCache, HintKey};
 /// let cache = HintCache::new();
-/// let key = HintKey { source: SourceId::Host(0), transport: "verbs:mlx5_0".into() };
+/// let key = HintKey { source: SourceId::Host(0), transport: TransportId::Verbs("mlx5_0".into()) };
 /// let profile = PathProfile::example_host_nic();
 /// let first = cache.get_or_compute(&key, &DriverVersions::default(), || compute_hint(&profile, &HintPolicy::default()));
 /// let again = cache.get_or_compute(&key, &DriverVersions::default(), || unreachable!("cached"));
@@ -97,7 +98,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn key() -> HintKey {
-        HintKey { source: SourceId::Gpu(0), transport: "verbs:mlx5_0".into() }
+        HintKey { source: SourceId::Gpu(0), transport: TransportId::Verbs("mlx5_0".into()) }
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub struct Calibration {
     /// Memory source.
     pub source: SourceId,
     /// Transport id.
-    pub transport: String,
+    pub transport: TransportId,
     /// The hint: `origin: calibrated` from the fit, or the recorded/model hint when the fit is
     /// poor (its last reason says why).
     pub hint: SizeHint,
@@ -344,7 +344,7 @@ pub fn calibrate_loopback(
     budget: Duration,
 ) -> Result<Calibration, Error> {
     // An unknown device or transport is named before any memory is registered.
-    crate::profile_of(source, &id.to_string())?;
+    crate::profile_of(source, &id)?;
     let deadline = Instant::now() + TRANSFER_DEADLINE;
     let pair = LoopbackPair::open(id, source, LOOPBACK_REGION_BYTES, options, deadline)?;
     let pattern: Vec<u8> = (0..LOOPBACK_REGION_BYTES).map(|i| (i * 7 % 251) as u8).collect();

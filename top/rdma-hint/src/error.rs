@@ -76,3 +76,9 @@ pub enum Error {
     #[error(transparent)]
     Plan(#[from] rdma_hint_chunker::PlanError),
 }
+
+impl From<rdma_hint_model::TransportIdError> for Error {
+    fn from(error: rdma_hint_model::TransportIdError) -> Error {
+        Error::InvalidTransportId { id: error.id, why: error.why }
+    }
+}

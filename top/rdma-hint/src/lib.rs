@@ -136,8 +136,17 @@ pub enum TransportSelector {
     Id(TransportId),
 }
 
-/// Software transports in the order [`TransportSelector::Auto`] considers them.
-const SOFTWARE_ORDER: [&str; 4] = ["ucx:shm", "ucx:tcp", "staged:shm", "staged:tcp"];
+/// Where a software transport stands in the order [`TransportSelector::Auto`] considers them
+/// (`ucx:shm`, `ucx:tcp`, `staged:shm`, `staged:tcp`); `None` for any other.
+fn software_rank(id: &TransportId) -> Option<u8> {
+    match id {
+        TransportId::Ucx(scope) if scope == "shm" => Some(0),
+        TransportId::Ucx(scope) if scope == "tcp" => Some(1),
+        TransportId::Staged(StagedChannelId::Shm) => Some(2),
+        TransportId::Staged(StagedChannelId::Tcp) => Some(3),
+        _ => None,
+    }
+}
 
 static LIVE: Mutex<Option<Arc<Inventory>>> = Mutex::new(None);
 
@@ -174,10 +183,7 @@ pub fn record_measurement(
     knee_bytes: u64,
     plateau_gbps: f64,
 ) -> Result<std::path::PathBuf, Error> {
-    let transport = transport.to_string();
-    let transport = transport.as_str();
-    let profile = profile_of(device, transport)?;
-    let profile = &profile;
+    let profile = &profile_of(device, transport)?;
     let file = measured::cache_file().ok_or_else(|| Error::NoPath {
         device,
         transport: transport.to_string(),
@@ -185,7 +191,7 @@ pub fn record_measurement(
     })?;
     let entry = measured::MeasuredHint {
         source: device,
-        transport: transport.to_string(),
+        transport: transport.clone(),
         versions: profile.versions.clone(),
         knee_bytes,
         plateau_gbps,
@@ -204,7 +210,7 @@ pub fn record_measurement(
 
 /// The path profile of `device` over the transport with id `transport`, as discovery found it
 /// (UCX scopes the probe did not list are asked about now).
-pub(crate) fn profile_of(device: Device, transport: &str) -> Result<PathProfile, Error> {
+pub(crate) fn profile_of(device: Device, transport: &TransportId) -> Result<PathProfile, Error> {
     profile_in(&*live_inventory()?, device, transport)
 }
 
@@ -216,29 +222,29 @@ fn source_in(inventory: &Inventory, device: Device) -> Result<&profiles::Source,
     })
 }
 
-fn profile_in(inventory: &Inventory, device: Device, transport: &str) -> Result<PathProfile, Error> {
+fn profile_in(inventory: &Inventory, device: Device, transport: &TransportId) -> Result<PathProfile, Error> {
     let unknown = || Error::UnknownTransport {
         transport: transport.to_string(),
         available: transport_ids(inventory).join(", "),
     };
     if let Some(candidate) = inventory.candidates.iter().find(|c| match c {
-        Ok(p) => p.source.id == device && p.transport.id == transport,
+        Ok(p) => p.source.id == device && p.transport.id == *transport,
         Err((source, id, _)) => *source == device && id == transport,
     }) {
         return match candidate {
             Ok(profile) => Ok(profile.clone()),
             Err((_, transport, why)) => {
-                Err(Error::NoPath { device, transport: transport.clone(), why: why.clone() })
+                Err(Error::NoPath { device, transport: transport.to_string(), why: why.clone() })
             }
         };
     }
     let source = source_in(inventory, device)?;
-    match transport.parse::<TransportId>() {
-        Ok(id @ TransportId::Ucx(_)) => {
-            let tls = id.ucx_tls().unwrap_or_default();
+    match transport {
+        TransportId::Ucx(_) => {
+            let tls = transport.ucx_tls().unwrap_or_default();
             let ucx = backends::ucx_transport(&tls).map_err(|why| Error::NoPath {
                 device,
-                transport: id.to_string(),
+                transport: transport.to_string(),
                 why,
             })?;
             Ok(profiles::software_profile(source.facts.clone(), &ucx))
@@ -250,7 +256,7 @@ fn profile_in(inventory: &Inventory, device: Device, transport: &str) -> Result<
 /// The model's, the calibrated and the recorded hint of `device` over `transport`, kept apart
 /// (`rdma-hint sweep` compares all three with the curve it measures).
 pub fn hint_set(device: Device, transport: &TransportId) -> Result<HintSet, Error> {
-    let profile = profile_of(device, &transport.to_string())?;
+    let profile = profile_of(device, transport)?;
     Ok(measured::hint_set(&profile, &HintPolicy::default(), measured::cache_file().as_deref())?)
 }
 
@@ -288,7 +294,7 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
         Err((source, _, _)) => *source == device,
     });
     match selector {
-        TransportSelector::Id(id) => cached_hint(&profile_in(inventory, device, &id.to_string())?),
+        TransportSelector::Id(id) => cached_hint(&profile_in(inventory, device, id)?),
         TransportSelector::Auto => {
             let hints: Vec<SizeHint> =
                 for_device.filter_map(|c| c.as_ref().ok()).filter_map(|p| cached_hint(p).ok()).collect();
@@ -309,13 +315,14 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
 pub(crate) fn auto_choice(hints: &[SizeHint]) -> Option<&SizeHint> {
     let best_nic = hints
         .iter()
-        .filter(|h| h.transport.starts_with("verbs:"))
+        .filter(|h| matches!(h.transport, TransportId::Verbs(_)))
         .min_by(|a, b| a.path_class.cmp(&b.path_class).then(b.predicted_gbps.total_cmp(&a.predicted_gbps)));
     if best_nic.is_some() {
         return best_nic;
     }
-    let software: Vec<&SizeHint> =
-        SOFTWARE_ORDER.iter().filter_map(|id| hints.iter().find(|h| h.transport == *id)).collect();
+    let mut software: Vec<&SizeHint> =
+        hints.iter().filter(|h| software_rank(&h.transport).is_some()).collect();
+    software.sort_by_key(|h| software_rank(&h.transport));
     software.iter().find(|h| h.origin != Origin::Model).or(software.first()).copied()
 }
 
@@ -324,8 +331,8 @@ fn transport_ids(inventory: &Inventory) -> Vec<String> {
         .candidates
         .iter()
         .map(|c| match c {
-            Ok(profile) => profile.transport.id.clone(),
-            Err((_, transport, _)) => transport.clone(),
+            Ok(profile) => profile.transport.id.to_string(),
+            Err((_, transport, _)) => transport.to_string(),
         })
         .collect();
     ids.sort();
@@ -352,7 +359,11 @@ mod tests {
         let inventory = Inventory::discover(&ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
         let hint = hint_from(&inventory, Device::Host(0), &TransportSelector::Auto).unwrap();
         // A fixture tree has no UCX; staged:shm comes first unless this machine measured one.
-        assert!(hint.transport == "staged:shm" || hint.origin == Origin::Measured, "{}", hint.transport);
+        assert!(
+            hint.transport == TransportId::STAGED_SHM || hint.origin == Origin::Measured,
+            "{}",
+            hint.transport
+        );
         assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
     }
 }

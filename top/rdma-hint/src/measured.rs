@@ -4,6 +4,7 @@
 //! newer one wins.
 
 use rdma_hint_model::model::{compute_hint_fitted, rate, Factor, FittedCosts, Reason};
+use rdma_hint_model::TransportId;
 use rdma_hint_model::{
     compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
 };
@@ -17,7 +18,7 @@ pub struct CalibratedPath {
     /// Memory source.
     pub source: SourceId,
     /// Transport id (`staged:shm`, …).
-    pub transport: String,
+    pub transport: TransportId,
     /// Versions the calibration ran under; the entry is ignored under any others.
     pub versions: DriverVersions,
     /// Fitted fixed cost per block `o`, in µs.
@@ -35,17 +36,17 @@ pub struct CalibratedPath {
 
 /// Entries kept per (source, transport) in a cache file.
 trait Entry: Serialize + DeserializeOwned {
-    fn key(&self) -> (SourceId, &str, &DriverVersions);
+    fn key(&self) -> (SourceId, &TransportId, &DriverVersions);
 }
 
 impl Entry for MeasuredHint {
-    fn key(&self) -> (SourceId, &str, &DriverVersions) {
+    fn key(&self) -> (SourceId, &TransportId, &DriverVersions) {
         (self.source, &self.transport, &self.versions)
     }
 }
 
 impl Entry for CalibratedPath {
-    fn key(&self) -> (SourceId, &str, &DriverVersions) {
+    fn key(&self) -> (SourceId, &TransportId, &DriverVersions) {
         (self.source, &self.transport, &self.versions)
     }
 }
@@ -58,7 +59,7 @@ fn load_entries<T: Entry>(file: &Path) -> Vec<T> {
 fn store_entry<T: Entry>(
     file: &Path,
     source: SourceId,
-    transport: &str,
+    transport: &TransportId,
     entry: Option<T>,
 ) -> std::io::Result<()> {
     let mut entries: Vec<T> = load_entries(file);
@@ -78,7 +79,7 @@ fn store_entry<T: Entry>(
 fn lookup_entry<T: Entry>(
     file: &Path,
     source: SourceId,
-    transport: &str,
+    transport: &TransportId,
     versions: &DriverVersions,
 ) -> Option<T> {
     load_entries::<T>(file).into_iter().find(|e| e.key() == (source, transport, versions))
@@ -90,7 +91,7 @@ pub struct MeasuredHint {
     /// Memory source.
     pub source: SourceId,
     /// Transport id (`staged:shm`, …).
-    pub transport: String,
+    pub transport: TransportId,
     /// Versions the sweep ran under; the entry is ignored under any others.
     pub versions: DriverVersions,
     /// Smallest block reaching 90 % of the plateau, in bytes.
@@ -131,7 +132,7 @@ pub fn store(file: &Path, entry: MeasuredHint) -> std::io::Result<()> {
 pub fn store_calibration(
     file: &Path,
     source: SourceId,
-    transport: &str,
+    transport: &TransportId,
     entry: Option<CalibratedPath>,
 ) -> std::io::Result<()> {
     store_entry(&calibration_file(file), source, transport, entry)
@@ -141,7 +142,7 @@ pub fn store_calibration(
 pub fn lookup(
     file: &Path,
     source: SourceId,
-    transport: &str,
+    transport: &TransportId,
     versions: &DriverVersions,
 ) -> Option<MeasuredHint> {
     lookup_entry(file, source, transport, versions)
@@ -151,7 +152,7 @@ pub fn lookup(
 pub fn lookup_calibration(
     file: &Path,
     source: SourceId,
-    transport: &str,
+    transport: &TransportId,
     versions: &DriverVersions,
 ) -> Option<CalibratedPath> {
     lookup_entry(&calibration_file(file), source, transport, versions)
@@ -319,7 +320,7 @@ mod tests {
         let versions = DriverVersions { firmware: Some("1.0".into()), ..Default::default() };
         let entry = MeasuredHint {
             source: SourceId::Host(0),
-            transport: "staged:shm".into(),
+            transport: TransportId::STAGED_SHM,
             versions: versions.clone(),
             knee_bytes: 60_000,
             plateau_gbps: 9.5,
@@ -328,10 +329,10 @@ mod tests {
         store(&file, entry.clone()).unwrap();
         store(&file, MeasuredHint { knee_bytes: 70_000, ..entry.clone() }).unwrap();
         assert_eq!(load(&file).len(), 1, "replaced, not appended");
-        let found = lookup(&file, SourceId::Host(0), "staged:shm", &versions).unwrap();
+        let found = lookup(&file, SourceId::Host(0), &TransportId::STAGED_SHM, &versions).unwrap();
         assert_eq!(found.knee_bytes, 70_000);
         let other = DriverVersions { firmware: Some("2.0".into()), ..Default::default() };
-        assert!(lookup(&file, SourceId::Host(0), "staged:shm", &other).is_none(), "stale");
+        assert!(lookup(&file, SourceId::Host(0), &TransportId::STAGED_SHM, &other).is_none(), "stale");
         let model = compute_hint(&PathProfile::example_host_nic(), &HintPolicy::default()).unwrap();
         let measured = apply(model.clone(), &found);
         assert_eq!(measured.origin, Origin::Measured);

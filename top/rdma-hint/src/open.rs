@@ -2,161 +2,9 @@
 //! `rdma-hint probe` prints it, [`open`] turns it into a [`Transport`] with [`OpenOptions`].
 
 use crate::error::Error;
+pub use rdma_hint_model::{StagedChannelId, TransportId};
 use rdma_hint_transport::{Transport, WaitMode};
 use std::fmt;
-use std::str::FromStr;
-
-/// The channel of the staged backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum StagedChannelId {
-    /// Same host: regions in shared memory, one copy per block.
-    Shm,
-    /// Any host: framed writes over TCP.
-    Tcp,
-}
-
-/// A transport by name: the ids `rdma-hint probe` prints.
-///
-/// | id | backend (cargo feature) |
-/// |---|---|
-/// | `staged:shm`, `staged:tcp` | host-staged (`staged`, default) |
-/// | `ucx:shm`, `ucx:tcp`, `ucx:<UCX_TLS scope>` (`ucx:posix+cma`, `ucx:default`) | UCX (`ucx`) |
-/// | `verbs:<device>` (`verbs:mlx5_0`, `verbs:rxe0`) | raw ibverbs (`verbs`) |
-///
-/// A UCX scope lists UCX transport names joined by `+` (a `,` is accepted and normalised);
-/// `self` is implied. `ucx:default` lets UCX choose (or read `UCX_TLS`).
-///
-/// ```
-/// use rdma_hint::TransportId;
-/// let id: TransportId = "ucx:posix,cma".parse().unwrap();
-/// assert_eq!(id.to_string(), "ucx:posix+cma");
-/// assert_eq!(id.ucx_tls().as_deref(), Some("posix,cma,self"));
-/// assert_eq!("staged:shm".parse::<TransportId>().unwrap(), TransportId::STAGED_SHM);
-/// assert_eq!("verbs:rxe0".parse::<TransportId>().unwrap().backend(), "verbs");
-/// assert!("staged:carrier-pigeon".parse::<TransportId>().is_err());
-/// assert!("verbs:".parse::<TransportId>().is_err());
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TransportId {
-    /// The staged backend over a channel.
-    Staged(StagedChannelId),
-    /// UCX restricted to a scope (`shm`, `tcp`, `posix+cma`; `default`: UCX chooses).
-    Ucx(String),
-    /// Raw verbs on an RDMA device (`mlx5_0`, `rxe0`).
-    Verbs(String),
-}
-
-impl TransportId {
-    /// `staged:shm`.
-    pub const STAGED_SHM: TransportId = TransportId::Staged(StagedChannelId::Shm);
-    /// `staged:tcp`.
-    pub const STAGED_TCP: TransportId = TransportId::Staged(StagedChannelId::Tcp);
-
-    /// The backend's name (`staged`, `ucx`, `verbs`), which is also its cargo feature.
-    pub fn backend(&self) -> &'static str {
-        match self {
-            TransportId::Staged(_) => "staged",
-            TransportId::Ucx(_) => "ucx",
-            TransportId::Verbs(_) => "verbs",
-        }
-    }
-
-    /// A UCX id for a `UCX_TLS` value (`shm,self` → `ucx:shm`; `None` → `ucx:default`).
-    pub fn ucx_for_tls(tls: Option<&str>) -> Result<TransportId, Error> {
-        let names: Vec<&str> = tls
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty() && *t != "self")
-            .collect();
-        let scope = if names.is_empty() { "default".to_string() } else { names.join("+") };
-        format!("ucx:{scope}").parse()
-    }
-
-    /// For UCX ids: the `UCX_TLS` value the scope stands for (`self` added; `None` for
-    /// `ucx:default`).
-    pub fn ucx_tls(&self) -> Option<String> {
-        match self {
-            TransportId::Ucx(scope) if scope != "default" => {
-                Some(format!("{},self", scope.replace('+', ",")))
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether data on this transport crosses a NIC that should copy without the CPU (not
-    /// staged, not UCX over shm/tcp, not the kernel's software RDMA: rxe and siw).
-    pub fn bypasses_cpu(&self) -> bool {
-        match self {
-            TransportId::Staged(_) => false,
-            TransportId::Verbs(device) => !(device.starts_with("rxe") || device.starts_with("siw")),
-            TransportId::Ucx(scope) => scope
-                .split('+')
-                .any(|t| matches!(t, "rc" | "rc_x" | "ud" | "ud_x" | "dc" | "dc_x" | "ib" | "rc_verbs")),
-        }
-    }
-}
-
-impl fmt::Display for TransportId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TransportId::Staged(StagedChannelId::Shm) => f.write_str("staged:shm"),
-            TransportId::Staged(StagedChannelId::Tcp) => f.write_str("staged:tcp"),
-            TransportId::Ucx(scope) => write!(f, "ucx:{scope}"),
-            TransportId::Verbs(device) => write!(f, "verbs:{device}"),
-        }
-    }
-}
-
-fn is_name(text: &str, extra: &[char]) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(&c))
-}
-
-impl FromStr for TransportId {
-    type Err = Error;
-
-    fn from_str(text: &str) -> Result<TransportId, Error> {
-        let invalid = |why: &str| Error::InvalidTransportId { id: text.to_string(), why: why.to_string() };
-        let (backend, rest) = text.split_once(':').ok_or_else(|| {
-            invalid("expected `backend:name` (staged:shm, staged:tcp, ucx:<scope>, verbs:<device>)")
-        })?;
-        match backend {
-            "staged" => match rest {
-                "shm" => Ok(TransportId::STAGED_SHM),
-                "tcp" => Ok(TransportId::STAGED_TCP),
-                _ => Err(invalid("the staged backend has the channels shm and tcp")),
-            },
-            "ucx" => {
-                let names: Vec<&str> =
-                    rest.split(['+', ',']).map(str::trim).filter(|t| *t != "self").collect();
-                if names.is_empty() || !names.iter().all(|n| is_name(n, &[])) {
-                    return Err(invalid(
-                        "a UCX scope is UCX transport names joined by `+` (shm, tcp, posix+cma)",
-                    ));
-                }
-                Ok(TransportId::Ucx(names.join("+")))
-            }
-            "verbs" if is_name(rest, &['-', '.']) => Ok(TransportId::Verbs(rest.to_string())),
-            "verbs" => Err(invalid("name the RDMA device: verbs:mlx5_0, verbs:rxe0")),
-            _ => Err(invalid("unknown backend (staged, ucx, verbs)")),
-        }
-    }
-}
-
-impl serde::Serialize for TransportId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for TransportId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
 
 /// How [`open`] sets a transport up. `Default` is no token, listening on loopback only, and
 /// [`WaitMode::Adaptive`].
@@ -239,6 +87,12 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
         TransportId::Staged(channel) => open_staged(id, *channel, options)?,
         TransportId::Ucx(_) => open_ucx(id, options)?,
         TransportId::Verbs(device) => open_verbs(id, device, options)?,
+        TransportId::Loopback | TransportId::Custom(_) => {
+            return Err(Error::InvalidTransportId {
+                id: id.to_string(),
+                why: "not a backend `open` starts: build the loopback or your own transport directly".into(),
+            })
+        }
     };
     transport.set_wait_mode(options.wait_mode);
     Ok(transport)
@@ -322,7 +176,10 @@ mod tests {
         assert_eq!(serde_json::from_str::<TransportId>(&json).unwrap(), TransportId::STAGED_SHM);
         assert!(serde_json::from_str::<TransportId>("\"staged:x\"").is_err());
         for bad in ["", "staged", "staged:", "ucx:", "ucx:tcp;rm", "verbs:a b", "nccl:x", "verbs:(none)"] {
-            assert!(matches!(bad.parse::<TransportId>(), Err(Error::InvalidTransportId { .. })), "{bad}");
+            assert!(
+                matches!(bad.parse::<TransportId>(), Err(rdma_hint_model::TransportIdError { .. })),
+                "{bad}"
+            );
         }
     }
 

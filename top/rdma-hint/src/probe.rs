@@ -6,6 +6,7 @@ use crate::profiles::{self, Candidate, Source};
 use rdma_hint_discovery::topology::{Nic, NicKind, PathEntry};
 use rdma_hint_discovery::Topology;
 use rdma_hint_model::pcie::PcieLink;
+use rdma_hint_model::TransportId;
 use rdma_hint_model::{GpuFacts, HintError, HintPolicy, SizeHint, SourceId, TransportFacts};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -59,7 +60,7 @@ pub struct NoHint {
     /// Source.
     pub source: SourceId,
     /// Transport id.
-    pub transport: String,
+    pub transport: TransportId,
     /// Why.
     pub reason: String,
     /// What to use instead.

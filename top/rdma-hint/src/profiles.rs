@@ -5,7 +5,7 @@ use rdma_hint_discovery::topology::{Nic, NicKind};
 use rdma_hint_discovery::Topology;
 use rdma_hint_model::{
     DriverVersions, GpuFacts, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
-    TransportKind, GIB,
+    TransportId, TransportKind, GIB,
 };
 
 /// Per-message cost of an RDMA WRITE on a hardware NIC when the verbs backend has not measured
@@ -98,7 +98,7 @@ pub(crate) fn rdma_transport(nic: &Nic) -> Result<TransportFacts, String> {
     let rate = nic.rate_gbits.ok_or_else(|| format!("{}: no port rate in sysfs", nic.name))?;
     let soft_roce = nic.pci.is_none() || nic.name.starts_with("rxe");
     Ok(TransportFacts {
-        id: format!("verbs:{}", nic.name),
+        id: TransportId::verbs(&nic.name).map_err(|e| e.to_string())?,
         kind: TransportKind::Verbs,
         wire_gbps: rate / 8.0,
         nic_pcie: if soft_roce { None } else { nic.link },
@@ -117,9 +117,7 @@ pub(crate) fn software_profile(source: SourceFacts, transport: &backends::Softwa
     let mut facts = transport.facts.clone();
     // From GPU memory the staged shm channel does not memcpy: the copy engine writes the peer's
     // page-locked mapping, so the GPU's PCIe link bounds it, not the memcpy rate.
-    if let (TransportKind::Staged, "staged:shm", Some(_), Some(link)) =
-        (facts.kind, facts.id.as_str(), source.gpu(), source.pcie)
-    {
+    if let (TransportId::STAGED_SHM, Some(_), Some(link)) = (facts.id.clone(), source.gpu(), source.pcie) {
         facts.wire_gbps = link.effective_gbps();
         facts.per_op_overhead_us = STAGED_SHM_GPU_PER_BLOCK_US;
         facts.rate_note = Some("GPU source: the copy engine writes the peer's page-locked mapping".into());
@@ -138,7 +136,7 @@ pub(crate) fn software_profile(source: SourceFacts, transport: &backends::Softwa
 }
 
 /// One candidate pair: its profile, or why it has none.
-pub(crate) type Candidate = Result<PathProfile, (SourceId, String, String)>;
+pub(crate) type Candidate = Result<PathProfile, (SourceId, TransportId, String)>;
 
 /// Every (source, transport) pair: software transports for every source, RDMA NICs for every
 /// source sysfs can place.
@@ -155,7 +153,8 @@ pub(crate) fn candidates(
             out.push(Ok(software_profile(source.facts.clone(), transport)));
         }
         for nic in topology.nics.iter().filter(|n| n.kind == NicKind::Rdma) {
-            let id = format!("verbs:{}", nic.name);
+            // A device name no transport id can hold (sysfs is not ours) is no candidate.
+            let Ok(id) = TransportId::verbs(&nic.name) else { continue };
             let fail = |why: String| Err((source.facts.id, id.clone(), why));
             let transport = match (rdma_transport(nic), queried.iter().find(|d| d.name == nic.name)) {
                 // The device's own answer wins over sysfs; the PCIe facts only sysfs knows stay.
