@@ -344,7 +344,7 @@ pub fn calibrate_loopback(
     budget: Duration,
 ) -> Result<Calibration, Error> {
     // An unknown device or transport is named before any memory is registered.
-    crate::profile_of(source, &id)?;
+    crate::profile_of(source, id)?;
     let deadline = Instant::now() + TRANSFER_DEADLINE;
     let pair = LoopbackPair::open(id, source, LOOPBACK_REGION_BYTES, options, deadline)?;
     let pattern: Vec<u8> = (0..LOOPBACK_REGION_BYTES).map(|i| (i * 7 % 251) as u8).collect();
