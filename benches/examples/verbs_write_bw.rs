@@ -16,7 +16,7 @@ fn main() -> Result<(), String> {
         return Err("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES".into());
     };
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
-    let id = TransportId::verbs(&device).map_err(|e| e.to_string())?;
+    let id = TransportId::verbs(device).map_err(|e| e.to_string())?;
     let transport = open(&id, &OpenOptions::default().token(rdma_hint_benches::write_bw::BENCH_TOKEN))
         .map_err(|e| e.to_string())?;
     run(&*transport, Role::parse(&args[2..])?, bytes)

@@ -1,10 +1,12 @@
 //! Devices and their capabilities: `ibv_query_device` / `ibv_query_port` as hint-model facts.
 
+use crate::context::Context;
 use crate::status::unavailable;
-use rdma_hint_model::{TransportFacts, TransportKind};
+use rdma_hint_model::{TransportFacts, TransportId, TransportKind};
 use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
 use std::ffi::CStr;
+use std::marker::PhantomData;
 
 /// Fixed cost per posted work request on a hardware NIC in µs (doorbell + WQE fetch + CQE share).
 const NIC_PER_OP_US: f64 = 0.35;
@@ -42,27 +44,6 @@ pub fn library_loaded() -> bool {
         libc::dlclose(handle);
     }
     true
-}
-
-/// An open device context, closed on drop.
-#[derive(Debug)]
-pub(crate) struct Context {
-    pub(crate) raw: *mut ibv::ibv_context,
-    pub(crate) name: String,
-}
-
-// SAFETY: an ibv_context may be used from any thread (libibverbs is thread-safe); it is
-// closed once, on drop.
-unsafe impl Send for Context {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Context {}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        // SAFETY: opened by ibv_open_device, closed once; everything created on it was
-        // destroyed first (the transport drops its QP, CQs, MRs and PD before the context).
-        unsafe { ibv::ibv_close_device(self.raw) };
-    }
 }
 
 /// `ibv_get_device_list` returned NULL: say why in words (ENOSYS: no uverbs in this kernel).
@@ -109,23 +90,24 @@ impl DeviceList {
         Ok(DeviceList { raw, count: count.max(0) as usize })
     }
 
-    /// `(device, name)` for every listed device.
-    fn entries(&self) -> impl Iterator<Item = (*mut ibv::ibv_device, String)> + '_ {
+    /// Every listed device, with its name.
+    fn entries(&self) -> impl Iterator<Item = ListedDevice<'_>> + '_ {
         (0..self.count).map(|index| {
             // SAFETY: the list holds `count` device pointers, each with a NUL-terminated name
             // owned by libibverbs while the list lives.
             unsafe {
-                let device = *self.raw.add(index);
-                (device, CStr::from_ptr(ibv::ibv_get_device_name(device)).to_string_lossy().into_owned())
+                let raw = *self.raw.add(index);
+                let name = CStr::from_ptr(ibv::ibv_get_device_name(raw)).to_string_lossy().into_owned();
+                ListedDevice { raw, name, _list: PhantomData }
             }
         })
     }
 
     /// Opens `name`, or the first device when `None`.
     fn open(&self, name: Option<&str>) -> Result<Context, TransportError> {
-        let Some((device, device_name)) = self.entries().find(|(_, n)| name.is_none_or(|wanted| wanted == n))
+        let Some(device) = self.entries().find(|device| name.is_none_or(|wanted| wanted == device.name))
         else {
-            let names: Vec<String> = self.entries().map(|(_, n)| n).collect();
+            let names: Vec<String> = self.entries().map(|device| device.name).collect();
             return Err(TransportError::Unavailable {
                 backend: crate::BACKEND,
                 reason: match name {
@@ -134,12 +116,22 @@ impl DeviceList {
                 },
             });
         };
-        // SAFETY: `device` comes from the live list; the opened context does not need the list.
-        let raw = unsafe { ibv::ibv_open_device(device) };
-        if raw.is_null() {
-            return Err(unavailable("ibv_open_device"));
-        }
-        Ok(Context { raw, name: device_name })
+        Context::open(&device)
+    }
+}
+
+/// One device of a live [`DeviceList`] (it cannot outlive the list), to open.
+pub(crate) struct ListedDevice<'list> {
+    raw: *mut ibv::ibv_device,
+    /// Device name (`rxe0`, `mlx5_0`).
+    pub(crate) name: String,
+    _list: PhantomData<&'list DeviceList>,
+}
+
+impl ListedDevice<'_> {
+    /// The raw device, valid while the list it came from lives.
+    pub(crate) fn raw(&self) -> *mut ibv::ibv_device {
+        self.raw
     }
 }
 
@@ -159,15 +151,15 @@ pub(crate) fn open(name: Option<&str>) -> Result<Context, TransportError> {
 fn query(context: &Context) -> Result<(ibv::ibv_device_attr, u8, ibv::ibv_port_attr), TransportError> {
     // SAFETY: plain C structs, zero is a valid bit pattern; filled by the queries below.
     let mut device: ibv::ibv_device_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: `context.raw` is open; `device` is a valid out-pointer.
-    if unsafe { ibv::ibv_query_device(context.raw, &mut device) } != 0 {
+    // SAFETY: the context is open; `device` is a valid out-pointer.
+    if unsafe { ibv::ibv_query_device(context.raw(), &mut device) } != 0 {
         return Err(unavailable("ibv_query_device"));
     }
     for port in 1..=device.phys_port_cnt {
         // SAFETY: as above.
         let mut attr: ibv::ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `port` is within phys_port_cnt; `attr` is a valid out-pointer.
-        if unsafe { ibv::ibv_query_port(context.raw, port, &mut attr) } != 0 {
+        if unsafe { ibv::ibv_query_port(context.raw(), port, &mut attr) } != 0 {
             return Err(unavailable("ibv_query_port"));
         }
         if attr.state == ibv::ibv_port_state::IBV_PORT_ACTIVE {
@@ -219,7 +211,8 @@ pub(crate) fn facts(context: &Context) -> Result<(DeviceFacts, ibv::ibv_port_att
     // SAFETY: fw_ver is a NUL-terminated C string inside the struct.
     let firmware = unsafe { CStr::from_ptr(device.fw_ver.as_ptr()) }.to_string_lossy().into_owned();
     let facts = TransportFacts {
-        id: format!("{}:{}", crate::BACKEND, context.name),
+        id: TransportId::verbs(&context.name)
+            .map_err(|e| TransportError::InvalidArgument { what: "device name", why: e.to_string() })?,
         kind: TransportKind::Verbs,
         wire_gbps: gbits / 8.0,
         nic_pcie: None,
@@ -253,6 +246,47 @@ pub(crate) fn facts(context: &Context) -> Result<(DeviceFacts, ibv::ibv_port_att
     Ok((described, attr))
 }
 
+/// Picks the GID to address `port` by: `RDMA_HINT_GID_INDEX` if set, else the first
+/// IPv4-mapped RoCE v2 entry (what rdma_cm and perftest's `-x` usually pick), else the first
+/// IPv4-mapped one, else the first non-zero one.
+pub(crate) fn choose_gid(
+    context: &Context,
+    port: u8,
+    table_len: i32,
+) -> Result<(i32, [u8; 16]), TransportError> {
+    let query = |index: i32| context.query_gid(port, index);
+    if let Some(index) = std::env::var("RDMA_HINT_GID_INDEX").ok().and_then(|v| v.parse::<i32>().ok()) {
+        let gid = query(index).ok_or_else(|| unavailable("ibv_query_gid (RDMA_HINT_GID_INDEX)"))?;
+        return Ok((index, gid));
+    }
+    let roce_v2 = |index: i32| {
+        std::fs::read_to_string(format!(
+            "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types/{index}",
+            context.name
+        ))
+        .is_ok_and(|kind| kind.trim().eq_ignore_ascii_case("RoCE v2"))
+    };
+    let ipv4_mapped =
+        |gid: &[u8; 16]| gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
+    let table: Vec<(i32, [u8; 16])> = (0..table_len.clamp(0, 256))
+        .filter_map(|i| query(i).map(|g| (i, g)))
+        .filter(|(_, g)| g.iter().any(|b| *b != 0))
+        .collect();
+    table
+        .iter()
+        .find(|(i, g)| ipv4_mapped(g) && roce_v2(*i))
+        .or_else(|| table.iter().find(|(_, g)| ipv4_mapped(g)))
+        .or_else(|| table.first())
+        .copied()
+        .ok_or_else(|| TransportError::Unavailable {
+            backend: crate::BACKEND,
+            reason: format!(
+                "{}: port {port} has no usable GID (is an IP address configured on its netdev?)",
+                context.name
+            ),
+        })
+}
+
 /// Every RDMA device with an active port, or why there is none (no libibverbs, no device).
 ///
 /// ```
@@ -271,7 +305,7 @@ pub fn devices() -> Result<Vec<DeviceFacts>, TransportError> {
         });
     }
     let mut out = Vec::new();
-    for (_, name) in list.entries() {
+    for ListedDevice { name, .. } in list.entries() {
         match list.open(Some(&name)).and_then(|context| facts(&context)) {
             Ok((device, _)) => out.push(device),
             Err(err) => tracing::debug!(%name, %err, "verbs: device skipped"),

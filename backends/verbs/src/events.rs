@@ -1,16 +1,15 @@
-//! The completion channel and the thread that watches it: CQ events wake the tasks waiting on
-//! the CQ (re-arming it first, so no completion falls between the event and the next arm), and
-//! the out-of-band socket's EOF marks the peer gone.
+//! The thread that watches the completion channel: CQ events wake the tasks waiting on the CQ
+//! (re-arming it first, so no completion falls between the event and the next arm), and the
+//! out-of-band socket's EOF marks the peer gone.
 
-use crate::qp::Lent;
-use crate::status::unavailable;
+use crate::cq::{CompletionChannel, CompletionQueue};
+use crate::lending::Lent;
 use rdma_hint_oob::{peer_left, PeerLoss};
 use rdma_hint_transport::wait::Notifier;
 use rdma_hint_transport::TransportError;
-use rdma_mummy_sys as ibv;
 use std::io::ErrorKind;
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -67,74 +66,22 @@ impl Events {
     }
 }
 
-/// A completion channel both CQs report to, with its fd non-blocking.
-#[derive(Debug)]
-pub(crate) struct CompletionChannel {
-    pub(crate) raw: *mut ibv::ibv_comp_channel,
-}
-
-impl CompletionChannel {
-    pub(crate) fn create(context: *mut ibv::ibv_context) -> Result<CompletionChannel, TransportError> {
-        // SAFETY: `context` is an open device context.
-        let raw = unsafe { ibv::ibv_create_comp_channel(context) };
-        if raw.is_null() {
-            return Err(unavailable("ibv_create_comp_channel"));
-        }
-        let channel = CompletionChannel { raw };
-        let fd = channel.fd();
-        // SAFETY: `fd` is the channel's open descriptor; F_GETFL/F_SETFL take no pointers.
-        let ok = unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
-        };
-        if !ok {
-            return Err(TransportError::Io(std::io::Error::last_os_error()));
-        }
-        Ok(channel)
-    }
-
-    fn fd(&self) -> RawFd {
-        // SAFETY: `raw` is live until this value drops.
-        unsafe { (*self.raw).fd }
-    }
-}
-
-impl Drop for CompletionChannel {
-    fn drop(&mut self) {
-        // SAFETY: the CQs on this channel were destroyed before (the transport's Drop order)
-        // and the event thread has been joined; destroyed once.
-        unsafe { ibv::ibv_destroy_comp_channel(self.raw) };
-    }
-}
-
-/// Arms `cq` so its next completion produces an event on its channel.
-pub(crate) fn arm(cq: *mut ibv::ibv_cq) -> Result<(), TransportError> {
-    // SAFETY: `cq` is live (created on a completion channel).
-    match unsafe { ibv::ibv_req_notify_cq(cq, 0) } {
-        0 => Ok(()),
-        code => Err(TransportError::Io(std::io::Error::from_raw_os_error(code))),
-    }
-}
-
-/// The raw handles the thread touches; they outlive it (joined before they are destroyed).
-#[derive(Clone, Copy)]
+/// What the event thread watches: the channel both CQs report to, and the CQs. Holding them
+/// keeps them alive while the thread runs (it is joined before the transport releases them).
+#[derive(Debug, Clone)]
 pub(crate) struct Watched {
-    pub(crate) channel: *mut ibv::ibv_comp_channel,
-    pub(crate) send_cq: *mut ibv::ibv_cq,
-    pub(crate) recv_cq: *mut ibv::ibv_cq,
+    pub(crate) channel: Arc<CompletionChannel>,
+    pub(crate) send_cq: Arc<CompletionQueue>,
+    pub(crate) recv_cq: Arc<CompletionQueue>,
 }
-
-// SAFETY: libibverbs objects may be used from any thread; the thread only gets/acks events and
-// re-arms CQs, which the transport never does itself.
-unsafe impl Send for Watched {}
 
 /// The running event thread; [`EventThread::stop`] (or dropping it) joins it.
 #[derive(Debug)]
 pub(crate) struct EventThread {
     events: Arc<Events>,
     handle: Option<JoinHandle<()>>,
-    /// Keeps the channel and CQs lent while the thread runs: a transport dropped while the
-    /// thread is still with an abandoned `connect` waits for it.
+    /// Counts the thread as lent while it runs: a transport dropped while the thread is still
+    /// with an abandoned `connect` waits for it (and so for the `Watched` handles it holds).
     _loan: Lent<()>,
 }
 
@@ -168,15 +115,8 @@ impl Drop for EventThread {
     }
 }
 
-impl std::fmt::Debug for Lent<()> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Lent")
-    }
-}
-
 fn run(events: &Events, watched: &Watched, oob: &TcpStream) {
-    // SAFETY: the channel is live while the thread runs.
-    let channel_fd = unsafe { (*watched.channel).fd };
+    let channel_fd = watched.channel.fd();
     let mut oob_fd = oob.as_raw_fd();
     while !events.stop.load(Ordering::Acquire) {
         let mut fds = [
@@ -210,21 +150,15 @@ fn run(events: &Events, watched: &Watched, oob: &TcpStream) {
 /// Takes every pending CQ event: ack, re-arm, then wake (in that order, so a completion that
 /// lands after the wake-up produces a new event).
 fn drain_channel(events: &Events, watched: &Watched) {
-    loop {
-        let mut cq: *mut ibv::ibv_cq = std::ptr::null_mut();
-        let mut context: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: the channel is live and non-blocking; both out-pointers are valid.
-        if unsafe { ibv::ibv_get_cq_event(watched.channel, &mut cq, &mut context) } != 0 {
-            return;
-        }
-        // SAFETY: `cq` is one of our two live CQs (the only ones on this channel); acked once.
-        unsafe { ibv::ibv_ack_cq_events(cq, 1) };
-        if let Err(e) = arm(cq) {
+    let cqs = [&*watched.send_cq, &*watched.recv_cq];
+    while let Some(cq) = watched.channel.get_event(&cqs) {
+        cq.ack_event();
+        if let Err(e) = cq.arm() {
             events.fail(format!("re-arming the CQ failed: {e}"));
         }
-        if cq == watched.send_cq {
+        if std::ptr::eq(cq, cqs[0]) {
             events.completions.notify();
-        } else if cq == watched.recv_cq {
+        } else {
             events.arrivals.notify();
         }
     }

@@ -16,8 +16,16 @@
 //!          facts.mtu_bytes, facts.max_msg_bytes);
 //! ```
 
+// The verbs objects, one file each, behind RAII handles: each holds an `Arc` of what it was
+// created on (PD, channel → context; CQ → channel; QP → PD and CQs; MR → PD), so nothing is
+// destroyed before what uses it.
+mod context;
+mod cq;
 mod device;
 mod events;
+mod lending;
+mod mr;
+mod pd;
 mod qp;
 mod region;
 mod status;
@@ -25,7 +33,7 @@ mod transport;
 pub mod wire;
 
 pub use device::{devices, library_loaded, DeviceFacts};
-pub use region::MAX_REGION_BYTES;
+pub use rdma_hint_transport::MAX_REGION_BYTES;
 pub use transport::{VerbsTransport, UNKNOWN_REGION};
 
 /// Backend name used in transport ids (`verbs:<device>`).

@@ -1,102 +1,286 @@
-//! The RC queue pair's connection steps (INIT → RTR → RTS, receive WRs), as plain handles a
-//! rendezvous thread can run while the transport's `connect` awaits it, and the guard that keeps
-//! the verbs objects alive until every such thread is done with them.
+//! The RC queue pair (`ibv_create_qp` / `ibv_destroy_qp`): its connection steps RESET → INIT →
+//! RTR → RTS, each checked against the state the QP is in, and posting (a chain of send WRs,
+//! receive WRs). It holds `Arc`s of its PD and CQs, so they are destroyed after it.
 
+use crate::cq::CompletionQueue;
+use crate::pd::ProtectionDomain;
 use crate::status::check;
-use crate::wire::Hello;
 use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// What the QP's connection steps need: copies of raw handles and port facts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct QueuePair {
-    pub(crate) raw: *mut ibv::ibv_qp,
-    pub(crate) port: u8,
-    pub(crate) gid_index: i32,
-    pub(crate) active_mtu: u8,
-    pub(crate) rq_depth: u32,
+/// Where a queue pair is in its connection steps (as this side last moved it; an error the
+/// device raises later, e.g. after a failed WR, is not tracked here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QpState {
+    /// Created, nothing configured.
+    Reset,
+    /// Port, P_Key and access set; receive WRs may be posted.
+    Init,
+    /// Ready to receive: the peer's QP and address are set.
+    Rtr,
+    /// Ready to send.
+    Rts,
 }
 
-// SAFETY: libibverbs objects may be used from any thread. The QP is destroyed only in the
-// transport's Drop, which first waits until every `Lent` (the only way a `QueuePair` leaves the
-// transport's thread) has been returned.
-unsafe impl Send for QueuePair {}
-
-impl QueuePair {
-    fn modify(&self, attr: &mut ibv::ibv_qp_attr, mask: u32, step: &str) -> Result<(), TransportError> {
-        // SAFETY: `raw` is live (see `Send`); `attr` is valid for the call and `mask` names its
-        // set fields.
-        check(unsafe { ibv::ibv_modify_qp(self.raw, attr, mask as i32) }, step)
+impl QpState {
+    /// The state a transition to `self` starts from (`None` for RESET: no step leads there).
+    fn comes_from(self) -> Option<QpState> {
+        match self {
+            QpState::Reset => None,
+            QpState::Init => Some(QpState::Reset),
+            QpState::Rtr => Some(QpState::Init),
+            QpState::Rts => Some(QpState::Rtr),
+        }
     }
 
-    /// INIT → (receive WRs posted) → RTR → RTS against the peer's hello. Each step is checked;
-    /// the first that fails leaves the QP where it was and says which.
-    pub(crate) fn bring_up(&self, peer: &Hello, psn: u32) -> Result<(), TransportError> {
+    /// Whether a QP in `self` may move to `to`; an [`OutOfOrder`] says why not.
+    pub(crate) fn check_step(self, to: QpState) -> Result<(), OutOfOrder> {
+        match to.comes_from() {
+            Some(from) if from == self => Ok(()),
+            needs => Err(OutOfOrder { to, needs, is: self }),
+        }
+    }
+}
+
+impl fmt::Display for QpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+        })
+    }
+}
+
+/// A transition asked for out of order (e.g. to RTS before RTR); as a [`TransportError`] it is
+/// `InvalidArgument { what: "queue pair transition", .. }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OutOfOrder {
+    /// The state asked for.
+    pub(crate) to: QpState,
+    /// The state that transition starts from (`None`: no transition leads there).
+    pub(crate) needs: Option<QpState>,
+    /// The state the QP is in.
+    pub(crate) is: QpState,
+}
+
+impl From<OutOfOrder> for TransportError {
+    fn from(step: OutOfOrder) -> TransportError {
+        TransportError::InvalidArgument {
+            what: "queue pair transition",
+            why: match step.needs {
+                Some(needs) => format!("{} needs the QP in {needs}; it is in {}", step.to, step.is),
+                None => format!("no transition leads to {} (the QP is in {})", step.to, step.is),
+            },
+        }
+    }
+}
+
+/// Where the RTR step points the QP: our port and GID entry, the peer's QP and address.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerPath {
+    /// Our port number.
+    pub(crate) port: u8,
+    /// Our GID table entry to send from.
+    pub(crate) sgid_index: u8,
+    /// Path MTU (`ibv_mtu`).
+    pub(crate) path_mtu: u32,
+    /// The peer's QP number.
+    pub(crate) dest_qpn: u32,
+    /// The peer's starting PSN (what we expect to receive first).
+    pub(crate) rq_psn: u32,
+    /// The peer's LID (0 on RoCE).
+    pub(crate) dlid: u16,
+    /// The peer's GID.
+    pub(crate) dgid: [u8; 16],
+}
+
+/// An RC queue pair, destroyed on drop; it keeps its CQs and PD alive.
+#[derive(Debug)]
+pub(crate) struct QueuePair {
+    raw: NonNull<ibv::ibv_qp>,
+    qp_num: u32,
+    /// The last state moved to; locked across each transition so steps cannot interleave.
+    state: Mutex<QpState>,
+    // Dropped after the QP is destroyed (`Drop` runs before the fields drop), in this order.
+    send_cq: Arc<CompletionQueue>,
+    recv_cq: Arc<CompletionQueue>,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: an ibv_qp may be used from any thread (libibverbs and its providers lock the queues);
+// the transport serializes posting sends and receives anyway. Destroyed once, on drop.
+unsafe impl Send for QueuePair {}
+// SAFETY: see `Send`.
+unsafe impl Sync for QueuePair {}
+
+impl QueuePair {
+    /// Creates an RC QP in `pd` on `send_cq` and `recv_cq`, with `sq_depth` / `rq_depth` WRs
+    /// of one SGE each, nothing signalled unless asked. `None` when `ibv_create_qp` fails, with
+    /// `errno` saying why.
+    pub(crate) fn create(
+        pd: &Arc<ProtectionDomain>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        sq_depth: u32,
+        rq_depth: u32,
+    ) -> Option<QueuePair> {
+        let mut init = ibv::ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: send_cq.raw(),
+            recv_cq: recv_cq.raw(),
+            srq: std::ptr::null_mut(),
+            cap: ibv::ibv_qp_cap {
+                max_send_wr: sq_depth,
+                max_recv_wr: rq_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: ibv::ibv_qp_type::IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        // SAFETY: the PD and both CQs are live (held by the `Arc`s, which the QP keeps); `init`
+        // is valid for the call.
+        let raw = NonNull::new(unsafe { ibv::ibv_create_qp(pd.raw(), &mut init) })?;
+        // SAFETY: `raw` is the QP just created; qp_num is a plain field that never changes.
+        let qp_num = unsafe { (*raw.as_ptr()).qp_num };
+        Some(QueuePair {
+            raw,
+            qp_num,
+            state: Mutex::new(QpState::Reset),
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            _pd: pd.clone(),
+        })
+    }
+
+    /// The QP number the peer addresses.
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// The CQ send completions arrive on.
+    pub(crate) fn send_cq(&self) -> &Arc<CompletionQueue> {
+        &self.send_cq
+    }
+
+    /// The CQ receive completions (writes with immediate) arrive on.
+    pub(crate) fn recv_cq(&self) -> &Arc<CompletionQueue> {
+        &self.recv_cq
+    }
+
+    /// Moves the QP to `to` with `attr` (whose `qp_state` it sets) and `mask`, if it is in the
+    /// state that step starts from. A failing `ibv_modify_qp` leaves it where it was and says
+    /// which step failed.
+    fn transition(
+        &self,
+        to: QpState,
+        attr: &mut ibv::ibv_qp_attr,
+        mask: ibv::ibv_qp_attr_mask,
+    ) -> Result<(), TransportError> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.check_step(to)?;
+        let (qp_state, step) = match to {
+            QpState::Reset => (ibv::ibv_qp_state::IBV_QPS_RESET, "ibv_modify_qp(RESET)"),
+            QpState::Init => (ibv::ibv_qp_state::IBV_QPS_INIT, "ibv_modify_qp(INIT)"),
+            QpState::Rtr => (ibv::ibv_qp_state::IBV_QPS_RTR, "ibv_modify_qp(RTR)"),
+            QpState::Rts => (ibv::ibv_qp_state::IBV_QPS_RTS, "ibv_modify_qp(RTS)"),
+        };
+        attr.qp_state = qp_state;
+        let mask = (mask | ibv::ibv_qp_attr_mask::IBV_QP_STATE).0 as i32;
+        // SAFETY: the QP is live; `attr` is valid for the call and `mask` names its set fields.
+        check(unsafe { ibv::ibv_modify_qp(self.raw.as_ptr(), attr, mask) }, step)?;
+        *state = to;
+        Ok(())
+    }
+
+    /// RESET → INIT on `port`: P_Key 0, the peer may write (no remote read).
+    pub(crate) fn to_init(&self, port: u8) -> Result<(), TransportError> {
         use ibv::ibv_qp_attr_mask as m;
         // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
         let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_INIT;
         attr.pkey_index = 0;
-        attr.port_num = self.port;
+        attr.port_num = port;
         attr.qp_access_flags = ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        self.modify(
+        self.transition(
+            QpState::Init,
             &mut attr,
-            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0,
-            "ibv_modify_qp(INIT)",
-        )?;
-        for _ in 0..self.rq_depth {
-            self.post_receive()?;
-        }
-        // SAFETY: as above.
+            m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS,
+        )
+    }
+
+    /// INIT → RTR towards `path` (a global route, hop limit 64; RNR timer 12, one read atomic).
+    pub(crate) fn to_rtr(&self, path: &PeerPath) -> Result<(), TransportError> {
+        use ibv::ibv_qp_attr_mask as m;
+        // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
         let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_RTR;
-        attr.path_mtu = u32::from(self.active_mtu.min(peer.mtu));
-        attr.dest_qp_num = peer.qpn;
-        attr.rq_psn = peer.psn;
+        attr.path_mtu = path.path_mtu;
+        attr.dest_qp_num = path.dest_qpn;
+        attr.rq_psn = path.rq_psn;
         attr.max_dest_rd_atomic = 1;
         attr.min_rnr_timer = 12;
         attr.ah_attr.is_global = 1;
-        attr.ah_attr.dlid = peer.lid;
-        attr.ah_attr.port_num = self.port;
-        attr.ah_attr.grh.dgid.raw = peer.gid;
-        attr.ah_attr.grh.sgid_index = self.gid_index as u8;
+        attr.ah_attr.dlid = path.dlid;
+        attr.ah_attr.port_num = path.port;
+        attr.ah_attr.grh.dgid.raw = path.dgid;
+        attr.ah_attr.grh.sgid_index = path.sgid_index;
         attr.ah_attr.grh.hop_limit = 64;
-        self.modify(
+        self.transition(
+            QpState::Rtr,
             &mut attr,
-            (m::IBV_QP_STATE
-                | m::IBV_QP_AV
+            m::IBV_QP_AV
                 | m::IBV_QP_PATH_MTU
                 | m::IBV_QP_DEST_QPN
                 | m::IBV_QP_RQ_PSN
                 | m::IBV_QP_MAX_DEST_RD_ATOMIC
-                | m::IBV_QP_MIN_RNR_TIMER)
-                .0,
-            "ibv_modify_qp(RTR)",
-        )?;
-        // SAFETY: as above.
-        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = ibv::ibv_qp_state::IBV_QPS_RTS;
-        // 4.096 µs · 2^14 ≈ 67 ms per try, 7 tries: a dead peer fails a WR in about half a second.
-        attr.timeout = 14;
-        attr.retry_cnt = 7;
-        attr.rnr_retry = 7;
-        attr.sq_psn = psn;
-        attr.max_rd_atomic = 1;
-        self.modify(
-            &mut attr,
-            (m::IBV_QP_STATE
-                | m::IBV_QP_TIMEOUT
-                | m::IBV_QP_RETRY_CNT
-                | m::IBV_QP_RNR_RETRY
-                | m::IBV_QP_SQ_PSN
-                | m::IBV_QP_MAX_QP_RD_ATOMIC)
-                .0,
-            "ibv_modify_qp(RTS)",
+                | m::IBV_QP_MIN_RNR_TIMER,
         )
     }
 
-    /// One zero-SGE receive WR, consumed by a write with immediate.
+    /// RTR → RTS sending from `sq_psn`; ACK timeout 14 (4.096 µs · 2^14 ≈ 67 ms per try) × 7
+    /// retries, so a dead peer fails a WR in about half a second.
+    pub(crate) fn to_rts(&self, sq_psn: u32) -> Result<(), TransportError> {
+        use ibv::ibv_qp_attr_mask as m;
+        // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
+        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.timeout = 14;
+        attr.retry_cnt = 7;
+        attr.rnr_retry = 7;
+        attr.sq_psn = sq_psn;
+        attr.max_rd_atomic = 1;
+        self.transition(
+            QpState::Rts,
+            &mut attr,
+            m::IBV_QP_TIMEOUT
+                | m::IBV_QP_RETRY_CNT
+                | m::IBV_QP_RNR_RETRY
+                | m::IBV_QP_SQ_PSN
+                | m::IBV_QP_MAX_QP_RD_ATOMIC,
+        )
+    }
+
+    /// Posts the chain of send WRs starting at `first` with one `ibv_post_send`. On failure
+    /// the error is the errno value the provider returned (`ENOMEM`: the send queue is full).
+    ///
+    /// # Safety
+    ///
+    /// Every WR of the chain (linked by `next`, ending in null) and the SGEs it points to must
+    /// be valid for the call, each SGE inside memory registered in this QP's PD.
+    pub(crate) unsafe fn post_send(&self, first: &mut ibv::ibv_send_wr) -> Result<(), std::io::Error> {
+        let mut bad: *mut ibv::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is live; the chain is valid for the call (this function's contract).
+        match unsafe { ibv::ibv_post_send(self.raw.as_ptr(), first, &mut bad) } {
+            0 => Ok(()),
+            code => Err(std::io::Error::from_raw_os_error(code)),
+        }
+    }
+
+    /// Posts one zero-SGE receive WR, consumed by a write with immediate.
     pub(crate) fn post_receive(&self) -> Result<(), TransportError> {
         let mut wr = ibv::ibv_recv_wr {
             wr_id: 0,
@@ -105,44 +289,41 @@ impl QueuePair {
             num_sge: 0,
         };
         let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: `raw` is live; `wr` is valid for the call (no SGEs, nothing to keep alive).
-        check(unsafe { ibv::ibv_post_recv(self.raw, &mut wr, &mut bad) }, "ibv_post_recv")
+        // SAFETY: the QP is live; `wr` is valid for the call (no SGEs, nothing to keep alive).
+        check(unsafe { ibv::ibv_post_recv(self.raw.as_ptr(), &mut wr, &mut bad) }, "ibv_post_recv")
     }
 }
 
-/// Counts the verbs handles lent to other threads; the transport's Drop waits for zero.
-#[derive(Debug, Default)]
-pub(crate) struct Lending {
-    out: Mutex<usize>,
-    returned: Condvar,
-}
-
-impl Lending {
-    /// Lends `value` until the returned guard drops.
-    pub(crate) fn lend<T>(self: &Arc<Self>, value: T) -> Lent<T> {
-        *self.out.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        Lent { value, lending: self.clone() }
-    }
-
-    /// Blocks until everything lent has been returned (a rendezvous thread ends by its deadline).
-    pub(crate) fn wait_returned(&self) {
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        while *out > 0 {
-            out = self.returned.wait(out).unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-}
-
-/// A value holding verbs handles, lent out of the transport.
-pub(crate) struct Lent<T> {
-    pub(crate) value: T,
-    lending: Arc<Lending>,
-}
-
-impl<T> Drop for Lent<T> {
+impl Drop for QueuePair {
     fn drop(&mut self) {
-        let mut out = self.lending.out.lock().unwrap_or_else(PoisonError::into_inner);
-        *out -= 1;
-        self.lending.returned.notify_all();
+        // SAFETY: created by ibv_create_qp, destroyed once, before its CQs and PD (the fields,
+        // which drop after this body).
+        unsafe { ibv::ibv_destroy_qp(self.raw.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_go_reset_init_rtr_rts_only() {
+        use QpState::*;
+        assert_eq!(Reset.check_step(Init), Ok(()));
+        assert_eq!(Init.check_step(Rtr), Ok(()));
+        assert_eq!(Rtr.check_step(Rts), Ok(()));
+        assert_eq!(Init.check_step(Rts), Err(OutOfOrder { to: Rts, needs: Some(Rtr), is: Init }));
+        assert_eq!(Reset.check_step(Rtr), Err(OutOfOrder { to: Rtr, needs: Some(Init), is: Reset }));
+        assert_eq!(Rts.check_step(Init), Err(OutOfOrder { to: Init, needs: Some(Reset), is: Rts }));
+        assert_eq!(Rts.check_step(Rts), Err(OutOfOrder { to: Rts, needs: Some(Rtr), is: Rts }));
+        assert_eq!(Init.check_step(Reset), Err(OutOfOrder { to: Reset, needs: None, is: Init }));
+    }
+
+    #[test]
+    fn an_out_of_order_step_is_a_typed_transport_error() {
+        let error = TransportError::from(QpState::Init.check_step(QpState::Rts).unwrap_err());
+        let TransportError::InvalidArgument { what, why } = &error else { panic!("{error:?}") };
+        assert_eq!(*what, "queue pair transition");
+        assert_eq!(why, "RTS needs the QP in RTR; it is in INIT");
     }
 }

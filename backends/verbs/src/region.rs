@@ -1,25 +1,27 @@
-//! Host memory the transport allocates and registers with `ibv_reg_mr`.
+//! Host memory the transport allocates (an anonymous mapping) and its registrations
+//! ([`MemoryRegion`]s): one for local access, and one with remote write once exposed.
 
-use crate::status::unavailable;
+use crate::mr::MemoryRegion;
+use crate::pd::ProtectionDomain;
 use crate::wire::ExposedRegion;
 use memmap2::MmapMut;
 use rdma_hint_transport::region_table::RegionLen;
 use rdma_hint_transport::transport::check_range;
-use rdma_hint_transport::TransportError;
+use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
 use rdma_mummy_sys as ibv;
-
-/// Largest region one registration may ask for, in bytes (1 TiB).
-pub const MAX_REGION_BYTES: u64 = 1 << 40;
+use std::sync::Arc;
 
 /// An anonymous mapping registered for local access; exposing it to the peer registers it a
 /// second time with remote write (so regions never exposed have no remote key at all).
 #[derive(Debug)]
 pub(crate) struct Region {
+    // Fields drop in declaration order: the remote registration, then the local one, then the
+    // mapping they cover (never unmapped while registered).
+    remote: Option<MemoryRegion>,
+    local: MemoryRegion,
     _mapping: MmapMut,
     base: *mut u8,
     len: u64,
-    local: *mut ibv::ibv_mr,
-    remote: Option<*mut ibv::ibv_mr>,
 }
 
 // SAFETY: `base` points into `_mapping`, owned by the region; the MRs are only deregistered on
@@ -29,24 +31,9 @@ unsafe impl Send for Region {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Region {}
 
-fn register(
-    pd: *mut ibv::ibv_pd,
-    base: *mut u8,
-    len: u64,
-    access: u32,
-) -> Result<*mut ibv::ibv_mr, TransportError> {
-    // SAFETY: `pd` is live; `base..base+len` is a mapping owned by the region being built.
-    let mr = unsafe { ibv::ibv_reg_mr(pd, base.cast(), len as usize, access as i32) };
-    if mr.is_null() {
-        Err(TransportError::Registration { len, reason: unavailable("ibv_reg_mr").to_string() })
-    } else {
-        Ok(mr)
-    }
-}
-
 impl Region {
     /// Allocates `len` zeroed bytes and registers them for local write.
-    pub(crate) fn register(pd: *mut ibv::ibv_pd, len: u64) -> Result<Region, TransportError> {
+    pub(crate) fn register(pd: &Arc<ProtectionDomain>, len: u64) -> Result<Region, TransportError> {
         if len == 0 || len > MAX_REGION_BYTES {
             return Err(TransportError::Registration {
                 len,
@@ -56,30 +43,28 @@ impl Region {
         let mut mapping = MmapMut::map_anon(len as usize)
             .map_err(|e| TransportError::Registration { len, reason: format!("mmap: {e}") })?;
         let base = mapping.as_mut_ptr();
-        let local = register(pd, base, len, ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0)?;
-        Ok(Region { _mapping: mapping, base, len, local, remote: None })
+        let access = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        // SAFETY: `base..base+len` is `mapping`, which the region owns and unmaps only after
+        // its registrations are gone (field order).
+        let local = unsafe { MemoryRegion::register(pd, base, len, access)? };
+        Ok(Region { remote: None, local, _mapping: mapping, base, len })
     }
 
     /// Registers the region for remote write (no remote read) and returns the rkey to send.
-    pub(crate) fn expose(&mut self, pd: *mut ibv::ibv_pd) -> Result<u32, TransportError> {
-        let mr = match self.remote {
-            Some(mr) => mr,
-            None => {
-                let access = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-                    | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-                let mr = register(pd, self.base, self.len, access)?;
-                self.remote = Some(mr);
-                mr
-            }
-        };
-        // SAFETY: `mr` is a live MR of this region.
-        Ok(unsafe { (*mr).rkey })
+    pub(crate) fn expose(&mut self, pd: &Arc<ProtectionDomain>) -> Result<u32, TransportError> {
+        if let Some(mr) = &self.remote {
+            return Ok(mr.rkey());
+        }
+        let access = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        // SAFETY: as in `register`: the mapping outlives the registration (field order).
+        let mr = unsafe { MemoryRegion::register(pd, self.base, self.len, access)? };
+        Ok(self.remote.insert(mr).rkey())
     }
 
     /// The lkey for work requests.
     pub(crate) fn lkey(&self) -> u32 {
-        // SAFETY: `local` is live until drop.
-        unsafe { (*self.local).lkey }
+        self.local.lkey()
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -107,19 +92,6 @@ impl Region {
         // SAFETY: bounds checked; `out` is caller memory, not part of the mapping.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset as usize), out.as_mut_ptr(), out.len()) };
         Ok(())
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: both MRs were registered by this region and are deregistered once, before the
-        // mapping goes (fields drop after this body).
-        unsafe {
-            if let Some(mr) = self.remote {
-                ibv::ibv_dereg_mr(mr);
-            }
-            ibv::ibv_dereg_mr(self.local);
-        }
     }
 }
 

@@ -1,8 +1,12 @@
 //! `VerbsTransport`: one RC queue pair, the `Transport` implementation.
 
-use crate::device::{self, Context, DeviceFacts};
-use crate::events::{arm, CompletionChannel, EventThread, Events, Watched};
-use crate::qp::{Lending, QueuePair};
+use crate::context::Context;
+use crate::cq::{CompletionChannel, CompletionQueue};
+use crate::device::{self, DeviceFacts};
+use crate::events::{EventThread, Events, Watched};
+use crate::lending::Lending;
+use crate::pd::ProtectionDomain;
+use crate::qp::{PeerPath, QueuePair};
 use crate::region::Region;
 use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
@@ -32,6 +36,8 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(1);
 /// say which one was written.
 pub const UNKNOWN_REGION: RegionId = RegionId(u32::MAX);
 
+/// The pre-sized work requests one post fills and chains (nothing allocates per post), and the
+/// send queue's accounting.
 struct Posting {
     wrs: Vec<ibv::ibv_send_wr>,
     sges: Vec<ibv::ibv_sge>,
@@ -42,6 +48,12 @@ struct Posting {
     since_signal: usize,
 }
 
+// SAFETY: the only pointers are the chain links (`sg_list`, `next`) into `wrs` and `sges`
+// themselves; they are set and handed to `ibv_post_send` only while the `posting` lock is
+// held, and are never read otherwise.
+unsafe impl Send for Posting {}
+
+/// The completion array polls fill, and when the out-of-band socket was last looked at.
 struct Polling {
     wcs: Vec<ibv::ibv_wc>,
     checked: Instant,
@@ -71,9 +83,15 @@ struct Polling {
 /// let remote = transport.connect_blocking(peer, &[region.id], deadline).unwrap();
 /// ```
 pub struct VerbsTransport {
+    // Fields drop in declaration order, after `Drop` has stopped the event thread and taken
+    // back every loan, so the transport is then the last owner of each verbs object and they
+    // go in this order: the QP, then (as its last owner) the send and the receive CQ; the
+    // regions' MRs; the PD; the completion channel and the context as the last fields.
+    qp: Arc<QueuePair>,
+    regions: Arc<RwLock<RegionTable<Region>>>,
+    pd: Arc<ProtectionDomain>,
     caps: Capabilities,
     device: DeviceFacts,
-    regions: Arc<RwLock<RegionTable<Region>>>,
     lending: Arc<Lending>,
     remote: OnceLock<Vec<Option<ExposedRegion>>>,
     exposed: OnceLock<Vec<u32>>,
@@ -84,81 +102,34 @@ pub struct VerbsTransport {
     events: Arc<Events>,
     event_thread: Mutex<Option<EventThread>>,
     wait_mode: WaitModeCell,
-    gid_index: i32,
-    gid: [u8; 16],
-    port: u8,
-    active_mtu: u8,
+    port: Port,
     rq_depth: u32,
-    qp: *mut ibv::ibv_qp,
-    send_cq: *mut ibv::ibv_cq,
-    recv_cq: *mut ibv::ibv_cq,
-    pd: *mut ibv::ibv_pd,
-    // Dropped after the CQs (destroyed in `Drop`), before the context.
-    channel: CompletionChannel,
+    // Kept here (the CQs hold it too) so that it goes after the PD, as the last but one.
+    channel: Arc<CompletionChannel>,
     // Dropped last: everything above was created on it.
-    _context: Context,
+    _context: Arc<Context>,
 }
 
-// SAFETY: libibverbs objects may be used from any thread; posting is serialized by `posting`,
-// CQ polling and receive re-posting by `polling`, region changes by `regions`' lock. The raw
-// handles are destroyed once, in `Drop`.
-unsafe impl Send for VerbsTransport {}
-// SAFETY: see `Send`.
-unsafe impl Sync for VerbsTransport {}
+/// The port the QP uses and how this side is addressed on it.
+#[derive(Debug, Clone, Copy)]
+struct Port {
+    number: u8,
+    gid_index: i32,
+    gid: [u8; 16],
+    active_mtu: u8,
+}
 
 impl std::fmt::Debug for VerbsTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerbsTransport").field("device", &self.device.name).field("port", &self.port).finish()
+        f.debug_struct("VerbsTransport")
+            .field("device", &self.device.name)
+            .field("port", &self.port.number)
+            .finish()
     }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Picks the GID to address this port by: `RDMA_HINT_GID_INDEX` if set, else the first
-/// IPv4-mapped RoCE v2 entry (what rdma_cm and perftest's `-x` usually pick), else the first
-/// IPv4-mapped one, else the first non-zero one.
-fn choose_gid(context: &Context, port: u8, table_len: i32) -> Result<(i32, [u8; 16]), TransportError> {
-    let query = |index: i32| -> Option<[u8; 16]> {
-        // SAFETY: ibv_gid is plain bytes; zero is valid.
-        let mut gid: ibv::ibv_gid = unsafe { std::mem::zeroed() };
-        // SAFETY: `context` is open, `index` is within the table, `gid` a valid out-pointer.
-        let status = unsafe { ibv::ibv_query_gid(context.raw, port, index, &mut gid) };
-        // SAFETY: every bit pattern of the union is valid bytes.
-        let raw = unsafe { gid.raw };
-        (status == 0).then_some(raw)
-    };
-    if let Some(index) = std::env::var("RDMA_HINT_GID_INDEX").ok().and_then(|v| v.parse::<i32>().ok()) {
-        let gid = query(index).ok_or_else(|| unavailable("ibv_query_gid (RDMA_HINT_GID_INDEX)"))?;
-        return Ok((index, gid));
-    }
-    let roce_v2 = |index: i32| {
-        std::fs::read_to_string(format!(
-            "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types/{index}",
-            context.name
-        ))
-        .is_ok_and(|kind| kind.trim().eq_ignore_ascii_case("RoCE v2"))
-    };
-    let ipv4_mapped =
-        |gid: &[u8; 16]| gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
-    let table: Vec<(i32, [u8; 16])> = (0..table_len.clamp(0, 256))
-        .filter_map(|i| query(i).map(|g| (i, g)))
-        .filter(|(_, g)| g.iter().any(|b| *b != 0))
-        .collect();
-    table
-        .iter()
-        .find(|(i, g)| ipv4_mapped(g) && roce_v2(*i))
-        .or_else(|| table.iter().find(|(_, g)| ipv4_mapped(g)))
-        .or_else(|| table.first())
-        .copied()
-        .ok_or_else(|| TransportError::Unavailable {
-            backend: crate::BACKEND,
-            reason: format!(
-                "{}: port {port} has no usable GID (is an IP address configured on its netdev?)",
-                context.name
-            ),
-        })
 }
 
 fn initial_psn() -> u32 {
@@ -175,62 +146,32 @@ impl VerbsTransport {
     ///
     /// Without libibverbs or without a device this is [`TransportError::Unavailable`] saying so.
     pub fn open(device: Option<&str>) -> Result<VerbsTransport, TransportError> {
-        let context = device::open(device)?;
+        let context = Arc::new(device::open(device)?);
         let (facts, port_attr) = device::facts(&context)?;
         let port = facts.port;
-        let (gid_index, gid) = choose_gid(&context, port, port_attr.gid_tbl_len)?;
+        let (gid_index, gid) = device::choose_gid(&context, port, port_attr.gid_tbl_len)?;
         let sq_depth = SQ_DEPTH.min(facts.max_qp_wr);
         let rq_depth = RQ_DEPTH.min(facts.max_qp_wr);
         let events = Arc::new(Events::new()?);
-        let channel = CompletionChannel::create(context.raw)?;
-        // SAFETY: `context` is open; each object is checked for null and destroyed in `Drop`
-        // (or below when a later step fails).
-        let pd = unsafe { ibv::ibv_alloc_pd(context.raw) };
-        if pd.is_null() {
-            return Err(unavailable("ibv_alloc_pd"));
-        }
-        // SAFETY: as above; both CQs report to `channel`, which outlives them.
-        let send_cq =
-            unsafe { ibv::ibv_create_cq(context.raw, sq_depth as i32, std::ptr::null_mut(), channel.raw, 0) };
-        // SAFETY: as above.
-        let recv_cq =
-            unsafe { ibv::ibv_create_cq(context.raw, rq_depth as i32, std::ptr::null_mut(), channel.raw, 0) };
-        let mut init = ibv::ibv_qp_init_attr {
-            qp_context: std::ptr::null_mut(),
-            send_cq,
-            recv_cq,
-            srq: std::ptr::null_mut(),
-            cap: ibv::ibv_qp_cap {
-                max_send_wr: sq_depth,
-                max_recv_wr: rq_depth,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: ibv::ibv_qp_type::IBV_QPT_RC,
-            sq_sig_all: 0,
-        };
-        let armed = !send_cq.is_null() && !recv_cq.is_null() && arm(send_cq).and(arm(recv_cq)).is_ok();
-        let qp = if !armed {
-            std::ptr::null_mut()
-        } else {
-            // SAFETY: `pd` and both CQs are live; `init` is valid for the call.
-            unsafe { ibv::ibv_create_qp(pd, &mut init) }
-        };
-        if qp.is_null() {
-            let error = unavailable("ibv_create_cq / ibv_req_notify_cq / ibv_create_qp");
-            // SAFETY: undo what was created above, each once.
-            unsafe {
-                if !send_cq.is_null() {
-                    ibv::ibv_destroy_cq(send_cq);
-                }
-                if !recv_cq.is_null() {
-                    ibv::ibv_destroy_cq(recv_cq);
-                }
-                ibv::ibv_dealloc_pd(pd);
+        let channel = Arc::new(CompletionChannel::create(&context)?);
+        let pd = Arc::new(ProtectionDomain::alloc(&context)?);
+        // Both CQs report to `channel`; both are created (and armed) before the QP on them.
+        let cqs = (
+            CompletionQueue::create(&channel, sq_depth).map(Arc::new),
+            CompletionQueue::create(&channel, rq_depth).map(Arc::new),
+        );
+        let qp = match &cqs {
+            (Some(send_cq), Some(recv_cq)) if send_cq.arm().and(recv_cq.arm()).is_ok() => {
+                QueuePair::create(&pd, send_cq, recv_cq, sq_depth, rq_depth)
             }
-            return Err(error);
-        }
+            _ => None,
+        };
+        let Some(qp) = qp else {
+            // `errno` says why. What was created goes as this returns, in reverse order of the
+            // bindings: the send CQ, the receive CQ (the tuple's order), the PD, the channel, the
+            // context.
+            return Err(unavailable("ibv_create_cq / ibv_req_notify_cq / ibv_create_qp"));
+        };
         let max_wrs_per_post = MAX_WRS_PER_POST.min(sq_depth);
         let caps = Capabilities {
             facts: facts.facts.clone(),
@@ -248,9 +189,11 @@ impl VerbsTransport {
             )
         };
         Ok(VerbsTransport {
+            qp: Arc::new(qp),
+            regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
+            pd,
             caps,
             device: facts,
-            regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
             lending: Arc::new(Lending::default()),
             remote: OnceLock::new(),
             exposed: OnceLock::new(),
@@ -267,15 +210,8 @@ impl VerbsTransport {
             events,
             event_thread: Mutex::new(None),
             wait_mode: WaitModeCell::default(),
-            gid_index,
-            gid,
-            port,
-            active_mtu: port_attr.active_mtu as u8,
+            port: Port { number: port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 },
             rq_depth,
-            qp,
-            send_cq,
-            recv_cq,
-            pd,
             channel,
             _context: context,
         })
@@ -284,17 +220,6 @@ impl VerbsTransport {
     /// What `ibv_query_device` / `ibv_query_port` said about this device.
     pub fn device(&self) -> &DeviceFacts {
         &self.device
-    }
-
-    /// The QP's handle and port facts, for its connection steps.
-    fn queue_pair(&self) -> QueuePair {
-        QueuePair {
-            raw: self.qp,
-            port: self.port,
-            gid_index: self.gid_index,
-            active_mtu: self.active_mtu,
-            rq_depth: self.rq_depth,
-        }
     }
 
     fn gone(&self) -> TransportError {
@@ -349,7 +274,7 @@ impl Transport for VerbsTransport {
             return Err(TransportError::UnsupportedMemory { kind });
         }
         let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let id = table.insert_with(len, || Region::register(self.pd, len))?;
+        let id = table.insert_with(len, || Region::register(&self.pd, len))?;
         Ok(LocalRegion { id, kind, len })
     }
 
@@ -393,18 +318,23 @@ impl Transport for VerbsTransport {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
         let setup = Setup {
-            queue_pair: self.queue_pair(),
-            pd: self.pd,
+            qp: self.qp.clone(),
+            pd: self.pd.clone(),
             regions: self.regions.clone(),
             expose: expose.to_vec(),
-            gid: self.gid,
+            port: self.port,
+            rq_depth: self.rq_depth,
             events: self.events.clone(),
-            watched: Watched { channel: self.channel.raw, send_cq: self.send_cq, recv_cq: self.recv_cq },
+            watched: Watched {
+                channel: self.channel.clone(),
+                send_cq: self.qp.send_cq().clone(),
+                recv_cq: self.qp.recv_cq().clone(),
+            },
             lending: self.lending.clone(),
         };
         // Memory registration, the QP's transitions and the event thread's start run on the
         // rendezvous thread with the exchange: on Soft-RoCE each is a slow kernel call, and
-        // none may hold the awaiting task's thread. The lent handles outlive it (see `Drop`).
+        // none may hold the awaiting task's thread. The loan is waited for in `Drop`.
         let lent = self.lending.lend(setup);
         let hello = move || {
             let (ours, psn) = lent.value.hello()?;
@@ -476,14 +406,13 @@ impl Transport for VerbsTransport {
             wrs[index].sg_list = &mut sges[index];
             wrs[index].next = if index + 1 < count { &mut wrs[index + 1] } else { std::ptr::null_mut() };
         }
-        let mut bad: *mut ibv::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: `qp` is live; the chain of `count` WRs and their SGEs lives in `posting`,
-        // locked for the call; every SGE lies inside a registered region (checked above).
-        let code = unsafe { ibv::ibv_post_send(self.qp, &mut wrs[0], &mut bad) };
-        if code != 0 {
-            return Err(match code {
-                libc::ENOMEM => TransportError::QueueFull { given: count as u32, max: room as u32 },
-                _ => TransportError::Io(std::io::Error::from_raw_os_error(code)),
+        // SAFETY: the chain of `count` WRs (the last one's `next` null) and their SGEs lives in
+        // `posting`, locked for the call; every SGE lies inside a region registered in the QP's
+        // PD (checked above, and the table's read lock keeps it registered).
+        if let Err(error) = unsafe { self.qp.post_send(&mut wrs[0]) } {
+            return Err(match error.raw_os_error() {
+                Some(libc::ENOMEM) => TransportError::QueueFull { given: count as u32, max: room as u32 },
+                _ => TransportError::Io(error),
             });
         }
         posting.in_flight += count;
@@ -500,13 +429,8 @@ impl Transport for VerbsTransport {
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
         let mut polling = lock(&self.polling);
-        let want = out.len().min(polling.wcs.len()) as i32;
-        // SAFETY: `send_cq` is live; `wcs` holds at least `want` entries.
-        let found = unsafe { ibv::ibv_poll_cq(self.send_cq, want, polling.wcs.as_mut_ptr()) };
-        if found < 0 {
-            return Err(unavailable("ibv_poll_cq"));
-        }
-        let found = found as usize;
+        let want = out.len().min(polling.wcs.len());
+        let found = self.qp.send_cq().poll(&mut polling.wcs[..want])?;
         if found > 0 {
             let mut posting = lock(&self.posting);
             for (slot, wc) in out.iter_mut().zip(&polling.wcs[..found]) {
@@ -547,18 +471,14 @@ impl Transport for VerbsTransport {
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
         let mut polling = lock(&self.polling);
-        let want = out.len().min(polling.wcs.len()) as i32;
-        // SAFETY: `recv_cq` is live; `wcs` holds at least `want` entries.
-        let found = unsafe { ibv::ibv_poll_cq(self.recv_cq, want, polling.wcs.as_mut_ptr()) };
-        if found < 0 {
-            return Err(unavailable("ibv_poll_cq"));
-        }
+        let want = out.len().min(polling.wcs.len());
+        let found = self.qp.recv_cq().poll(&mut polling.wcs[..want])?;
         let region = match self.exposed.get().map(Vec::as_slice) {
             Some([only]) => RegionId(*only),
             _ => UNKNOWN_REGION,
         };
         let mut ready = 0;
-        for index in 0..found as usize {
+        for index in 0..found {
             let wc = polling.wcs[index];
             if wc.status != ibv::ibv_wc_status::IBV_WC_SUCCESS {
                 self.events.fail(format!("receive failed with ibv_wc_status {}", wc.status));
@@ -568,7 +488,7 @@ impl Transport for VerbsTransport {
             let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
             out[ready] = Arrival { imm, region, len: u64::from(wc.byte_len) };
             ready += 1;
-            self.queue_pair().post_receive()?;
+            self.qp.post_receive()?;
         }
         if ready == 0 {
             self.watch_peer(&mut polling);
@@ -593,45 +513,32 @@ impl Drop for VerbsTransport {
         if let Some(stream) = self.oob.get() {
             say_goodbye(stream);
         }
-        // The event thread touches the channel and CQs: it stops before they go.
+        // The event thread uses the channel and CQs: it stops before they go.
         if let Some(mut thread) = lock(&self.event_thread).take() {
             thread.stop();
         }
-        // A connect whose future was dropped may still run on its rendezvous thread with the
-        // QP, PD and channel, or have left its event thread running: they stay until both are
-        // done (bounded by the connect's deadline). Dropping such a transport from async code
-        // blocks that long.
+        // A connect whose future was dropped may still run on its rendezvous thread with `Arc`s
+        // of the QP, PD, regions, channel and CQs, or have left its event thread running: both
+        // are waited for (bounded by the connect's deadline), so that the fields then release
+        // the verbs objects here, in their declaration order. Dropping such a transport from
+        // async code blocks that long.
         self.lending.wait_returned();
-        // SAFETY: each object is destroyed once, QP before its CQs, MRs (regions) before the
-        // PD; every CQ event taken was acknowledged; the channel and then the context close
-        // afterwards as the last fields.
-        unsafe {
-            ibv::ibv_destroy_qp(self.qp);
-            ibv::ibv_destroy_cq(self.send_cq);
-            ibv::ibv_destroy_cq(self.recv_cq);
-        }
-        self.regions.write().unwrap_or_else(PoisonError::into_inner).drain().for_each(drop);
-        // SAFETY: no MR or QP refers to the PD any more.
-        unsafe { ibv::ibv_dealloc_pd(self.pd) };
     }
 }
 
-/// What a connect's rendezvous thread needs: copies of the verbs handles (lent, see
-/// [`Lending`]) and the shared state.
+/// What a connect's rendezvous thread needs: `Arc`s of the verbs objects and the shared state,
+/// lent (see [`Lending`]).
 struct Setup {
-    queue_pair: QueuePair,
-    pd: *mut ibv::ibv_pd,
+    qp: Arc<QueuePair>,
+    pd: Arc<ProtectionDomain>,
     regions: Arc<RwLock<RegionTable<Region>>>,
     expose: Vec<RegionId>,
-    gid: [u8; 16],
+    port: Port,
+    rq_depth: u32,
     events: Arc<Events>,
     watched: Watched,
     lending: Arc<Lending>,
 }
-
-// SAFETY: the raw handles are libibverbs objects usable from any thread; they are destroyed
-// only in `VerbsTransport::drop`, which first waits until the `Lent` holding this is returned.
-unsafe impl Send for Setup {}
 
 impl Setup {
     /// Exposes the regions (a second MR with remote write each; no peer can use one before it
@@ -643,15 +550,33 @@ impl Setup {
             let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
             for id in &self.expose {
                 let region = table.get_mut(*id)?;
-                let rkey = region.expose(self.pd)?;
+                let rkey = region.expose(&self.pd)?;
                 regions.push(ExposedRegion { id: id.0, address: region.address(0), len: region.len(), rkey });
             }
         }
         let psn = initial_psn();
-        // SAFETY: the QP is live (lent); qp_num is a plain field.
-        let qpn = unsafe { (*self.queue_pair.raw).qp_num };
+        let qpn = self.qp.qp_num();
         let lid = 0; // RoCE: addressing is by GID.
-        Ok((Hello { lid, qpn, psn, gid: self.gid, mtu: self.queue_pair.active_mtu, regions }, psn))
+        Ok((Hello { lid, qpn, psn, gid: self.port.gid, mtu: self.port.active_mtu, regions }, psn))
+    }
+
+    /// INIT → (receive WRs posted) → RTR → RTS against the peer's hello. Each step is checked;
+    /// the first that fails leaves the QP where it was and says which.
+    fn bring_up(&self, peer: &Hello, psn: u32) -> Result<(), TransportError> {
+        self.qp.to_init(self.port.number)?;
+        for _ in 0..self.rq_depth {
+            self.qp.post_receive()?;
+        }
+        self.qp.to_rtr(&PeerPath {
+            port: self.port.number,
+            sgid_index: self.port.gid_index as u8,
+            path_mtu: u32::from(self.port.active_mtu.min(peer.mtu)),
+            dest_qpn: peer.qpn,
+            rq_psn: peer.psn,
+            dlid: peer.lid,
+            dgid: peer.gid,
+        })?;
+        self.qp.to_rts(psn)
     }
 
     /// After the hellos: brings the QP to RTS, confirms, and starts the event thread. Returns
@@ -662,12 +587,16 @@ impl Setup {
         theirs: Hello,
         psn: u32,
     ) -> Result<(Hello, EventThread, TcpStream), TransportError> {
-        self.queue_pair.bring_up(&theirs, psn)?;
+        self.bring_up(&theirs, psn)?;
         confirm(stream, READY)?;
         let oob = stream.try_clone()?;
         oob.set_nonblocking(true)?;
-        let thread =
-            EventThread::start(self.events.clone(), self.watched, oob.try_clone()?, self.lending.lend(()))?;
+        let thread = EventThread::start(
+            self.events.clone(),
+            self.watched.clone(),
+            oob.try_clone()?,
+            self.lending.lend(()),
+        )?;
         Ok((theirs, thread, oob))
     }
 }

@@ -7,10 +7,9 @@
 //! not proven the token. After both QPs reach RTS each side sends one [`READY`] byte; a side
 //! that rejected the peer closes the socket instead.
 
-use crate::region::MAX_REGION_BYTES;
 use bytes::{Buf, BufMut};
 use rdma_hint_oob::{handshake_error, put_preamble, WireReader};
-use rdma_hint_transport::TransportError;
+use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
 use std::io::Read;
 
 /// Hello magic.
@@ -18,8 +17,8 @@ pub const MAGIC: [u8; 8] = *b"RDMAHVRB";
 /// The only protocol version spoken (2: the token moved out of the hello into the
 /// authentication before it).
 pub const VERSION: u16 = 2;
-/// Regions one side may expose.
-pub const MAX_REGIONS: usize = 1024;
+/// Regions one side may expose (the transport-wide limit).
+pub use rdma_hint_transport::MAX_REGIONS;
 /// The byte each side sends once its QP is ready to send.
 pub const READY: u8 = 0x56;
 /// Size of one region in a hello in bytes: id u32, address u64, len u64, rkey u32.
