@@ -2,37 +2,32 @@
 //! is created on it and holds an `Arc` of it, so it closes after the last of them.
 
 use crate::device::ListedDevice;
+use crate::handle::Owned;
 use crate::status::unavailable;
 use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
-use std::ptr::NonNull;
 
 /// An open device context, closed on drop.
 #[derive(Debug)]
 pub(crate) struct Context {
-    raw: NonNull<ibv::ibv_context>,
+    handle: Owned<ibv::ibv_context, ()>,
     /// Device name (`rxe0`, `mlx5_0`).
     pub(crate) name: String,
 }
 
-// SAFETY: an ibv_context may be used from any thread (libibverbs is thread-safe); it is
-// closed once, on drop.
-unsafe impl Send for Context {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Context {}
-
 impl Context {
     /// Opens `device` (`ibv_open_device`); the context does not need the device list afterwards.
     pub(crate) fn open(device: &ListedDevice<'_>) -> Result<Context, TransportError> {
-        // SAFETY: `device.raw()` comes from a device list that outlives `device` (its lifetime).
-        let raw = unsafe { ibv::ibv_open_device(device.raw()) };
-        let raw = NonNull::new(raw).ok_or_else(|| unavailable("ibv_open_device"))?;
-        Ok(Context { raw, name: device.name.clone() })
+        // SAFETY: `device.raw()` comes from a device list that outlives `device` (its lifetime);
+        // the context is ours alone, and everything created on it holds an `Arc<Context>`.
+        let handle = unsafe { Owned::take(ibv::ibv_open_device(device.raw()), ()) }
+            .ok_or_else(|| unavailable("ibv_open_device"))?;
+        Ok(Context { handle, name: device.name.clone() })
     }
 
     /// The raw context, for the verbs calls made on it; valid while `self` lives.
     pub(crate) fn raw(&self) -> *mut ibv::ibv_context {
-        self.raw.as_ptr()
+        self.handle.raw()
     }
 
     /// Entry `index` of `port`'s GID table, `None` when the query fails.
@@ -45,13 +40,5 @@ impl Context {
         // SAFETY: every bit pattern of the union is valid bytes.
         let raw = unsafe { gid.raw };
         (status == 0).then_some(raw)
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        // SAFETY: opened by ibv_open_device, closed once; everything created on it holds an
-        // `Arc<Context>`, so it has been destroyed before the last one drops.
-        unsafe { ibv::ibv_close_device(self.raw()) };
     }
 }

@@ -4,34 +4,25 @@
 //! channel is destroyed after every CQ on it.
 
 use crate::context::Context;
+use crate::handle::Owned;
 use crate::status::unavailable;
 use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
 use std::os::fd::RawFd;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// A completion channel (CQ events arrive on its fd, made non-blocking), destroyed on drop.
 #[derive(Debug)]
-pub(crate) struct CompletionChannel {
-    raw: NonNull<ibv::ibv_comp_channel>,
-    // Dropped after the channel is destroyed (`Drop` runs before the fields drop).
-    context: Arc<Context>,
-}
-
-// SAFETY: an ibv_comp_channel may be used from any thread (libibverbs is thread-safe); it is
-// destroyed once, on drop.
-unsafe impl Send for CompletionChannel {}
-// SAFETY: see `Send`.
-unsafe impl Sync for CompletionChannel {}
+pub(crate) struct CompletionChannel(Owned<ibv::ibv_comp_channel, Arc<Context>>);
 
 impl CompletionChannel {
     /// Creates a completion channel on `context` and makes its fd non-blocking.
     pub(crate) fn create(context: &Arc<Context>) -> Result<CompletionChannel, TransportError> {
-        // SAFETY: the context is open (held by the `Arc`).
-        let raw = unsafe { ibv::ibv_create_comp_channel(context.raw()) };
-        let raw = NonNull::new(raw).ok_or_else(|| unavailable("ibv_create_comp_channel"))?;
-        let channel = CompletionChannel { raw, context: context.clone() };
+        // SAFETY: the context is open (held by the `Arc`); every CQ on the channel holds an `Arc`
+        // of it.
+        let channel = unsafe { Owned::take(ibv::ibv_create_comp_channel(context.raw()), context.clone()) }
+            .map(CompletionChannel)
+            .ok_or_else(|| unavailable("ibv_create_comp_channel"))?;
         let fd = channel.fd();
         // SAFETY: `fd` is the channel's open descriptor; F_GETFL/F_SETFL take no pointers.
         let ok = unsafe {
@@ -47,7 +38,7 @@ impl CompletionChannel {
     /// The descriptor that becomes readable when a CQ event is pending.
     pub(crate) fn fd(&self) -> RawFd {
         // SAFETY: the channel is live until this value drops; `fd` is a plain field.
-        unsafe { (*self.raw.as_ptr()).fd }
+        unsafe { (*self.0.raw()).fd }
     }
 
     /// Takes the next pending event without blocking and returns the CQ of `cqs` it is for;
@@ -60,7 +51,7 @@ impl CompletionChannel {
             let mut cq: *mut ibv::ibv_cq = std::ptr::null_mut();
             let mut context: *mut std::ffi::c_void = std::ptr::null_mut();
             // SAFETY: the channel is live and non-blocking; both out-pointers are valid.
-            if unsafe { ibv::ibv_get_cq_event(self.raw.as_ptr(), &mut cq, &mut context) } != 0 {
+            if unsafe { ibv::ibv_get_cq_event(self.0.raw(), &mut cq, &mut context) } != 0 {
                 return None;
             }
             match cqs.iter().find(|ours| ours.raw() == cq) {
@@ -71,48 +62,27 @@ impl CompletionChannel {
     }
 }
 
-impl Drop for CompletionChannel {
-    fn drop(&mut self) {
-        // SAFETY: created by ibv_create_comp_channel, destroyed once; every CQ on it holds an
-        // `Arc` of it, so they have all been destroyed before the last one drops.
-        unsafe { ibv::ibv_destroy_comp_channel(self.raw.as_ptr()) };
-    }
-}
-
-/// A completion queue reporting to a [`CompletionChannel`], destroyed on drop.
+/// A completion queue reporting to a [`CompletionChannel`], destroyed on drop: by then the QP
+/// on it is gone (it holds an `Arc` of the CQ) and every event taken for it was acknowledged
+/// (the event thread acknowledges each one as it takes it, and holds an `Arc` while it runs).
 #[derive(Debug)]
-pub(crate) struct CompletionQueue {
-    raw: NonNull<ibv::ibv_cq>,
-    // Dropped after the CQ is destroyed (`Drop` runs before the fields drop).
-    _channel: Arc<CompletionChannel>,
-}
-
-// SAFETY: an ibv_cq may be polled, armed and acknowledged from any thread (libibverbs and its
-// providers lock the CQ); the transport serializes polling anyway. Destroyed once, on drop.
-unsafe impl Send for CompletionQueue {}
-// SAFETY: see `Send`.
-unsafe impl Sync for CompletionQueue {}
+pub(crate) struct CompletionQueue(Owned<ibv::ibv_cq, Arc<CompletionChannel>>);
 
 impl CompletionQueue {
     /// Creates a CQ of at least `depth` entries on `channel`'s context, reporting to `channel`.
     /// `None` when `ibv_create_cq` fails, with `errno` saying why.
     pub(crate) fn create(channel: &Arc<CompletionChannel>, depth: u32) -> Option<CompletionQueue> {
+        let context = channel.0.parent().raw();
         // SAFETY: the context and the channel are live (held by the `Arc`s); no CQ context.
-        let raw = unsafe {
-            ibv::ibv_create_cq(
-                channel.context.raw(),
-                depth as i32,
-                std::ptr::null_mut(),
-                channel.raw.as_ptr(),
-                0,
-            )
-        };
-        Some(CompletionQueue { raw: NonNull::new(raw)?, _channel: channel.clone() })
+        let raw =
+            unsafe { ibv::ibv_create_cq(context, depth as i32, std::ptr::null_mut(), channel.0.raw(), 0) };
+        // SAFETY: the CQ is ours alone; the QP created on it holds an `Arc` of it.
+        unsafe { Owned::take(raw, channel.clone()) }.map(CompletionQueue)
     }
 
     /// The raw CQ, for creating a QP on it; valid while `self` lives.
     pub(crate) fn raw(&self) -> *mut ibv::ibv_cq {
-        self.raw.as_ptr()
+        self.0.raw()
     }
 
     /// Arms the CQ so its next completion produces an event on its channel.
@@ -139,14 +109,5 @@ impl CompletionQueue {
             return Err(unavailable("ibv_poll_cq"));
         }
         Ok(found as usize)
-    }
-}
-
-impl Drop for CompletionQueue {
-    fn drop(&mut self) {
-        // SAFETY: created by ibv_create_cq, destroyed once; the QP on it holds an `Arc` of it (so
-        // it was destroyed first) and every event taken for it was acknowledged (the event thread
-        // acknowledges each one as it takes it, and holds an `Arc` of it while it runs).
-        unsafe { ibv::ibv_destroy_cq(self.raw()) };
     }
 }

@@ -23,6 +23,7 @@ mod context;
 mod cq;
 mod device;
 mod events;
+mod handle;
 mod lending;
 mod mr;
 mod pd;

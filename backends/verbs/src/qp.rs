@@ -3,12 +3,12 @@
 //! receive WRs). It holds `Arc`s of its PD and CQs, so they are destroyed after it.
 
 use crate::cq::CompletionQueue;
+use crate::handle::Owned;
 use crate::pd::ProtectionDomain;
 use crate::status::check;
 use rdma_hint_transport::TransportError;
 use rdma_mummy_sys as ibv;
 use std::fmt;
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Where a queue pair is in its connection steps (as this side last moved it; an error the
@@ -99,24 +99,17 @@ pub(crate) struct PeerPath {
     pub(crate) dgid: [u8; 16],
 }
 
+/// What a QP was created on: its send CQ, receive CQ and PD, destroyed after it.
+type QpParents = (Arc<CompletionQueue>, Arc<CompletionQueue>, Arc<ProtectionDomain>);
+
 /// An RC queue pair, destroyed on drop; it keeps its CQs and PD alive.
 #[derive(Debug)]
 pub(crate) struct QueuePair {
-    raw: NonNull<ibv::ibv_qp>,
+    handle: Owned<ibv::ibv_qp, QpParents>,
     qp_num: u32,
     /// The last state moved to; locked across each transition so steps cannot interleave.
     state: Mutex<QpState>,
-    // Dropped after the QP is destroyed (`Drop` runs before the fields drop), in this order.
-    send_cq: Arc<CompletionQueue>,
-    recv_cq: Arc<CompletionQueue>,
-    _pd: Arc<ProtectionDomain>,
 }
-
-// SAFETY: an ibv_qp may be used from any thread (libibverbs and its providers lock the queues);
-// the transport serializes posting sends and receives anyway. Destroyed once, on drop.
-unsafe impl Send for QueuePair {}
-// SAFETY: see `Send`.
-unsafe impl Sync for QueuePair {}
 
 impl QueuePair {
     /// Creates an RC QP in `pd` on `send_cq` and `recv_cq`, with `sq_depth` / `rq_depth` WRs
@@ -146,17 +139,12 @@ impl QueuePair {
         };
         // SAFETY: the PD and both CQs are live (held by the `Arc`s, which the QP keeps); `init`
         // is valid for the call.
-        let raw = NonNull::new(unsafe { ibv::ibv_create_qp(pd.raw(), &mut init) })?;
-        // SAFETY: `raw` is the QP just created; qp_num is a plain field that never changes.
-        let qp_num = unsafe { (*raw.as_ptr()).qp_num };
-        Some(QueuePair {
-            raw,
-            qp_num,
-            state: Mutex::new(QpState::Reset),
-            send_cq: send_cq.clone(),
-            recv_cq: recv_cq.clone(),
-            _pd: pd.clone(),
-        })
+        let raw = unsafe { ibv::ibv_create_qp(pd.raw(), &mut init) };
+        // SAFETY: the QP is ours alone and nothing is created on a QP.
+        let handle = unsafe { Owned::take(raw, (send_cq.clone(), recv_cq.clone(), pd.clone())) }?;
+        // SAFETY: the QP was just created; qp_num is a plain field that never changes.
+        let qp_num = unsafe { (*handle.raw()).qp_num };
+        Some(QueuePair { handle, qp_num, state: Mutex::new(QpState::Reset) })
     }
 
     /// The QP number the peer addresses.
@@ -166,12 +154,12 @@ impl QueuePair {
 
     /// The CQ send completions arrive on.
     pub(crate) fn send_cq(&self) -> &Arc<CompletionQueue> {
-        &self.send_cq
+        &self.handle.parent().0
     }
 
     /// The CQ receive completions (writes with immediate) arrive on.
     pub(crate) fn recv_cq(&self) -> &Arc<CompletionQueue> {
-        &self.recv_cq
+        &self.handle.parent().1
     }
 
     /// Moves the QP to `to` with `attr` (whose `qp_state` it sets) and `mask`, if it is in the
@@ -194,7 +182,7 @@ impl QueuePair {
         attr.qp_state = qp_state;
         let mask = (mask | ibv::ibv_qp_attr_mask::IBV_QP_STATE).0 as i32;
         // SAFETY: the QP is live; `attr` is valid for the call and `mask` names its set fields.
-        check(unsafe { ibv::ibv_modify_qp(self.raw.as_ptr(), attr, mask) }, step)?;
+        check(unsafe { ibv::ibv_modify_qp(self.handle.raw(), attr, mask) }, step)?;
         *state = to;
         Ok(())
     }
@@ -274,7 +262,7 @@ impl QueuePair {
     pub(crate) unsafe fn post_send(&self, first: &mut ibv::ibv_send_wr) -> Result<(), std::io::Error> {
         let mut bad: *mut ibv::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the QP is live; the chain is valid for the call (this function's contract).
-        match unsafe { ibv::ibv_post_send(self.raw.as_ptr(), first, &mut bad) } {
+        match unsafe { ibv::ibv_post_send(self.handle.raw(), first, &mut bad) } {
             0 => Ok(()),
             code => Err(std::io::Error::from_raw_os_error(code)),
         }
@@ -290,15 +278,7 @@ impl QueuePair {
         };
         let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: the QP is live; `wr` is valid for the call (no SGEs, nothing to keep alive).
-        check(unsafe { ibv::ibv_post_recv(self.raw.as_ptr(), &mut wr, &mut bad) }, "ibv_post_recv")
-    }
-}
-
-impl Drop for QueuePair {
-    fn drop(&mut self) {
-        // SAFETY: created by ibv_create_qp, destroyed once, before its CQs and PD (the fields,
-        // which drop after this body).
-        unsafe { ibv::ibv_destroy_qp(self.raw.as_ptr()) };
+        check(unsafe { ibv::ibv_post_recv(self.handle.raw(), &mut wr, &mut bad) }, "ibv_post_recv")
     }
 }
 
