@@ -130,6 +130,20 @@ impl StagingPipeline {
     }
 
     /// Submits the `count` copies in `dsts`/`srcs`/`sizes` on `stream`.
+    /// Makes `stream` (one of this pipeline's) wait for `event` (one of its events) before the
+    /// work queued on it next.
+    fn stream_waits(&self, stream: sys::CUstream, event: sys::CUevent) -> Result<(), GpuProbeError> {
+        // SAFETY: the pipeline's streams and events live as long as `self`; only those are passed.
+        unsafe { result::stream::wait_event(stream, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+            .map_err(driver_error("cuStreamWaitEvent"))
+    }
+
+    /// Records `event` (one of this pipeline's) on `stream` (one of its streams).
+    fn record(&self, event: sys::CUevent, stream: sys::CUstream) -> Result<(), GpuProbeError> {
+        // SAFETY: as in `stream_waits`: live handles owned by `self`.
+        unsafe { result::event::record(event, stream) }.map_err(driver_error("cuEventRecord"))
+    }
+
     fn submit(&mut self, count: usize, to_device: bool, stream: sys::CUstream) -> Result<(), GpuProbeError> {
         if self.batch {
             let mut attributes = sys::CUmemcpyAttributes {
@@ -213,39 +227,19 @@ impl StagingPipeline {
             if needs_source {
                 if direction == CopyDirection::GpuToGpu && group >= groups {
                     // Reuse a ring group only once its previous contents reached the device.
-                    // SAFETY: both handles are live for the life of `self`.
-                    unsafe {
-                        result::stream::wait_event(
-                            self.d2h,
-                            self.h2d_done[ring_group],
-                            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                        )
-                    }
-                    .map_err(driver_error("cuStreamWaitEvent"))?;
+                    self.stream_waits(self.d2h, self.h2d_done[ring_group])?;
                 }
                 self.fill(group, count, len, ring_group, false, source)?;
                 self.submit(count, false, self.d2h)?;
-                // SAFETY: live event and stream.
-                unsafe { result::event::record(self.d2h_done[ring_group], self.d2h) }
-                    .map_err(driver_error("cuEventRecord"))?;
+                self.record(self.d2h_done[ring_group], self.d2h)?;
             }
             if needs_target {
                 if direction == CopyDirection::GpuToGpu {
-                    // SAFETY: live handles.
-                    unsafe {
-                        result::stream::wait_event(
-                            self.h2d,
-                            self.d2h_done[ring_group],
-                            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                        )
-                    }
-                    .map_err(driver_error("cuStreamWaitEvent"))?;
+                    self.stream_waits(self.h2d, self.d2h_done[ring_group])?;
                 }
                 self.fill(group, count, len, ring_group, true, target)?;
                 self.submit(count, true, self.h2d)?;
-                // SAFETY: live handles.
-                unsafe { result::event::record(self.h2d_done[ring_group], self.h2d) }
-                    .map_err(driver_error("cuEventRecord"))?;
+                self.record(self.h2d_done[ring_group], self.h2d)?;
             }
         }
         for stream in [self.d2h, self.h2d] {
