@@ -1,6 +1,6 @@
 //! DeepEP-compatible buffer sizing: **a different meaning of the same name.**
 //!
-//! Our [`rdma_hint_model::compute_hint`] answers "which *block size* should this NIC path use" from the
+//! Our [`compute_hint`](crate::compute_hint) answers "which *block size* should this NIC path use" from the
 //! hardware. DeepEP's `Buffer.get_low_latency_rdma_size_hint(T, H, num_ranks, E)` answers
 //! "how many *bytes of RDMA buffer* do the low-latency MoE kernels need for this model shape"
 //! (BF16 activations), independent of hardware. This module reproduces DeepEP's formulas

@@ -3,8 +3,8 @@
 //! The CUDA driver calls that tell rdma-hint which GPUs this machine has (feature `driver`,
 //! through cudarc, `libcuda` loaded at run time). Without the feature, or on a machine without
 //! `libcuda`, [`probe_gpus`] answers a [`GpuProbeError`] that says which. The staged backend's
-//! GPU memory uses [`init_driver`] and [`driver_error`] so every driver call is checked the
-//! same way.
+//! GPU memory uses `init_driver` and `driver_error` (feature `driver`), so every driver call is
+//! checked the same way.
 
 use rdma_hint_model::GpuFacts;
 use thiserror::Error;
