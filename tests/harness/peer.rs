@@ -2,6 +2,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// How long [`Peer::expect`] waits for a line before it fails the test (a wedged peer must not
+/// hang the suite).
+pub const EXPECT_WITHIN: Duration = Duration::from_secs(180);
 
 /// Environment variable that carries the role of a peer process.
 pub const ROLE_VAR: &str = "RDMA_HINT_PEER";
@@ -19,7 +25,7 @@ pub fn peer_role() -> Option<String> {
 pub struct Peer {
     /// The process.
     pub child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    lines: Receiver<String>,
 }
 
 impl Peer {
@@ -47,20 +53,38 @@ impl Peer {
             command.env(name, value);
         }
         let mut child = command.spawn().expect("spawn peer process");
-        let lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        // Read on a thread of its own, so `expect` can give up at its deadline.
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         Peer { child, lines }
     }
 
     /// What follows `prefix` on the next line that holds it (libtest prefixes the first line
-    /// a test prints with `test peer_main ... `). Panics when the peer exits first.
+    /// a test prints with `test peer_main ... `). Panics when the peer exits first or no such
+    /// line comes within [`EXPECT_WITHIN`].
     pub fn expect(&mut self, prefix: &str) -> String {
-        for line in self.lines.by_ref() {
-            let line = line.expect("read peer stdout");
-            if let Some(at) = line.find(prefix) {
-                return line[at + prefix.len()..].trim().to_string();
+        let deadline = Instant::now() + EXPECT_WITHIN;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(at) = line.find(prefix) {
+                        return line[at + prefix.len()..].trim().to_string();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("the peer printed no {prefix} within {EXPECT_WITHIN:?}")
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!("peer exited before printing {prefix}"),
             }
         }
-        panic!("peer exited before printing {prefix}");
     }
 }
 

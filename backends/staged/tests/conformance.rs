@@ -1,7 +1,7 @@
 //! The shared `Transport` contract (tests/conformance) over the staged backend's two
 //! channels, with real sockets and shm files.
 
-use rdma_hint_conformance::{pair, suite, two_hosts, Backend, Transport};
+use rdma_hint_conformance::{pair, shared, suite, two_hosts, Backend, Transport};
 use rdma_hint_staged::{StagedChannel, StagedTransport};
 use rdma_hint_transport::TransportError;
 use std::time::{Duration, Instant};
@@ -36,6 +36,7 @@ two_hosts! { tcp: Staged(StagedChannel::Tcp) }
 /// the link is up (its mapping or socket reader would write into freed memory).
 #[test]
 fn an_exposed_region_cannot_be_released_while_the_peer_is_connected() {
+    let _shared = shared();
     for channel in StagedChannel::ALL {
         let p = pair(&Staged(channel), 1 << 20, "127.0.0.1:0".parse().unwrap());
         let busy = p.receiver.deregister(p.target.id);

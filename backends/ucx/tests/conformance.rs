@@ -2,7 +2,7 @@
 //! transports on loopback, and what only the UCX backend has: progress threads that sleep, and
 //! a deregister that waits out unsignalled puts.
 
-use rdma_hint_conformance::{alone, pair, suite, two_hosts, Backend, Transport, TEST_TOKEN};
+use rdma_hint_conformance::{alone, pair, shared, suite, two_hosts, Backend, Transport, TEST_TOKEN};
 use rdma_hint_transport::WriteOp;
 use rdma_hint_ucx::UcxTransport;
 use std::time::Duration;
@@ -13,10 +13,13 @@ impl Backend for Ucx {
     type Transport = UcxTransport;
 
     fn open(&self, token: Option<&[u8]>) -> UcxTransport {
-        // UCX's tcp transport stays on loopback too (peers in namespaces get their veth).
-        if std::env::var_os("UCX_NET_DEVICES").is_none() {
-            std::env::set_var("UCX_NET_DEVICES", "lo");
-        }
+        // UCX's tcp transport stays on loopback (peers in namespaces get their veth): the
+        // environment must say so before any thread starts (test-all.sh exports it), as
+        // setting it here would race UCX's own getenv on other test threads.
+        assert!(
+            std::env::var_os("UCX_NET_DEVICES").is_some(),
+            "run the UCX tests with UCX_NET_DEVICES=lo (test-all.sh does)"
+        );
         let transport = UcxTransport::open(Some(self.0)).expect("UCX");
         match token {
             Some(token) => transport.with_token(token).expect("token"),
@@ -66,6 +69,7 @@ fn idle_connections_do_not_spin() {
 /// when it returns every byte has reached the peer; nothing reads unmapped memory.
 #[test]
 fn deregistering_a_source_waits_out_its_unsignalled_puts() {
+    let _shared = shared();
     let (block, blocks) = (4u64 << 20, 16u64);
     let len = block * blocks;
     let p = pair(&Ucx("tcp,self"), len, "127.0.0.1:0".parse().unwrap());

@@ -135,6 +135,11 @@ fn run(events: &Events, watched: &Watched, oob: &TcpStream) {
                 .fail(format!("polling the completion channel failed: {}", std::io::Error::last_os_error()));
             return;
         }
+        if fds[1].revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            // A broken channel would report forever and spin this thread.
+            events.fail(format!("the completion channel reported {:#x}", fds[1].revents));
+            return;
+        }
         if fds[1].revents != 0 {
             drain_channel(events, watched);
         }

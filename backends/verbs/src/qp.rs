@@ -252,19 +252,34 @@ impl QueuePair {
         )
     }
 
-    /// Posts the chain of send WRs starting at `first` with one `ibv_post_send`. On failure
-    /// the error is the errno value the provider returned (`ENOMEM`: the send queue is full).
+    /// Posts the chain of send WRs starting at `first` with one `ibv_post_send`. On failure,
+    /// how many WRs of the chain the provider took before the one it refused (`bad_wr`), and
+    /// the errno value it returned (`ENOMEM`: the send queue is full).
     ///
     /// # Safety
     ///
     /// Every WR of the chain (linked by `next`, ending in null) and the SGEs it points to must
-    /// be valid for the call, each SGE inside memory registered in this QP's PD.
-    pub(crate) unsafe fn post_send(&self, first: &mut ibv::ibv_send_wr) -> Result<(), std::io::Error> {
+    /// be valid for the call, and each SGE must lie in memory registered in this QP's PD that
+    /// stays registered until that WR's completion (or a later signalled one) has been polled.
+    pub(crate) unsafe fn post_send(
+        &self,
+        first: &mut ibv::ibv_send_wr,
+    ) -> Result<(), (usize, std::io::Error)> {
         let mut bad: *mut ibv::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the QP is live; the chain is valid for the call (this function's contract).
         match unsafe { ibv::ibv_post_send(self.handle.raw(), first, &mut bad) } {
             0 => Ok(()),
-            code => Err(std::io::Error::from_raw_os_error(code)),
+            code => {
+                // The WRs before `bad` were posted; walk the chain to count them.
+                let mut posted = 0;
+                let mut wr: *mut ibv::ibv_send_wr = first;
+                while !wr.is_null() && wr != bad {
+                    posted += 1;
+                    // SAFETY: `wr` is a WR of the caller's chain, valid for the call.
+                    wr = unsafe { (*wr).next };
+                }
+                Err((posted, std::io::Error::from_raw_os_error(code)))
+            }
         }
     }
 

@@ -408,15 +408,16 @@ impl Transport for VerbsTransport {
         }
         // SAFETY: the chain of `count` WRs (the last one's `next` null) and their SGEs lives in
         // `posting`, locked for the call; every SGE lies inside a region registered in the QP's
-        // PD (checked above, and the table's read lock keeps it registered).
-        if let Err(error) = unsafe { self.qp.post_send(&mut wrs[0]) } {
-            return Err(match error.raw_os_error() {
-                Some(libc::ENOMEM) => TransportError::QueueFull { given: count as u32, max: room as u32 },
-                _ => TransportError::Io(error),
-            });
-        }
-        posting.in_flight += count;
-        for op in ops {
+        // PD (checked above), and the WRs are counted in flight below, so `deregister` refuses
+        // their regions until their completions are polled.
+        let posted = unsafe { self.qp.post_send(&mut wrs[0]) };
+        // What the provider took is in flight whether or not it refused the rest.
+        let taken = match &posted {
+            Ok(()) => count,
+            Err((taken, _)) => *taken,
+        };
+        posting.in_flight += taken;
+        for op in &ops[..taken] {
             posting.since_signal += 1;
             if op.signalled {
                 let retired = posting.since_signal;
@@ -424,7 +425,10 @@ impl Transport for VerbsTransport {
                 posting.since_signal = 0;
             }
         }
-        Ok(())
+        posted.map_err(|(_, error)| match error.raw_os_error() {
+            Some(libc::ENOMEM) => TransportError::QueueFull { given: count as u32, max: room as u32 },
+            _ => TransportError::Io(error),
+        })
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
