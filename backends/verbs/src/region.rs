@@ -25,8 +25,10 @@ pub(crate) struct Region {
 }
 
 // SAFETY: `base` points into `_mapping`, owned by the region; the MRs are only deregistered on
-// drop. Every access copies bytes through raw pointers after a bounds check; concurrent writes
-// by the NIC are the RDMA contract.
+// drop. Every access copies bytes through raw pointers after a bounds check and no Rust
+// reference to the memory is ever formed, so concurrent writers (the NIC, or two threads'
+// `write_region` on overlapping ranges) can only leave mixed bytes, as on any RDMA target:
+// the transport does not order local copies against each other or against the peer.
 unsafe impl Send for Region {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Region {}
