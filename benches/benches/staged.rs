@@ -12,7 +12,8 @@ const TRANSFER: u64 = 16 << 20;
 const BLOCKS: [u64; 5] = [16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
 
 fn staged(c: &mut Criterion) {
-    for id in [TransportId::STAGED_SHM, TransportId::STAGED_TCP] {
+    for (id, group_name) in [(TransportId::STAGED_SHM, "staged_shm"), (TransportId::STAGED_TCP, "staged_tcp")]
+    {
         let deadline = Instant::now() + Duration::from_secs(3600);
         let receiver = open(&id, &OpenOptions::default()).expect("open");
         let target = receiver.register(MemoryKind::Host, TRANSFER).expect("register");
@@ -26,7 +27,7 @@ fn staged(c: &mut Criterion) {
         let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline).expect("dial")[0];
         let _receiver = accepting.join().expect("receiver");
 
-        let mut group = c.benchmark_group(format!("staged_{}", id.to_string().trim_start_matches("staged:")));
+        let mut group = c.benchmark_group(group_name);
         group
             .sample_size(10)
             .warm_up_time(Duration::from_millis(500))

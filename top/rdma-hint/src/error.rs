@@ -1,7 +1,7 @@
 //! Errors of the facade.
 
 use rdma_hint_discovery::sysfs::DiscoveryError;
-use rdma_hint_model::{HintError, SourceId};
+use rdma_hint_model::{HintError, SourceId, TransportId};
 use rdma_hint_transport::TransportError;
 use thiserror::Error;
 
@@ -27,7 +27,7 @@ pub enum Error {
     #[error("unknown transport `{transport}`; available: {available}")]
     UnknownTransport {
         /// The transport asked for.
-        transport: String,
+        transport: TransportId,
         /// The transports that exist.
         available: String,
     },
@@ -37,8 +37,17 @@ pub enum Error {
         /// The device.
         device: SourceId,
         /// The transport.
-        transport: String,
+        transport: TransportId,
         /// Why.
+        why: String,
+    },
+    /// No transport has a hint for the device (what [`TransportSelector::Auto`](crate::TransportSelector::Auto) answers
+    /// then).
+    #[error("no transport has a hint for {device}: {why}")]
+    NoTransport {
+        /// The device.
+        device: SourceId,
+        /// Why, and what exists.
         why: String,
     },
     /// A transport id that does not parse.
@@ -53,7 +62,7 @@ pub enum Error {
     #[error("{transport} needs the `{feature}` backend, which this build lacks: enable the cargo feature `{feature}` of rdma-hint")]
     FeatureMissing {
         /// The transport asked for.
-        transport: String,
+        transport: TransportId,
         /// The cargo feature that provides it.
         feature: &'static str,
     },
@@ -61,7 +70,7 @@ pub enum Error {
     #[error("{transport} is unavailable here: {source}")]
     Unavailable {
         /// The transport asked for.
-        transport: String,
+        transport: TransportId,
         /// The backend's reason.
         #[source]
         source: TransportError,

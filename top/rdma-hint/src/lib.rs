@@ -186,7 +186,7 @@ pub fn record_measurement(
     let profile = &profile_of(device, transport)?;
     let file = measured::cache_file().ok_or_else(|| Error::NoPath {
         device,
-        transport: transport.to_string(),
+        transport: transport.clone(),
         why: "no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".into(),
     })?;
     let entry = measured::MeasuredHint {
@@ -201,7 +201,7 @@ pub fn record_measurement(
     };
     measured::store(&file, entry).map_err(|e| Error::NoPath {
         device,
-        transport: transport.to_string(),
+        transport: transport.clone(),
         why: format!("writing {}: {e}", file.display()),
     })?;
     HintCache::global().clear();
@@ -224,7 +224,7 @@ fn source_in(inventory: &Inventory, device: Device) -> Result<&profiles::Source,
 
 fn profile_in(inventory: &Inventory, device: Device, transport: &TransportId) -> Result<PathProfile, Error> {
     let unknown = || Error::UnknownTransport {
-        transport: transport.to_string(),
+        transport: transport.clone(),
         available: transport_ids(inventory).join(", "),
     };
     if let Some(candidate) = inventory.candidates.iter().find(|c| match c {
@@ -234,7 +234,7 @@ fn profile_in(inventory: &Inventory, device: Device, transport: &TransportId) ->
         return match candidate {
             Ok(profile) => Ok(profile.clone()),
             Err((_, transport, why)) => {
-                Err(Error::NoPath { device, transport: transport.to_string(), why: why.clone() })
+                Err(Error::NoPath { device, transport: transport.clone(), why: why.clone() })
             }
         };
     }
@@ -244,7 +244,7 @@ fn profile_in(inventory: &Inventory, device: Device, transport: &TransportId) ->
             let tls = transport.ucx_tls().unwrap_or_default();
             let ucx = backends::ucx_transport(&tls).map_err(|why| Error::NoPath {
                 device,
-                transport: transport.to_string(),
+                transport: transport.clone(),
                 why,
             })?;
             Ok(profiles::software_profile(source.facts.clone(), &ucx))
@@ -298,9 +298,8 @@ fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector
         TransportSelector::Auto => {
             let hints: Vec<SizeHint> =
                 for_device.filter_map(|c| c.as_ref().ok()).filter_map(|p| cached_hint(p).ok()).collect();
-            auto_choice(&hints).cloned().ok_or_else(|| Error::NoPath {
+            auto_choice(&hints).cloned().ok_or_else(|| Error::NoTransport {
                 device,
-                transport: "auto".into(),
                 why: format!(
                     "no RDMA NIC and no software transport has a hint for it (available: {}){}",
                     transport_ids(inventory).join(", "),

@@ -100,7 +100,7 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
 
 #[cfg(any(feature = "ucx", feature = "verbs"))]
 fn unavailable(id: &TransportId) -> impl FnOnce(rdma_hint_transport::TransportError) -> Error + '_ {
-    move |source| Error::Unavailable { transport: id.to_string(), source }
+    move |source| Error::Unavailable { transport: id.clone(), source }
 }
 
 #[cfg(feature = "staged")]
@@ -120,7 +120,7 @@ fn open_staged(
 
 #[cfg(not(feature = "staged"))]
 fn open_staged(id: &TransportId, _: StagedChannelId, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    Err(Error::FeatureMissing { transport: id.to_string(), feature: "staged" })
+    Err(Error::FeatureMissing { transport: id.clone(), feature: "staged" })
 }
 
 #[cfg(feature = "ucx")]
@@ -131,7 +131,7 @@ fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
 
 #[cfg(not(feature = "ucx"))]
 fn open_ucx(id: &TransportId, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    Err(Error::FeatureMissing { transport: id.to_string(), feature: "ucx" })
+    Err(Error::FeatureMissing { transport: id.clone(), feature: "ucx" })
 }
 
 #[cfg(feature = "verbs")]
@@ -142,7 +142,7 @@ fn open_verbs(id: &TransportId, device: &str, options: &OpenOptions) -> Result<B
 
 #[cfg(not(feature = "verbs"))]
 fn open_verbs(id: &TransportId, _: &str, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    Err(Error::FeatureMissing { transport: id.to_string(), feature: "verbs" })
+    Err(Error::FeatureMissing { transport: id.clone(), feature: "verbs" })
 }
 
 /// `transport` with the token and remote-listening choice of `options` applied.
