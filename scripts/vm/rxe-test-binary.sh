@@ -1,7 +1,7 @@
-# Sourced by the VM scripts (from the checkout root): builds backends/verbs/tests/rxe.rs,
-# backends/verbs/tests/conformance.rs (`conformance`) and the
+# Sourced by the VM scripts (from the checkout root): builds backends/verbs/tests/conformance.rs
+# (the shared contract over rxe0 and the verbs-only tests) and the
 # embedder's tests (tests/embedder, feature verbs) and copies them into target/vm/ inside the
-# checkout, shared with the VM read-write at the same path (RXE_VM_RWDIR): `bin` is the rxe
+# checkout, shared with the VM read-write at the same path (RXE_VM_RWDIR): `bin` is the verbs
 # test, `embedder_bins` the embedder's. The VM sees the host root read-only but mounts fresh
 # tmpfs on /tmp, so a checkout or CARGO_TARGET_DIR under /tmp would otherwise be invisible.
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -14,14 +14,10 @@ for line in sys.stdin:
         print(message["target"]["name"], message["executable"])'
 }
 mkdir -p target/vm
-bin=$(test_executables -p rdma-hint-verbs --test rxe | awk '$1 == "rxe" { print $2 }')
-[ -n "$bin" ] || { echo "$0: no rxe test binary built" >&2; exit 1; }
-cp "$bin" target/vm/rxe
-bin=$PWD/target/vm/rxe
-conformance=$(test_executables -p rdma-hint-verbs --test conformance | awk '$1 == "conformance" { print $2 }')
-[ -n "$conformance" ] || { echo "$0: no verbs conformance test binary built" >&2; exit 1; }
-cp "$conformance" target/vm/verbs-conformance
-conformance=$PWD/target/vm/verbs-conformance
+bin=$(test_executables -p rdma-hint-verbs --test conformance | awk '$1 == "conformance" { print $2 }')
+[ -n "$bin" ] || { echo "$0: no verbs conformance test binary built" >&2; exit 1; }
+cp "$bin" target/vm/verbs-conformance
+bin=$PWD/target/vm/verbs-conformance
 embedder_bins=()
 while read -r name path; do
     cp "$path" "target/vm/embedder-$name"

@@ -1,12 +1,21 @@
 //! The shared `Transport` contract (tests/conformance) over Soft-RoCE, and what only an RDMA
-//! NIC has: capabilities queried from the device, a link that goes down under the QP. These
+//! NIC has: capabilities queried from the device, a link that goes down under the QP, a wrong
+//! rkey (a proxy rewrites it in the hello) failing as a typed completion error. The suite's
+//! peer roles (`receiver`, `sender` for instance `rxe`) also carry the two-VM run
+//! (`scripts/vm/verbs-two-vms.sh`). These
 //! need an RDMA device, so they are `#[ignore]`d (reported as ignored, never as passed); the VM
 //! harness (`scripts/vm/verbs-tests.sh`, which CI runs) runs them with `--ignored` where
 //! `RXE_DEV` names the rxe device and `RXE_NETDEV` the netdev under it.
 
 use rdma_hint_chunker::{Transfer, TransferError};
-use rdma_hint_conformance::{chunker, pair, suite, Backend, Scale};
+use rdma_hint_conformance::{
+    chunker, deadline, pair, spawn_receiver, suite, Backend, Scale, Transport, TEST_TOKEN,
+};
+use rdma_hint_transport::{MemoryKind, PeerEndpoint, TransportError};
+use rdma_hint_verbs::wire::Hello;
 use rdma_hint_verbs::VerbsTransport;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 /// The rxe device the VM harness set up.
@@ -86,4 +95,77 @@ fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
     }
     assert!(elapsed < Duration::from_secs(25), "ended after {elapsed:?}");
     eprintln!("link down: sender ended after {elapsed:?}: {}", result.unwrap_err());
+}
+
+/// Forwards the out-of-band exchange between a dialer and `receiver`, rewriting the rkey the
+/// receiver advertises, then keeps both sockets open (piping the ready bytes).
+fn rkey_rewriting_proxy(receiver: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut dialer, _) = listener.accept().unwrap();
+        let mut upstream = TcpStream::connect(receiver).unwrap();
+        // The proxy holds the token (an insider rewriting rkeys): it authenticates each leg.
+        let token = rdma_hint_oob::Token::new(TEST_TOKEN).unwrap();
+        rdma_hint_oob::authenticate(&mut upstream, Some(&token), rdma_hint_oob::Role::Dialer).unwrap();
+        rdma_hint_oob::authenticate(&mut dialer, Some(&token), rdma_hint_oob::Role::Listener).unwrap();
+        let mut theirs = Hello::decode(&mut upstream).unwrap();
+        for region in &mut theirs.regions {
+            region.rkey ^= 0x5a5a;
+        }
+        dialer.write_all(&theirs.encode()).unwrap();
+        let mine = Hello::decode(&mut dialer).unwrap();
+        upstream.write_all(&mine.encode()).unwrap();
+        let mut byte = [0u8; 1];
+        upstream.read_exact(&mut byte).unwrap();
+        dialer.write_all(&byte).unwrap();
+        dialer.read_exact(&mut byte).unwrap();
+        upstream.write_all(&byte).unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    address
+}
+
+#[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
+fn a_wrong_rkey_fails_as_a_typed_completion_error() {
+    let (mut peer, address) = spawn_receiver("rxe", 1 << 20, 1, "127.0.0.1:0".parse().unwrap());
+    let transport = SoftRoce.open(Some(TEST_TOKEN));
+    let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+    let proxy = rkey_rewriting_proxy(address);
+    let remote = rdma_hint_transport::blocking::block_on(transport.connect(
+        PeerEndpoint::Dial(proxy),
+        &[],
+        deadline(60),
+    ))
+    .unwrap()[0];
+    let started = Instant::now();
+    let result = rdma_hint_transport::blocking::block_on(chunker(&transport, 64 * 1024).write(
+        &transport,
+        Transfer::new(&source, &remote, 1 << 20),
+        deadline(30),
+    ));
+    match result {
+        // IBV_WC_REM_ACCESS_ERR = 10: the responder refused the rkey.
+        Err(TransferError::Transport {
+            source: TransportError::Completion { code, .. },
+            confirmed_bytes,
+        }) => {
+            assert_eq!(code, 10, "expected IBV_WC_REM_ACCESS_ERR");
+            assert_eq!(confirmed_bytes, 0);
+        }
+        other => panic!("expected a remote access error, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // The QP is in error now: later posts fail at once with a typed error.
+    let again = rdma_hint_transport::blocking::block_on(chunker(&transport, 4096).write(
+        &transport,
+        Transfer::new(&source, &remote, 4096),
+        deadline(5),
+    ));
+    assert!(
+        matches!(again, Err(TransferError::Transport { source: TransportError::PeerGone(_), .. })),
+        "{again:?}"
+    );
+    drop(peer.child.kill());
 }

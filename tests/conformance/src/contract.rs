@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, TEST_TOKEN};
 use crate::pair::{chunker, deadline, pair, round_trip, Pair};
-use crate::peer::spawn;
+use crate::peer::{spawn, spawn_receiver};
 use crate::Subject;
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
 use rdma_hint_integration_tests::{ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts};
@@ -13,7 +13,7 @@ use rdma_hint_transport::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp,
 };
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -72,10 +72,7 @@ pub fn writes_to_a_peer_process_arrive_byte_exact<B: Backend>(s: &Subject<'_, B>
     let _shared = shared();
     for len in ladder(s.backend.scale().ladder_max_bytes) {
         let seed = len ^ 0x5eed;
-        let listen = s.backend.listen_address().to_string();
-        let vars = [("LEN", len.to_string()), ("SEED", seed.to_string()), ("LISTEN", listen)];
-        let mut peer = spawn(s.key, None, "receiver", &vars);
-        let address: SocketAddr = peer.expect("LISTENING").parse().expect("address");
+        let (mut peer, address) = spawn_receiver(s.key, len, seed, s.backend.listen_address());
         let transport = s.backend.open(Some(TEST_TOKEN));
         let source = transport.register(MemoryKind::Host, len.next_multiple_of(4096)).expect("register");
         transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).expect("fill");
@@ -182,10 +179,7 @@ pub fn a_receiver_process_killed_mid_transfer_fails_the_sender_in_time<B: Backen
     let _shared = shared();
     let scale = s.backend.scale();
     let len = 4 * scale.long_transfer_bytes;
-    let listen = s.backend.listen_address().to_string();
-    let vars = [("LEN", len.to_string()), ("SEED", "3".into()), ("LISTEN", listen)];
-    let mut peer = spawn(s.key, None, "receiver", &vars);
-    let address: SocketAddr = peer.expect("LISTENING").parse().expect("address");
+    let (mut peer, address) = spawn_receiver(s.key, len, 3, s.backend.listen_address());
     let transport = s.backend.open(Some(TEST_TOKEN));
     let source = transport.register(MemoryKind::Host, len).expect("register");
     let remote =

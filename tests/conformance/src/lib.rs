@@ -32,6 +32,7 @@ pub mod peer;
 pub use backend::{Backend, Scale, TEST_TOKEN};
 pub use contract::{alone, shared};
 pub use pair::{chunker, deadline, pair, round_trip, Pair};
+pub use peer::spawn_receiver;
 pub use rdma_hint_transport::Transport;
 
 /// Generates the suite for each `name: backend` (an expression of a type that implements

@@ -6,8 +6,9 @@ use crate::pair::{chunker, deadline};
 use rdma_hint_chunker::Transfer;
 use rdma_hint_integration_tests::{env, first_mismatch, peer_role, random_bytes, Peer};
 use rdma_hint_transport::blocking::block_on;
-use rdma_hint_transport::{Arrival, MemoryKind, PeerEndpoint, Transport};
+use rdma_hint_transport::{Arrival, MemoryKind, PeerEndpoint, Transport, TransportError};
 use std::io::Write;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Names the suite instance a peer process opens.
@@ -17,6 +18,15 @@ pub const BACKEND_VAR: &str = "RDMA_HINT_CONFORMANCE_BACKEND";
 pub fn backend_key() -> Option<String> {
     peer_role()?;
     Some(env(BACKEND_VAR))
+}
+
+/// Spawns a `receiver` for instance `key` listening on `listen` that expects `len` bytes from
+/// `seed` with immediate 7; returns it and the address it listens on.
+pub fn spawn_receiver(key: &str, len: u64, seed: u64, listen: SocketAddr) -> (Peer, SocketAddr) {
+    let vars = [("LEN", len.to_string()), ("SEED", seed.to_string()), ("LISTEN", listen.to_string())];
+    let mut peer = spawn(key, None, "receiver", &vars);
+    let address = peer.expect("LISTENING").parse().expect("the receiver's address");
+    (peer, address)
 }
 
 /// Spawns this binary as `role` for instance `key` (inside `netns` when given).
@@ -44,7 +54,8 @@ pub fn run<B: Backend>(backend: &B) {
 }
 
 /// Registers `LEN` bytes, says where to dial (`LISTENING`), then checks the arrival and every
-/// byte against `SEED` (`RESULT OK len`), and stays until killed.
+/// byte against `SEED` (`RESULT OK len`), and stays `STAY_S` seconds (default 120) or until
+/// killed.
 fn receiver<T: Transport>(transport: &T) {
     let len: u64 = env("LEN").parse().expect("LEN");
     let seed: u64 = env("SEED").parse().expect("SEED");
@@ -66,7 +77,8 @@ fn receiver<T: Transport>(transport: &T) {
         }
         Err(e) => say(format!("RESULT ERROR {e}")),
     }
-    std::thread::sleep(Duration::from_secs(120));
+    let stay = std::env::var("STAY_S").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
+    std::thread::sleep(Duration::from_secs(stay));
 }
 
 /// Dials `DIAL` and writes `LEN` bytes from `SEED` with immediate 7 (`SENT len`); as
@@ -76,12 +88,14 @@ fn sender<T: Transport>(transport: &T, outcome: bool) {
     let seed: u64 = env("SEED").parse().expect("SEED");
     let source = transport.register(MemoryKind::Host, len.next_multiple_of(4096)).expect("register");
     transport.write_region(source.id, 0, &random_bytes(len as usize, seed)).expect("fill");
-    let remote = block_on(transport.connect(
-        PeerEndpoint::Dial(env("DIAL").parse().expect("DIAL")),
-        &[],
-        deadline(60),
-    ))
-    .expect("dial")[0];
+    // The receiver may not listen yet (another VM still booting): a refused dial is retried.
+    let (peer, until) = (PeerEndpoint::Dial(env("DIAL").parse().expect("DIAL")), deadline(120));
+    let remote = loop {
+        match block_on(transport.connect(peer, &[], until)) {
+            Err(TransportError::Refused { .. }) if Instant::now() < until => continue,
+            connected => break connected.expect("dial")[0],
+        }
+    };
     say("CONNECTED".into());
     let mut chunker = chunker(transport, 64 * 1024);
     let transfer = Transfer::new(&source, &remote, len).notify(7);

@@ -117,7 +117,7 @@ pub(crate) fn software_profile(source: SourceFacts, transport: &backends::Softwa
     let mut facts = transport.facts.clone();
     // From GPU memory the staged shm channel does not memcpy: the copy engine writes the peer's
     // page-locked mapping, so the GPU's PCIe link bounds it, not the memcpy rate.
-    if let (TransportId::STAGED_SHM, Some(_), Some(link)) = (facts.id.clone(), source.gpu(), source.pcie) {
+    if let (true, Some(_), Some(link)) = (facts.id == TransportId::STAGED_SHM, source.gpu(), source.pcie) {
         facts.wire_gbps = link.effective_gbps();
         facts.per_op_overhead_us = STAGED_SHM_GPU_PER_BLOCK_US;
         facts.rate_note = Some("GPU source: the copy engine writes the peer's page-locked mapping".into());
