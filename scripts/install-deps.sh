@@ -5,17 +5,24 @@ set -euo pipefail
 
 # libucx-dev + clang/libclang-dev: the UCX backend's bindgen -sys crate (no-install-recommends keeps
 # libtool out); cmake + clang: rdma-mummy-sys (the verbs backend's run-time libibverbs loader).
-# benches/ucx-vs-perftest.sh installs ucx-utils itself; scripts/vm/run-in-vm.sh installs qemu,
-# the Debian kernel, rdma-core and perftest for the Soft-RoCE VM.
+# benches/ucx-vs-perftest.sh installs ucx-utils itself; scripts/vm/run-in-vm.sh brings qemu, the
+# Debian kernel, the rxe provider and perftest for the Soft-RoCE VM.
 packages=(ca-certificates curl build-essential pkg-config python3 iproute2 libucx-dev clang libclang-dev cmake)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if ((${#missing[@]})); then
-    echo "install-deps: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
+    # Never at the cost of a package the machine has: no removal, no upgrade, no downgrade.
+    changes=$(apt-get install -s --no-install-recommends "${missing[@]}" 2>/dev/null |
+        awk '$1 == "Remv" || ($1 == "Inst" && $3 ~ /^\[/) { print $2, $3 }' | tr -d '[]' | paste -sd, -)
+    if [ -n "$changes" ]; then
+        echo "install-deps: installing ${missing[*]} would remove or change ${changes//,/, }; install them yourself without that" >&2
+        exit 2
+    fi
+    echo "install-deps: installing ${missing[*]}"
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 

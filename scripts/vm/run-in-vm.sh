@@ -7,7 +7,8 @@
 # stock kernel (package linux-image-amd64, which has rdma_rxe.ko = Soft-RoCE),
 # with a real ibverbs device "rxe0" ready. It installs only missing packages and
 # never removes or downgrades one; the kernel is this machine's own when it has
-# rdma_rxe, else the package unpacked into the cache (not installed into /boot).
+# rdma_rxe, else the package unpacked into the cache (not installed into /boot); qemu is
+# unpacked the same way where apt cannot install it without removing a package the machine has.
 #
 #   usage: run-in-vm.sh CMD [ARG...]     (one argument = shell code for bash -c)
 #   e.g.   run-in-vm.sh ibv_devinfo -d rxe0
@@ -43,7 +44,7 @@
 #                   unpacked under $RXE_VM_CACHE/kernel-root, never installed)
 #   RXE_VM_KERNEL_FROM=package  use the unpacked package even if /boot has a kernel
 #   RXE_VM_RWDIR    host dir shared read-write ("" = none; default $PWD)
-#   RXE_VM_CACHE    where vmlinux/initramfs (and an unpacked kernel) are cached
+#   RXE_VM_CACHE    where vmlinux/initramfs (and an unpacked kernel and qemu) are cached
 #                   (default /var/cache/rxe-vm; not under /tmp, which the guest cannot see)
 #   RXE_VM_NO_INSTALL=1  never run apt-get (default: install what is missing)
 #   RXE_VM_MTU      MTU of the netdev under rxe0 (default 9000 -> active_mtu 4096;
@@ -64,38 +65,95 @@ RWDIR=${RXE_VM_RWDIR-$PWD}
 log() { echo "run-in-vm: $*" >&2; }
 
 # ---- 1. packages (Debian 12): only what is missing, never removing or downgrading --------
+# qemu comes from apt when apt can install it as the machine is. Where it cannot (an image with a
+# newer qemu-utils from a suite its apt sources lack: installing Debian's qemu-system-x86 would
+# remove it), its libraries are installed and the qemu packages themselves are downloaded and
+# unpacked under $CACHE/qemu-root, as the kernel is: nothing the machine has is removed or changed.
+QEMU_PKGS_RE='^(qemu-.*|seabios|ipxe-qemu)$'
+QROOT=$CACHE/qemu-root
 apt_updated=0
+apt_update() { [ "$apt_updated" = 1 ] || { apt-get update -qq >&2; apt_updated=1; }; }
+# Packages the machine has that apt would remove, upgrade or downgrade to install "$@" (with
+# their versions): empty when it can install them as the machine is. An upgrade counts: rdma-core,
+# say, pulls a udev that upgrades the machine's systemd.
+apt_changes() {
+    apt-get install -s --no-install-recommends "$@" 2>/dev/null |
+        awk '$1 == "Remv" || ($1 == "Inst" && $3 ~ /^\[/) { print $2, $3 }' |
+        tr -d '[]' | paste -sd, - | sed 's/,/, /g'
+}
 apt_install() { # packages...
     export DEBIAN_FRONTEND=noninteractive
-    [ "$apt_updated" = 1 ] || { apt-get update -qq >&2; apt_updated=1; }
-    # --no-remove: apt aborts instead of removing a package the machine has (a newer qemu-utils,
-    # say); then try the suite that package came from, so the new ones match it.
-    apt-get install -y -qq --no-install-recommends --no-remove "$@" >&2 && return 0
-    local suite=""
-    if dpkg-query -W -f='${Status}' qemu-utils 2>/dev/null | grep -q "install ok installed"; then
-        suite=$(apt-cache policy qemu-utils | awk '$1 == "***" { mine = 1; next }
-            mine && $2 ~ /:\/\// { split($3, s, "/"); print s[1]; exit } mine && $1 !~ /^[0-9]+$/ { exit }')
+    apt_update
+    local changes
+    changes=$(apt_changes "$@")
+    if [ -n "$changes" ]; then
+        log "installing $* would remove or change $changes; install them yourself without that (or set RXE_VM_NO_INSTALL=1)"
+        exit 2
     fi
-    if [ -n "$suite" ] && apt-get install -y -qq --no-install-recommends --no-remove -t "$suite" "$@" >&2; then
-        return 0
-    fi
-    log "cannot install $* without removing or changing installed packages; install them yourself (or set RXE_VM_NO_INSTALL=1)"
-    exit 2
+    log "installing $*"
+    apt-get install -y -qq --no-install-recommends --no-remove "$@" >&2
 }
+qemu_unpacked() {
+    local D changes libs qemu_debs
+    mkdir -p "$CACHE"
+    exec 7>"$CACHE/.qemu-lock"; flock 7
+    if [ ! -x "$QROOT/usr/bin/qemu-system-x86_64" ]; then
+        apt_update
+        changes=$(apt_changes qemu-system-x86)
+        # What apt would install for qemu-system-x86: the qemu packages are unpacked, the rest
+        # (shared libraries nothing installed conflicts with) installed.
+        mapfile -t wanted < <(apt-get install -s --no-install-recommends qemu-system-x86 2>/dev/null |
+            awk '$1 == "Inst" { print $2 }')
+        qemu_debs=(); libs=()
+        for package in "${wanted[@]}"; do
+            if [[ $package =~ $QEMU_PKGS_RE ]]; then qemu_debs+=("$package"); else libs+=("$package"); fi
+        done
+        ((${#qemu_debs[@]})) || { log "apt offers no qemu-system-x86 to unpack"; exit 2; }
+        log "apt cannot install qemu-system-x86 as this machine is (it would remove or change ${changes:-nothing}): unpacking ${qemu_debs[*]} into $QROOT (not installed)"
+        ((${#libs[@]} == 0)) || apt_install "${libs[@]}"
+        D=$(mktemp -d)
+        (cd "$D" && apt-get download -qq "${qemu_debs[@]}" >&2)
+        rm -rf "$QROOT.tmp"; mkdir -p "$QROOT.tmp"
+        for deb in "$D"/*.deb; do dpkg-deb -x "$deb" "$QROOT.tmp"; done
+        rm -rf "$D"
+        # The firmware links are absolute (/usr/share/qemu/bios-256k.bin -> /usr/share/seabios/...):
+        # point them into the unpacked root.
+        find "$QROOT.tmp" -type l | while read -r link; do
+            target=$(readlink "$link")
+            case "$target" in /*) ln -sfn "$QROOT$target" "$link" ;; esac
+        done
+        rm -rf "$QROOT"; mv "$QROOT.tmp" "$QROOT"
+    fi
+    flock -u 7
+}
+QEMU=qemu-system-x86_64
+QEMU_FIRMWARE=()
+if ! command -v qemu-system-x86_64 >/dev/null && [ -x "$QROOT/usr/bin/qemu-system-x86_64" ]; then QEMU=unpacked; fi
 need_pkgs=()
-command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
+[ "$QEMU" = unpacked ] || command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
 [ -x /bin/busybox ] && /bin/busybox --list | grep -x insmod >/dev/null || need_pkgs+=(busybox-static)
 command -v cpio  >/dev/null || need_pkgs+=(cpio)
 command -v xz    >/dev/null || need_pkgs+=(xz-utils)
 command -v modprobe >/dev/null || need_pkgs+=(kmod)
 command -v rdma  >/dev/null || need_pkgs+=(iproute2)
 command -v ibv_devinfo >/dev/null || need_pkgs+=(ibverbs-utils)
-[ -e /etc/libibverbs.d/rxe.driver ] || need_pkgs+=(ibverbs-providers rdma-core)
+# The rxe provider only: rdma-core (udev rules, services) is not needed to use rxe0 in the VM.
+[ -e /etc/libibverbs.d/rxe.driver ] || need_pkgs+=(ibverbs-providers)
 command -v ib_write_bw >/dev/null || need_pkgs+=(perftest)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
-    [ "${RXE_VM_NO_INSTALL:-0}" = 1 ] && { log "missing packages: ${need_pkgs[*]}"; exit 2; }
-    log "installing ${need_pkgs[*]}"
-    apt_install "${need_pkgs[@]}"
+    [ "${RXE_VM_NO_INSTALL:-0}" = 1 ] && { log "missing packages: ${need_pkgs[*]} (RXE_VM_NO_INSTALL=1: not installing)"; exit 2; }
+    apt_update
+    if [[ " ${need_pkgs[*]} " == *" qemu-system-x86 "* ]] && [ -n "$(apt_changes qemu-system-x86)" ]; then
+        mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | grep -vx qemu-system-x86)
+        qemu_unpacked
+        QEMU=unpacked
+    fi
+    ((${#need_pkgs[@]} == 0)) || apt_install "${need_pkgs[@]}"
+fi
+if [ "$QEMU" = unpacked ]; then
+    QEMU=$QROOT/usr/bin/qemu-system-x86_64
+    export QEMU_MODULE_DIR=$QROOT/usr/lib/x86_64-linux-gnu/qemu
+    QEMU_FIRMWARE=(-L "$QROOT/usr/share/qemu" -L "$QROOT/usr/share/seabios" -L "$QROOT/usr/lib/ipxe/qemu")
 fi
 
 # ---- 2. kernel: this machine's own (a /boot/vmlinuz-* whose modules have rdma_rxe), else
@@ -282,7 +340,7 @@ fi
 set +e
 # "| cat": the guest console chardev writes to /proc/self/fd/1, which must be a
 # pipe (a regular file would be reopened with O_TRUNC and a separate offset).
-timeout --kill-after=10 "$TIMEOUT" qemu-system-x86_64 "${QARGS[@]}" -append "$APPEND" </dev/null | cat
+timeout --kill-after=10 "$TIMEOUT" "$QEMU" "${QEMU_FIRMWARE[@]}" "${QARGS[@]}" -append "$APPEND" </dev/null | cat
 qrc=${PIPESTATUS[0]}
 set -e
 rc=$(cat "$JOB/rc" 2>/dev/null || echo 125)
