@@ -9,8 +9,8 @@ pub mod write_bw;
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};
 use rdma_hint::chunker::PostPolicy;
-use rdma_hint::model::{TransportFacts, TransportId, TransportKind};
-use rdma_hint::transport::{
+use rdma_hint::hint_core::{TransportFacts, TransportId, TransportKind};
+use rdma_hint::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 /// The library's own blocking executor (allocation-free after its first call on a thread).
-pub use rdma_hint::transport::blocking::block_on;
+pub use rdma_hint::toolkit::blocking::block_on;
 
 /// A transport that moves no bytes: every signalled op completes at once. Measures what the
 /// posting machinery itself costs per block.
@@ -104,7 +104,7 @@ impl Transport for NullTransport {
         Ok(())
     }
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        Ok(rdma_hint::transport::queue::drain(&self.completions, out))
+        Ok(rdma_hint::toolkit::queue::drain(&self.completions, out))
     }
     async fn wait_completions(
         &self,

@@ -3,9 +3,7 @@
 //! first post to the last completion (how `ucx_perftest -t ucp_put_bw` and `ib_write_bw`
 //! measure). The examples only open their transport and call [`run`].
 
-use rdma_hint::transport::{
-    Arrival, Completion, MemoryKind, PeerEndpoint, Transport, TransportError, WriteOp,
-};
+use rdma_hint::{Arrival, Completion, MemoryKind, PeerEndpoint, Transport, TransportError, WriteOp};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

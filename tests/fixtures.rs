@@ -2,7 +2,7 @@
 
 use rdma_hint::discovery::topology::NicKind;
 use rdma_hint::discovery::Topology;
-use rdma_hint::model::{PathClass, SourceId};
+use rdma_hint::hint_core::{PathClass, SourceId};
 use rdma_hint::{probe, ProbeOptions};
 use rdma_hint_integration_tests::sysfs_fixture;
 use std::collections::BTreeMap;

@@ -8,8 +8,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rdma_hint::chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
-use rdma_hint::model::SourceId;
-use rdma_hint::transport::{MemoryKind, PeerEndpoint, RemoteRegion, Transport};
+use rdma_hint::hint_core::SourceId;
+use rdma_hint::{MemoryKind, PeerEndpoint, RemoteRegion, Transport};
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
 use std::time::{Duration, Instant};
 

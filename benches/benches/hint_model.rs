@@ -2,7 +2,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use rdma_hint::model::{compute_hint, DriverVersions, HintPolicy, PathProfile};
+use rdma_hint::hint_core::{compute_hint, DriverVersions, HintPolicy, PathProfile};
 use rdma_hint::{HintCache, HintKey};
 
 fn hint_model(c: &mut Criterion) {

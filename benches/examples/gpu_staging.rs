@@ -5,7 +5,7 @@
 //! `gpu_staging [TOTAL_MIB]` (default 1024 MiB moved per block size; needs libcuda).
 
 use rdma_hint::discovery::Topology;
-use rdma_hint::model::{
+use rdma_hint::hint_core::{
     compute_hint, HintPolicy, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
     TransportKind,
 };

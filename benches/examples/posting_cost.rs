@@ -4,8 +4,8 @@
 //! `posting_cost chunker|hand BLOCK_BYTES TRANSFERS`
 
 use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint::model::SourceId;
-use rdma_hint::transport::{RemoteRegion, Transport};
+use rdma_hint::hint_core::SourceId;
+use rdma_hint::{RemoteRegion, Transport};
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
 use std::time::{Duration, Instant};
 

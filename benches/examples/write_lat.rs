@@ -46,9 +46,8 @@ fn complete(transport: &dyn Transport, deadline: Instant) {
     let mut completions = [Completion::EMPTY; 4];
     let mut got = 0;
     while got == 0 {
-        got =
-            rdma_hint::transport::blocking::block_on(transport.wait_completions(&mut completions, deadline))
-                .expect("completion");
+        got = rdma_hint::toolkit::blocking::block_on(transport.wait_completions(&mut completions, deadline))
+            .expect("completion");
     }
 }
 
@@ -56,7 +55,7 @@ fn arrive(transport: &dyn Transport, deadline: Instant) {
     let mut arrivals = [Arrival::EMPTY; 4];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::transport::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
+        got = rdma_hint::toolkit::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
             .expect("arrival");
     }
 }
@@ -71,7 +70,7 @@ fn main() -> Result<(), String> {
     let [id, bytes, role, address, iterations] = args.as_slice() else {
         return Err("usage: write_lat TRANSPORT_ID BYTES serve|run ADDRESS ITERATIONS".into());
     };
-    let id: TransportId = id.parse().map_err(|e: rdma_hint::model::TransportIdError| e.to_string())?;
+    let id: TransportId = id.parse().map_err(|e: rdma_hint::hint_core::TransportIdError| e.to_string())?;
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
     let iterations: usize = iterations.parse().map_err(|e| format!("iterations: {e}"))?;
     let address = address.parse().map_err(|e| format!("address: {e}"))?;

@@ -2,8 +2,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_hint_model::validate::{validate_hint, HintLimits};
-use rdma_hint_model::{compute_hint, HintError, HintPolicy, PathClass, PathProfile, SourceKind};
+use rdma_hint_core::validate::{validate_hint, HintLimits};
+use rdma_hint_core::{compute_hint, HintError, HintPolicy, PathClass, PathProfile, SourceKind};
 
 fn f64_at(data: &[u8], at: usize) -> f64 {
     let mut bytes = [0u8; 8];

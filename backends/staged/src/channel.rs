@@ -1,8 +1,8 @@
 //! The two channels of the staged backend and what the model may assume about them.
 
-use rdma_hint_model::TransportId;
-use rdma_hint_model::{TransportFacts, TransportKind};
-use rdma_hint_transport::{Capabilities, MemoryKind};
+use rdma_hint_core::TransportId;
+use rdma_hint_core::{Capabilities, MemoryKind};
+use rdma_hint_core::{TransportFacts, TransportKind};
 use std::fmt;
 
 /// How staged blocks cross between processes.

@@ -4,7 +4,7 @@
 //! in its (authenticated) hello; a connection to it counts only from a process of the same
 //! user (`SO_PEERCRED`) that presents the cookie. Then both sides send their descriptors.
 
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;

@@ -2,7 +2,8 @@
 //! through a descriptor we hand it (never a name in a shared directory), and the peer's regions
 //! mapped here. All access goes through bounds-checked raw copies.
 
-use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
+use rdma_hint_core::TransportError;
+use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::alloc::Layout;
 use std::fs::File;
 use std::net::TcpStream;

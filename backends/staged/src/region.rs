@@ -2,7 +2,7 @@
 //! GPU memory staged through pinned buffers on its way to and from the wire.
 
 use crate::memory::{Direction, Memory};
-use rdma_hint_transport::{MemoryKind, TransportError};
+use rdma_hint_core::{MemoryKind, TransportError};
 use std::net::TcpStream;
 
 /// A registered region's memory.

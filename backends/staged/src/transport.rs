@@ -7,12 +7,12 @@ use crate::memory::Memory;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
-use rdma_hint_oob::Rendezvous;
-use rdma_hint_transport::wait::WaitModeCell;
-use rdma_hint_transport::{
+use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_oob::Rendezvous;
+use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 /// its own, so `connect` never blocks the awaiting task's thread.
 ///
 /// ```no_run
-/// use rdma_hint_transport::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_toolkit::BlockingTransport;
 /// use rdma_hint_staged::{StagedChannel, StagedTransport};
 /// use std::time::{Duration, Instant};
 ///

@@ -13,8 +13,9 @@
 
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
 use bytes::{Buf, BufMut};
+use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, truncated, WireReader};
-use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
+use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::io::Read;
 
 /// Handshake magic.
@@ -23,7 +24,7 @@ pub const MAGIC: [u8; 8] = *b"RDMAHINT";
 /// authentication before it, and shm regions travel as descriptors, not file names).
 pub const VERSION: u16 = 3;
 /// Regions one side may expose (the transport-wide limit).
-pub use rdma_hint_transport::MAX_REGIONS;
+pub use rdma_hint_toolkit::MAX_REGIONS;
 /// Size of a frame header in bytes.
 pub const HEADER_BYTES: usize = 40;
 /// Size of one region in a hello in bytes: id u32, len u64.

@@ -2,8 +2,8 @@
 //! channels, with real sockets and shm files.
 
 use rdma_hint_conformance::{pair, shared, suite, two_hosts, Backend, Transport};
+use rdma_hint_core::TransportError;
 use rdma_hint_staged::{StagedChannel, StagedTransport};
-use rdma_hint_transport::TransportError;
 use std::time::{Duration, Instant};
 
 struct Staged(StagedChannel);

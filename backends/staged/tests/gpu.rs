@@ -47,11 +47,9 @@ fn without_a_driver_the_error_says_so() {
 
 mod transport {
     use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-    use rdma_hint_model::SourceId;
+    use rdma_hint_core::SourceId;
+    use rdma_hint_core::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, WriteOp};
     use rdma_hint_staged::{StagedChannel, StagedTransport};
-    use rdma_hint_transport::{
-        Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, WriteOp,
-    };
     use std::time::{Duration, Instant};
 
     /// Both ends of `channel` on this host, connected: the sender's regions of `sources`
@@ -71,7 +69,7 @@ mod transport {
         let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         let listening = std::thread::spawn(move || {
-            rdma_hint_transport::blocking::block_on(receiver.connect(
+            rdma_hint_toolkit::blocking::block_on(receiver.connect(
                 PeerEndpoint::Listen(address),
                 &[target.id],
                 deadline,
@@ -81,12 +79,9 @@ mod transport {
         });
         let sender = StagedTransport::new(channel);
         let sources = sources.iter().map(|kind| sender.register(*kind, len).unwrap()).collect();
-        let remote = rdma_hint_transport::blocking::block_on(sender.connect(
-            PeerEndpoint::Dial(address),
-            &[],
-            deadline,
-        ))
-        .unwrap()[0];
+        let remote =
+            rdma_hint_toolkit::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+                .unwrap()[0];
         Pair { sender, receiver: listening.join().unwrap(), sources, target, remote, deadline }
     }
 
@@ -98,7 +93,7 @@ mod transport {
             self.sender.write_region(source.id, 0, data).unwrap();
             let mut chunker = Chunker::new(PostPolicy::default(), self.sender.capabilities()).unwrap();
             chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
-            rdma_hint_transport::blocking::block_on(chunker.write(
+            rdma_hint_toolkit::blocking::block_on(chunker.write(
                 &self.sender,
                 Transfer::new(source, &self.remote, len).notify(1),
                 self.deadline,
@@ -109,7 +104,7 @@ mod transport {
 
         fn landed_after_arrival(&self, offset: u64, len: u64) -> Vec<u8> {
             let mut arrivals = [Arrival::EMPTY; 1];
-            let got = rdma_hint_transport::blocking::block_on(
+            let got = rdma_hint_toolkit::blocking::block_on(
                 self.receiver.wait_arrivals(&mut arrivals, self.deadline),
             );
             assert_eq!(got.unwrap(), 1);
@@ -212,7 +207,7 @@ mod transport {
         let address = listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let accepting = std::thread::spawn(move || {
-            rdma_hint_transport::blocking::block_on(listener.connect(
+            rdma_hint_toolkit::blocking::block_on(listener.connect(
                 PeerEndpoint::Listen(address),
                 &[host.id],
                 deadline,
@@ -221,7 +216,7 @@ mod transport {
         });
         let dialer = StagedTransport::new(StagedChannel::SharedMemory);
         let region = dialer.register(MemoryKind::CudaDevice { ordinal: 0 }, 1 << 20).unwrap();
-        let error = rdma_hint_transport::blocking::block_on(dialer.connect(
+        let error = rdma_hint_toolkit::blocking::block_on(dialer.connect(
             PeerEndpoint::Dial(address),
             &[region.id],
             deadline,

@@ -10,12 +10,11 @@ use crate::region::Region;
 use crate::status::{completion_code, status_text};
 use crate::transport::MAX_WRS_PER_POST;
 use crate::worker::{Ucp, NOTICE_AM_ID};
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
 use rdma_hint_oob::{peer_left, PeerLoss};
-use rdma_hint_transport::queue::EventSender;
-use rdma_hint_transport::region_table::RegionLen;
-use rdma_hint_transport::{
-    Arrival, Completion, CompletionStatus, RegionId, RegionTable, TransportError, WriteOp,
-};
+use rdma_hint_toolkit::queue::EventSender;
+use rdma_hint_toolkit::region_table::RegionLen;
+use rdma_hint_toolkit::RegionTable;
 use rdma_hint_ucx_sys as sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;

@@ -10,7 +10,7 @@
 //! `rdma-hint probe` shows UCX hints with UCX's numbers.
 //!
 //! ```no_run
-//! use rdma_hint_transport::Transport;
+//! use rdma_hint_core::Transport;
 //! use rdma_hint_ucx::UcxTransport;
 //!
 //! let transport = UcxTransport::open(Some("shm,self")).unwrap();
@@ -29,7 +29,7 @@ pub mod wire;
 mod worker;
 
 pub use perf::Estimate;
-pub use rdma_hint_transport::MAX_REGION_BYTES;
+pub use rdma_hint_toolkit::MAX_REGION_BYTES;
 pub use transport::UcxTransport;
 
 /// Backend name used in transport ids (`ucx:<transports>`).

@@ -8,8 +8,8 @@
 
 use crate::status::{setup, status_text, unavailable};
 use crate::worker::Ucp;
-use rdma_hint_model::{KIB, MIB};
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
+use rdma_hint_core::{KIB, MIB};
 use rdma_hint_ucx_sys as sys;
 use std::ffi::CStr;
 

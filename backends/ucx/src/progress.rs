@@ -4,9 +4,10 @@
 use crate::engine::Engine;
 use crate::region::Region;
 use crate::wire::MAX_REGIONS;
+use rdma_hint_core::{Arrival, Completion};
 use rdma_hint_oob::peer_left;
-use rdma_hint_transport::queue::EventQueue;
-use rdma_hint_transport::{Arrival, Completion, RegionTable};
+use rdma_hint_toolkit::queue::EventQueue;
+use rdma_hint_toolkit::RegionTable;
 use rdma_hint_ucx_sys as sys;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};

@@ -1,9 +1,10 @@
 //! Host memory the transport allocates and maps with `ucp_mem_map`.
 
 use crate::status::status_text;
-use rdma_hint_transport::region_table::RegionLen;
-use rdma_hint_transport::transport::check_range;
-use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
+use rdma_hint_core::transport::check_range;
+use rdma_hint_core::TransportError;
+use rdma_hint_toolkit::region_table::RegionLen;
+use rdma_hint_toolkit::MAX_REGION_BYTES;
 use rdma_hint_ucx_sys as sys;
 
 /// Memory UCP allocated and mapped (`UCP_MEM_MAP_ALLOCATE`), so that on shared memory it lives

@@ -1,6 +1,6 @@
 //! UCX status codes as rdma-hint errors.
 
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use rdma_hint_ucx_sys as sys;
 use std::ffi::CStr;
 
@@ -25,7 +25,7 @@ pub(crate) fn unavailable(reason: String) -> TransportError {
     TransportError::Unavailable { backend: crate::BACKEND, reason }
 }
 
-/// A status code as the `u32` that [`rdma_hint_transport::CompletionStatus::Failed`] carries: the
+/// A status code as the `u32` that [`rdma_hint_core::CompletionStatus::Failed`] carries: the
 /// magnitude of UCX's negative error code (`UCS_ERR_CONNECTION_RESET` = -25 → 25).
 pub(crate) fn completion_code(status: sys::ucs_status_t) -> u32 {
     u32::from(status.unsigned_abs())

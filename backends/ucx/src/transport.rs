@@ -7,16 +7,16 @@ use crate::region::Region;
 use crate::wire::{screen_worker_address, ExposedRegion, Hello, MAX_REGIONS, READY};
 use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
-use rdma_hint_model::TransportId;
-use rdma_hint_model::{TransportFacts, TransportKind};
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_transport::queue::{event_queue, EventQueue};
-use rdma_hint_transport::wait::{wait, WaitModeCell};
-use rdma_hint_transport::MAX_REGION_BYTES;
-use rdma_hint_transport::{
+use rdma_hint_core::TransportId;
+use rdma_hint_core::{
     Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
     Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_core::{TransportFacts, TransportKind};
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
+use rdma_hint_toolkit::queue::{event_queue, EventQueue};
+use rdma_hint_toolkit::wait::{wait, WaitModeCell};
+use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,7 +42,8 @@ pub(crate) const MAX_WRS_PER_POST: u32 = 64;
 /// syntax), or `UCX_TLS` from the environment when none is given.
 ///
 /// ```no_run
-/// use rdma_hint_transport::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_toolkit::BlockingTransport;
 /// use rdma_hint_ucx::UcxTransport;
 /// use std::time::{Duration, Instant};
 ///

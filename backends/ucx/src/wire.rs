@@ -8,8 +8,9 @@
 //! side sends one [`READY`] byte; a side that rejected the peer closes the socket instead.
 
 use bytes::{Buf, BufMut};
+use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error, put_preamble, put_prefixed_u16, WireReader};
-use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
+use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::io::Read;
 
 /// Hello magic.
@@ -18,7 +19,7 @@ pub const MAGIC: [u8; 8] = *b"RDMAHUCX";
 /// authentication before it).
 pub const VERSION: u16 = 2;
 /// Regions one side may expose (the transport-wide limit).
-pub use rdma_hint_transport::MAX_REGIONS;
+pub use rdma_hint_toolkit::MAX_REGIONS;
 /// Longest UCP worker address accepted, in bytes.
 pub const MAX_WORKER_ADDRESS_BYTES: usize = 16 * 1024;
 /// Longest packed rkey accepted, in bytes.

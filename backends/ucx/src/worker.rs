@@ -1,7 +1,7 @@
 //! One UCP context with one worker: creation, teardown and the calls made on the worker.
 
 use crate::status::{setup, status_text, unavailable};
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use rdma_hint_ucx_sys as sys;
 use std::ffi::{c_void, CString};
 use std::os::fd::RawFd;

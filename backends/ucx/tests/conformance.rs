@@ -3,7 +3,7 @@
 //! a deregister that waits out unsignalled puts.
 
 use rdma_hint_conformance::{alone, pair, shared, suite, two_hosts, Backend, Transport, TEST_TOKEN};
-use rdma_hint_transport::WriteOp;
+use rdma_hint_core::WriteOp;
 use rdma_hint_ucx::UcxTransport;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 use crate::device::ListedDevice;
 use crate::handle::Owned;
 use crate::status::unavailable;
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 
 /// An open device context, closed on drop.

@@ -6,7 +6,7 @@
 use crate::context::Context;
 use crate::handle::Owned;
 use crate::status::unavailable;
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 use std::os::fd::RawFd;
 use std::sync::Arc;

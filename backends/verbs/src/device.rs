@@ -2,8 +2,8 @@
 
 use crate::context::Context;
 use crate::status::unavailable;
-use rdma_hint_model::{TransportFacts, TransportId, TransportKind};
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
+use rdma_hint_core::{TransportFacts, TransportId, TransportKind};
 use rdma_mummy_sys as ibv;
 use std::ffi::CStr;
 use std::marker::PhantomData;

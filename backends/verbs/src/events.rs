@@ -4,9 +4,9 @@
 
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::lending::Lent;
+use rdma_hint_core::TransportError;
 use rdma_hint_oob::{peer_left, PeerLoss};
-use rdma_hint_transport::wait::Notifier;
-use rdma_hint_transport::TransportError;
+use rdma_hint_toolkit::wait::Notifier;
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -7,7 +7,7 @@
 //! a machine without rdma-core and [`devices`] answers why there is nothing to use.
 //!
 //! ```no_run
-//! use rdma_hint_transport::Transport;
+//! use rdma_hint_core::Transport;
 //! use rdma_hint_verbs::VerbsTransport;
 //!
 //! let transport = VerbsTransport::open(Some("rxe0")).unwrap();
@@ -34,7 +34,7 @@ mod transport;
 pub mod wire;
 
 pub use device::{devices, library_loaded, DeviceFacts};
-pub use rdma_hint_transport::MAX_REGION_BYTES;
+pub use rdma_hint_toolkit::MAX_REGION_BYTES;
 pub use transport::{VerbsTransport, UNKNOWN_REGION};
 
 /// Backend name used in transport ids (`verbs:<device>`).

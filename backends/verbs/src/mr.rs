@@ -4,7 +4,7 @@
 use crate::handle::Owned;
 use crate::pd::ProtectionDomain;
 use crate::status::unavailable;
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 use crate::context::Context;
 use crate::handle::Owned;
 use crate::status::unavailable;
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 use std::sync::Arc;
 

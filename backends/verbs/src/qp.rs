@@ -6,7 +6,7 @@ use crate::cq::CompletionQueue;
 use crate::handle::Owned;
 use crate::pd::ProtectionDomain;
 use crate::status::check;
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -5,9 +5,10 @@ use crate::mr::MemoryRegion;
 use crate::pd::ProtectionDomain;
 use crate::wire::ExposedRegion;
 use memmap2::MmapMut;
-use rdma_hint_transport::region_table::RegionLen;
-use rdma_hint_transport::transport::check_range;
-use rdma_hint_transport::{TransportError, MAX_REGION_BYTES};
+use rdma_hint_core::transport::check_range;
+use rdma_hint_core::TransportError;
+use rdma_hint_toolkit::region_table::RegionLen;
+use rdma_hint_toolkit::MAX_REGION_BYTES;
 use rdma_mummy_sys as ibv;
 use std::sync::Arc;
 

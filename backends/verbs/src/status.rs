@@ -1,6 +1,6 @@
 //! Errors of verbs calls as rdma-hint errors.
 
-use rdma_hint_transport::TransportError;
+use rdma_hint_core::TransportError;
 
 /// [`TransportError::Unavailable`] for `call`, with the OS error it left in `errno`.
 pub(crate) fn unavailable(call: &str) -> TransportError {

@@ -11,12 +11,13 @@ use crate::region::Region;
 use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_transport::wait::{wait, WaitModeCell};
-use rdma_hint_transport::{
+use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RegionTable, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
+use rdma_hint_toolkit::wait::{wait, WaitModeCell};
+use rdma_hint_toolkit::RegionTable;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -72,7 +73,8 @@ struct Polling {
 /// ([`WaitMode::BusyPoll`]). A peer that dies is `PeerGone` at once, before RC retries run out.
 ///
 /// ```no_run
-/// use rdma_hint_transport::{BlockingTransport, MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+/// use rdma_hint_toolkit::BlockingTransport;
 /// use rdma_hint_verbs::VerbsTransport;
 /// use std::time::{Duration, Instant};
 ///

@@ -1,6 +1,6 @@
 //! What a backend tells the suite: how to open a transport, and how much it can move.
 
-use rdma_hint_transport::Transport;
+use rdma_hint_core::Transport;
 use std::net::SocketAddr;
 
 /// The token both ends of every test pair hold, for backends that require one (and for the

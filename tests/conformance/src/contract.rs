@@ -6,12 +6,12 @@ use crate::pair::{chunker, deadline, pair, round_trip, Pair};
 use crate::peer::{spawn, spawn_receiver};
 use crate::Subject;
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
-use rdma_hint_integration_tests::{ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts};
-use rdma_hint_model::SourceId;
-use rdma_hint_transport::blocking::block_on;
-use rdma_hint_transport::{
+use rdma_hint_core::SourceId;
+use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp,
 };
+use rdma_hint_integration_tests::{ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts};
+use rdma_hint_toolkit::blocking::block_on;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};

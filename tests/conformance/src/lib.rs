@@ -33,7 +33,7 @@ pub use backend::{Backend, Scale, TEST_TOKEN};
 pub use contract::{alone, shared};
 pub use pair::{chunker, deadline, pair, round_trip, Pair};
 pub use peer::spawn_receiver;
-pub use rdma_hint_transport::Transport;
+pub use rdma_hint_core::Transport;
 
 /// Generates the suite for each `name: backend` (an expression of a type that implements
 /// [`Backend`]): a module `name` with one `#[test]` per contract rule, and one `peer_main`.

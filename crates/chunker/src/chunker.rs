@@ -1,0 +1,160 @@
+//! Per-source hints and the transfer entry point.
+
+use crate::error::{PlanError, TransferError};
+use crate::pipeline::{Pipeline, TransferReport};
+use crate::plan::{BlockSpec, ChunkPlan};
+use crate::policy::PostPolicy;
+use rdma_hint_core::{Capabilities, LocalRegion, MemoryKind, RemoteRegion, Transport};
+use rdma_hint_core::{SizeHint, SourceId};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Chunks transfers by the hint of their source device and posts them through a [`Pipeline`].
+///
+/// Host regions use the hint of the configured host NUMA node (node 0 unless
+/// [`set_host_node`](Chunker::set_host_node) says otherwise); CUDA regions the hint of their GPU.
+#[derive(Debug)]
+pub struct Chunker {
+    hints: BTreeMap<SourceId, BlockSpec>,
+    host_node: u32,
+    latency_first: Option<f64>,
+    pipeline: Pipeline,
+}
+
+impl Chunker {
+    /// A chunker with no hints yet, posting with `policy` fitted to `caps`.
+    pub fn new(policy: PostPolicy, caps: &Capabilities) -> Result<Chunker, PlanError> {
+        Ok(Chunker {
+            hints: BTreeMap::new(),
+            host_node: 0,
+            latency_first: None,
+            pipeline: Pipeline::new(policy, caps)?,
+        })
+    }
+
+    /// Sets the block spec for one source.
+    pub fn set_hint(&mut self, source: SourceId, spec: BlockSpec) {
+        self.hints.insert(source, spec);
+    }
+
+    /// Sets the block spec of `hint.source` from the hint.
+    pub fn set_size_hint(&mut self, hint: &SizeHint) -> Result<(), PlanError> {
+        self.hints.insert(hint.source, BlockSpec::from_hint(hint)?);
+        Ok(())
+    }
+
+    /// Which NUMA node host regions belong to.
+    pub fn set_host_node(&mut self, node: u32) {
+        self.host_node = node;
+    }
+
+    /// Latency-first traffic: shrink every block to `fraction` of its hint (see
+    /// [`BlockSpec::shrunk`]); `None` takes the full hint.
+    pub fn set_latency_first(&mut self, fraction: Option<f64>) {
+        self.latency_first = fraction;
+    }
+
+    /// The posting policy in use.
+    pub fn policy(&self) -> PostPolicy {
+        self.pipeline.policy()
+    }
+
+    /// The source a region of `kind` belongs to (`None` for dma-buf regions, whose device the
+    /// chunker cannot know: name it with [`Transfer::from_source`]).
+    pub fn source_of(&self, kind: MemoryKind) -> Option<SourceId> {
+        match kind {
+            MemoryKind::Host => Some(SourceId::Host(self.host_node)),
+            MemoryKind::CudaDevice { ordinal } => Some(SourceId::Gpu(ordinal)),
+            MemoryKind::DmaBuf => None,
+        }
+    }
+
+    /// The block spec used for `source` (after the latency-first knob).
+    pub fn spec_for(&self, source: SourceId) -> Result<BlockSpec, PlanError> {
+        let spec = *self.hints.get(&source).ok_or(PlanError::NoHintForSource(source))?;
+        Ok(self.latency_first.map_or(spec, |fraction| spec.shrunk(fraction)))
+    }
+
+    /// Plans `len` bytes at `offset` of `local` with the hint of `source`.
+    pub fn plan_as(
+        &self,
+        source: SourceId,
+        local: &LocalRegion,
+        offset: u64,
+        len: u64,
+    ) -> Result<ChunkPlan, PlanError> {
+        ChunkPlan::new(local.len, offset, len, self.spec_for(source)?)
+    }
+
+    /// Writes `transfer.len` bytes in blocks of the hint of the transfer's source: the one
+    /// [`Transfer::from_source`] names, else the local region's device.
+    pub async fn write<T: Transport + ?Sized>(
+        &mut self,
+        transport: &T,
+        transfer: Transfer<'_>,
+        deadline: Instant,
+    ) -> Result<TransferReport, TransferError> {
+        let source = transfer.source.or_else(|| self.source_of(transfer.local.kind)).ok_or_else(|| {
+            PlanError::InvalidPolicy(
+                "a dma-buf region has no known source device; name it with Transfer::from_source".into(),
+            )
+        })?;
+        let plan = self.plan_as(source, transfer.local, transfer.local_offset, transfer.len)?;
+        self.pipeline.run(transport, &plan, &transfer, deadline).await
+    }
+
+    /// [`write`](Chunker::write), blocking the calling thread (for callers without an async
+    /// runtime; the thread parks while the transport waits).
+    pub fn write_blocking<T: Transport + ?Sized>(
+        &mut self,
+        transport: &T,
+        transfer: Transfer<'_>,
+        deadline: Instant,
+    ) -> Result<TransferReport, TransferError> {
+        rdma_hint_toolkit::blocking::block_on(self.write(transport, transfer, deadline))
+    }
+}
+
+/// One RDMA-WRITE-style transfer: `len` bytes from `local[local_offset..]` to
+/// `remote[remote_offset..]`, optionally announced to the receiver with an immediate value.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer<'a> {
+    /// Source region.
+    pub local: &'a LocalRegion,
+    /// Start in the source region, in bytes (a multiple of the alignment).
+    pub local_offset: u64,
+    /// Destination region (from `connect`).
+    pub remote: &'a RemoteRegion,
+    /// Start in the destination region, in bytes (a multiple of the alignment).
+    pub remote_offset: u64,
+    /// Payload bytes.
+    pub len: u64,
+    /// Immediate value delivered with the last block: the receiver's `poll_arrivals` /
+    /// `wait_arrivals` sees it once every byte of the transfer has landed.
+    pub notify: Option<u32>,
+    /// Whose hint cuts the blocks; `None`: the local region's device.
+    pub source: Option<SourceId>,
+}
+
+impl<'a> Transfer<'a> {
+    /// `len` bytes from the start of `local` to the start of `remote`, no notification.
+    pub fn new(local: &'a LocalRegion, remote: &'a RemoteRegion, len: u64) -> Transfer<'a> {
+        Transfer { local, local_offset: 0, remote, remote_offset: 0, len, notify: None, source: None }
+    }
+
+    /// The same transfer at other offsets.
+    pub fn at(self, local_offset: u64, remote_offset: u64) -> Transfer<'a> {
+        Transfer { local_offset, remote_offset, ..self }
+    }
+
+    /// The same transfer, announced to the receiver with `imm`.
+    pub fn notify(self, imm: u32) -> Transfer<'a> {
+        Transfer { notify: Some(imm), ..self }
+    }
+
+    /// The same transfer in blocks of `source`'s hint, whatever memory the local region is
+    /// (a dma-buf region, or a host region measured as another NUMA node's).
+    pub fn from_source(self, source: SourceId) -> Transfer<'a> {
+        Transfer { source: Some(source), ..self }
+    }
+}

@@ -1,0 +1,94 @@
+//! Errors of planning and of transfers.
+
+use rdma_hint_core::TransportError;
+use rdma_hint_core::{HintError, SourceId};
+use thiserror::Error;
+
+/// Why a plan cannot be made. Nothing has been posted when one of these is returned.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum PlanError {
+    /// A transfer of 0 bytes.
+    #[error("transfer length is 0 bytes")]
+    ZeroLength,
+    /// A block size and alignment the model's rules refuse (a zero block, an alignment that
+    /// is not a power of two, a block that is not a whole number of alignment units).
+    #[error(transparent)]
+    Spec(#[from] HintError),
+    /// A transfer offset (local or remote) that is not aligned.
+    #[error("{side} offset {offset} B is not a multiple of the alignment {align_bytes} B")]
+    MisalignedOffset {
+        /// `local` or `remote`.
+        side: &'static str,
+        /// Offset given.
+        offset: u64,
+        /// Alignment required.
+        align_bytes: u64,
+    },
+    /// The transfer runs past the end of a region.
+    #[error("{side} range {offset}+{len} B lies outside the {region_len} B region")]
+    OutOfRegion {
+        /// `local` or `remote`.
+        side: &'static str,
+        /// Offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Region length.
+        region_len: u64,
+    },
+    /// The tail's alignment padding would run past the end of a region.
+    #[error("padding the tail to {padded_end} B runs past the end of the {side} region ({region_len} B); register {padding} B more or pick a smaller alignment")]
+    PaddingOutsideRegion {
+        /// `local` or `remote`.
+        side: &'static str,
+        /// End of the padded tail, in region offsets.
+        padded_end: u64,
+        /// Region length.
+        region_len: u64,
+        /// Bytes missing.
+        padding: u64,
+    },
+    /// A posting policy that cannot work (window smaller than a batch, signalling rarer than
+    /// the window).
+    #[error("invalid posting policy: {0}")]
+    InvalidPolicy(String),
+    /// No hint is set for the source of the region.
+    #[error("no block hint set for {0}; call Chunker::set_hint first")]
+    NoHintForSource(SourceId),
+}
+
+/// Why a transfer stopped. `confirmed_bytes` counts payload bytes whose completion arrived,
+/// in order from the start of the transfer; nothing beyond them is reported delivered.
+#[derive(Debug, Error)]
+pub enum TransferError {
+    /// The transfer could not be planned; nothing was posted.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The transport failed.
+    #[error("transport error after {confirmed_bytes} B confirmed: {source}")]
+    Transport {
+        /// The transport's error.
+        source: TransportError,
+        /// Payload bytes confirmed delivered before it.
+        confirmed_bytes: u64,
+    },
+    /// The deadline passed first.
+    #[error("deadline passed after {confirmed_bytes} of {len} B confirmed")]
+    DeadlineExceeded {
+        /// Payload bytes confirmed delivered.
+        confirmed_bytes: u64,
+        /// Payload bytes asked for.
+        len: u64,
+    },
+}
+
+impl TransferError {
+    /// Payload bytes confirmed delivered before the error (0 for planning errors).
+    pub fn confirmed_bytes(&self) -> u64 {
+        match self {
+            TransferError::Plan(_) => 0,
+            TransferError::Transport { confirmed_bytes, .. }
+            | TransferError::DeadlineExceeded { confirmed_bytes, .. } => *confirmed_bytes,
+        }
+    }
+}

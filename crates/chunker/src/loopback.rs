@@ -1,0 +1,275 @@
+//! An in-process transport: regions are host buffers, a post is a `memcpy`, completions travel
+//! through a bounded crossbeam queue. Real data movement for tests and benches, not a mock.
+
+use async_trait::async_trait;
+use rdma_hint_core::{
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+};
+use rdma_hint_core::{TransportFacts, TransportKind};
+use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_toolkit::wait::WaitModeCell;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+/// Largest region the loopback transport registers (16 GiB): bigger asks are typed errors,
+/// not aborts.
+pub(crate) const MAX_REGION_BYTES: u64 = 16 << 30;
+
+#[derive(Debug, Default)]
+struct Regions {
+    buffers: Vec<Option<Vec<u8>>>,
+    exposed: Vec<bool>,
+}
+
+/// Two (or more) regions in one process, connected to itself.
+///
+/// `connect` exposes regions as remote regions of the same transport; `post_writes` copies
+/// each op's bytes right away and queues a completion for every signalled op (and wakes
+/// waits), so a wait only sleeps when nothing is outstanding, until its deadline.
+#[derive(Debug)]
+pub struct LoopbackTransport {
+    caps: Capabilities,
+    regions: Mutex<Regions>,
+    completed: EventSender<Completion>,
+    completions: EventQueue<Completion>,
+    arrived: EventSender<Arrival>,
+    arrivals: EventQueue<Arrival>,
+    wait_mode: WaitModeCell,
+}
+
+/// Writes-with-immediate the receiver side has not drained yet, at most.
+const MAX_PENDING_ARRIVALS: usize = 4096;
+
+impl LoopbackTransport {
+    /// A loopback transport allowing `max_outstanding` signalled completions in flight.
+    pub fn new(max_outstanding: u32) -> LoopbackTransport {
+        let max_outstanding = max_outstanding.max(1);
+        let (completed, completions) = event_queue(max_outstanding as usize);
+        let (arrived, arrivals) = event_queue(MAX_PENDING_ARRIVALS);
+        LoopbackTransport {
+            caps: Capabilities {
+                facts: TransportFacts {
+                    id: rdma_hint_core::TransportId::Loopback,
+                    kind: TransportKind::Loopback,
+                    wire_gbps: 10.0,
+                    nic_pcie: None,
+                    per_op_overhead_us: 0.05,
+                    mtu_bytes: None,
+                    max_msg_bytes: MAX_REGION_BYTES,
+                    max_payload_bytes: None,
+                    queried_from_backend: true,
+                    rate_note: None,
+                },
+                max_outstanding_wrs: max_outstanding,
+                max_wrs_per_post: 64,
+                max_sges: 1,
+                memory_kinds: vec![MemoryKind::Host],
+            },
+            regions: Mutex::new(Regions::default()),
+            completed,
+            completions,
+            arrived,
+            arrivals,
+            wait_mode: WaitModeCell::default(),
+        }
+    }
+
+    fn regions(&self) -> MutexGuard<'_, Regions> {
+        // Every critical section leaves the table consistent, so a poisoned lock is still usable.
+        self.regions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn buffer(regions: &Regions, id: RegionId) -> Result<&Vec<u8>, TransportError> {
+    regions.buffers.get(id.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(id))
+}
+
+fn range(offset: u64, len: usize, region_len: usize) -> Result<std::ops::Range<usize>, TransportError> {
+    let out = || TransportError::OutOfBounds {
+        side: "local",
+        offset,
+        len: len as u64,
+        region_len: region_len as u64,
+    };
+    let start = usize::try_from(offset).map_err(|_| out())?;
+    let end = start.checked_add(len).filter(|end| *end <= region_len).ok_or_else(out)?;
+    Ok(start..end)
+}
+
+#[async_trait]
+impl Transport for LoopbackTransport {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// Nothing to bind: the peer is this transport. Returns `address` unchanged.
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        Ok(address)
+    }
+
+    fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait_mode.set(mode);
+    }
+
+    fn wait_mode(&self) -> WaitMode {
+        self.wait_mode.get()
+    }
+
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        if kind != MemoryKind::Host {
+            return Err(TransportError::UnsupportedMemory { kind });
+        }
+        if len == 0 || len > MAX_REGION_BYTES {
+            return Err(TransportError::Registration {
+                len,
+                reason: format!("length must be 1 B … {MAX_REGION_BYTES} B"),
+            });
+        }
+        let mut buffer = Vec::new();
+        buffer
+            .try_reserve_exact(len as usize)
+            .map_err(|e| TransportError::Registration { len, reason: e.to_string() })?;
+        buffer.resize(len as usize, 0);
+        let mut regions = self.regions();
+        let id = RegionId(regions.buffers.len() as u32);
+        regions.buffers.push(Some(buffer));
+        regions.exposed.push(false);
+        Ok(LocalRegion { id, kind, len })
+    }
+
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        let mut regions = self.regions();
+        let index = region.0 as usize;
+        match regions.buffers.get_mut(index) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                regions.exposed[index] = false;
+                Ok(())
+            }
+            _ => Err(TransportError::UnregisteredRegion(region)),
+        }
+    }
+
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        let mut regions = self.regions();
+        let target = regions.buffers.get_mut(region.0 as usize).and_then(Option::as_mut);
+        let target = target.ok_or(TransportError::UnregisteredRegion(region))?;
+        let span = range(offset, data.len(), target.len())?;
+        target[span].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        let regions = self.regions();
+        let source = buffer(&regions, region)?;
+        let span = range(offset, out.len(), source.len())?;
+        out.copy_from_slice(&source[span]);
+        Ok(())
+    }
+
+    async fn connect(
+        &self,
+        _peer: PeerEndpoint,
+        expose: &[RegionId],
+        _deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        let mut regions = self.regions();
+        let mut remote = Vec::with_capacity(expose.len());
+        for id in expose {
+            let len = buffer(&regions, *id)?.len() as u64;
+            regions.exposed[id.0 as usize] = true;
+            remote.push(RemoteRegion { id: *id, len });
+        }
+        Ok(remote)
+    }
+
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        let mut regions = self.regions();
+        // Check every op before moving a byte: a rejected batch changes nothing.
+        let (mut signalled, mut notifying) = (0, 0);
+        for op in ops {
+            let local = buffer(&regions, op.local)?.len() as u64;
+            let remote = buffer(&regions, op.remote)?.len() as u64;
+            if !regions.exposed[op.remote.0 as usize] {
+                return Err(TransportError::UnregisteredRegion(op.remote));
+            }
+            op.check_lens(local, remote, self.caps.facts.max_msg_bytes)?;
+            signalled += usize::from(op.signalled);
+            notifying += usize::from(op.imm.is_some());
+        }
+        let free = self.caps.max_outstanding_wrs as usize - self.completions.len();
+        if signalled > free {
+            return Err(TransportError::QueueFull { given: signalled as u32, max: free as u32 });
+        }
+        if notifying > MAX_PENDING_ARRIVALS - self.arrivals.len() {
+            return Err(TransportError::QueueFull {
+                given: notifying as u32,
+                max: MAX_PENDING_ARRIVALS as u32,
+            });
+        }
+        for op in ops {
+            let (len, from, to) = (op.len as usize, op.local_offset as usize, op.remote_offset as usize);
+            if op.local == op.remote {
+                if let Some(buffer) = regions.buffers[op.local.0 as usize].as_mut() {
+                    buffer.copy_within(from..from + len, to);
+                }
+            } else {
+                // Taking the source out of the table lends both buffers at once without copying.
+                let source = regions.buffers[op.local.0 as usize].take();
+                if let (Some(source), Some(target)) =
+                    (&source, regions.buffers[op.remote.0 as usize].as_mut())
+                {
+                    target[to..to + len].copy_from_slice(&source[from..from + len]);
+                }
+                regions.buffers[op.local.0 as usize] = source;
+            }
+            if let Some(imm) = op.imm {
+                let arrival = Arrival { imm, region: op.remote, len: op.len };
+                if self.arrived.try_send(arrival).is_err() {
+                    return Err(TransportError::QueueFull { given: 1, max: 0 });
+                }
+            }
+            if op.signalled {
+                let completion = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
+                if self.completed.try_send(completion).is_err() {
+                    return Err(TransportError::QueueFull { given: 1, max: 0 });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
+        Ok(self.completions.try_drain(out).unwrap_or(0))
+    }
+
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+    ) -> Result<usize, TransportError> {
+        let mode = self.wait_mode.get();
+        self.completions.wait(out, mode, deadline, "loopback completions", closed).await
+    }
+
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        Ok(self.arrivals.try_drain(out).unwrap_or(0))
+    }
+
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        let mode = self.wait_mode.get();
+        self.arrivals.wait(out, mode, deadline, "loopback arrivals", closed).await
+    }
+}
+
+fn closed() -> TransportError {
+    TransportError::PeerGone("loopback queue closed".into())
+}

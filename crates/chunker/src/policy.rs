@@ -1,0 +1,133 @@
+//! How blocks become work requests: batch size per doorbell, signalling, window.
+
+use crate::error::PlanError;
+use rdma_hint_core::Capabilities;
+use serde::Serialize;
+
+/// Posting policy.
+///
+/// * `wrs_per_doorbell` (N): work requests per `post_writes` call (NCCL posts 8; perftest's
+///   `--post_list` any);
+/// * `signal_every` (k): every k-th block and the last one ask for a completion (perftest's
+///   `cq_mod`); one completion retires every block posted before it;
+/// * `window` (W): work requests outstanding at most (bounded by `max_qp_wr` and the CQ).
+///
+/// W ≥ N and W ≥ k, so the pipeline can always post a whole batch and always has a signalled
+/// request outstanding when it waits. W ≥ 2k keeps the queue from draining while waiting.
+///
+/// ```
+/// use rdma_hint_chunker::PostPolicy;
+/// let policy = PostPolicy::default();
+/// assert_eq!((policy.wrs_per_doorbell, policy.signal_every, policy.window), (8, 8, 64));
+/// assert!(PostPolicy { window: 4, ..policy }.validate().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PostPolicy {
+    /// Work requests per doorbell (N).
+    pub wrs_per_doorbell: u32,
+    /// Signal every k-th work request (and the last).
+    pub signal_every: u32,
+    /// Work requests outstanding at most (W).
+    pub window: u32,
+}
+
+impl Default for PostPolicy {
+    fn default() -> Self {
+        PostPolicy { wrs_per_doorbell: 8, signal_every: 8, window: 64 }
+    }
+}
+
+impl PostPolicy {
+    /// Checks the relations between N, k and W.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let PostPolicy { wrs_per_doorbell, signal_every, window } = *self;
+        if wrs_per_doorbell == 0 || signal_every == 0 || window == 0 {
+            return Err(PlanError::InvalidPolicy(format!(
+                "wrs_per_doorbell ({wrs_per_doorbell}), signal_every ({signal_every}) and window ({window}) must be at least 1"
+            )));
+        }
+        if window < wrs_per_doorbell {
+            return Err(PlanError::InvalidPolicy(format!(
+                "window {window} is smaller than a batch of {wrs_per_doorbell} work requests"
+            )));
+        }
+        if window < signal_every {
+            return Err(PlanError::InvalidPolicy(format!(
+                "window {window} is smaller than the signalling interval {signal_every}: the pipeline would wait with no completion coming"
+            )));
+        }
+        Ok(())
+    }
+
+    /// This policy within a transport's limits: N ≤ `max_wrs_per_post`, W ≤
+    /// `max_outstanding_wrs`, then k ≤ W.
+    pub fn fitted_to(&self, caps: &Capabilities) -> PostPolicy {
+        let window = self.window.min(caps.max_outstanding_wrs).max(1);
+        let wrs_per_doorbell = self.wrs_per_doorbell.min(caps.max_wrs_per_post).min(window).max(1);
+        PostPolicy { wrs_per_doorbell, signal_every: self.signal_every.min(window).max(1), window }
+    }
+
+    /// Which of `count` blocks ask for a completion, in block order: the schedule the
+    /// pipeline posts ([`SignalSchedule`]), every k-th block and the last.
+    ///
+    /// ```
+    /// use rdma_hint_chunker::PostPolicy;
+    /// let policy = PostPolicy { signal_every: 4, ..PostPolicy::default() };
+    /// let signalled: Vec<u64> = (0..10).zip(policy.signalled_blocks(10)).filter(|b| b.1).map(|b| b.0).collect();
+    /// assert_eq!(signalled, [3, 7, 9]);
+    /// ```
+    pub fn signalled_blocks(&self, count: u64) -> impl Iterator<Item = bool> {
+        let mut schedule = SignalSchedule::new(self);
+        (0..count).map(move |index| schedule.next_is_signalled() || index + 1 == count)
+    }
+
+    /// Signalled work requests of a transfer of `count` blocks: ⌈count / k⌉.
+    pub fn signalled_count(&self, count: u64) -> u64 {
+        count.div_ceil(u64::from(self.signal_every))
+    }
+
+    /// Batch `batch` of a plan with `count` blocks, as a range of block indices.
+    pub fn batch(&self, batch: u64, count: u64) -> std::ops::Range<u64> {
+        let start = (batch * u64::from(self.wrs_per_doorbell)).min(count);
+        start..self.batch_end(start, count)
+    }
+
+    /// The block index one past the batch that starts at block `start` (of `count`).
+    #[inline]
+    pub fn batch_end(&self, start: u64, count: u64) -> u64 {
+        (start + u64::from(self.wrs_per_doorbell)).min(count)
+    }
+
+    /// Number of batches (doorbells) for `count` blocks.
+    pub fn batch_count(&self, count: u64) -> u64 {
+        count.div_ceil(u64::from(self.wrs_per_doorbell))
+    }
+}
+
+/// Walks the signalling schedule one block at a time: every k-th block of a transfer asks for a
+/// completion (the caller adds the last block). A countdown, so the posting loop divides
+/// nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct SignalSchedule {
+    signal_every: u32,
+    until_signal: u32,
+}
+
+impl SignalSchedule {
+    /// The schedule of `policy`, at the first block of a transfer.
+    pub fn new(policy: &PostPolicy) -> SignalSchedule {
+        let signal_every = policy.signal_every.max(1);
+        SignalSchedule { signal_every, until_signal: signal_every }
+    }
+
+    /// Advances one block: whether it is a k-th block.
+    #[inline]
+    pub fn next_is_signalled(&mut self) -> bool {
+        self.until_signal -= 1;
+        if self.until_signal == 0 {
+            self.until_signal = self.signal_every;
+            return true;
+        }
+        false
+    }
+}

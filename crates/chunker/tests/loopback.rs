@@ -1,0 +1,207 @@
+//! Real transfers through the loopback transport: random bytes, verified where they land.
+
+use rdma_hint_chunker::{
+    BlockSpec, Chunker, LoopbackTransport, PlanError, PostPolicy, Transfer, TransferError,
+};
+use rdma_hint_core::SourceId;
+use rdma_hint_core::{
+    Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, TransportError,
+};
+use rdma_hint_integration_tests::random_bytes;
+use std::time::{Duration, Instant};
+
+struct Setup {
+    transport: LoopbackTransport,
+    src: LocalRegion,
+    dst: RemoteRegion,
+}
+
+fn setup(region_len: u64) -> Setup {
+    let transport = LoopbackTransport::new(64);
+    let src = transport.register(MemoryKind::Host, region_len).unwrap();
+    let dst_local = transport.register(MemoryKind::Host, region_len).unwrap();
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let dst = rdma_hint_toolkit::blocking::block_on(transport.connect(listen, &[dst_local.id], deadline()))
+        .unwrap()[0];
+    Setup { transport, src, dst }
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+fn chunker(transport: &LoopbackTransport, block: u64, align: u64) -> Chunker {
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, align).unwrap());
+    chunker
+}
+
+#[test]
+fn random_sizes_arrive_byte_exact() {
+    let block = 64 * 1024;
+    let align = 4096;
+    let sizes = [1, block - 1, block, block + 1, 4095, 1 << 20, 3 * (1 << 20) + 3, 8 << 20];
+    let s = setup(16 << 20);
+    let mut chunker = chunker(&s.transport, block, align);
+    let before = random_bytes(16 << 20, 99);
+    for (i, &len) in sizes.iter().enumerate() {
+        for (local_offset, remote_offset) in [(0, 0), (4096, 8192), (block, 3 * 4096)] {
+            let data = random_bytes(len as usize, i as u64 * 31 + local_offset);
+            s.transport.write_region(s.src.id, local_offset, &data).unwrap();
+            s.transport.write_region(s.dst.id, 0, &before).unwrap();
+            let imm = i as u32 * 10 + (local_offset / 4096) as u32;
+            let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset).notify(imm);
+            let report =
+                rdma_hint_toolkit::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
+                    .unwrap();
+            assert_eq!(report.payload_bytes, len);
+            let mut arrivals = [Arrival::EMPTY; 2];
+            assert_eq!(
+                rdma_hint_toolkit::blocking::block_on(s.transport.wait_arrivals(&mut arrivals, deadline()))
+                    .unwrap(),
+                1
+            );
+            assert_eq!(
+                (arrivals[0].imm, arrivals[0].region),
+                (imm, s.dst.id),
+                "one arrival, after the last block"
+            );
+            let mut arrived = vec![0u8; len as usize];
+            s.transport.read_region(s.dst.id, remote_offset, &mut arrived).unwrap();
+            assert!(arrived == data, "len {len} at {local_offset}->{remote_offset}: bytes differ");
+            // Nothing before the destination range was touched.
+            let mut head = vec![0u8; remote_offset as usize];
+            s.transport.read_region(s.dst.id, 0, &mut head).unwrap();
+            assert!(head[..] == before[..remote_offset as usize]);
+            // Padding stays within the alignment boundary after the payload.
+            let padded_end = (remote_offset + len).div_ceil(align) * align;
+            let mut tail = vec![0u8; (16 << 20) - padded_end as usize];
+            s.transport.read_region(s.dst.id, padded_end, &mut tail).unwrap();
+            assert!(tail[..] == before[padded_end as usize..]);
+        }
+    }
+}
+
+#[test]
+fn each_source_gets_its_own_hint() {
+    let s = setup(4 << 20);
+    let mut chunker = Chunker::new(PostPolicy::default(), s.transport.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(256 * 1024, 4096).unwrap());
+    chunker.set_hint(SourceId::Host(1), BlockSpec::new(64 * 1024, 4096).unwrap());
+    chunker.set_hint(SourceId::Gpu(3), BlockSpec::new(512 * 1024, 65536).unwrap());
+    let data = random_bytes(1 << 20, 5);
+    s.transport.write_region(s.src.id, 0, &data).unwrap();
+    let node0 = rdma_hint_toolkit::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 1 << 20),
+        deadline(),
+    ))
+    .unwrap();
+    chunker.set_host_node(1);
+    let node1 = rdma_hint_toolkit::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 1 << 20),
+        deadline(),
+    ))
+    .unwrap();
+    assert_eq!((node0.blocks, node1.blocks), (4, 16));
+    let gpu = LocalRegion { id: s.src.id, kind: MemoryKind::CudaDevice { ordinal: 3 }, len: s.src.len };
+    assert_eq!(chunker.source_of(gpu.kind), Some(SourceId::Gpu(3)));
+    assert_eq!(chunker.plan_as(SourceId::Gpu(3), &gpu, 0, 1 << 20).unwrap().block_count(), 2);
+    chunker.set_latency_first(Some(0.5));
+    let shrunk = rdma_hint_toolkit::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 1 << 20),
+        deadline(),
+    ))
+    .unwrap();
+    assert_eq!(shrunk.blocks, 32, "latency-first halves the 64 KiB hint of node 1");
+    let mut arrived = vec![0u8; 1 << 20];
+    s.transport.read_region(s.dst.id, 0, &mut arrived).unwrap();
+    assert!(arrived == data);
+}
+
+#[test]
+fn bad_requests_are_typed_and_move_nothing() {
+    let s = setup(1 << 20);
+    let mut chunker = chunker(&s.transport, 65536, 4096);
+    let marker = random_bytes(1 << 20, 7);
+    s.transport.write_region(s.dst.id, 0, &marker).unwrap();
+    let write = |chunker: &mut Chunker, local_offset, remote_offset, len| {
+        let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset);
+        rdma_hint_toolkit::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
+    };
+    assert!(matches!(write(&mut chunker, 0, 0, 0), Err(TransferError::Plan(PlanError::ZeroLength))));
+    assert!(matches!(
+        write(&mut chunker, 0, 0, (1 << 20) + 1),
+        Err(TransferError::Plan(PlanError::OutOfRegion { .. }))
+    ));
+    assert!(matches!(
+        write(&mut chunker, 100, 0, 10),
+        Err(TransferError::Plan(PlanError::MisalignedOffset { .. }))
+    ));
+    assert!(matches!(
+        write(&mut chunker, 0, (1 << 20) - 4096, 8192),
+        Err(TransferError::Plan(PlanError::OutOfRegion { side: "remote", .. }))
+    ));
+    let mut unknown = Chunker::new(PostPolicy::default(), s.transport.capabilities()).unwrap();
+    assert!(matches!(write(&mut unknown, 0, 0, 10), Err(TransferError::Plan(PlanError::NoHintForSource(_)))));
+    let mut arrivals = [Arrival::EMPTY; 1];
+    assert_eq!(s.transport.poll_arrivals(&mut arrivals).unwrap(), 0, "no arrival for refused transfers");
+    let mut after = vec![0u8; 1 << 20];
+    s.transport.read_region(s.dst.id, 0, &mut after).unwrap();
+    assert!(after == marker, "a refused transfer wrote nothing");
+}
+
+#[test]
+fn unregistered_or_unexposed_memory_fails_before_posting() {
+    let s = setup(1 << 20);
+    let mut chunker = chunker(&s.transport, 65536, 4096);
+    let private = s.transport.register(MemoryKind::Host, 1 << 20).unwrap();
+    let not_exposed = RemoteRegion { id: private.id, len: private.len };
+    let result = rdma_hint_toolkit::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &not_exposed, 4096),
+        deadline(),
+    ));
+    assert!(matches!(
+        result,
+        Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), confirmed_bytes: 0 })
+    ));
+    s.transport.deregister(s.src.id).unwrap();
+    let result = rdma_hint_toolkit::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 4096),
+        deadline(),
+    ));
+    assert!(matches!(
+        result,
+        Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), .. })
+    ));
+    assert!(matches!(s.transport.register(MemoryKind::Host, 0), Err(TransportError::Registration { .. })));
+    assert!(matches!(
+        s.transport.register(MemoryKind::Host, u64::MAX),
+        Err(TransportError::Registration { .. })
+    ));
+    assert!(matches!(
+        s.transport.register(MemoryKind::CudaDevice { ordinal: 0 }, 4096),
+        Err(TransportError::UnsupportedMemory { .. })
+    ));
+}
+
+/// The loopback transport completes every write at once, so the pipeline never waits; the
+/// deadline must still end a transfer that outlives it.
+#[test]
+fn a_deadline_passes_even_when_completions_are_always_ready() {
+    let s = setup(64 << 20);
+    let mut chunker = chunker(&s.transport, 4096, 4096);
+    let result = rdma_hint_toolkit::blocking::block_on(chunker.write(
+        &s.transport,
+        Transfer::new(&s.src, &s.dst, 64 << 20),
+        Instant::now(),
+    ));
+    match result {
+        Err(TransferError::DeadlineExceeded { confirmed_bytes, len }) => assert!(confirmed_bytes < len),
+        other => panic!("expected the deadline, got {other:?}"),
+    }
+}

@@ -1,0 +1,506 @@
+//! `rdma-hint sweep`: the block-size curve of a real backend, its knee, and the model's hint
+//! next to it.
+
+use crate::units::{format_bytes, parse_bytes};
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::hint_core::fit::{robust_knee, robust_plateau};
+use rdma_hint::{
+    open, BlockingTransport, LocalRegion, LoopbackPair, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion,
+    SourceId, Transport, TransportId,
+};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+/// Above this share of one core busy per GB/s-path, a path that should bypass the CPU is
+/// flagged (the seed's "CPU copy suspected").
+const CPU_COPY_THRESHOLD: f64 = 0.5;
+/// Alignment the sweep's blocks keep (staged ring slots; GPU blocks use 64 KiB).
+const HOST_ALIGN: u64 = 4096;
+
+/// Arguments of `sweep`.
+pub(crate) struct SweepArgs {
+    /// How both ends are opened (the token, if any).
+    pub(crate) options: OpenOptions,
+    pub(crate) transport: TransportId,
+    pub(crate) source: SourceId,
+    pub(crate) sizes: Vec<u64>,
+    pub(crate) iters: u32,
+    pub(crate) transfer_bytes: u64,
+    pub(crate) latency_samples: u32,
+    pub(crate) peer: Option<std::net::SocketAddr>,
+    pub(crate) record: bool,
+}
+
+/// One block size's measurements.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Point {
+    pub(crate) block_bytes: u64,
+    pub(crate) avg_gbps: f64,
+    pub(crate) peak_gbps: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) p999_us: f64,
+    pub(crate) max_us: f64,
+    pub(crate) sharpness: f64,
+    pub(crate) cpu_util: f64,
+    /// This block is the hint the library answered before the sweep.
+    pub(crate) is_hint: bool,
+    /// Hints at this block: `model`, `calibrated`, `recorded`.
+    pub(crate) hints: Vec<&'static str>,
+}
+
+/// One of the three hints, judged against the curve.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct HintVerdict {
+    pub(crate) block_bytes: u64,
+    /// Average bandwidth at the block over the robust plateau.
+    pub(crate) efficiency: f64,
+    /// Block over the robust knee.
+    pub(crate) over_knee: f64,
+}
+
+/// The model's, the calibrated and the recorded hint the sweep measured, kept apart.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Hints {
+    pub(crate) model: HintVerdict,
+    pub(crate) calibrated: Option<HintVerdict>,
+    pub(crate) recorded: Option<HintVerdict>,
+}
+
+/// What `serve` learns at the end of a sweep, as the immediate of one last block: the sweep
+/// finished, or it stopped because the region `serve` exposes is too small.
+pub(crate) const SWEEP_FINISHED: u32 = 0x5357_0001;
+/// See [`SWEEP_FINISHED`].
+pub(crate) const SWEEP_REGION_TOO_SMALL: u32 = 0x5357_0002;
+
+/// A sweep's report and where its knee was recorded (none with `--no-record`).
+pub(crate) struct Outcome {
+    pub(crate) report: SweepReport,
+    pub(crate) recorded_in: Option<std::path::PathBuf>,
+}
+
+/// The whole sweep, as `--json` writes it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SweepReport {
+    pub(crate) backend: String,
+    pub(crate) transport: TransportId,
+    pub(crate) source: SourceId,
+    pub(crate) transfer_bytes: u64,
+    pub(crate) iters: u32,
+    /// Robust plateau: the median of the three best averages, in GB/s.
+    pub(crate) plateau_gbps: f64,
+    /// The single best average, in GB/s (for reference; verdicts use the plateau).
+    pub(crate) best_avg_gbps: f64,
+    /// Robust knee: the smallest block reaching 90 % of the plateau with the next larger block.
+    pub(crate) knee_bytes: u64,
+    /// The hint the library answered before this sweep, and where it came from.
+    pub(crate) hint_bytes: u64,
+    pub(crate) hint_origin: rdma_hint::Origin,
+    pub(crate) efficiency_at_hint: f64,
+    pub(crate) hint_over_knee: f64,
+    pub(crate) hints: Hints,
+    pub(crate) cpu_copy_suspected: bool,
+    pub(crate) cpu_note: String,
+    pub(crate) points: Vec<Point>,
+}
+
+/// Parses `4K..64M` (the powers of two from one power of two to another) or a comma list
+/// `64K,1M`. Errors read after the flag's name: "--sizes `3K..5K`: …".
+pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
+    let sizes = match text.split_once("..") {
+        Some((low, high)) => {
+            let (low, high) = (parse_bytes(low)?, parse_bytes(high)?);
+            if low == 0 || high < low {
+                return Err(format!("`{text}`: need 0 < low ≤ high"));
+            }
+            if !low.is_power_of_two() || !high.is_power_of_two() {
+                return Err(format!(
+                    "`{text}`: a range runs between powers of two (e.g. 4K..64M); list other sizes (48K,96K)"
+                ));
+            }
+            let mut sizes = Vec::new();
+            let mut size = low;
+            while size <= high {
+                sizes.push(size);
+                size = size.checked_mul(2).ok_or("size overflows")?;
+            }
+            sizes
+        }
+        None => text.split(',').map(parse_bytes).collect::<Result<Vec<_>, _>>()?,
+    };
+    if sizes.is_empty() || sizes.contains(&0) {
+        return Err(format!("`{text}`: every size must be at least 1 byte"));
+    }
+    Ok(sizes)
+}
+
+/// CPU time this process has used, two ways: the sum of its live threads'
+/// `/proc/self/task/*/schedstat` run times (nanosecond resolution, but a thread that exits
+/// takes its time out of the sum) and `/proc/self/stat`'s utime + stime (10 ms ticks, exited
+/// threads included).
+#[derive(Debug, Clone, Copy)]
+struct CpuTime {
+    live_threads_s: Option<f64>,
+    process_ticks_s: Option<f64>,
+}
+
+impl CpuTime {
+    fn now() -> CpuTime {
+        let live_threads_s = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
+            tasks
+                .filter_map(|task| task.ok())
+                .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+                .filter_map(|stat| stat.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()))
+                .sum::<f64>()
+                / 1e9
+        });
+        let process_ticks_s = std::fs::read_to_string("/proc/self/stat").ok().and_then(|stat| {
+            // utime and stime are fields 14 and 15, counted after the parenthesised command name.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        });
+        CpuTime { live_threads_s: live_threads_s.filter(|s| *s > 0.0), process_ticks_s }
+    }
+
+    /// Seconds used since `earlier`: the fine count, unless a thread exited in between (its
+    /// time left the sum), then the coarse one.
+    fn since(&self, earlier: &CpuTime) -> Option<f64> {
+        match (self.live_threads_s, earlier.live_threads_s) {
+            (Some(now), Some(then)) if now >= then => Some(now - then),
+            _ => Some(self.process_ticks_s? - earlier.process_ticks_s?),
+        }
+    }
+}
+
+struct Endpoints {
+    sender: Box<dyn Transport>,
+    _receiver: Option<Box<dyn Transport>>,
+    source: LocalRegion,
+    remote: RemoteRegion,
+}
+
+fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let endpoints = match args.peer {
+        Some(address) => {
+            let sender = open(&args.transport, &args.options)?;
+            let source = sender.register(MemoryKind::of(args.source), region_bytes)?;
+            let remote = sender
+                .connect_blocking(PeerEndpoint::Dial(address), &[], deadline)
+                .with_context(|| format!("connecting to the peer at {address}"))?;
+            let remote = *remote.first().ok_or_else(|| anyhow!("the peer exposed no region"))?;
+            Endpoints { sender, _receiver: None, source, remote }
+        }
+        None => {
+            let pair =
+                LoopbackPair::open(&args.transport, args.source, region_bytes, &args.options, deadline)?;
+            Endpoints {
+                sender: pair.sender,
+                _receiver: Some(pair.receiver),
+                source: pair.local,
+                remote: pair.remote,
+            }
+        }
+    };
+    let (source, remote) = (endpoints.source, endpoints.remote);
+    endpoints.sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize])?;
+    if remote.len < region_bytes {
+        if args.peer.is_some() {
+            endpoints.tell_peer(SWEEP_REGION_TOO_SMALL, args.source);
+        }
+        bail!(
+            "the peer exposes {} ({} B); this sweep needs {} ({region_bytes} B): start `rdma-hint serve` with --bytes {}",
+            format_bytes(remote.len),
+            remote.len,
+            format_bytes(region_bytes),
+            format_bytes(region_bytes).replace(' ', "")
+        );
+    }
+    Ok(endpoints)
+}
+
+impl Endpoints {
+    /// Sends `outcome` to a `serve` peer as the immediate of one small block. Best effort: a
+    /// peer that cannot take it learns the same from the closed connection.
+    fn tell_peer(&self, outcome: u32, source: SourceId) {
+        let transport = &*self.sender;
+        let block = HOST_ALIGN.min(self.remote.len).min(self.source.len);
+        let Ok(spec) = BlockSpec::new(block, block) else { return };
+        let Ok(mut chunker) = Chunker::new(PostPolicy::default(), transport.capabilities()) else { return };
+        chunker.set_hint(source, spec);
+        let transfer = Transfer::new(&self.source, &self.remote, block).notify(outcome);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if let Err(e) = chunker.write_blocking(transport, transfer.from_source(source), deadline) {
+            tracing::debug!(error = %e, "could not tell the peer how the sweep ended");
+        }
+    }
+}
+
+fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
+    let deadline = || Instant::now() + Duration::from_secs(60);
+    let transport = &*endpoints.sender;
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
+    match &marks.hint {
+        // A hint is measured as the chunker takes it from an embedder.
+        Some(hint) => chunker.set_size_hint(hint)?,
+        // A ladder block keeps the largest power of two that divides it, up to the ladder's
+        // alignment (a hint need not be a multiple of it: UCX's is 512 B).
+        None => chunker.set_hint(args.source, BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?),
+    }
+    // Whole blocks only, never past the region: at least one block, at most the transfer size.
+    let len = (args.transfer_bytes / block).max(1) * block;
+    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
+    chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
+    let (cpu_before, wall) = (CpuTime::now(), Instant::now());
+    let mut peak: f64 = 0.0;
+    for _ in 0..args.iters {
+        let started = Instant::now();
+        chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
+        peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
+    }
+    let elapsed = wall.elapsed().as_secs_f64();
+    let cpu_util = CpuTime::now().since(&cpu_before).map_or(f64::NAN, |used| used / elapsed);
+    let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
+
+    // Latency: one block at a time, signalled, as ib_write_lat does.
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let single = Transfer::new(&endpoints.source, &endpoints.remote, block);
+    for _ in 0..args.latency_samples {
+        let started = Instant::now();
+        chunker.write_blocking(transport, single.from_source(args.source), deadline())?;
+        histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
+    }
+    let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
+    let (p50_us, p99_us) = (us(0.5), us(0.99));
+    Ok(Point {
+        block_bytes: block,
+        avg_gbps,
+        peak_gbps: peak,
+        p50_us,
+        p99_us,
+        p999_us: us(0.999),
+        max_us: histogram.max() as f64 / 1e3,
+        sharpness: if p50_us > 0.0 { p99_us / p50_us } else { f64::NAN },
+        cpu_util,
+        is_hint: marks.answered,
+        hints: marks.hints,
+    })
+}
+
+/// Which hints sit at one block.
+#[derive(Debug, Clone, Default)]
+struct Marks {
+    answered: bool,
+    hints: Vec<&'static str>,
+    /// The first hint at this block: measured in its own block spec, as an embedder gets it.
+    hint: Option<rdma_hint::SizeHint>,
+}
+
+/// Runs the sweep.
+pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
+    let transport_id = args.transport.clone();
+    let set = rdma_hint::hint_set(args.source, &transport_id)
+        .with_context(|| format!("no model hint for {} over {transport_id}", args.source))?;
+    let answered = set.chosen().clone();
+    let align = rdma_hint::calibrate::ladder_alignment(&set.model);
+    if let Some(odd) = args.sizes.iter().find(|size| *size % align != 0) {
+        bail!(
+            "--sizes: {} is not a multiple of the {} alignment {} needs over {transport_id}",
+            format_bytes(*odd),
+            format_bytes(align),
+            args.source
+        );
+    }
+    let mut blocks: Vec<(u64, Marks)> = args.sizes.iter().map(|s| (*s, Marks::default())).collect();
+    let labelled = [
+        ("model", Some(&set.model)),
+        ("calibrated", set.calibrated.as_ref()),
+        ("recorded", set.recorded.as_ref()),
+    ];
+    for (label, hint) in labelled {
+        let Some(hint) = hint else { continue };
+        match blocks.iter_mut().find(|b| b.0 == hint.block_bytes) {
+            Some(block) => {
+                block.1.hints.push(label);
+                block.1.hint.get_or_insert_with(|| hint.clone());
+            }
+            None => blocks.push((
+                hint.block_bytes,
+                Marks { answered: false, hints: vec![label], hint: Some(hint.clone()) },
+            )),
+        }
+    }
+    for block in &mut blocks {
+        block.1.answered = block.0 == answered.block_bytes;
+    }
+    blocks.sort_unstable_by_key(|b| b.0);
+    let largest = blocks.iter().map(|b| b.0).max().unwrap_or(align);
+    let region_bytes = args.transfer_bytes.max(largest);
+    let endpoints = connect(args, region_bytes)?;
+
+    let progress = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(blocks.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut points = Vec::with_capacity(blocks.len());
+    for (block, marks) in blocks {
+        progress.set_message(format_bytes(block));
+        points.push(measure(&endpoints, args, block, align, marks)?);
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    if args.peer.is_some() {
+        endpoints.tell_peer(SWEEP_FINISHED, args.source);
+    }
+
+    let curve: Vec<(u64, f64)> = points.iter().map(|p| (p.block_bytes, p.avg_gbps)).collect();
+    let plateau_gbps = robust_plateau(&curve).unwrap_or(f64::NAN);
+    let knee_bytes = robust_knee(&curve, plateau_gbps).unwrap_or(answered.block_bytes);
+    let verdict = |block: u64| HintVerdict {
+        block_bytes: block,
+        efficiency: points.iter().find(|p| p.block_bytes == block).map_or(f64::NAN, |p| p.avg_gbps)
+            / plateau_gbps,
+        over_knee: block as f64 / knee_bytes as f64,
+    };
+    let hints = Hints {
+        model: verdict(set.model.block_bytes),
+        calibrated: set.calibrated.as_ref().map(|h| verdict(h.block_bytes)),
+        recorded: set.recorded.as_ref().map(|h| verdict(h.block_bytes)),
+    };
+    let at_answered = verdict(answered.block_bytes);
+    let cpu_peak = points.iter().map(|p| p.cpu_util).fold(0.0, f64::max);
+    let recorded_in = if args.record {
+        Some(rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)?)
+    } else {
+        None
+    };
+    let report = SweepReport {
+        backend: args.transport.backend().to_string(),
+        cpu_copy_suspected: args.transport.bypasses_cpu() && cpu_peak > CPU_COPY_THRESHOLD,
+        transport: transport_id,
+        source: args.source,
+        transfer_bytes: args.transfer_bytes,
+        iters: args.iters,
+        plateau_gbps,
+        best_avg_gbps: points.iter().map(|p| p.avg_gbps).fold(0.0, f64::max),
+        knee_bytes,
+        hint_bytes: answered.block_bytes,
+        hint_origin: answered.origin,
+        efficiency_at_hint: at_answered.efficiency,
+        hint_over_knee: at_answered.over_knee,
+        hints,
+        cpu_note: format!(
+            "peak process CPU {:.0} % of one core during the bandwidth runs; staged, UCX over shm/tcp and Soft-RoCE copy with the CPU by design",
+            cpu_peak * 100.0
+        ),
+        points,
+    };
+    Ok(Outcome { report, recorded_in })
+}
+
+/// The table `sweep` prints, perftest style.
+pub(crate) fn table(report: &SweepReport) -> String {
+    let mut out = format!(
+        "# rdma-hint sweep: {} from {}, {} per transfer, {} iterations\n{:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}\n",
+        report.transport,
+        report.source,
+        format_bytes(report.transfer_bytes),
+        report.iters,
+        "block",
+        "avg GB/s",
+        "peak GB/s",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "max µs",
+        "p99/p50",
+        "CPU %"
+    );
+    for p in &report.points {
+        out.push_str(&format!(
+            "{:>10} {:>10.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.2} {:>6.0}{}\n",
+            format_bytes(p.block_bytes),
+            p.avg_gbps,
+            p.peak_gbps,
+            p.p50_us,
+            p.p99_us,
+            p.p999_us,
+            p.max_us,
+            p.sharpness,
+            p.cpu_util * 100.0,
+            if p.hints.is_empty() { String::new() } else { format!("  ← {} hint", p.hints.join(" + ")) }
+        ));
+    }
+    out.push_str(&format!(
+        "plateau {:.3} GB/s (median of the 3 best averages; best {:.3}); knee {} (smallest block at 90 % of the plateau with the next one)\n",
+        report.plateau_gbps,
+        report.best_avg_gbps,
+        format_bytes(report.knee_bytes),
+    ));
+    let hints = &report.hints;
+    for (label, verdict) in [
+        ("model", Some(&hints.model)),
+        ("calibrated", hints.calibrated.as_ref()),
+        ("recorded", hints.recorded.as_ref()),
+    ] {
+        match verdict {
+            Some(v) => out.push_str(&format!(
+                "{label:>10} hint {:>10} → {:.3} of plateau, {:.2}× the knee{}\n",
+                format_bytes(v.block_bytes),
+                v.efficiency,
+                v.over_knee,
+                if report.hint_origin == origin_of(label) { "  (what the library answered)" } else { "" }
+            )),
+            None => out.push_str(&format!("{label:>10} hint {:>10}\n", "(none)")),
+        }
+    }
+    out.push_str(&format!(
+        "{}{}\n",
+        report.cpu_note,
+        if report.cpu_copy_suspected { "\nCPU copy suspected: this path should bypass the CPU" } else { "" }
+    ));
+    out
+}
+
+fn origin_of(label: &str) -> rdma_hint::Origin {
+    match label {
+        "calibrated" => rdma_hint::Origin::Calibrated,
+        "recorded" => rdma_hint::Origin::Measured,
+        _ => rdma_hint::Origin::Model,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_ranges_parse() {
+        assert_eq!(parse_sizes("4K..32K").unwrap(), vec![4096, 8192, 16384, 32768]);
+        assert_eq!(parse_sizes("64K,1M").unwrap(), vec![65536, 1 << 20]);
+        assert!(parse_sizes("0..4K").is_err());
+        assert!(parse_sizes("8K..4K").is_err());
+        assert!(parse_sizes("lots").is_err());
+        assert!(parse_sizes("3K..5K").unwrap_err().contains("powers of two"));
+        assert_eq!(parse_sizes("48K,96K").unwrap(), vec![48 << 10, 96 << 10]);
+    }
+
+    #[test]
+    fn cpu_time_never_runs_backwards() {
+        let before = CpuTime::now();
+        // A thread that burns a little CPU and exits: its time leaves the live-thread sum.
+        std::thread::spawn(|| (0..2_000_000u64).fold(0u64, |a, b| a.wrapping_add(b * b))).join().unwrap();
+        assert!(CpuTime::now().since(&before).is_some_and(|used| used >= 0.0));
+    }
+}

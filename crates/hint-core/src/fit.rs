@@ -1,0 +1,386 @@
+//! Calibration: fitting `t(s) = o + s/B` to per-block times measured on the live path, and the
+//! robust statistics a block-size curve is judged by (plateau, knee).
+//!
+//! The fit is least squares on per-block time with each point weighted by `1/t`: unweighted,
+//! the largest blocks' microseconds of noise would swamp `o`; weighted by `1/t²` (relative
+//! error), the smallest blocks would set `B`. `o` is where the line meets `s = 0`. Two kinds of points fall outside
+//! the model's shape and are dropped before and during the fit, each with its reason:
+//!
+//! * a block past the end of the plateau that moves below [`FALLOFF_SHARE`] of the robust
+//!   plateau: the model's bandwidth never falls with size, a cache or ring limit does;
+//! * a point the line misses by more than [`OUTLIER_RELATIVE_ERROR`] of its time, worst first
+//!   (small blocks of a curve that rises more gradually than `o + s/B`, noise).
+//!
+//! A fit is *poor* when fewer than [`MIN_KEPT`] points remain, when it keeps less than half of
+//! them, when `o` or `B` is not positive, or when R² on the kept points is below [`MIN_R2`].
+//!
+//! ```
+//! use rdma_hint_core::fit::{fit_path, BlockTiming};
+//! // A path with o = 2 µs and B = 10 GB/s, measured exactly.
+//! let timings: Vec<BlockTiming> = (12..=22)
+//!     .map(|log2| {
+//!         let block_bytes = 1u64 << log2;
+//!         BlockTiming { block_bytes, seconds_per_block: 2e-6 + block_bytes as f64 / 10e9 }
+//!     })
+//!     .collect();
+//! let fit = fit_path(&timings).unwrap();
+//! assert!((fit.fixed_cost_us - 2.0).abs() < 1e-6);
+//! assert!((fit.bandwidth_gbps - 10.0).abs() < 1e-6);
+//! assert!(fit.poor.is_none());
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// A block slower than this share of the best smaller block's bandwidth is past the plateau.
+pub const FALLOFF_SHARE: f64 = 0.95;
+/// A kept point's time may differ from the line by at most this share of it.
+pub const OUTLIER_RELATIVE_ERROR: f64 = 0.25;
+/// A negative intercept this close to zero (as a share of the smallest block's time) is a flat
+/// curve whose line cannot resolve `o`; `o` is then read off the three smallest blocks (the
+/// median of their time beyond `s/B`).
+pub const FLAT_INTERCEPT_SHARE: f64 = 0.25;
+/// Fewest points a fit keeps.
+pub const MIN_KEPT: usize = 3;
+/// Lowest R² (weighted like the fit, on per-block time of the kept points) of a good fit.
+pub const MIN_R2: f64 = 0.95;
+
+/// The typical per-block time at one block size (a median of several timed transfers).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BlockTiming {
+    /// Block size in bytes.
+    pub block_bytes: u64,
+    /// Wall time per block while streaming, in seconds.
+    pub seconds_per_block: f64,
+}
+
+impl BlockTiming {
+    /// Streaming bandwidth at this block size, in GB/s.
+    pub fn gbps(&self) -> f64 {
+        self.block_bytes as f64 / self.seconds_per_block / 1e9
+    }
+}
+
+/// A point the fit left out, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedPoint {
+    /// Block size in bytes.
+    pub block_bytes: u64,
+    /// Why it was left out.
+    pub why: String,
+}
+
+/// The fitted path: `o`, `B`, and how well the line describes the points.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathFit {
+    /// Fixed cost per block `o`, in µs.
+    pub fixed_cost_us: f64,
+    /// Bandwidth `B`, in GB/s.
+    pub bandwidth_gbps: f64,
+    /// R² of the line on the kept points' per-block times.
+    pub r2: f64,
+    /// Largest relative difference between a kept point's time and the line.
+    pub max_relative_error: f64,
+    /// Block sizes the line was fitted to, in bytes.
+    pub kept_bytes: Vec<u64>,
+    /// Points left out, with reasons.
+    pub dropped: Vec<DroppedPoint>,
+    /// Points were left out for being off the line: the curve bends more gradually than
+    /// `o + s/B` (small blocks do better than the line says), so its knee lies further out
+    /// than the line's.
+    pub gradual: bool,
+    /// Why the fit should not be trusted, if it should not.
+    pub poor: Option<String>,
+}
+
+/// Why no line could be fitted at all.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FitError {
+    /// Fewer distinct block sizes than a line needs.
+    #[error("a fit needs at least {MIN_KEPT} distinct block sizes, got {0}")]
+    TooFewSizes(usize),
+    /// A timing that is not a positive finite number, or a zero block.
+    #[error("block {block_bytes} B: {seconds} s per block is not a positive time")]
+    InvalidTiming {
+        /// Block size in bytes.
+        block_bytes: u64,
+        /// The offending time.
+        seconds: f64,
+    },
+}
+
+/// Weighted least squares `t = a + b·s` over `points`, each weighted by `1/t` (see the
+/// [module](self) docs); `None` when all sizes are equal.
+fn least_squares(points: &[BlockTiming]) -> Option<(f64, f64)> {
+    let weight = |p: &BlockTiming| 1.0 / p.seconds_per_block;
+    let total: f64 = points.iter().map(weight).sum();
+    let mean_s = points.iter().map(|p| weight(p) * p.block_bytes as f64).sum::<f64>() / total;
+    let mean_t = points.iter().map(|p| weight(p) * p.seconds_per_block).sum::<f64>() / total;
+    let (mut sxx, mut sxy) = (0.0, 0.0);
+    for p in points {
+        let ds = p.block_bytes as f64 - mean_s;
+        sxx += weight(p) * ds * ds;
+        sxy += weight(p) * ds * (p.seconds_per_block - mean_t);
+    }
+    if sxx <= 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    Some((mean_t - slope * mean_s, slope))
+}
+
+fn r_squared(points: &[BlockTiming], intercept: f64, slope: f64) -> f64 {
+    let weight = |p: &BlockTiming| 1.0 / p.seconds_per_block;
+    let sum: f64 = points.iter().map(weight).sum();
+    let mean_t = points.iter().map(|p| weight(p) * p.seconds_per_block).sum::<f64>() / sum;
+    let (mut residual, mut total) = (0.0, 0.0);
+    for p in points {
+        let predicted = intercept + slope * p.block_bytes as f64;
+        residual += weight(p) * (p.seconds_per_block - predicted).powi(2);
+        total += weight(p) * (p.seconds_per_block - mean_t).powi(2);
+    }
+    if total > 0.0 {
+        1.0 - residual / total
+    } else {
+        0.0
+    }
+}
+
+/// Fits `t(s) = o + s/B` to `timings` (any order, one per block size), dropping points outside
+/// the model's shape (see the [module](self) docs).
+pub fn fit_path(timings: &[BlockTiming]) -> Result<PathFit, FitError> {
+    if let Some(bad) = timings
+        .iter()
+        .find(|t| t.block_bytes == 0 || !(t.seconds_per_block.is_finite() && t.seconds_per_block > 0.0))
+    {
+        return Err(FitError::InvalidTiming { block_bytes: bad.block_bytes, seconds: bad.seconds_per_block });
+    }
+    let mut sorted = timings.to_vec();
+    sorted.sort_by_key(|t| t.block_bytes);
+    sorted.dedup_by_key(|t| t.block_bytes);
+    if sorted.len() < MIN_KEPT {
+        return Err(FitError::TooFewSizes(sorted.len()));
+    }
+    let total = sorted.len();
+    let all = sorted.clone();
+    let mut dropped = Vec::new();
+    // Past the plateau: larger than the largest block near the robust plateau, and slower.
+    let curve: Vec<(u64, f64)> = sorted.iter().map(|t| (t.block_bytes, t.gbps())).collect();
+    let plateau = robust_plateau(&curve).unwrap_or(0.0);
+    let last_on_plateau =
+        curve.iter().filter(|p| p.1 >= FALLOFF_SHARE * plateau).map(|p| p.0).max().unwrap_or(u64::MAX);
+    let mut kept = Vec::with_capacity(total);
+    for timing in sorted {
+        let gbps = timing.gbps();
+        if timing.block_bytes > last_on_plateau && gbps < FALLOFF_SHARE * plateau {
+            dropped.push(DroppedPoint {
+                block_bytes: timing.block_bytes,
+                why: format!(
+                    "{gbps:.3} GB/s, below {:.0} % of the plateau {plateau:.3} GB/s past its end: a cache or ring limit",
+                    FALLOFF_SHARE * 100.0
+                ),
+            });
+        } else {
+            kept.push(timing);
+        }
+    }
+    let past_plateau = dropped.len();
+    let (mut intercept, mut slope) = least_squares(&kept).ok_or(FitError::TooFewSizes(kept.len()))?;
+    loop {
+        let relative = |p: &BlockTiming| {
+            (p.seconds_per_block - intercept - slope * p.block_bytes as f64).abs() / p.seconds_per_block
+        };
+        let (worst, error) = kept
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, relative(p)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, 0.0));
+        if error <= OUTLIER_RELATIVE_ERROR || kept.len() <= MIN_KEPT {
+            break;
+        }
+        let point = kept.remove(worst);
+        dropped.push(DroppedPoint {
+            block_bytes: point.block_bytes,
+            why: format!(
+                "{:.0} % off the line (more than {:.0} %)",
+                error * 100.0,
+                OUTLIER_RELATIVE_ERROR * 100.0
+            ),
+        });
+        match least_squares(&kept) {
+            Some((a, b)) => (intercept, slope) = (a, b),
+            None => break,
+        }
+    }
+    let max_relative_error = kept
+        .iter()
+        .map(|p| (p.seconds_per_block - intercept - slope * p.block_bytes as f64).abs() / p.seconds_per_block)
+        .fold(0.0, f64::max);
+    let r2 = r_squared(&kept, intercept, slope);
+    // A flat curve: the line meets s = 0 a little below zero. Within FLAT_INTERCEPT_SHARE of the
+    // smallest kept block's time that is "no measurable fixed cost", not a misfit.
+    // A flat curve: the line meets s = 0 at or a little below zero, and says nothing about o.
+    // The smallest blocks do: o is the median of their time beyond s/B.
+    let smallest_time = kept.first().map_or(0.0, |p| p.seconds_per_block);
+    if intercept <= 0.0 && -intercept <= FLAT_INTERCEPT_SHARE * smallest_time && slope > 0.0 {
+        let mut beyond: Vec<f64> = all
+            .iter()
+            .take(3)
+            .map(|p| (p.seconds_per_block - slope * p.block_bytes as f64).max(0.0))
+            .collect();
+        beyond.sort_by(f64::total_cmp);
+        intercept = beyond.get(beyond.len() / 2).copied().unwrap_or(0.0);
+    }
+    let fixed_cost_us = intercept * 1e6;
+    let bandwidth_gbps = if slope > 0.0 { 1.0 / slope / 1e9 } else { f64::INFINITY };
+    let poor = if kept.len() < MIN_KEPT || kept.len() * 2 < total {
+        Some(format!(
+            "the line fits {} of {total} block sizes: the curve is not of the shape o + s/B",
+            kept.len()
+        ))
+    } else if slope <= 0.0 {
+        Some("time per block does not grow with the block: no bandwidth to fit".to_string())
+    } else if intercept < 0.0 {
+        Some(format!(
+            "the fitted fixed cost is {fixed_cost_us:.2} µs (not positive): the curve is not of the shape o + s/B"
+        ))
+    } else if r2 < MIN_R2 {
+        Some(format!("R² {r2:.3} is below {MIN_R2}: the times scatter too much for a line"))
+    } else {
+        None
+    };
+    let gradual = dropped.len() > past_plateau;
+    dropped.sort_by_key(|d| d.block_bytes);
+    Ok(PathFit {
+        gradual,
+        fixed_cost_us,
+        bandwidth_gbps,
+        r2,
+        max_relative_error,
+        kept_bytes: kept.iter().map(|p| p.block_bytes).collect(),
+        dropped,
+        poor,
+    })
+}
+
+/// Points averaged over: the three best.
+pub const PLATEAU_POINTS: usize = 3;
+/// Share of the plateau the knee reaches.
+pub const KNEE_SHARE: f64 = 0.9;
+
+/// The robust plateau of a bandwidth curve: the median of its [`PLATEAU_POINTS`] best averages
+/// (the best one alone when fewer are given), in the curve's unit. `None` for an empty curve.
+///
+/// ```
+/// // One spike (20) does not move it.
+/// let curve = [(4096, 3.0), (65536, 9.0), (1 << 20, 20.0), (1 << 22, 10.0), (1 << 24, 9.5)];
+/// assert_eq!(rdma_hint_core::fit::robust_plateau(&curve), Some(10.0));
+/// ```
+pub fn robust_plateau(curve: &[(u64, f64)]) -> Option<f64> {
+    let mut rates: Vec<f64> = curve.iter().map(|p| p.1).filter(|r| r.is_finite()).collect();
+    rates.sort_by(|a, b| b.total_cmp(a));
+    match rates.len() {
+        0 => None,
+        n if n < PLATEAU_POINTS => Some(rates[0]),
+        _ => Some(rates[PLATEAU_POINTS / 2]),
+    }
+}
+
+/// The robust knee: the smallest block that reaches [`KNEE_SHARE`] of `plateau` *together with
+/// the next larger block of the curve*, so one lucky point does not set it. The largest block
+/// counts alone. `None` when no block qualifies.
+///
+/// ```
+/// use rdma_hint_core::fit::robust_knee;
+/// // 8 KiB is lucky (its neighbour falls back): the knee is 64 KiB.
+/// let curve = [(4096, 5.0), (8192, 9.5), (16384, 7.0), (65536, 9.2), (131072, 9.8)];
+/// assert_eq!(robust_knee(&curve, 10.0), Some(65536));
+/// ```
+pub fn robust_knee(curve: &[(u64, f64)], plateau: f64) -> Option<u64> {
+    let mut sorted = curve.to_vec();
+    sorted.sort_by_key(|p| p.0);
+    let reaches = |rate: f64| rate >= KNEE_SHARE * plateau;
+    sorted.iter().enumerate().find_map(|(i, &(block, rate))| {
+        let next_reaches = sorted.get(i + 1).is_none_or(|next| reaches(next.1));
+        (reaches(rate) && next_reaches).then_some(block)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hockney(o_us: f64, gbps: f64, log2s: std::ops::RangeInclusive<u32>) -> Vec<BlockTiming> {
+        log2s
+            .map(|l| {
+                let s = 1u64 << l;
+                BlockTiming { block_bytes: s, seconds_per_block: o_us * 1e-6 + s as f64 / (gbps * 1e9) }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn falloff_past_the_plateau_is_dropped_with_its_reason() {
+        let mut timings = hockney(3.0, 10.0, 12..=21);
+        // 4 MiB and 8 MiB fall to 7 GB/s (a cache limit).
+        for s in [1u64 << 22, 1 << 23] {
+            timings.push(BlockTiming { block_bytes: s, seconds_per_block: s as f64 / 7e9 });
+        }
+        let fit = fit_path(&timings).unwrap();
+        assert!((fit.bandwidth_gbps - 10.0).abs() < 0.01, "{fit:?}");
+        assert!((fit.fixed_cost_us - 3.0).abs() < 0.01);
+        assert_eq!(fit.dropped.len(), 2);
+        assert!(fit.dropped.iter().all(|d| d.why.contains("past its end")), "{fit:?}");
+        assert!(fit.poor.is_none());
+        assert!(!fit.gradual, "an exact line with a falloff is not a gradual curve");
+    }
+
+    #[test]
+    fn one_noisy_point_is_an_outlier_not_the_answer() {
+        let mut timings = hockney(2.0, 5.0, 12..=22);
+        timings[8].seconds_per_block *= 3.0;
+        let fit = fit_path(&timings).unwrap();
+        assert!((fit.bandwidth_gbps - 5.0).abs() < 0.05, "{fit:?}");
+        assert_eq!(fit.dropped.len(), 1);
+        assert_eq!(fit.dropped[0].block_bytes, 1 << 20);
+        assert!(fit.gradual);
+    }
+
+    #[test]
+    fn a_flat_or_falling_curve_is_poor() {
+        // Every block takes the same time: no bandwidth term.
+        let flat: Vec<BlockTiming> =
+            (12..=20).map(|l| BlockTiming { block_bytes: 1 << l, seconds_per_block: 1e-3 }).collect();
+        let fit = fit_path(&flat).unwrap();
+        assert!(fit.poor.is_some(), "{fit:?}");
+        // Time that shrinks with size (an inverted curve) is not a path either.
+        let inverted: Vec<BlockTiming> = (12..=20)
+            .map(|l| BlockTiming { block_bytes: 1 << l, seconds_per_block: 1e-3 / f64::from(l) })
+            .collect();
+        assert!(fit_path(&inverted).unwrap().poor.is_some());
+    }
+
+    #[test]
+    fn garbage_timings_are_typed_errors() {
+        assert_eq!(fit_path(&hockney(1.0, 1.0, 12..=13)), Err(FitError::TooFewSizes(2)));
+        let mut nan = hockney(1.0, 1.0, 12..=16);
+        nan[2].seconds_per_block = f64::NAN;
+        assert!(matches!(fit_path(&nan), Err(FitError::InvalidTiming { .. })));
+        let mut zero = hockney(1.0, 1.0, 12..=16);
+        zero[0].block_bytes = 0;
+        assert!(matches!(fit_path(&zero), Err(FitError::InvalidTiming { .. })));
+    }
+
+    #[test]
+    fn plateau_and_knee_ignore_single_points() {
+        assert_eq!(robust_plateau(&[]), None);
+        assert_eq!(robust_plateau(&[(1, 4.0), (2, 5.0)]), Some(5.0));
+        let curve = [(4096, 9.5), (8192, 6.0), (16384, 9.4), (32768, 9.6), (65536, 10.0)];
+        let plateau = robust_plateau(&curve).unwrap();
+        assert_eq!(plateau, 9.6);
+        assert_eq!(robust_knee(&curve, plateau), Some(16384));
+        assert_eq!(robust_knee(&curve, 100.0), None);
+        // The largest block alone can be the knee of a curve that only rises.
+        assert_eq!(robust_knee(&[(1, 1.0), (2, 2.0), (4, 9.0)], 9.0), Some(4));
+    }
+}

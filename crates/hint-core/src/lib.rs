@@ -1,0 +1,67 @@
+//! # rdma-hint-core
+//!
+//! The pure core of rdma-hint: the size/alignment computation and the [`Transport`] contract
+//! every backend implements, with the plain data it moves ([`WriteOp`], [`Completion`],
+//! [`Arrival`], regions). The toolkit that helps backends meet the contract (region tables,
+//! queues, deadline waits) is `rdma-hint-toolkit`.
+//!
+//! The model answers, from facts about one data path, *which transfer block size sits in the sweet spot*
+//! (near-peak bandwidth without per-message latency blowing up) and *what alignment the path
+//! needs*. Pure computation: no I/O, no FFI, no `unsafe`. The facts come from
+//! `rdma-hint-discovery` (sysfs, the CUDA driver) and the backends' capabilities; measured
+//! curves come back in through [`fit`].
+//!
+//! ```text
+//! PathProfile ──► model::compute_hint ──► SizeHint
+//!  (profile)        (model, policy)        (validated)
+//! ```
+//!
+//! Units used everywhere: sizes in bytes, bandwidth in GB/s (10⁹ bytes per second), latency and
+//! fixed costs in µs.
+//!
+//! ```
+//! use rdma_hint_core::{compute_hint, HintPolicy, PathProfile};
+//!
+//! // A host buffer on NUMA node 0 next to a 200 Gb/s NIC behind one PCIe switch.
+//! let profile = PathProfile::example_host_nic();
+//! let hint = compute_hint(&profile, &HintPolicy::default()).unwrap();
+//! assert!(hint.block_bytes > 0);
+//! assert_eq!(hint.block_bytes % hint.align_bytes, 0);
+//! for reason in &hint.reasons {
+//!     println!("{reason}");
+//! }
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod deepep;
+pub mod error;
+pub mod fit;
+pub mod model;
+pub mod pcie;
+pub mod profile;
+pub mod transport;
+pub mod transport_id;
+pub mod validate;
+pub mod wait_mode;
+
+pub use error::HintError;
+pub use model::{compute_hint, HintPolicy, Origin, Reason, SizeHint};
+pub use pcie::PcieLink;
+pub use profile::{
+    DriverVersions, GpuFacts, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
+    TransportKind,
+};
+pub use transport::{
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    RemoteRegion, Transport, TransportError, WriteOp,
+};
+pub use transport_id::{StagedChannelId, TransportId, TransportIdError};
+pub use validate::{validate_hint, HintLimits};
+pub use wait_mode::WaitMode;
+
+/// One kibibyte (1024 bytes).
+pub const KIB: u64 = 1024;
+/// One mebibyte (1024² bytes).
+pub const MIB: u64 = 1024 * 1024;
+/// One gibibyte (1024³ bytes).
+pub const GIB: u64 = 1024 * 1024 * 1024;

@@ -1,0 +1,409 @@
+//! The `Transport` trait every backend implements, and the plain data it moves.
+//!
+//! The shape follows RDMA WRITE: a registered local region is written into a registered remote
+//! region at an offset. Posting takes a slice of [`WriteOp`]s (all `Copy`, so callers keep them in
+//! pre-sized buffers) and rings one doorbell for the whole slice; completions are drained into a
+//! caller-provided slice. Neither allocates.
+
+use crate::profile::TransportFacts;
+use crate::wait_mode::WaitMode;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Instant;
+use thiserror::Error;
+
+/// Which kinds of memory a transport can register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MemoryKind {
+    /// Host memory.
+    Host,
+    /// CUDA device memory of the GPU with this ordinal.
+    CudaDevice {
+        /// CUDA device ordinal.
+        ordinal: u32,
+    },
+    /// Memory exported as a dma-buf file descriptor (GPU memory through `ibv_reg_dmabuf_mr`).
+    DmaBuf,
+}
+
+impl MemoryKind {
+    /// The memory a source's regions are registered in: host memory for `host:N`, the GPU's
+    /// device memory for `gpu:N`.
+    ///
+    /// ```
+    /// use rdma_hint_core::MemoryKind;
+    /// use rdma_hint_core::SourceId;
+    /// assert_eq!(MemoryKind::of(SourceId::Gpu(1)), MemoryKind::CudaDevice { ordinal: 1 });
+    /// ```
+    pub fn of(source: crate::profile::SourceId) -> MemoryKind {
+        match source {
+            crate::profile::SourceId::Host(_) => MemoryKind::Host,
+            crate::profile::SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
+        }
+    }
+}
+
+/// What a transport can do, as the backend reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Rates, costs and limits the hint model reads (max message, MTU, wire rate, per-op cost).
+    pub facts: TransportFacts,
+    /// Work requests that may be outstanding at once (`max_qp_wr`, bounded by the CQ depth).
+    pub max_outstanding_wrs: u32,
+    /// Work requests accepted by one [`Transport::post_writes`] call (one doorbell).
+    pub max_wrs_per_post: u32,
+    /// Scatter/gather entries per work request (`max_sge`).
+    pub max_sges: u32,
+    /// Memory kinds [`Transport::register`] accepts.
+    pub memory_kinds: Vec<MemoryKind>,
+}
+
+/// Index of a registered region inside one transport instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RegionId(pub u32);
+
+/// A region registered on this side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalRegion {
+    /// Handle for [`WriteOp::local`].
+    pub id: RegionId,
+    /// Memory kind.
+    pub kind: MemoryKind,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A region the peer exposed during [`Transport::connect`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteRegion {
+    /// Handle for [`WriteOp::remote`].
+    pub id: RegionId,
+    /// Length in bytes the peer advertised.
+    pub len: u64,
+}
+
+/// Who opens the out-of-band connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerEndpoint {
+    /// Wait for the peer on this address (bound now, unless [`Transport::bind`] already bound
+    /// a listener: then that one accepts and this address is not used).
+    Listen(SocketAddr),
+    /// Dial the peer at this address.
+    Dial(SocketAddr),
+}
+
+/// One RDMA WRITE: `len` bytes from `local[local_offset..]` to `remote[remote_offset..]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOp {
+    /// Caller's tag, returned in the [`Completion`].
+    pub wr_id: u64,
+    /// Source region.
+    pub local: RegionId,
+    /// Offset in the source region, in bytes.
+    pub local_offset: u64,
+    /// Destination region (from [`Transport::connect`]).
+    pub remote: RegionId,
+    /// Offset in the destination region, in bytes.
+    pub remote_offset: u64,
+    /// Bytes to write.
+    pub len: u64,
+    /// Whether this op produces a completion (selective signalling).
+    pub signalled: bool,
+    /// Immediate data delivered to the receiver with the write, if any.
+    pub imm: Option<u32>,
+}
+
+impl WriteOp {
+    /// The one check an op gets before it is posted: not empty, within the transport's max
+    /// message, and inside both regions (`local_len`, `remote_len` bytes) without overflow.
+    /// Backends call it through the toolkit's `RegionTable::check_write`,
+    /// which also looks both regions up.
+    ///
+    /// ```
+    /// use rdma_hint_core::{RegionId, WriteOp};
+    /// let op = WriteOp { wr_id: 1, local: RegionId(0), local_offset: 0, remote: RegionId(0),
+    ///                    remote_offset: 2048, len: 4096, signalled: true, imm: None };
+    /// assert!(op.check_lens(4096, 8192, 1 << 30).is_ok());
+    /// assert!(op.check_lens(4096, 4096, 1 << 30).is_err()); // runs past the remote end
+    /// ```
+    #[inline]
+    pub fn check_lens(
+        &self,
+        local_len: u64,
+        remote_len: u64,
+        max_msg_bytes: u64,
+    ) -> Result<(), TransportError> {
+        if self.len == 0 {
+            return Err(TransportError::ZeroLength { wr_id: self.wr_id });
+        }
+        if self.len > max_msg_bytes {
+            return Err(TransportError::MessageTooLarge { len: self.len, max_msg_bytes });
+        }
+        check_range("local", self.local_offset, self.len, local_len)?;
+        check_range("remote", self.remote_offset, self.len, remote_len)
+    }
+}
+
+/// `Ok` when `offset + len` bytes fit in a region of `region_len` bytes (without overflow),
+/// otherwise [`TransportError::OutOfBounds`] naming `side` (`local` or `remote`).
+///
+/// ```
+/// use rdma_hint_core::transport::check_range;
+/// assert!(check_range("local", 4096, 4096, 8192).is_ok());
+/// assert!(check_range("local", 4097, 4096, 8192).is_err());
+/// assert!(check_range("remote", u64::MAX, 2, u64::MAX).is_err()); // overflow, not a wrap
+/// ```
+#[inline]
+pub fn check_range(side: &'static str, offset: u64, len: u64, region_len: u64) -> Result<(), TransportError> {
+    if offset.checked_add(len).is_none_or(|end| end > region_len) {
+        return Err(TransportError::OutOfBounds { side, offset, len, region_len });
+    }
+    Ok(())
+}
+
+/// Outcome of one signalled work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionStatus {
+    /// Written and acknowledged by the peer.
+    Success,
+    /// Failed with the backend's status code (e.g. `ibv_wc_status`).
+    Failed {
+        /// Backend status code.
+        code: u32,
+    },
+}
+
+/// One drained completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The `wr_id` of the signalled op.
+    pub wr_id: u64,
+    /// Result.
+    pub status: CompletionStatus,
+}
+
+impl Completion {
+    /// A placeholder to pre-fill completion buffers with.
+    pub const EMPTY: Completion = Completion { wr_id: 0, status: CompletionStatus::Success };
+}
+
+/// A write with immediate data that arrived from the peer: every byte written before it on the
+/// same connection has landed in `region`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// The immediate value the peer attached.
+    pub imm: u32,
+    /// The local region the write landed in.
+    pub region: RegionId,
+    /// Bytes of the write that carried the immediate.
+    pub len: u64,
+}
+
+impl Arrival {
+    /// A placeholder to pre-fill arrival buffers with.
+    pub const EMPTY: Arrival = Arrival { imm: 0, region: RegionId(0), len: 0 };
+}
+
+/// Errors of any transport. Every wait has a deadline, so a dead peer ends in
+/// [`TransportError::DeadlineExceeded`] or [`TransportError::PeerGone`], never a hang.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The backend cannot run here (library or device missing).
+    #[error("the {backend} backend is unavailable: {reason}")]
+    Unavailable {
+        /// Backend name.
+        backend: &'static str,
+        /// Why (e.g. "libibverbs.so.1 not found").
+        reason: String,
+    },
+    /// The transport cannot register this memory kind.
+    #[error("memory kind {kind:?} cannot be registered on this transport")]
+    UnsupportedMemory {
+        /// The kind asked for.
+        kind: MemoryKind,
+    },
+    /// Memory could not be registered (zero or absurd length, allocation refused).
+    #[error("cannot register {len} B: {reason}")]
+    Registration {
+        /// Length asked for.
+        len: u64,
+        /// Why.
+        reason: String,
+    },
+    /// An op names a region that is not registered (or was deregistered).
+    #[error("region {0:?} is not registered")]
+    UnregisteredRegion(RegionId),
+    /// An op runs past the end of a region.
+    #[error("{side} range {offset}+{len} B exceeds the region's {region_len} B")]
+    OutOfBounds {
+        /// `local` or `remote`.
+        side: &'static str,
+        /// Offset in bytes.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Region length in bytes.
+        region_len: u64,
+    },
+    /// An op of zero bytes.
+    #[error("work request {wr_id} has zero length")]
+    ZeroLength {
+        /// The op's tag.
+        wr_id: u64,
+    },
+    /// An op larger than the transport's max message.
+    #[error("message of {len} B exceeds max_msg {max_msg_bytes} B")]
+    MessageTooLarge {
+        /// Length in bytes.
+        len: u64,
+        /// Largest message in bytes.
+        max_msg_bytes: u64,
+    },
+    /// More ops in one post, or outstanding, than the queue allows.
+    #[error("{given} work requests exceed the limit of {max}")]
+    QueueFull {
+        /// Requested.
+        given: u32,
+        /// Allowed.
+        max: u32,
+    },
+    /// A deadline passed before the operation finished.
+    #[error("deadline passed after {waited_ms} ms waiting for {what}")]
+    DeadlineExceeded {
+        /// What was awaited.
+        what: &'static str,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// The peer closed the connection or stopped answering.
+    #[error("peer gone: {0}")]
+    PeerGone(String),
+    /// The dialled address refused every attempt for the dial's grace period (3 s) or until
+    /// the deadline: nobody listens there. Retry later if the peer may still start.
+    #[error("connection refused by {address}: no peer listens there (retried for 3 s)")]
+    Refused {
+        /// The dialled address.
+        address: SocketAddr,
+    },
+    /// The peer did not present the pre-shared token this side expects.
+    #[error("peer {peer} rejected: wrong or missing token")]
+    Unauthorized {
+        /// The peer's address.
+        peer: String,
+    },
+    /// The out-of-band exchange carried something we do not accept (malformed, wrong version,
+    /// other channel), or the peer refused ours.
+    #[error("handshake rejected: {0}")]
+    Handshake(String),
+    /// An operation that needs a connection ran before [`Transport::connect`] succeeded.
+    #[error("not connected: call connect first")]
+    NotConnected,
+    /// [`Transport::connect`] ran on a transport that is already connected (one peer each).
+    #[error("already connected: a transport has one peer; open another transport")]
+    AlreadyConnected,
+    /// A region cannot be released now.
+    #[error("region {region:?} is busy: {why}")]
+    RegionBusy {
+        /// The region.
+        region: RegionId,
+        /// Why (exposed to the connected peer, writes in flight).
+        why: &'static str,
+    },
+    /// An argument is out of its range (a token's length, a bind address).
+    #[error("invalid {what}: {why}")]
+    InvalidArgument {
+        /// What was invalid.
+        what: &'static str,
+        /// Why, with the accepted range.
+        why: String,
+    },
+    /// A signalled op completed with an error status.
+    #[error("work request {wr_id} failed with status {code}")]
+    Completion {
+        /// The op's tag.
+        wr_id: u64,
+        /// Backend status code.
+        code: u32,
+    },
+    /// I/O error of the out-of-band channel or a software transport.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A data mover with RDMA WRITE semantics.
+///
+/// Lifecycle: [`register`](Transport::register) regions, optionally [`bind`](Transport::bind)
+/// the out-of-band listener, [`connect`](Transport::connect) to the peer exposing some of the
+/// regions, then [`post_writes`](Transport::post_writes) batches and drain completions with
+/// [`poll_completions`](Transport::poll_completions) or
+/// [`wait_completions`](Transport::wait_completions). Posting and polling never allocate.
+///
+/// The async methods never block the calling thread: a pending wait stores its waker and is
+/// woken by the backend's event (see the toolkit's `wait`); each wait has a deadline.
+/// Without an async runtime, use the `*_blocking` twins of
+/// the toolkit's `BlockingTransport`.
+#[async_trait]
+pub trait Transport: Send + Sync {
+    /// What this transport can do; feeds the hint model.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// Binds the out-of-band listener now (port 0 picks a free port) and returns its address,
+    /// so the peer can be told where to dial before [`connect`](Transport::connect) with
+    /// [`PeerEndpoint::Listen`] accepts.
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError>;
+
+    /// How waits spend their time until their event (see [`WaitMode`]); applies to waits that
+    /// start afterwards.
+    fn set_wait_mode(&self, mode: WaitMode);
+
+    /// The wait mode in use.
+    fn wait_mode(&self) -> WaitMode;
+
+    /// Allocates and registers `len` bytes of `kind` memory for local use and remote exposure.
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;
+
+    /// Releases a registered region.
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError>;
+
+    /// Copies `data` into a local region at `offset` (staging it for GPU memory).
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError>;
+
+    /// Copies from a local region at `offset` into `out`.
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError>;
+
+    /// Exchanges endpoint information with the peer over an out-of-band TCP connection and
+    /// returns the regions the peer exposed. `expose` lists the local regions the peer may write.
+    ///
+    /// A [`PeerEndpoint::Dial`] retries while the address refuses, for 3 s at most (then
+    /// [`TransportError::Refused`]: retry yourself if the peer may start later), and otherwise
+    /// until `deadline`. Closing a connected transport (dropping it) tells the peer it left on
+    /// purpose, so the peer's waits end in [`TransportError::PeerGone`] without a warning.
+    async fn connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError>;
+
+    /// Posts every op in `ops` with one doorbell. Ops are checked before anything is posted.
+    fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
+
+    /// Moves finished completions into `out` without waiting; returns how many.
+    fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError>;
+
+    /// Waits until at least one completion is ready or `deadline` passes.
+    async fn wait_completions(
+        &self,
+        out: &mut [Completion],
+        deadline: Instant,
+    ) -> Result<usize, TransportError>;
+
+    /// Receiver side: moves writes-with-immediate that arrived from the peer into `out` without
+    /// waiting; returns how many.
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError>;
+
+    /// Receiver side: waits until at least one arrival or `deadline`.
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError>;
+}

@@ -1,0 +1,93 @@
+//! Errors of the facade.
+
+use rdma_hint_core::TransportError;
+use rdma_hint_core::{HintError, SourceId, TransportId};
+use rdma_hint_discovery::sysfs::DiscoveryError;
+use thiserror::Error;
+
+/// Why a hint, a probe or [`open`](crate::open) failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The sysfs tree could not be read.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// The model refused the path or its inputs.
+    #[error(transparent)]
+    Hint(#[from] HintError),
+    /// No such GPU or host node on this machine.
+    #[error("unknown device {device}; this machine has: {available}")]
+    UnknownDevice {
+        /// The device asked for.
+        device: SourceId,
+        /// The devices that exist.
+        available: String,
+    },
+    /// No such transport on this machine or in this build.
+    #[error("unknown transport `{transport}`; available: {available}")]
+    UnknownTransport {
+        /// The transport asked for.
+        transport: TransportId,
+        /// The transports that exist.
+        available: String,
+    },
+    /// A pair whose path cannot be modelled (NIC position unknown, port without a rate).
+    #[error("no path from {device} to {transport}: {why}")]
+    NoPath {
+        /// The device.
+        device: SourceId,
+        /// The transport.
+        transport: TransportId,
+        /// Why.
+        why: String,
+    },
+    /// No transport has a hint for the device (what [`TransportSelector::Auto`](crate::TransportSelector::Auto) answers
+    /// then).
+    #[error("no transport has a hint for {device}: {why}")]
+    NoTransport {
+        /// The device.
+        device: SourceId,
+        /// Why, and what exists.
+        why: String,
+    },
+    /// A transport id that does not parse.
+    #[error("invalid transport id `{id}`: {why}")]
+    InvalidTransportId {
+        /// The text given.
+        id: String,
+        /// What is wrong and what is accepted.
+        why: String,
+    },
+    /// The transport's backend is not compiled into this build.
+    #[error("{transport} needs the `{feature}` backend, which this build lacks: enable the cargo feature `{feature}` of rdma-hint")]
+    FeatureMissing {
+        /// The transport asked for.
+        transport: TransportId,
+        /// The cargo feature that provides it.
+        feature: &'static str,
+    },
+    /// The backend is compiled in but cannot run here (library or device missing).
+    #[error("{transport} is unavailable here: {source}")]
+    Unavailable {
+        /// The transport asked for.
+        transport: TransportId,
+        /// The backend's reason.
+        #[source]
+        source: TransportError,
+    },
+    /// A transport operation failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A chunked transfer failed (with the bytes confirmed before it did).
+    #[error(transparent)]
+    Transfer(#[from] rdma_hint_chunker::TransferError),
+    /// A transfer could not be planned (sizes, alignment, regions, policy).
+    #[error(transparent)]
+    Plan(#[from] rdma_hint_chunker::PlanError),
+}
+
+impl From<rdma_hint_core::TransportIdError> for Error {
+    fn from(error: rdma_hint_core::TransportIdError) -> Error {
+        Error::InvalidTransportId { id: error.id, why: error.why }
+    }
+}

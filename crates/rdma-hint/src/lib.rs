@@ -1,0 +1,371 @@
+//! # rdma-hint
+//!
+//! Run-time answer to "which block size should I hand this transport for this memory?", and the
+//! machinery to move data in exactly those blocks.
+//!
+//! ```
+//! use rdma_hint::{get_low_latency_rdma_size_hint, Device};
+//!
+//! // Host memory of NUMA node 0. On a machine without an RDMA NIC this is the staged backend's
+//! // hint; with one, the closest NIC's.
+//! match get_low_latency_rdma_size_hint(Device::Host(0)) {
+//!     Ok(hint) => {
+//!         assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
+//!         println!("{} B blocks, {} B aligned, {:.1} GB/s predicted", hint.block_bytes,
+//!                  hint.align_bytes, hint.predicted_gbps);
+//!     }
+//!     Err(err) => println!("no hint: {err}"),
+//! }
+//! ```
+//!
+//! Backends are cargo features: `staged` (default), `verbs`, `ucx`, `cuda`. [`open`] opens any
+//! compiled-in one by the id `rdma-hint probe` prints; the [`chunker`] moves data over it in
+//! the hint's blocks. The async methods never block their thread and need no particular
+//! runtime; blocking callers use [`BlockingTransport`] and [`Chunker::write_blocking`](chunker::Chunker::write_blocking).
+//!
+//! ```
+//! use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+//! use rdma_hint::{open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportId};
+//! use std::time::{Duration, Instant};
+//!
+//! let id = TransportId::STAGED_TCP; // or "ucx:shm".parse()? with the `ucx` feature
+//! let hint = rdma_hint::get_low_latency_rdma_size_hint_with(
+//!     rdma_hint::Device::Host(0), &rdma_hint::TransportSelector::Id(id.clone()))?;
+//! let (sender, receiver) = (open(&id, &OpenOptions::default())?, open(&id, &OpenOptions::default())?);
+//! let len = 1 << 20;
+//! let source = sender.register(MemoryKind::Host, len)?;
+//! let target = receiver.register(MemoryKind::Host, len)?;
+//! sender.write_region(source.id, 0, &vec![7u8; len as usize])?;
+//! let address = receiver.bind("127.0.0.1:0".parse().unwrap())?;
+//! let deadline = Instant::now() + Duration::from_secs(30);
+//! let accepting = std::thread::spawn(move || {
+//!     receiver.connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline)?;
+//!     let mut arrivals = [Arrival::EMPTY; 4];
+//!     receiver.wait_arrivals_blocking(&mut arrivals, deadline)?;
+//!     let mut landed = vec![0u8; len as usize];
+//!     receiver.read_region(target.id, 0, &mut landed)?;
+//!     Ok::<_, rdma_hint::TransportError>((arrivals[0].imm, landed))
+//! });
+//! let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline)?[0];
+//! let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities())?;
+//! chunker.set_size_hint(&hint)?;
+//! chunker.write_blocking(&*sender, Transfer::new(&source, &remote, len).notify(9), deadline)?;
+//! let (imm, landed) = accepting.join().unwrap()?;
+//! assert_eq!(imm, 9);
+//! assert!(landed.iter().all(|b| *b == 7));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+
+/// Every Rust snippet of the README, compiled and run as a doctest.
+#[cfg(all(doctest, feature = "staged"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
+/// Every Rust snippet of docs/chunker.md, compiled and run as a doctest.
+#[cfg(all(doctest, feature = "staged"))]
+#[doc = include_str!("../../../docs/chunker.md")]
+pub struct ChunkerDocDoctests;
+
+mod backends;
+mod cache;
+pub mod calibrate;
+mod error;
+mod loopback;
+pub mod measured;
+mod open;
+mod probe;
+mod profiles;
+
+pub use backends::{Absence, BackendDetail};
+pub use cache::{HintCache, HintKey};
+pub use calibrate::{calibrate, calibrate_loopback, Calibration};
+pub use error::Error;
+pub use loopback::LoopbackPair;
+pub use measured::HintSet;
+pub use open::{open, OpenOptions, StagedChannelId, TransportId};
+pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
+pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US, STAGED_SHM_GPU_PER_BLOCK_US};
+pub use rdma_hint_chunker as chunker;
+/// The pure core: the path model (profiles, hints, fits) and the `Transport` contract with its
+/// plain types (no I/O).
+pub use rdma_hint_core as hint_core;
+/// DeepEP-compatible buffer sizing (`get_low_latency_rdma_size_hint` in DeepEP's sense).
+pub use rdma_hint_core::deepep;
+pub use rdma_hint_core::{
+    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+};
+pub use rdma_hint_core::{HintError, HintPolicy, Origin, PathClass, Reason, SizeHint, SourceId};
+/// Facts about this machine: sysfs PCIe topology, GPUs through the CUDA driver.
+pub use rdma_hint_discovery as discovery;
+/// The out-of-band handshake every backend uses: mutual authentication by pre-shared token
+/// (`authenticate`, `Token`), the listener's limits, the liveness goodbye. For tools that speak
+/// the protocol themselves (tests, proxies, alternative peers).
+pub use rdma_hint_oob as oob;
+/// The staged backend's own API (GPU facts, the in-process GPU staging pipeline).
+#[cfg(feature = "staged")]
+pub use rdma_hint_staged as staged;
+/// The toolkit backends share to meet the `Transport` contract: region tables, event queues,
+/// deadline waits, blocking adapters.
+pub use rdma_hint_toolkit as toolkit;
+pub use rdma_hint_toolkit::blocking::block_on;
+pub use rdma_hint_toolkit::BlockingTransport;
+/// The UCX backend's own API (UCX's estimate, the lanes it chose).
+#[cfg(feature = "ucx")]
+pub use rdma_hint_ucx as ucx;
+/// The verbs backend's own API (device facts as `ibv_query_device` reports them).
+#[cfg(feature = "verbs")]
+pub use rdma_hint_verbs as verbs;
+
+/// A memory source: a GPU by CUDA ordinal, or a host NUMA node.
+pub type Device = SourceId;
+
+use probe::Inventory;
+use rdma_hint_core::PathProfile;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Which transport a hint is for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TransportSelector {
+    /// The first tier that has a hint for the device:
+    /// 1. a verbs RDMA NIC: the closest (best path class, then highest predicted bandwidth);
+    /// 2. a software transport, in the order `ucx:shm`, `ucx:tcp` (with the `ucx` feature),
+    ///    `staged:shm`, `staged:tcp` — one with a hint measured by `rdma-hint sweep` under the
+    ///    current versions before any that is only modelled.
+    #[default]
+    Auto,
+    /// A transport by id, as `rdma-hint probe` lists them (`verbs:mlx5_0`, `staged:shm`).
+    Id(TransportId),
+}
+
+/// Where a software transport stands in the order [`TransportSelector::Auto`] considers them
+/// (`ucx:shm`, `ucx:tcp`, `staged:shm`, `staged:tcp`); `None` for any other.
+fn software_rank(id: &TransportId) -> Option<u8> {
+    match id {
+        TransportId::Ucx(scope) if scope == "shm" => Some(0),
+        TransportId::Ucx(scope) if scope == "tcp" => Some(1),
+        TransportId::Staged(StagedChannelId::Shm) => Some(2),
+        TransportId::Staged(StagedChannelId::Tcp) => Some(3),
+        _ => None,
+    }
+}
+
+static LIVE: Mutex<Option<Arc<Inventory>>> = Mutex::new(None);
+
+fn live_inventory() -> Result<Arc<Inventory>, Error> {
+    let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(inventory) = live.as_ref() {
+        return Ok(inventory.clone());
+    }
+    let inventory = Arc::new(Inventory::discover(&ProbeOptions::default())?);
+    *live = Some(inventory.clone());
+    Ok(inventory)
+}
+
+/// Forgets the discovered machine so the next call reads sysfs and the drivers again (after a
+/// driver or firmware update, hot-plug). Cached hints whose versions changed are recomputed.
+pub fn refresh() {
+    *LIVE.lock().unwrap_or_else(PoisonError::into_inner) = None;
+}
+
+fn cached_hint(profile: &PathProfile) -> Result<SizeHint, Error> {
+    let key = HintKey { source: profile.source.id, transport: profile.transport.id.clone() };
+    let file = measured::cache_file();
+    Ok(HintCache::global().get_or_compute(&key, &profile.versions, || {
+        measured::hint(profile, &HintPolicy::default(), file.as_deref())
+    })?)
+}
+
+/// Records a measured knee for `device` over `transport` (as `rdma-hint sweep` does) in the
+/// cache file, keyed by the versions the machine runs now, and drops the in-process cache so
+/// the next hint uses it. Returns the file written.
+pub fn record_measurement(
+    device: Device,
+    transport: &TransportId,
+    knee_bytes: u64,
+    plateau_gbps: f64,
+) -> Result<std::path::PathBuf, Error> {
+    let profile = &profile_of(device, transport)?;
+    let file = measured::cache_file().ok_or_else(|| Error::NoPath {
+        device,
+        transport: transport.clone(),
+        why: "no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".into(),
+    })?;
+    let entry = measured::MeasuredHint {
+        source: device,
+        transport: transport.clone(),
+        versions: profile.versions.clone(),
+        knee_bytes,
+        plateau_gbps,
+        measured_at_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    measured::store(&file, entry).map_err(|e| Error::NoPath {
+        device,
+        transport: transport.clone(),
+        why: format!("writing {}: {e}", file.display()),
+    })?;
+    HintCache::global().clear();
+    Ok(file)
+}
+
+/// The path profile of `device` over the transport with id `transport`, as discovery found it
+/// (UCX scopes the probe did not list are asked about now).
+pub(crate) fn profile_of(device: Device, transport: &TransportId) -> Result<PathProfile, Error> {
+    profile_in(&*live_inventory()?, device, transport)
+}
+
+/// The memory source `device`, or an error naming those that exist.
+fn source_in(inventory: &Inventory, device: Device) -> Result<&profiles::Source, Error> {
+    inventory.sources.iter().find(|s| s.facts.id == device).ok_or_else(|| Error::UnknownDevice {
+        device,
+        available: inventory.sources.iter().map(|s| s.facts.id.to_string()).collect::<Vec<_>>().join(", "),
+    })
+}
+
+fn profile_in(inventory: &Inventory, device: Device, transport: &TransportId) -> Result<PathProfile, Error> {
+    let unknown = || Error::UnknownTransport {
+        transport: transport.clone(),
+        available: transport_ids(inventory).join(", "),
+    };
+    if let Some(candidate) = inventory.candidates.iter().find(|c| match c {
+        Ok(p) => p.source.id == device && p.transport.id == *transport,
+        Err((source, id, _)) => *source == device && id == transport,
+    }) {
+        return match candidate {
+            Ok(profile) => Ok(profile.clone()),
+            Err((_, transport, why)) => {
+                Err(Error::NoPath { device, transport: transport.clone(), why: why.clone() })
+            }
+        };
+    }
+    let source = source_in(inventory, device)?;
+    match transport {
+        TransportId::Ucx(_) => {
+            let tls = transport.ucx_tls().unwrap_or_default();
+            let ucx = backends::ucx_transport(&tls).map_err(|why| Error::NoPath {
+                device,
+                transport: transport.clone(),
+                why,
+            })?;
+            Ok(profiles::software_profile(source.facts.clone(), &ucx))
+        }
+        _ => Err(unknown()),
+    }
+}
+
+/// The model's, the calibrated and the recorded hint of `device` over `transport`, kept apart
+/// (`rdma-hint sweep` compares all three with the curve it measures).
+pub fn hint_set(device: Device, transport: &TransportId) -> Result<HintSet, Error> {
+    let profile = profile_of(device, transport)?;
+    Ok(measured::hint_set(&profile, &HintPolicy::default(), measured::cache_file().as_deref())?)
+}
+
+/// The block size and alignment to use for transfers from `device` over the best transport.
+///
+/// Discovery runs once per process; hints are cached per (device, transport, driver/firmware
+/// versions). Never returns a zero block: a device without a low-latency route is an error
+/// that names the fallback.
+pub fn get_low_latency_rdma_size_hint(device: Device) -> Result<SizeHint, Error> {
+    get_low_latency_rdma_size_hint_with(device, &TransportSelector::Auto)
+}
+
+/// [`get_low_latency_rdma_size_hint`] for a chosen transport.
+///
+/// ```
+/// use rdma_hint::{get_low_latency_rdma_size_hint_with, Device, Error, TransportSelector};
+/// let unknown = TransportSelector::Id("verbs:nonexistent".parse()?);
+/// assert!(matches!(
+///     get_low_latency_rdma_size_hint_with(Device::Host(0), &unknown),
+///     Err(Error::UnknownTransport { .. })
+/// ));
+/// # Ok::<(), Error>(())
+/// ```
+pub fn get_low_latency_rdma_size_hint_with(
+    device: Device,
+    selector: &TransportSelector,
+) -> Result<SizeHint, Error> {
+    hint_from(&*live_inventory()?, device, selector)
+}
+
+fn hint_from(inventory: &Inventory, device: Device, selector: &TransportSelector) -> Result<SizeHint, Error> {
+    source_in(inventory, device)?;
+    let for_device = inventory.candidates.iter().filter(|c| match c {
+        Ok(profile) => profile.source.id == device,
+        Err((source, _, _)) => *source == device,
+    });
+    match selector {
+        TransportSelector::Id(id) => cached_hint(&profile_in(inventory, device, id)?),
+        TransportSelector::Auto => {
+            let hints: Vec<SizeHint> =
+                for_device.filter_map(|c| c.as_ref().ok()).filter_map(|p| cached_hint(p).ok()).collect();
+            auto_choice(&hints).cloned().ok_or_else(|| Error::NoTransport {
+                device,
+                why: format!(
+                    "no RDMA NIC and no software transport has a hint for it (available: {}){}",
+                    transport_ids(inventory).join(", "),
+                    if cfg!(feature = "staged") { "" } else { "; enable the `staged` feature" }
+                ),
+            })
+        }
+    }
+}
+
+/// What [`TransportSelector::Auto`] picks among one device's hints (see its order).
+pub(crate) fn auto_choice(hints: &[SizeHint]) -> Option<&SizeHint> {
+    let best_nic = hints
+        .iter()
+        .filter(|h| matches!(h.transport, TransportId::Verbs(_)))
+        .min_by(|a, b| a.path_class.cmp(&b.path_class).then(b.predicted_gbps.total_cmp(&a.predicted_gbps)));
+    if best_nic.is_some() {
+        return best_nic;
+    }
+    let mut software: Vec<&SizeHint> =
+        hints.iter().filter(|h| software_rank(&h.transport).is_some()).collect();
+    software.sort_by_key(|h| software_rank(&h.transport));
+    software.iter().find(|h| h.origin != Origin::Model).or(software.first()).copied()
+}
+
+fn transport_ids(inventory: &Inventory) -> Vec<String> {
+    let mut ids: Vec<String> = inventory
+        .candidates
+        .iter()
+        .map(|c| match c {
+            Ok(profile) => profile.transport.id.to_string(),
+            Err((_, transport, _)) => transport.to_string(),
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_device_names_what_exists() {
+        let inventory = Inventory::discover(&ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
+        match hint_from(&inventory, Device::Gpu(99), &TransportSelector::Auto) {
+            Err(Error::UnknownDevice { available, .. }) => assert!(available.contains("host:0")),
+            other => panic!("expected UnknownDevice, got {other:?}"),
+        }
+    }
+
+    #[cfg(feature = "staged")]
+    #[test]
+    fn auto_without_nic_takes_the_first_software_transport_measured_first() {
+        let inventory = Inventory::discover(&ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
+        let hint = hint_from(&inventory, Device::Host(0), &TransportSelector::Auto).unwrap();
+        // A fixture tree has no UCX; staged:shm comes first unless this machine measured one.
+        assert!(
+            hint.transport == TransportId::STAGED_SHM || hint.origin == Origin::Measured,
+            "{}",
+            hint.transport
+        );
+        assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
+    }
+}

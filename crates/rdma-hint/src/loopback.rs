@@ -1,0 +1,72 @@
+//! Both ends of one transport in this process, connected over loopback: what `calibrate`,
+//! `rdma-hint sweep --loopback` and tests measure.
+
+use crate::error::Error;
+use crate::open::{open, OpenOptions, TransportId};
+use rdma_hint_core::SourceId;
+use rdma_hint_core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport};
+use rdma_hint_toolkit::BlockingTransport;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// A connected sender and receiver of one transport in this process: the sender's region of
+/// `region_bytes` in the source's memory, and the receiver's host region it writes into.
+///
+/// ```
+/// use rdma_hint::{LoopbackPair, OpenOptions, SourceId, TransportId};
+/// use std::time::{Duration, Instant};
+/// let deadline = Instant::now() + Duration::from_secs(30);
+/// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, SourceId::Host(0), 1 << 20, &OpenOptions::default(), deadline)?;
+/// assert_eq!(pair.remote.len, 1 << 20);
+/// # Ok::<(), rdma_hint::Error>(())
+/// ```
+pub struct LoopbackPair {
+    /// The end that writes.
+    pub sender: Box<dyn Transport>,
+    /// The end written into (kept open for as long as the pair lives).
+    pub receiver: Box<dyn Transport>,
+    /// The sender's region, in the source's memory.
+    pub local: LocalRegion,
+    /// The receiver's region as the sender addresses it.
+    pub remote: RemoteRegion,
+    /// The same region as the receiver holds it (to read what arrived).
+    pub target: LocalRegion,
+}
+
+impl std::fmt::Debug for LoopbackPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopbackPair").field("local", &self.local).field("remote", &self.remote).finish()
+    }
+}
+
+impl LoopbackPair {
+    /// Opens both ends of `id`, registers `region_bytes` on each (the sender's in `source`'s
+    /// memory) and connects them over 127.0.0.1, all before `deadline`.
+    pub fn open(
+        id: &TransportId,
+        source: SourceId,
+        region_bytes: u64,
+        options: &OpenOptions,
+        deadline: Instant,
+    ) -> Result<LoopbackPair, Error> {
+        let sender = open(id, options)?;
+        let local = sender.register(MemoryKind::of(source), region_bytes)?;
+        let receiver = open(id, options)?;
+        let target = receiver.register(MemoryKind::Host, region_bytes)?;
+        let address = receiver.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let remote = std::thread::scope(|scope| {
+            let receiver = &receiver;
+            let accepting = scope.spawn(move || {
+                receiver.connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline)
+            });
+            let dialled = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline);
+            let accepted = accepting.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            accepted?;
+            Ok::<_, Error>(dialled?)
+        })?;
+        let remote = *remote.first().ok_or_else(|| {
+            rdma_hint_core::TransportError::Handshake("the loopback receiver exposed no region".into())
+        })?;
+        Ok(LoopbackPair { sender, receiver, local, remote, target })
+    }
+}

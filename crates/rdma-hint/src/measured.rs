@@ -1,0 +1,398 @@
+//! Measured hints: the knee `rdma-hint sweep` found and the `o`/`B` `rdma-hint calibrate`
+//! fitted, kept in cache files and preferred over the model while the driver and firmware
+//! versions are the ones they were measured under. Of a recorded knee and a calibration, the
+//! newer one wins.
+
+use rdma_hint_core::model::{compute_hint_fitted, rate, Factor, FittedCosts, Reason};
+use rdma_hint_core::TransportId;
+use rdma_hint_core::{
+    compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A fitted path: what `rdma-hint calibrate` stores (only fits that are not poor).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibratedPath {
+    /// Memory source.
+    pub source: SourceId,
+    /// Transport id (`staged:shm`, …).
+    pub transport: TransportId,
+    /// Versions the calibration ran under; the entry is ignored under any others.
+    pub versions: DriverVersions,
+    /// Fitted fixed cost per block `o`, in µs.
+    pub fixed_cost_us: f64,
+    /// Fitted bandwidth `B`, in GB/s.
+    pub bandwidth_gbps: f64,
+    /// R² of the fit.
+    pub fit_r2: f64,
+    /// The fit left points out as off the line (see `PathFit::gradual`): the hint aims further.
+    #[serde(default)]
+    pub gradual: bool,
+    /// When it was measured (seconds since the Unix epoch).
+    pub measured_at_unix: u64,
+}
+
+/// Entries kept per (source, transport) in a cache file.
+trait Entry: Serialize + DeserializeOwned {
+    fn key(&self) -> (SourceId, &TransportId, &DriverVersions);
+}
+
+impl Entry for MeasuredHint {
+    fn key(&self) -> (SourceId, &TransportId, &DriverVersions) {
+        (self.source, &self.transport, &self.versions)
+    }
+}
+
+impl Entry for CalibratedPath {
+    fn key(&self) -> (SourceId, &TransportId, &DriverVersions) {
+        (self.source, &self.transport, &self.versions)
+    }
+}
+
+fn load_entries<T: Entry>(file: &Path) -> Vec<T> {
+    std::fs::read(file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+}
+
+/// Replaces the entry of `source`/`transport` in `file` by `entry` (none: removes it).
+fn store_entry<T: Entry>(
+    file: &Path,
+    source: SourceId,
+    transport: &TransportId,
+    entry: Option<T>,
+) -> std::io::Result<()> {
+    let mut entries: Vec<T> = load_entries(file);
+    entries.retain(|e| {
+        let (s, t, _) = e.key();
+        !(s == source && t == transport)
+    });
+    entries.extend(entry);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temporary = file.with_extension("json.tmp");
+    std::fs::write(&temporary, serde_json::to_vec_pretty(&entries).map_err(std::io::Error::other)?)?;
+    std::fs::rename(temporary, file)
+}
+
+fn lookup_entry<T: Entry>(
+    file: &Path,
+    source: SourceId,
+    transport: &TransportId,
+    versions: &DriverVersions,
+) -> Option<T> {
+    load_entries::<T>(file).into_iter().find(|e| e.key() == (source, transport, versions))
+}
+
+/// One measured result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredHint {
+    /// Memory source.
+    pub source: SourceId,
+    /// Transport id (`staged:shm`, …).
+    pub transport: TransportId,
+    /// Versions the sweep ran under; the entry is ignored under any others.
+    pub versions: DriverVersions,
+    /// Smallest block reaching 90 % of the plateau, in bytes.
+    pub knee_bytes: u64,
+    /// Plateau bandwidth in GB/s.
+    pub plateau_gbps: f64,
+    /// When it was measured (seconds since the Unix epoch).
+    pub measured_at_unix: u64,
+}
+
+/// The cache file: `$RDMA_HINT_CACHE_DIR/measured.json`, else `$XDG_CACHE_HOME/rdma-hint/…`,
+/// else `~/.cache/rdma-hint/…`.
+pub fn cache_file() -> Option<PathBuf> {
+    let dir = std::env::var_os("RDMA_HINT_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("rdma-hint")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rdma-hint")))?;
+    Some(dir.join("measured.json"))
+}
+
+/// The calibration file beside the measured-knee file `file`: `calibrated.json`.
+pub fn calibration_file(file: &Path) -> PathBuf {
+    file.with_file_name("calibrated.json")
+}
+
+/// Every entry in `file` (none if it is missing or unreadable: a cache, not a source of truth).
+pub fn load(file: &Path) -> Vec<MeasuredHint> {
+    load_entries(file)
+}
+
+/// Stores `entry` in `file`, replacing the entry of the same source and transport.
+pub fn store(file: &Path, entry: MeasuredHint) -> std::io::Result<()> {
+    store_entry(file, entry.source, &entry.transport.clone(), Some(entry))
+}
+
+/// Stores a calibration in the calibration file beside `file`, replacing the one of the same
+/// source and transport; `None` removes it (a poor fit leaves no stale calibration behind).
+pub fn store_calibration(
+    file: &Path,
+    source: SourceId,
+    transport: &TransportId,
+    entry: Option<CalibratedPath>,
+) -> std::io::Result<()> {
+    store_entry(&calibration_file(file), source, transport, entry)
+}
+
+/// The entry for this pair under exactly these versions; stale entries are ignored.
+pub fn lookup(
+    file: &Path,
+    source: SourceId,
+    transport: &TransportId,
+    versions: &DriverVersions,
+) -> Option<MeasuredHint> {
+    lookup_entry(file, source, transport, versions)
+}
+
+/// The calibration for this pair under exactly these versions, from the file beside `file`.
+pub fn lookup_calibration(
+    file: &Path,
+    source: SourceId,
+    transport: &TransportId,
+    versions: &DriverVersions,
+) -> Option<CalibratedPath> {
+    lookup_entry(&calibration_file(file), source, transport, versions)
+}
+
+/// Share of the efficiency a policy leaves on the table that a calibrated hint aims to win
+/// back, for a curve the line fits whole (GPU copies: exactly `o + s/B`): with the default 0.9
+/// target, 0.92 of the fitted `B`, 1.28× past the fitted 90 % point.
+pub const CALIBRATION_MARGIN: f64 = 0.2;
+/// The same for a curve that bends more gradually than the line (points dropped as off the
+/// line, `PathFit::gradual`: host memcpy and socket paths): 0.94 of `B`, 1.74× past the fitted
+/// 90 % point.
+///
+/// A hint meets its target when it reaches 0.90 of the measured plateau at no more than 2× the
+/// measured knee. On this project's machines, gradual curves reach 0.90 of their plateau later
+/// than their line does, exact ones right where it does; over 60 calibrate + sweep runs on
+/// 2-core and H200 hosts (`benches/fidelity.sh`), these two margins met that target more
+/// often (44) than one margin for both (37 at 0.93).
+pub const GRADUAL_CALIBRATION_MARGIN: f64 = 0.4;
+
+/// The policy a calibrated hint is computed under: `policy`'s target raised by
+/// [`CALIBRATION_MARGIN`] (or [`GRADUAL_CALIBRATION_MARGIN`]), and the smallest block the
+/// calibration measured as its minimum instead of the policy's (which guards the model's
+/// constants; a fit measured the path, but only from that block on).
+pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -> HintPolicy {
+    let eta = policy.target_efficiency;
+    let margin = if gradual { GRADUAL_CALIBRATION_MARGIN } else { CALIBRATION_MARGIN };
+    HintPolicy {
+        target_efficiency: (eta + margin * (1.0 - eta)).min(0.999),
+        min_block_bytes: crate::calibrate::ladder_alignment(model),
+        ..policy.clone()
+    }
+}
+
+/// The hint from a stored calibration (`model`: the model's hint of the same path, whose
+/// alignment bounds the calibrated block from below).
+pub fn calibrated_hint(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    model: &SizeHint,
+    calibration: &CalibratedPath,
+) -> Result<SizeHint, HintError> {
+    let costs =
+        FittedCosts { fixed_cost_us: calibration.fixed_cost_us, bandwidth_gbps: calibration.bandwidth_gbps };
+    let mut hint =
+        compute_hint_fitted(profile, &calibrated_policy(policy, model, calibration.gradual), costs)?;
+    hint.reasons.push(Reason::new(
+        Factor::Calibrated,
+        format!("R² {:.3}", calibration.fit_r2),
+        format!("fitted by `rdma-hint calibrate` on {}", utc_date_time(calibration.measured_at_unix)),
+    ));
+    Ok(hint)
+}
+
+/// The three hints of one pair, kept apart: the model's, the calibrated one and the recorded
+/// knee (each when the cache files hold one under the current versions).
+#[derive(Debug, Clone)]
+pub struct HintSet {
+    /// The model's hint from its constants.
+    pub model: SizeHint,
+    /// From `o` and `B` fitted by `rdma-hint calibrate`.
+    pub calibrated: Option<SizeHint>,
+    /// The knee recorded by `rdma-hint sweep`.
+    pub recorded: Option<SizeHint>,
+    /// Which one [`hint`] answers: the newer of calibrated and recorded (the recorded knee
+    /// when both are of the same second), else the model's.
+    pub chosen: Origin,
+}
+
+impl HintSet {
+    /// The hint [`hint`] answers.
+    pub fn chosen(&self) -> &SizeHint {
+        match self.chosen {
+            Origin::Calibrated => self.calibrated.as_ref().unwrap_or(&self.model),
+            Origin::Measured => self.recorded.as_ref().unwrap_or(&self.model),
+            Origin::Model => &self.model,
+        }
+    }
+}
+
+/// All three hints of `profile` (see [`HintSet`]).
+pub fn hint_set(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    file: Option<&Path>,
+) -> Result<HintSet, HintError> {
+    let model = compute_hint(profile, policy)?;
+    let (source, transport, versions) = (profile.source.id, &profile.transport.id, &profile.versions);
+    let recorded = file.and_then(|file| lookup(file, source, transport, versions));
+    let calibration = file.and_then(|file| lookup_calibration(file, source, transport, versions));
+    let chosen = match (&recorded, &calibration) {
+        (Some(r), Some(c)) if r.measured_at_unix >= c.measured_at_unix => Origin::Measured,
+        (_, Some(_)) => Origin::Calibrated,
+        (Some(_), None) => Origin::Measured,
+        (None, None) => Origin::Model,
+    };
+    let calibrated = calibration.map(|c| calibrated_hint(profile, policy, &model, &c)).transpose()?;
+    let recorded = recorded.map(|r| apply(model.clone(), &r));
+    Ok(HintSet { model, calibrated, recorded, chosen })
+}
+
+/// The hint for `profile`: the model's, unless `file` (or the calibration file beside it)
+/// holds a knee or a calibration measured under the same versions — the newer of the two wins.
+/// The one place the facade and the probe compute hints.
+pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> Result<SizeHint, HintError> {
+    hint_set(profile, policy, file).map(|set| set.chosen().clone())
+}
+
+/// The model's hint with the measured knee as its block (rounded up to the alignment) and the
+/// measured plateau as its bandwidth `B`; efficiency and latency follow from the model's fixed
+/// cost `o` with that `B`.
+pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
+    let block = measured.knee_bytes.div_ceil(hint.align_bytes).max(1) * hint.align_bytes;
+    let plateau = measured.plateau_gbps;
+    let bandwidth = if plateau.is_finite() && plateau > 0.0 { plateau } else { hint.bandwidth_gbps };
+    hint = hint.rescaled(block, bandwidth);
+    hint.origin = Origin::Measured;
+    hint.reasons.push(Reason::new(
+        Factor::Measured,
+        format!("{block} B"),
+        format!(
+            "measured knee {} B (90 % of a {} plateau, now B) by `rdma-hint sweep` on {}",
+            measured.knee_bytes,
+            rate(measured.plateau_gbps),
+            utc_date_time(measured.measured_at_unix)
+        ),
+    ));
+    hint
+}
+
+/// `2026-12-01 09:20 UTC` for seconds since the Unix epoch (the proleptic Gregorian calendar,
+/// Howard Hinnant's days-to-civil algorithm; no time-zone database needed).
+pub fn utc_date_time(unix_seconds: u64) -> String {
+    let days = unix_seconds / 86_400;
+    let (hour, minute) = (unix_seconds % 86_400 / 3600, unix_seconds % 3600 / 60);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = era * 400 + year_of_era + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_seconds_read_as_utc_dates() {
+        assert_eq!(utc_date_time(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc_date_time(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(utc_date_time(1_796_116_830), "2026-12-01 09:20 UTC");
+        assert_eq!(utc_date_time(4_107_542_399), "2100-02-28 23:59 UTC");
+    }
+    use rdma_hint_core::{compute_hint, HintPolicy, PathProfile};
+
+    #[test]
+    fn stored_entries_apply_only_under_their_versions() {
+        let dir = std::env::temp_dir().join(format!("rdma-hint-measured-{}", std::process::id()));
+        let file = dir.join("measured.json");
+        let versions = DriverVersions { firmware: Some("1.0".into()), ..Default::default() };
+        let entry = MeasuredHint {
+            source: SourceId::Host(0),
+            transport: TransportId::STAGED_SHM,
+            versions: versions.clone(),
+            knee_bytes: 60_000,
+            plateau_gbps: 9.5,
+            measured_at_unix: 1,
+        };
+        store(&file, entry.clone()).unwrap();
+        store(&file, MeasuredHint { knee_bytes: 70_000, ..entry.clone() }).unwrap();
+        assert_eq!(load(&file).len(), 1, "replaced, not appended");
+        let found = lookup(&file, SourceId::Host(0), &TransportId::STAGED_SHM, &versions).unwrap();
+        assert_eq!(found.knee_bytes, 70_000);
+        let other = DriverVersions { firmware: Some("2.0".into()), ..Default::default() };
+        assert!(lookup(&file, SourceId::Host(0), &TransportId::STAGED_SHM, &other).is_none(), "stale");
+        let model = compute_hint(&PathProfile::example_host_nic(), &HintPolicy::default()).unwrap();
+        let measured = apply(model.clone(), &found);
+        assert_eq!(measured.origin, Origin::Measured);
+        assert_eq!(measured.block_bytes % measured.align_bytes, 0);
+        assert!(measured.block_bytes >= 70_000);
+        assert_eq!(measured.bandwidth_gbps, 9.5, "the measured plateau is B");
+        assert!(
+            measured.reasons.last().unwrap().why.contains("1970-01-01 00:00 UTC"),
+            "a date, not a raw epoch"
+        );
+        assert!(load(&dir.join("missing.json")).is_empty());
+        std::fs::write(&file, b"not json").unwrap();
+        assert!(load(&file).is_empty(), "a garbled cache is ignored");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_newer_of_calibration_and_recorded_knee_answers() {
+        let dir = std::env::temp_dir().join(format!("rdma-hint-newest-{}", std::process::id()));
+        let file = dir.join("measured.json");
+        let profile = PathProfile::example_host_nic();
+        let (source, transport) = (profile.source.id, profile.transport.id.clone());
+        let knee = |at| MeasuredHint {
+            source,
+            transport: transport.clone(),
+            versions: profile.versions.clone(),
+            knee_bytes: 1 << 20,
+            plateau_gbps: 10.0,
+            measured_at_unix: at,
+        };
+        let calibration = |at| CalibratedPath {
+            source,
+            transport: transport.clone(),
+            versions: profile.versions.clone(),
+            fixed_cost_us: 1.0,
+            bandwidth_gbps: 20.0,
+            fit_r2: 0.999,
+            gradual: false,
+            measured_at_unix: at,
+        };
+        let policy = HintPolicy::default();
+        assert_eq!(hint_set(&profile, &policy, Some(&file)).unwrap().chosen, Origin::Model);
+        store(&file, knee(100)).unwrap();
+        store_calibration(&file, source, &transport, Some(calibration(200))).unwrap();
+        let set = hint_set(&profile, &policy, Some(&file)).unwrap();
+        assert_eq!(set.chosen, Origin::Calibrated);
+        assert_eq!(set.chosen().origin, Origin::Calibrated);
+        assert_eq!(set.recorded.as_ref().unwrap().block_bytes, 1 << 20, "kept apart, not lost");
+        let calibrated = set.calibrated.unwrap();
+        assert!((calibrated.bandwidth_gbps - 20.0).abs() < 1e-12 && calibrated.fixed_cost_us == 1.0);
+        assert!(calibrated.efficiency >= 0.92 - 1e-9, "calibrated hints aim past the policy target");
+        let model = compute_hint(&profile, &policy).unwrap();
+        let gradual =
+            calibrated_hint(&profile, &policy, &model, &CalibratedPath { gradual: true, ..calibration(200) })
+                .unwrap();
+        assert!(gradual.efficiency >= 0.94 - 1e-9 && gradual.block_bytes > calibrated.block_bytes);
+        store(&file, knee(300)).unwrap();
+        assert_eq!(hint(&profile, &policy, Some(&file)).unwrap().origin, Origin::Measured);
+        store_calibration(&file, source, &transport, None).unwrap();
+        assert!(hint_set(&profile, &policy, Some(&file)).unwrap().calibrated.is_none(), "removed");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,204 @@
+//! The one door to every compiled-in backend: [`TransportId`] names a transport exactly as
+//! `rdma-hint probe` prints it, [`open`] turns it into a [`Transport`] with [`OpenOptions`].
+
+use crate::error::Error;
+pub use rdma_hint_core::{StagedChannelId, TransportId};
+use rdma_hint_core::{Transport, WaitMode};
+use std::fmt;
+
+/// How [`open`] sets a transport up. `Default` is no token, listening on loopback only, and
+/// [`WaitMode::Adaptive`].
+///
+/// ```
+/// use rdma_hint::{OpenOptions, WaitMode};
+/// let options = OpenOptions::default().token(b"pre-shared secret").wait_mode(WaitMode::BusyPoll);
+/// assert!(format!("{options:?}").contains("redacted"));
+/// ```
+#[derive(Clone, Default)]
+pub struct OpenOptions {
+    token: Option<Vec<u8>>,
+    unauthenticated_remote: bool,
+    wait_mode: WaitMode,
+}
+
+impl fmt::Debug for OpenOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenOptions")
+            .field("token", &self.token.as_ref().map(|t| format!("{} B, redacted", t.len())))
+            .field("unauthenticated_remote", &self.unauthenticated_remote)
+            .field("wait_mode", &self.wait_mode)
+            .finish()
+    }
+}
+
+impl OpenOptions {
+    /// Requires the peer to prove it holds `token` (1…64 bytes, pre-shared out of band) before
+    /// anything else is exchanged, and proves it in turn: an HMAC-SHA-256 over fresh nonces of
+    /// both sides, so the token itself never crosses the wire. Needed to listen on any address
+    /// but loopback.
+    pub fn token(mut self, token: &[u8]) -> OpenOptions {
+        self.token = Some(token.to_vec());
+        self
+    }
+
+    /// Lets the transport listen on a non-loopback address without a token, which it refuses
+    /// otherwise ([`TransportError::InvalidArgument`](crate::TransportError)): anyone who can
+    /// reach the address may then connect and write into the regions it exposes.
+    pub fn allow_unauthenticated_remote(mut self, allow: bool) -> OpenOptions {
+        self.unauthenticated_remote = allow;
+        self
+    }
+
+    /// How the transport's waits spend their time (see [`WaitMode`]).
+    pub fn wait_mode(mut self, mode: WaitMode) -> OpenOptions {
+        self.wait_mode = mode;
+        self
+    }
+}
+
+/// Opens an unconnected transport of any compiled-in backend.
+///
+/// A backend that is not compiled in is [`Error::FeatureMissing`] naming the cargo feature;
+/// one that cannot run here (no library, no such device) is [`Error::Unavailable`] with the
+/// backend's reason.
+///
+/// ```
+/// use rdma_hint::{open, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportId};
+/// use std::time::{Duration, Instant};
+///
+/// let id: TransportId = "staged:tcp".parse()?;
+/// let receiver = open(&id, &OpenOptions::default())?;
+/// let sender = open(&id, &OpenOptions::default())?;
+/// let target = receiver.register(MemoryKind::Host, 4096)?;
+/// let source = sender.register(MemoryKind::Host, 4096)?;
+/// let address = receiver.bind("127.0.0.1:0".parse().unwrap())?;
+/// let deadline = Instant::now() + Duration::from_secs(10);
+/// let accepting = std::thread::spawn(move || {
+///     receiver.connect_blocking(PeerEndpoint::Listen(address), &[target.id], deadline).map(|_| receiver)
+/// });
+/// let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline)?;
+/// assert_eq!(remote[0].len, 4096);
+/// let _receiver = accepting.join().unwrap()?;
+/// # let _ = source;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    let transport = match id {
+        TransportId::Staged(channel) => open_staged(id, *channel, options)?,
+        TransportId::Ucx(_) => open_ucx(id, options)?,
+        TransportId::Verbs(device) => open_verbs(id, device, options)?,
+        TransportId::Loopback | TransportId::Custom(_) => {
+            return Err(Error::InvalidTransportId {
+                id: id.to_string(),
+                why: "not a backend `open` starts: build the loopback or your own transport directly".into(),
+            })
+        }
+    };
+    transport.set_wait_mode(options.wait_mode);
+    Ok(transport)
+}
+
+#[cfg(any(feature = "ucx", feature = "verbs"))]
+fn unavailable(id: &TransportId) -> impl FnOnce(rdma_hint_core::TransportError) -> Error + '_ {
+    move |source| Error::Unavailable { transport: id.clone(), source }
+}
+
+#[cfg(feature = "staged")]
+fn open_staged(
+    _id: &TransportId,
+    channel: StagedChannelId,
+    options: &OpenOptions,
+) -> Result<Box<dyn Transport>, Error> {
+    use rdma_hint_staged::{StagedChannel, StagedTransport};
+    let channel = match channel {
+        StagedChannelId::Shm => StagedChannel::SharedMemory,
+        StagedChannelId::Tcp => StagedChannel::Tcp,
+    };
+    let transport = StagedTransport::new(channel);
+    Ok(Box::new(gated(transport, options)?))
+}
+
+#[cfg(not(feature = "staged"))]
+fn open_staged(id: &TransportId, _: StagedChannelId, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    Err(Error::FeatureMissing { transport: id.clone(), feature: "staged" })
+}
+
+#[cfg(feature = "ucx")]
+fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    let transport = rdma_hint_ucx::UcxTransport::open(id.ucx_tls().as_deref()).map_err(unavailable(id))?;
+    Ok(Box::new(gated(transport, options)?))
+}
+
+#[cfg(not(feature = "ucx"))]
+fn open_ucx(id: &TransportId, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    Err(Error::FeatureMissing { transport: id.clone(), feature: "ucx" })
+}
+
+#[cfg(feature = "verbs")]
+fn open_verbs(id: &TransportId, device: &str, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    let transport = rdma_hint_verbs::VerbsTransport::open(Some(device)).map_err(unavailable(id))?;
+    Ok(Box::new(gated(transport, options)?))
+}
+
+#[cfg(not(feature = "verbs"))]
+fn open_verbs(id: &TransportId, _: &str, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    Err(Error::FeatureMissing { transport: id.clone(), feature: "verbs" })
+}
+
+/// `transport` with the token and remote-listening choice of `options` applied.
+#[cfg(any(feature = "staged", feature = "ucx", feature = "verbs"))]
+fn gated<T: rdma_hint_oob::Gated>(transport: T, options: &OpenOptions) -> Result<T, Error> {
+    let transport = match &options.token {
+        Some(token) => transport.with_token(token)?,
+        None => transport,
+    };
+    Ok(if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_through_their_strings() {
+        for text in
+            ["staged:shm", "staged:tcp", "ucx:shm", "ucx:tcp", "ucx:posix+cma", "ucx:default", "verbs:mlx5_0"]
+        {
+            let id: TransportId = text.parse().unwrap();
+            assert_eq!(id.to_string(), text);
+        }
+        assert_eq!(TransportId::ucx_for_tls(Some("shm,self")).unwrap().to_string(), "ucx:shm");
+        assert_eq!(TransportId::ucx_for_tls(Some("posix,self")).unwrap().to_string(), "ucx:posix");
+        assert_eq!(TransportId::ucx_for_tls(None).unwrap().to_string(), "ucx:default");
+        assert_eq!("ucx:shm".parse::<TransportId>().unwrap().ucx_tls().as_deref(), Some("shm,self"));
+        let json = serde_json::to_string(&TransportId::STAGED_SHM).unwrap();
+        assert_eq!(json, "\"staged:shm\"");
+        assert_eq!(serde_json::from_str::<TransportId>(&json).unwrap(), TransportId::STAGED_SHM);
+        assert!(serde_json::from_str::<TransportId>("\"staged:x\"").is_err());
+        for bad in ["", "staged", "staged:", "ucx:", "ucx:tcp;rm", "verbs:a b", "nccl:x", "verbs:(none)"] {
+            assert!(
+                matches!(bad.parse::<TransportId>(), Err(rdma_hint_core::TransportIdError { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_backends_name_their_feature() {
+        #[cfg(not(feature = "ucx"))]
+        assert!(matches!(
+            open(&"ucx:shm".parse().unwrap(), &OpenOptions::default()),
+            Err(Error::FeatureMissing { feature: "ucx", .. })
+        ));
+        #[cfg(not(feature = "verbs"))]
+        assert!(matches!(
+            open(&"verbs:rxe0".parse().unwrap(), &OpenOptions::default()),
+            Err(Error::FeatureMissing { feature: "verbs", .. })
+        ));
+        #[cfg(feature = "staged")]
+        assert!(matches!(
+            open(&TransportId::STAGED_TCP, &OpenOptions::default().token(&[0u8; 65])),
+            Err(Error::Transport(rdma_hint_core::TransportError::InvalidArgument { what: "token", .. }))
+        ));
+    }
+}

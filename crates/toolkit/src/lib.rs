@@ -1,0 +1,32 @@
+//! # rdma-hint-toolkit
+//!
+//! What rdma-hint backends share to meet the [`Transport`](rdma_hint_core::Transport) contract
+//! (which lives, with its plain types, in `rdma-hint-core`): a bounds-checked [`RegionTable`],
+//! the event [`queue`], [`wait`]s that always have a deadline and never block an async
+//! runtime's thread, the deadline [`timer`] they sleep on, and the [`blocking`] adapters.
+//!
+//! ```
+//! use rdma_hint_core::{RegionId, TransportError, WriteOp};
+//! use rdma_hint_toolkit::{region_table::RegionLen, RegionTable};
+//! struct Bytes(u64);
+//! impl RegionLen for Bytes { fn region_len(&self) -> u64 { self.0 } }
+//! // The one lookup and length check an op gets on its way to the wire.
+//! let mut table = RegionTable::new(4);
+//! let local = table.insert_with(8192, || Ok(Bytes(8192))).unwrap();
+//! let op = WriteOp { wr_id: 1, local, local_offset: 4096, remote: RegionId(3),
+//!                    remote_offset: 0, len: 4096, signalled: true, imm: None };
+//! assert!(table.check_write(&op, Some(&Bytes(4096)), 1 << 20).is_ok());
+//! assert!(table.check_write(&op, Some(&Bytes(2048)), 1 << 20).is_err()); // past the peer's end
+//! assert!(matches!(table.check_write(&op, None::<&Bytes>, 1 << 20),
+//!                  Err(TransportError::UnregisteredRegion(RegionId(3)))));
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod blocking;
+pub mod queue;
+pub mod region_table;
+pub mod timer;
+pub mod wait;
+
+pub use blocking::BlockingTransport;
+pub use region_table::{RegionTable, MAX_REGIONS, MAX_REGION_BYTES};
