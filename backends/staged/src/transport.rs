@@ -300,13 +300,22 @@ impl Transport for StagedTransport {
     }
 }
 
+/// The channel as `--channel` and transport ids spell it.
+fn channel_name(channel: ChannelKind) -> &'static str {
+    match channel {
+        ChannelKind::Tcp => "tcp",
+        ChannelKind::Shm => "shm",
+    }
+}
+
 /// Decodes the peer's hello and checks it speaks `channel`.
 fn decode_hello(mut stream: &mut dyn std::io::Read, channel: ChannelKind) -> Result<Hello, TransportError> {
     let peer = Hello::decode(&mut stream)?;
     if peer.channel != channel {
         return Err(TransportError::Handshake(format!(
-            "the peer speaks the {:?} channel, this side {:?}",
-            peer.channel, channel
+            "the peer uses the {} channel, this side {}: give both sides the same --channel",
+            channel_name(peer.channel),
+            channel_name(channel)
         )));
     }
     Ok(peer)

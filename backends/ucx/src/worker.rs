@@ -179,6 +179,14 @@ impl Ucp {
         // does not validate the rest of the structure: only authenticated peers get here (the
         // backend refuses to connect without a token). `arg` outlives the endpoint.
         let status = unsafe { sys::ucp_ep_create(self.worker, &params, &mut ep) };
+        if status == sys::UCS_ERR_UNREACHABLE {
+            // The peer's worker offers no transport this one was opened with: both sides chose
+            // different UCX transports.
+            return Err(TransportError::Handshake(format!(
+                "the peer's UCX transports cannot reach this side's ({}): open both with the same --channel (UCX_TLS)",
+                status_text(status)
+            )));
+        }
         if status != sys::UCS_OK {
             return Err(TransportError::Handshake(format!(
                 "cannot create an endpoint to the peer's worker address: {}",

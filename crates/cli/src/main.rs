@@ -34,7 +34,8 @@ struct TransportArgs {
     #[arg(long, default_value = "staged")]
     backend: String,
     /// Channel of staged or ucx: shm or tcp (for ucx: UCX_TLS=shm,self or tcp,self); `serve`
-    /// defaults to tcp, the others to shm. Not for verbs.
+    /// and `sweep --peer` default to tcp (the two sides must agree), the others to shm. Not for
+    /// verbs.
     #[arg(long)]
     channel: Option<String>,
     /// UCX transports to allow instead of --channel's (UCX_TLS syntax, e.g. posix,cma).
@@ -69,9 +70,12 @@ struct PathArgs {
 }
 
 impl PathArgs {
-    /// The transport id and the source.
-    fn resolve(&self) -> anyhow::Result<(rdma_hint::TransportId, rdma_hint::SourceId)> {
-        let transport = self.transport.resolve("shm")?;
+    /// The transport id (`default_channel` where none was given) and the source.
+    fn resolve(
+        &self,
+        default_channel: &str,
+    ) -> anyhow::Result<(rdma_hint::TransportId, rdma_hint::SourceId)> {
+        let transport = self.transport.resolve(default_channel)?;
         let source = self.source.parse().map_err(|e| anyhow::anyhow!("--source {}: {e}", self.source))?;
         Ok((transport, source))
     }
@@ -143,7 +147,8 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         token_file: Option<PathBuf>,
     },
-    /// Receive for a `sweep --peer` on another host: expose a region and serve one peer.
+    /// Receive for `sweep --peer` on another host: expose a region and serve peers one after
+    /// another on one listener, until stopped (or --count peers).
     Serve {
         /// Address to listen on (loopback unless told otherwise).
         #[arg(long, default_value = "127.0.0.1:7470")]
@@ -264,7 +269,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     units::format_bytes(largest)
                 );
             }
-            let (transport, source) = path.resolve()?;
+            // Against a `serve`, the channel is serve's default unless given: both sides agree.
+            let (transport, source) = path.resolve(if peer.is_some() { "tcp" } else { "shm" })?;
             // Output paths are checked before minutes of measuring, not after.
             let json = json.map(|path| output::OutputFile::reserve(&path, "--json")).transpose()?;
             let plot = plot.map(|path| output::OutputFile::reserve(&path, "--plot")).transpose()?;
@@ -332,7 +338,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })
         }
         Command::Calibrate { path, budget_ms, json } => {
-            let (transport, source) = path.resolve()?;
+            let (transport, source) = path.resolve("shm")?;
             let token = token::ephemeral()?;
             let options = OpenOptions::default().token(&token);
             let calibration = rdma_hint::calibrate_loopback(

@@ -1,14 +1,17 @@
 //! `rdma-hint serve`: the receiving side of `sweep --peer`, on another host or namespace. It
-//! serves peers one after another; a peer that fails its handshake or breaks the protocol is
-//! an error line for that run, and the next peer is served.
+//! serves peers one after another on one listener; a peer that fails its handshake or breaks
+//! the protocol is an error line for that run, and the next peer is served.
 
 use crate::sweep::{SWEEP_FINISHED, SWEEP_REGION_TOO_SMALL};
 use crate::units::{format_bytes, parse_bytes};
 use anyhow::{bail, Context, Result};
+use rdma_hint::oob::Listener;
 use rdma_hint::{
-    open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, TransportError, TransportId,
+    open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, RegionId, Transport,
+    TransportError, TransportId,
 };
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The smallest region `serve` exposes: one page-aligned block.
@@ -34,14 +37,34 @@ pub(crate) struct ServeArgs {
     pub(crate) count: Option<u64>,
 }
 
-/// Serves `count` peers (or forever), one at a time, each on a fresh transport exposing
-/// `bytes`. Fails if any run failed, after serving them all.
+/// Serves `count` peers (or forever), one at a time, each on a fresh transport exposing `bytes`,
+/// all on one listener bound once: the port stays ours between peers, and a peer that dials
+/// while another is served waits in the backlog. A peer's failure is a line and the next peer
+/// is served; what would fail every run (the listen address, opening the transport, the
+/// region) ends `serve` at once. Fails if any run failed, after serving them all.
 pub(crate) fn run(args: &ServeArgs) -> Result<()> {
+    let listener = Listener::bind(args.listen)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
+    let address = listener.local_addr();
+    let options = args.options.clone().listener(Arc::new(listener));
     let mut failed = 0u64;
     let mut served = 0u64;
     while args.count.is_none_or(|count| served < count) {
+        // Checked per run, before any peer is waited for: a failure here is not the peer's.
+        let transport = open(&args.transport, &options).map_err(|error| listen_error(error, args.listen))?;
+        let region = transport
+            .register(MemoryKind::Host, args.bytes)
+            .with_context(|| format!("--bytes {}: cannot register the region", format_bytes(args.bytes)))?;
+        if served == 0 {
+            crate::output::print_line(&format!(
+                "serving {} over {} on {address}",
+                format_bytes(args.bytes),
+                args.transport
+            ))?;
+        }
         served += 1;
-        match serve_one(args) {
+        match serve_one(transport.as_ref(), region.id, address, args) {
             Ok(()) => crate::output::print_line(&format!("run {served}: the peer's sweep finished"))?,
             Err(error) if crate::output::is_broken_pipe(&error) => return Err(error),
             Err(error) => {
@@ -56,22 +79,27 @@ pub(crate) fn run(args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// One peer: listen, authenticate and handshake (bad candidates are dropped by the library
-/// within seconds while it keeps listening), then receive until the peer says how its sweep
-/// ended and leaves.
-fn serve_one(args: &ServeArgs) -> Result<()> {
-    let transport = open(&args.transport, &args.options)?;
-    let region = transport.register(MemoryKind::Host, args.bytes)?;
-    let address = transport
-        .bind(args.listen)
-        .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
-    crate::output::print_line(&format!(
-        "serving {} over {} on {address}",
-        format_bytes(args.bytes),
-        args.transport
-    ))?;
+/// `open`'s error, with the flags that fix a refused listen address.
+fn listen_error(error: rdma_hint::Error, listen: SocketAddr) -> anyhow::Error {
+    match error {
+        rdma_hint::Error::Transport(TransportError::InvalidArgument { what: "listen address", why }) => {
+            anyhow::anyhow!("--listen {listen}: {why} (--token-file, or --insecure to allow anyone)")
+        }
+        other => other.into(),
+    }
+}
+
+/// One peer: authenticate and handshake on the shared listener (bad candidates are dropped by
+/// the library within seconds while it keeps listening), then receive until the peer says how
+/// its sweep ended and leaves.
+fn serve_one(
+    transport: &dyn Transport,
+    region: RegionId,
+    address: SocketAddr,
+    args: &ServeArgs,
+) -> Result<()> {
     let deadline = Instant::now() + args.timeout;
-    transport.connect_blocking(PeerEndpoint::Listen(address), &[region.id], deadline)?;
+    transport.connect_blocking(PeerEndpoint::Listen(address), &[region], deadline)?;
     let mut arrivals = [Arrival::EMPTY; 64];
     let mut outcome = None;
     loop {

@@ -177,6 +177,20 @@ fn a_peer_nobody_listens_for_is_refused_quickly() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Runs `args` (a command meant to fail at once) for at most `limit`; kills it past that.
+fn ends_within(dir: &PathBuf, args: &[&str], limit: Duration) -> Output {
+    let child = command(dir, args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || done.send(child.wait_with_output().unwrap()).unwrap());
+    let output = finished.recv_timeout(limit).unwrap_or_else(|_| {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        panic!("{args:?} still ran after {limit:?}");
+    });
+    waiter.join().unwrap();
+    output
+}
+
 #[test]
 fn serve_names_the_address_it_cannot_listen_on() {
     // 192.0.2.1 (TEST-NET-1) is on no interface here: binding it fails without any traffic.
@@ -184,8 +198,120 @@ fn serve_names_the_address_it_cannot_listen_on() {
         &["serve", "--listen", "192.0.2.1:80", "--insecure", "--count", "1"],
         &["--listen", "192.0.2.1:80"],
     );
-    // Without a token (or --insecure) a non-loopback listener is refused before it binds.
-    refused(&["serve", "--listen", "192.0.2.1:80", "--count", "1"], &["--listen", "token"]);
+    // Without a token (or --insecure) a non-loopback listener is refused, naming both ways out.
+    refused(&["serve", "--listen", "0.0.0.0:0", "--count", "1"], &["--listen", "--token-file", "--insecure"]);
+}
+
+/// A listen address that cannot work ends `serve` at once with one line, instead of retrying
+/// it for every run it was asked to serve (forever, without `--count`).
+#[test]
+fn serve_ends_at_once_when_it_cannot_listen() {
+    let dir = scratch("serve-in-use");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    for args in [vec!["serve", "--listen", &address], vec!["serve", "--listen", "0.0.0.0:0"]] {
+        let output = ends_within(&dir, &args, Duration::from_secs(20));
+        let text = stderr(&output);
+        assert!(!output.status.success(), "{args:?}: {text}");
+        assert_eq!(text.trim_end().lines().count(), 1, "{args:?}: one line, not a retry loop: {text}");
+        assert!(text.contains("--listen"), "{args:?}: {text}");
+    }
+    assert!(stderr(&ends_within(&dir, &["serve", "--listen", &address], Duration::from_secs(20)))
+        .contains("in use"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `serve` and `sweep --peer` with nothing but the address and the token: the same channel by
+/// default, and the listener is serve's for every run (nobody else can bind its port between
+/// two peers).
+#[test]
+fn serve_and_sweep_work_with_default_flags_on_one_listener() {
+    let dir = scratch("serve-defaults");
+    let token = dir.join("token");
+    std::fs::write(&token, b"a token both sides hold").unwrap();
+    let token = token.to_str().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let server = command(
+        &dir,
+        &["serve", "--listen", &address, "--bytes", "4M", "--count", "2", "--token-file", token],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let sweep = |dir: &PathBuf| {
+        run(
+            dir,
+            &[&["sweep", "--peer", &address, "--token-file", token, "--no-record"][..], &QUICK[..]].concat(),
+        )
+    };
+    let first = sweep(&dir);
+    assert!(first.status.success(), "default flags: {}", stderr(&first));
+    assert!(
+        std::net::TcpListener::bind(&address).is_err(),
+        "serve let go of {address} between two peers: another process could take it"
+    );
+    let second = sweep(&dir);
+    assert!(second.status.success(), "second peer: {}", stderr(&second));
+    let served = server.wait_with_output().unwrap();
+    assert!(served.status.success(), "{}", stderr(&served));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Two sides on different channels are told so in one sentence that names `--channel`.
+#[test]
+fn a_channel_mismatch_names_the_flag() {
+    let dir = scratch("serve-mismatch");
+    let token = dir.join("token");
+    std::fs::write(&token, b"a token both sides hold").unwrap();
+    let token = token.to_str().unwrap();
+    let mut backends = vec!["staged"];
+    if cfg!(feature = "ucx") {
+        backends.push("ucx");
+    }
+    for backend in backends {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let address = format!("127.0.0.1:{port}");
+        let server = command(
+            &dir,
+            &[
+                "serve",
+                "--backend",
+                backend,
+                "--listen",
+                &address,
+                "--bytes",
+                "4M",
+                "--count",
+                "1",
+                "--timeout-s",
+                "20",
+            ]
+            .into_iter()
+            .chain(["--token-file", token])
+            .collect::<Vec<_>>(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let sweep = run(
+            &dir,
+            &[
+                &["sweep", "--backend", backend, "--channel", "shm", "--peer", &address, "--no-record"][..],
+                &["--token-file", token],
+                &QUICK[..],
+            ]
+            .concat(),
+        );
+        let text = stderr(&sweep);
+        assert!(!sweep.status.success(), "{backend}: {text}");
+        assert!(text.contains("--channel"), "{backend}: the mismatch does not name --channel: {text}");
+        let served = server.wait_with_output().unwrap();
+        assert!(!served.status.success(), "{backend}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A sweep that needs more than `serve` exposes fails on both sides; one that finishes
@@ -259,6 +385,22 @@ fn probe_text_reads_well() {
         let count = lines.clone().filter(|l| l.starts_with(&format!("{component}:"))).count();
         assert!(count <= 1, "{count} `{component}` lines under Not available:\n{absent}");
     }
+    // The Hints table's columns line up under their header (the transport id is padded).
+    let hints = text.split("## Hints\n").nth(1).unwrap();
+    let mut rows = hints.lines().take_while(|l| !l.trim().is_empty());
+    let header: Vec<char> = rows.next().unwrap().chars().collect();
+    let block_end = header.iter().collect::<String>().find("block").unwrap() + "block".len();
+    let mut count = 0;
+    for row in rows {
+        let row: Vec<char> = row.chars().collect();
+        let block: String = row[block_end - 10..block_end].iter().collect();
+        assert!(
+            block.trim_start().ends_with('B') && row[block_end] == ' ',
+            "misaligned under `block`:\n{hints}"
+        );
+        count += 1;
+    }
+    assert!(count > 0, "no hint rows:\n{hints}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

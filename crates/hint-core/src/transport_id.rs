@@ -120,15 +120,22 @@ impl TransportId {
     }
 }
 
+/// Honours width and alignment (`{:<12}`), so ids line up in tables.
+///
+/// ```
+/// use rdma_hint_core::TransportId;
+/// assert_eq!(format!("[{:<12}]", TransportId::STAGED_SHM), "[staged:shm  ]");
+/// assert_eq!(format!("[{:>8}]", TransportId::Ucx("tcp".into())), "[ ucx:tcp]");
+/// ```
 impl fmt::Display for TransportId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TransportId::Staged(StagedChannelId::Shm) => f.write_str("staged:shm"),
-            TransportId::Staged(StagedChannelId::Tcp) => f.write_str("staged:tcp"),
-            TransportId::Ucx(scope) => write!(f, "ucx:{scope}"),
-            TransportId::Verbs(device) => write!(f, "verbs:{device}"),
-            TransportId::Loopback => f.write_str("loopback"),
-            TransportId::Custom(name) => write!(f, "custom:{name}"),
+            TransportId::Staged(StagedChannelId::Shm) => f.pad("staged:shm"),
+            TransportId::Staged(StagedChannelId::Tcp) => f.pad("staged:tcp"),
+            TransportId::Ucx(scope) => f.pad(&format!("ucx:{scope}")),
+            TransportId::Verbs(device) => f.pad(&format!("verbs:{device}")),
+            TransportId::Loopback => f.pad("loopback"),
+            TransportId::Custom(name) => f.pad(&format!("custom:{name}")),
         }
     }
 }

@@ -27,6 +27,8 @@ pub const MAX_PENDING_HANDSHAKES: usize = 256;
 #[derive(Debug, Default)]
 pub struct Rendezvous {
     listener: Mutex<Option<Arc<Listener>>>,
+    /// A listener the caller bound and shares with other transports (never replaced).
+    shared: Mutex<Option<Arc<Listener>>>,
     token: Option<Token>,
     unauthenticated_remote: bool,
 }
@@ -48,15 +50,37 @@ impl Rendezvous {
         self.unauthenticated_remote = true;
     }
 
-    /// Binds the listener now (port 0 picks a free port) and returns its address.
+    /// Binds the listener now (port 0 picks a free port) and returns its address. With a
+    /// [shared listener](Rendezvous::share_listener), returns that one's address when `address`
+    /// names it (or asks for any port on its IP) and refuses any other.
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        if let Some(shared) = self.shared.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            let bound = shared.local_addr();
+            return if address == bound || (address.port() == 0 && address.ip() == bound.ip()) {
+                Ok(bound)
+            } else {
+                Err(TransportError::InvalidArgument {
+                    what: "listen address",
+                    why: format!("{address}: this transport accepts on the shared listener at {bound}"),
+                })
+            };
+        }
         let listener = self.new_listener(address)?;
         let bound = listener.local_addr();
         *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(listener));
         Ok(bound)
     }
 
-    fn new_listener(&self, address: SocketAddr) -> Result<Listener, TransportError> {
+    /// Accepts on `listener`, bound by the caller and shared with other transports (a server
+    /// that serves peers one after another keeps one port), instead of binding one of its own.
+    /// The address rule of [`Rendezvous::bind`] applies: set the token first.
+    pub fn share_listener(&self, listener: Arc<Listener>) -> Result<(), TransportError> {
+        self.check_listen_address(listener.local_addr())?;
+        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
+        Ok(())
+    }
+
+    fn check_listen_address(&self, address: SocketAddr) -> Result<(), TransportError> {
         if !address.ip().is_loopback() && self.token.is_none() && !self.unauthenticated_remote {
             return Err(TransportError::InvalidArgument {
                 what: "listen address",
@@ -65,6 +89,11 @@ impl Rendezvous {
                 ),
             });
         }
+        Ok(())
+    }
+
+    fn new_listener(&self, address: SocketAddr) -> Result<Listener, TransportError> {
+        self.check_listen_address(address)?;
         Listener::bind(address)
     }
 
@@ -152,6 +181,10 @@ impl Rendezvous {
         match peer {
             PeerEndpoint::Dial(_) => Ok(None),
             PeerEndpoint::Listen(address) => {
+                if let Some(shared) = self.shared.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                    self.bind(address)?;
+                    return Ok(Some(shared.clone()));
+                }
                 let mut slot = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
                 match &*slot {
                     Some(listener) if address.port() == 0 || listener.local_addr() == address => {

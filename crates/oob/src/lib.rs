@@ -47,6 +47,11 @@ pub trait Gated: Sized {
     fn with_token(self, token: &[u8]) -> Result<Self, rdma_hint_core::TransportError>;
     /// See the backend's inherent `allow_unauthenticated_remote`.
     fn allow_unauthenticated_remote(self) -> Self;
+    /// See the backend's inherent `with_listener`.
+    fn with_listener(
+        self,
+        listener: std::sync::Arc<Listener>,
+    ) -> Result<Self, rdma_hint_core::TransportError>;
 }
 
 /// The token setters of a transport that meets its peer through a [`Rendezvous`] in its field
@@ -82,6 +87,19 @@ macro_rules! token_setters {
                 self.rendezvous.allow_unauthenticated_remote();
                 self
             }
+
+            /// Accepts its peer on `listener` (bound by the caller, kept across transports so
+            /// that a server serving peers one after another holds its port throughout)
+            /// instead of binding its own; the address rule of
+            /// [`allow_unauthenticated_remote`](Self::allow_unauthenticated_remote) applies, so
+            /// set the token first.
+            pub fn with_listener(
+                self,
+                listener: std::sync::Arc<$crate::Listener>,
+            ) -> Result<Self, $crate::__TransportError> {
+                self.rendezvous.share_listener(listener)?;
+                Ok(self)
+            }
         }
 
         impl $crate::Gated for $transport {
@@ -91,6 +109,13 @@ macro_rules! token_setters {
 
             fn allow_unauthenticated_remote(self) -> Self {
                 <$transport>::allow_unauthenticated_remote(self)
+            }
+
+            fn with_listener(
+                self,
+                listener: std::sync::Arc<$crate::Listener>,
+            ) -> Result<Self, $crate::__TransportError> {
+                <$transport>::with_listener(self, listener)
             }
         }
     };

@@ -70,6 +70,7 @@ pub struct ChunkerDocDoctests;
 mod backends;
 mod cache;
 pub mod calibrate;
+mod discovered;
 mod error;
 mod loopback;
 pub mod measured;
@@ -123,7 +124,7 @@ pub type Device = SourceId;
 
 use probe::Inventory;
 use rdma_hint_core::PathProfile;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 /// Which transport a hint is for.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -151,22 +152,14 @@ fn software_rank(id: &TransportId) -> Option<u8> {
     }
 }
 
-static LIVE: Mutex<Option<Arc<Inventory>>> = Mutex::new(None);
-
 fn live_inventory() -> Result<Arc<Inventory>, Error> {
-    let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(inventory) = live.as_ref() {
-        return Ok(inventory.clone());
-    }
-    let inventory = Arc::new(Inventory::discover(&ProbeOptions::default())?);
-    *live = Some(inventory.clone());
-    Ok(inventory)
+    discovered::inventory_blocking()
 }
 
 /// Forgets the discovered machine so the next call reads sysfs and the drivers again (after a
 /// driver or firmware update, hot-plug). Cached hints whose versions changed are recomputed.
 pub fn refresh() {
-    *LIVE.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    discovered::forget();
 }
 
 fn cached_hint(profile: &PathProfile) -> Result<SizeHint, Error> {
@@ -226,6 +219,7 @@ fn source_in(inventory: &Inventory, device: Device) -> Result<&profiles::Source,
 }
 
 fn profile_in(inventory: &Inventory, device: Device, transport: &TransportId) -> Result<PathProfile, Error> {
+    open::compiled_in(transport)?;
     let unknown = || Error::UnknownTransport {
         transport: transport.clone(),
         available: transport_ids(inventory).join(", "),
@@ -268,11 +262,35 @@ pub fn hint_set(device: Device, transport: &TransportId) -> Result<HintSet, Erro
 /// Discovery runs once per process; hints are cached per (device, transport, driver/firmware
 /// versions). Never returns a zero block: a device without a low-latency route is an error
 /// that names the fallback.
+///
+/// The first call of a process blocks its thread while discovery runs: about 20 ms on a host
+/// without a GPU driver, 0.35–0.4 s where the CUDA driver initialises (an H200 host). In async
+/// code ask [`hint`] instead, which discovers on a thread of its own; later calls of either
+/// take microseconds.
 pub fn get_low_latency_rdma_size_hint(device: Device) -> Result<SizeHint, Error> {
     get_low_latency_rdma_size_hint_with(device, &TransportSelector::Auto)
 }
 
-/// [`get_low_latency_rdma_size_hint`] for a chosen transport.
+/// [`get_low_latency_rdma_size_hint_with`] for async callers: the first call of a process
+/// runs discovery on a thread of its own and wakes the awaiting task when it ends (every task
+/// asking meanwhile waits for the same discovery), so no executor thread blocks on it. Needs
+/// no particular runtime.
+///
+/// ```
+/// use rdma_hint::{block_on, hint, Device, TransportSelector};
+/// // Any executor: tokio, smol, or the library's own `block_on`.
+/// match block_on(hint(Device::Host(0), &TransportSelector::Auto)) {
+///     Ok(hint) => assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0),
+///     Err(err) => println!("no hint: {err}"),
+/// }
+/// ```
+pub async fn hint(device: Device, selector: &TransportSelector) -> Result<SizeHint, Error> {
+    let inventory = discovered::inventory().await?;
+    hint_from(&inventory, device, selector)
+}
+
+/// [`get_low_latency_rdma_size_hint`] for a chosen transport (the first call blocks for
+/// discovery, as that one's does).
 ///
 /// ```
 /// use rdma_hint::{get_low_latency_rdma_size_hint_with, Device, Error, TransportSelector};

@@ -4,7 +4,9 @@
 use crate::error::Error;
 pub use rdma_hint_core::{StagedChannelId, TransportId};
 use rdma_hint_core::{Transport, WaitMode};
+use rdma_hint_oob::Listener;
 use std::fmt;
+use std::sync::Arc;
 
 /// How [`open`] sets a transport up. `Default` is no token, listening on loopback only, and
 /// [`WaitMode::Adaptive`].
@@ -19,6 +21,7 @@ pub struct OpenOptions {
     token: Option<Vec<u8>>,
     unauthenticated_remote: bool,
     wait_mode: WaitMode,
+    listener: Option<Arc<Listener>>,
 }
 
 impl fmt::Debug for OpenOptions {
@@ -27,6 +30,7 @@ impl fmt::Debug for OpenOptions {
             .field("token", &self.token.as_ref().map(|t| format!("{} B, redacted", t.len())))
             .field("unauthenticated_remote", &self.unauthenticated_remote)
             .field("wait_mode", &self.wait_mode)
+            .field("listener", &self.listener.as_ref().map(|listener| listener.local_addr()))
             .finish()
     }
 }
@@ -52,6 +56,27 @@ impl OpenOptions {
     /// How the transport's waits spend their time (see [`WaitMode`]).
     pub fn wait_mode(mut self, mode: WaitMode) -> OpenOptions {
         self.wait_mode = mode;
+        self
+    }
+
+    /// Accept the peer on `listener` instead of binding a listener per transport: a server that
+    /// opens one transport per peer keeps its port the whole time (nobody else can take it
+    /// between peers, and a peer that dials while another is served waits in the backlog).
+    /// `connect(PeerEndpoint::Listen(listener.local_addr()))` accepts on it.
+    ///
+    /// ```
+    /// use rdma_hint::{oob::Listener, open, OpenOptions, Transport, TransportId};
+    /// use std::sync::Arc;
+    /// let listener = Arc::new(Listener::bind("127.0.0.1:0".parse().unwrap())?);
+    /// let options = OpenOptions::default().listener(listener.clone());
+    /// for _peer in 0..2 {
+    ///     let transport = open(&TransportId::STAGED_TCP, &options)?;
+    ///     assert_eq!(transport.bind("127.0.0.1:0".parse().unwrap())?, listener.local_addr());
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn listener(mut self, listener: Arc<Listener>) -> OpenOptions {
+        self.listener = Some(listener);
         self
     }
 }
@@ -82,20 +107,40 @@ impl OpenOptions {
 /// # let _ = source;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[cfg_attr(
+    not(any(feature = "staged", feature = "ucx", feature = "verbs")),
+    allow(unreachable_code, unused_variables)
+)]
 pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    let transport = match id {
-        TransportId::Staged(channel) => open_staged(id, *channel, options)?,
+    let transport: Box<dyn Transport> = match id {
+        #[cfg(feature = "staged")]
+        TransportId::Staged(channel) => open_staged(*channel, options)?,
+        #[cfg(feature = "ucx")]
         TransportId::Ucx(_) => open_ucx(id, options)?,
+        #[cfg(feature = "verbs")]
         TransportId::Verbs(device) => open_verbs(id, device, options)?,
-        TransportId::Loopback | TransportId::Custom(_) => {
+        other => {
+            compiled_in(other)?;
             return Err(Error::InvalidTransportId {
-                id: id.to_string(),
+                id: other.to_string(),
                 why: "not a backend `open` starts: build the loopback or your own transport directly".into(),
-            })
+            });
         }
     };
     transport.set_wait_mode(options.wait_mode);
     Ok(transport)
+}
+
+/// [`Error::FeatureMissing`] naming the cargo feature when `id`'s backend is not compiled into
+/// this build: what every entry point (open, hints, calibration, records) answers first.
+pub(crate) fn compiled_in(id: &TransportId) -> Result<(), Error> {
+    let feature = match id {
+        TransportId::Staged(_) if !cfg!(feature = "staged") => "staged",
+        TransportId::Ucx(_) if !cfg!(feature = "ucx") => "ucx",
+        TransportId::Verbs(_) if !cfg!(feature = "verbs") => "verbs",
+        _ => return Ok(()),
+    };
+    Err(Error::FeatureMissing { transport: id.clone(), feature })
 }
 
 #[cfg(any(feature = "ucx", feature = "verbs"))]
@@ -104,11 +149,7 @@ fn unavailable(id: &TransportId) -> impl FnOnce(rdma_hint_core::TransportError) 
 }
 
 #[cfg(feature = "staged")]
-fn open_staged(
-    _id: &TransportId,
-    channel: StagedChannelId,
-    options: &OpenOptions,
-) -> Result<Box<dyn Transport>, Error> {
+fn open_staged(channel: StagedChannelId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     use rdma_hint_staged::{StagedChannel, StagedTransport};
     let channel = match channel {
         StagedChannelId::Shm => StagedChannel::SharedMemory,
@@ -118,31 +159,16 @@ fn open_staged(
     Ok(Box::new(gated(transport, options)?))
 }
 
-#[cfg(not(feature = "staged"))]
-fn open_staged(id: &TransportId, _: StagedChannelId, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    Err(Error::FeatureMissing { transport: id.clone(), feature: "staged" })
-}
-
 #[cfg(feature = "ucx")]
 fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     let transport = rdma_hint_ucx::UcxTransport::open(id.ucx_tls().as_deref()).map_err(unavailable(id))?;
     Ok(Box::new(gated(transport, options)?))
 }
 
-#[cfg(not(feature = "ucx"))]
-fn open_ucx(id: &TransportId, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    Err(Error::FeatureMissing { transport: id.clone(), feature: "ucx" })
-}
-
 #[cfg(feature = "verbs")]
 fn open_verbs(id: &TransportId, device: &str, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     let transport = rdma_hint_verbs::VerbsTransport::open(Some(device)).map_err(unavailable(id))?;
     Ok(Box::new(gated(transport, options)?))
-}
-
-#[cfg(not(feature = "verbs"))]
-fn open_verbs(id: &TransportId, _: &str, _: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    Err(Error::FeatureMissing { transport: id.clone(), feature: "verbs" })
 }
 
 /// `transport` with the token and remote-listening choice of `options` applied.
@@ -152,7 +178,12 @@ fn gated<T: rdma_hint_oob::Gated>(transport: T, options: &OpenOptions) -> Result
         Some(token) => transport.with_token(token)?,
         None => transport,
     };
-    Ok(if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport })
+    let transport =
+        if options.unauthenticated_remote { transport.allow_unauthenticated_remote() } else { transport };
+    Ok(match &options.listener {
+        Some(listener) => transport.with_listener(listener.clone())?,
+        None => transport,
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,80 @@
+//! The first hint of a process, asked by 16 tokio tasks on 2 workers right before their
+//! transfers: discovery (sysfs, and the CUDA driver's start where there is one) runs off the
+//! executor (`rdma_hint::hint(..).await`), so a 1 ms ticker on the same runtime stays within
+//! 50 ms of the same ticker on a runtime of its own. Alone in its file: the process must not
+//! have discovered the machine before.
+
+use rdma_hint::{hint, Device, TransportSelector};
+use rdma_hint_embedder::{ids, Pair};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TASKS: u32 = 16;
+
+#[test]
+fn the_first_hint_is_discovered_off_the_executor() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let baseline_runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let baseline = baseline_runtime.handle().clone();
+    let id = ids().into_iter().next().expect("a transport this build runs");
+    let (late, machine, first_hint) = runtime.block_on(async {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = tokio::spawn(tick(stop.clone()));
+        let baseline = baseline.spawn(tick(stop.clone()));
+        // Let both tickers start before the first hint is asked.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let id = id.clone();
+                tokio::spawn(async move {
+                    let hint = hint(Device::Host(0), &TransportSelector::Id(id.clone())).await;
+                    let hinted = started.elapsed();
+                    let hint = hint.map_err(|e| format!("task {task}: hint: {e}"))?;
+                    assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
+                    // Opening, registering and filling are synchronous: off the workers, as a
+                    // tokio embedder runs blocking set-up.
+                    let pair = tokio::task::spawn_blocking(move || Pair::prepare(&id, task, 1 << 20))
+                        .await
+                        .expect("prepare")?;
+                    pair.run().await?;
+                    pair.verify()?;
+                    Ok::<_, String>(hinted)
+                })
+            })
+            .collect();
+        let mut first_hint = Duration::MAX;
+        for task in tasks {
+            first_hint = first_hint.min(task.await.expect("task").unwrap_or_else(|e| panic!("{e}")));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (ticker.await.expect("ticker"), baseline.await.expect("baseline"), first_hint)
+    });
+    println!(
+        "{id}: {TASKS} tasks asked for the first hint (answered after {:.1} ms); 1 ms ticker late by at most {:.1} ms (on a runtime of its own: {:.1} ms)",
+        first_hint.as_secs_f64() * 1e3,
+        late.as_secs_f64() * 1e3,
+        machine.as_secs_f64() * 1e3
+    );
+    if std::env::var_os("RDMA_HINT_EMBEDDER_SOFTWARE_NIC").is_some() {
+        println!("lateness reported, not asserted (emulated CPU)");
+    } else {
+        assert!(
+            late <= machine + Duration::from_millis(50),
+            "the ticker was {late:?} late against {machine:?} on its own runtime: discovery blocked a worker"
+        );
+    }
+}
+
+/// Sleeps 1 ms at a time until `stop`; returns the most a sleep overran.
+async fn tick(stop: Arc<AtomicBool>) -> Duration {
+    let mut worst = Duration::ZERO;
+    while !stop.load(Ordering::Relaxed) {
+        let asked = Instant::now();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        worst = worst.max(asked.elapsed().saturating_sub(Duration::from_millis(1)));
+    }
+    worst
+}
