@@ -130,8 +130,8 @@ enum Command {
         /// Write the report as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Write a plot to this file: PNG if it ends in .png, SVG otherwise.
-        #[arg(long, value_name = "FILE.svg|FILE.png")]
+        /// Write a plot to this file: SVG or PNG, as its name ends.
+        #[arg(long, value_name = "FILE.svg|FILE.png", value_parser = plot::parse_plot_path)]
         plot: Option<PathBuf>,
         /// Send to a peer running `rdma-hint serve` (TCP) instead of an in-process receiver.
         #[arg(long, conflicts_with = "loopback")]

@@ -52,6 +52,16 @@ fn markers(report: &SweepReport) -> Vec<Marker> {
     out
 }
 
+/// `--plot`: a path ending in `.svg` or `.png` (any case); anything else would get a format its
+/// name does not say.
+pub(crate) fn parse_plot_path(text: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::path::PathBuf::from(text);
+    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("svg" | "png") => Ok(path),
+        _ => Err(format!("`{text}`: the plot is written as SVG or PNG; name it FILE.svg or FILE.png")),
+    }
+}
+
 /// Writes the plot to `path`: PNG when it ends in `.png`, SVG otherwise.
 pub(crate) fn write(report: &SweepReport, path: &Path) -> anyhow::Result<()> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)

@@ -42,11 +42,15 @@ pub(crate) fn load(file: Option<&Path>) -> Result<Option<Vec<u8>>> {
         },
     };
     if token.is_empty() || token.len() > 64 {
-        bail!(
-            "the token ({}) has {} bytes; it needs 1 to 64",
-            file.map_or_else(|| TOKEN_VARIABLE.to_string(), |p| format!("--token-file {}", p.display())),
-            token.len()
-        );
+        let what =
+            file.map_or_else(|| TOKEN_VARIABLE.to_string(), |p| format!("--token-file {}", p.display()));
+        // A file is read only one byte past the longest token: past that, say so, not a count.
+        let size = match file.and_then(|p| std::fs::metadata(p).ok()) {
+            Some(metadata) if token.len() > 64 => format!("{} bytes", metadata.len()),
+            _ if token.len() > 64 && file.is_some() => "more than 64 bytes".to_string(),
+            _ => format!("{} bytes", token.len()),
+        };
+        bail!("the token ({what}) has {size}; it needs 1 to 64");
     }
     Ok(Some(token))
 }
@@ -95,6 +99,9 @@ mod tests {
             load(Some(&file)).unwrap_err().to_string().contains("1 to 64"),
             "read no further than needed"
         );
+        std::fs::write(&file, [b'x'; 136]).unwrap();
+        let error = load(Some(&file)).unwrap_err().to_string();
+        assert!(error.contains("has 136 bytes"), "the file's size, not what was read of it: {error}");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -7,13 +7,21 @@ pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let (digits, suffix) = text.split_at(split);
     let value: u64 =
         digits.parse().map_err(|_| format!("`{text}` is not a byte count (e.g. 4096, 64K, 2GiB)"))?;
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+    let suffix = suffix.trim();
+    let shift = match suffix.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        "t" | "tib" | "tb" => 40,
-        other => return Err(format!("unknown size suffix `{other}` in `{text}` (use K, M, G, T)")),
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        // KB/MB mean 10³/10⁶ to some and 2¹⁰/2²⁰ to others: refused rather than guessed.
+        "kb" | "mb" | "gb" | "tb" => {
+            let binary = &suffix[..1];
+            return Err(format!(
+                "`{text}`: {suffix} is ambiguous (decimal or binary?); sizes are binary: write {digits}{binary} or {digits}{binary}iB"
+            ));
+        }
+        _ => return Err(format!("unknown size suffix `{suffix}` in `{text}` (use K, M, G, T)")),
     };
     value.checked_mul(1u64 << shift).ok_or_else(|| format!("`{text}` does not fit in 64 bits"))
 }
@@ -78,6 +86,18 @@ pub(crate) fn format_bytes(value: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn suffix_errors_quote_the_input_as_given_and_decimal_units_are_refused() {
+        let error = super::parse_bytes("8K,16K").unwrap_err();
+        assert!(error.contains("`K,16K`") && error.contains("`8K,16K`"), "{error}");
+        for ambiguous in ["1MB", "4kb", "2GB"] {
+            let error = super::parse_bytes(ambiguous).unwrap_err();
+            assert!(error.contains("ambiguous") && error.contains(ambiguous), "{error}");
+        }
+        assert_eq!(super::parse_bytes("1MiB"), Ok(1 << 20));
+        assert_eq!(super::parse_bytes("1m"), Ok(1 << 20));
+    }
+
     use super::*;
 
     #[test]

@@ -54,7 +54,8 @@ impl Rendezvous {
     /// [shared listener](Rendezvous::share_listener), returns that one's address when `address`
     /// names it (or asks for any port on its IP) and refuses any other.
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        if let Some(shared) = self.shared.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        let shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(shared) = shared {
             let bound = shared.local_addr();
             return if address == bound || (address.port() == 0 && address.ip() == bound.ip()) {
                 Ok(bound)
@@ -181,9 +182,10 @@ impl Rendezvous {
         match peer {
             PeerEndpoint::Dial(_) => Ok(None),
             PeerEndpoint::Listen(address) => {
-                if let Some(shared) = self.shared.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                let shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                if let Some(shared) = shared {
                     self.bind(address)?;
-                    return Ok(Some(shared.clone()));
+                    return Ok(Some(shared));
                 }
                 let mut slot = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
                 match &*slot {

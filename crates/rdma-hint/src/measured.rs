@@ -52,7 +52,13 @@ impl Entry for CalibratedPath {
 }
 
 fn load_entries<T: Entry>(file: &Path) -> Vec<T> {
-    std::fs::read(file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+    let Ok(bytes) = std::fs::read(file) else { return Vec::new() };
+    serde_json::from_slice(&bytes).unwrap_or_else(|error| {
+        // Ignored, and said so: the hints fall back to the model until a sweep or a calibration
+        // rewrites the file.
+        tracing::warn!(file = %file.display(), %error, "rdma-hint: ignoring a corrupt hint cache file");
+        Vec::new()
+    })
 }
 
 /// Replaces the entry of `source`/`transport` in `file` by `entry` (none: removes it).
