@@ -33,6 +33,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== the floors hold (docs/architecture.md)"
 ./scripts/check-layering.sh
+echo "== the declared minimum Rust holds for every locked dependency"
+./scripts/check-msrv.sh
 echo "== cargo clippy (default features)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo clippy (all features: verbs, ucx, cuda)"
