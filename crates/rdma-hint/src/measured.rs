@@ -180,15 +180,16 @@ pub const CALIBRATION_MARGIN: f64 = 0.2;
 pub const GRADUAL_CALIBRATION_MARGIN: f64 = 0.4;
 
 /// The policy a calibrated hint is computed under: `policy`'s target raised by
-/// [`CALIBRATION_MARGIN`] (or [`GRADUAL_CALIBRATION_MARGIN`]), and the smallest block the
-/// calibration measured as its minimum instead of the policy's (which guards the model's
-/// constants; a fit measured the path, but only from that block on).
+/// [`CALIBRATION_MARGIN`] (or [`GRADUAL_CALIBRATION_MARGIN`]), within the model's bounds: the
+/// policy's smallest block (16 KiB by default), or the smallest block the calibration measured
+/// if that is larger (a fit says nothing below its ladder). A fit of a busy machine that puts
+/// the 90 % point at a few KiB is not answered below the documented floor.
 pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -> HintPolicy {
     let eta = policy.target_efficiency;
     let margin = if gradual { GRADUAL_CALIBRATION_MARGIN } else { CALIBRATION_MARGIN };
     HintPolicy {
         target_efficiency: (eta + margin * (1.0 - eta)).min(0.999),
-        min_block_bytes: crate::calibrate::ladder_alignment(model),
+        min_block_bytes: policy.min_block_bytes.max(crate::calibrate::ladder_alignment(model)),
         ..policy.clone()
     }
 }
@@ -395,6 +396,15 @@ mod tests {
             calibrated_hint(&profile, &policy, &model, &CalibratedPath { gradual: true, ..calibration(200) })
                 .unwrap();
         assert!(gradual.efficiency >= 0.94 - 1e-9 && gradual.block_bytes > calibrated.block_bytes);
+        // A fit that puts the 90 % point at a few KiB (a tiny o) keeps the model's floor.
+        let tiny = CalibratedPath { fixed_cost_us: 0.05, bandwidth_gbps: 5.0, ..calibration(200) };
+        let floored = calibrated_hint(&profile, &policy, &model, &tiny).unwrap();
+        assert!(
+            floored.block_bytes >= policy.min_block_bytes,
+            "a calibrated {} B block under the {} B floor",
+            floored.block_bytes,
+            policy.min_block_bytes
+        );
         store(&file, knee(300)).unwrap();
         assert_eq!(hint(&profile, &policy, Some(&file)).unwrap().origin, Origin::Measured);
         store_calibration(&file, source, &transport, None).unwrap();
