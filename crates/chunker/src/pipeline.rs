@@ -96,7 +96,7 @@ impl Pipeline {
         remote_offset: u64,
     ) -> Result<(), PlanError> {
         let align_bytes = plan.spec().align_bytes();
-        if remote_offset % align_bytes != 0 {
+        if !remote_offset.is_multiple_of(align_bytes) {
             return Err(PlanError::MisalignedOffset { side: "remote", offset: remote_offset, align_bytes });
         }
         let region_len = remote.len;

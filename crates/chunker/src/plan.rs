@@ -112,7 +112,7 @@ impl ChunkPlan {
             len,
             region_len,
         })?;
-        if offset % spec.align_bytes != 0 {
+        if !offset.is_multiple_of(spec.align_bytes) {
             return Err(PlanError::MisalignedOffset { side: "local", offset, align_bytes: spec.align_bytes });
         }
         let padded_end = end.div_ceil(spec.align_bytes).checked_mul(spec.align_bytes);

@@ -94,8 +94,10 @@ pub(crate) fn text(calibration: &Calibration) -> String {
     ));
     match &calibration.stored_in {
         Some(path) => out.push_str(&format!("stored: {}\n", path.display())),
-        None if fit.poor.is_some() => out.push_str("stored: nothing (a poor fit is not kept)\n"),
-        None => out.push_str("stored: nothing (no cache directory)\n"),
+        None => out.push_str(&format!(
+            "stored: nothing ({})\n",
+            calibration.not_stored.as_deref().unwrap_or("not asked to")
+        )),
     }
     out
 }

@@ -310,16 +310,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output::print_line(&format!("plot: {}", file.path().display()))?;
                 file.done();
             }
-            if let Some(cache) = outcome.recorded_in {
-                output::print_line(&format!(
-                    "recorded: knee {} as the hint for {} over {} in {}",
-                    units::format_bytes(outcome.report.knee_bytes),
+            match outcome.recording {
+                sweep::Recording::NotAsked => Ok(()),
+                sweep::Recording::Recorded { file, block_bytes } => Ok(output::print_line(&format!(
+                    "recorded: {} as the hint for {} over {} in {}",
+                    units::format_bytes(block_bytes),
                     outcome.report.source,
                     outcome.report.transport,
-                    cache.display()
-                ))?;
+                    file.display()
+                ))?),
+                sweep::Recording::Skipped(why) => {
+                    Ok(output::print_line(&format!("recorded: nothing ({why})"))?)
+                }
+                // The results above (and --json) stand; only storing them failed.
+                sweep::Recording::Failed(why) => {
+                    anyhow::bail!("the sweep's results are above; recording its hint failed: {why}")
+                }
             }
-            Ok(())
         }
         Command::Serve { listen, transport, bytes, timeout_s, count, token_file, insecure } => {
             let transport = transport.resolve("tcp")?;

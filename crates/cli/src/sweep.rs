@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 /// Above this share of one core busy per GB/s-path, a path that should bypass the CPU is
 /// flagged (the seed's "CPU copy suspected").
 const CPU_COPY_THRESHOLD: f64 = 0.5;
+/// The shortest interval whose CPU use is read from 10 ms ticks (2 % rounding at most).
+const COARSE_CPU_MIN_WALL_S: f64 = 1.0;
 /// Alignment the sweep's blocks keep (staged ring slots; GPU blocks use 64 KiB).
 const HOST_ALIGN: u64 = 4096;
 
@@ -77,10 +79,22 @@ pub(crate) const SWEEP_FINISHED: u32 = 0x5357_0001;
 /// See [`SWEEP_FINISHED`].
 pub(crate) const SWEEP_REGION_TOO_SMALL: u32 = 0x5357_0002;
 
-/// A sweep's report and where its knee was recorded (none with `--no-record`).
+/// A sweep's report and what became of recording its hint.
 pub(crate) struct Outcome {
     pub(crate) report: SweepReport,
-    pub(crate) recorded_in: Option<std::path::PathBuf>,
+    pub(crate) recording: Recording,
+}
+
+/// Whether the sweep stored its measured hint in the hint cache.
+pub(crate) enum Recording {
+    /// `--no-record`.
+    NotAsked,
+    /// Stored in `file`.
+    Recorded { file: std::path::PathBuf, block_bytes: u64 },
+    /// Not stored, and why (the measurement does not support a hint).
+    Skipped(String),
+    /// Storing failed (the measurement stands).
+    Failed(String),
 }
 
 /// The whole sweep, as `--json` writes it.
@@ -97,6 +111,9 @@ pub(crate) struct SweepReport {
     pub(crate) best_avg_gbps: f64,
     /// Robust knee: the smallest block reaching 90 % of the plateau with the next larger block.
     pub(crate) knee_bytes: u64,
+    /// Whether a block larger than the knee confirmed it (false: the knee is the largest block
+    /// swept, and the curve may still climb past it).
+    pub(crate) plateau_reached: bool,
     /// The hint the library answered before this sweep, and where it came from.
     pub(crate) hint_bytes: u64,
     pub(crate) hint_origin: rdma_hint::Origin,
@@ -167,13 +184,17 @@ impl CpuTime {
         CpuTime { live_threads_s: live_threads_s.filter(|s| *s > 0.0), process_ticks_s }
     }
 
-    /// Seconds used since `earlier`: the fine count, unless a thread exited in between (its
-    /// time left the sum), then the coarse one.
-    fn since(&self, earlier: &CpuTime) -> Option<f64> {
-        match (self.live_threads_s, earlier.live_threads_s) {
-            (Some(now), Some(then)) if now >= then => Some(now - then),
-            _ => Some(self.process_ticks_s? - earlier.process_ticks_s?),
-        }
+    /// Share of one core used since `earlier`, `wall_s` seconds ago: the fine count, unless a
+    /// thread exited in between (its time left the sum), then the coarse one, but only over
+    /// an interval long enough for 10 ms ticks (two ticks of rounding over 20 ms read as 100 %
+    /// too much: the 211–346 % once seen on two cores).
+    fn utilisation_since(&self, earlier: &CpuTime, wall_s: f64) -> Option<f64> {
+        let used = match (self.live_threads_s, earlier.live_threads_s) {
+            (Some(now), Some(then)) if now >= then => now - then,
+            _ if wall_s >= COARSE_CPU_MIN_WALL_S => self.process_ticks_s? - earlier.process_ticks_s?,
+            _ => return None,
+        };
+        (wall_s > 0.0).then(|| used / wall_s)
     }
 }
 
@@ -265,7 +286,7 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
         peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
     }
     let elapsed = wall.elapsed().as_secs_f64();
-    let cpu_util = CpuTime::now().since(&cpu_before).map_or(f64::NAN, |used| used / elapsed);
+    let cpu_util = CpuTime::now().utilisation_since(&cpu_before, elapsed).unwrap_or(f64::NAN);
     let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
 
     // Latency: one block at a time, signalled, as ib_write_lat does.
@@ -325,6 +346,11 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     ];
     for (label, hint) in labelled {
         let Some(hint) = hint else { continue };
+        // A block larger than a transfer is not a block of it: such a hint is reported as not
+        // swept, not measured with a region larger than asked for.
+        if hint.block_bytes > args.transfer_bytes {
+            continue;
+        }
         match blocks.iter_mut().find(|b| b.0 == hint.block_bytes) {
             Some(block) => {
                 block.1.hints.push(label);
@@ -366,7 +392,12 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
 
     let curve: Vec<(u64, f64)> = points.iter().map(|p| (p.block_bytes, p.avg_gbps)).collect();
     let plateau_gbps = robust_plateau(&curve).unwrap_or(f64::NAN);
-    let knee_bytes = robust_knee(&curve, plateau_gbps).unwrap_or(answered.block_bytes);
+    let largest_swept = curve.iter().map(|p| p.0).max().unwrap_or(0);
+    let knee = robust_knee(&curve, plateau_gbps);
+    // A knee at the largest block swept has no larger block to confirm it: the curve may still
+    // be climbing, so the plateau was not reached within these sizes.
+    let plateau_reached = knee.is_some_and(|knee| knee < largest_swept);
+    let knee_bytes = knee.unwrap_or(answered.block_bytes);
     let verdict = |block: u64| HintVerdict {
         block_bytes: block,
         efficiency: points.iter().find(|p| p.block_bytes == block).map_or(f64::NAN, |p| p.avg_gbps)
@@ -380,10 +411,20 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     };
     let at_answered = verdict(answered.block_bytes);
     let cpu_peak = points.iter().map(|p| p.cpu_util).fold(0.0, f64::max);
-    let recorded_in = if args.record {
-        Some(rdma_hint::record_measurement(args.source, &transport_id, knee_bytes, plateau_gbps)?)
-    } else {
-        None
+    let record_bytes = block_to_record(knee_bytes, hints.calibrated.as_ref());
+    let recording = match (args.record, plateau_reached) {
+        (false, _) => Recording::NotAsked,
+        (true, false) => Recording::Skipped(format!(
+            "the plateau was not reached within the swept sizes (the knee would be the largest, {}): sweep larger blocks",
+            format_bytes(largest_swept)
+        )),
+        (true, true) => {
+            match rdma_hint::record_measurement(args.source, &transport_id, record_bytes, plateau_gbps) {
+                Ok(file) => Recording::Recorded { file, block_bytes: record_bytes },
+                // The measurement stands: the table and --json still come; the caller fails last.
+                Err(error) => Recording::Failed(error.to_string()),
+            }
+        }
     };
     let report = SweepReport {
         backend: args.transport.backend().to_string(),
@@ -395,6 +436,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         plateau_gbps,
         best_avg_gbps: points.iter().map(|p| p.avg_gbps).fold(0.0, f64::max),
         knee_bytes,
+        plateau_reached,
         hint_bytes: answered.block_bytes,
         hint_origin: answered.origin,
         efficiency_at_hint: at_answered.efficiency,
@@ -406,7 +448,20 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         ),
         points,
     };
-    Ok(Outcome { report, recorded_in })
+    Ok(Outcome { report, recording })
+}
+
+/// The block `sweep` records as the measured hint: the robust knee, or the calibrated hint when
+/// this sweep shows it meets the rule (≥ 0.90 of the plateau, at most 2× the knee) at a smaller
+/// block. A knee pushed up by a dip (a block below it that fell under 90 %) thus does not
+/// replace a calibrated hint the same curve confirmed.
+fn block_to_record(knee_bytes: u64, calibrated: Option<&HintVerdict>) -> u64 {
+    match calibrated {
+        Some(hint) if hint.efficiency >= 0.90 && hint.over_knee <= 2.0 && hint.block_bytes < knee_bytes => {
+            hint.block_bytes
+        }
+        _ => knee_bytes,
+    }
 }
 
 /// The table `sweep` prints, perftest style.
@@ -442,11 +497,17 @@ pub(crate) fn table(report: &SweepReport) -> String {
             if p.hints.is_empty() { String::new() } else { format!("  ← {} hint", p.hints.join(" + ")) }
         ));
     }
+    let knee = if report.plateau_reached {
+        format!(
+            "knee {} (smallest block at 90 % of the plateau with the next one)",
+            format_bytes(report.knee_bytes)
+        )
+    } else {
+        "plateau not reached: the largest block swept is the first at 90 % of the best, so the curve may still climb (sweep larger blocks)".to_string()
+    };
     out.push_str(&format!(
-        "plateau {:.3} GB/s (median of the 3 best averages; best {:.3}); knee {} (smallest block at 90 % of the plateau with the next one)\n",
-        report.plateau_gbps,
-        report.best_avg_gbps,
-        format_bytes(report.knee_bytes),
+        "plateau {:.3} GB/s (median of the 3 best averages; best {:.3}); {knee}\n",
+        report.plateau_gbps, report.best_avg_gbps,
     ));
     let hints = &report.hints;
     for (label, verdict) in [
@@ -455,6 +516,11 @@ pub(crate) fn table(report: &SweepReport) -> String {
         ("recorded", hints.recorded.as_ref()),
     ] {
         match verdict {
+            Some(v) if v.efficiency.is_nan() => out.push_str(&format!(
+                "{label:>10} hint {:>10} → not swept (larger than the {} transfer)\n",
+                format_bytes(v.block_bytes),
+                format_bytes(report.transfer_bytes)
+            )),
             Some(v) => out.push_str(&format!(
                 "{label:>10} hint {:>10} → {:.3} of plateau, {:.2}× the knee{}\n",
                 format_bytes(v.block_bytes),
@@ -483,6 +549,31 @@ fn origin_of(label: &str) -> rdma_hint::Origin {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_use_is_never_read_from_ticks_over_a_short_interval() {
+        use super::CpuTime;
+        let then = CpuTime { live_threads_s: Some(1.0), process_ticks_s: Some(1.00) };
+        // A thread exited (the fine sum fell) and two ticks landed in 10 ms.
+        let now = CpuTime { live_threads_s: Some(0.9), process_ticks_s: Some(1.02) };
+        assert_eq!(now.utilisation_since(&then, 0.010), None, "200 % of rounding, not a measurement");
+        let later = CpuTime { live_threads_s: Some(0.9), process_ticks_s: Some(2.5) };
+        assert!((later.utilisation_since(&then, 1.5).unwrap() - 1.0).abs() < 1e-9);
+        let fine = CpuTime { live_threads_s: Some(1.004), process_ticks_s: Some(1.02) };
+        assert!((fine.utilisation_since(&then, 0.010).unwrap() - 0.4).abs() < 1e-9);
+    }
+
+    /// The recorded block: the knee, or the calibrated hint this curve confirms below it.
+    #[test]
+    fn a_confirmed_calibrated_hint_is_recorded_instead_of_a_knee_past_a_dip() {
+        use super::{block_to_record, HintVerdict};
+        let verdict = |block_bytes, efficiency, over_knee| HintVerdict { block_bytes, efficiency, over_knee };
+        let knee = 2 << 20;
+        assert_eq!(block_to_record(knee, Some(&verdict(620 << 10, 1.002, 0.3))), 620 << 10);
+        assert_eq!(block_to_record(knee, Some(&verdict(620 << 10, 0.85, 0.3))), knee, "not at 90 %");
+        assert_eq!(block_to_record(knee, Some(&verdict(8 << 20, 0.99, 4.0))), knee, "not below the knee");
+        assert_eq!(block_to_record(knee, None), knee);
+    }
+
     use super::*;
 
     #[test]
@@ -501,6 +592,6 @@ mod tests {
         let before = CpuTime::now();
         // A thread that burns a little CPU and exits: its time leaves the live-thread sum.
         std::thread::spawn(|| (0..2_000_000u64).fold(0u64, |a, b| a.wrapping_add(b * b))).join().unwrap();
-        assert!(CpuTime::now().since(&before).is_some_and(|used| used >= 0.0));
+        assert!(CpuTime::now().utilisation_since(&before, 1.5).is_some_and(|used| used >= 0.0));
     }
 }

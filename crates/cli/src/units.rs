@@ -78,7 +78,7 @@ pub(crate) fn plural(count: u64, noun: &str) -> String {
 pub(crate) fn format_bytes(value: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     match UNITS.iter().find(|(size, _)| value >= *size) {
-        Some((size, unit)) if value % size == 0 => format!("{} {unit}", value / size),
+        Some((size, unit)) if value.is_multiple_of(*size) => format!("{} {unit}", value / size),
         Some((size, unit)) => format!("{:.1} {unit}", value as f64 / *size as f64),
         None => format!("{value} B"),
     }

@@ -40,13 +40,13 @@ fn short_sweep_on(backend: &str, channel: &str) -> (PathBuf, Value, String) {
             channel,
             "--loopback",
             "--sizes",
-            "16K..256K",
+            "16K..4M",
             "--iters",
             "2",
             "--transfer",
-            "2M",
+            "8M",
             "--latency-samples",
-            "20",
+            "5",
             "--plot",
             svg.to_str().unwrap(),
         ],
@@ -96,7 +96,8 @@ fn shm_sweep_writes_json_svg_and_a_measured_hint() {
     assert_eq!(report["transport"], "staged:shm");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "well-formed SVG");
     assert!(svg.contains("knee") && svg.contains("hint") && svg.contains("<polyline"));
-    // The knee is now the hint for host:0 over staged:shm.
+    // The knee is now the hint for host:0 over staged:shm, if the sweep reached the plateau
+    // (a knee at the largest block swept is not confirmed, and not recorded).
     let probe = rdma_hint(&dir, &["probe", "--json"]);
     let probe: Value = serde_json::from_slice(&probe.stdout).unwrap();
     let hint = probe["hints"]
@@ -106,6 +107,11 @@ fn shm_sweep_writes_json_svg_and_a_measured_hint() {
         .find(|h| h["source"] == "host:0" && h["transport"] == "staged:shm")
         .unwrap()
         .clone();
+    if report["plateau_reached"] != true {
+        assert_eq!(hint["origin"], "model", "an unconfirmed knee was recorded: {report}");
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
     assert_eq!(hint["origin"], "measured");
     assert!(hint["block_bytes"].as_u64().unwrap() >= report["knee_bytes"].as_u64().unwrap());
     // And it is what `get_low_latency_rdma_size_hint(host:0)` answers now (measured first).
@@ -229,5 +235,84 @@ fn sweep_to_a_serving_peer_over_tcp() {
     check_report(&report);
     let status = server.wait().unwrap();
     assert!(status.success(), "serve ends cleanly when the peer leaves");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A sweep whose sizes stop below the hint: hints larger than the transfer are not swept (nor
+/// sized into the region), and a knee at the largest block is "plateau not reached", not a
+/// knee, and not recorded.
+#[test]
+fn a_sweep_below_the_hint_says_the_plateau_was_not_reached() {
+    let dir = scratch("below-hint");
+    let json = dir.join("out.json");
+    // staged:tcp's model hint is 512 KiB; the transfer is 64 KiB.
+    let output = rdma_hint(
+        &dir,
+        &[
+            "sweep",
+            "--channel",
+            "tcp",
+            "--sizes",
+            "16K,32K",
+            "--transfer",
+            "64K",
+            "--iters",
+            "1",
+            "--latency-samples",
+            "3",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let blocks: Vec<u64> =
+        report["points"].as_array().unwrap().iter().map(|p| p["block_bytes"].as_u64().unwrap()).collect();
+    assert!(blocks.iter().all(|b| *b <= 64 << 10), "a block past the transfer was swept: {blocks:?}");
+    if report["knee_bytes"] == 32 << 10 {
+        assert_eq!(report["plateau_reached"], false, "{report}");
+        assert!(stdout.contains("plateau not reached") && stdout.contains("recorded: nothing"), "{stdout}");
+    }
+    assert!(stdout.contains("not swept (larger than the 64 KiB transfer)"), "{stdout}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A cache the file system refuses loses no measurement: the table is printed and --json kept,
+/// and the failure names what could not be written (not a "path" error).
+#[test]
+fn an_unwritable_cache_keeps_the_measurement() {
+    let dir = scratch("unwritable");
+    let json = dir.join("out.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", "/proc/rdma-hint-nope")
+        .args(["sweep", "--sizes", "16K..1M", "--transfer", "2M", "--iters", "1", "--latency-samples", "3"])
+        .args(["--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("plateau"), "no table: {stdout} {stderr}");
+    assert!(json.exists(), "the --json report was deleted: {stderr}");
+    serde_json::from_slice::<Value>(&std::fs::read(&json).unwrap()).expect("a whole report");
+    if stdout.contains("plateau not reached") {
+        assert!(output.status.success(), "{stderr}");
+    } else {
+        assert!(!output.status.success());
+        assert!(
+            stderr.contains("recording its hint failed") && stderr.contains("/proc/rdma-hint-nope"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("no path"), "{stderr}");
+    }
+    let calibrate = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", "/proc/rdma-hint-nope")
+        .args(["calibrate", "--budget-ms", "300"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&calibrate.stdout);
+    assert!(
+        text.contains("stored: nothing (cannot write /proc/rdma-hint-nope") || text.contains("poor fit"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

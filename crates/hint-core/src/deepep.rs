@@ -102,7 +102,7 @@ impl DeepEpSize {
     }
 
     fn checked(bytes: u64, mut warnings: Vec<String>) -> DeepEpSize {
-        if bytes % BUFFER_ALIGNMENT_BYTES != 0 {
+        if !bytes.is_multiple_of(BUFFER_ALIGNMENT_BYTES) {
             warnings.push(format!("{bytes} B is not a multiple of DeepEP's 128 B buffer alignment"));
         }
         if bytes / 16 >= i32::MAX as u64 {
@@ -134,7 +134,7 @@ fn positive_int(name: &'static str, value: u64) -> Result<u64, DeepEpError> {
 
 /// Bytes of one dispatch message and one combine message for `hidden` channels (BF16).
 fn message_bytes(hidden: u64) -> Result<(u64, u64), DeepEpError> {
-    if hidden % 128 != 0 {
+    if !hidden.is_multiple_of(128) {
         return Err(DeepEpError::HiddenNotMultipleOf128 { hidden });
     }
     let num_scales = hidden / 128;
@@ -311,7 +311,7 @@ impl NormalConfig {
                 "num_ranks = {ranks}: above 8 it must be a multiple of 8 (GPUs per NVLink domain)"
             )));
         }
-        if ranks > MAX_NVL_PEERS && self.num_sms % 2 != 0 {
+        if ranks > MAX_NVL_PEERS && !self.num_sms.is_multiple_of(2) {
             return Err(DeepEpError::InvalidConfig(format!("num_sms = {} must be even", self.num_sms)));
         }
         let rdma_ranks = (ranks / MAX_NVL_PEERS).max(1);
@@ -346,7 +346,7 @@ impl NormalConfig {
         if ranks % MAX_NVL_PEERS != 0 {
             return Err(DeepEpError::InvalidConfig(format!("num_ranks = {ranks} must be a multiple of 8")));
         }
-        if self.num_sms % 2 != 0 {
+        if !self.num_sms.is_multiple_of(2) {
             return Err(DeepEpError::InvalidConfig(format!("num_sms = {} must be even", self.num_sms)));
         }
         let lanes = mul(self.num_sms / 2, ranks / MAX_NVL_PEERS, "channels × RDMA ranks")?;

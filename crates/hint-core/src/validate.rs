@@ -38,7 +38,7 @@ pub fn validate_shape(block_bytes: u64, align_bytes: u64) -> Result<(), HintErro
     if !align_bytes.is_power_of_two() {
         return Err(HintError::AlignNotPowerOfTwo { align_bytes });
     }
-    if block_bytes % align_bytes != 0 {
+    if !block_bytes.is_multiple_of(align_bytes) {
         return Err(HintError::BlockNotMultipleOfAlign { block_bytes, align_bytes });
     }
     Ok(())

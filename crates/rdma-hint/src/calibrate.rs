@@ -75,6 +75,9 @@ pub struct Calibration {
     pub elapsed_ms: f64,
     /// The cache file the fit was stored in (none for a poor fit or without a cache directory).
     pub stored_in: Option<PathBuf>,
+    /// Why the fit was not stored, when it was not (a poor fit, no cache directory, a cache
+    /// the file system refused).
+    pub not_stored: Option<String>,
     /// Bytes from the start of the regions the timed transfers wrote.
     #[serde(skip)]
     written_bytes: u64,
@@ -311,15 +314,18 @@ pub fn calibrate(
             (hint, None)
         }
     };
-    let stored_in = match (stored, &file) {
+    let (stored_in, not_stored) = match (stored, &file) {
         (Some(entry), Some(file)) => match measured::store_calibration(file, source, &id, Some(entry)) {
-            Ok(()) => Some(measured::calibration_file(file)),
+            Ok(()) => (Some(measured::calibration_file(file)), None),
             Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "could not store the calibration");
-                None
+                let target = measured::calibration_file(file);
+                (None, Some(format!("cannot write {}: {e}", target.display())))
             }
         },
-        _ => None,
+        (None, _) => (None, Some("a poor fit is not kept".to_string())),
+        (Some(_), None) => {
+            (None, Some("no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".to_string()))
+        }
     };
     HintCache::global().clear();
     Ok(Calibration {
@@ -330,6 +336,7 @@ pub fn calibrate(
         points,
         elapsed_ms,
         stored_in,
+        not_stored,
         written_bytes: cursor.written,
     })
 }

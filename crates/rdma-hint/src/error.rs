@@ -66,6 +66,13 @@ pub enum Error {
         /// The cargo feature that provides it.
         feature: &'static str,
     },
+    /// The hint cache cannot be written (no cache directory, or the file system refused): the
+    /// measurement that was to be stored is still valid.
+    #[error("cannot store in the hint cache: {why}")]
+    Cache {
+        /// Which file, and what refused it.
+        why: String,
+    },
     /// The backend is compiled in but cannot run here (library or device missing).
     #[error("{transport} is unavailable here: {source}")]
     Unavailable {

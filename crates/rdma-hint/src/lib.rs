@@ -180,9 +180,7 @@ pub fn record_measurement(
     plateau_gbps: f64,
 ) -> Result<std::path::PathBuf, Error> {
     let profile = &profile_of(device, transport)?;
-    let file = measured::cache_file().ok_or_else(|| Error::NoPath {
-        device,
-        transport: transport.clone(),
+    let file = measured::cache_file().ok_or_else(|| Error::Cache {
         why: "no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".into(),
     })?;
     let entry = measured::MeasuredHint {
@@ -195,11 +193,8 @@ pub fn record_measurement(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     };
-    measured::store(&file, entry).map_err(|e| Error::NoPath {
-        device,
-        transport: transport.clone(),
-        why: format!("writing {}: {e}", file.display()),
-    })?;
+    measured::store(&file, entry)
+        .map_err(|e| Error::Cache { why: format!("writing {}: {e}", file.display()) })?;
     HintCache::global().clear();
     Ok(file)
 }
@@ -384,6 +379,6 @@ mod tests {
             "{}",
             hint.transport
         );
-        assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
+        assert!(hint.block_bytes > 0 && hint.block_bytes.is_multiple_of(hint.align_bytes));
     }
 }

@@ -198,7 +198,7 @@ where
             // The clock is read every few attempts only: between two looks at a CQ or worker,
             // it would be most of a busy-poll's cost.
             attempts = attempts.wrapping_add(1);
-            if spin > Duration::ZERO && attempts % CLOCK_EVERY != 0 {
+            if spin > Duration::ZERO && !attempts.is_multiple_of(CLOCK_EVERY) {
                 std::hint::spin_loop();
                 continue;
             }
