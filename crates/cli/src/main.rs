@@ -7,6 +7,7 @@ mod deepep;
 mod output;
 mod plan;
 mod plot;
+mod png_text;
 mod render;
 mod serve;
 mod sweep;
