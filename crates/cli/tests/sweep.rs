@@ -96,6 +96,7 @@ fn shm_sweep_writes_json_svg_and_a_measured_hint() {
     assert_eq!(report["transport"], "staged:shm");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "well-formed SVG");
     assert!(svg.contains("knee") && svg.contains("hint") && svg.contains("<polyline"));
+    assert!(svg.contains("DejaVu Sans, sans-serif"), "the SVG names the shipped font's family");
     // The knee is now the hint for host:0 over staged:shm, if the sweep reached the plateau
     // (a knee at the largest block swept is not confirmed, and not recorded).
     let probe = rdma_hint(&dir, &["probe", "--json"]);
