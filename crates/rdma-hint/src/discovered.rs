@@ -1,7 +1,7 @@
 //! The machine as discovery found it, once per process, for sync and async callers alike.
 //!
-//! Discovery (sysfs, and with `cuda` the CUDA driver's initialisation) takes ~20 ms without a
-//! GPU driver and ~0.4 s with one. A sync caller runs it on its own thread; an async caller
+//! Discovery (sysfs, and with `cuda` the CUDA driver's initialisation) takes ~30 ms without a
+//! GPU driver and ~0.2 s with one (an H200 host). A sync caller runs it on its own thread; an async caller
 //! ([`inventory`]) never does: the first one starts it on a thread of its own and every waiter
 //! is woken when it ends. The lock is only ever held for a few field updates, never while
 //! discovering, so no caller, sync or async, waits on it for long.

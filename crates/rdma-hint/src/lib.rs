@@ -258,8 +258,9 @@ pub fn hint_set(device: Device, transport: &TransportId) -> Result<HintSet, Erro
 /// versions). Never returns a zero block: a device without a low-latency route is an error
 /// that names the fallback.
 ///
-/// The first call of a process blocks its thread while discovery runs: about 20 ms on a host
-/// without a GPU driver, 0.35–0.4 s where the CUDA driver initialises (an H200 host). In async
+/// The first call of a process blocks its thread while discovery runs: about 30 ms on a host
+/// without a GPU driver, about 0.2 s where the CUDA driver initialises (0.21–0.22 s on an H200
+/// host: `benches/results/h200-first-hint.txt`). In async
 /// code ask [`hint`] instead, which discovers on a thread of its own; later calls of either
 /// take microseconds.
 pub fn get_low_latency_rdma_size_hint(device: Device) -> Result<SizeHint, Error> {

@@ -2,9 +2,10 @@
 //! transfers: discovery (sysfs, and the CUDA driver's start where there is one) runs off the
 //! executor (`rdma_hint::hint(..).await`), so a 1 ms ticker on the same runtime stays within
 //! 50 ms of the same ticker on a runtime of its own. Alone in its file: the process must not
-//! have discovered the machine before.
+//! have discovered the machine before. `RDMA_HINT_EMBEDDER_SYNC_HINT=1` asks the blocking
+//! `get_low_latency_rdma_size_hint_with` instead, for the comparison (reported, not asserted).
 
-use rdma_hint::{hint, Device, TransportSelector};
+use rdma_hint::{get_low_latency_rdma_size_hint_with, hint, Device, TransportSelector};
 use rdma_hint_embedder::{ids, Pair};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ fn the_first_hint_is_discovered_off_the_executor() {
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let baseline = baseline_runtime.handle().clone();
     let id = ids().into_iter().next().expect("a transport this build runs");
+    let blocking = std::env::var_os("RDMA_HINT_EMBEDDER_SYNC_HINT").is_some();
     let (late, machine, first_hint) = runtime.block_on(async {
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = tokio::spawn(tick(stop.clone()));
@@ -30,7 +32,12 @@ fn the_first_hint_is_discovered_off_the_executor() {
             .map(|task| {
                 let id = id.clone();
                 tokio::spawn(async move {
-                    let hint = hint(Device::Host(0), &TransportSelector::Id(id.clone())).await;
+                    let selector = TransportSelector::Id(id.clone());
+                    let hint = if blocking {
+                        get_low_latency_rdma_size_hint_with(Device::Host(0), &selector)
+                    } else {
+                        hint(Device::Host(0), &selector).await
+                    };
                     let hinted = started.elapsed();
                     let hint = hint.map_err(|e| format!("task {task}: hint: {e}"))?;
                     assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
@@ -53,12 +60,15 @@ fn the_first_hint_is_discovered_off_the_executor() {
         (ticker.await.expect("ticker"), baseline.await.expect("baseline"), first_hint)
     });
     println!(
-        "{id}: {TASKS} tasks asked for the first hint (answered after {:.1} ms); 1 ms ticker late by at most {:.1} ms (on a runtime of its own: {:.1} ms)",
+        "{id}, {} hint: {TASKS} tasks asked for the first hint (answered after {:.1} ms); 1 ms ticker late by at most {:.1} ms (on a runtime of its own: {:.1} ms)",
+        if blocking { "blocking" } else { "async" },
         first_hint.as_secs_f64() * 1e3,
         late.as_secs_f64() * 1e3,
         machine.as_secs_f64() * 1e3
     );
-    if std::env::var_os("RDMA_HINT_EMBEDDER_SOFTWARE_NIC").is_some() {
+    if blocking {
+        println!("the blocking hint: lateness reported, not asserted");
+    } else if std::env::var_os("RDMA_HINT_EMBEDDER_SOFTWARE_NIC").is_some() {
         println!("lateness reported, not asserted (emulated CPU)");
     } else {
         assert!(
