@@ -170,3 +170,55 @@ impl<B: DrawingBackend> DrawingBackend for GlyphText<B> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::Pos;
+
+    /// The rows and columns of `text` drawn black at 40 px from (10, 10), top left anchored.
+    fn inked(text: &str) -> Vec<(u32, u32)> {
+        let (width, height) = (200u32, 80u32);
+        let mut pixels = vec![255u8; (width * height * 3) as usize];
+        {
+            let bitmap = BitMapBackend::with_buffer(&mut pixels, (width, height));
+            let backend = GlyphText::new(bitmap, include_bytes!("../assets/DejaVuSans.ttf")).unwrap();
+            let area = backend.into_drawing_area();
+            let style = ("sans-serif", 40).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Top));
+            area.draw(&Text::new(text.to_string(), (10, 10), style)).unwrap();
+            area.present().unwrap();
+        }
+        (0..height)
+            .flat_map(|y| (0..width).map(move |x| (x, y)))
+            .filter(|&(x, y)| pixels[((y * width + x) * 3) as usize] < 128)
+            .collect()
+    }
+
+    #[test]
+    fn glyphs_sit_on_one_baseline_and_keep_their_bearing() {
+        let digit = inked("1");
+        let point = inked(".");
+        let digit_bottom = digit.iter().map(|p| p.1).max().unwrap();
+        let digit_top = digit.iter().map(|p| p.1).min().unwrap();
+        let point_top = point.iter().map(|p| p.1).min().unwrap();
+        let point_bottom = point.iter().map(|p| p.1).max().unwrap();
+        // On the baseline: the point ends where the digit does, in its lower fifth.
+        assert!(
+            point_bottom.abs_diff(digit_bottom) <= 1,
+            "point ends at {point_bottom}, the digit at {digit_bottom}"
+        );
+        assert!(
+            point_top > digit_top + (digit_bottom - digit_top) * 4 / 5,
+            "the point floats at row {point_top}"
+        );
+        // Each glyph keeps its left side bearing: "1" is inked from the anchor plus its bearing
+        // (plotters 0.3.7 inks it from the anchor itself, which is what spaced "512" as "51 2").
+        let font = FontRef::try_from_slice(include_bytes!("../assets/DejaVuSans.ttf")).unwrap();
+        let scaled = font.as_scaled(PxScale::from(40.0));
+        let bearing = scaled.h_side_bearing(scaled.glyph_id('1'));
+        assert!(bearing >= 2.0, "a glyph with a visible bearing: {bearing}");
+        let left = digit.iter().map(|p| p.0).min().unwrap();
+        assert!((left as f32 - (10.0 + bearing)).abs() <= 1.5, "inked from x {left}, bearing {bearing}");
+    }
+}

@@ -1,7 +1,7 @@
 //! A blocking API for callers without an async runtime: [`BlockingTransport`] adds
 //! `*_blocking` twins of the async [`Transport`] methods, run on the calling thread by
 //! [`block_on`], which parks the thread until the transport's event wakes it (no spinning
-//! beyond the transport's own [`WaitMode`](crate::WaitMode)).
+//! beyond the transport's own [`WaitMode`](rdma_hint_core::WaitMode)).
 
 use rdma_hint_core::{Arrival, Completion, PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError};
 use std::future::Future;

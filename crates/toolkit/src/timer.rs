@@ -2,7 +2,7 @@
 //! earliest registered deadline and wakes the task that registered it.
 //!
 //! Waits in rdma-hint register their deadline here when they go to sleep, so a wait that
-//! nothing completes still returns [`DeadlineExceeded`](crate::TransportError::DeadlineExceeded)
+//! nothing completes still returns [`DeadlineExceeded`](rdma_hint_core::TransportError::DeadlineExceeded)
 //! on time under any executor (tokio, smol, [`block_on`](crate::blocking::block_on)).
 
 use std::collections::BTreeMap;
