@@ -223,25 +223,36 @@ fn serve_ends_at_once_when_it_cannot_listen() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A token file both sides of a serve/sweep pair read, in `dir`.
+fn shared_token(dir: &std::path::Path) -> String {
+    let token = dir.join("token");
+    std::fs::write(&token, b"a token both sides hold").unwrap();
+    token.to_str().unwrap().to_string()
+}
+
+/// A loopback address with a port nobody listens on now.
+fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+/// `rdma-hint ARGS` started in the background, its output kept.
+fn spawned(dir: &PathBuf, args: &[&str]) -> std::process::Child {
+    command(dir, args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
 /// `serve` and `sweep --peer` with nothing but the address and the token: the same channel by
 /// default, and the listener is serve's for every run (nobody else can bind its port between
 /// two peers).
 #[test]
 fn serve_and_sweep_work_with_default_flags_on_one_listener() {
     let dir = scratch("serve-defaults");
-    let token = dir.join("token");
-    std::fs::write(&token, b"a token both sides hold").unwrap();
-    let token = token.to_str().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let address = format!("127.0.0.1:{port}");
-    let server = command(
+    let token = &shared_token(&dir);
+    let address = free_address();
+    let server = spawned(
         &dir,
         &["serve", "--listen", &address, "--bytes", "4M", "--count", "2", "--token-file", token],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    );
     let sweep = |dir: &PathBuf| {
         run(
             dir,
@@ -265,17 +276,14 @@ fn serve_and_sweep_work_with_default_flags_on_one_listener() {
 #[test]
 fn a_channel_mismatch_names_the_flag() {
     let dir = scratch("serve-mismatch");
-    let token = dir.join("token");
-    std::fs::write(&token, b"a token both sides hold").unwrap();
-    let token = token.to_str().unwrap();
+    let token = &shared_token(&dir);
     let mut backends = vec!["staged"];
     if cfg!(feature = "ucx") {
         backends.push("ucx");
     }
     for backend in backends {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let address = format!("127.0.0.1:{port}");
-        let server = command(
+        let address = free_address();
+        let server = spawned(
             &dir,
             &[
                 "serve",
@@ -289,15 +297,10 @@ fn a_channel_mismatch_names_the_flag() {
                 "1",
                 "--timeout-s",
                 "20",
-            ]
-            .into_iter()
-            .chain(["--token-file", token])
-            .collect::<Vec<_>>(),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+                "--token-file",
+                token,
+            ],
+        );
         let sweep = run(
             &dir,
             &[

@@ -5,6 +5,8 @@
 //! have discovered the machine before. `RDMA_HINT_EMBEDDER_SYNC_HINT=1` asks the blocking
 //! `get_low_latency_rdma_size_hint_with` instead, for the comparison (reported, not asserted).
 
+mod common;
+use common::tick;
 use rdma_hint::{get_low_latency_rdma_size_hint_with, hint, Device, TransportSelector};
 use rdma_hint_embedder::{ids, Pair};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,15 +78,4 @@ fn the_first_hint_is_discovered_off_the_executor() {
             "the ticker was {late:?} late against {machine:?} on its own runtime: discovery blocked a worker"
         );
     }
-}
-
-/// Sleeps 1 ms at a time until `stop`; returns the most a sleep overran.
-async fn tick(stop: Arc<AtomicBool>) -> Duration {
-    let mut worst = Duration::ZERO;
-    while !stop.load(Ordering::Relaxed) {
-        let asked = Instant::now();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        worst = worst.max(asked.elapsed().saturating_sub(Duration::from_millis(1)));
-    }
-    worst
 }

@@ -3,6 +3,8 @@
 //! runtime measures how late it wakes: a connect or a wait that blocked a worker would show up
 //! there. Every byte that landed is compared with what was sent.
 
+mod common;
+use common::tick;
 use rdma_hint_embedder::{ids, Pair};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -82,17 +84,6 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
             assert!(late < Duration::from_millis(50), "{id}: the 1 ms ticker was {late:?} late");
         }
     }
-}
-
-/// Sleeps 1 ms at a time until `stop`; returns the most a sleep overran.
-async fn tick(stop: Arc<AtomicBool>) -> Duration {
-    let mut worst = Duration::ZERO;
-    while !stop.load(Ordering::Relaxed) {
-        let asked = Instant::now();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        worst = worst.max(asked.elapsed().saturating_sub(Duration::from_millis(1)));
-    }
-    worst
 }
 
 /// Runs `future`, returning its output and the longest single poll it took (wall time, so an
