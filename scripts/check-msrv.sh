@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 declared=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 for manifest in Cargo.toml tests/embedder/Cargo.toml fuzz/Cargo.toml; do
-    cargo metadata --format-version 1 --locked --all-features --manifest-path "$manifest" 2>/dev/null |
+    cargo metadata --format-version 1 --locked --all-features --manifest-path "$manifest" |
         DECLARED=$declared MANIFEST=$manifest python3 -c '
 import json, os, sys
 def version(text):

@@ -76,9 +76,16 @@ apt_update() { [ "$apt_updated" = 1 ] || { apt-get update -qq >&2; apt_updated=1
 # Packages the machine has that apt would remove, upgrade or downgrade to install "$@" (with
 # their versions): empty when it can install them as the machine is. An upgrade counts: rdma-core,
 # say, pulls a udev that upgrades the machine's systemd.
+# When apt cannot even plan the install (a held package, one it does not know), its own error
+# is printed and the answer is "apt cannot install it as is".
 apt_changes() {
-    apt-get install -s --no-install-recommends "$@" 2>/dev/null |
-        awk '$1 == "Remv" || ($1 == "Inst" && $3 ~ /^\[/) { print $2, $3 }' |
+    local plan
+    if ! plan=$(apt-get install -s --no-install-recommends "$@" 2>&1); then
+        log "apt cannot plan installing $*: $(grep -E '^E:' <<<"$plan" | head -n3 | tr '\n' ' ')"
+        echo "apt's plan (see above)"
+        return 0
+    fi
+    awk '$1 == "Remv" || ($1 == "Inst" && $3 ~ /^\[/) { print $2, $3 }' <<<"$plan" |
         tr -d '[]' | paste -sd, - | sed 's/,/, /g'
 }
 apt_install() { # packages...
@@ -102,6 +109,8 @@ qemu_unpacked() {
         changes=$(apt_changes qemu-system-x86)
         # What apt would install for qemu-system-x86: the qemu packages are unpacked, the rest
         # (shared libraries nothing installed conflicts with) installed.
+        # Every package apt would bring for qemu-system-x86 (new ones, and the ones it would
+        # change, which are unpacked or refused below rather than installed).
         mapfile -t wanted < <(apt-get install -s --no-install-recommends qemu-system-x86 2>/dev/null |
             awk '$1 == "Inst" { print $2 }')
         qemu_debs=(); libs=()

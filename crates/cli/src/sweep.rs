@@ -414,10 +414,13 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let record_bytes = block_to_record(knee_bytes, hints.calibrated.as_ref());
     let recording = match (args.record, plateau_reached) {
         (false, _) => Recording::NotAsked,
-        (true, false) => Recording::Skipped(format!(
+        (true, false) if knee.is_some() => Recording::Skipped(format!(
             "the plateau was not reached within the swept sizes (the knee would be the largest, {}): sweep larger blocks",
             format_bytes(largest_swept)
         )),
+        (true, false) => {
+            Recording::Skipped("no block reached 90 % of the plateau with the next one: nothing to record".into())
+        }
         (true, true) => {
             match rdma_hint::record_measurement(args.source, &transport_id, record_bytes, plateau_gbps) {
                 Ok(file) => Recording::Recorded { file, block_bytes: record_bytes },
@@ -516,7 +519,7 @@ pub(crate) fn table(report: &SweepReport) -> String {
         ("recorded", hints.recorded.as_ref()),
     ] {
         match verdict {
-            Some(v) if v.efficiency.is_nan() => out.push_str(&format!(
+            Some(v) if v.block_bytes > report.transfer_bytes => out.push_str(&format!(
                 "{label:>10} hint {:>10} → not swept (larger than the {} transfer)\n",
                 format_bytes(v.block_bytes),
                 format_bytes(report.transfer_bytes)

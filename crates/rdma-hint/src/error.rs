@@ -66,6 +66,13 @@ pub enum Error {
         /// The cargo feature that provides it.
         feature: &'static str,
     },
+    /// Discovering the machine failed (for a caller that waited for a discovery another one
+    /// started; the one that ran it gets the discovery's own error).
+    #[error("discovering this machine failed: {why}")]
+    DiscoveryFailed {
+        /// The discovery's error, as text.
+        why: String,
+    },
     /// The hint cache cannot be written (no cache directory, or the file system refused): the
     /// measurement that was to be stored is still valid.
     #[error("cannot store in the hint cache: {why}")]
