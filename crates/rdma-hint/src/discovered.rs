@@ -29,8 +29,13 @@ struct Live {
     failure: Option<(u64, String)>,
 }
 
-static LIVE: Mutex<Live> =
-    Mutex::new(Live { inventory: None, generation: 0, discovering: false, waiters: Vec::new(), failure: None });
+static LIVE: Mutex<Live> = Mutex::new(Live {
+    inventory: None,
+    generation: 0,
+    discovering: false,
+    waiters: Vec::new(),
+    failure: None,
+});
 static DISCOVERED: Condvar = Condvar::new();
 
 fn live() -> MutexGuard<'static, Live> {
