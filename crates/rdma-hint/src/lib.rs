@@ -69,6 +69,7 @@ pub struct ChunkerDocDoctests;
 
 mod backends;
 mod cache;
+mod cache_files;
 pub mod calibrate;
 mod discovered;
 mod error;

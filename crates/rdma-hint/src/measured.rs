@@ -37,11 +37,32 @@ pub struct CalibratedPath {
 /// Entries kept per (source, transport) in a cache file.
 trait Entry: Serialize + DeserializeOwned {
     fn key(&self) -> (SourceId, &TransportId, &DriverVersions);
+
+    /// Whether the entry's values can be used (a cache file is input, not truth).
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl Entry for MeasuredHint {
     fn key(&self) -> (SourceId, &TransportId, &DriverVersions) {
         (self.source, &self.transport, &self.versions)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.knee_bytes == 0 || self.knee_bytes > MAX_RECORDED_KNEE_BYTES {
+            return Err(format!("knee {} B outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B", self.knee_bytes));
+        }
+        if !(self.plateau_gbps.is_finite()
+            && self.plateau_gbps > 0.0
+            && self.plateau_gbps <= MAX_RECORDED_PLATEAU_GBPS)
+        {
+            return Err(format!(
+                "plateau {} GB/s outside (0, {MAX_RECORDED_PLATEAU_GBPS}]",
+                self.plateau_gbps
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -52,7 +73,7 @@ impl Entry for CalibratedPath {
 }
 
 fn load_entries<T: Entry>(file: &Path) -> Vec<T> {
-    let Ok(bytes) = std::fs::read(file) else { return Vec::new() };
+    let Some(bytes) = crate::cache_files::read(file) else { return Vec::new() };
     serde_json::from_slice(&bytes).unwrap_or_else(|error| {
         // Ignored, and said so: the hints fall back to the model until a sweep or a calibration
         // rewrites the file.
@@ -74,12 +95,7 @@ fn store_entry<T: Entry>(
         !(s == source && t == transport)
     });
     entries.extend(entry);
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let temporary = file.with_extension("json.tmp");
-    std::fs::write(&temporary, serde_json::to_vec_pretty(&entries).map_err(std::io::Error::other)?)?;
-    std::fs::rename(temporary, file)
+    crate::cache_files::write(file, &serde_json::to_vec_pretty(&entries).map_err(std::io::Error::other)?)
 }
 
 fn lookup_entry<T: Entry>(
@@ -88,7 +104,14 @@ fn lookup_entry<T: Entry>(
     transport: &TransportId,
     versions: &DriverVersions,
 ) -> Option<T> {
-    load_entries::<T>(file).into_iter().find(|e| e.key() == (source, transport, versions))
+    let entry = load_entries::<T>(file).into_iter().find(|e| e.key() == (source, transport, versions))?;
+    match entry.check() {
+        Ok(()) => Some(entry),
+        Err(why) => {
+            tracing::warn!(file = %file.display(), %source, %transport, why, "rdma-hint: ignoring an invalid hint cache entry");
+            None
+        }
+    }
 }
 
 /// One measured result.
@@ -109,14 +132,17 @@ pub struct MeasuredHint {
 }
 
 /// The cache file: `$RDMA_HINT_CACHE_DIR/measured.json`, else `$XDG_CACHE_HOME/rdma-hint/…`,
-/// else `~/.cache/rdma-hint/…`.
+/// else `~/.cache/rdma-hint/…` (absolute paths only). `None` without one, or when the directory
+/// is not this user's alone (said once, as a warning): the cache is a trust boundary.
 pub fn cache_file() -> Option<PathBuf> {
-    let dir = std::env::var_os("RDMA_HINT_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("rdma-hint")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rdma-hint")))?;
-    Some(dir.join("measured.json"))
+    Some(crate::cache_files::cache_dir()?.join("measured.json"))
 }
+
+/// The largest knee a record may hold: no transport's sweet spot lies past it, and a larger
+/// one would size every sweep's region to it.
+pub const MAX_RECORDED_KNEE_BYTES: u64 = 1 << 30;
+/// The largest plateau a record may hold, in GB/s (a hundred times any link today).
+pub const MAX_RECORDED_PLATEAU_GBPS: f64 = 10_000.0;
 
 /// The calibration file beside the measured-knee file `file`: `calibrated.json`.
 pub fn calibration_file(file: &Path) -> PathBuf {
@@ -272,7 +298,13 @@ pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> 
 /// measured plateau as its bandwidth `B`; efficiency and latency follow from the model's fixed
 /// cost `o` with that `B`.
 pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
-    let block = measured.knee_bytes.div_ceil(hint.align_bytes).max(1) * hint.align_bytes;
+    // Checked: `lookup` bounds the knee, but `apply` is public and a knee near u64::MAX
+    // wrapped to a zero block here once.
+    let block = measured
+        .knee_bytes
+        .clamp(1, MAX_RECORDED_KNEE_BYTES)
+        .checked_next_multiple_of(hint.align_bytes)
+        .unwrap_or(hint.block_bytes);
     let plateau = measured.plateau_gbps;
     let bandwidth = if plateau.is_finite() && plateau > 0.0 { plateau } else { hint.bandwidth_gbps };
     hint = hint.rescaled(block, bandwidth);
