@@ -85,7 +85,11 @@ fn check_report(report: &Value) {
         assert!(point["cpu_util"].as_f64().unwrap() >= 0.0);
     }
     let knee_point = points.iter().find(|p| p["block_bytes"] == knee).expect("knee is a measured point");
-    assert!(knee_point["avg_gbps"].as_f64().unwrap() >= 0.9 * plateau - 1e-9);
+    // A confirmed knee reaches 90 % of the plateau (a noisy curve where no block does with its
+    // neighbour reports the answered hint in its place, and says the plateau was not reached).
+    if report["plateau_reached"] == true {
+        assert!(knee_point["avg_gbps"].as_f64().unwrap() >= 0.9 * plateau - 1e-9);
+    }
     assert!(points.iter().any(|p| p["block_bytes"] == hint && p["is_hint"] == true), "the hint is measured");
 }
 
