@@ -53,6 +53,7 @@ impl Offer {
     /// The first connection from our own user that presents the cookie, before `deadline`;
     /// any other is logged and closed.
     pub(crate) fn accept(&self, deadline: Instant) -> Result<UnixStream, TransportError> {
+        let started = Instant::now();
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => match self.admit(stream, deadline) {
@@ -63,7 +64,7 @@ impl Offer {
                     if Instant::now() >= deadline {
                         return Err(TransportError::DeadlineExceeded {
                             what: "the peer to take the shm regions",
-                            waited_ms: 0,
+                            waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                         });
                     }
                     std::thread::sleep(Duration::from_millis(1));

@@ -144,15 +144,25 @@ impl Transport for StagedTransport {
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         let memory = RegionMemory::allocate(kind, len, self.channel == StagedChannel::SharedMemory)?;
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        if regions.len() >= MAX_REGIONS {
-            return Err(TransportError::Registration {
-                len,
-                reason: format!("at most {MAX_REGIONS} regions"),
-            });
-        }
-        let id = RegionId(regions.len() as u32);
-        regions.push(Some(LocalEntry { memory: Arc::new(memory), exposed: false }));
-        Ok(LocalRegion { id, kind, len })
+        // Ids of deregistered regions are reused, so the limit counts live regions only.
+        let entry = Some(LocalEntry { memory: Arc::new(memory), exposed: false });
+        let slot = match regions.iter().position(Option::is_none) {
+            Some(free) => {
+                regions[free] = entry;
+                free
+            }
+            None if regions.len() < MAX_REGIONS => {
+                regions.push(entry);
+                regions.len() - 1
+            }
+            None => {
+                return Err(TransportError::Registration {
+                    len,
+                    reason: format!("at most {MAX_REGIONS} live regions"),
+                })
+            }
+        };
+        Ok(LocalRegion { id: RegionId(slot as u32), kind, len })
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {

@@ -47,24 +47,28 @@ pub fn truncated(short: TryGetError) -> TransportError {
 #[derive(Debug)]
 pub struct WireReader<R> {
     inner: R,
+    /// When reading began: a deadline error says how long the peer was waited for.
+    started: std::time::Instant,
 }
 
 impl<R: Read> WireReader<R> {
     /// Wraps a reader (a `TcpStream` with a read timeout, or a byte slice).
     pub fn new(inner: R) -> WireReader<R> {
-        WireReader { inner }
+        WireReader { inner, started: std::time::Instant::now() }
     }
 
     /// Fills `buffer` exactly.
     pub fn exact(&mut self, buffer: &mut [u8]) -> Result<(), TransportError> {
+        let started = self.started;
         self.inner.read_exact(buffer).map_err(|e| match e.kind() {
             ErrorKind::UnexpectedEof
             | ErrorKind::ConnectionReset
             | ErrorKind::ConnectionAborted
             | ErrorKind::BrokenPipe => TransportError::PeerGone(format!("closed during the handshake ({e})")),
-            ErrorKind::WouldBlock | ErrorKind::TimedOut => {
-                TransportError::DeadlineExceeded { what: "the peer's handshake", waited_ms: 0 }
-            }
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => TransportError::DeadlineExceeded {
+                what: "the peer's handshake",
+                waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            },
             _ => TransportError::Io(e),
         })
     }
@@ -209,6 +213,23 @@ impl std::io::Write for Deadlined<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A handshake that times out says how long it waited, not "after 0 ms".
+    #[test]
+    fn a_deadline_error_reports_the_time_waited() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(150);
+        let mut reader = WireReader::new(Deadlined::new(&accepted, deadline));
+        match reader.u8() {
+            Err(TransportError::DeadlineExceeded { waited_ms, .. }) => {
+                assert!(waited_ms >= 100, "waited {waited_ms} ms for a 150 ms deadline")
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(silent);
+    }
 
     const MAGIC: [u8; 8] = *b"TESTWIRE";
 

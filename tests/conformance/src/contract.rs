@@ -256,6 +256,24 @@ fn unchanged_by<B: Backend>(s: &Subject<'_, B>, what: &str, work: impl FnOnce())
     assert_eq!(before, after, "(descriptors, threads, backend resources) before and after {what}");
 }
 
+/// Region ids are reused and the region limit counts live regions only: 10 000
+/// register/deregister cycles, then registers still succeed.
+pub fn regions_are_reused_after_ten_thousand_cycles<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let lone = s.backend.open(s.backend.token());
+    for cycle in 0..10_000u32 {
+        let region =
+            lone.register(MemoryKind::Host, 4096).unwrap_or_else(|e| panic!("cycle {cycle}: register: {e}"));
+        lone.deregister(region.id).unwrap_or_else(|e| panic!("cycle {cycle}: deregister: {e}"));
+    }
+    let kept: Vec<_> = (0..8)
+        .map(|_| lone.register(MemoryKind::Host, 4096).expect("a register after 10 000 cycles"))
+        .collect();
+    for region in kept {
+        lone.deregister(region.id).expect("deregister");
+    }
+}
+
 /// 100 connect/transfer/drop cycles leave descriptors, threads and backend resources as they were.
 pub fn a_hundred_cycles_leak_nothing<B: Backend>(s: &Subject<'_, B>) {
     unchanged_by(s, "100 cycles", || {

@@ -64,6 +64,7 @@ macro_rules! suite {
                 sender_and_receiver_restart_and_reconnect_on_the_same_port,
                 a_hundred_cycles_leak_nothing,
                 a_hundred_failed_transfers_leak_nothing,
+                regions_are_reused_after_ten_thousand_cycles,
                 soak_four_connections_verify_every_transfer,
                 bad_memory_and_bad_ops_fail_before_posting,
                 garbage_hellos_are_typed_errors_and_the_listener_survives,
