@@ -16,14 +16,12 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     # Never at the cost of a package the machine has: no removal, no upgrade, no downgrade.
-    if ! plan=$(apt-get install -s --no-install-recommends "${missing[@]}" 2>&1); then
-        echo "install-deps: apt cannot plan installing ${missing[*]}:" >&2
-        grep -E '^E:' <<<"$plan" >&2 || echo "$plan" | tail -n5 >&2
+    if ! changes=$("$(dirname "$0")/apt-changes.sh" "${missing[@]}"); then
+        echo "install-deps: apt cannot plan installing ${missing[*]} (its errors are above)" >&2
         exit 2
     fi
-    changes=$(awk '$1 == "Remv" || ($1 == "Inst" && $3 ~ /^\[/) { print $2, $3 }' <<<"$plan" | tr -d '[]' | paste -sd, -)
     if [ -n "$changes" ]; then
-        echo "install-deps: installing ${missing[*]} would remove or change ${changes//,/, }; install them yourself without that" >&2
+        echo "install-deps: installing ${missing[*]} would remove or change $changes; install them yourself without that" >&2
         exit 2
     fi
     echo "install-deps: installing ${missing[*]}"

@@ -63,6 +63,7 @@ ACCEL=${RXE_VM_ACCEL:-auto}
 CACHE=${RXE_VM_CACHE:-/var/cache/rxe-vm}
 RWDIR=${RXE_VM_RWDIR-$PWD}
 log() { echo "run-in-vm: $*" >&2; }
+SCRIPTS=$(cd "$(dirname "$0")/.." && pwd)
 
 # ---- 1. packages (Debian 12): only what is missing, never removing or downgrading --------
 # qemu comes from apt when apt can install it as the machine is. Where it cannot (an image with a
@@ -73,20 +74,12 @@ QEMU_PKGS_RE='^(qemu-.*|seabios|ipxe-qemu)$'
 QROOT=$CACHE/qemu-root
 apt_updated=0
 apt_update() { [ "$apt_updated" = 1 ] || { apt-get update -qq >&2; apt_updated=1; }; }
-# Packages the machine has that apt would remove, upgrade or downgrade to install "$@" (with
-# their versions): empty when it can install them as the machine is. An upgrade counts: rdma-core,
-# say, pulls a udev that upgrades the machine's systemd.
-# When apt cannot even plan the install (a held package, one it does not know), its own error
-# is printed and the answer is "apt cannot install it as is".
+# Packages the machine has that apt would remove, upgrade or downgrade to install "$@"
+# (scripts/apt-changes.sh): empty when it can install them as the machine is. An upgrade counts:
+# rdma-core, say, pulls a udev that upgrades the machine's systemd. When apt cannot even plan
+# the install (its errors printed), the answer is "apt cannot install it as is".
 apt_changes() {
-    local plan
-    if ! plan=$(apt-get install -s --no-install-recommends "$@" 2>&1); then
-        log "apt cannot plan installing $*: $(grep -E '^E:' <<<"$plan" | head -n3 | tr '\n' ' ')"
-        echo "apt's plan (see above)"
-        return 0
-    fi
-    awk '$1 == "Remv" || ($1 == "Inst" && $3 ~ /^\[/) { print $2, $3 }' <<<"$plan" |
-        tr -d '[]' | paste -sd, - | sed 's/,/, /g'
+    "$SCRIPTS/apt-changes.sh" "$@" || echo "apt's plan (its errors are above)"
 }
 apt_install() { # packages...
     export DEBIAN_FRONTEND=noninteractive

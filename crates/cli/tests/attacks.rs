@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+mod common;
+
+use common::free_address;
+
 const TOKEN: &[u8] = b"correct horse battery staple";
 
 fn scratch(name: &str) -> PathBuf {
@@ -21,11 +25,6 @@ fn token_file(dir: &Path) -> PathBuf {
     let file = dir.join("token");
     std::fs::write(&file, TOKEN).unwrap();
     file
-}
-
-fn free_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    format!("127.0.0.1:{port}")
 }
 
 fn serve(dir: &Path, address: &str, extra: &[&str]) -> Child {

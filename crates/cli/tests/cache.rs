@@ -9,11 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+mod common;
+
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdma-hint-cache-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("cache", name)
 }
 
 /// `rdma-hint ARGS` with `cache` as its hint cache, under a memory limit, killed (and the test
@@ -31,15 +30,7 @@ fn bounded(cache: &Path, args: &[&str], limit: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let (done, finished) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || done.send(child.wait_with_output().unwrap()).unwrap());
-    let output = finished.recv_timeout(limit).unwrap_or_else(|_| {
-        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-        panic!("rdma-hint {args:?} still ran after {limit:?}");
-    });
-    waiter.join().unwrap();
-    output
+    common::output_within(child, &format!("rdma-hint {args:?}"), limit)
 }
 
 fn stderr(output: &Output) -> String {

@@ -9,6 +9,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{free_address, output_within};
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rdma-hint-unix-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -182,15 +186,7 @@ fn a_peer_nobody_listens_for_is_refused_quickly() {
 /// Runs `args` (a command meant to fail at once) for at most `limit`; kills it past that.
 fn ends_within(dir: &PathBuf, args: &[&str], limit: Duration) -> Output {
     let child = command(dir, args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let (done, finished) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || done.send(child.wait_with_output().unwrap()).unwrap());
-    let output = finished.recv_timeout(limit).unwrap_or_else(|_| {
-        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-        panic!("{args:?} still ran after {limit:?}");
-    });
-    waiter.join().unwrap();
-    output
+    output_within(child, &format!("{args:?}"), limit)
 }
 
 #[test]
@@ -228,12 +224,6 @@ fn shared_token(dir: &std::path::Path) -> String {
     let token = dir.join("token");
     std::fs::write(&token, b"a token both sides hold").unwrap();
     token.to_str().unwrap().to_string()
-}
-
-/// A loopback address with a port nobody listens on now.
-fn free_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    format!("127.0.0.1:{port}")
 }
 
 /// `rdma-hint ARGS` started in the background, its output kept.

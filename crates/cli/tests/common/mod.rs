@@ -1,8 +1,11 @@
-//! What the CLI's end-to-end tests share: the binary with a hint cache of its own, and a fresh
-//! scratch directory.
+//! What the CLI's end-to-end tests share: the binary with a hint cache of its own, a fresh
+//! scratch directory, a free loopback port, and a wait for a child process with a deadline.
+// Each test binary compiles this module and uses only part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::Duration;
 
 /// Runs `rdma-hint ARGS` with `cache` as its hint cache.
 pub(crate) fn rdma_hint(cache: &Path, args: &[&str]) -> Output {
@@ -19,4 +22,24 @@ pub(crate) fn scratch(suite: &str, name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A loopback address with a port nobody listens on now.
+pub(crate) fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+/// The output of `child` (started with piped stdout and stderr), which must end within
+/// `limit`: past it the child is killed and the test fails, naming `what`.
+pub(crate) fn output_within(child: Child, what: &str, limit: Duration) -> Output {
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || done.send(child.wait_with_output().unwrap()).unwrap());
+    let output = finished.recv_timeout(limit).unwrap_or_else(|_| {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        panic!("{what} still ran after {limit:?}");
+    });
+    waiter.join().unwrap();
+    output
 }
