@@ -51,6 +51,7 @@ impl NullTransport {
                 max_wrs_per_post: 64,
                 max_sges: 1,
                 memory_kinds: vec![MemoryKind::Host],
+                caller_memory: Vec::new(),
             },
             completed,
             completions,
@@ -112,6 +113,9 @@ impl Transport for NullTransport {
         _deadline: Instant,
     ) -> Result<usize, TransportError> {
         self.poll_completions(out)
+    }
+    fn copied_bytes(&self) -> rdma_hint::CopiedBytes {
+        rdma_hint::CopiedBytes::default() // it moves no bytes at all
     }
     fn poll_arrivals(&self, _out: &mut [Arrival]) -> Result<usize, TransportError> {
         Ok(0)

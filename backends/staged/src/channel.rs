@@ -1,7 +1,7 @@
 //! The two channels of the staged backend and what the model may assume about them.
 
 use rdma_hint_core::TransportId;
-use rdma_hint_core::{Capabilities, MemoryKind};
+use rdma_hint_core::{CallerMemoryPath, Capabilities, MemoryKind};
 use rdma_hint_core::{TransportFacts, TransportKind};
 use std::fmt;
 
@@ -64,6 +64,7 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
     };
     let mut memory_kinds = vec![MemoryKind::Host];
     memory_kinds.extend(crate::gpu::visible_ordinals().map(|ordinal| MemoryKind::CudaDevice { ordinal }));
+    let caller_memory = memory_kinds.iter().filter_map(|kind| caller_memory_path(channel, *kind)).collect();
     Capabilities {
         facts: TransportFacts {
             id: channel.id(),
@@ -82,5 +83,29 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
         max_wrs_per_post: 64,
         max_sges: 1,
         memory_kinds,
+        caller_memory,
     }
+}
+
+/// What caller memory of `kind` costs on `channel`, per payload byte:
+///
+/// * TCP: the socket sends from and receives into the caller's bytes (the kernel's two
+///   socket copies are the medium's); GPU memory crosses pinned halves on the copy engines,
+///   which are not the CPU;
+/// * shm: one copy from the caller's buffer straight into the peer's mapping; a receiving
+///   region in caller memory, which the peer cannot map, is filled by one copy out of a shared
+///   bounce mapping; GPU memory is copied into the peer's mapping by a copy engine and cannot
+///   be exposed on this channel.
+fn caller_memory_path(channel: StagedChannel, kind: MemoryKind) -> Option<CallerMemoryPath> {
+    let gpu = match kind {
+        MemoryKind::Host => false,
+        MemoryKind::CudaDevice { .. } if cfg!(feature = "cuda") => true,
+        _ => return None,
+    };
+    let (send_copies, receive_copies, medium_copies) = match (channel, gpu) {
+        (StagedChannel::Tcp, _) => (0, Some(0), 2),
+        (StagedChannel::SharedMemory, false) => (1, Some(1), 0),
+        (StagedChannel::SharedMemory, true) => (0, None, 0),
+    };
+    Some(CallerMemoryPath { kind, send_copies, receive_copies, medium_copies })
 }

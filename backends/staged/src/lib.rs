@@ -26,6 +26,9 @@ mod transport;
 pub mod wire;
 
 pub use channel::{capabilities, StagedChannel};
+/// The cudarc the GPU paths are built on, for callers that allocate `CudaSlice`s to register.
+#[cfg(feature = "cuda")]
+pub use cudarc;
 pub use transport::StagedTransport;
 
 /// Backend name used in transport ids (`staged:shm`, `staged:tcp`).

@@ -11,6 +11,8 @@ use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use rdma_hint_toolkit::caller_memory::CopyMeter;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
@@ -27,16 +29,39 @@ const MAX_PENDING_ACKS: usize = 4096;
 pub(crate) struct LocalEntry {
     pub(crate) memory: Arc<RegionMemory>,
     pub(crate) exposed: bool,
+    /// shm channel, caller memory exposed to the peer: the shared mapping the peer writes
+    /// instead, whose bytes the reader copies on into `memory` as each write is announced.
+    pub(crate) bounce: Option<Arc<Memory>>,
+}
+
+impl LocalEntry {
+    /// The descriptor the peer maps on the shm channel: the bounce's, or the region's own.
+    pub(crate) fn shm_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match &self.bounce {
+            Some(bounce) => bounce.shm_fd(),
+            None => self.memory.host().and_then(Memory::shm_fd),
+        }
+    }
+}
+
+/// What the link reports back to its transport: the bytes its code copies, and the posted
+/// ops the sender thread has not finished with (their source regions are busy until then).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) copies: CopyMeter,
+    pub(crate) in_flight: AtomicUsize,
 }
 
 /// The local region table, shared with the link threads.
 pub(crate) type LocalRegions = Arc<RwLock<Vec<Option<LocalEntry>>>>;
 
-/// A region the peer exposed: its length and, on the shm channel, its mapping here.
+/// A region the peer exposed: its length and, on the shm channel, its mapping here and
+/// whether every write into it must be announced (a bounce buffer in front of caller memory).
 #[derive(Debug)]
 pub(crate) struct RemoteEntry {
     pub(crate) len: u64,
     pub(crate) mapped: Option<Memory>,
+    pub(crate) notify_each_write: bool,
 }
 
 /// The peer's regions by id (fixed at connect).
@@ -76,6 +101,7 @@ struct Shared {
     /// come back for exactly these, in this order (TCP keeps frames in order).
     awaiting_ack: Mutex<VecDeque<u64>>,
     max_msg_bytes: u64,
+    counters: Arc<Counters>,
 }
 
 impl Shared {
@@ -105,8 +131,8 @@ impl Link {
         channel: ChannelKind,
         local: LocalRegions,
         remote: RemoteRegions,
-        max_outstanding: usize,
-        max_msg_bytes: u64,
+        (max_outstanding, max_msg_bytes): (usize, u64),
+        counters: Arc<Counters>,
     ) -> Result<Link, TransportError> {
         let (ops_tx, ops_rx) = crossbeam_channel::bounded(max_outstanding);
         let (completion_tx, completions) = event_queue(max_outstanding * 2);
@@ -124,6 +150,7 @@ impl Link {
             broken: broken.clone(),
             awaiting_ack: Mutex::new(VecDeque::with_capacity(max_outstanding)),
             max_msg_bytes,
+            counters,
         });
         let reader_socket = socket.try_clone()?;
         let reader = {
@@ -139,6 +166,11 @@ impl Link {
             .name("staged-sender".into())
             .spawn(move || send_loop(&shared, &ops_rx, &acks, &arrival_tx, &reader_gone, &completion_tx))?;
         Ok(Link { ops: ops_tx, completions, arrivals, broken, remote, socket, threads: vec![reader, sender] })
+    }
+
+    /// Whether the sender thread has ended (nothing it was handed will be read any more).
+    pub(crate) fn sender_finished(&self) -> bool {
+        self.threads.get(1).is_none_or(JoinHandle::is_finished)
     }
 
     /// The reason the link broke, as an error.
@@ -217,7 +249,9 @@ fn send_loop(
             },
             recv(reader_gone) -> _ => break,
         };
-        if let Err(reason) = send_one(shared, &op, completions, &mut staging) {
+        let sent = send_one(shared, &op, completions, &mut staging);
+        shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Err(reason) = sent {
             shared.fail(reason);
             flush(&op, completions);
             break;
@@ -226,6 +260,7 @@ fn send_loop(
     // The link is down: every queued signalled op completes with a flush error, and writes
     // that fully landed before it still announce themselves.
     while let Ok(op) = ops.try_recv() {
+        shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
         flush(&op, completions);
     }
     while let Ok(outgoing) = acks.try_recv() {
@@ -283,15 +318,17 @@ fn send_one(
                 .map_err(|e| format!("sending a write: {e}"))?;
         }
         ChannelKind::Shm => {
-            let target = shared
-                .remote
-                .get(op.remote.0 as usize)
-                .and_then(Option::as_ref)
-                .and_then(|r| r.mapped.as_ref())
+            let remote = shared.remote.get(op.remote.0 as usize).and_then(Option::as_ref);
+            let (target, notify_each_write) = remote
+                .and_then(|r| r.mapped.as_ref().map(|mapped| (mapped, r.notify_each_write)))
                 .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
             copy_to_peer(&source.memory, op.local_offset, target, (op.remote_offset, op.len), staging)
                 .map_err(|e| e.to_string())?;
-            if op.signalled || op.imm.is_some() {
+            if source.memory.host().is_some() {
+                shared.counters.copies.in_transit(op.len);
+            }
+            let announce = op.imm.is_some() || notify_each_write;
+            if op.signalled || announce {
                 // A completion or a notification says the bytes are there: GPU copies land first.
                 staging.settle().map_err(|e| format!("copying GPU memory to the peer: {e}"))?;
             }
@@ -300,7 +337,7 @@ fn send_one(
                 let _ =
                     completions.try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
             }
-            if op.imm.is_some() {
+            if announce {
                 frame.flags |= FLAG_PLACED;
                 shared.send_frame(&frame).map_err(|e| format!("sending a notification: {e}"))?;
             }
@@ -386,6 +423,12 @@ fn place(
             .memory
             .over_socket(Direction::Receive, offset, len, socket, staging)
             .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
+    } else if let Some(target) = local(&shared.local, region) {
+        // A write into the bounce in front of caller memory: the one copy on this side.
+        if let (Some(bounce), Some(memory)) = (&target.bounce, target.memory.host()) {
+            bounce.copy_to(offset, memory, offset, len).map_err(|e| format!("copying out of the channel: {e}"))?;
+            shared.counters.copies.in_transit(len);
+        }
     }
     let arrival = arrival.map(|imm| Arrival { imm, region, len });
     let outgoing = match ack {

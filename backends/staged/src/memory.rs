@@ -2,7 +2,7 @@
 //! through a descriptor we hand it (never a name in a shared directory), and the peer's regions
 //! mapped here. All access goes through bounds-checked raw copies.
 
-use rdma_hint_core::TransportError;
+use rdma_hint_core::{CallerMemory, ForeignMemory, TransportError};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::alloc::Layout;
 use std::fs::File;
@@ -35,6 +35,8 @@ enum Backing {
     SharedPeer {
         _map: memmap2::MmapMut,
     },
+    /// Host memory the caller owns (`None` once handed back by `into_caller`).
+    Caller(Option<CallerMemory>),
 }
 
 /// A registered buffer.
@@ -105,6 +107,42 @@ impl Memory {
         let mut map = map(&file).map_err(|e| fail("mapping the memfd", e))?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| registration(len, "mmap returned null"))?;
         Ok(Memory { ptr, len: size, backing: Backing::SharedOwned { _map: map, file } })
+    }
+
+    /// The caller's host memory, used in place (admitted by the toolkit's `caller_memory::admit`,
+    /// so it is non-empty, bounded and aligned).
+    pub(crate) fn caller(memory: CallerMemory) -> Result<Memory, CallerMemory> {
+        let ForeignMemory::Host { address, len } = memory.memory() else { return Err(memory) };
+        let Ok(size) = usize::try_from(len) else { return Err(memory) };
+        let Some(ptr) = NonNull::new(std::ptr::with_exposed_provenance_mut::<u8>(address)) else {
+            return Err(memory);
+        };
+        Ok(Memory { ptr, len: size, backing: Backing::Caller(Some(memory)) })
+    }
+
+    /// Whether this is the caller's memory.
+    pub(crate) fn is_caller(&self) -> bool {
+        matches!(self.backing, Backing::Caller(_))
+    }
+
+    /// Hands the caller's memory back (`Err(self)` for memory the transport allocated).
+    pub(crate) fn into_caller(mut self) -> Result<CallerMemory, Memory> {
+        match &mut self.backing {
+            Backing::Caller(memory) => memory.take().ok_or(self),
+            _ => Err(self),
+        }
+    }
+
+    /// Lends the whole buffer to `access`.
+    ///
+    /// # Safety
+    /// No op of this transport may read or write the buffer during the call (the caller
+    /// checked none is in flight); a peer writing an exposed region concurrently is the RDMA
+    /// contract the application orders with arrivals.
+    pub(crate) unsafe fn lend(&self, access: &mut dyn FnMut(&mut [u8])) {
+        // SAFETY: `ptr..ptr + len` is this buffer, alive for the call; the caller guarantees
+        // the transport touches none of it meanwhile.
+        access(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) });
     }
 
     /// Maps a peer's region from the descriptor it handed over, after checking it is what a
@@ -275,8 +313,9 @@ impl Drop for Memory {
         match &self.backing {
             // SAFETY: allocated in `host` with exactly this layout, freed once here.
             Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
-            // The mapping and the descriptor close themselves; an anonymous memfd leaves nothing.
-            Backing::SharedOwned { .. } | Backing::SharedPeer { .. } => {}
+            // The mapping and the descriptor close themselves; an anonymous memfd leaves nothing;
+            // the caller's buffer drops with its owner.
+            Backing::SharedOwned { .. } | Backing::SharedPeer { .. } | Backing::Caller(_) => {}
         }
     }
 }
@@ -287,6 +326,7 @@ impl std::fmt::Debug for Memory {
             Backing::Heap(_) => "heap",
             Backing::SharedOwned { .. } => "shm",
             Backing::SharedPeer { .. } => "peer-shm",
+            Backing::Caller(_) => "caller",
         };
         f.debug_struct("Memory").field("kind", &kind).field("len", &self.len).finish()
     }

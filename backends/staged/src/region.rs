@@ -2,7 +2,7 @@
 //! GPU memory staged through pinned buffers on its way to and from the wire.
 
 use crate::memory::{Direction, Memory};
-use rdma_hint_core::{MemoryKind, TransportError};
+use rdma_hint_core::{CallerMemory, MemoryKind, Refused, TransportError};
 use std::net::TcpStream;
 
 /// A registered region's memory.
@@ -145,6 +145,58 @@ impl RegionMemory {
                 ))
             }
             other => Err(TransportError::UnsupportedMemory { kind: other }),
+        }
+    }
+
+    /// The caller's memory, used in place (admitted already: non-empty, bounded, aligned).
+    pub(crate) fn from_caller(memory: CallerMemory) -> Result<RegionMemory, Refused> {
+        match memory.kind() {
+            MemoryKind::Host => Memory::caller(memory).map(RegionMemory::Host).map_err(|memory| Refused {
+                error: TransportError::Registration { len: memory.len(), reason: "not usable host memory".into() },
+                memory,
+            }),
+            #[cfg(feature = "cuda")]
+            MemoryKind::CudaDevice { ordinal } => {
+                let len = memory.len();
+                let gpu = match crate::gpu::Gpu::open(ordinal) {
+                    Ok(gpu) => gpu,
+                    Err(e) => return Err(Refused { error: TransportError::Registration { len, reason: e.to_string() }, memory }),
+                };
+                match crate::gpu::DeviceBuffer::caller(&gpu, memory) {
+                    Ok(buffer) => Ok(RegionMemory::Gpu(buffer, ordinal)),
+                    Err((e, memory)) => {
+                        Err(Refused { error: TransportError::Registration { len, reason: e.to_string() }, memory })
+                    }
+                }
+            }
+            kind => Err(Refused { error: TransportError::UnsupportedMemory { kind }, memory }),
+        }
+    }
+
+    /// Whether the memory is the caller's.
+    pub(crate) fn is_caller(&self) -> bool {
+        match self {
+            RegionMemory::Host(memory) => memory.is_caller(),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => buffer.is_caller(),
+        }
+    }
+
+    /// Hands the caller's memory back (`Err(self)` for memory the transport allocated).
+    pub(crate) fn into_caller(self) -> Result<CallerMemory, RegionMemory> {
+        match self {
+            RegionMemory::Host(memory) => memory.into_caller().map_err(RegionMemory::Host),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, ordinal) => buffer.into_caller().map_err(|b| RegionMemory::Gpu(b, ordinal)),
+        }
+    }
+
+    /// The device pointer of a GPU region's first byte.
+    pub(crate) fn device_pointer(&self) -> Option<u64> {
+        match self {
+            RegionMemory::Host(_) => None,
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => Some(buffer.device_ptr()),
         }
     }
 

@@ -2,15 +2,17 @@
 
 use crate::channel::{capabilities, StagedChannel};
 use crate::handoff::{self, Offer};
-use crate::link::{local, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
+use crate::link::{local, Counters, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
 use crate::memory::Memory;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use rdma_hint_core::{
-    Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
-    Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, LocalRegion, MemoryKind, PeerEndpoint, Refused,
+    RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_toolkit::caller_memory::admit;
+use std::sync::atomic::Ordering;
 use rdma_hint_oob::Rendezvous;
 use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::{SocketAddr, TcpStream};
@@ -45,6 +47,7 @@ pub struct StagedTransport {
     rendezvous: Rendezvous,
     link: OnceLock<Link>,
     wait_mode: WaitModeCell,
+    counters: Arc<Counters>,
 }
 
 fn wire_channel(channel: StagedChannel) -> ChannelKind {
@@ -66,12 +69,85 @@ impl StagedTransport {
             rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
             wait_mode: WaitModeCell::default(),
+            counters: Arc::default(),
         }
     }
 
     /// The channel this transport speaks.
     pub fn channel(&self) -> StagedChannel {
         self.channel
+    }
+
+    /// shm channel: gives every exposed region of caller host memory (which the peer cannot
+    /// map) a shared bounce mapping the peer writes instead.
+    fn bounce_exposed_caller_memory(&self, expose: &[RegionId]) -> Result<(), TransportError> {
+        if self.channel != StagedChannel::SharedMemory {
+            return Ok(());
+        }
+        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        for id in expose {
+            let Some(Some(entry)) = regions.get_mut(id.0 as usize) else { continue };
+            if entry.bounce.is_none() && entry.memory.is_caller() && entry.memory.host().is_some() {
+                entry.bounce = Some(Arc::new(Memory::shared(entry.memory.len())?));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses while the sender thread has posted ops left (their regions are read until
+    /// then). Called with the region table write-locked: posts count under its read lock.
+    fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
+        // Ops queued after the sender thread ended are never read: a finished link is idle.
+        let sender_done = self.link.get().is_some_and(Link::sender_finished);
+        if self.counters.in_flight.load(Ordering::Acquire) > 0 && !sender_done {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "writes are in flight; wait for their completions first",
+            });
+        }
+        Ok(())
+    }
+
+    /// Unregisters `region` and hands its memory back, unless the peer may still write it or
+    /// an op of ours may still read it.
+    fn take_region(&self, region: RegionId) -> Result<RegionMemory, TransportError> {
+        let connected = self.link.get().is_some_and(|link| link.broken.get().is_none());
+        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let slot = regions.get_mut(region.0 as usize).filter(|slot| slot.is_some());
+        let slot = slot.ok_or(TransportError::UnregisteredRegion(region))?;
+        if slot.as_ref().is_some_and(|entry| entry.exposed) && connected {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "exposed to the connected peer; drop the transport to release it",
+            });
+        }
+        self.check_idle(region)?;
+        let entry = slot.take().ok_or(TransportError::UnregisteredRegion(region))?;
+        // A GPU copy the sender queued may still hold the memory until it lands.
+        Arc::try_unwrap(entry.memory).map_err(|memory| {
+            *slot = Some(LocalEntry { memory, ..entry });
+            TransportError::RegionBusy { region, why: "a GPU copy is still reading it; wait for its completion" }
+        })
+    }
+
+    /// Puts `memory` in the lowest free slot.
+    fn insert(&self, memory: RegionMemory) -> Result<LocalRegion, (TransportError, RegionMemory)> {
+        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let (kind, len) = (memory.kind(), memory.len());
+        // Ids of deregistered regions are reused, so the limit counts live regions only.
+        let slot = match regions.iter().position(Option::is_none) {
+            Some(free) => free,
+            None if regions.len() < MAX_REGIONS => {
+                regions.push(None);
+                regions.len() - 1
+            }
+            None => {
+                let reason = format!("at most {MAX_REGIONS} live regions");
+                return Err((TransportError::Registration { len, reason }, memory));
+            }
+        };
+        regions[slot] = Some(LocalEntry { memory: Arc::new(memory), exposed: false, bounce: None });
+        Ok(LocalRegion { id: RegionId(slot as u32), kind, len })
     }
 
     fn link(&self) -> Result<&Link, TransportError> {
@@ -84,15 +160,18 @@ impl StagedTransport {
         let mut regions = Vec::with_capacity(expose.len());
         for id in expose {
             let entry = local(&self.regions, *id).ok_or(TransportError::UnregisteredRegion(*id))?;
-            let shared = entry.memory.host().and_then(Memory::shm_fd).is_some();
-            if channel == ChannelKind::Shm && !shared {
+            if channel == ChannelKind::Shm && entry.shm_fd().is_none() {
                 return Err(TransportError::Handshake(format!(
                     "region {} is {:?} memory: the shm channel exposes host regions only (use tcp, or expose a host region)",
                     id.0,
                     entry.memory.kind()
                 )));
             }
-            regions.push(ExposedRegion { id: id.0, len: entry.memory.len() });
+            regions.push(ExposedRegion {
+                id: id.0,
+                len: entry.memory.len(),
+                notify_each_write: channel == ChannelKind::Shm && entry.bounce.is_some(),
+            });
         }
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
@@ -143,56 +222,78 @@ impl Transport for StagedTransport {
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         let memory = RegionMemory::allocate(kind, len, self.channel == StagedChannel::SharedMemory)?;
-        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        // Ids of deregistered regions are reused, so the limit counts live regions only.
-        let entry = Some(LocalEntry { memory: Arc::new(memory), exposed: false });
-        let slot = match regions.iter().position(Option::is_none) {
-            Some(free) => {
-                regions[free] = entry;
-                free
-            }
-            None if regions.len() < MAX_REGIONS => {
-                regions.push(entry);
-                regions.len() - 1
-            }
-            None => {
-                return Err(TransportError::Registration {
-                    len,
-                    reason: format!("at most {MAX_REGIONS} live regions"),
-                })
-            }
-        };
-        Ok(LocalRegion { id: RegionId(slot as u32), kind, len })
+        self.insert(memory).map_err(|(error, _)| error)
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        let connected = self.link.get().is_some_and(|link| link.broken.get().is_none());
-        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        match regions.get_mut(region.0 as usize) {
-            Some(Some(entry)) if entry.exposed && connected => Err(TransportError::RegionBusy {
-                region,
-                why: "exposed to the connected peer; drop the transport to release it",
-            }),
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                Ok(())
+        self.take_region(region).map(drop)
+    }
+
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+        let memory = admit(memory, &self.caps.caller_memory)?;
+        let memory = RegionMemory::from_caller(memory)?;
+        self.insert(memory).map_err(|(error, memory)| match memory.into_caller() {
+            Ok(memory) => Refused { error, memory },
+            Err(_) => unreachable!("registered from caller memory"),
+        })
+    }
+
+    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
+        {
+            let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+            let entry = regions.get(region.0 as usize).and_then(Option::as_ref);
+            if !entry.ok_or(TransportError::UnregisteredRegion(region))?.memory.is_caller() {
+                return Err(not_caller_memory());
             }
-            _ => Err(TransportError::UnregisteredRegion(region)),
         }
+        let memory = self.take_region(region)?;
+        memory.into_caller().map_err(|_| not_caller_memory())
+    }
+
+    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        // The write lock: a post counts its ops in flight under the read lock, so none can
+        // start while the bytes are lent.
+        let regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let entry = regions
+            .get(region.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TransportError::UnregisteredRegion(region))?;
+        let Some(host) = entry.memory.host() else {
+            return Err(TransportError::UnsupportedMemory { kind: entry.memory.kind() });
+        };
+        self.check_idle(region)?;
+        // SAFETY: no op of this transport is in flight (checked) and none can be posted while
+        // the write lock is held; the peer's writes into an exposed region are the RDMA
+        // contract the application orders with arrivals.
+        unsafe { host.lend(access) };
+        Ok(())
+    }
+
+    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
+        let entry = local(&self.regions, region).ok_or(TransportError::UnregisteredRegion(region))?;
+        entry.memory.device_pointer().ok_or(TransportError::UnsupportedMemory { kind: entry.memory.kind() })
+    }
+
+    fn copied_bytes(&self) -> CopiedBytes {
+        self.counters.copies.copied()
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
         local(&self.regions, region)
             .ok_or(TransportError::UnregisteredRegion(region))?
             .memory
-            .copy_in(offset, data)
+            .copy_in(offset, data)?;
+        self.counters.copies.write_region(data.len());
+        Ok(())
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
         local(&self.regions, region)
             .ok_or(TransportError::UnregisteredRegion(region))?
             .memory
-            .copy_out(offset, out)
+            .copy_out(offset, out)?;
+        self.counters.copies.read_region(out.len());
+        Ok(())
     }
 
     async fn connect(
@@ -209,6 +310,7 @@ impl Transport for StagedTransport {
             (StagedChannel::SharedMemory, PeerEndpoint::Listen(_)) => Some(Offer::new()?),
             _ => None,
         };
+        self.bounce_exposed_caller_memory(expose)?;
         let ours = self.hello(expose, offer.as_ref())?;
         let channel = ours.channel;
         let setup = LinkSetup {
@@ -219,6 +321,7 @@ impl Transport for StagedTransport {
             max_msg_bytes: self.caps.facts.max_msg_bytes,
             offer,
             deadline,
+            counters: self.counters.clone(),
         };
         // Mapping the peer's regions and starting the link threads happen on the rendezvous
         // thread too: nothing that can take milliseconds runs on the awaiting task's thread.
@@ -256,11 +359,11 @@ impl Transport for StagedTransport {
                 max: self.caps.max_wrs_per_post,
             });
         }
-        {
-            let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-            for op in ops {
-                self.check_op(&regions, link, op)?;
-            }
+        // Held until the ops are queued and counted: a region cannot be released (nor lent)
+        // between the check and the count.
+        let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        for op in ops {
+            self.check_op(&regions, link, op)?;
         }
         let capacity = link.ops.capacity().unwrap_or(usize::MAX);
         if link.ops.len() + ops.len() > capacity {
@@ -269,9 +372,14 @@ impl Transport for StagedTransport {
                 max: (capacity - link.ops.len()) as u32,
             });
         }
-        for op in ops {
-            link.ops.try_send(*op).map_err(|_| link.gone())?;
+        self.counters.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
+        for (queued, op) in ops.iter().enumerate() {
+            if link.ops.try_send(*op).is_err() {
+                self.counters.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
+                return Err(link.gone());
+            }
         }
+        drop(regions);
         Ok(())
     }
 
@@ -310,6 +418,13 @@ impl Transport for StagedTransport {
     }
 }
 
+fn not_caller_memory() -> TransportError {
+    TransportError::InvalidArgument {
+        what: "region",
+        why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
+    }
+}
+
 /// The channel as `--channel` and transport ids spell it.
 fn channel_name(channel: ChannelKind) -> &'static str {
     match channel {
@@ -341,6 +456,7 @@ struct LinkSetup {
     /// The shm hand-off socket this (accepting) side offered.
     offer: Option<Offer>,
     deadline: Instant,
+    counters: Arc<Counters>,
 }
 
 impl LinkSetup {
@@ -358,7 +474,7 @@ impl LinkSetup {
             if remote.len() <= index {
                 remote.resize_with(index + 1, || None);
             }
-            remote[index] = Some(RemoteEntry { len: region.len, mapped });
+            remote[index] = Some(RemoteEntry { len: region.len, mapped, notify_each_write: region.notify_each_write });
         }
         {
             let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
@@ -369,7 +485,8 @@ impl LinkSetup {
             }
         }
         let remote: RemoteRegions = Arc::new(remote);
-        Link::start(stream, self.channel, self.regions, remote, self.max_outstanding, self.max_msg_bytes)
+        let limits = (self.max_outstanding, self.max_msg_bytes);
+        Link::start(stream, self.channel, self.regions, remote, limits, self.counters)
     }
 
     /// Hands our exposed regions' memfds to the peer and maps the ones it hands us, in hello
@@ -382,7 +499,7 @@ impl LinkSetup {
                 return Err(TransportError::Handshake("the peer offered no shm hand-off socket".into()))
             }
         };
-        let ours: Vec<Arc<RegionMemory>> = {
+        let ours: Vec<LocalEntry> = {
             let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
             self.expose
                 .iter()
@@ -390,15 +507,15 @@ impl LinkSetup {
                     regions
                         .get(id.0 as usize)
                         .and_then(Option::as_ref)
-                        .map(|entry| entry.memory.clone())
+                        .cloned()
                         .ok_or(TransportError::UnregisteredRegion(*id))
                 })
                 .collect::<Result<_, _>>()?
         };
         let fds = ours
             .iter()
-            .map(|memory| {
-                memory.host().and_then(Memory::shm_fd).ok_or_else(|| {
+            .map(|entry| {
+                entry.shm_fd().ok_or_else(|| {
                     TransportError::Handshake("the shm channel exposes shared host regions only".into())
                 })
             })

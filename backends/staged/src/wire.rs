@@ -1,7 +1,8 @@
 //! The out-of-band handshake and the data frames, with strict decoding.
 //!
 //! Handshake (each side sends one `Hello`, little-endian):
-//! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64 ·
+//! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64,
+//! flags u8 (bit 0: notify every write, see [`ExposedRegion::notify_each_write`]) ·
 //! on the shm channel only, the hand-off socket: name length u8 and abstract socket name (empty
 //! from the dialling side) and a 32-byte one-time cookie (see `handoff`). It follows the mutual
 //! authentication of `rdma_hint_oob::authenticate`: no hello reaches a peer that has not
@@ -21,14 +22,17 @@ use std::io::Read;
 /// Handshake magic.
 pub const MAGIC: [u8; 8] = *b"RDMAHINT";
 /// The only protocol version spoken (3: the token moved out of the hello into the
-/// authentication before it, and shm regions travel as descriptors, not file names).
-pub const VERSION: u16 = 3;
+/// authentication before it, and shm regions travel as descriptors, not file names; 4: regions
+/// carry flags).
+pub const VERSION: u16 = 4;
 /// Regions one side may expose (the transport-wide limit).
 pub use rdma_hint_toolkit::MAX_REGIONS;
 /// Size of a frame header in bytes.
 pub const HEADER_BYTES: usize = 40;
-/// Size of one region in a hello in bytes: id u32, len u64.
-const REGION_BYTES: usize = 4 + 8;
+/// Size of one region in a hello in bytes: id u32, len u64, flags u8.
+const REGION_BYTES: usize = 4 + 8 + 1;
+/// Region flag: the writer notifies every write (see [`ExposedRegion::notify_each_write`]).
+const REGION_NOTIFY_EACH_WRITE: u8 = 1;
 /// Longest hand-off socket name accepted, in bytes.
 const MAX_HANDOFF_NAME_BYTES: usize = 64;
 
@@ -48,6 +52,9 @@ pub struct ExposedRegion {
     pub id: u32,
     /// Length in bytes.
     pub len: u64,
+    /// shm channel: the mapping the peer gets is a bounce buffer in front of caller memory,
+    /// so the writer sends a placed-frame for every write, and this side copies the bytes on.
+    pub notify_each_write: bool,
 }
 
 /// Where the accepting side of a shm connection hands its regions over.
@@ -82,6 +89,7 @@ impl Hello {
         for region in &self.regions {
             out.put_u32_le(region.id);
             out.put_u64_le(region.len);
+            out.put_u8(if region.notify_each_write { REGION_NOTIFY_EACH_WRITE } else { 0 });
         }
         if self.channel == ChannelKind::Shm {
             match &self.handoff {
@@ -114,8 +122,12 @@ impl Hello {
         }
         let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
         for _ in 0..count {
-            let (id, len) = reader
-                .fields::<REGION_BYTES, _>(|piece| Ok((piece.try_get_u32_le()?, piece.try_get_u64_le()?)))?;
+            let (id, len, flags) = reader.fields::<REGION_BYTES, _>(|piece| {
+                Ok((piece.try_get_u32_le()?, piece.try_get_u64_le()?, piece.try_get_u8()?))
+            })?;
+            if flags & !REGION_NOTIFY_EACH_WRITE != 0 {
+                return Err(handshake(format!("region {id} carries unknown flags {flags:#x}")));
+            }
             if len == 0 || len > MAX_REGION_BYTES {
                 return Err(handshake(format!(
                     "region {id} length {len} B is outside 1 B … {MAX_REGION_BYTES} B"
@@ -127,7 +139,7 @@ impl Hello {
             if regions.iter().any(|r| r.id == id) {
                 return Err(handshake(format!("region {id} advertised twice")));
             }
-            regions.push(ExposedRegion { id, len });
+            regions.push(ExposedRegion { id, len, notify_each_write: flags & REGION_NOTIFY_EACH_WRITE != 0 });
         }
         let mut handoff = None;
         if channel == ChannelKind::Shm {
@@ -259,7 +271,10 @@ mod tests {
     fn hello(channel: ChannelKind) -> Hello {
         Hello {
             channel,
-            regions: vec![ExposedRegion { id: 0, len: 4096 }, ExposedRegion { id: 3, len: 1 << 30 }],
+            regions: vec![
+                ExposedRegion { id: 0, len: 4096, notify_each_write: false },
+                ExposedRegion { id: 3, len: 1 << 30, notify_each_write: true },
+            ],
             handoff: (channel == ChannelKind::Shm)
                 .then(|| Handoff { socket: "rdma-hint-0123abcd".into(), cookie: [7; COOKIE_BYTES] }),
         }

@@ -2,12 +2,13 @@
 
 use crate::status::status_text;
 use rdma_hint_core::transport::check_range;
-use rdma_hint_core::TransportError;
+use rdma_hint_core::{CallerMemory, ForeignMemory, Refused, TransportError};
 use rdma_hint_toolkit::region_table::RegionLen;
 use rdma_hint_toolkit::MAX_REGION_BYTES;
 use rdma_hint_ucx_sys as sys;
 
-/// Memory UCP allocated and mapped (`UCP_MEM_MAP_ALLOCATE`), so that on shared memory it lives
+/// Memory UCP allocated and mapped (`UCP_MEM_MAP_ALLOCATE`), or the caller's mapped in place
+/// (on shared memory UCX then reaches it through CMA or its own copies). Allocated, so that on shared memory it lives
 /// in a segment the peer can map: a put is then one `memcpy` by the writer, with no work and no
 /// wake-up on the receiving side (as `ucx_perftest` allocates its buffers). Its address never
 /// moves, so the peer may write it at any time after its packed rkey was sent.
@@ -17,9 +18,12 @@ pub(crate) struct Region {
     len: u64,
     pub(crate) memh: sys::ucp_mem_h,
     pub(crate) packed_rkey: Vec<u8>,
+    /// The caller's memory, when the region maps it in place (not freed by `unmap`).
+    caller: Option<CallerMemory>,
 }
 
-// SAFETY: `base` points into memory UCP allocated for this region, freed only by `unmap`;
+// SAFETY: `base` points into memory UCP allocated for this region, freed only by `unmap` (or
+// caller memory, which the `CallerMemory` contract keeps mapped until the region is released);
 // every access goes through `copy_in`/`copy_out`, which bound-check and copy with raw pointers
 // (the same bytes may be written by the peer concurrently, as with any RDMA target). `memh` is
 // only passed to UCP calls made under the engine lock.
@@ -43,6 +47,36 @@ impl Region {
                 reason: format!("length must be 1 B … {MAX_REGION_BYTES} B"),
             });
         }
+        let region = Region::register(context, std::ptr::null_mut(), len, None).map_err(|(error, _)| error)?;
+        // Zeroed, so no stale bytes of an earlier user of the segment are ever read back.
+        // SAFETY: UCP allocated at least `len` writable bytes at `base`.
+        unsafe { std::ptr::write_bytes(region.base, 0, len as usize) };
+        Ok(region)
+    }
+
+    /// Maps the caller's host memory in place (`ucp_mem_map` with its address, nothing
+    /// allocated); admitted already (non-empty, bounded, aligned).
+    pub(crate) fn map_caller(context: sys::ucp_context_h, memory: CallerMemory) -> Result<Region, Refused> {
+        let ForeignMemory::Host { address, len } = memory.memory() else {
+            return Err(Refused { error: TransportError::UnsupportedMemory { kind: memory.kind() }, memory });
+        };
+        let base = std::ptr::with_exposed_provenance_mut::<u8>(address);
+        Region::register(context, base, len, Some(memory)).map_err(|(error, memory)| match memory {
+            Some(memory) => Refused { error, memory },
+            None => unreachable!("caller memory comes back on failure"),
+        })
+    }
+
+    /// `ucp_mem_map` of `len` bytes at `address` (the caller's memory `caller`), or of `len`
+    /// bytes UCP allocates (`address` null, `caller` none), then `ucp_rkey_pack`. A failure
+    /// hands `caller` back.
+    fn register(
+        context: sys::ucp_context_h,
+        address: *mut u8,
+        len: u64,
+        caller: Option<CallerMemory>,
+    ) -> Result<Region, (TransportError, Option<CallerMemory>)> {
+        let allocate = address.is_null();
         let params = sys::ucp_mem_map_params {
             field_mask: u64::from(
                 sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
@@ -50,23 +84,22 @@ impl Region {
                     | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
                     | sys::UCP_MEM_MAP_PARAM_FIELD_PROT,
             ),
-            address: std::ptr::null_mut(),
+            address: address.cast(),
             length: len as usize,
-            flags: sys::UCP_MEM_MAP_ALLOCATE,
+            flags: if allocate { sys::UCP_MEM_MAP_ALLOCATE } else { 0 },
             prot: (sys::UCP_MEM_MAP_PROT_LOCAL_READ
                 | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
                 | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE) as _,
             ..Default::default()
         };
+        let fail = |reason: String| TransportError::Registration { len, reason };
         let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
         // SAFETY: `context` is a live UCP context (caller holds the engine lock); `params` asks
-        // UCP to allocate `len` bytes, released by `ucp_mem_unmap` in `unmap`.
+        // UCP to allocate `len` bytes, or names `len` bytes of caller memory that stay mapped
+        // while registered (the contract of `CallerMemory`); `ucp_mem_unmap` in `unmap` ends it.
         let status = unsafe { sys::ucp_mem_map(context, &params, &mut memh) };
         if status != sys::UCS_OK {
-            return Err(TransportError::Registration {
-                len,
-                reason: format!("ucp_mem_map: {}", status_text(status)),
-            });
+            return Err((fail(format!("ucp_mem_map: {}", status_text(status))), caller));
         }
         let mut attr = sys::ucp_mem_attr_t {
             field_mask: u64::from(sys::UCP_MEM_ATTR_FIELD_ADDRESS | sys::UCP_MEM_ATTR_FIELD_LENGTH),
@@ -74,18 +107,16 @@ impl Region {
         };
         // SAFETY: `memh` was just returned by ucp_mem_map; `attr` is valid for the call.
         let status = unsafe { sys::ucp_mem_query(memh, &mut attr) };
-        if status != sys::UCS_OK || attr.address.is_null() || (attr.length as u64) < len {
+        let usable = status == sys::UCS_OK
+            && !attr.address.is_null()
+            && (attr.length as u64) >= len
+            && (allocate || attr.address.cast::<u8>() == address);
+        if !usable {
             // SAFETY: undo the mapping made above; nothing else refers to `memh` yet.
             unsafe { sys::ucp_mem_unmap(context, memh) };
-            return Err(TransportError::Registration {
-                len,
-                reason: "UCP allocated no usable memory".into(),
-            });
+            return Err((fail("UCP mapped no usable memory".into()), caller));
         }
         let base = attr.address.cast::<u8>();
-        // Zeroed, so no stale bytes of an earlier user of the segment are ever read back.
-        // SAFETY: UCP allocated at least `len` writable bytes at `base`.
-        unsafe { std::ptr::write_bytes(base, 0, len as usize) };
         let mut packed: *mut std::ffi::c_void = std::ptr::null_mut();
         let mut packed_len = 0usize;
         // SAFETY: `memh` was just returned by ucp_mem_map on this context.
@@ -93,13 +124,33 @@ impl Region {
         if status != sys::UCS_OK {
             // SAFETY: undo the mapping made above; nothing else refers to `memh` yet.
             unsafe { sys::ucp_mem_unmap(context, memh) };
-            return Err(TransportError::Registration { len, reason: status_text(status) });
+            return Err((fail(status_text(status)), caller));
         }
         // SAFETY: ucp_rkey_pack returned a buffer of `packed_len` bytes, released right after copying.
         let packed_rkey = unsafe { std::slice::from_raw_parts(packed.cast::<u8>(), packed_len) }.to_vec();
         // SAFETY: `packed` came from ucp_rkey_pack and is released exactly once.
         unsafe { sys::ucp_rkey_buffer_release(packed) };
-        Ok(Region { base, len, memh, packed_rkey })
+        Ok(Region { base, len, memh, packed_rkey, caller })
+    }
+
+    /// Whether the memory is the caller's.
+    pub(crate) fn is_caller(&self) -> bool {
+        self.caller.is_some()
+    }
+
+    /// Hands the caller's memory back; call after `unmap`.
+    pub(crate) fn into_caller(self) -> Option<CallerMemory> {
+        self.caller
+    }
+
+    /// Lends the whole region to `access`.
+    ///
+    /// # Safety
+    /// No put of this transport may read the region during the call.
+    pub(crate) unsafe fn lend(&self, access: &mut dyn FnMut(&mut [u8])) {
+        // SAFETY: `base..base + len` is mapped for the region's life; the caller guarantees no
+        // put reads it meanwhile (a peer's writes are the RDMA contract).
+        access(unsafe { std::slice::from_raw_parts_mut(self.base, self.len as usize) });
     }
 
     /// Releases the registration and the memory; the region must not be used afterwards.

@@ -9,9 +9,10 @@ use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
-    Arrival, Capabilities, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
-    Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, LocalRegion, MemoryKind,
+    PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue};
@@ -63,6 +64,7 @@ pub struct UcxTransport {
     rendezvous: Rendezvous,
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
+    copies: CopyMeter,
 }
 
 rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
@@ -98,6 +100,7 @@ impl UcxTransport {
             rendezvous: Rendezvous::default(),
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
+            copies: CopyMeter::default(),
         })
     }
 
@@ -173,6 +176,13 @@ impl UcxTransport {
 }
 
 fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
+    // Caller memory is mapped in place: rdma-hint copies nothing. Over TCP the kernel copies
+    // each byte on both sides; over shared memory UCX reaches memory it did not allocate with
+    // one copy (CMA's `process_vm_writev`, or its own copy through the FIFO when CMA is
+    // barred).
+    let medium_copies = if id.to_string().ends_with(":tcp") { 2 } else { 1 };
+    let caller_memory =
+        vec![CallerMemoryPath { kind: MemoryKind::Host, send_copies: 0, receive_copies: Some(0), medium_copies }];
     Capabilities {
         facts: TransportFacts {
             id,
@@ -191,6 +201,7 @@ fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
         max_wrs_per_post: MAX_WRS_PER_POST,
         max_sges: 1,
         memory_kinds: vec![MemoryKind::Host],
+        caller_memory,
     }
 }
 
@@ -226,35 +237,68 @@ impl Transport for UcxTransport {
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        let mut engine = self.shared.engine();
-        let exposed = self.signals.exposed.get().is_some_and(|e| e.iter().any(|(id, _)| *id == region.0));
-        if exposed && engine.gone().is_none() {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "exposed to the connected peer; drop the transport to release it",
-            });
-        }
-        // Unsignalled puts have no request to watch: flush them out before the unmap.
-        if let Err(e) = engine.flush_unsignalled() {
-            tracing::debug!(error = %e, "ucx: flush before deregister failed");
-        }
-        if engine.busy() {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "writes are in flight; wait for their completions first",
-            });
-        }
+        self.take_region(region, |_| Ok(())).map(drop)
+    }
+
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+        let memory = admit(memory, &self.caps.caller_memory)?;
+        let (kind, len) = (memory.kind(), memory.len());
+        let engine = self.shared.engine();
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        table.remove(region)?.unmap(engine.ucp.context);
+        if let Err(error) = table.check_room(len) {
+            return Err(Refused { error, memory });
+        }
+        let region = Region::map_caller(engine.ucp.context, memory)?;
+        match table.insert(region, len) {
+            Ok(id) => Ok(LocalRegion { id, kind, len }),
+            Err((error, region)) => {
+                region.unmap(engine.ucp.context);
+                let memory = region.into_caller().expect("mapped from caller memory");
+                Err(Refused { error, memory })
+            }
+        }
+    }
+
+    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
+        let not_caller = || TransportError::InvalidArgument {
+            what: "region",
+            why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
+        };
+        let region = self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller()) })?;
+        region.into_caller().ok_or_else(not_caller)
+    }
+
+    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        let mut engine = self.shared.engine();
+        self.check_idle(&mut engine, region)?;
+        // Posts take the table's read lock: none starts while the bytes are lent.
+        let table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
+        drop(engine);
+        // SAFETY: no put of this transport is in flight (checked, after flushing unsignalled
+        // ones) and none can be posted while the table is write-locked.
+        unsafe { table.get(region)?.lend(access) };
         Ok(())
     }
 
+    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
+        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?;
+        Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
+    }
+
+    fn copied_bytes(&self) -> CopiedBytes {
+        self.copies.copied()
+    }
+
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)
+        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)?;
+        self.copies.write_region(data.len());
+        Ok(())
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)
+        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)?;
+        self.copies.read_region(out.len());
+        Ok(())
     }
 
     async fn connect(
@@ -406,6 +450,46 @@ impl Drop for UcxTransport {
         let mut engine = self.shared.engine();
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
         engine.shutdown(&mut table);
+    }
+}
+
+impl UcxTransport {
+    /// Refuses while a put of ours may still read local memory (unsignalled ones are flushed
+    /// out first: they have no request to watch).
+    fn check_idle(&self, engine: &mut Engine, region: RegionId) -> Result<(), TransportError> {
+        if let Err(e) = engine.flush_unsignalled() {
+            tracing::debug!(error = %e, "ucx: flush before releasing a region failed");
+        }
+        if engine.busy() {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "writes are in flight; wait for their completions first",
+            });
+        }
+        Ok(())
+    }
+
+    /// Unmaps `region` and hands it back once `admit` accepts it, unless the peer may still
+    /// write it or a put of ours may still read it.
+    fn take_region(
+        &self,
+        region: RegionId,
+        admit: impl FnOnce(&Region) -> Result<(), TransportError>,
+    ) -> Result<Region, TransportError> {
+        let mut engine = self.shared.engine();
+        let exposed = self.signals.exposed.get().is_some_and(|e| e.iter().any(|(id, _)| *id == region.0));
+        if exposed && engine.gone().is_none() {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "exposed to the connected peer; drop the transport to release it",
+            });
+        }
+        self.check_idle(&mut engine, region)?;
+        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
+        admit(table.get(region)?)?;
+        let taken = table.remove(region)?;
+        taken.unmap(engine.ucp.context);
+        Ok(taken)
     }
 }
 

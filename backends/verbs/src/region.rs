@@ -1,38 +1,56 @@
-//! Host memory the transport allocates (an anonymous mapping) and its registrations
-//! ([`MemoryRegion`]s): one for local access, and one with remote write once exposed.
+//! Registered memory and its registrations ([`MemoryRegion`]s): host memory the transport
+//! allocates (an anonymous mapping), the caller's host memory or a caller's dma-buf, each
+//! registered once for local access and a second time with remote write once exposed.
 
 use crate::mr::MemoryRegion;
 use crate::pd::ProtectionDomain;
 use crate::wire::ExposedRegion;
 use memmap2::MmapMut;
 use rdma_hint_core::transport::check_range;
-use rdma_hint_core::TransportError;
+use rdma_hint_core::{CallerMemory, ForeignMemory, MemoryKind, Refused, TransportError};
 use rdma_hint_toolkit::region_table::RegionLen;
 use rdma_hint_toolkit::MAX_REGION_BYTES;
 use rdma_mummy_sys as ibv;
 use std::sync::Arc;
 
-/// An anonymous mapping registered for local access; exposing it to the peer registers it a
-/// second time with remote write (so regions never exposed have no remote key at all).
+/// What a region's registrations cover.
+#[derive(Debug)]
+enum Backing {
+    /// An anonymous mapping the region owns (never unmapped while registered).
+    Mapping { _mapping: MmapMut },
+    /// The caller's host memory (`None` once handed back).
+    CallerHost(Option<CallerMemory>),
+    /// The caller's dma-buf: `len` bytes at `offset` into `fd`, addressed from iova 0.
+    CallerDmaBuf { memory: Option<CallerMemory>, fd: i32, offset: u64 },
+}
+
+/// Registered memory: one registration for local access; exposing it to the peer registers
+/// it a second time with remote write (so regions never exposed have no remote key at all).
 #[derive(Debug)]
 pub(crate) struct Region {
     // Fields drop in declaration order: the remote registration, then the local one, then the
-    // mapping they cover (never unmapped while registered).
+    // memory they cover.
     remote: Option<MemoryRegion>,
     local: MemoryRegion,
-    _mapping: MmapMut,
+    backing: Backing,
+    /// The address work requests name the first byte by: its virtual address for host memory,
+    /// 0 (the iova it was registered at) for a dma-buf.
     base: *mut u8,
     len: u64,
 }
 
-// SAFETY: `base` points into `_mapping`, owned by the region; the MRs are only deregistered on
-// drop. Every access copies bytes through raw pointers after a bounds check and no Rust
-// reference to the memory is ever formed, so concurrent writers (the NIC, or two threads'
-// `write_region` on overlapping ranges) can only leave mixed bytes, as on any RDMA target:
-// the transport does not order local copies against each other or against the peer.
+// SAFETY: `base` points into memory the region keeps registered and mapped (its own mapping,
+// or caller memory the `CallerMemory` contract keeps alive until release); the MRs are only
+// deregistered on drop. Every access copies bytes through raw pointers after a bounds check,
+// or lends them while no op is in flight; concurrent writers (the NIC, or two threads'
+// `write_region` on overlapping ranges) can only leave mixed bytes, as on any RDMA target.
 unsafe impl Send for Region {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Region {}
+
+const LOCAL_ACCESS: u32 = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+const REMOTE_ACCESS: u32 =
+    ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
 
 impl Region {
     /// Allocates `len` zeroed bytes and registers them for local write.
@@ -46,11 +64,42 @@ impl Region {
         let mut mapping = MmapMut::map_anon(len as usize)
             .map_err(|e| TransportError::Registration { len, reason: format!("mmap: {e}") })?;
         let base = mapping.as_mut_ptr();
-        let access = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         // SAFETY: `base..base+len` is `mapping`, which the region owns and unmaps only after
         // its registrations are gone (field order).
-        let local = unsafe { MemoryRegion::register(pd, base, len, access)? };
-        Ok(Region { remote: None, local, _mapping: mapping, base, len })
+        let local = unsafe { MemoryRegion::register(pd, base, len, LOCAL_ACCESS)? };
+        Ok(Region { remote: None, local, backing: Backing::Mapping { _mapping: mapping }, base, len })
+    }
+
+    /// Registers the caller's memory in place (`ibv_reg_mr` on its pages, `ibv_reg_dmabuf_mr`
+    /// on its dma-buf); admitted already (non-empty, bounded, aligned). A refusal hands the
+    /// memory back.
+    pub(crate) fn register_caller(pd: &Arc<ProtectionDomain>, memory: CallerMemory) -> Result<Region, Refused> {
+        let len = memory.len();
+        let registered = match memory.memory() {
+            ForeignMemory::Host { address, .. } => {
+                let base = std::ptr::with_exposed_provenance_mut::<u8>(address);
+                // SAFETY: the `CallerMemory` contract keeps `base..base+len` mapped until the
+                // region is released, after its registrations are dropped (field order).
+                unsafe { MemoryRegion::register(pd, base, len, LOCAL_ACCESS) }
+                    .map(|local| (local, base, Backing::CallerHost(None)))
+            }
+            ForeignMemory::DmaBuf { fd, offset, .. } => {
+                // SAFETY: the `CallerMemory` contract keeps `fd` open until release.
+                unsafe { MemoryRegion::register_dmabuf(pd, (fd, offset), len, 0, LOCAL_ACCESS) }
+                    .map(|local| (local, std::ptr::null_mut(), Backing::CallerDmaBuf { memory: None, fd, offset }))
+            }
+            _ => Err(TransportError::UnsupportedMemory { kind: memory.kind() }),
+        };
+        match registered {
+            Ok((local, base, mut backing)) => {
+                match &mut backing {
+                    Backing::CallerHost(slot) | Backing::CallerDmaBuf { memory: slot, .. } => *slot = Some(memory),
+                    Backing::Mapping { .. } => {}
+                }
+                Ok(Region { remote: None, local, backing, base, len })
+            }
+            Err(error) => Err(Refused { error, memory }),
+        }
     }
 
     /// Registers the region for remote write (no remote read) and returns the rkey to send.
@@ -58,11 +107,37 @@ impl Region {
         if let Some(mr) = &self.remote {
             return Ok(mr.rkey());
         }
-        let access = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        // SAFETY: as in `register`: the mapping outlives the registration (field order).
-        let mr = unsafe { MemoryRegion::register(pd, self.base, self.len, access)? };
+        let mr = match &self.backing {
+            // SAFETY: the descriptor stays open while the region holds the caller's memory,
+            // which outlives this registration (field order).
+            Backing::CallerDmaBuf { fd, offset, .. } => unsafe {
+                MemoryRegion::register_dmabuf(pd, (*fd, *offset), self.len, 0, REMOTE_ACCESS)?
+            },
+            // SAFETY: as in `register`: the memory outlives the registration (field order).
+            _ => unsafe { MemoryRegion::register(pd, self.base, self.len, REMOTE_ACCESS)? },
+        };
         Ok(self.remote.insert(mr).rkey())
+    }
+
+    /// The memory kind.
+    pub(crate) fn kind(&self) -> MemoryKind {
+        match self.backing {
+            Backing::CallerDmaBuf { .. } => MemoryKind::DmaBuf,
+            _ => MemoryKind::Host,
+        }
+    }
+
+    /// Whether the memory is the caller's.
+    pub(crate) fn is_caller(&self) -> bool {
+        !matches!(self.backing, Backing::Mapping { .. })
+    }
+
+    /// Deregisters and hands the caller's memory back (`None` for memory allocated here).
+    pub(crate) fn into_caller(mut self) -> Option<CallerMemory> {
+        match &mut self.backing {
+            Backing::CallerHost(memory) | Backing::CallerDmaBuf { memory, .. } => memory.take(),
+            Backing::Mapping { .. } => None,
+        }
     }
 
     /// The lkey for work requests.
@@ -79,21 +154,38 @@ impl Region {
         self.base as u64 + offset
     }
 
+    /// Host memory only: a dma-buf's pages are not mapped here.
     fn check(&self, offset: u64, len: usize) -> Result<(), TransportError> {
+        if let Backing::CallerDmaBuf { .. } = self.backing {
+            return Err(TransportError::UnsupportedMemory { kind: MemoryKind::DmaBuf });
+        }
         check_range("local", offset, len as u64, self.len)
     }
 
     pub(crate) fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
         self.check(offset, data.len())?;
-        // SAFETY: bounds checked; `data` is caller memory, not part of the mapping.
+        // SAFETY: bounds checked; `data` is caller memory, not part of the region.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset as usize), data.len()) };
         Ok(())
     }
 
     pub(crate) fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
         self.check(offset, out.len())?;
-        // SAFETY: bounds checked; `out` is caller memory, not part of the mapping.
+        // SAFETY: bounds checked; `out` is caller memory, not part of the region.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset as usize), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Lends the whole region to `access` (host memory only).
+    ///
+    /// # Safety
+    /// No work request of this transport may read the region during the call.
+    pub(crate) unsafe fn lend(&self, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        self.check(0, 0)?;
+        // SAFETY: host memory of `len` bytes at `base`, registered and mapped for the region's
+        // life; the caller guarantees no work request reads it meanwhile (the peer's writes
+        // are the RDMA contract).
+        access(unsafe { std::slice::from_raw_parts_mut(self.base, self.len as usize) });
         Ok(())
     }
 }

@@ -12,9 +12,10 @@ use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
 use rdma_hint_core::{
-    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, LocalRegion,
+    MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::RegionTable;
@@ -104,6 +105,7 @@ pub struct VerbsTransport {
     events: Arc<Events>,
     event_thread: Mutex<Option<EventThread>>,
     wait_mode: WaitModeCell,
+    copies: CopyMeter,
     port: Port,
     rq_depth: u32,
     // Kept here (the CQs hold it too) so that it goes after the PD, as the last but one.
@@ -181,6 +183,7 @@ impl VerbsTransport {
             max_wrs_per_post,
             max_sges: 1,
             memory_kinds: vec![MemoryKind::Host],
+            caller_memory: caller_memory_paths(&pd),
         };
         // SAFETY: ibv_send_wr, ibv_sge and ibv_wc are plain C structs; all-zero is valid.
         let (wrs, sges, wcs) = unsafe {
@@ -212,6 +215,7 @@ impl VerbsTransport {
             events,
             event_thread: Mutex::new(None),
             wait_mode: WaitModeCell::default(),
+            copies: CopyMeter::default(),
             port: Port { number: port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 },
             rq_depth,
             channel,
@@ -252,6 +256,55 @@ fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, Transpor
     found.map(|n| (n > 0).then_some(n))
 }
 
+impl VerbsTransport {
+    /// Refuses while work requests are in flight (their regions may still be read). Called
+    /// with the region table write-locked: posts count under its read lock.
+    fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
+        if lock(&self.posting).in_flight > 0 {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "writes are in flight; wait for their completions first",
+            });
+        }
+        Ok(())
+    }
+
+    /// Unregisters `region` and hands it back once `admit` accepts it, unless the peer may
+    /// still write it or a work request may still read it.
+    fn take_region(
+        &self,
+        region: RegionId,
+        admit: impl FnOnce(&Region) -> Result<(), TransportError>,
+    ) -> Result<Region, TransportError> {
+        if self.exposed.get().is_some_and(|e| e.contains(&region.0)) && !self.broken() {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "exposed to the connected peer; drop the transport to release it",
+            });
+        }
+        // The table's write lock first: no post can start (posts hold its read lock, then the
+        // posting lock) between the in-flight check and the removal.
+        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        admit(table.get(region)?)?;
+        self.check_idle(region)?;
+        table.remove(region)
+    }
+}
+
+/// Host memory is registered in place everywhere; dma-bufs where the provider implements
+/// `ibv_reg_dmabuf_mr`, which a probe with no descriptor tells apart: a provider without it
+/// answers `EOPNOTSUPP` (rxe does), one with it rejects the descriptor.
+fn caller_memory_paths(pd: &Arc<ProtectionDomain>) -> Vec<CallerMemoryPath> {
+    let path = |kind| CallerMemoryPath { kind, send_copies: 0, receive_copies: Some(0), medium_copies: 0 };
+    let mut paths = vec![path(MemoryKind::Host)];
+    // SAFETY: fd -1 is never a descriptor: the call fails before anything is registered.
+    let probe = unsafe { crate::mr::MemoryRegion::register_dmabuf(pd, (-1, 0), 4096, 0, 0) };
+    if !matches!(probe, Err(TransportError::UnsupportedMemory { .. })) {
+        paths.push(path(MemoryKind::DmaBuf));
+    }
+    paths
+}
+
 #[async_trait]
 impl Transport for VerbsTransport {
     fn capabilities(&self) -> &Capabilities {
@@ -281,30 +334,63 @@ impl Transport for VerbsTransport {
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        if self.exposed.get().is_some_and(|e| e.contains(&region.0)) && !self.broken() {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "exposed to the connected peer; drop the transport to release it",
-            });
-        }
-        // The table's write lock first: no post can start (posts hold its read lock, then the
-        // posting lock) between the in-flight check and the removal.
+        self.take_region(region, |_| Ok(())).map(drop)
+    }
+
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+        let memory = admit(memory, &self.caps.caller_memory)?;
+        let (kind, len) = (memory.kind(), memory.len());
         let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        if lock(&self.posting).in_flight > 0 {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "writes are in flight; wait for their completions first",
-            });
+        if let Err(error) = table.check_room(len) {
+            return Err(Refused { error, memory });
         }
-        table.remove(region).map(drop)
+        let region = Region::register_caller(&self.pd, memory)?;
+        match table.insert(region, len) {
+            Ok(id) => Ok(LocalRegion { id, kind, len }),
+            Err((error, region)) => {
+                Err(Refused { error, memory: region.into_caller().expect("registered from caller memory") })
+            }
+        }
+    }
+
+    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
+        let not_caller = || TransportError::InvalidArgument {
+            what: "region",
+            why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
+        };
+        let region = self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller()) })?;
+        region.into_caller().ok_or_else(not_caller)
+    }
+
+    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        // The table's write lock: posts hold its read lock, so none starts while lent.
+        let table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let lent = table.get(region)?;
+        self.check_idle(region)?;
+        // SAFETY: no work request is in flight (checked) and none can be posted while the
+        // table is write-locked.
+        unsafe { lent.lend(access) }
+    }
+
+    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
+        let kind = self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.kind();
+        Err(TransportError::UnsupportedMemory { kind })
+    }
+
+    fn copied_bytes(&self) -> CopiedBytes {
+        self.copies.copied()
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)
+        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)?;
+        self.copies.write_region(data.len());
+        Ok(())
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)
+        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)?;
+        self.copies.read_region(out.len());
+        Ok(())
     }
 
     async fn connect(

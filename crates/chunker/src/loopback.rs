@@ -3,9 +3,10 @@
 
 use async_trait::async_trait;
 use rdma_hint_core::{
-    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, LocalRegion,
+    MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_toolkit::wait::WaitModeCell;
@@ -21,6 +22,8 @@ pub(crate) const MAX_REGION_BYTES: u64 = 16 << 30;
 struct Regions {
     buffers: Vec<Option<Vec<u8>>>,
     exposed: Vec<bool>,
+    /// Whether the buffer is the caller's (a `Vec<u8>` given to `register_memory`).
+    caller: Vec<bool>,
 }
 
 /// Two (or more) regions in one process, connected to itself.
@@ -37,6 +40,7 @@ pub struct LoopbackTransport {
     arrived: EventSender<Arrival>,
     arrivals: EventQueue<Arrival>,
     wait_mode: WaitModeCell,
+    copies: CopyMeter,
 }
 
 /// Writes-with-immediate the receiver side has not drained yet, at most.
@@ -66,6 +70,13 @@ impl LoopbackTransport {
                 max_wrs_per_post: 64,
                 max_sges: 1,
                 memory_kinds: vec![MemoryKind::Host],
+                // A post is one memcpy between the two buffers, the medium's copy.
+                caller_memory: vec![CallerMemoryPath {
+                    kind: MemoryKind::Host,
+                    send_copies: 0,
+                    receive_copies: Some(0),
+                    medium_copies: 1,
+                }],
             },
             regions: Mutex::new(Regions::default()),
             completed,
@@ -73,7 +84,19 @@ impl LoopbackTransport {
             arrived,
             arrivals,
             wait_mode: WaitModeCell::default(),
+            copies: CopyMeter::default(),
         }
+    }
+
+    /// Puts `buffer` in the next slot.
+    fn insert(&self, buffer: Vec<u8>, caller: bool) -> LocalRegion {
+        let len = buffer.len() as u64;
+        let mut regions = self.regions();
+        let id = RegionId(regions.buffers.len() as u32);
+        regions.buffers.push(Some(buffer));
+        regions.exposed.push(false);
+        regions.caller.push(caller);
+        LocalRegion { id, kind: MemoryKind::Host, len }
     }
 
     fn regions(&self) -> MutexGuard<'_, Regions> {
@@ -132,11 +155,61 @@ impl Transport for LoopbackTransport {
             .try_reserve_exact(len as usize)
             .map_err(|e| TransportError::Registration { len, reason: e.to_string() })?;
         buffer.resize(len as usize, 0);
+        Ok(self.insert(buffer, false))
+    }
+
+    /// Takes caller memory given as a `Vec<u8>` (other forms are refused: this transport
+    /// moves bytes with safe slice copies only).
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+        let memory = admit(memory, &self.caps.caller_memory)?;
+        if memory.len() > MAX_REGION_BYTES {
+            let reason = format!("length must be 1 B … {MAX_REGION_BYTES} B");
+            return Err(Refused { error: TransportError::Registration { len: memory.len(), reason }, memory });
+        }
+        match memory.take::<Vec<u8>>() {
+            Ok(buffer) => Ok(self.insert(buffer, true)),
+            Err(memory) => Err(Refused {
+                error: TransportError::InvalidArgument {
+                    what: "caller memory",
+                    why: "the loopback transport registers caller memory given as Vec<u8> only".into(),
+                },
+                memory,
+            }),
+        }
+    }
+
+    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
         let mut regions = self.regions();
-        let id = RegionId(regions.buffers.len() as u32);
-        regions.buffers.push(Some(buffer));
-        regions.exposed.push(false);
-        Ok(LocalRegion { id, kind, len })
+        let index = region.0 as usize;
+        buffer(&regions, region)?;
+        if !regions.caller[index] {
+            return Err(TransportError::InvalidArgument {
+                what: "region",
+                why: "the transport allocated it (register); release hands back caller memory only".into(),
+            });
+        }
+        if regions.exposed[index] {
+            return Err(TransportError::RegionBusy { region, why: "exposed to the connected peer" });
+        }
+        let taken = regions.buffers[index].take().ok_or(TransportError::UnregisteredRegion(region))?;
+        Ok(CallerMemory::from(taken))
+    }
+
+    /// Posts copy at once, so nothing is ever in flight.
+    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        let mut regions = self.regions();
+        let lent = regions.buffers.get_mut(region.0 as usize).and_then(Option::as_mut);
+        access(lent.ok_or(TransportError::UnregisteredRegion(region))?);
+        Ok(())
+    }
+
+    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
+        buffer(&self.regions(), region)?;
+        Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
+    }
+
+    fn copied_bytes(&self) -> CopiedBytes {
+        self.copies.copied()
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
@@ -146,6 +219,7 @@ impl Transport for LoopbackTransport {
             Some(slot @ Some(_)) => {
                 *slot = None;
                 regions.exposed[index] = false;
+                regions.caller[index] = false;
                 Ok(())
             }
             _ => Err(TransportError::UnregisteredRegion(region)),
@@ -158,6 +232,7 @@ impl Transport for LoopbackTransport {
         let target = target.ok_or(TransportError::UnregisteredRegion(region))?;
         let span = range(offset, data.len(), target.len())?;
         target[span].copy_from_slice(data);
+        self.copies.write_region(data.len());
         Ok(())
     }
 
@@ -166,6 +241,7 @@ impl Transport for LoopbackTransport {
         let source = buffer(&regions, region)?;
         let span = range(offset, out.len(), source.len())?;
         out.copy_from_slice(&source[span]);
+        self.copies.read_region(out.len());
         Ok(())
     }
 

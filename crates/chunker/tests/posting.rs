@@ -25,6 +25,7 @@ mock! {
         fn deregister(&self, region: RegionId) -> Result<(), TransportError>;
         fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError>;
         fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError>;
+        fn copied_bytes(&self) -> rdma_hint_core::CopiedBytes;
         async fn connect(&self, peer: PeerEndpoint, expose: &[RegionId], deadline: Instant) -> Result<Vec<RemoteRegion>, TransportError>;
         fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
         fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError>;
@@ -52,6 +53,7 @@ fn caps(max_outstanding: u32, max_per_post: u32) -> Capabilities {
         max_wrs_per_post: max_per_post,
         max_sges: 1,
         memory_kinds: vec![MemoryKind::Host],
+        caller_memory: Vec::new(),
     }
 }
 

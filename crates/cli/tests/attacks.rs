@@ -454,7 +454,7 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
         victim.read_exact(&mut theirs).unwrap();
         let hello = Hello {
             channel: ChannelKind::Tcp,
-            regions: vec![ExposedRegion { id: 0, len: 4 << 20 }],
+            regions: vec![ExposedRegion { id: 0, len: 4 << 20, notify_each_write: false }],
             handoff: None,
         };
         victim.write_all(&hello.encode()).unwrap();

@@ -7,7 +7,8 @@
 //!
 //! The model answers, from facts about one data path, *which transfer block size sits in the sweet spot*
 //! (near-peak bandwidth without per-message latency blowing up) and *what alignment the path
-//! needs*. Pure computation: no I/O, no FFI, no `unsafe`. The facts come from
+//! needs*. Pure computation: no I/O, no FFI, no `unsafe`
+//! operation (the only `unsafe` is the contract of [`CallerMemory`]'s by-address constructors). The facts come from
 //! `rdma-hint-discovery` (sysfs, the CUDA driver) and the backends' capabilities; measured
 //! curves come back in through [`fit`].
 //!
@@ -31,8 +32,11 @@
 //!     println!("{reason}");
 //! }
 //! ```
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: `caller_memory` declares the `unsafe` constructors of caller memory
+// (contracts only; it runs no unsafe operation) and allows itself that much.
+#![deny(unsafe_code)]
 
+pub mod caller_memory;
 pub mod deepep;
 pub mod error;
 pub mod fit;
@@ -44,6 +48,7 @@ pub mod transport_id;
 pub mod validate;
 pub mod wait_mode;
 
+pub use caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, ForeignMemory, Refused};
 pub use error::HintError;
 pub use model::{compute_hint, HintPolicy, Origin, Reason, SizeHint};
 pub use pcie::PcieLink;

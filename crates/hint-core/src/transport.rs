@@ -5,6 +5,7 @@
 //! pre-sized buffers) and rings one doorbell for the whole slice; completions are drained into a
 //! caller-provided slice. Neither allocates.
 
+use crate::caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, Refused};
 use crate::profile::TransportFacts;
 use crate::wait_mode::WaitMode;
 use async_trait::async_trait;
@@ -57,6 +58,28 @@ pub struct Capabilities {
     pub max_sges: u32,
     /// Memory kinds [`Transport::register`] accepts.
     pub memory_kinds: Vec<MemoryKind>,
+    /// Memory kinds [`Transport::register_memory`] registers in place, each with the CPU
+    /// copies a payload byte takes on that path; a kind not listed is refused with
+    /// [`TransportError::UnsupportedMemory`].
+    #[serde(default)]
+    pub caller_memory: Vec<CallerMemoryPath>,
+}
+
+impl Capabilities {
+    /// The caller-memory path for `kind`, if this transport registers that kind in place.
+    ///
+    /// ```
+    /// # use rdma_hint_core::{Capabilities, CallerMemoryPath, MemoryKind, TransportFacts};
+    /// # fn check(caps: &Capabilities) {
+    /// match caps.caller_memory_path(MemoryKind::Host) {
+    ///     Some(path) => println!("{} copies sending, {} receiving", path.send_copies, path.receive_copies),
+    ///     None => println!("host memory goes through write_region"),
+    /// }
+    /// # }
+    /// ```
+    pub fn caller_memory_path(&self, kind: MemoryKind) -> Option<&CallerMemoryPath> {
+        self.caller_memory.iter().find(|path| path.kind == kind)
+    }
 }
 
 /// Index of a registered region inside one transport instance.
@@ -303,6 +326,16 @@ pub enum TransportError {
     /// [`Transport::connect`] ran on a transport that is already connected (one peer each).
     #[error("already connected: a transport has one peer; open another transport")]
     AlreadyConnected,
+    /// Caller memory whose first byte (or dma-buf offset) is not aligned as the path needs.
+    #[error("{what} {value:#x} is not {align_bytes}-byte aligned")]
+    Misaligned {
+        /// What was misaligned (`host address`, `device pointer`, `dma-buf offset`).
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The alignment needed, in bytes.
+        align_bytes: u64,
+    },
     /// A region cannot be released now.
     #[error("region {region:?} is busy: {why}")]
     RegionBusy {
@@ -364,8 +397,54 @@ pub trait Transport: Send + Sync {
     /// Allocates and registers `len` bytes of `kind` memory for local use and remote exposure.
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;
 
-    /// Releases a registered region.
+    /// Releases a registered region (caller memory included: its buffer is dropped; use
+    /// [`release`](Transport::release) to get it back).
     fn deregister(&self, region: RegionId) -> Result<(), TransportError>;
+
+    /// Registers memory the caller owns in place, for local use and remote exposure: ops on the
+    /// region read and write the caller's bytes, with the copies
+    /// [`Capabilities::caller_memory`] lists. Checked first
+    /// ([`ForeignMemory::validate`](crate::ForeignMemory::validate): zero, oversized,
+    /// misaligned); a refusal hands the memory back in [`Refused`].
+    ///
+    /// The default, for transports whose [`Capabilities::caller_memory`] is empty, refuses
+    /// every kind with [`TransportError::UnsupportedMemory`].
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+        Err(Refused { error: TransportError::UnsupportedMemory { kind: memory.kind() }, memory })
+    }
+
+    /// Unregisters a region made by [`register_memory`](Transport::register_memory) and hands
+    /// its memory back. [`TransportError::RegionBusy`] while an op this transport posted may
+    /// still read it, or while it is exposed to a connected peer; a transport-owned region is
+    /// [`TransportError::InvalidArgument`] (use [`deregister`](Transport::deregister)).
+    ///
+    /// The default (no caller memory registered, ever) answers
+    /// [`TransportError::UnregisteredRegion`].
+    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
+        Err(TransportError::UnregisteredRegion(region))
+    }
+
+    /// Lends `access` the bytes of a host region in place (no copy), to fill before sending or
+    /// read after an arrival. [`TransportError::RegionBusy`] while an op this transport posted
+    /// may still read the region; a GPU region is [`TransportError::UnsupportedMemory`] (see
+    /// [`device_pointer`](Transport::device_pointer)). A peer's writes into an exposed region
+    /// are the peer's to order: read what an [`Arrival`] announced.
+    ///
+    /// The default lends nothing: [`TransportError::UnsupportedMemory`].
+    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        let _ = (region, access);
+        Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
+    }
+
+    /// The `CUdeviceptr` of a GPU region's first byte, so a kernel can fill it or read it in
+    /// place; [`TransportError::UnsupportedMemory`] for a host region (and by default).
+    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
+        let _ = region;
+        Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
+    }
+
+    /// Payload bytes this transport's own code has copied with the CPU so far.
+    fn copied_bytes(&self) -> CopiedBytes;
 
     /// Copies `data` into a local region at `offset` (staging it for GPU memory).
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError>;

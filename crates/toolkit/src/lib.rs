@@ -3,7 +3,8 @@
 //! What rdma-hint backends share to meet the [`Transport`](rdma_hint_core::Transport) contract
 //! (which lives, with its plain types, in `rdma-hint-core`): a bounds-checked [`RegionTable`],
 //! the event [`queue`], [`wait`]s that always have a deadline and never block an async
-//! runtime's thread, the deadline [`timer`] they sleep on, and the [`blocking`] adapters.
+//! runtime's thread, the deadline [`timer`] they sleep on, the [`blocking`] adapters, and the checks and copy
+//! counter of [`caller_memory`].
 //!
 //! ```
 //! use rdma_hint_core::{RegionId, TransportError, WriteOp};
@@ -23,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod blocking;
+pub mod caller_memory;
 pub mod queue;
 pub mod region_table;
 pub mod timer;

@@ -50,13 +50,31 @@ impl<T> RegionTable<T> {
         len: u64,
         make: impl FnOnce() -> Result<T, TransportError>,
     ) -> Result<RegionId, TransportError> {
+        self.check_room(len)?;
+        let region = make()?;
+        Ok(self.place(region))
+    }
+
+    /// `Ok` while the table has room for one more region (of `len` bytes, for the error).
+    pub fn check_room(&self, len: u64) -> Result<(), TransportError> {
         if self.slots.iter().flatten().count() >= self.max {
             return Err(TransportError::Registration {
                 len,
                 reason: format!("at most {} regions", self.max),
             });
         }
-        let region = make()?;
+        Ok(())
+    }
+
+    /// Registers `region` under the lowest free id, or hands it back when the table is full.
+    pub fn insert(&mut self, region: T, len: u64) -> Result<RegionId, (TransportError, T)> {
+        match self.check_room(len) {
+            Ok(()) => Ok(self.place(region)),
+            Err(error) => Err((error, region)),
+        }
+    }
+
+    fn place(&mut self, region: T) -> RegionId {
         let index = match self.slots.iter().position(Option::is_none) {
             Some(free) => free,
             None => {
@@ -65,7 +83,7 @@ impl<T> RegionTable<T> {
             }
         };
         self.slots[index] = Some(region);
-        Ok(RegionId(index as u32))
+        RegionId(index as u32)
     }
 
     /// The region registered as `id`.

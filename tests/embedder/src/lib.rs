@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{
+use rdma_hint::{CallerMemory, CopiedBytes, Refused,
     get_low_latency_rdma_size_hint_with, open, Arrival, Capabilities, Completion, Device, LocalRegion,
     MemoryKind, OpenOptions, PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, TransportId,
     TransportSelector, WaitMode, WriteOp,
@@ -80,6 +80,21 @@ impl Transport for TimedPosts {
     }
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
         self.inner.read_region(region, offset, out)
+    }
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+        self.inner.register_memory(memory)
+    }
+    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
+        self.inner.release(region)
+    }
+    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        self.inner.access_region(region, access)
+    }
+    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
+        self.inner.device_pointer(region)
+    }
+    fn copied_bytes(&self) -> CopiedBytes {
+        self.inner.copied_bytes()
     }
     async fn connect(
         &self,

@@ -2,6 +2,7 @@
 
 use super::{driver_error, init_driver, GpuProbeError};
 use cudarc::driver::{result, sys};
+use rdma_hint_core::{CallerMemory, ForeignMemory};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -51,12 +52,34 @@ impl Drop for Gpu {
     }
 }
 
-/// Device memory on one GPU.
+/// Device memory on one GPU: allocated here, or the caller's, used in place.
 #[derive(Debug)]
 pub struct DeviceBuffer {
     gpu: Arc<Gpu>,
     ptr: sys::CUdeviceptr,
     len: usize,
+    owner: Owner,
+}
+
+/// Who frees a device buffer's memory.
+#[derive(Debug)]
+enum Owner {
+    /// This value (`cuMemFree` on drop).
+    Driver,
+    /// The caller (`None` once handed back).
+    Caller(Option<CallerMemory>),
+}
+
+/// Reads one pointer attribute of `ptr` into a `T`.
+fn pointer_attribute<T: Default>(ptr: sys::CUdeviceptr, attribute: sys::CUpointer_attribute) -> Result<T, GpuProbeError> {
+    let mut value = T::default();
+    // SAFETY: `value` is a live `T` of the size the attribute writes (an int for the ordinal,
+    // a CUdeviceptr or size_t for the range, as the driver documents); the driver only reads
+    // its own bookkeeping for `ptr` and fails for an address it does not know.
+    unsafe { sys::cuPointerGetAttribute((&mut value as *mut T).cast::<c_void>(), attribute, ptr) }
+        .result()
+        .map_err(driver_error("cuPointerGetAttribute"))?;
+    Ok(value)
 }
 
 impl DeviceBuffer {
@@ -68,7 +91,58 @@ impl DeviceBuffer {
         gpu.bind()?;
         // SAFETY: the context is current; the returned pointer is owned by this value.
         let ptr = unsafe { result::malloc_sync(len) }.map_err(driver_error("cuMemAlloc"))?;
-        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len })
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len, owner: Owner::Driver })
+    }
+
+    /// The caller's device memory on `gpu`, used in place, after the driver confirms that
+    /// `device_ptr..+len` lies inside one allocation of that GPU (an address the driver does
+    /// not know, another GPU's memory or a range past the allocation's end is refused).
+    pub(crate) fn caller(gpu: &Arc<Gpu>, memory: CallerMemory) -> Result<DeviceBuffer, (GpuProbeError, CallerMemory)> {
+        let ForeignMemory::CudaDevice { ordinal, device_ptr, len } = memory.memory() else {
+            return Err((GpuProbeError::Invalid("not CUDA device memory".into()), memory));
+        };
+        let checked = (|| {
+            let size = usize::try_from(len).map_err(|_| GpuProbeError::Invalid(format!("{len} B")))?;
+            gpu.bind()?;
+            let owner: i32 = pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?;
+            if u32::try_from(owner).ok() != Some(ordinal) || ordinal != gpu.ordinal() {
+                return Err(GpuProbeError::Invalid(format!(
+                    "device pointer {device_ptr:#x} is memory of GPU {owner}, not GPU {ordinal}"
+                )));
+            }
+            let start: sys::CUdeviceptr =
+                pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)?;
+            let span: usize = pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE)?;
+            let end = start.checked_add(span as u64);
+            if device_ptr.checked_add(len).zip(end).is_none_or(|(want, have)| want > have) {
+                return Err(GpuProbeError::Invalid(format!(
+                    "{device_ptr:#x}+{len} B runs past its allocation ({start:#x}+{span} B)"
+                )));
+            }
+            Ok(size)
+        })();
+        match checked {
+            Ok(size) => Ok(DeviceBuffer { gpu: gpu.clone(), ptr: device_ptr, len: size, owner: Owner::Caller(Some(memory)) }),
+            Err(error) => Err((error, memory)),
+        }
+    }
+
+    /// Hands the caller's memory back (`Err(self)` for memory allocated here).
+    pub(crate) fn into_caller(mut self) -> Result<CallerMemory, DeviceBuffer> {
+        match &mut self.owner {
+            Owner::Caller(memory) => memory.take().ok_or(self),
+            Owner::Driver => Err(self),
+        }
+    }
+
+    /// Whether the memory is the caller's.
+    pub(crate) fn is_caller(&self) -> bool {
+        matches!(self.owner, Owner::Caller(_))
+    }
+
+    /// The `CUdeviceptr` of the first byte.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
     }
 
     /// Length in bytes.
@@ -137,6 +211,9 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if let Owner::Caller(_) = self.owner {
+            return; // the caller's owner (if any) frees it, after the transport is done
+        }
         let _ = self.gpu.bind();
         // SAFETY: allocated by cuMemAlloc in `new`, freed once here.
         let _ = unsafe { result::free_sync(self.ptr) };
@@ -196,4 +273,28 @@ impl Drop for PinnedBuffer {
         // SAFETY: allocated by cuMemHostAlloc in `new`, freed once here.
         let _ = unsafe { result::free_host(self.ptr.cast::<c_void>()) };
     }
+}
+
+/// A cudarc `CudaSlice<u8>` as caller memory, registered in place and handed back by
+/// `release` (take it with `CallerMemory::take::<CudaSlice<u8>>()`). The slice's stream is
+/// synchronised first, so a kernel that filled it has finished before any op reads it.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use cudarc::driver::CudaContext;
+/// let stream = CudaContext::new(0)?.default_stream();
+/// let slice = stream.alloc_zeros::<u8>(1 << 20)?;
+/// let memory = rdma_hint_staged::gpu::cuda_slice_memory(slice)?;
+/// assert_eq!(memory.len(), 1 << 20);
+/// # Ok(()) }
+/// ```
+pub fn cuda_slice_memory(slice: cudarc::driver::CudaSlice<u8>) -> Result<CallerMemory, GpuProbeError> {
+    use cudarc::driver::DevicePtr;
+    slice.stream().synchronize().map_err(driver_error("cuStreamSynchronize"))?;
+    let (device_ptr, recorded) = slice.device_ptr(slice.stream());
+    let memory = ForeignMemory::CudaDevice { ordinal: slice.ordinal() as u32, device_ptr, len: slice.len() as u64 };
+    drop(recorded);
+    // SAFETY: `device_ptr..+len` is the slice's own allocation; the slice moves into the owner
+    // box, which keeps it (and so the allocation, at a fixed address) alive until `take`.
+    Ok(unsafe { CallerMemory::owned(memory, Box::new(slice)) })
 }

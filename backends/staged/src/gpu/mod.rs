@@ -15,7 +15,7 @@ mod pipeline;
 mod staging;
 
 #[cfg(feature = "cuda")]
-pub use buffers::{DeviceBuffer, Gpu, PinnedBuffer};
+pub use buffers::{cuda_slice_memory, DeviceBuffer, Gpu, PinnedBuffer};
 #[cfg(feature = "cuda")]
 pub(crate) use peer_copy::PeerCopier;
 #[cfg(feature = "cuda")]
