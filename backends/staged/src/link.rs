@@ -7,11 +7,11 @@ use crate::region::{copy_to_peer, RegionMemory, Staging};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
+use rdma_hint_toolkit::caller_memory::CopyMeter;
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use rdma_hint_toolkit::caller_memory::CopyMeter;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
@@ -426,7 +426,9 @@ fn place(
     } else if let Some(target) = local(&shared.local, region) {
         // A write into the bounce in front of caller memory: the one copy on this side.
         if let (Some(bounce), Some(memory)) = (&target.bounce, target.memory.host()) {
-            bounce.copy_to(offset, memory, offset, len).map_err(|e| format!("copying out of the channel: {e}"))?;
+            bounce
+                .copy_to(offset, memory, offset, len)
+                .map_err(|e| format!("copying out of the channel: {e}"))?;
             shared.counters.copies.in_transit(len);
         }
     }

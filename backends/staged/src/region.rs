@@ -152,7 +152,10 @@ impl RegionMemory {
     pub(crate) fn from_caller(memory: CallerMemory) -> Result<RegionMemory, Refused> {
         match memory.kind() {
             MemoryKind::Host => Memory::caller(memory).map(RegionMemory::Host).map_err(|memory| Refused {
-                error: TransportError::Registration { len: memory.len(), reason: "not usable host memory".into() },
+                error: TransportError::Registration {
+                    len: memory.len(),
+                    reason: "not usable host memory".into(),
+                },
                 memory,
             }),
             #[cfg(feature = "cuda")]
@@ -160,13 +163,19 @@ impl RegionMemory {
                 let len = memory.len();
                 let gpu = match crate::gpu::Gpu::open(ordinal) {
                     Ok(gpu) => gpu,
-                    Err(e) => return Err(Refused { error: TransportError::Registration { len, reason: e.to_string() }, memory }),
+                    Err(e) => {
+                        return Err(Refused {
+                            error: TransportError::Registration { len, reason: e.to_string() },
+                            memory,
+                        })
+                    }
                 };
                 match crate::gpu::DeviceBuffer::caller(&gpu, memory) {
                     Ok(buffer) => Ok(RegionMemory::Gpu(buffer, ordinal)),
-                    Err((e, memory)) => {
-                        Err(Refused { error: TransportError::Registration { len, reason: e.to_string() }, memory })
-                    }
+                    Err((e, memory)) => Err(Refused {
+                        error: TransportError::Registration { len, reason: e.to_string() },
+                        memory,
+                    }),
                 }
             }
             kind => Err(Refused { error: TransportError::UnsupportedMemory { kind }, memory }),
@@ -187,7 +196,9 @@ impl RegionMemory {
         match self {
             RegionMemory::Host(memory) => memory.into_caller().map_err(RegionMemory::Host),
             #[cfg(feature = "cuda")]
-            RegionMemory::Gpu(buffer, ordinal) => buffer.into_caller().map_err(|b| RegionMemory::Gpu(b, ordinal)),
+            RegionMemory::Gpu(buffer, ordinal) => {
+                buffer.into_caller().map_err(|b| RegionMemory::Gpu(b, ordinal))
+            }
         }
     }
 

@@ -8,14 +8,14 @@ use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use rdma_hint_core::{
-    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, LocalRegion, MemoryKind, PeerEndpoint, Refused,
-    RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, LocalRegion, MemoryKind, PeerEndpoint,
+    Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_toolkit::caller_memory::admit;
-use std::sync::atomic::Ordering;
 use rdma_hint_oob::Rendezvous;
+use rdma_hint_toolkit::caller_memory::admit;
 use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,10 @@ impl StagedTransport {
         // A GPU copy the sender queued may still hold the memory until it lands.
         Arc::try_unwrap(entry.memory).map_err(|memory| {
             *slot = Some(LocalEntry { memory, ..entry });
-            TransportError::RegionBusy { region, why: "a GPU copy is still reading it; wait for its completion" }
+            TransportError::RegionBusy {
+                region,
+                why: "a GPU copy is still reading it; wait for its completion",
+            }
         })
     }
 
@@ -250,7 +253,11 @@ impl Transport for StagedTransport {
         memory.into_caller().map_err(|_| not_caller_memory())
     }
 
-    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+    fn access_region(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
         // The write lock: a post counts its ops in flight under the read lock, so none can
         // start while the bytes are lent.
         let regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
@@ -474,7 +481,8 @@ impl LinkSetup {
             if remote.len() <= index {
                 remote.resize_with(index + 1, || None);
             }
-            remote[index] = Some(RemoteEntry { len: region.len, mapped, notify_each_write: region.notify_each_write });
+            remote[index] =
+                Some(RemoteEntry { len: region.len, mapped, notify_each_write: region.notify_each_write });
         }
         {
             let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);

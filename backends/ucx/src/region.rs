@@ -47,7 +47,8 @@ impl Region {
                 reason: format!("length must be 1 B … {MAX_REGION_BYTES} B"),
             });
         }
-        let region = Region::register(context, std::ptr::null_mut(), len, None).map_err(|(error, _)| error)?;
+        let region =
+            Region::register(context, std::ptr::null_mut(), len, None).map_err(|(error, _)| error)?;
         // Zeroed, so no stale bytes of an earlier user of the segment are ever read back.
         // SAFETY: UCP allocated at least `len` writable bytes at `base`.
         unsafe { std::ptr::write_bytes(region.base, 0, len as usize) };

@@ -12,9 +12,9 @@ use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, LocalRegion, MemoryKind,
     PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
+use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
@@ -181,8 +181,12 @@ fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
     // one copy (CMA's `process_vm_writev`, or its own copy through the FIFO when CMA is
     // barred).
     let medium_copies = if id.to_string().ends_with(":tcp") { 2 } else { 1 };
-    let caller_memory =
-        vec![CallerMemoryPath { kind: MemoryKind::Host, send_copies: 0, receive_copies: Some(0), medium_copies }];
+    let caller_memory = vec![CallerMemoryPath {
+        kind: MemoryKind::Host,
+        send_copies: 0,
+        receive_copies: Some(0),
+        medium_copies,
+    }];
     Capabilities {
         facts: TransportFacts {
             id,
@@ -260,15 +264,21 @@ impl Transport for UcxTransport {
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        let not_caller = || TransportError::InvalidArgument {
+        let not_caller = || {
+            TransportError::InvalidArgument {
             what: "region",
             why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
+        }
         };
         let region = self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller()) })?;
         region.into_caller().ok_or_else(not_caller)
     }
 
-    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+    fn access_region(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
         let mut engine = self.shared.engine();
         self.check_idle(&mut engine, region)?;
         // Posts take the table's read lock: none starts while the bytes are lent.
@@ -290,13 +300,23 @@ impl Transport for UcxTransport {
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)?;
+        self.shared
+            .regions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(region)?
+            .copy_in(offset, data)?;
         self.copies.write_region(data.len());
         Ok(())
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)?;
+        self.shared
+            .regions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(region)?
+            .copy_out(offset, out)?;
         self.copies.read_region(out.len());
         Ok(())
     }

@@ -65,13 +65,18 @@ impl MemoryRegion {
         // the range and pins the pages for the MR's life (this function's contract keeps the
         // descriptor valid).
         let handle = unsafe {
-            Owned::take(ibv::ibv_reg_dmabuf_mr(pd.raw(), offset, len as usize, iova, fd, access as i32), pd.clone())
+            Owned::take(
+                ibv::ibv_reg_dmabuf_mr(pd.raw(), offset, len as usize, iova, fd, access as i32),
+                pd.clone(),
+            )
         };
         let Some(handle) = handle else {
             let error = std::io::Error::last_os_error();
             return Err(match error.raw_os_error() {
                 Some(libc::EOPNOTSUPP) => TransportError::UnsupportedMemory { kind: MemoryKind::DmaBuf },
-                _ => TransportError::Registration { len, reason: format!("ibv_reg_dmabuf_mr failed: {error}") },
+                _ => {
+                    TransportError::Registration { len, reason: format!("ibv_reg_dmabuf_mr failed: {error}") }
+                }
             });
         };
         // SAFETY: the MR was just registered; its keys are plain fields that never change.

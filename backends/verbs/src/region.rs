@@ -73,7 +73,10 @@ impl Region {
     /// Registers the caller's memory in place (`ibv_reg_mr` on its pages, `ibv_reg_dmabuf_mr`
     /// on its dma-buf); admitted already (non-empty, bounded, aligned). A refusal hands the
     /// memory back.
-    pub(crate) fn register_caller(pd: &Arc<ProtectionDomain>, memory: CallerMemory) -> Result<Region, Refused> {
+    pub(crate) fn register_caller(
+        pd: &Arc<ProtectionDomain>,
+        memory: CallerMemory,
+    ) -> Result<Region, Refused> {
         let len = memory.len();
         let registered = match memory.memory() {
             ForeignMemory::Host { address, .. } => {
@@ -85,15 +88,18 @@ impl Region {
             }
             ForeignMemory::DmaBuf { fd, offset, .. } => {
                 // SAFETY: the `CallerMemory` contract keeps `fd` open until release.
-                unsafe { MemoryRegion::register_dmabuf(pd, (fd, offset), len, 0, LOCAL_ACCESS) }
-                    .map(|local| (local, std::ptr::null_mut(), Backing::CallerDmaBuf { memory: None, fd, offset }))
+                unsafe { MemoryRegion::register_dmabuf(pd, (fd, offset), len, 0, LOCAL_ACCESS) }.map(
+                    |local| (local, std::ptr::null_mut(), Backing::CallerDmaBuf { memory: None, fd, offset }),
+                )
             }
             _ => Err(TransportError::UnsupportedMemory { kind: memory.kind() }),
         };
         match registered {
             Ok((local, base, mut backing)) => {
                 match &mut backing {
-                    Backing::CallerHost(slot) | Backing::CallerDmaBuf { memory: slot, .. } => *slot = Some(memory),
+                    Backing::CallerHost(slot) | Backing::CallerDmaBuf { memory: slot, .. } => {
+                        *slot = Some(memory)
+                    }
                     Backing::Mapping { .. } => {}
                 }
                 Ok(Region { remote: None, local, backing, base, len })

@@ -12,11 +12,12 @@ use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
 use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, LocalRegion,
-    MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
+    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
+    WaitMode, WriteOp,
 };
-use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
+use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::RegionTable;
 use rdma_mummy_sys as ibv;
@@ -354,15 +355,21 @@ impl Transport for VerbsTransport {
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        let not_caller = || TransportError::InvalidArgument {
+        let not_caller = || {
+            TransportError::InvalidArgument {
             what: "region",
             why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
+        }
         };
         let region = self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller()) })?;
         region.into_caller().ok_or_else(not_caller)
     }
 
-    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+    fn access_region(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
         // The table's write lock: posts hold its read lock, so none starts while lent.
         let table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         let lent = table.get(region)?;

@@ -3,11 +3,12 @@
 
 use async_trait::async_trait;
 use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, LocalRegion,
-    MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
+    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
+    WaitMode, WriteOp,
 };
-use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_core::{TransportFacts, TransportKind};
+use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::SocketAddr;
@@ -164,7 +165,10 @@ impl Transport for LoopbackTransport {
         let memory = admit(memory, &self.caps.caller_memory)?;
         if memory.len() > MAX_REGION_BYTES {
             let reason = format!("length must be 1 B … {MAX_REGION_BYTES} B");
-            return Err(Refused { error: TransportError::Registration { len: memory.len(), reason }, memory });
+            return Err(Refused {
+                error: TransportError::Registration { len: memory.len(), reason },
+                memory,
+            });
         }
         match memory.take::<Vec<u8>>() {
             Ok(buffer) => Ok(self.insert(buffer, true)),
@@ -196,7 +200,11 @@ impl Transport for LoopbackTransport {
     }
 
     /// Posts copy at once, so nothing is ever in flight.
-    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+    fn access_region(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
         let mut regions = self.regions();
         let lent = regions.buffers.get_mut(region.0 as usize).and_then(Option::as_mut);
         access(lent.ok_or(TransportError::UnregisteredRegion(region))?);

@@ -108,7 +108,9 @@ impl ForeignMemory {
         }
         let (what, start, align) = match *self {
             ForeignMemory::Host { address, .. } => ("host address", address as u64, CALLER_ALIGN_BYTES),
-            ForeignMemory::CudaDevice { device_ptr, .. } => ("device pointer", device_ptr, CALLER_ALIGN_BYTES),
+            ForeignMemory::CudaDevice { device_ptr, .. } => {
+                ("device pointer", device_ptr, CALLER_ALIGN_BYTES)
+            }
             ForeignMemory::DmaBuf { fd, offset, .. } => {
                 if fd < 0 {
                     return Err(refuse(format!("{fd} is not a file descriptor")));

@@ -431,7 +431,11 @@ pub trait Transport: Send + Sync {
     /// are the peer's to order: read what an [`Arrival`] announced.
     ///
     /// The default lends nothing: [`TransportError::UnsupportedMemory`].
-    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+    fn access_region(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
         let _ = (region, access);
         Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
     }

@@ -95,17 +95,10 @@ pub use rdma_hint_core as hint_core;
 /// DeepEP-compatible buffer sizing (`get_low_latency_rdma_size_hint` in DeepEP's sense).
 pub use rdma_hint_core::deepep;
 pub use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, ForeignMemory,
-    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode,
-    WriteOp,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
+    ForeignMemory, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
+    TransportError, WaitMode, WriteOp,
 };
-/// A cudarc `CudaSlice<u8>` as [`CallerMemory`]: registered in place by the staged backend,
-/// handed back by [`Transport::release`] (`take::<CudaSlice<u8>>()`).
-#[cfg(all(feature = "cuda", feature = "staged"))]
-pub use rdma_hint_staged::gpu::cuda_slice_memory;
-/// The cudarc the GPU paths use (allocate the `CudaSlice`s you register with it).
-#[cfg(all(feature = "cuda", feature = "staged"))]
-pub use rdma_hint_staged::cudarc;
 pub use rdma_hint_core::{HintError, HintPolicy, Origin, PathClass, Reason, SizeHint, SourceId};
 /// Facts about this machine: sysfs PCIe topology, GPUs through the CUDA driver.
 pub use rdma_hint_discovery as discovery;
@@ -116,6 +109,13 @@ pub use rdma_hint_oob as oob;
 /// The staged backend's own API (GPU facts, the in-process GPU staging pipeline).
 #[cfg(feature = "staged")]
 pub use rdma_hint_staged as staged;
+/// The cudarc the GPU paths use (allocate the `CudaSlice`s you register with it).
+#[cfg(all(feature = "cuda", feature = "staged"))]
+pub use rdma_hint_staged::cudarc;
+/// A cudarc `CudaSlice<u8>` as [`CallerMemory`]: registered in place by the staged backend,
+/// handed back by [`Transport::release`] (`take::<CudaSlice<u8>>()`).
+#[cfg(all(feature = "cuda", feature = "staged"))]
+pub use rdma_hint_staged::gpu::cuda_slice_memory;
 /// The toolkit backends share to meet the `Transport` contract: region tables, event queues,
 /// deadline waits, blocking adapters.
 pub use rdma_hint_toolkit as toolkit;

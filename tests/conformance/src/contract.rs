@@ -8,9 +8,12 @@ use crate::Subject;
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{
-    Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp,
+    Arrival, CallerMemory, LocalRegion, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError,
+    WriteOp,
 };
-use rdma_hint_integration_tests::{ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts};
+use rdma_hint_integration_tests::{
+    first_mismatch, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
+};
 use rdma_hint_toolkit::blocking::block_on;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -556,4 +559,93 @@ pub fn two_hosts_over_network_namespaces_and_a_link_going_down<B: Backend>(s: &S
         outcome.split_whitespace().next().and_then(|ms| ms.parse().ok()).expect("elapsed ms");
     assert!(outcome.contains("failed after"), "{outcome}");
     assert!(elapsed_ms < 6000, "{outcome}");
+}
+
+/// Caller memory is registered in place: a `Vec` the sender filled moves into a `Vec` the
+/// receiver gave, with no `write_region` or `read_region`; neither region can be released
+/// while an op may still read it (nor the receiver's while the peer may write it), and the
+/// sender's buffer comes back intact, at the address it was given at. Zero-length and
+/// misaligned caller memory are typed errors that hand the memory back.
+pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let lone = s.backend.open(s.backend.token());
+    let refused = lone.register_memory(CallerMemory::from(Vec::new())).expect_err("zero bytes");
+    assert!(matches!(refused.error, TransportError::Registration { len: 0, .. }), "{:?}", refused.error);
+    // A buffer whose first byte sits one past an aligned address (safe code can make one).
+    let mut odd = bytes::BytesMut::from(&[5u8; 4097][..]);
+    bytes::Buf::advance(&mut odd, 1);
+    let refused = lone.register_memory(CallerMemory::from(odd)).expect_err("misaligned");
+    assert!(matches!(refused.error, TransportError::Misaligned { .. }), "{:?}", refused.error);
+    let back: bytes::BytesMut = refused.memory.take().expect("the refused buffer comes back");
+    assert_eq!(&back[..], &[5u8; 4096][..]);
+    let owned = lone.register(MemoryKind::Host, 4096).expect("register");
+    assert!(matches!(lone.release(owned.id), Err(TransportError::InvalidArgument { .. })), "transport-owned");
+    drop(lone);
+
+    let len = s.backend.scale().long_transfer_bytes.min(256 << 20);
+    let expected = random_bytes(len as usize, 24);
+    let receiver = s.backend.open(s.backend.token());
+    let target =
+        receiver.register_memory(CallerMemory::from(vec![0u8; len as usize])).expect("register the target");
+    let address = receiver.bind(s.backend.listen_address()).expect("bind");
+    let accepting = std::thread::spawn(move || {
+        block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(20)))
+            .expect("accept");
+        receiver
+    });
+    let sender = s.backend.open(s.backend.token());
+    let buffer = expected.clone();
+    let given_at = buffer.as_ptr() as usize;
+    let source = sender.register_memory(CallerMemory::from(buffer)).expect("register the source");
+    let mut lent_at = 0;
+    sender
+        .access_region(source.id, &mut |bytes| lent_at = bytes.as_ptr() as usize)
+        .expect("lend before posting");
+    assert_eq!(lent_at, given_at, "the region is the caller's buffer, not a copy of it");
+    let remote = block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(20))).expect("dial")[0];
+    let receiver = accepting.join().expect("accepting thread");
+
+    let caps = sender.capabilities();
+    let count = u64::from(caps.max_wrs_per_post.min(8));
+    let block = len.div_ceil(count).min(caps.facts.max_msg_bytes);
+    let ops: Vec<WriteOp> = (0..len.div_ceil(block))
+        .map(|index| {
+            let offset = index * block;
+            let last = offset + block >= len;
+            WriteOp {
+                wr_id: index,
+                local: source.id,
+                local_offset: offset,
+                remote: remote.id,
+                remote_offset: offset,
+                len: block.min(len - offset),
+                signalled: last,
+                imm: last.then_some(24),
+            }
+        })
+        .collect();
+    sender.post_writes(&ops).expect("post");
+    let busy = |result: Result<(), TransportError>| matches!(result, Err(TransportError::RegionBusy { .. }));
+    assert!(busy(sender.release(source.id).map(drop)), "released with {len} B in flight");
+    assert!(busy(sender.access_region(source.id, &mut |_| ())), "lent with {len} B in flight");
+    let mut completions = [rdma_hint_core::Completion::EMPTY; 1];
+    block_on(sender.wait_completions(&mut completions, deadline(60))).expect("completion");
+    assert_eq!(completions[0].status, rdma_hint_core::CompletionStatus::Success);
+    let mut arrivals = [Arrival::EMPTY; 1];
+    block_on(receiver.wait_arrivals(&mut arrivals, deadline(60))).expect("arrival");
+    assert_eq!((arrivals[0].imm, arrivals[0].region), (24, target.id));
+
+    let mut mismatch = Some(0);
+    receiver
+        .access_region(target.id, &mut |bytes| mismatch = first_mismatch(bytes, &expected))
+        .expect("lend");
+    assert_eq!(mismatch, None, "{len} B into caller memory: first wrong byte");
+    assert!(busy(receiver.release(target.id).map(drop)), "released while the peer may write it");
+    let back: Vec<u8> = sender.release(source.id).expect("release").take().expect("the Vec comes back");
+    assert_eq!(back.as_ptr() as usize, given_at, "handed back without a copy");
+    assert_eq!(first_mismatch(&back, &expected), None, "the source changed");
+    for (side, transport) in [("sender", &sender), ("receiver", &receiver)] {
+        let copied = transport.copied_bytes();
+        assert_eq!((copied.write_region, copied.read_region), (0, 0), "{side} copied in or out");
+    }
 }

@@ -69,6 +69,7 @@ macro_rules! suite {
                 bad_memory_and_bad_ops_fail_before_posting,
                 garbage_hellos_are_typed_errors_and_the_listener_survives,
                 pre_shared_tokens_gate_the_handshake,
+                caller_memory_moves_in_place_and_comes_back_intact,
             );
         }
     };

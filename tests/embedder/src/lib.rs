@@ -4,10 +4,10 @@
 #![forbid(unsafe_code)]
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{CallerMemory, CopiedBytes, Refused,
-    get_low_latency_rdma_size_hint_with, open, Arrival, Capabilities, Completion, Device, LocalRegion,
-    MemoryKind, OpenOptions, PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, TransportId,
-    TransportSelector, WaitMode, WriteOp,
+use rdma_hint::{
+    get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Capabilities, Completion, CopiedBytes,
+    Device, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
+    TransportError, TransportId, TransportSelector, WaitMode, WriteOp,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,11 @@ impl Transport for TimedPosts {
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
         self.inner.release(region)
     }
-    fn access_region(&self, region: RegionId, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+    fn access_region(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
         self.inner.access_region(region, access)
     }
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {

@@ -71,7 +71,10 @@ enum Owner {
 }
 
 /// Reads one pointer attribute of `ptr` into a `T`.
-fn pointer_attribute<T: Default>(ptr: sys::CUdeviceptr, attribute: sys::CUpointer_attribute) -> Result<T, GpuProbeError> {
+fn pointer_attribute<T: Default>(
+    ptr: sys::CUdeviceptr,
+    attribute: sys::CUpointer_attribute,
+) -> Result<T, GpuProbeError> {
     let mut value = T::default();
     // SAFETY: `value` is a live `T` of the size the attribute writes (an int for the ordinal,
     // a CUdeviceptr or size_t for the range, as the driver documents); the driver only reads
@@ -97,22 +100,29 @@ impl DeviceBuffer {
     /// The caller's device memory on `gpu`, used in place, after the driver confirms that
     /// `device_ptr..+len` lies inside one allocation of that GPU (an address the driver does
     /// not know, another GPU's memory or a range past the allocation's end is refused).
-    pub(crate) fn caller(gpu: &Arc<Gpu>, memory: CallerMemory) -> Result<DeviceBuffer, (GpuProbeError, CallerMemory)> {
+    pub(crate) fn caller(
+        gpu: &Arc<Gpu>,
+        memory: CallerMemory,
+    ) -> Result<DeviceBuffer, (GpuProbeError, CallerMemory)> {
         let ForeignMemory::CudaDevice { ordinal, device_ptr, len } = memory.memory() else {
             return Err((GpuProbeError::Invalid("not CUDA device memory".into()), memory));
         };
         let checked = (|| {
             let size = usize::try_from(len).map_err(|_| GpuProbeError::Invalid(format!("{len} B")))?;
             gpu.bind()?;
-            let owner: i32 = pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?;
+            let owner: i32 =
+                pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?;
             if u32::try_from(owner).ok() != Some(ordinal) || ordinal != gpu.ordinal() {
                 return Err(GpuProbeError::Invalid(format!(
                     "device pointer {device_ptr:#x} is memory of GPU {owner}, not GPU {ordinal}"
                 )));
             }
-            let start: sys::CUdeviceptr =
-                pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)?;
-            let span: usize = pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE)?;
+            let start: sys::CUdeviceptr = pointer_attribute(
+                device_ptr,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            )?;
+            let span: usize =
+                pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE)?;
             let end = start.checked_add(span as u64);
             if device_ptr.checked_add(len).zip(end).is_none_or(|(want, have)| want > have) {
                 return Err(GpuProbeError::Invalid(format!(
@@ -122,7 +132,12 @@ impl DeviceBuffer {
             Ok(size)
         })();
         match checked {
-            Ok(size) => Ok(DeviceBuffer { gpu: gpu.clone(), ptr: device_ptr, len: size, owner: Owner::Caller(Some(memory)) }),
+            Ok(size) => Ok(DeviceBuffer {
+                gpu: gpu.clone(),
+                ptr: device_ptr,
+                len: size,
+                owner: Owner::Caller(Some(memory)),
+            }),
             Err(error) => Err((error, memory)),
         }
     }
@@ -292,7 +307,8 @@ pub fn cuda_slice_memory(slice: cudarc::driver::CudaSlice<u8>) -> Result<CallerM
     use cudarc::driver::DevicePtr;
     slice.stream().synchronize().map_err(driver_error("cuStreamSynchronize"))?;
     let (device_ptr, recorded) = slice.device_ptr(slice.stream());
-    let memory = ForeignMemory::CudaDevice { ordinal: slice.ordinal() as u32, device_ptr, len: slice.len() as u64 };
+    let memory =
+        ForeignMemory::CudaDevice { ordinal: slice.ordinal() as u32, device_ptr, len: slice.len() as u64 };
     drop(recorded);
     // SAFETY: `device_ptr..+len` is the slice's own allocation; the slice moves into the owner
     // box, which keeps it (and so the allocation, at a fixed address) alive until `take`.
