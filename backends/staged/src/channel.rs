@@ -94,8 +94,8 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
 ///   which are not the CPU;
 /// * shm: one copy from the caller's buffer straight into the peer's mapping; a receiving
 ///   region in caller memory, which the peer cannot map, is filled by one copy out of a shared
-///   bounce mapping; GPU memory is copied into the peer's mapping by a copy engine and cannot
-///   be exposed on this channel.
+///   bounce mapping; GPU memory is copied into the peer's mapping by a copy engine, and a
+///   receiving GPU region is filled by the copy engine from a page-locked bounce.
 fn caller_memory_path(channel: StagedChannel, kind: MemoryKind) -> Option<CallerMemoryPath> {
     let gpu = match kind {
         MemoryKind::Host => false,
@@ -105,7 +105,7 @@ fn caller_memory_path(channel: StagedChannel, kind: MemoryKind) -> Option<Caller
     let (send_copies, receive_copies, medium_copies) = match (channel, gpu) {
         (StagedChannel::Tcp, _) => (0, Some(0), 2),
         (StagedChannel::SharedMemory, false) => (1, Some(1), 0),
-        (StagedChannel::SharedMemory, true) => (0, None, 0),
+        (StagedChannel::SharedMemory, true) => (0, Some(0), 0),
     };
     Some(CallerMemoryPath { kind, send_copies, receive_copies, medium_copies })
 }

@@ -29,16 +29,49 @@ const MAX_PENDING_ACKS: usize = 4096;
 pub(crate) struct LocalEntry {
     pub(crate) memory: Arc<RegionMemory>,
     pub(crate) exposed: bool,
-    /// shm channel, caller memory exposed to the peer: the shared mapping the peer writes
-    /// instead, whose bytes the reader copies on into `memory` as each write is announced.
-    pub(crate) bounce: Option<Arc<Memory>>,
+    /// shm channel, a region the peer cannot map (caller host memory, GPU memory) exposed to
+    /// it: the shared mapping the peer writes instead, whose bytes the reader copies on into
+    /// `memory` as each write is announced.
+    pub(crate) bounce: Option<Arc<Bounce>>,
+}
+
+/// A shared mapping in front of a region the peer cannot map; page-locked when the region is
+/// GPU memory, so the copy on is the copy engine's.
+#[derive(Debug)]
+pub(crate) struct Bounce {
+    // Unregistered before the mapping goes (field order).
+    #[cfg(feature = "cuda")]
+    _pinned: Option<crate::gpu::HostRegistration>,
+    pub(crate) memory: Memory,
+}
+
+impl Bounce {
+    /// A new shared mapping for `region`.
+    pub(crate) fn new(region: &RegionMemory) -> Result<Bounce, TransportError> {
+        let memory = Memory::shared(region.len())?;
+        #[cfg(feature = "cuda")]
+        if let RegionMemory::Gpu(buffer, _) = region {
+            let (base, len) = memory.mapping();
+            // SAFETY: the mapping lives in this value and outlives the registration (field order).
+            let pinned = unsafe { crate::gpu::HostRegistration::new(buffer.gpu(), base, len) };
+            if let Err(error) = &pinned {
+                tracing::debug!(%error, "staged: the bounce cannot be page-locked; copying through the driver");
+            }
+            return Ok(Bounce { _pinned: pinned.ok(), memory });
+        }
+        Ok(Bounce {
+            #[cfg(feature = "cuda")]
+            _pinned: None,
+            memory,
+        })
+    }
 }
 
 impl LocalEntry {
     /// The descriptor the peer maps on the shm channel: the bounce's, or the region's own.
     pub(crate) fn shm_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match &self.bounce {
-            Some(bounce) => bounce.shm_fd(),
+            Some(bounce) => bounce.memory.shm_fd(),
             None => self.memory.host().and_then(Memory::shm_fd),
         }
     }
@@ -424,12 +457,15 @@ fn place(
             .over_socket(Direction::Receive, offset, len, socket, staging)
             .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
     } else if let Some(target) = local(&shared.local, region) {
-        // A write into the bounce in front of caller memory: the one copy on this side.
-        if let (Some(bounce), Some(memory)) = (&target.bounce, target.memory.host()) {
-            bounce
-                .copy_to(offset, memory, offset, len)
+        // A write into the bounce in front of memory the peer cannot map: the one copy here.
+        if let Some(bounce) = &target.bounce {
+            let by_cpu = target
+                .memory
+                .copy_from_bounce(&bounce.memory, offset, len)
                 .map_err(|e| format!("copying out of the channel: {e}"))?;
-            shared.counters.copies.in_transit(len);
+            if by_cpu {
+                shared.counters.copies.in_transit(len);
+            }
         }
     }
     let arrival = arrival.map(|imm| Arrival { imm, region, len });

@@ -202,6 +202,28 @@ impl RegionMemory {
         }
     }
 
+    /// Copies `offset..offset + len` of the bounce in front of this region into it (the one
+    /// copy of a write into memory the peer cannot map); returns whether the CPU made it (host
+    /// memory) rather than a copy engine (GPU memory, from the page-locked bounce).
+    pub(crate) fn copy_from_bounce(
+        &self,
+        bounce: &Memory,
+        offset: u64,
+        len: u64,
+    ) -> Result<bool, TransportError> {
+        match self {
+            RegionMemory::Host(memory) => bounce.copy_to(offset, memory, offset, len).map(|()| true),
+            #[cfg(feature = "cuda")]
+            RegionMemory::Gpu(buffer, _) => {
+                let source = bounce.range_ptr(offset, len)?;
+                // SAFETY: `source..+len` lies in the bounce (checked by `range_ptr`), mapped for
+                // the call; the peer wrote it before announcing the write.
+                unsafe { buffer.upload_raw(usize_of(offset)?, source, usize_of(len)?) }.map_err(gpu_error)?;
+                Ok(false)
+            }
+        }
+    }
+
     /// The device pointer of a GPU region's first byte.
     pub(crate) fn device_pointer(&self) -> Option<u64> {
         match self {

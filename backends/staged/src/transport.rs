@@ -2,7 +2,7 @@
 
 use crate::channel::{capabilities, StagedChannel};
 use crate::handoff::{self, Offer};
-use crate::link::{local, Counters, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
+use crate::link::{local, Bounce, Counters, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
 use crate::memory::Memory;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
@@ -78,17 +78,18 @@ impl StagedTransport {
         self.channel
     }
 
-    /// shm channel: gives every exposed region of caller host memory (which the peer cannot
-    /// map) a shared bounce mapping the peer writes instead.
-    fn bounce_exposed_caller_memory(&self, expose: &[RegionId]) -> Result<(), TransportError> {
+    /// shm channel: gives every exposed region the peer cannot map (caller host memory, GPU
+    /// memory) a shared bounce mapping the peer writes instead.
+    fn bounce_unmappable_regions(&self, expose: &[RegionId]) -> Result<(), TransportError> {
         if self.channel != StagedChannel::SharedMemory {
             return Ok(());
         }
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         for id in expose {
             let Some(Some(entry)) = regions.get_mut(id.0 as usize) else { continue };
-            if entry.bounce.is_none() && entry.memory.is_caller() && entry.memory.host().is_some() {
-                entry.bounce = Some(Arc::new(Memory::shared(entry.memory.len())?));
+            let mappable = entry.memory.host().is_some_and(|memory| memory.shm_fd().is_some());
+            if entry.bounce.is_none() && !mappable {
+                entry.bounce = Some(Arc::new(Bounce::new(&entry.memory)?));
             }
         }
         Ok(())
@@ -165,7 +166,7 @@ impl StagedTransport {
             let entry = local(&self.regions, *id).ok_or(TransportError::UnregisteredRegion(*id))?;
             if channel == ChannelKind::Shm && entry.shm_fd().is_none() {
                 return Err(TransportError::Handshake(format!(
-                    "region {} is {:?} memory: the shm channel exposes host regions only (use tcp, or expose a host region)",
+                    "region {} ({:?} memory) has no shared mapping to hand the peer over the shm channel",
                     id.0,
                     entry.memory.kind()
                 )));
@@ -317,7 +318,7 @@ impl Transport for StagedTransport {
             (StagedChannel::SharedMemory, PeerEndpoint::Listen(_)) => Some(Offer::new()?),
             _ => None,
         };
-        self.bounce_exposed_caller_memory(expose)?;
+        self.bounce_unmappable_regions(expose)?;
         let ours = self.hello(expose, offer.as_ref())?;
         let channel = ours.channel;
         let setup = LinkSetup {
@@ -524,7 +525,9 @@ impl LinkSetup {
             .iter()
             .map(|entry| {
                 entry.shm_fd().ok_or_else(|| {
-                    TransportError::Handshake("the shm channel exposes shared host regions only".into())
+                    TransportError::Handshake(
+                        "an exposed region has no shared mapping for the shm channel".into(),
+                    )
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;

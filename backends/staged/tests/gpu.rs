@@ -199,31 +199,160 @@ mod transport {
         }
     }
 
+    /// GPU to GPU over shm: the peer cannot map GPU memory, so it writes a page-locked bounce
+    /// the receiving side copies on with the copy engine as each write is announced.
     #[test]
     #[ignore = "needs an NVIDIA GPU and libcuda"]
-    fn gpu_regions_cannot_be_exposed_over_shm() {
-        let listener = StagedTransport::new(StagedChannel::SharedMemory);
-        let host = listener.register(MemoryKind::Host, 1 << 20).unwrap();
-        let address = listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
+    fn gpu_regions_receive_over_shm_through_a_bounce() {
+        for len in SIZES {
+            let pair = connected(StagedChannel::SharedMemory, GPU, &[GPU], len.next_multiple_of(64 * 1024));
+            let data = super::random_bytes(len as usize, len + 2);
+            assert!(pair.round_trip(&data) == data, "{len} B GPU -> shm -> GPU");
+            assert_eq!(pair.receiver.copied_bytes().in_transit, 0, "the copy engine copied, not the CPU");
+        }
+    }
+}
+
+/// GPU memory the application allocated (a cudarc `CudaSlice<u8>`), registered in place: no
+/// transport-owned GPU region in between, bytes verified where they land, the slice handed
+/// back intact, and device memory the driver does not vouch for refused.
+mod caller_memory {
+    use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+    use rdma_hint_core::{Arrival, CallerMemory, PeerEndpoint, SourceId, Transport, TransportError, WriteOp};
+    use rdma_hint_staged::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+    use rdma_hint_staged::gpu::cuda_slice_memory;
+    use rdma_hint_staged::{StagedChannel, StagedTransport};
+    use rdma_hint_toolkit::blocking::block_on;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn stream() -> Arc<CudaStream> {
+        CudaContext::new(0).expect("a GPU with libcuda").default_stream()
+    }
+
+    fn device_ptr(slice: &CudaSlice<u8>) -> u64 {
+        slice.device_ptr(slice.stream()).0
+    }
+
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and libcuda"]
+    fn an_application_s_cuda_slice_moves_in_place_and_comes_back() {
+        let stream = stream();
+        for channel in [StagedChannel::Tcp, StagedChannel::SharedMemory] {
+            let len = (8u64 << 20) + 4096;
+            let data = super::random_bytes(len as usize, 27);
+            let receiver = StagedTransport::new(channel);
+            // tcp: into the receiver's own CudaSlice; shm (host regions only): its own Vec.
+            let target_memory = match channel {
+                StagedChannel::Tcp => {
+                    cuda_slice_memory(stream.alloc_zeros::<u8>(len as usize).unwrap()).unwrap()
+                }
+                StagedChannel::SharedMemory => CallerMemory::from(vec![0u8; len as usize]),
+            };
+            let target = receiver.register_memory(target_memory).unwrap();
+            let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let accepting = std::thread::spawn(move || {
+                block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline)).unwrap();
+                receiver
+            });
+            let sender = StagedTransport::new(channel);
+            let slice = stream.clone_htod(&data).unwrap();
+            let at = device_ptr(&slice);
+            let source = sender.register_memory(cuda_slice_memory(slice).unwrap()).unwrap();
+            assert_eq!(sender.device_pointer(source.id).unwrap(), at, "the region is the slice itself");
+            let remote = block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap()[0];
+            let receiver = accepting.join().unwrap();
+
+            let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
+            chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(1 << 20, 64 * 1024).unwrap());
+            block_on(chunker.write(&sender, Transfer::new(&source, &remote, len).notify(3), deadline))
+                .unwrap();
+            let mut arrivals = [Arrival::EMPTY; 1];
+            block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap();
+            assert!(receiver.release(target.id).is_err(), "exposed to the connected peer");
+            let back: CudaSlice<u8> = sender.release(source.id).unwrap().take().unwrap();
+            assert_eq!(device_ptr(&back), at, "the same allocation comes back");
+            assert!(stream.clone_dtoh(&back).unwrap() == data, "the source slice changed");
+            drop(sender);
+            // The peer is gone: its writes are over, so the receiver's slice comes back.
+            let until = Instant::now() + Duration::from_secs(10);
+            let back = loop {
+                match receiver.release(target.id) {
+                    Ok(memory) => break memory,
+                    Err(TransportError::RegionBusy { .. }) if Instant::now() < until => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            let landed = stream.clone_dtoh(&back.take::<CudaSlice<u8>>().unwrap()).unwrap();
+            assert!(landed == data, "{channel}: the bytes in the receiver's own memory differ");
+            assert_eq!(receiver.copied_bytes().write_region + receiver.copied_bytes().read_region, 0);
+        }
+    }
+
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and libcuda"]
+    fn a_cuda_slice_with_an_op_in_flight_is_not_released() {
+        let stream = stream();
+        let len = 256u64 << 20;
+        let receiver = StagedTransport::new(StagedChannel::Tcp);
+        let target = receiver.register(rdma_hint_core::MemoryKind::Host, len).unwrap();
+        let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
         let accepting = std::thread::spawn(move || {
-            rdma_hint_toolkit::blocking::block_on(listener.connect(
-                PeerEndpoint::Listen(address),
-                &[host.id],
-                deadline,
-            ))
-            .map(|_| ())
+            block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline)).unwrap();
+            receiver
         });
-        let dialer = StagedTransport::new(StagedChannel::SharedMemory);
-        let region = dialer.register(MemoryKind::CudaDevice { ordinal: 0 }, 1 << 20).unwrap();
-        let error = rdma_hint_toolkit::blocking::block_on(dialer.connect(
-            PeerEndpoint::Dial(address),
-            &[region.id],
-            deadline,
-        ))
-        .unwrap_err();
-        assert!(error.to_string().contains("host regions only"), "{error}");
-        drop(dialer);
-        assert!(accepting.join().unwrap().is_err(), "the listener sees the dialer go");
+        let sender = StagedTransport::new(StagedChannel::Tcp);
+        let source = sender
+            .register_memory(cuda_slice_memory(stream.alloc_zeros::<u8>(len as usize).unwrap()).unwrap())
+            .unwrap();
+        let remote = block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).unwrap()[0];
+        let _receiver = accepting.join().unwrap();
+        let op = WriteOp {
+            wr_id: 1,
+            local: source.id,
+            local_offset: 0,
+            remote: remote.id,
+            remote_offset: 0,
+            len,
+            signalled: true,
+            imm: None,
+        };
+        sender.post_writes(&[op]).unwrap();
+        assert!(matches!(sender.release(source.id), Err(TransportError::RegionBusy { .. })));
+        let mut completions = [rdma_hint_core::Completion::EMPTY; 1];
+        block_on(sender.wait_completions(&mut completions, deadline)).unwrap();
+        assert!(sender.release(source.id).unwrap().take::<CudaSlice<u8>>().is_ok());
+    }
+
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and libcuda"]
+    fn device_memory_the_driver_does_not_vouch_for_is_refused() {
+        let stream = stream();
+        let slice = stream.alloc_zeros::<u8>(1 << 20).unwrap();
+        let at = device_ptr(&slice);
+        let transport = StagedTransport::new(StagedChannel::Tcp);
+        let cases = [
+            ("past the allocation's end", at, 2 << 20),
+            ("an address the driver never handed out", 0x7f00_0000_0000, 4096),
+            ("misaligned", at + 1, 4096),
+        ];
+        for (what, device_ptr, len) in cases {
+            // SAFETY: each is refused before anything reads it (the test checks that).
+            let memory = unsafe { CallerMemory::cuda_device(0, device_ptr, len) };
+            let refused = transport.register_memory(memory).expect_err(what);
+            assert!(
+                matches!(
+                    refused.error,
+                    TransportError::Registration { .. } | TransportError::Misaligned { .. }
+                ),
+                "{what}: {:?}",
+                refused.error
+            );
+        }
+        drop(slice);
     }
 }

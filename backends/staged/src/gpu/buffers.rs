@@ -204,6 +204,25 @@ impl DeviceBuffer {
 }
 
 impl DeviceBuffer {
+    /// Copies `len` bytes at `source` in at `offset` (synchronous).
+    ///
+    /// # Safety
+    /// `source..source + len` must be valid for reads for the duration of the call.
+    pub(crate) unsafe fn upload_raw(
+        &self,
+        offset: usize,
+        source: *const u8,
+        len: usize,
+    ) -> Result<(), GpuProbeError> {
+        let destination = self.address(offset, len)?;
+        self.gpu.bind()?;
+        // SAFETY: `destination..+len` is inside this allocation (checked); the source is the
+        // caller's obligation.
+        unsafe { sys::cuMemcpyHtoD_v2(destination, source.cast::<c_void>(), len) }
+            .result()
+            .map_err(driver_error("cuMemcpyHtoD"))
+    }
+
     /// Copies out from `offset` into `len` bytes at `destination` (synchronous).
     ///
     /// # Safety
@@ -232,6 +251,47 @@ impl Drop for DeviceBuffer {
         let _ = self.gpu.bind();
         // SAFETY: allocated by cuMemAlloc in `new`, freed once here.
         let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+/// Host memory this process mapped, page-locked for the copy engines (`cuMemHostRegister`)
+/// until dropped.
+#[derive(Debug)]
+pub(crate) struct HostRegistration {
+    gpu: Arc<Gpu>,
+    base: *mut u8,
+}
+
+// SAFETY: only the address is kept, to hand back to the driver on drop.
+unsafe impl Send for HostRegistration {}
+// SAFETY: as above: no access through the address.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Page-locks `base..base + len`.
+    ///
+    /// # Safety
+    /// The range must be a live mapping that outlives the registration.
+    pub(crate) unsafe fn new(
+        gpu: &Arc<Gpu>,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<HostRegistration, GpuProbeError> {
+        gpu.bind()?;
+        // SAFETY: a live mapping for the registration's life (this function's contract); the
+        // driver only locks its pages.
+        unsafe { sys::cuMemHostRegister_v2(base.cast::<c_void>(), len, sys::CU_MEMHOSTREGISTER_PORTABLE) }
+            .result()
+            .map_err(driver_error("cuMemHostRegister"))?;
+        Ok(HostRegistration { gpu: gpu.clone(), base })
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        // SAFETY: registered in `new`, unregistered once here, still mapped (its contract).
+        let _ = unsafe { sys::cuMemHostUnregister(self.base.cast::<c_void>()) };
     }
 }
 

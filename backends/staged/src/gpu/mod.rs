@@ -15,6 +15,8 @@ mod pipeline;
 mod staging;
 
 #[cfg(feature = "cuda")]
+pub(crate) use buffers::HostRegistration;
+#[cfg(feature = "cuda")]
 pub use buffers::{cuda_slice_memory, DeviceBuffer, Gpu, PinnedBuffer};
 #[cfg(feature = "cuda")]
 pub(crate) use peer_copy::PeerCopier;
