@@ -206,77 +206,133 @@ fn host(id: &TransportId, args: &Args) -> (Measured, Measured) {
     (copy, Measured { gbps: median(runs.clone()), runs, copies: median(copies) })
 }
 
-fn gpu(id: &TransportId, args: &Args) -> Result<(Measured, Measured), String> {
-    use rdma_hint::cudarc::driver::CudaContext;
+/// Where one side of a GPU pair keeps its memory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GpuMemory {
+    /// A GPU region the transport allocates (`register`), filled once with `write_region`.
+    Owned,
+    /// A cudarc `CudaSlice<u8>` the application allocated, registered in place.
+    Slice,
+}
+
+impl GpuMemory {
+    fn name(self) -> &'static str {
+        match self {
+            GpuMemory::Owned => "owned",
+            GpuMemory::Slice => "CudaSlice",
+        }
+    }
+}
+
+/// GPU → GPU transfers with `source` and `target` memory, verified after the last run.
+fn gpu_path(
+    id: &TransportId,
+    args: &Args,
+    (source, target): (GpuMemory, GpuMemory),
+) -> Result<Measured, String> {
+    use rdma_hint::cudarc::driver::{CudaContext, CudaSlice};
     let len = args.bytes;
     let hint = get_low_latency_rdma_size_hint_with(Device::Gpu(0), &TransportSelector::Id(id.clone()))
         .map_err(|e| format!("{id}: hint: {e}"))?;
     let region_len = len.next_multiple_of(hint.align_bytes);
     let stream = CudaContext::new(0).map_err(|e| e.to_string())?.default_stream();
     let expected = pattern(region_len);
-
-    let mut owned = Pair::connect(id, &hint, |sender, receiver| {
-        let source =
-            sender.register(MemoryKind::CudaDevice { ordinal: 0 }, region_len).expect("register GPU");
-        sender.write_region(source.id, 0, &expected).expect("fill once");
-        (
-            source,
-            receiver
-                .register(MemoryKind::CudaDevice { ordinal: 0 }, region_len)
-                .expect("register the target"),
-        )
+    let gpu = MemoryKind::CudaDevice { ordinal: 0 };
+    let mut pair = Pair::connect(id, &hint, |sender, receiver| {
+        let from = match source {
+            GpuMemory::Owned => {
+                let region = sender.register(gpu, region_len).expect("register GPU");
+                sender.write_region(region.id, 0, &expected).expect("fill once");
+                region
+            }
+            GpuMemory::Slice => {
+                let slice = stream.clone_htod(&expected).expect("the application's CudaSlice");
+                sender
+                    .register_memory(rdma_hint::cuda_slice_memory(slice).expect("caller memory"))
+                    .expect("register")
+            }
+        };
+        let to = match target {
+            GpuMemory::Owned => receiver.register(gpu, region_len).expect("register GPU"),
+            GpuMemory::Slice => {
+                let slice = stream.alloc_zeros::<u8>(region_len as usize).expect("the receiver's CudaSlice");
+                receiver
+                    .register_memory(rdma_hint::cuda_slice_memory(slice).expect("caller memory"))
+                    .expect("register")
+            }
+        };
+        (from, to)
     });
-    let mut runs = Vec::new();
-    for run in 0..=args.runs {
-        let started = Instant::now();
-        owned.transfer(len, run as u32);
-        if run > 0 {
-            runs.push(gbps(len, started.elapsed()));
-        }
-    }
-    let mut landed = vec![0u8; len as usize];
-    owned.receiver.read_region(owned.target.id, 0, &mut landed).expect("read_region");
-    assert!(landed[..] == expected[..len as usize], "{id}: transport-owned GPU path: bytes differ");
-    let copy = Measured { gbps: median(runs.clone()), runs, copies: f64::NAN };
-    drop(owned);
     let (mut runs, mut copies) = (Vec::new(), Vec::new());
-
-    let mut in_place = Pair::connect(id, &hint, |sender, receiver| {
-        let slice = stream.clone_htod(&expected).expect("the application's CudaSlice");
-        let memory = rdma_hint::cuda_slice_memory(slice).expect("as caller memory");
-        let source = sender.register_memory(memory).expect("register the CudaSlice");
-        let slice = stream.alloc_zeros::<u8>(region_len as usize).expect("the receiver's CudaSlice");
-        let target = receiver
-            .register_memory(rdma_hint::cuda_slice_memory(slice).expect("caller memory"))
-            .expect("register");
-        (source, target)
-    });
     for run in 0..=args.runs {
-        let before = in_place.copied();
+        let before = pair.copied();
         let started = Instant::now();
-        in_place.transfer(len, run as u32);
+        pair.transfer(len, run as u32);
         if run > 0 {
             runs.push(gbps(len, started.elapsed()));
-            copies.push(copies_per_byte(before, in_place.copied(), len));
+            copies.push(copies_per_byte(before, pair.copied(), len));
         }
     }
-    // The receiver's slice comes back once the sender has left (its writes are over).
-    let Pair { sender, receiver, target, .. } = in_place;
-    drop(sender);
-    let until = Instant::now() + Duration::from_secs(10);
-    let back = loop {
-        match receiver.release(target.id) {
-            Ok(memory) => break memory,
-            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("{id}: release: {e}")),
+    let mut landed = match target {
+        GpuMemory::Owned => {
+            let mut landed = vec![0u8; len as usize];
+            pair.receiver.read_region(pair.target.id, 0, &mut landed).expect("read_region");
+            landed
+        }
+        GpuMemory::Slice => {
+            // The receiver's slice comes back once the sender has left (its writes are over).
+            let Pair { sender, receiver, target, .. } = pair;
+            drop(sender);
+            let until = Instant::now() + Duration::from_secs(10);
+            let back = loop {
+                match receiver.release(target.id) {
+                    Ok(memory) => break memory,
+                    Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                    Err(e) => return Err(format!("{id}: release: {e}")),
+                }
+            };
+            let slice: CudaSlice<u8> = back.take().map_err(|_| "not the slice".to_string())?;
+            stream.clone_dtoh(&slice).map_err(|e| e.to_string())?
         }
     };
-    let slice: rdma_hint::cudarc::driver::CudaSlice<u8> =
-        back.take().map_err(|_| "not the slice".to_string())?;
-    let mut landed = stream.clone_dtoh(&slice).map_err(|e| e.to_string())?;
     landed.truncate(len as usize);
-    assert!(landed[..] == expected[..len as usize], "{id}: CudaSlice path: bytes differ");
-    Ok((copy, Measured { gbps: median(runs.clone()), runs, copies: median(copies) }))
+    if landed[..] != expected[..len as usize] {
+        return Err(format!("{id}: {} -> {}: bytes differ", source.name(), target.name()));
+    }
+    Ok(Measured { gbps: median(runs.clone()), runs, copies: median(copies) })
+}
+
+/// Transport-owned GPU memory on both sides against the application's `CudaSlice`s on both
+/// sides, each on `PAIRS` fresh connections taken in turn (a loopback TCP connection's rate
+/// varies more between connections than between the runs of one), then each mixed pairing.
+fn gpu(id: &TransportId, args: &Args) -> Result<(Measured, Measured), String> {
+    use GpuMemory::{Owned, Slice};
+    const PAIRS: usize = 3;
+    let (mut owned, mut slices) = (Vec::new(), Vec::new());
+    for _ in 0..PAIRS {
+        owned.push(gpu_path(id, args, (Owned, Owned))?);
+        slices.push(gpu_path(id, args, (Slice, Slice))?);
+    }
+    let pooled = |measured: Vec<Measured>| {
+        let runs: Vec<f64> = measured.iter().flat_map(|m| m.runs.iter().copied()).collect();
+        Measured {
+            gbps: median(runs.clone()),
+            runs,
+            copies: median(measured.iter().map(|m| m.copies).collect()),
+        }
+    };
+    let (owned, slices) = (pooled(owned), pooled(slices));
+    for mixed in [(Slice, Owned), (Owned, Slice)] {
+        let measured = gpu_path(id, args, mixed)?;
+        println!(
+            "#   {} -> {}: {:.2} GB/s ({:.2} of owned -> owned)",
+            mixed.0.name(),
+            mixed.1.name(),
+            measured.gbps,
+            measured.gbps / owned.gbps
+        );
+    }
+    Ok((owned, slices))
 }
 
 fn main() {
