@@ -186,8 +186,10 @@ fn host(id: &TransportId, args: &Args) -> (Measured, Measured) {
         let before = in_place.copied();
         let started = Instant::now();
         in_place.transfer(len, run as u32);
-        runs.push(gbps(len, started.elapsed()));
-        copies.push(copies_per_byte(before, in_place.copied(), len));
+        if run > 0 {
+            runs.push(gbps(len, started.elapsed()));
+            copies.push(copies_per_byte(before, in_place.copied(), len));
+        }
         in_place
             .sender
             .access_region(in_place.source.id, &mut |bytes| sent = bytes[..64].to_vec())
@@ -352,7 +354,7 @@ fn main() {
         match measured {
             Ok((copy, in_place)) => {
                 println!(
-                    "{:<12} | {:>7.2} GB/s {:>7.2} | {:>7.2} GB/s {:>7.2} | {:>6.2}",
+                    "{:<12} | {:>7.3} GB/s {:>7.2} | {:>7.3} GB/s {:>7.2} | {:>6.2}",
                     id.to_string(),
                     copy.gbps,
                     copy.copies,
@@ -361,7 +363,7 @@ fn main() {
                     in_place.gbps / copy.gbps
                 );
                 let show =
-                    |runs: &[f64]| runs.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
+                    |runs: &[f64]| runs.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(" ");
                 println!("#   runs GB/s: {before}: {}; {after}: {}", show(&copy.runs), show(&in_place.runs));
             }
             Err(e) => println!("{id:<12} | skipped: {e}"),
