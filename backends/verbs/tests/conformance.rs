@@ -11,7 +11,7 @@ use rdma_hint_chunker::{Transfer, TransferError};
 use rdma_hint_conformance::{
     chunker, deadline, pair, spawn_receiver, suite, Backend, Scale, Transport, TEST_TOKEN,
 };
-use rdma_hint_core::{MemoryKind, PeerEndpoint, TransportError};
+use rdma_hint_core::{CallerMemory, MemoryKind, PeerEndpoint, TransportError};
 use rdma_hint_verbs::wire::Hello;
 use rdma_hint_verbs::VerbsTransport;
 use std::io::{Read, Write};
@@ -59,6 +59,29 @@ fn capabilities_come_from_the_device() {
     assert!(rxe.facts.max_msg_bytes >= 1 << 20, "{}", rxe.summary);
     assert!(rxe.max_qp_wr >= 64 && rxe.max_sge >= 1, "{}", rxe.summary);
     eprintln!("{}: {}", rxe.name, rxe.summary);
+}
+
+/// rxe has no `ibv_reg_dmabuf_mr`: the capabilities do not offer dma-bufs (the open-time probe
+/// saw `EOPNOTSUPP`), registering one is a typed refusal that hands the memory back, and host
+/// caller memory is offered with no copies.
+#[test]
+#[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
+fn a_dma_buf_on_rxe_is_a_typed_refusal() {
+    let transport = SoftRoce.open(None);
+    let caps = transport.capabilities();
+    assert_eq!(caps.caller_memory_path(MemoryKind::DmaBuf), None, "rxe offered dma-bufs");
+    let host = caps.caller_memory_path(MemoryKind::Host).expect("host caller memory");
+    assert_eq!((host.send_copies, host.receive_copies, host.medium_copies), (0, Some(0), 0));
+    let file = std::fs::File::open("/dev/null").unwrap();
+    // SAFETY: refused before anything is registered (the test checks that); `file` outlives it.
+    let memory = unsafe { CallerMemory::dma_buf(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 4096) };
+    let refused = transport.register_memory(memory).expect_err("a dma-buf on rxe");
+    assert!(
+        matches!(refused.error, TransportError::UnsupportedMemory { kind: MemoryKind::DmaBuf }),
+        "{:?}",
+        refused.error
+    );
+    assert_eq!(refused.memory.len(), 4096);
 }
 
 #[test]

@@ -13,7 +13,7 @@
 //! owned GPU region (filled once) against a cudarc `CudaSlice` the application allocated, GPU
 //! to GPU, transfer throughput only.
 //!
-//! `zero_copy [--mib 1024] [--runs 5] [--ids staged:tcp,staged:shm] [--gpu]`
+//! `in_place_bw [--mib 1024] [--runs 5] [--ids staged:tcp,staged:shm] [--gpu]`
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
@@ -305,15 +305,24 @@ fn gpu_path(
 }
 
 /// Transport-owned GPU memory on both sides against the application's `CudaSlice`s on both
-/// sides, each on `PAIRS` fresh connections taken in turn (a loopback TCP connection's rate
-/// varies more between connections than between the runs of one), then each mixed pairing.
+/// sides, each on `ROUNDS` fresh connections in the order owned, slice, slice, owned, ... (a
+/// machine whose rate drifts during the run then favours neither; a loopback TCP connection's
+/// rate also varies more between connections than between the runs of one), then each mixed
+/// pairing once, against an owned pair right before it.
 fn gpu(id: &TransportId, args: &Args) -> Result<(Measured, Measured), String> {
     use GpuMemory::{Owned, Slice};
-    const PAIRS: usize = 3;
+    const ROUNDS: usize = 4;
     let (mut owned, mut slices) = (Vec::new(), Vec::new());
-    for _ in 0..PAIRS {
-        owned.push(gpu_path(id, args, (Owned, Owned))?);
-        slices.push(gpu_path(id, args, (Slice, Slice))?);
+    for round in 0..ROUNDS {
+        let order = if round % 2 == 0 { [Owned, Slice] } else { [Slice, Owned] };
+        for memory in order {
+            let measured = gpu_path(id, args, (memory, memory))?;
+            if memory == Owned {
+                owned.push(measured)
+            } else {
+                slices.push(measured)
+            }
+        }
     }
     let pooled = |measured: Vec<Measured>| {
         let runs: Vec<f64> = measured.iter().flat_map(|m| m.runs.iter().copied()).collect();
@@ -325,13 +334,14 @@ fn gpu(id: &TransportId, args: &Args) -> Result<(Measured, Measured), String> {
     };
     let (owned, slices) = (pooled(owned), pooled(slices));
     for mixed in [(Slice, Owned), (Owned, Slice)] {
+        let next_to = gpu_path(id, args, (Owned, Owned))?;
         let measured = gpu_path(id, args, mixed)?;
         println!(
-            "#   {} -> {}: {:.2} GB/s ({:.2} of owned -> owned)",
+            "#   {} -> {}: {:.2} GB/s ({:.2} of owned -> owned just before it)",
             mixed.0.name(),
             mixed.1.name(),
             measured.gbps,
-            measured.gbps / owned.gbps
+            measured.gbps / next_to.gbps
         );
     }
     Ok((owned, slices))
