@@ -12,7 +12,7 @@ use rdma_hint_core::{
     Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_oob::Rendezvous;
-use rdma_hint_toolkit::caller_memory::admit;
+use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
 use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -101,10 +101,7 @@ impl StagedTransport {
         // Ops queued after the sender thread ended are never read: a finished link is idle.
         let sender_done = self.link.get().is_some_and(Link::sender_finished);
         if self.counters.in_flight.load(Ordering::Acquire) > 0 && !sender_done {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "writes are in flight; wait for their completions first",
-            });
+            return Err(busy_in_flight(region));
         }
         Ok(())
     }
@@ -117,10 +114,7 @@ impl StagedTransport {
         let slot = regions.get_mut(region.0 as usize).filter(|slot| slot.is_some());
         let slot = slot.ok_or(TransportError::UnregisteredRegion(region))?;
         if slot.as_ref().is_some_and(|entry| entry.exposed) && connected {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "exposed to the connected peer; drop the transport to release it",
-            });
+            return Err(busy_exposed(region));
         }
         self.check_idle(region)?;
         let entry = slot.take().ok_or(TransportError::UnregisteredRegion(region))?;
@@ -423,13 +417,6 @@ impl Transport for StagedTransport {
         let link = self.link()?;
         let mode = self.wait_mode.get();
         link.arrivals.wait(out, mode, deadline, "staged arrivals", || link.gone()).await
-    }
-}
-
-fn not_caller_memory() -> TransportError {
-    TransportError::InvalidArgument {
-        what: "region",
-        why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
     }
 }
 

@@ -14,7 +14,7 @@ use rdma_hint_core::{
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
+use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
@@ -264,14 +264,9 @@ impl Transport for UcxTransport {
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        let not_caller = || {
-            TransportError::InvalidArgument {
-            what: "region",
-            why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
-        }
-        };
-        let region = self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller()) })?;
-        region.into_caller().ok_or_else(not_caller)
+        let region =
+            self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller_memory()) })?;
+        region.into_caller().ok_or_else(not_caller_memory)
     }
 
     fn access_region(
@@ -481,10 +476,7 @@ impl UcxTransport {
             tracing::debug!(error = %e, "ucx: flush before releasing a region failed");
         }
         if engine.busy() {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "writes are in flight; wait for their completions first",
-            });
+            return Err(busy_in_flight(region));
         }
         Ok(())
     }
@@ -499,10 +491,7 @@ impl UcxTransport {
         let mut engine = self.shared.engine();
         let exposed = self.signals.exposed.get().is_some_and(|e| e.iter().any(|(id, _)| *id == region.0));
         if exposed && engine.gone().is_none() {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "exposed to the connected peer; drop the transport to release it",
-            });
+            return Err(busy_exposed(region));
         }
         self.check_idle(&mut engine, region)?;
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);

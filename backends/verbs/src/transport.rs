@@ -17,7 +17,7 @@ use rdma_hint_core::{
     WaitMode, WriteOp,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
+use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::RegionTable;
 use rdma_mummy_sys as ibv;
@@ -262,10 +262,7 @@ impl VerbsTransport {
     /// with the region table write-locked: posts count under its read lock.
     fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
         if lock(&self.posting).in_flight > 0 {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "writes are in flight; wait for their completions first",
-            });
+            return Err(busy_in_flight(region));
         }
         Ok(())
     }
@@ -278,10 +275,7 @@ impl VerbsTransport {
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
         if self.exposed.get().is_some_and(|e| e.contains(&region.0)) && !self.broken() {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "exposed to the connected peer; drop the transport to release it",
-            });
+            return Err(busy_exposed(region));
         }
         // The table's write lock first: no post can start (posts hold its read lock, then the
         // posting lock) between the in-flight check and the removal.
@@ -355,14 +349,9 @@ impl Transport for VerbsTransport {
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        let not_caller = || {
-            TransportError::InvalidArgument {
-            what: "region",
-            why: "the transport allocated it (register); release hands back caller memory only, deregister frees it".into(),
-        }
-        };
-        let region = self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller()) })?;
-        region.into_caller().ok_or_else(not_caller)
+        let region =
+            self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller_memory()) })?;
+        region.into_caller().ok_or_else(not_caller_memory)
     }
 
     fn access_region(

@@ -8,7 +8,7 @@ use rdma_hint_core::{
     WaitMode, WriteOp,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
-use rdma_hint_toolkit::caller_memory::{admit, CopyMeter};
+use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::SocketAddr;
@@ -187,13 +187,10 @@ impl Transport for LoopbackTransport {
         let index = region.0 as usize;
         buffer(&regions, region)?;
         if !regions.caller[index] {
-            return Err(TransportError::InvalidArgument {
-                what: "region",
-                why: "the transport allocated it (register); release hands back caller memory only".into(),
-            });
+            return Err(not_caller_memory());
         }
         if regions.exposed[index] {
-            return Err(TransportError::RegionBusy { region, why: "exposed to the connected peer" });
+            return Err(busy_exposed(region));
         }
         let taken = regions.buffers[index].take().ok_or(TransportError::UnregisteredRegion(region))?;
         Ok(CallerMemory::from(taken))

@@ -2,7 +2,7 @@
 //! counter of the payload bytes its code copies.
 
 use crate::MAX_REGION_BYTES;
-use rdma_hint_core::{CallerMemory, CallerMemoryPath, CopiedBytes, Refused, TransportError};
+use rdma_hint_core::{CallerMemory, CallerMemoryPath, CopiedBytes, Refused, RegionId, TransportError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Admits `memory` for registration on a transport whose caller-memory paths are `paths`: its
@@ -70,5 +70,27 @@ impl CopyMeter {
             read_region: self.read_region.load(Ordering::Relaxed),
             in_transit: self.in_transit.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// What `release` answers for a region the transport allocated.
+pub fn not_caller_memory() -> TransportError {
+    TransportError::InvalidArgument {
+        what: "region",
+        why: "the transport allocated it (register); release hands back caller memory only, deregister frees it"
+            .into(),
+    }
+}
+
+/// `RegionBusy`: an op this transport posted may still read `region`.
+pub fn busy_in_flight(region: RegionId) -> TransportError {
+    TransportError::RegionBusy { region, why: "writes are in flight; wait for their completions first" }
+}
+
+/// `RegionBusy`: the connected peer may write `region`.
+pub fn busy_exposed(region: RegionId) -> TransportError {
+    TransportError::RegionBusy {
+        region,
+        why: "exposed to the connected peer; it comes back once the peer has gone (or drop the transport)",
     }
 }
