@@ -366,7 +366,8 @@ fn send_one(
                 staging.settle().map_err(|e| format!("copying GPU memory to the peer: {e}"))?;
             }
             if op.signalled {
-                // The bytes are in the peer's memory: that is what an RDMA WRITE completion means.
+                // The bytes are in the peer's memory (an RDMA WRITE completion's meaning), or in
+                // its bounce in front of memory it could not map, which it copies on in order.
                 let _ =
                     completions.try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
             }

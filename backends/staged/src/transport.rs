@@ -106,26 +106,65 @@ impl StagedTransport {
         Ok(())
     }
 
-    /// Unregisters `region` and hands its memory back, unless the peer may still write it or
-    /// an op of ours may still read it.
-    fn take_region(&self, region: RegionId) -> Result<RegionMemory, TransportError> {
-        let connected = self.link.get().is_some_and(|link| link.broken.get().is_none());
+    /// Whether the peer may write `entry`: it is exposed (from the start of `connect`) and
+    /// the link has not gone down.
+    fn peer_may_write(&self, entry: &LocalEntry) -> bool {
+        entry.exposed && self.link.get().is_none_or(|link| link.broken.get().is_none())
+    }
+
+    /// Unregisters `region` and hands its memory back once `admit` accepts it (all under the
+    /// table's write lock), unless the peer may still write it or an op of ours may still read
+    /// it.
+    fn take_region(
+        &self,
+        region: RegionId,
+        admit: impl FnOnce(&LocalEntry) -> Result<(), TransportError>,
+    ) -> Result<RegionMemory, TransportError> {
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         let slot = regions.get_mut(region.0 as usize).filter(|slot| slot.is_some());
         let slot = slot.ok_or(TransportError::UnregisteredRegion(region))?;
-        if slot.as_ref().is_some_and(|entry| entry.exposed) && connected {
+        let entry = slot.as_ref().ok_or(TransportError::UnregisteredRegion(region))?;
+        admit(entry)?;
+        if self.peer_may_write(entry) {
             return Err(busy_exposed(region));
         }
         self.check_idle(region)?;
         let entry = slot.take().ok_or(TransportError::UnregisteredRegion(region))?;
-        // A GPU copy the sender queued may still hold the memory until it lands.
+        // A link thread that was placing or sending may hold the memory a moment longer (a
+        // queued GPU copy until it lands).
         Arc::try_unwrap(entry.memory).map_err(|memory| {
             *slot = Some(LocalEntry { memory, ..entry });
-            TransportError::RegionBusy {
-                region,
-                why: "a GPU copy is still reading it; wait for its completion",
-            }
+            TransportError::RegionBusy { region, why: "a link thread still holds it; try again" }
         })
+    }
+
+    /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
+    /// peer may write (`access_region_unchecked`, whose caller vouches the peer is not).
+    fn lend(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+        exposed_too: bool,
+    ) -> Result<(), TransportError> {
+        // The write lock: a post counts its ops in flight under the read lock, so none can
+        // start while the bytes are lent.
+        let regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let entry = regions
+            .get(region.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TransportError::UnregisteredRegion(region))?;
+        let Some(host) = entry.memory.host() else {
+            return Err(TransportError::UnsupportedMemory { kind: entry.memory.kind() });
+        };
+        if !exposed_too && self.peer_may_write(entry) {
+            return Err(busy_exposed(region));
+        }
+        self.check_idle(region)?;
+        // SAFETY: no op of this transport is in flight (checked) and none can be posted while
+        // the write lock is held; the peer cannot write the region (it is not exposed to a
+        // live link), or the caller of `access_region_unchecked` vouches that it does not.
+        unsafe { host.lend(access) };
+        Ok(())
     }
 
     /// Puts `memory` in the lowest free slot.
@@ -200,6 +239,63 @@ impl StagedTransport {
     }
 }
 
+impl StagedTransport {
+    /// Marks `expose` as exposed to the peer, or not.
+    fn mark_exposed(&self, expose: &[RegionId], exposed: bool) {
+        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        for id in expose {
+            if let Some(Some(entry)) = regions.get_mut(id.0 as usize) {
+                entry.exposed = exposed;
+            }
+        }
+    }
+
+    /// `connect` after the checks and the bounces: the hello, the handshake, the link.
+    async fn finish_connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        offer: Option<Offer>,
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        let ours = self.hello(expose, offer.as_ref())?;
+        let channel = ours.channel;
+        let setup = LinkSetup {
+            channel: wire_channel(self.channel),
+            regions: self.regions.clone(),
+            expose: expose.to_vec(),
+            max_outstanding: self.caps.max_outstanding_wrs as usize,
+            max_msg_bytes: self.caps.facts.max_msg_bytes,
+            offer,
+            deadline,
+            counters: self.counters.clone(),
+        };
+        // Mapping the peer's regions and starting the link threads happen on the rendezvous
+        // thread too: nothing that can take milliseconds runs on the awaiting task's thread.
+        let (_, (link, hello)) = self
+            .rendezvous
+            .meet(
+                peer,
+                deadline,
+                move || {
+                    let start = move |stream: &mut TcpStream, hello: Hello| {
+                        stream.set_read_timeout(None)?;
+                        // Writes keep a bound so a peer that stops reading breaks the link
+                        // instead of a thread.
+                        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+                        let link = setup.start(stream.try_clone()?, &hello)?;
+                        Ok((link, hello))
+                    };
+                    Ok((ours.encode(), start))
+                },
+                move |stream| decode_hello(stream, channel),
+            )
+            .await?;
+        self.link.set(link).map_err(|_| TransportError::AlreadyConnected)?;
+        Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+    }
+}
+
 #[async_trait]
 impl Transport for StagedTransport {
     fn capabilities(&self) -> &Capabilities {
@@ -224,7 +320,7 @@ impl Transport for StagedTransport {
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        self.take_region(region).map(drop)
+        self.take_region(region, |_| Ok(())).map(drop)
     }
 
     fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
@@ -237,15 +333,11 @@ impl Transport for StagedTransport {
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        {
-            let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-            let entry = regions.get(region.0 as usize).and_then(Option::as_ref);
-            if !entry.ok_or(TransportError::UnregisteredRegion(region))?.memory.is_caller() {
-                return Err(not_caller_memory());
-            }
-        }
-        let memory = self.take_region(region)?;
-        memory.into_caller().map_err(|_| not_caller_memory())
+        let caller_only = |entry: &LocalEntry| match entry.memory.is_caller() {
+            true => Ok(()),
+            false => Err(not_caller_memory()),
+        };
+        self.take_region(region, caller_only)?.into_caller().map_err(|_| not_caller_memory())
     }
 
     fn access_region(
@@ -253,22 +345,15 @@ impl Transport for StagedTransport {
         region: RegionId,
         access: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), TransportError> {
-        // The write lock: a post counts its ops in flight under the read lock, so none can
-        // start while the bytes are lent.
-        let regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let entry = regions
-            .get(region.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(TransportError::UnregisteredRegion(region))?;
-        let Some(host) = entry.memory.host() else {
-            return Err(TransportError::UnsupportedMemory { kind: entry.memory.kind() });
-        };
-        self.check_idle(region)?;
-        // SAFETY: no op of this transport is in flight (checked) and none can be posted while
-        // the write lock is held; the peer's writes into an exposed region are the RDMA
-        // contract the application orders with arrivals.
-        unsafe { host.lend(access) };
-        Ok(())
+        self.lend(region, access, false)
+    }
+
+    unsafe fn access_region_unchecked(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        self.lend(region, access, true)
     }
 
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
@@ -313,41 +398,14 @@ impl Transport for StagedTransport {
             _ => None,
         };
         self.bounce_unmappable_regions(expose)?;
-        let ours = self.hello(expose, offer.as_ref())?;
-        let channel = ours.channel;
-        let setup = LinkSetup {
-            channel: wire_channel(self.channel),
-            regions: self.regions.clone(),
-            expose: expose.to_vec(),
-            max_outstanding: self.caps.max_outstanding_wrs as usize,
-            max_msg_bytes: self.caps.facts.max_msg_bytes,
-            offer,
-            deadline,
-            counters: self.counters.clone(),
-        };
-        // Mapping the peer's regions and starting the link threads happen on the rendezvous
-        // thread too: nothing that can take milliseconds runs on the awaiting task's thread.
-        let (_, (link, hello)) = self
-            .rendezvous
-            .meet(
-                peer,
-                deadline,
-                move || {
-                    let start = move |stream: &mut TcpStream, hello: Hello| {
-                        stream.set_read_timeout(None)?;
-                        // Writes keep a bound so a peer that stops reading breaks the link
-                        // instead of a thread.
-                        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
-                        let link = setup.start(stream.try_clone()?, &hello)?;
-                        Ok((link, hello))
-                    };
-                    Ok((ours.encode(), start))
-                },
-                move |stream| decode_hello(stream, channel),
-            )
-            .await?;
-        self.link.set(link).map_err(|_| TransportError::AlreadyConnected)?;
-        Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+        // Exposed from here on: the hello names the regions, and the peer may write them as
+        // soon as the link runs, which may be before this call returns.
+        self.mark_exposed(expose, true);
+        let connected = self.finish_connect(peer, expose, offer, deadline).await;
+        if connected.is_err() {
+            self.mark_exposed(expose, false);
+        }
+        connected
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {

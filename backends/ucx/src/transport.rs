@@ -14,7 +14,9 @@ use rdma_hint_core::{
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
+use rdma_hint_toolkit::caller_memory::{
+    admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
+};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
@@ -65,6 +67,7 @@ pub struct UcxTransport {
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
     copies: CopyMeter,
+    exposure: Exposure,
 }
 
 rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
@@ -101,6 +104,7 @@ impl UcxTransport {
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
             copies: CopyMeter::default(),
+            exposure: Exposure::default(),
         })
     }
 
@@ -209,6 +213,64 @@ fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
     }
 }
 
+impl UcxTransport {
+    /// `connect` after the checks: the hello, the handshake, the endpoint and progress thread.
+    async fn finish_connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        let ours = self.hello(expose)?;
+        let our_address = ours.worker_address.clone();
+        let (shared, signals, exposed) = (self.shared.clone(), self.signals.clone(), expose.to_vec());
+        // The whole set-up (endpoint creation, rkey unpacking, the ready exchange, the progress
+        // thread) runs on the rendezvous thread, not on the awaiting task's.
+        let connected = move |stream: &mut std::net::TcpStream, hello: Hello| {
+            let lanes = attach(&shared, &signals, &hello, &exposed)?;
+            if let Err(why) = confirm(stream, READY) {
+                shared.engine().fail(why.to_string());
+                return Err(why);
+            }
+            // Both sides are past the confirmation and progress their workers in this flush,
+            // so the wire-up completes now rather than behind a later failure.
+            // A peer that leaves right after its own flush fails ours: that is for the first
+            // operation to report (as `PeerGone`), not the handshake that succeeded.
+            let wired = shared.engine().complete_wireup();
+            if let Err(e) = wired {
+                tracing::debug!(error = %e, "ucx: the wire-up flush failed; the peer may have left");
+            }
+            let oob = stream.try_clone()?;
+            oob.set_nonblocking(true)?;
+            shared.engine().watch(oob.try_clone()?);
+            let _ = shared.oob.set(oob);
+            let progress_shared = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name("rdma-hint-ucx-progress".into())
+                .spawn(move || progress::run(progress_shared))?;
+            Ok((hello, lanes, handle))
+        };
+        let (_, (hello, lanes, handle)) = self
+            .rendezvous
+            .meet(
+                peer,
+                deadline,
+                move || Ok((ours.encode(), connected)),
+                move |mut stream: &mut dyn std::io::Read| {
+                    // A listener drops a candidate whose address fails the screen and keeps
+                    // listening; the screen runs again right before `ucp_ep_create`.
+                    let theirs = Hello::decode(&mut stream)?;
+                    screen_worker_address(&theirs.worker_address, &our_address)?;
+                    Ok(theirs)
+                },
+            )
+            .await?;
+        *self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner) = Some(lanes);
+        *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+    }
+}
+
 #[async_trait]
 impl Transport for UcxTransport {
     fn capabilities(&self) -> &Capabilities {
@@ -274,15 +336,15 @@ impl Transport for UcxTransport {
         region: RegionId,
         access: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), TransportError> {
-        let mut engine = self.shared.engine();
-        self.check_idle(&mut engine, region)?;
-        // Posts take the table's read lock: none starts while the bytes are lent.
-        let table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        drop(engine);
-        // SAFETY: no put of this transport is in flight (checked, after flushing unsignalled
-        // ones) and none can be posted while the table is write-locked.
-        unsafe { table.get(region)?.lend(access) };
-        Ok(())
+        self.lend(region, access, false)
+    }
+
+    unsafe fn access_region_unchecked(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        self.lend(region, access, true)
     }
 
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
@@ -331,53 +393,13 @@ impl Transport for UcxTransport {
                 why: "the UCX backend hands the peer's worker address to UCX, whose parser trusts it: set a token (with_token) so only an authenticated peer can send one".into(),
             });
         }
-        let ours = self.hello(expose)?;
-        let our_address = ours.worker_address.clone();
-        let (shared, signals, exposed) = (self.shared.clone(), self.signals.clone(), expose.to_vec());
-        // The whole set-up (endpoint creation, rkey unpacking, the ready exchange, the progress
-        // thread) runs on the rendezvous thread, not on the awaiting task's.
-        let connected = move |stream: &mut std::net::TcpStream, hello: Hello| {
-            let lanes = attach(&shared, &signals, &hello, &exposed)?;
-            if let Err(why) = confirm(stream, READY) {
-                shared.engine().fail(why.to_string());
-                return Err(why);
-            }
-            // Both sides are past the confirmation and progress their workers in this flush,
-            // so the wire-up completes now rather than behind a later failure.
-            // A peer that leaves right after its own flush fails ours: that is for the first
-            // operation to report (as `PeerGone`), not the handshake that succeeded.
-            let wired = shared.engine().complete_wireup();
-            if let Err(e) = wired {
-                tracing::debug!(error = %e, "ucx: the wire-up flush failed; the peer may have left");
-            }
-            let oob = stream.try_clone()?;
-            oob.set_nonblocking(true)?;
-            shared.engine().watch(oob.try_clone()?);
-            let _ = shared.oob.set(oob);
-            let progress_shared = shared.clone();
-            let handle = std::thread::Builder::new()
-                .name("rdma-hint-ucx-progress".into())
-                .spawn(move || progress::run(progress_shared))?;
-            Ok((hello, lanes, handle))
-        };
-        let (_, (hello, lanes, handle)) = self
-            .rendezvous
-            .meet(
-                peer,
-                deadline,
-                move || Ok((ours.encode(), connected)),
-                move |mut stream: &mut dyn std::io::Read| {
-                    // A listener drops a candidate whose address fails the screen and keeps
-                    // listening; the screen runs again right before `ucp_ep_create`.
-                    let theirs = Hello::decode(&mut stream)?;
-                    screen_worker_address(&theirs.worker_address, &our_address)?;
-                    Ok(theirs)
-                },
-            )
-            .await?;
-        *self.connected_lanes.lock().unwrap_or_else(PoisonError::into_inner) = Some(lanes);
-        *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-        Ok(hello.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+        // Exposed from here on: the hello names the regions with their keys.
+        self.exposure.expose(expose);
+        let connected = self.finish_connect(peer, expose, deadline).await;
+        if connected.is_err() {
+            self.exposure.withdraw();
+        }
+        connected
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
@@ -469,15 +491,35 @@ impl Drop for UcxTransport {
 }
 
 impl UcxTransport {
-    /// Refuses while a put of ours may still read local memory (unsignalled ones are flushed
-    /// out first: they have no request to watch).
-    fn check_idle(&self, engine: &mut Engine, region: RegionId) -> Result<(), TransportError> {
-        if let Err(e) = engine.flush_unsignalled() {
-            tracing::debug!(error = %e, "ucx: flush before releasing a region failed");
+    /// Whether the peer may write `region`: exposed (from the start of `connect`) and the
+    /// connection not gone.
+    fn peer_may_write(&self, engine: &Engine, region: RegionId) -> bool {
+        self.exposure.contains(region) && engine.gone().is_none()
+    }
+
+    /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
+    /// peer may write (`access_region_unchecked`, whose caller vouches the peer is not). Puts
+    /// still in flight, unsignalled ones included, make it busy: nothing here waits for them.
+    fn lend(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+        exposed_too: bool,
+    ) -> Result<(), TransportError> {
+        let engine = self.shared.engine();
+        if !exposed_too && self.peer_may_write(&engine, region) {
+            return Err(busy_exposed(region));
         }
         if engine.busy() {
             return Err(busy_in_flight(region));
         }
+        // Posts take the table's read lock: none starts while the bytes are lent.
+        let table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
+        drop(engine);
+        // SAFETY: no put of this transport is in flight (checked) and none can be posted while
+        // the table is write-locked; the peer cannot write the region (not exposed to a live
+        // connection), or the caller of `access_region_unchecked` vouches that it does not.
+        unsafe { table.get(region)?.lend(access) };
         Ok(())
     }
 
@@ -489,11 +531,16 @@ impl UcxTransport {
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
         let mut engine = self.shared.engine();
-        let exposed = self.signals.exposed.get().is_some_and(|e| e.iter().any(|(id, _)| *id == region.0));
-        if exposed && engine.gone().is_none() {
+        if self.peer_may_write(&engine, region) {
             return Err(busy_exposed(region));
         }
-        self.check_idle(&mut engine, region)?;
+        // Unsignalled puts have no request to watch: flush them out (bounded) before the unmap.
+        if let Err(e) = engine.flush_unsignalled() {
+            tracing::debug!(error = %e, "ucx: flush before releasing a region failed");
+        }
+        if engine.busy() {
+            return Err(busy_in_flight(region));
+        }
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
         admit(table.get(region)?)?;
         let taken = table.remove(region)?;

@@ -23,6 +23,9 @@ pub(crate) enum QpState {
     Rtr,
     /// Ready to send.
     Rts,
+    /// Flushed: every outstanding WR completes with a flush error and the device reads and
+    /// writes no more memory for the QP. Reachable from any state.
+    Error,
 }
 
 impl QpState {
@@ -33,11 +36,15 @@ impl QpState {
             QpState::Init => Some(QpState::Reset),
             QpState::Rtr => Some(QpState::Init),
             QpState::Rts => Some(QpState::Rtr),
+            QpState::Error => None,
         }
     }
 
     /// Whether a QP in `self` may move to `to`; an [`OutOfOrder`] says why not.
     pub(crate) fn check_step(self, to: QpState) -> Result<(), OutOfOrder> {
+        if to == QpState::Error {
+            return Ok(());
+        }
         match to.comes_from() {
             Some(from) if from == self => Ok(()),
             needs => Err(OutOfOrder { to, needs, is: self }),
@@ -52,6 +59,7 @@ impl fmt::Display for QpState {
             QpState::Init => "INIT",
             QpState::Rtr => "RTR",
             QpState::Rts => "RTS",
+            QpState::Error => "ERR",
         })
     }
 }
@@ -178,6 +186,7 @@ impl QueuePair {
             QpState::Init => (ibv::ibv_qp_state::IBV_QPS_INIT, "ibv_modify_qp(INIT)"),
             QpState::Rtr => (ibv::ibv_qp_state::IBV_QPS_RTR, "ibv_modify_qp(RTR)"),
             QpState::Rts => (ibv::ibv_qp_state::IBV_QPS_RTS, "ibv_modify_qp(RTS)"),
+            QpState::Error => (ibv::ibv_qp_state::IBV_QPS_ERR, "ibv_modify_qp(ERR)"),
         };
         attr.qp_state = qp_state;
         let mask = (mask | ibv::ibv_qp_attr_mask::IBV_QP_STATE).0 as i32;
@@ -185,6 +194,17 @@ impl QueuePair {
         check(unsafe { ibv::ibv_modify_qp(self.handle.raw(), attr, mask) }, step)?;
         *state = to;
         Ok(())
+    }
+
+    /// Any state → ERR: the device stops working on the QP and flushes its WRs (once the link
+    /// is gone, so no WR reads memory the application takes back). Idempotent.
+    pub(crate) fn to_error(&self) -> Result<(), TransportError> {
+        if *self.state.lock().unwrap_or_else(PoisonError::into_inner) == QpState::Error {
+            return Ok(());
+        }
+        // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
+        let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        self.transition(QpState::Error, &mut attr, ibv::ibv_qp_attr_mask(0))
     }
 
     /// RESET → INIT on `port`: P_Key 0, the peer may write (no remote read).

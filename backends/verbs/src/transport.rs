@@ -17,7 +17,9 @@ use rdma_hint_core::{
     WaitMode, WriteOp,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
+use rdma_hint_toolkit::caller_memory::{
+    admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
+};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::RegionTable;
 use rdma_mummy_sys as ibv;
@@ -107,6 +109,7 @@ pub struct VerbsTransport {
     event_thread: Mutex<Option<EventThread>>,
     wait_mode: WaitModeCell,
     copies: CopyMeter,
+    exposure: Exposure,
     port: Port,
     rq_depth: u32,
     // Kept here (the CQs hold it too) so that it goes after the PD, as the last but one.
@@ -217,6 +220,7 @@ impl VerbsTransport {
             event_thread: Mutex::new(None),
             wait_mode: WaitModeCell::default(),
             copies: CopyMeter::default(),
+            exposure: Exposure::default(),
             port: Port { number: port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 },
             rq_depth,
             channel,
@@ -261,10 +265,49 @@ impl VerbsTransport {
     /// Refuses while work requests are in flight (their regions may still be read). Called
     /// with the region table write-locked: posts count under its read lock.
     fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
-        if lock(&self.posting).in_flight > 0 {
+        if lock(&self.posting).in_flight > 0 && !(self.broken() && self.flushed_after_loss()) {
             return Err(busy_in_flight(region));
         }
         Ok(())
+    }
+
+    /// Once the link is gone, WRs that were never signalled can never be retired by a
+    /// completion: moves the QP to ERR (the device reads no more memory for it), drains the
+    /// send CQ of its flush completions and counts nothing in flight. False if the QP cannot
+    /// be moved.
+    fn flushed_after_loss(&self) -> bool {
+        if let Err(error) = self.qp.to_error() {
+            tracing::debug!(%error, "verbs: cannot move the QP to ERR");
+            return false;
+        }
+        let mut polling = lock(&self.polling);
+        while self.qp.send_cq().poll(&mut polling.wcs).is_ok_and(|found| found > 0) {}
+        let mut posting = lock(&self.posting);
+        posting.in_flight = 0;
+        posting.retires.clear();
+        posting.since_signal = 0;
+        true
+    }
+
+    /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
+    /// peer may write (`access_region_unchecked`, whose caller vouches the peer is not).
+    fn lend(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+        exposed_too: bool,
+    ) -> Result<(), TransportError> {
+        if !exposed_too && self.exposure.contains(region) && !self.broken() {
+            return Err(busy_exposed(region));
+        }
+        // The table's write lock: posts hold its read lock, so none starts while lent.
+        let table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let lent = table.get(region)?;
+        self.check_idle(region)?;
+        // SAFETY: no work request is in flight (checked) and none can be posted while the
+        // table is write-locked; the peer cannot write the region (not exposed to a live
+        // link), or the caller of `access_region_unchecked` vouches that it does not.
+        unsafe { lent.lend(access) }
     }
 
     /// Unregisters `region` and hands it back once `admit` accepts it, unless the peer may
@@ -274,7 +317,7 @@ impl VerbsTransport {
         region: RegionId,
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
-        if self.exposed.get().is_some_and(|e| e.contains(&region.0)) && !self.broken() {
+        if self.exposure.contains(region) && !self.broken() {
             return Err(busy_exposed(region));
         }
         // The table's write lock first: no post can start (posts hold its read lock, then the
@@ -298,6 +341,58 @@ fn caller_memory_paths(pd: &Arc<ProtectionDomain>) -> Vec<CallerMemoryPath> {
         paths.push(path(MemoryKind::DmaBuf));
     }
     paths
+}
+
+impl VerbsTransport {
+    /// `connect` after the checks: registration for remote write, the QP's transitions and the
+    /// exchange.
+    async fn finish_connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, TransportError> {
+        let setup = Setup {
+            qp: self.qp.clone(),
+            pd: self.pd.clone(),
+            regions: self.regions.clone(),
+            expose: expose.to_vec(),
+            port: self.port,
+            rq_depth: self.rq_depth,
+            events: self.events.clone(),
+            watched: Watched {
+                channel: self.channel.clone(),
+                send_cq: self.qp.send_cq().clone(),
+                recv_cq: self.qp.recv_cq().clone(),
+            },
+            lending: self.lending.clone(),
+        };
+        // Memory registration, the QP's transitions and the event thread's start run on the
+        // rendezvous thread with the exchange: on Soft-RoCE each is a slow kernel call, and
+        // none may hold the awaiting task's thread. The loan is waited for in `Drop`.
+        let lent = self.lending.lend(setup);
+        let hello = move || {
+            let (ours, psn) = lent.value.hello()?;
+            Ok((ours.encode(), move |stream: &mut TcpStream, theirs: Hello| {
+                lent.value.finish(stream, theirs, psn)
+            }))
+        };
+        let decode = |mut stream: &mut dyn std::io::Read| Hello::decode(&mut stream);
+        let (_, (theirs, thread, stream)) = self.rendezvous.meet(peer, deadline, hello, decode).await?;
+        *lock(&self.event_thread) = Some(thread);
+        let _ = self.oob.set(stream);
+        let mut remote: Vec<Option<ExposedRegion>> = Vec::new();
+        for region in &theirs.regions {
+            let index = region.id as usize;
+            if remote.len() <= index {
+                remote.resize(index + 1, None);
+            }
+            remote[index] = Some(*region);
+        }
+        let _ = self.exposed.set(expose.iter().map(|id| id.0).collect());
+        let _ = self.remote.set(remote);
+        Ok(theirs.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+    }
 }
 
 #[async_trait]
@@ -359,13 +454,15 @@ impl Transport for VerbsTransport {
         region: RegionId,
         access: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), TransportError> {
-        // The table's write lock: posts hold its read lock, so none starts while lent.
-        let table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let lent = table.get(region)?;
-        self.check_idle(region)?;
-        // SAFETY: no work request is in flight (checked) and none can be posted while the
-        // table is write-locked.
-        unsafe { lent.lend(access) }
+        self.lend(region, access, false)
+    }
+
+    unsafe fn access_region_unchecked(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        self.lend(region, access, true)
     }
 
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
@@ -401,46 +498,13 @@ impl Transport for VerbsTransport {
         if expose.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        let setup = Setup {
-            qp: self.qp.clone(),
-            pd: self.pd.clone(),
-            regions: self.regions.clone(),
-            expose: expose.to_vec(),
-            port: self.port,
-            rq_depth: self.rq_depth,
-            events: self.events.clone(),
-            watched: Watched {
-                channel: self.channel.clone(),
-                send_cq: self.qp.send_cq().clone(),
-                recv_cq: self.qp.recv_cq().clone(),
-            },
-            lending: self.lending.clone(),
-        };
-        // Memory registration, the QP's transitions and the event thread's start run on the
-        // rendezvous thread with the exchange: on Soft-RoCE each is a slow kernel call, and
-        // none may hold the awaiting task's thread. The loan is waited for in `Drop`.
-        let lent = self.lending.lend(setup);
-        let hello = move || {
-            let (ours, psn) = lent.value.hello()?;
-            Ok((ours.encode(), move |stream: &mut TcpStream, theirs: Hello| {
-                lent.value.finish(stream, theirs, psn)
-            }))
-        };
-        let decode = |mut stream: &mut dyn std::io::Read| Hello::decode(&mut stream);
-        let (_, (theirs, thread, stream)) = self.rendezvous.meet(peer, deadline, hello, decode).await?;
-        *lock(&self.event_thread) = Some(thread);
-        let _ = self.oob.set(stream);
-        let mut remote: Vec<Option<ExposedRegion>> = Vec::new();
-        for region in &theirs.regions {
-            let index = region.id as usize;
-            if remote.len() <= index {
-                remote.resize(index + 1, None);
-            }
-            remote[index] = Some(*region);
+        // Exposed from here on: the hello names the regions with their keys.
+        self.exposure.expose(expose);
+        let connected = self.finish_connect(peer, expose, deadline).await;
+        if connected.is_err() {
+            self.exposure.withdraw();
         }
-        let _ = self.exposed.set(expose.iter().map(|id| id.0).collect());
-        let _ = self.remote.set(remote);
-        Ok(theirs.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
+        connected
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {

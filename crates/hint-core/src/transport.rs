@@ -425,10 +425,13 @@ pub trait Transport: Send + Sync {
     }
 
     /// Lends `access` the bytes of a host region in place (no copy), to fill before sending or
-    /// read after an arrival. [`TransportError::RegionBusy`] while an op this transport posted
-    /// may still read the region; a GPU region is [`TransportError::UnsupportedMemory`] (see
-    /// [`device_pointer`](Transport::device_pointer)). A peer's writes into an exposed region
-    /// are the peer's to order: read what an [`Arrival`] announced.
+    /// read once the peer is done. [`TransportError::RegionBusy`] while an op this transport
+    /// posted may still read the region, and while the region is exposed to a connected (or
+    /// connecting) peer, which may write it at any moment: read what an [`Arrival`] announced
+    /// with [`access_region_unchecked`](Transport::access_region_unchecked), whose contract
+    /// says the peer is not writing. A GPU region is [`TransportError::UnsupportedMemory`] (see
+    /// [`device_pointer`](Transport::device_pointer)). `access` runs with the region table
+    /// locked: it must not call back into this transport.
     ///
     /// The default lends nothing: [`TransportError::UnsupportedMemory`].
     fn access_region(
@@ -438,6 +441,24 @@ pub trait Transport: Send + Sync {
     ) -> Result<(), TransportError> {
         let _ = (region, access);
         Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
+    }
+
+    /// [`access_region`](Transport::access_region) for a region exposed to the connected
+    /// peer: the receiving side's in-place read after an arrival. Still
+    /// [`TransportError::RegionBusy`] while an op this transport posted may read it.
+    ///
+    /// # Safety
+    ///
+    /// The peer must not write the region while `access` runs: the application's protocol
+    /// orders it (the peer writes nothing more after the arrival being read, until this side
+    /// tells it to), as every RDMA receiver orders reads of its exposed memory.
+    #[allow(unsafe_code)] // the contract above; implementations are the backends'
+    unsafe fn access_region_unchecked(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        self.access_region(region, access)
     }
 
     /// The `CUdeviceptr` of a GPU region's first byte, so a kernel can fill it or read it in

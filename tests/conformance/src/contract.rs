@@ -562,10 +562,11 @@ pub fn two_hosts_over_network_namespaces_and_a_link_going_down<B: Backend>(s: &S
 }
 
 /// Caller memory is registered in place: a `Vec` the sender filled moves into a `Vec` the
-/// receiver gave, with no `write_region` or `read_region`; neither region can be released
-/// while an op may still read it (nor the receiver's while the peer may write it), and the
-/// sender's buffer comes back intact, at the address it was given at. Zero-length and
-/// misaligned caller memory are typed errors that hand the memory back.
+/// receiver gave, with no `write_region` or `read_region`; the source can be neither released
+/// nor lent while an op may still read it, nor the target while the peer may write it (from
+/// the start of `connect` until the peer has gone); the sender's buffer comes back intact, at
+/// the address it was given at, and the receiver's, once the peer has left, with what was
+/// sent. Zero-length and misaligned caller memory are typed errors that hand the memory back.
 pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subject<'_, B>) {
     let _shared = shared();
     let lone = s.backend.open(s.backend.token());
@@ -588,11 +589,20 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
     let target =
         receiver.register_memory(CallerMemory::from(vec![0u8; len as usize])).expect("register the target");
     let address = receiver.bind(s.backend.listen_address()).expect("bind");
+    let receiver = std::sync::Arc::new(receiver);
+    let listening = receiver.clone();
     let accepting = std::thread::spawn(move || {
-        block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(20)))
+        block_on(listening.connect(PeerEndpoint::Listen(address), &[target.id], deadline(20)))
             .expect("accept");
-        receiver
     });
+    // While the listen is pending, the hello that names the target may already be on its way:
+    // the target is exposed from the start of `connect`, not from its end.
+    std::thread::sleep(Duration::from_millis(50));
+    let refused = receiver.release(target.id).map(drop);
+    assert!(
+        matches!(refused, Err(TransportError::RegionBusy { .. })),
+        "released during connect: {refused:?}"
+    );
     let sender = s.backend.open(s.backend.token());
     let buffer = expected.clone();
     let given_at = buffer.as_ptr() as usize;
@@ -603,7 +613,7 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
         .expect("lend before posting");
     assert_eq!(lent_at, given_at, "the region is the caller's buffer, not a copy of it");
     let remote = block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(20))).expect("dial")[0];
-    let receiver = accepting.join().expect("accepting thread");
+    accepting.join().expect("accepting thread");
 
     let caps = sender.capabilities();
     let count = u64::from(caps.max_wrs_per_post.min(8));
@@ -635,17 +645,26 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
     block_on(receiver.wait_arrivals(&mut arrivals, deadline(60))).expect("arrival");
     assert_eq!((arrivals[0].imm, arrivals[0].region), (24, target.id));
 
-    let mut mismatch = Some(0);
-    receiver
-        .access_region(target.id, &mut |bytes| mismatch = first_mismatch(bytes, &expected))
-        .expect("lend");
-    assert_eq!(mismatch, None, "{len} B into caller memory: first wrong byte");
+    // The peer may write the target at any time while connected: neither lent nor released.
+    assert!(busy(receiver.access_region(target.id, &mut |_| ())), "lent while the peer may write it");
     assert!(busy(receiver.release(target.id).map(drop)), "released while the peer may write it");
     let back: Vec<u8> = sender.release(source.id).expect("release").take().expect("the Vec comes back");
     assert_eq!(back.as_ptr() as usize, given_at, "handed back without a copy");
     assert_eq!(first_mismatch(&back, &expected), None, "the source changed");
-    for (side, transport) in [("sender", &sender), ("receiver", &receiver)] {
-        let copied = transport.copied_bytes();
+    for (side, copied) in [("sender", sender.copied_bytes()), ("receiver", receiver.copied_bytes())] {
         assert_eq!((copied.write_region, copied.read_region), (0, 0), "{side} copied in or out");
     }
+    // Once the peer has gone, the receiver's own buffer comes back holding what was sent.
+    drop(sender);
+    let until = Instant::now() + Duration::from_secs(s.backend.scale().report_within_s);
+    let landed = loop {
+        match receiver.release(target.id) {
+            Ok(memory) => break memory.take::<Vec<u8>>().expect("the receiver's Vec comes back"),
+            Err(TransportError::RegionBusy { .. }) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("the receiver's buffer after the peer left: {e}"),
+        }
+    };
+    assert_eq!(first_mismatch(&landed, &expected), None, "{len} B into caller memory: first wrong byte");
 }

@@ -1,6 +1,7 @@
 //! The embedder's own memory, moved in place: a `Vec<u8>` this application allocated and
 //! filled is registered as it is, written in the hint's blocks into a `Vec<u8>` the receiving
-//! side allocated, read there in place, and handed back intact. No `write_region` or
+//! side allocated, read there in place after the arrival (`access_region_unchecked`: the
+//! sender writes nothing more), and handed back intact. No `write_region` or
 //! `read_region` anywhere, and the transports' own counters agree.
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
