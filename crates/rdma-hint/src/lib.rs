@@ -300,9 +300,10 @@ pub async fn hint(device: Device, selector: &TransportSelector) -> Result<SizeHi
 /// ```
 /// use rdma_hint::{get_low_latency_rdma_size_hint_with, Device, Error, TransportSelector};
 /// let unknown = TransportSelector::Id("verbs:nonexistent".parse()?);
+/// // No such device; without the `verbs` feature, no verbs backend at all.
 /// assert!(matches!(
 ///     get_low_latency_rdma_size_hint_with(Device::Host(0), &unknown),
-///     Err(Error::UnknownTransport { .. })
+///     Err(Error::UnknownTransport { .. } | Error::FeatureMissing { .. })
 /// ));
 /// # Ok::<(), Error>(())
 /// ```

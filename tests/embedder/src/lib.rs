@@ -38,7 +38,9 @@ pub fn payload(pair: u32, len: u64) -> Vec<u8> {
 }
 
 /// A transport that records how long its longest `post_writes` took: a software NIC (Soft-RoCE)
-/// does the NIC's work inside the post, on the caller's thread. Every other call forwards.
+/// does the NIC's work inside the post, on the caller's thread. Every other call forwards, but
+/// for `access_region_unchecked` (this crate forbids `unsafe`: it takes the trait's default, the
+/// checked `access_region`).
 pub struct TimedPosts {
     inner: Box<dyn Transport>,
     longest_post_ns: AtomicU64,
