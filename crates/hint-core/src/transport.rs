@@ -72,7 +72,7 @@ impl Capabilities {
     /// # use rdma_hint_core::{Capabilities, CallerMemoryPath, MemoryKind, TransportFacts};
     /// # fn check(caps: &Capabilities) {
     /// match caps.caller_memory_path(MemoryKind::Host) {
-    ///     Some(path) => println!("{} copies sending, {} receiving", path.send_copies, path.receive_copies),
+    ///     Some(path) => println!("{} copies sending, {:?} receiving", path.send_copies, path.receive_copies),
     ///     None => println!("host memory goes through write_region"),
     /// }
     /// # }
