@@ -87,11 +87,11 @@ fn the_sweep_keeps_model_calibrated_and_recorded_hints_apart_and_plots_png() {
             "--backend",
             "staged",
             "--sizes",
-            "16K..2M",
+            "16K..8M",
             "--iters",
             "2",
             "--transfer",
-            "4M",
+            "8M",
             "--latency-samples",
             "20",
             "--json",
@@ -133,8 +133,9 @@ fn the_sweep_keeps_model_calibrated_and_recorded_hints_apart_and_plots_png() {
     let bytes = std::fs::read(&png).unwrap();
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000, "a PNG with content");
     // Recording: the knee is kept apart from the calibrated hint and, being newer, answers.
-    // (A sweep up to 2 MiB reaches the staged shm plateau: the knee is confirmed by a larger
-    // block, so it is recorded.)
+    // (A sweep up to 8 MiB reaches the staged shm plateau, 10 GB/s from 1–2 MiB, even on a
+    // loaded 2-core machine where 2 MiB was sometimes still the first block at 90 %: the knee
+    // is confirmed by a larger block, so it is recorded.)
     let (text, recorded) = sweep(true);
     assert!(recorded["plateau_reached"] == true, "{text}");
     assert!(text.contains("recorded: ") && !text.contains("recorded: nothing"), "{text}");
