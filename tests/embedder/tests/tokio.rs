@@ -31,7 +31,7 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
     let baseline = baseline_runtime.handle();
     // In the Soft-RoCE VM (RDMA_HINT_EMBEDDER_SOFTWARE_NIC set) the CPU is emulated and the NIC
     // is the kernel: one `ibv_post_send` does the NIC's work (~14 ms per doorbell there) and
-    // starting a thread takes tens of ms, so the 50 ms bound cannot hold and is reported, not
+    // starting a thread takes tens of ms, so the 100 ms bound cannot hold and is reported, not
     // asserted; bytes, concurrency and joined connects still are. The sharp test that waits
     // sleep there is silent_peer.rs (CPU of an adaptive wait, run in the VM too).
     let software_nic = std::env::var_os("RDMA_HINT_EMBEDDER_SOFTWARE_NIC").is_some();
@@ -81,7 +81,11 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
         if software_nic {
             println!("{id}: lateness reported, not asserted (software NIC on an emulated CPU)");
         } else {
-            assert!(late < Duration::from_millis(50), "{id}: the 1 ms ticker was {late:?} late");
+            // 100 ms: a wait or a handshake that blocked a worker holds it for its deadline or
+            // its peer (seconds); on a loaded 2-core machine the scheduler alone preempts a
+            // worker mid-poll for up to ~50 ms (worst polls of 29–46 ms, before and after
+            // caller memory), which a 50 ms bound mistook for blocking.
+            assert!(late < Duration::from_millis(100), "{id}: the 1 ms ticker was {late:?} late");
         }
     }
 }
