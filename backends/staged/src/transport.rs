@@ -397,11 +397,13 @@ impl Transport for StagedTransport {
             (StagedChannel::SharedMemory, PeerEndpoint::Listen(_)) => Some(Offer::new()?),
             _ => None,
         };
-        self.bounce_unmappable_regions(expose)?;
         // Exposed from here on: the hello names the regions, and the peer may write them as
         // soon as the link runs, which may be before this call returns.
         self.mark_exposed(expose, true);
-        let connected = self.finish_connect(peer, expose, offer, deadline).await;
+        let connected = match self.bounce_unmappable_regions(expose) {
+            Ok(()) => self.finish_connect(peer, expose, offer, deadline).await,
+            Err(error) => Err(error),
+        };
         if connected.is_err() {
             self.mark_exposed(expose, false);
         }

@@ -596,8 +596,13 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
             .expect("accept");
     });
     // While the listen is pending, the hello that names the target may already be on its way:
-    // the target is exposed from the start of `connect`, not from its end.
-    std::thread::sleep(Duration::from_millis(50));
+    // the target is exposed from the start of `connect`, not from its end. Lending it is
+    // refused once that start is reached (a lend before it is harmless), and so is releasing.
+    let until = Instant::now() + Duration::from_secs(10);
+    while receiver.access_region(target.id, &mut |_| ()).is_ok() {
+        assert!(Instant::now() < until, "still lent 10 s into a pending connect");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let refused = receiver.release(target.id).map(drop);
     assert!(
         matches!(refused, Err(TransportError::RegionBusy { .. })),
