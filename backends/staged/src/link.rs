@@ -390,16 +390,15 @@ fn read_loop(
 ) -> String {
     let mut header = [0u8; HEADER_BYTES];
     let mut staging = Staging::default();
-    let exposed: Vec<(u32, u64)> = {
+    // The regions the peer may write, by id, taken once: none can be released while the link
+    // runs, so no frame needs the table's lock.
+    let targets: Vec<Option<LocalEntry>> = {
         let regions = shared.local.read().unwrap_or_else(PoisonError::into_inner);
-        regions
-            .iter()
-            .enumerate()
-            .filter_map(|(id, entry)| {
-                entry.as_ref().filter(|e| e.exposed).map(|e| (id as u32, e.memory.len()))
-            })
-            .collect()
+        regions.iter().map(|entry| entry.as_ref().filter(|e| e.exposed).cloned()).collect()
     };
+    let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
+        .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
+        .collect();
     let inbox = Inbox::new(shared.channel, &exposed, shared.max_msg_bytes);
     loop {
         if let Err(e) = socket.read_exact(&mut header) {
@@ -424,7 +423,7 @@ fn read_loop(
             Ok(Inbound::Write { region, offset, len, payload_follows, arrival, ack }) => place(
                 shared,
                 &mut socket,
-                (RegionId(region), offset, len),
+                (&targets, RegionId(region), offset, len),
                 payload_follows,
                 (arrival, ack),
                 acks,
@@ -445,28 +444,28 @@ fn read_loop(
 fn place(
     shared: &Shared,
     socket: &mut TcpStream,
-    (region, offset, len): (RegionId, u64, u64),
+    (targets, region, offset, len): (&[Option<LocalEntry>], RegionId, u64, u64),
     payload_follows: bool,
     (arrival, ack): (Option<u32>, Option<u64>),
     acks: &Sender<Outgoing>,
     staging: &mut Staging,
 ) -> Result<(), String> {
+    // Admitted writes name exposed regions only, which are all in `targets`.
+    let target = targets.get(region.0 as usize).and_then(Option::as_ref);
+    let target = target.ok_or_else(|| format!("region {} vanished", region.0))?;
     if payload_follows {
-        let target = local(&shared.local, region).ok_or_else(|| format!("region {} vanished", region.0))?;
         target
             .memory
             .over_socket(Direction::Receive, offset, len, socket, staging)
             .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
-    } else if let Some(target) = local(&shared.local, region) {
+    } else if let Some(bounce) = &target.bounce {
         // A write into the bounce in front of memory the peer cannot map: the one copy here.
-        if let Some(bounce) = &target.bounce {
-            let by_cpu = target
-                .memory
-                .copy_from_bounce(&bounce.memory, offset, len)
-                .map_err(|e| format!("copying out of the channel: {e}"))?;
-            if by_cpu {
-                shared.counters.copies.in_transit(len);
-            }
+        let by_cpu = target
+            .memory
+            .copy_from_bounce(&bounce.memory, offset, len)
+            .map_err(|e| format!("copying out of the channel: {e}"))?;
+        if by_cpu {
+            shared.counters.copies.in_transit(len);
         }
     }
     let arrival = arrival.map(|imm| Arrival { imm, region, len });

@@ -311,18 +311,8 @@ impl Transport for UcxTransport {
         let (kind, len) = (memory.kind(), memory.len());
         let engine = self.shared.engine();
         let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        if let Err(error) = table.check_room(len) {
-            return Err(Refused { error, memory });
-        }
-        let region = Region::map_caller(engine.ucp.context, memory)?;
-        match table.insert(region, len) {
-            Ok(id) => Ok(LocalRegion { id, kind, len }),
-            Err((error, region)) => {
-                region.unmap(engine.ucp.context);
-                let memory = region.into_caller().expect("mapped from caller memory");
-                Err(Refused { error, memory })
-            }
-        }
+        let id = table.insert_caller(memory, |memory| Region::map_caller(engine.ucp.context, memory))?;
+        Ok(LocalRegion { id, kind, len })
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {

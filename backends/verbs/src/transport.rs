@@ -431,16 +431,8 @@ impl Transport for VerbsTransport {
         let memory = admit(memory, &self.caps.caller_memory)?;
         let (kind, len) = (memory.kind(), memory.len());
         let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        if let Err(error) = table.check_room(len) {
-            return Err(Refused { error, memory });
-        }
-        let region = Region::register_caller(&self.pd, memory)?;
-        match table.insert(region, len) {
-            Ok(id) => Ok(LocalRegion { id, kind, len }),
-            Err((error, region)) => {
-                Err(Refused { error, memory: region.into_caller().expect("registered from caller memory") })
-            }
-        }
+        let id = table.insert_caller(memory, |memory| Region::register_caller(&self.pd, memory))?;
+        Ok(LocalRegion { id, kind, len })
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {

@@ -1,7 +1,7 @@
 //! The table of registered regions every backend keeps: ids are slot indices, freed slots are
 //! reused, and looking up an id that is not registered is a typed error.
 
-use rdma_hint_core::{RegionId, TransportError, WriteOp};
+use rdma_hint_core::{CallerMemory, Refused, RegionId, TransportError, WriteOp};
 
 /// Regions one transport holds at once, and the most one side may expose to its peer (a
 /// hello announcing more is malformed).
@@ -66,12 +66,19 @@ impl<T> RegionTable<T> {
         Ok(())
     }
 
-    /// Registers `region` under the lowest free id, or hands it back when the table is full.
-    pub fn insert(&mut self, region: T, len: u64) -> Result<RegionId, (TransportError, T)> {
-        match self.check_room(len) {
-            Ok(()) => Ok(self.place(region)),
-            Err(error) => Err((error, region)),
+    /// Registers caller memory under the lowest free id: `register` (the backend's own
+    /// registration of it) runs only when the table has room, so a full table hands the memory
+    /// back untouched, and a refusal of `register` comes back as it is.
+    pub fn insert_caller(
+        &mut self,
+        memory: CallerMemory,
+        register: impl FnOnce(CallerMemory) -> Result<T, Refused>,
+    ) -> Result<RegionId, Refused> {
+        if let Err(error) = self.check_room(memory.len()) {
+            return Err(Refused { error, memory });
         }
+        let region = register(memory)?;
+        Ok(self.place(region))
     }
 
     fn place(&mut self, region: T) -> RegionId {
@@ -118,7 +125,7 @@ impl<T: RegionLen> RegionTable<T> {
     ///
     /// ```
     /// use rdma_hint_toolkit::region_table::RegionLen;
-    /// use rdma_hint_core::{RegionId, TransportError, WriteOp};
+    /// use rdma_hint_core::{CallerMemory, Refused, RegionId, TransportError, WriteOp};
     /// use rdma_hint_toolkit::RegionTable;
     /// struct Bytes(u64);
     /// impl RegionLen for Bytes { fn region_len(&self) -> u64 { self.0 } }
