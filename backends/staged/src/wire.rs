@@ -288,6 +288,18 @@ mod tests {
         }
     }
 
+    /// A peer setting region flags this version does not define is refused, not ignored: the
+    /// bits could mean a placement this side would not do.
+    #[test]
+    fn unknown_region_flags_are_rejected() {
+        let mut bytes = hello(ChannelKind::Tcp).encode();
+        let first_flags = MAGIC.len() + 2 + 1 + 2 + 4 + 8;
+        assert_eq!(bytes[first_flags], 0);
+        bytes[first_flags] = 0x80;
+        let error = Hello::decode(&mut bytes.as_slice()).unwrap_err();
+        assert!(error.to_string().contains("unknown flags"), "{error}");
+    }
+
     #[test]
     fn malformed_hellos_are_rejected() {
         let good = hello(ChannelKind::Shm).encode();
