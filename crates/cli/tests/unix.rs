@@ -150,7 +150,11 @@ fn output_paths_are_checked_before_measuring() {
 fn a_sweep_says_where_its_files_and_its_knee_went_and_logs_plainly() {
     let dir = scratch("where");
     let json = dir.join("out.json");
-    let output = command(&dir, &[&["sweep", "--json", json.to_str().unwrap()], &QUICK[..]].concat())
+    // Wide enough to reach the staged shm plateau (about 10 GB/s from 1–2 MiB), so a knee is
+    // recorded and its place said, even on a loaded 2-core machine where 64 KiB was sometimes
+    // still the best block of a QUICK sweep.
+    let sizes = ["--sizes", "16K..8M", "--iters", "2", "--transfer", "8M", "--latency-samples", "5"];
+    let output = command(&dir, &[&["sweep", "--json", json.to_str().unwrap()], &sizes[..]].concat())
         .env("RDMA_HINT_LOG", "debug")
         .output()
         .unwrap();
