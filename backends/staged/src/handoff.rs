@@ -56,7 +56,7 @@ impl Offer {
         let started = Instant::now();
         loop {
             match self.listener.accept() {
-                Ok((stream, _)) => match self.admit(stream, deadline) {
+                Ok((stream, _)) => match self.admit(stream, deadline, started) {
                     Ok(stream) => return Ok(stream),
                     Err(e) => tracing::warn!(error = %e, "staged: refused a shm hand-off connection"),
                 },
@@ -74,12 +74,29 @@ impl Offer {
         }
     }
 
-    fn admit(&self, stream: UnixStream, deadline: Instant) -> Result<UnixStream, TransportError> {
+    fn admit(
+        &self,
+        stream: UnixStream,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<UnixStream, TransportError> {
         stream.set_nonblocking(false)?;
-        bound(&stream, deadline)?;
+        bound(&stream, deadline, started)?;
         same_user(&stream)?;
         let mut presented = [0u8; COOKIE_BYTES];
-        (&stream).read_exact(&mut presented).map_err(|e| handshake(format!("reading the cookie: {e}")))?;
+        let mut read = 0;
+        while read < COOKIE_BYTES {
+            // Re-armed with what is left of the one deadline: a peer trickling the cookie a byte
+            // at a time gets no more time than one sending it at once.
+            bound(&stream, deadline, started)?;
+            match (&stream).read(&mut presented[read..]) {
+                Ok(0) => return Err(handshake("the peer closed before its cookie")),
+                Ok(n) => read += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) if Instant::now() >= deadline => return Err(expired(started)),
+                Err(e) => return Err(handshake(format!("reading the cookie: {e}"))),
+            }
+        }
         let difference = presented.iter().zip(&self.cookie).fold(0u8, |acc, (a, b)| acc | (a ^ b));
         if difference != 0 {
             return Err(handshake("wrong cookie"));
@@ -97,16 +114,29 @@ pub(crate) fn connect(
     if !is_handoff_name(name) {
         return Err(handshake(format!("{name:?} is not an rdma-hint socket")));
     }
+    let started = Instant::now();
     let address = SocketAddr::from_abstract_name(name.as_bytes())?;
     let stream = UnixStream::connect_addr(&address).map_err(|e| handshake(format!("connecting: {e}")))?;
-    bound(&stream, deadline)?;
+    bound(&stream, deadline, started)?;
     same_user(&stream)?;
     (&stream).write_all(cookie)?;
     Ok(stream)
 }
 
-fn bound(stream: &UnixStream, deadline: Instant) -> Result<(), TransportError> {
-    let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+/// The error for a hand-off that ran past its deadline, having waited since `started`.
+fn expired(started: Instant) -> TransportError {
+    TransportError::DeadlineExceeded {
+        what: "the shm hand-off",
+        waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Arms the stream's timeouts with what is left until `deadline`; past it, the typed error.
+fn bound(stream: &UnixStream, deadline: Instant, started: Instant) -> Result<(), TransportError> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Err(expired(started));
+    }
     stream.set_read_timeout(Some(remaining))?;
     stream.set_write_timeout(Some(remaining))?;
     Ok(())
@@ -141,25 +171,40 @@ fn same_user(stream: &UnixStream) -> Result<(), TransportError> {
     Ok(())
 }
 
-/// Sends `ours` (in order) and receives exactly `expected` descriptors from the peer.
+/// Sends `ours` (in order) and receives exactly `expected` descriptors from the peer, all
+/// before `deadline` (one deadline for the whole exchange, however the peer paces it). The
+/// peer's messages must be the ones our own side sends: full messages of [`FDS_PER_MESSAGE`]
+/// descriptors, then the rest; one empty message when there is nothing to send. Anything else
+/// is refused at once.
 pub(crate) fn exchange(
     stream: &UnixStream,
     ours: &[BorrowedFd<'_>],
     expected: usize,
+    deadline: Instant,
 ) -> Result<Vec<OwnedFd>, TransportError> {
+    let started = Instant::now();
     let mut chunks: Vec<&[BorrowedFd<'_>]> = ours.chunks(FDS_PER_MESSAGE).collect();
     if chunks.is_empty() {
         chunks.push(&[]);
     }
     for chunk in chunks {
-        send_fds(stream, chunk)?;
+        bound(stream, deadline, started)?;
+        send_fds(stream, chunk).map_err(|e| if Instant::now() >= deadline { expired(started) } else { e })?;
     }
     let mut theirs = Vec::with_capacity(expected);
     loop {
-        theirs.extend(receive_fds(stream)?);
-        if theirs.len() > expected {
-            return Err(handshake(format!("the peer sent more than the {expected} regions it advertised")));
+        let due = (expected - theirs.len()).min(FDS_PER_MESSAGE);
+        bound(stream, deadline, started)?;
+        let received =
+            receive_fds(stream).map_err(|e| if Instant::now() >= deadline { expired(started) } else { e })?;
+        if received.len() != due {
+            return Err(handshake(format!(
+                "a message carried {} descriptors where {due} were due ({expected} regions advertised, {} received)",
+                received.len(),
+                theirs.len()
+            )));
         }
+        theirs.extend(received);
         if theirs.len() == expected {
             return Ok(theirs);
         }
@@ -270,11 +315,11 @@ mod tests {
             let files: Vec<std::fs::File> =
                 (0..300).map(|_| std::fs::File::open("/proc/self/exe").unwrap()).collect();
             let fds: Vec<BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
-            exchange(&stream, &fds, 1).unwrap().len()
+            exchange(&stream, &fds, 1, deadline).unwrap().len()
         });
         let accepted = offer.accept(deadline).unwrap();
         let file = std::fs::File::open("/proc/self/exe").unwrap();
-        let theirs = exchange(&accepted, &[file.as_fd()], 300).unwrap();
+        let theirs = exchange(&accepted, &[file.as_fd()], 300, deadline).unwrap();
         assert_eq!(theirs.len(), 300);
         assert_eq!(peer.join().unwrap(), 1);
         drop(intruder);

@@ -1,7 +1,7 @@
 //! One connected peer: a sender thread that moves posted writes (socket payload or shm copy)
 //! and a reader thread that places incoming writes, acknowledges them and collects arrivals.
 
-use crate::memory::{Direction, Memory};
+use crate::memory::{Direction, Memory, PeerMapping};
 use crate::protocol::{Inbound, Inbox};
 use crate::region::{copy_to_peer, RegionMemory, Staging};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
@@ -9,6 +9,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
 use rdma_hint_toolkit::caller_memory::CopyMeter;
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_toolkit::RegionTable;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -48,6 +49,8 @@ pub(crate) struct Bounce {
 impl Bounce {
     /// A new shared mapping for `region`.
     pub(crate) fn new(region: &RegionMemory) -> Result<Bounce, TransportError> {
+        // Allocated behind the region table's back: checked against the machine here.
+        rdma_hint_toolkit::memory_limit::check_commit(region.len(), None, 0)?;
         let memory = Memory::shared(region.len())?;
         #[cfg(feature = "cuda")]
         if let RegionMemory::Gpu(buffer, _) = region {
@@ -68,6 +71,11 @@ impl Bounce {
 }
 
 impl LocalEntry {
+    /// A newly registered region: not exposed, no bounce.
+    pub(crate) fn new(memory: RegionMemory) -> LocalEntry {
+        LocalEntry { memory: Arc::new(memory), exposed: false, bounce: None }
+    }
+
     /// The descriptor the peer maps on the shm channel: the bounce's, or the region's own.
     pub(crate) fn shm_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match &self.bounce {
@@ -86,14 +94,15 @@ pub(crate) struct Counters {
 }
 
 /// The local region table, shared with the link threads.
-pub(crate) type LocalRegions = Arc<RwLock<Vec<Option<LocalEntry>>>>;
+pub(crate) type LocalRegions = Arc<RwLock<RegionTable<LocalEntry>>>;
 
-/// A region the peer exposed: its length and, on the shm channel, its mapping here and
+/// A region the peer exposed: its length and, on the shm channel, its mapping here (made at
+/// the first write into it) and
 /// whether every write into it must be announced (a bounce buffer in front of caller memory).
 #[derive(Debug)]
 pub(crate) struct RemoteEntry {
     pub(crate) len: u64,
-    pub(crate) mapped: Option<Memory>,
+    pub(crate) mapped: Option<PeerMapping>,
     pub(crate) notify_each_write: bool,
 }
 
@@ -101,7 +110,7 @@ pub(crate) struct RemoteEntry {
 pub(crate) type RemoteRegions = Arc<Vec<Option<RemoteEntry>>>;
 
 pub(crate) fn local(regions: &LocalRegions, id: RegionId) -> Option<LocalEntry> {
-    regions.read().unwrap_or_else(PoisonError::into_inner).get(id.0 as usize).cloned().flatten()
+    regions.read().unwrap_or_else(PoisonError::into_inner).get(id).ok().cloned()
 }
 
 /// Why the link stopped; first reason wins.
@@ -352,9 +361,10 @@ fn send_one(
         }
         ChannelKind::Shm => {
             let remote = shared.remote.get(op.remote.0 as usize).and_then(Option::as_ref);
-            let (target, notify_each_write) = remote
+            let (mapping, notify_each_write) = remote
                 .and_then(|r| r.mapped.as_ref().map(|mapped| (mapped, r.notify_each_write)))
                 .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
+            let target = mapping.get().map_err(|e| e.to_string())?;
             copy_to_peer(&source.memory, op.local_offset, target, (op.remote_offset, op.len), staging)
                 .map_err(|e| e.to_string())?;
             if source.memory.host().is_some() {
@@ -394,7 +404,13 @@ fn read_loop(
     // runs, so no frame needs the table's lock.
     let targets: Vec<Option<LocalEntry>> = {
         let regions = shared.local.read().unwrap_or_else(PoisonError::into_inner);
-        regions.iter().map(|entry| entry.as_ref().filter(|e| e.exposed).cloned()).collect()
+        let mut targets = Vec::new();
+        for (id, entry) in regions.iter().filter(|(_, entry)| entry.exposed) {
+            let index = id.0 as usize;
+            targets.resize_with(targets.len().max(index + 1), || None);
+            targets[index] = Some(entry.clone());
+        }
+        targets
     };
     let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
         .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))

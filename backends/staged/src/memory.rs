@@ -8,7 +8,9 @@ use std::alloc::Layout;
 use std::fs::File;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::ptr::NonNull;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Which way bytes cross a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,13 +101,16 @@ impl Memory {
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         file.set_len(len).map_err(|e| fail("sizing the memfd", e))?;
-        commit(&file, len).map_err(|e| fail("committing the memory", e))?;
         // SAFETY: F_ADD_SEALS on our own memfd; takes an int argument, no pointers.
         if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) } != 0 {
             return Err(fail("sealing the memfd", std::io::Error::last_os_error()));
         }
-        let mut map = map(&file).map_err(|e| fail("mapping the memfd", e))?;
+        // Mapped first, then committed through the mapping: the pages count in this process's
+        // resident set, so were memory short after all, the OOM killer would see whose they are
+        // (pages committed to a file nobody maps are charged to nobody it can pick).
+        let mut map = map(&file, Populate::No).map_err(|e| fail("mapping the memfd", e))?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| registration(len, "mmap returned null"))?;
+        commit(&map).map_err(|e| fail("committing the memory", e))?;
         Ok(Memory { ptr, len: size, backing: Backing::SharedOwned { _map: map, file } })
     }
 
@@ -143,33 +148,6 @@ impl Memory {
         // SAFETY: `ptr..ptr + len` is this buffer, alive for the call; the caller guarantees
         // the transport touches none of it meanwhile.
         access(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) });
-    }
-
-    /// Maps a peer's region from the descriptor it handed over, after checking it is what a
-    /// peer of ours sends: a sealed memfd (its size can never shrink under us) of at least
-    /// `len` bytes.
-    pub(crate) fn map_peer(fd: OwnedFd, len: u64) -> Result<Memory, TransportError> {
-        let refuse = |why: String| TransportError::Handshake(format!("the peer's shm region: {why}"));
-        let size = checked_len(len).map_err(|e| refuse(e.to_string()))?;
-        // SAFETY: F_GET_SEALS on a descriptor we own; no pointers. Anything but a sealable
-        // file (a memfd) fails with EINVAL.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 {
-            return Err(refuse(format!("not a sealable memfd ({})", std::io::Error::last_os_error())));
-        }
-        if seals & REQUIRED_SEALS != REQUIRED_SEALS {
-            return Err(refuse(format!(
-                "seals {seals:#x} lack {REQUIRED_SEALS:#x}: its size could change under us"
-            )));
-        }
-        let file = File::from(fd);
-        let actual = file.metadata().map_err(|e| refuse(e.to_string()))?.len();
-        if actual < len {
-            return Err(refuse(format!("advertised {len} B, holds {actual} B")));
-        }
-        let mut map = map(&file).map_err(|e| refuse(e.to_string()))?;
-        let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| refuse("mmap returned null".into()))?;
-        Ok(Memory { ptr, len: size, backing: Backing::SharedPeer { _map: map } })
     }
 
     /// Base address and length of the whole buffer, for the GPU driver to page-lock.
@@ -289,23 +267,93 @@ impl Memory {
     }
 }
 
-/// Allocates `len` bytes of `file` (shmem pages, not a sparse hole).
-fn commit(file: &File, len: u64) -> std::io::Result<()> {
-    let len = libc::off_t::try_from(len).map_err(std::io::Error::other)?;
-    // SAFETY: `file` is an open descriptor for the call; no pointers are passed.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
-        0 => Ok(()),
-        code => Err(std::io::Error::from_raw_os_error(code)),
+/// Allocates and maps every page of `map` now (shmem pages, not a sparse hole), writing
+/// nothing: a shortage is an error here, not a SIGBUS at the first write.
+fn commit(map: &memmap2::MmapMut) -> std::io::Result<()> {
+    // SAFETY: the range is exactly the mapping, alive for the call; MADV_POPULATE_WRITE faults
+    // its pages in as a write would, without changing their contents.
+    let status =
+        unsafe { libc::madvise(map.as_ptr() as *mut libc::c_void, map.len(), libc::MADV_POPULATE_WRITE) };
+    if status != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(())
 }
 
-fn map(file: &File) -> std::io::Result<memmap2::MmapMut> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Populate {
+    Yes,
+    No,
+}
+
+fn map(file: &File, populate: Populate) -> std::io::Result<memmap2::MmapMut> {
+    let mut options = memmap2::MmapOptions::new();
+    if populate == Populate::Yes {
+        // The page tables are filled now, not by faults during transfers.
+        options.populate();
+    }
     // SAFETY: the file is a sealed memfd shared on purpose with one peer (its size cannot change,
     // so the mapping stays backed); concurrent modification
     // through the peer's mapping is the transport's RDMA-WRITE semantics, and every access from
     // this side goes through bounds-checked raw copies, never long-lived Rust references.
-    // Populated: the page tables are filled now, not by faults during transfers.
-    unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }
+    unsafe { options.map_mut(file) }
+}
+
+/// A region the peer handed over, checked at connect and mapped when this side first writes
+/// into it: a peer that exposes regions this side never writes costs it no mapping.
+#[derive(Debug)]
+pub(crate) struct PeerMapping {
+    len: u64,
+    file: Mutex<Option<File>>,
+    mapped: OnceLock<Memory>,
+}
+
+impl PeerMapping {
+    /// Checks the descriptor is what a peer of ours sends for a region of `len` bytes: a
+    /// sealed memfd (its size can never change under us) of exactly `len` bytes, every page of
+    /// it already committed by the peer (mapping a hole would commit memory on our side, and a
+    /// larger file than advertised would be mapped at its real size).
+    pub(crate) fn check(fd: OwnedFd, len: u64) -> Result<PeerMapping, TransportError> {
+        let refuse = |why: String| TransportError::Handshake(format!("the peer's shm region: {why}"));
+        checked_len(len).map_err(|e| refuse(e.to_string()))?;
+        // SAFETY: F_GET_SEALS on a descriptor we own; no pointers. Anything but a sealable
+        // file (a memfd) fails with EINVAL.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 {
+            return Err(refuse(format!("not a sealable memfd ({})", std::io::Error::last_os_error())));
+        }
+        if seals & REQUIRED_SEALS != REQUIRED_SEALS {
+            return Err(refuse(format!(
+                "seals {seals:#x} lack {REQUIRED_SEALS:#x}: its size could change under us"
+            )));
+        }
+        let file = File::from(fd);
+        let metadata = file.metadata().map_err(|e| refuse(e.to_string()))?;
+        if metadata.len() != len {
+            return Err(refuse(format!("advertised {len} B, holds {} B", metadata.len())));
+        }
+        let committed = metadata.blocks().saturating_mul(512);
+        if committed < len {
+            return Err(refuse(format!(
+                "{committed} B of its {len} B are committed: mapping the rest would commit it here"
+            )));
+        }
+        Ok(PeerMapping { len, file: Mutex::new(Some(file)), mapped: OnceLock::new() })
+    }
+
+    /// The mapping, made on the first call.
+    pub(crate) fn get(&self) -> Result<&Memory, TransportError> {
+        if let Some(mapped) = self.mapped.get() {
+            return Ok(mapped);
+        }
+        let refuse = |why: String| TransportError::Handshake(format!("the peer's shm region: {why}"));
+        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let file = file.ok_or_else(|| refuse("its mapping failed before".into()))?;
+        let mut map = map(&file, Populate::Yes).map_err(|e| refuse(e.to_string()))?;
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| refuse("mmap returned null".into()))?;
+        let size = checked_len(self.len)?;
+        Ok(self.mapped.get_or_init(|| Memory { ptr, len: size, backing: Backing::SharedPeer { _map: map } }))
+    }
 }
 
 impl Drop for Memory {
@@ -356,14 +404,33 @@ mod tests {
     #[test]
     fn shared_regions_map_across_through_their_descriptor() {
         let owner = Memory::shared(1 << 16).unwrap();
-        let peer = Memory::map_peer(duplicate(&owner), 1 << 16).unwrap();
+        let mapping = PeerMapping::check(duplicate(&owner), 1 << 16).unwrap();
+        let peer = mapping.get().unwrap();
         let source = Memory::host(4096).unwrap();
         source.copy_in(0, &[7; 4096]).unwrap();
-        source.copy_to(0, &peer, 4096, 4096).unwrap();
+        source.copy_to(0, peer, 4096, 4096).unwrap();
         let mut out = [0u8; 4096];
         owner.copy_out(4096, &mut out).unwrap();
         assert_eq!(out, [7; 4096]);
-        assert!(Memory::map_peer(duplicate(&owner), 1 << 17).is_err(), "smaller than advertised");
+        assert!(PeerMapping::check(duplicate(&owner), 1 << 17).is_err(), "smaller than advertised");
+        assert!(PeerMapping::check(duplicate(&owner), 1 << 15).is_err(), "larger than advertised");
+    }
+
+    /// A sealed memfd of the advertised size whose pages were never committed: mapping it
+    /// (populated) would commit the peer's region on this side.
+    #[test]
+    fn a_peer_region_with_holes_is_refused() {
+        // SAFETY: a NUL-terminated literal name; checked below.
+        let fd =
+            unsafe { libc::memfd_create(c"sparse".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        assert!(fd >= 0);
+        // SAFETY: fresh descriptor.
+        let sparse = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        sparse.set_len(1 << 20).unwrap();
+        // SAFETY: F_ADD_SEALS on our own memfd, an int argument.
+        assert_eq!(unsafe { libc::fcntl(sparse.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) }, 0);
+        let err = PeerMapping::check(sparse.into(), 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("are committed"), "{err}");
     }
 
     /// What a hostile peer could hand over instead: a region it can still shrink (mapping it
@@ -377,10 +444,10 @@ mod tests {
         // SAFETY: fresh descriptor.
         let unsealed = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         unsealed.set_len(1 << 16).unwrap();
-        let err = Memory::map_peer(unsealed.into(), 1 << 16).unwrap_err();
+        let err = PeerMapping::check(unsealed.into(), 1 << 16).unwrap_err();
         assert!(err.to_string().contains("seals") || err.to_string().contains("sealable"), "{err}");
         let plain = File::open("/proc/self/exe").unwrap();
-        assert!(Memory::map_peer(plain.into(), 1).is_err(), "an ordinary file");
+        assert!(PeerMapping::check(plain.into(), 1).is_err(), "an ordinary file");
 
         let owner = Memory::shared(1 << 16).unwrap();
         let handed_out = File::from(duplicate(&owner));

@@ -3,7 +3,7 @@
 use crate::channel::{capabilities, StagedChannel};
 use crate::handoff::{self, Offer};
 use crate::link::{local, Bounce, Counters, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
-use crate::memory::Memory;
+use crate::memory::PeerMapping;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
@@ -14,6 +14,7 @@ use rdma_hint_core::{
 use rdma_hint_oob::Rendezvous;
 use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
 use rdma_hint_toolkit::wait::WaitModeCell;
+use rdma_hint_toolkit::RegionTable;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
@@ -65,7 +66,7 @@ impl StagedTransport {
         StagedTransport {
             channel,
             caps: capabilities(channel),
-            regions: Arc::new(RwLock::new(Vec::new())),
+            regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
             rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
             wait_mode: WaitModeCell::default(),
@@ -86,7 +87,7 @@ impl StagedTransport {
         }
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         for id in expose {
-            let Some(Some(entry)) = regions.get_mut(id.0 as usize) else { continue };
+            let Ok(entry) = regions.get_mut(*id) else { continue };
             let mappable = entry.memory.host().is_some_and(|memory| memory.shm_fd().is_some());
             if entry.bounce.is_none() && !mappable {
                 entry.bounce = Some(Arc::new(Bounce::new(&entry.memory)?));
@@ -121,20 +122,25 @@ impl StagedTransport {
         admit: impl FnOnce(&LocalEntry) -> Result<(), TransportError>,
     ) -> Result<RegionMemory, TransportError> {
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let slot = regions.get_mut(region.0 as usize).filter(|slot| slot.is_some());
-        let slot = slot.ok_or(TransportError::UnregisteredRegion(region))?;
-        let entry = slot.as_ref().ok_or(TransportError::UnregisteredRegion(region))?;
+        let entry = regions.get(region)?;
         admit(entry)?;
         if self.peer_may_write(entry) {
             return Err(busy_exposed(region));
         }
         self.check_idle(region)?;
-        let entry = slot.take().ok_or(TransportError::UnregisteredRegion(region))?;
         // A link thread that was placing or sending may hold the memory a moment longer (a
-        // queued GPU copy until it lands).
-        Arc::try_unwrap(entry.memory).map_err(|memory| {
-            *slot = Some(LocalEntry { memory, ..entry });
-            TransportError::RegionBusy { region, why: "a link thread still holds it; try again" }
+        // queued GPU copy until it lands). New holders take it under the read lock, which the
+        // write lock held here keeps out, so a count of one stays one.
+        if Arc::strong_count(&entry.memory) > 1 {
+            return Err(TransportError::RegionBusy {
+                region,
+                why: "a link thread still holds it; try again",
+            });
+        }
+        let entry = regions.remove(region)?;
+        Arc::try_unwrap(entry.memory).map_err(|_| TransportError::RegionBusy {
+            region,
+            why: "a link thread still holds it; try again",
         })
     }
 
@@ -149,10 +155,7 @@ impl StagedTransport {
         // The write lock: a post counts its ops in flight under the read lock, so none can
         // start while the bytes are lent.
         let regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let entry = regions
-            .get(region.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(TransportError::UnregisteredRegion(region))?;
+        let entry = regions.get(region)?;
         let Some(host) = entry.memory.host() else {
             return Err(TransportError::UnsupportedMemory { kind: entry.memory.kind() });
         };
@@ -165,26 +168,6 @@ impl StagedTransport {
         // live link), or the caller of `access_region_unchecked` vouches that it does not.
         unsafe { host.lend(access) };
         Ok(())
-    }
-
-    /// Puts `memory` in the lowest free slot.
-    fn insert(&self, memory: RegionMemory) -> Result<LocalRegion, (TransportError, RegionMemory)> {
-        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let (kind, len) = (memory.kind(), memory.len());
-        // Ids of deregistered regions are reused, so the limit counts live regions only.
-        let slot = match regions.iter().position(Option::is_none) {
-            Some(free) => free,
-            None if regions.len() < MAX_REGIONS => {
-                regions.push(None);
-                regions.len() - 1
-            }
-            None => {
-                let reason = format!("at most {MAX_REGIONS} live regions");
-                return Err((TransportError::Registration { len, reason }, memory));
-            }
-        };
-        regions[slot] = Some(LocalEntry { memory: Arc::new(memory), exposed: false, bounce: None });
-        Ok(LocalRegion { id: RegionId(slot as u32), kind, len })
     }
 
     fn link(&self) -> Result<&Link, TransportError> {
@@ -221,14 +204,11 @@ impl StagedTransport {
     /// reference counting on the posting path).
     fn check_op(
         &self,
-        regions: &[Option<LocalEntry>],
+        regions: &RegionTable<LocalEntry>,
         link: &Link,
         op: &WriteOp,
     ) -> Result<(), TransportError> {
-        let source = regions
-            .get(op.local.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(TransportError::UnregisteredRegion(op.local))?;
+        let source = regions.get(op.local)?;
         let remote_len = link
             .remote
             .get(op.remote.0 as usize)
@@ -244,7 +224,7 @@ impl StagedTransport {
     fn mark_exposed(&self, expose: &[RegionId], exposed: bool) {
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         for id in expose {
-            if let Some(Some(entry)) = regions.get_mut(id.0 as usize) {
+            if let Ok(entry) = regions.get_mut(*id) {
                 entry.exposed = exposed;
             }
         }
@@ -315,8 +295,10 @@ impl Transport for StagedTransport {
     }
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
-        let memory = RegionMemory::allocate(kind, len, self.channel == StagedChannel::SharedMemory)?;
-        self.insert(memory).map_err(|(error, _)| error)
+        let shared = self.channel == StagedChannel::SharedMemory;
+        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let id = table.insert_with(len, || RegionMemory::allocate(kind, len, shared).map(LocalEntry::new))?;
+        Ok(LocalRegion { id, kind, len })
     }
 
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
@@ -325,11 +307,11 @@ impl Transport for StagedTransport {
 
     fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
         let memory = admit(memory, &self.caps.caller_memory)?;
-        let memory = RegionMemory::from_caller(memory)?;
-        self.insert(memory).map_err(|(error, memory)| match memory.into_caller() {
-            Ok(memory) => Refused { error, memory },
-            Err(_) => unreachable!("registered from caller memory"),
-        })
+        let (kind, len) = (memory.kind(), memory.len());
+        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let id =
+            table.insert_caller(memory, |memory| RegionMemory::from_caller(memory).map(LocalEntry::new))?;
+        Ok(LocalRegion { id, kind, len })
     }
 
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
@@ -535,7 +517,7 @@ impl LinkSetup {
         {
             let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
             for id in &self.expose {
-                if let Some(Some(entry)) = regions.get_mut(id.0 as usize) {
+                if let Ok(entry) = regions.get_mut(*id) {
                     entry.exposed = true;
                 }
             }
@@ -545,9 +527,9 @@ impl LinkSetup {
         Link::start(stream, self.channel, self.regions, remote, limits, self.counters)
     }
 
-    /// Hands our exposed regions' memfds to the peer and maps the ones it hands us, in hello
-    /// order, over the hand-off socket (offered by the accepting side, dialled by the other).
-    fn swap_regions(&self, peer: &Hello) -> Result<Vec<Memory>, TransportError> {
+    /// Hands our exposed regions' memfds to the peer and checks the ones it hands us (mapped
+    /// when this side first writes them), in hello order, over the hand-off socket (offered by the accepting side, dialled by the other).
+    fn swap_regions(&self, peer: &Hello) -> Result<Vec<PeerMapping>, TransportError> {
         let stream = match (&self.offer, &peer.handoff) {
             (Some(offer), _) => offer.accept(self.deadline)?,
             (None, Some(theirs)) => handoff::connect(&theirs.socket, &theirs.cookie, self.deadline)?,
@@ -557,16 +539,7 @@ impl LinkSetup {
         };
         let ours: Vec<LocalEntry> = {
             let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-            self.expose
-                .iter()
-                .map(|id| {
-                    regions
-                        .get(id.0 as usize)
-                        .and_then(Option::as_ref)
-                        .cloned()
-                        .ok_or(TransportError::UnregisteredRegion(*id))
-                })
-                .collect::<Result<_, _>>()?
+            self.expose.iter().map(|id| regions.get(*id).cloned()).collect::<Result<_, _>>()?
         };
         let fds = ours
             .iter()
@@ -578,7 +551,7 @@ impl LinkSetup {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let theirs = handoff::exchange(&stream, &fds, peer.regions.len())?;
-        theirs.into_iter().zip(&peer.regions).map(|(fd, region)| Memory::map_peer(fd, region.len)).collect()
+        let theirs = handoff::exchange(&stream, &fds, peer.regions.len(), self.deadline)?;
+        theirs.into_iter().zip(&peer.regions).map(|(fd, region)| PeerMapping::check(fd, region.len)).collect()
     }
 }

@@ -151,6 +151,7 @@ impl Transport for LoopbackTransport {
                 reason: format!("length must be 1 B … {MAX_REGION_BYTES} B"),
             });
         }
+        rdma_hint_toolkit::memory_limit::check_commit(len, None, 0)?;
         let mut buffer = Vec::new();
         buffer
             .try_reserve_exact(len as usize)

@@ -255,6 +255,18 @@ pub enum TransportError {
         /// Why.
         reason: String,
     },
+    /// Registering `len` bytes would commit more memory than can be spared: by the machine
+    /// (`MemAvailable` less a margin), this process's memory cgroup, or the transport's own cap.
+    /// Nothing was allocated; register less, raise the cap or free memory.
+    #[error("cannot register {len} B: only {available} B can be committed ({limited_by})")]
+    OutOfMemory {
+        /// Length asked for, in bytes.
+        len: u64,
+        /// Bytes that could be committed now, in bytes.
+        available: u64,
+        /// What sets `available`: the machine, a cgroup (with its path), or the cap.
+        limited_by: String,
+    },
     /// An op names a region that is not registered (or was deregistered).
     #[error("region {0:?} is not registered")]
     UnregisteredRegion(RegionId),

@@ -4,7 +4,7 @@
 //! (which lives, with its plain types, in `rdma-hint-core`): a bounds-checked [`RegionTable`],
 //! the event [`queue`], [`wait`]s that always have a deadline and never block an async
 //! runtime's thread, the deadline [`timer`] they sleep on, the [`blocking`] adapters, and the checks and copy
-//! counter of [`caller_memory`].
+//! counter of [`caller_memory`], and the [`memory_limit`] every allocation is checked against.
 //!
 //! ```
 //! use rdma_hint_core::{RegionId, TransportError, WriteOp};
@@ -25,6 +25,7 @@
 
 pub mod blocking;
 pub mod caller_memory;
+pub mod memory_limit;
 pub mod queue;
 pub mod region_table;
 pub mod timer;

@@ -33,26 +33,62 @@ pub trait RegionLen {
 /// ```
 #[derive(Debug)]
 pub struct RegionTable<T> {
-    slots: Vec<Option<T>>,
+    /// Each live region with the bytes the transport allocated for it (0 for caller memory).
+    slots: Vec<Option<(T, u64)>>,
     max: usize,
+    memory_cap: Option<u64>,
+    held_bytes: u64,
 }
 
 impl<T> RegionTable<T> {
     /// An empty table holding at most `max` regions at once.
     pub fn new(max: usize) -> RegionTable<T> {
-        RegionTable { slots: Vec::new(), max }
+        RegionTable { slots: Vec::new(), max, memory_cap: None, held_bytes: 0 }
     }
 
-    /// Registers a region of `len` bytes under the lowest free id. `make` (which allocates and
-    /// registers the memory) only runs when the table has room, so a full table costs nothing.
+    /// Caps the bytes of memory the transport allocates for its live regions (caller memory
+    /// does not count: the caller allocated it). `None`: only what the machine can spare.
+    pub fn set_memory_cap(&mut self, cap_bytes: Option<u64>) {
+        self.memory_cap = cap_bytes;
+    }
+
+    /// Bytes the transport allocated for its live regions.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes
+    }
+
+    /// Registers a region of `len` bytes the transport allocates, under the lowest free id.
+    /// `make` (which allocates and registers the memory) only runs when the table has room and
+    /// `len` fits the memory cap and what the machine can commit
+    /// ([`memory_limit::check_commit`](crate::memory_limit::check_commit)), so a refusal costs
+    /// nothing.
+    ///
+    /// ```
+    /// use rdma_hint_core::TransportError;
+    /// use rdma_hint_toolkit::RegionTable;
+    /// let mut table = RegionTable::new(8);
+    /// table.set_memory_cap(Some(8192));
+    /// let first = table.insert_with(4096, || Ok(())).unwrap();
+    /// table.insert_with(4096, || Ok(())).unwrap();
+    /// let refused = table.insert_with(4096, || -> Result<(), TransportError> { unreachable!() });
+    /// assert!(matches!(refused, Err(TransportError::OutOfMemory { available: 0, .. })));
+    /// table.remove(first).unwrap(); // its bytes are free again
+    /// assert!(table.insert_with(4096, || Ok(())).is_ok());
+    /// ```
     pub fn insert_with(
         &mut self,
         len: u64,
         make: impl FnOnce() -> Result<T, TransportError>,
     ) -> Result<RegionId, TransportError> {
+        if len == 0 || len > MAX_REGION_BYTES {
+            let reason = format!("length must be 1 B … {MAX_REGION_BYTES} B");
+            return Err(TransportError::Registration { len, reason });
+        }
         self.check_room(len)?;
+        crate::memory_limit::check_commit(len, self.memory_cap, self.held_bytes)?;
         let region = make()?;
-        Ok(self.place(region))
+        self.held_bytes += len;
+        Ok(self.place(region, len))
     }
 
     /// `Ok` while the table has room for one more region (of `len` bytes, for the error).
@@ -78,10 +114,10 @@ impl<T> RegionTable<T> {
             return Err(Refused { error, memory });
         }
         let region = register(memory)?;
-        Ok(self.place(region))
+        Ok(self.place(region, 0))
     }
 
-    fn place(&mut self, region: T) -> RegionId {
+    fn place(&mut self, region: T, held_bytes: u64) -> RegionId {
         let index = match self.slots.iter().position(Option::is_none) {
             Some(free) => free,
             None => {
@@ -89,32 +125,48 @@ impl<T> RegionTable<T> {
                 self.slots.len() - 1
             }
         };
-        self.slots[index] = Some(region);
+        self.slots[index] = Some((region, held_bytes));
         RegionId(index as u32)
     }
 
     /// The region registered as `id`.
     #[inline]
     pub fn get(&self, id: RegionId) -> Result<&T, TransportError> {
-        self.slots.get(id.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(id))
+        match self.slots.get(id.0 as usize) {
+            Some(Some((region, _))) => Ok(region),
+            _ => Err(TransportError::UnregisteredRegion(id)),
+        }
     }
 
     /// The region registered as `id`, mutably.
     pub fn get_mut(&mut self, id: RegionId) -> Result<&mut T, TransportError> {
-        self.slots
-            .get_mut(id.0 as usize)
-            .and_then(Option::as_mut)
-            .ok_or(TransportError::UnregisteredRegion(id))
+        match self.slots.get_mut(id.0 as usize) {
+            Some(Some((region, _))) => Ok(region),
+            _ => Err(TransportError::UnregisteredRegion(id)),
+        }
     }
 
     /// Unregisters `id` and hands its region back.
     pub fn remove(&mut self, id: RegionId) -> Result<T, TransportError> {
-        self.slots.get_mut(id.0 as usize).and_then(Option::take).ok_or(TransportError::UnregisteredRegion(id))
+        let (region, held) = self
+            .slots
+            .get_mut(id.0 as usize)
+            .and_then(Option::take)
+            .ok_or(TransportError::UnregisteredRegion(id))?;
+        self.held_bytes -= held;
+        Ok(region)
+    }
+
+    /// The live regions with their ids, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (RegionId, &T)> + '_ {
+        (self.slots.iter().enumerate())
+            .filter_map(|(index, slot)| slot.as_ref().map(|(region, _)| (RegionId(index as u32), region)))
     }
 
     /// Unregisters every region, in id order.
     pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.slots.drain(..).flatten()
+        self.held_bytes = 0;
+        self.slots.drain(..).flatten().map(|(region, _)| region)
     }
 }
 

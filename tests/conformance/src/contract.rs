@@ -349,6 +349,10 @@ pub fn bad_memory_and_bad_ops_fail_before_posting<B: Backend>(s: &Subject<'_, B>
         let registered = lone.register(MemoryKind::Host, len);
         assert!(matches!(registered, Err(TransportError::Registration { .. })), "{len} B: {registered:?}");
     }
+    // Half a TiB passes the size check but not the memory check of any machine this runs on:
+    // refused before a byte is allocated, saying how much could be committed.
+    let unaffordable = lone.register(MemoryKind::Host, 1 << 39);
+    assert!(matches!(unaffordable, Err(TransportError::OutOfMemory { .. })), "{unaffordable:?}");
     let region = lone.register(MemoryKind::Host, 4096).expect("register");
     let op = WriteOp {
         wr_id: 1,
