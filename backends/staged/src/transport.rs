@@ -74,6 +74,15 @@ impl StagedTransport {
         }
     }
 
+    /// Caps the bytes this transport may allocate for its live regions, `cap_bytes` at most
+    /// (caller memory registered in place does not count). Without a cap, registrations are
+    /// still refused past what the machine and this process's memory cgroups can spare
+    /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
+    pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
+        self
+    }
+
     /// The channel this transport speaks.
     pub fn channel(&self) -> StagedChannel {
         self.channel

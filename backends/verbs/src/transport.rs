@@ -262,6 +262,14 @@ fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, Transpor
 }
 
 impl VerbsTransport {
+    /// Caps the bytes this transport may allocate for its live regions, `cap_bytes` at most
+    /// (caller memory registered in place does not count). Without a cap, registrations are
+    /// still refused past what the machine and this process's memory cgroups can spare
+    /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
+    pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
+        self
+    }
     /// Refuses while work requests are in flight (their regions may still be read). Called
     /// with the region table write-locked: posts count under its read lock.
     fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {

@@ -143,6 +143,11 @@ enum Command {
         /// Do not store the measured knee in the hint cache.
         #[arg(long)]
         no_record: bool,
+        /// Allocate at most this many bytes of registered memory (e.g. 512M); whatever the cap,
+        /// registrations past what the machine and this process's memory cgroup can spare are
+        /// refused before anything is allocated.
+        #[arg(long, value_parser = units::parse_nonzero_bytes)]
+        memory_cap: Option<u64>,
         /// Read the pre-shared token (1…64 bytes) from this file; default: $RDMA_HINT_TOKEN.
         /// Both sides must hold the same one; it is proven, never sent.
         #[arg(long, value_name = "PATH")]
@@ -166,6 +171,11 @@ enum Command {
         /// Peers to serve, one after another (default: until stopped).
         #[arg(long, value_parser = units::parse_count)]
         count: Option<u64>,
+        /// Allocate at most this many bytes of registered memory (e.g. 512M); whatever the cap,
+        /// registrations past what the machine and this process's memory cgroup can spare are
+        /// refused before anything is allocated.
+        #[arg(long, value_parser = units::parse_nonzero_bytes)]
+        memory_cap: Option<u64>,
         /// Read the pre-shared token (1…64 bytes) from this file; default: $RDMA_HINT_TOKEN.
         /// Needed to listen on any address but loopback.
         #[arg(long, value_name = "PATH")]
@@ -226,6 +236,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// `options` with `--memory-cap` applied, if given.
+fn capped(options: OpenOptions, memory_cap: Option<u64>) -> OpenOptions {
+    match memory_cap {
+        Some(cap) => options.memory_cap(cap),
+        None => options,
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probe { json, sysfs_root, calibrate } => {
@@ -260,6 +278,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             loopback: _,
             no_record,
             token_file,
+            memory_cap,
         } => {
             let sizes = sweep::parse_sizes(&sizes).map_err(|e| anyhow::anyhow!("--sizes {e}"))?;
             let largest = sizes.iter().copied().max().unwrap_or(1);
@@ -282,10 +301,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (None, None) => Some(token::ephemeral()?),
                 (None, Some(_)) => None,
             };
-            let options = match token {
-                Some(token) => OpenOptions::default().token(&token),
-                None => OpenOptions::default(),
-            };
+            let options = capped(
+                match token {
+                    Some(token) => OpenOptions::default().token(&token),
+                    None => OpenOptions::default(),
+                },
+                memory_cap,
+            );
             let args = sweep::SweepArgs {
                 options,
                 transport,
@@ -329,13 +351,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Serve { listen, transport, bytes, timeout_s, count, token_file, insecure } => {
+        Command::Serve { listen, transport, bytes, timeout_s, count, token_file, memory_cap, insecure } => {
             let transport = transport.resolve("tcp")?;
             let options = match token::load(token_file.as_deref())? {
                 Some(token) => OpenOptions::default().token(&token),
                 None => OpenOptions::default(),
             }
             .allow_unauthenticated_remote(insecure);
+            let options = capped(options, memory_cap);
             serve::run(&serve::ServeArgs {
                 listen,
                 transport,

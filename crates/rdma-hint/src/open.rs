@@ -22,6 +22,7 @@ pub struct OpenOptions {
     unauthenticated_remote: bool,
     wait_mode: WaitMode,
     listener: Option<Arc<Listener>>,
+    memory_cap: Option<u64>,
 }
 
 impl fmt::Debug for OpenOptions {
@@ -31,6 +32,7 @@ impl fmt::Debug for OpenOptions {
             .field("unauthenticated_remote", &self.unauthenticated_remote)
             .field("wait_mode", &self.wait_mode)
             .field("listener", &self.listener.as_ref().map(|listener| listener.local_addr()))
+            .field("memory_cap", &self.memory_cap)
             .finish()
     }
 }
@@ -56,6 +58,26 @@ impl OpenOptions {
     /// How the transport's waits spend their time (see [`WaitMode`]).
     pub fn wait_mode(mut self, mode: WaitMode) -> OpenOptions {
         self.wait_mode = mode;
+        self
+    }
+
+    /// Caps the memory the transport allocates for its regions at `cap_bytes` (live regions
+    /// together; caller memory registered in place does not count). A registration past it,
+    /// or past what the machine and this process's memory cgroups can spare (checked with or
+    /// without a cap), is refused before anything is allocated.
+    ///
+    /// ```
+    /// use rdma_hint::{open, MemoryKind, OpenOptions, Transport, TransportError, TransportId};
+    /// let transport = open(&TransportId::STAGED_TCP, &OpenOptions::default().memory_cap(1 << 20))?;
+    /// let first = transport.register(MemoryKind::Host, 768 << 10)?;
+    /// let refused = transport.register(MemoryKind::Host, 512 << 10);
+    /// assert!(matches!(refused, Err(TransportError::OutOfMemory { available, .. }) if available == 256 << 10));
+    /// transport.deregister(first.id)?;
+    /// transport.register(MemoryKind::Host, 512 << 10)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn memory_cap(mut self, cap_bytes: u64) -> OpenOptions {
+        self.memory_cap = Some(cap_bytes);
         self
     }
 
@@ -155,20 +177,33 @@ fn open_staged(channel: StagedChannelId, options: &OpenOptions) -> Result<Box<dy
         StagedChannelId::Shm => StagedChannel::SharedMemory,
         StagedChannelId::Tcp => StagedChannel::Tcp,
     };
-    let transport = StagedTransport::new(channel);
+    let transport = capped(StagedTransport::new(channel), options, StagedTransport::with_memory_cap);
     Ok(Box::new(gated(transport, options)?))
 }
 
 #[cfg(feature = "ucx")]
 fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    let transport = rdma_hint_ucx::UcxTransport::open(id.ucx_tls().as_deref()).map_err(unavailable(id))?;
+    use rdma_hint_ucx::UcxTransport;
+    let transport = UcxTransport::open(id.ucx_tls().as_deref()).map_err(unavailable(id))?;
+    let transport = capped(transport, options, UcxTransport::with_memory_cap);
     Ok(Box::new(gated(transport, options)?))
 }
 
 #[cfg(feature = "verbs")]
 fn open_verbs(id: &TransportId, device: &str, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
-    let transport = rdma_hint_verbs::VerbsTransport::open(Some(device)).map_err(unavailable(id))?;
+    use rdma_hint_verbs::VerbsTransport;
+    let transport = VerbsTransport::open(Some(device)).map_err(unavailable(id))?;
+    let transport = capped(transport, options, VerbsTransport::with_memory_cap);
     Ok(Box::new(gated(transport, options)?))
+}
+
+/// `transport` with the memory cap of `options` applied, if it sets one.
+#[cfg(any(feature = "staged", feature = "ucx", feature = "verbs"))]
+fn capped<T>(transport: T, options: &OpenOptions, with_memory_cap: fn(T, u64) -> T) -> T {
+    match options.memory_cap {
+        Some(cap) => with_memory_cap(transport, cap),
+        None => transport,
+    }
 }
 
 /// `transport` with the token and remote-listening choice of `options` applied.
