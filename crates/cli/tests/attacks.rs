@@ -570,3 +570,167 @@ fn a_violation_after_the_finish_marker_still_fails_the_run() {
     assert!(text(&served.stderr).contains("protocol"), "{}", text(&served.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A fake `serve` on the shm channel, as our own user (so the hand-off's owner check passes),
+/// that advertises one 4 MiB region and then, by `mode`, hands over a sealed memfd that is
+/// larger than advertised (`big`), one of the right size with no page committed (`sparse`),
+/// or nothing but messages without descriptors (`empty`). Prints its port, then `done`.
+const FAKE_SHM_SERVE: &str = r#"
+import fcntl, os, socket, struct, sys, time
+mode = sys.argv[1]
+tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
+print(tcp.getsockname()[1], flush=True)
+victim, _ = tcp.accept(); victim.settimeout(20)
+victim.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = victim.recv(n - len(data))
+        if not chunk: sys.exit(0)
+        data += chunk
+    return data
+read(41)
+advertised = 4 << 20
+name = b"rdma-hint-" + os.urandom(8).hex().encode()
+unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
+hello = b"RDMAHINT" + struct.pack("<HBH", 4, 1, 1) + struct.pack("<IQB", 0, advertised, 0) + bytes([len(name)]) + name + os.urandom(32)
+victim.sendall(hello)
+read(8 + 2 + 1 + 2 + 1 + 32)
+unix.settimeout(10)
+conn, _ = unix.accept(); conn.settimeout(10)
+conn.recv(32)
+conn.recvmsg(1, socket.CMSG_SPACE(4 * 250))
+fd = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
+size = 64 << 20 if mode == "big" else advertised
+os.ftruncate(fd, size)
+if mode == "big":
+    os.posix_fallocate(fd, 0, size)
+fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+try:
+    if mode == "empty":
+        for _ in range(100):
+            conn.sendmsg([b"\0"])
+            time.sleep(0.1)
+    else:
+        socket.send_fds(conn, [b"\x01"], [fd])
+        time.sleep(3)
+except OSError:
+    pass
+print("done", flush=True)
+"#;
+
+/// `sweep --channel shm --peer` against [`FAKE_SHM_SERVE`] in `mode`, within 20 s.
+fn sweep_against_fake_shm_serve(name: &str, mode: &str) -> (Output, Output) {
+    let dir = scratch(name);
+    let fake = dir.join("fake_shm_serve.py");
+    std::fs::write(&fake, FAKE_SHM_SERVE).unwrap();
+    let mut server = Command::new("python3")
+        .arg(&fake)
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut port)
+        .unwrap();
+    let address = format!("127.0.0.1:{}", port.trim());
+    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", &dir)
+        .args(["sweep", "--channel", "shm", "--peer", &address, "--sizes", "64K", "--transfer", "1M"])
+        .args(["--iters", "1", "--latency-samples", "3", "--no-record"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let swept = common::output_within(swept, "the sweep against a fake shm serve", Duration::from_secs(20));
+    let served = common::output_within(server, "the fake shm serve", Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(dir);
+    (swept, served)
+}
+
+/// A memfd larger than the region it stands for is not mapped (before, a 4 GiB memfd for a
+/// region advertised as 4 KiB was mapped and populated at its real size).
+#[test]
+fn a_memfd_larger_than_its_advertised_region_is_not_mapped() {
+    let (swept, _) = sweep_against_fake_shm_serve("shm-big", "big");
+    let stderr = text(&swept.stderr);
+    assert_eq!(swept.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("advertised 4194304 B, holds 67108864 B"), "{stderr}");
+}
+
+/// A memfd of the advertised size with no page committed is not mapped: populating the
+/// mapping would commit the peer's region on this side, charged to us.
+#[test]
+fn a_memfd_whose_pages_the_peer_never_committed_is_not_mapped() {
+    let (swept, _) = sweep_against_fake_shm_serve("shm-sparse", "sparse");
+    let stderr = text(&swept.stderr);
+    assert_eq!(swept.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("are committed"), "{stderr}");
+}
+
+/// Hand-off messages without the descriptors due are refused at once (before, each was taken
+/// as a part of the descriptors, and a stream of empty ones held the sweep).
+#[test]
+fn a_hand_off_message_without_its_descriptors_is_refused_at_once() {
+    let started = std::time::Instant::now();
+    let (swept, _) = sweep_against_fake_shm_serve("shm-empty", "empty");
+    let stderr = text(&swept.stderr);
+    assert_eq!(swept.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("carried 0 descriptors where 1 were due"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
+}
+
+/// A fake sweep that passes the TCP handshake with `serve --channel shm --timeout-s 5`, then
+/// presents its hand-off cookie a byte every 0.4 s (13 s in all): serve cuts it off by the
+/// one deadline of the run, not 5 s after its last byte (before, each read had 5 s of its own
+/// and the trickle held serve for as long as it went on).
+#[test]
+fn a_trickled_hand_off_cookie_is_cut_off_by_the_runs_deadline() {
+    let dir = scratch("shm-trickle");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "1", "--channel", "shm", "--timeout-s", "5"]);
+    let fake = dir.join("fake_sweep.py");
+    std::fs::write(
+        &fake,
+        r#"
+import os, socket, struct, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+serve = socket.create_connection((host, int(port))); serve.settimeout(20)
+serve.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = serve.recv(n - len(data))
+        if not chunk: sys.exit("closed")
+        data += chunk
+    return data
+read(41)
+serve.sendall(b"RDMAHINT" + struct.pack("<HBH", 4, 1, 0) + b"\0" + bytes(32))
+_, _, count = struct.unpack("<HBH", read(8 + 5)[8:])
+read(13 * count)
+name = read(read(1)[0])
+read(32)
+unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name)
+started = time.monotonic()
+try:
+    for _ in range(32):
+        unix.sendall(b"\0")
+        time.sleep(0.4)
+    unix.settimeout(5)
+    cut = unix.recv(1) == b""
+except OSError:
+    cut = True
+print("cut off" if cut else "held", round(time.monotonic() - started, 1), flush=True)
+"#,
+    )
+    .unwrap();
+    let trickle = Command::new("python3").arg(&fake).arg(&address).output().unwrap();
+    let said = text(&trickle.stdout);
+    let seconds: f64 = said.split_whitespace().nth(2).and_then(|s| s.parse().ok()).unwrap_or(f64::MAX);
+    let served = common::output_within(server, "serve", Duration::from_secs(30));
+    assert!(said.starts_with("cut off"), "{said} {}", text(&trickle.stderr));
+    // The cut-off is noticed at the next byte after the close: the deadline plus one 0.4 s step.
+    assert!(seconds < 6.5, "cut off after {seconds} s; serve: {}", text(&served.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
