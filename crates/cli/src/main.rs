@@ -168,6 +168,10 @@ enum Command {
         /// after 5 s regardless).
         #[arg(long, value_parser = units::parse_seconds, default_value = "600")]
         timeout_s: u64,
+        /// Seconds a connected peer may stay silent (nothing arrives from it) before its run
+        /// ends as failed and the next peer is served; 1…3600.
+        #[arg(long, value_parser = serve::parse_idle_seconds, default_value = "30")]
+        idle_timeout_s: u64,
         /// Peers to serve, one after another (default: until stopped).
         #[arg(long, value_parser = units::parse_count)]
         count: Option<u64>,
@@ -351,7 +355,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Serve { listen, transport, bytes, timeout_s, count, token_file, memory_cap, insecure } => {
+        Command::Serve {
+            listen,
+            transport,
+            bytes,
+            timeout_s,
+            idle_timeout_s,
+            count,
+            token_file,
+            memory_cap,
+            insecure,
+        } => {
             let transport = transport.resolve("tcp")?;
             let options = match token::load(token_file.as_deref())? {
                 Some(token) => OpenOptions::default().token(&token),
@@ -365,6 +379,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 options,
                 bytes,
                 timeout: std::time::Duration::from_secs(timeout_s),
+                idle_timeout: std::time::Duration::from_secs(idle_timeout_s),
                 count,
             })
         }

@@ -25,6 +25,14 @@ pub(crate) fn parse_region_bytes(text: &str) -> Result<u64, String> {
     }
 }
 
+/// `--idle-timeout-s`: 1…3600 seconds.
+pub(crate) fn parse_idle_seconds(text: &str) -> Result<u64, String> {
+    match crate::units::parse_count(text)? {
+        seconds @ 1..=3600 => Ok(seconds),
+        _ => Err(format!("`{text}` must be 1…3600 seconds")),
+    }
+}
+
 /// What `serve` was asked to do.
 pub(crate) struct ServeArgs {
     pub(crate) listen: SocketAddr,
@@ -33,13 +41,15 @@ pub(crate) struct ServeArgs {
     pub(crate) bytes: u64,
     /// How long one run may wait for its peer and its transfer.
     pub(crate) timeout: Duration,
+    /// How long a connected peer may send nothing before its run ends.
+    pub(crate) idle_timeout: Duration,
     /// Peers to serve; `None`: until the process is stopped.
     pub(crate) count: Option<u64>,
 }
 
 /// Serves `count` peers (or forever), one at a time, each on a fresh transport exposing `bytes`,
 /// all on one listener bound once: the port stays ours between peers, and a peer that dials
-/// while another is served waits in the backlog. A peer's failure is a line and the next peer
+/// while another is served is told at once that serve is busy. A peer's failure is a line and the next peer
 /// is served; what would fail every run (the listen address, opening the transport, the
 /// region) ends `serve` at once. Fails if any run failed, after serving them all.
 pub(crate) fn run(args: &ServeArgs) -> Result<()> {
@@ -47,7 +57,8 @@ pub(crate) fn run(args: &ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::from)
         .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
     let address = listener.local_addr();
-    let options = args.options.clone().listener(Arc::new(listener));
+    let listener = Arc::new(listener);
+    let options = args.options.clone().listener(listener.clone());
     let mut failed = 0u64;
     let mut served = 0u64;
     while args.count.is_none_or(|count| served < count) {
@@ -64,7 +75,7 @@ pub(crate) fn run(args: &ServeArgs) -> Result<()> {
             ))?;
         }
         served += 1;
-        match serve_one(transport.as_ref(), region.id, address, args) {
+        match serve_one(transport.as_ref(), region.id, &listener, args) {
             Ok(()) => crate::output::print_line(&format!("run {served}: the peer's sweep finished"))?,
             Err(error) if crate::output::is_broken_pipe(&error) => return Err(error),
             Err(error) => {
@@ -91,24 +102,33 @@ fn listen_error(error: rdma_hint::Error, listen: SocketAddr) -> anyhow::Error {
 
 /// One peer: authenticate and handshake on the shared listener (bad candidates are dropped by
 /// the library within seconds while it keeps listening), then receive until the peer says how
-/// its sweep ended and leaves.
+/// its sweep ended and leaves. Meanwhile, anyone else who dials is told serve is busy; a peer
+/// silent for the idle timeout ends the run.
 fn serve_one(
     transport: &dyn Transport,
     region: RegionId,
-    address: SocketAddr,
+    listener: &Arc<Listener>,
     args: &ServeArgs,
 ) -> Result<()> {
     let deadline = Instant::now() + args.timeout;
-    transport.connect_blocking(PeerEndpoint::Listen(address), &[region], deadline)?;
+    transport.connect_blocking(PeerEndpoint::Listen(listener.local_addr()), &[region], deadline)?;
+    let _busy = listener.turn_away_while_busy();
     let mut arrivals = [Arrival::EMPTY; 64];
     let mut outcome = None;
+    let mut heard = Instant::now();
     loop {
-        match transport.wait_arrivals_blocking(&mut arrivals, deadline) {
+        let wake = deadline.min(heard + args.idle_timeout);
+        match transport.wait_arrivals_blocking(&mut arrivals, wake) {
             Ok(count) => {
+                heard = Instant::now();
                 if let Some(last) = arrivals[..count].iter().rev().find(|a| is_outcome(a.imm)) {
                     outcome = Some(last.imm);
                 }
             }
+            Err(TransportError::DeadlineExceeded { .. }) if Instant::now() < deadline => bail!(
+                "the peer went quiet: nothing arrived for {} s (--idle-timeout-s)",
+                args.idle_timeout.as_secs()
+            ),
             Err(TransportError::PeerGone(why)) => {
                 // A link broken by a protocol violation fails the run, whatever came before.
                 if why.contains("protocol error") {

@@ -78,6 +78,9 @@ pub(crate) struct Hints {
 pub(crate) const SWEEP_FINISHED: u32 = 0x5357_0001;
 /// See [`SWEEP_FINISHED`].
 pub(crate) const SWEEP_REGION_TOO_SMALL: u32 = 0x5357_0002;
+/// The immediate on the last block of every bandwidth transfer to a `serve` peer: the sweep
+/// is alive (serve ends a run whose peer stays silent for its idle timeout).
+pub(crate) const SWEEP_PROGRESS: u32 = 0x5357_0003;
 
 /// A sweep's report and what became of recording its hint.
 pub(crate) struct Outcome {
@@ -276,6 +279,8 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
     // Whole blocks only, never past the region: at least one block, at most the transfer size.
     let len = (args.transfer_bytes / block).max(1) * block;
     let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    // A serve peer hears from us once per transfer; the loopback receiver drains nothing.
+    let transfer = if args.peer.is_some() { transfer.notify(SWEEP_PROGRESS) } else { transfer };
     // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
     chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
     let (cpu_before, wall) = (CpuTime::now(), Instant::now());

@@ -734,3 +734,43 @@ print("cut off" if cut else "held", round(time.monotonic() - started, 1), flush=
     assert!(seconds < 6.5, "cut off after {seconds} s; serve: {}", text(&served.stderr));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A sweep that dials while `serve` is serving another peer is told at once that serve is
+/// busy (before, it sat in the backlog until its own deadline and was reset); when the first
+/// peer leaves, the next sweep is served.
+#[test]
+fn a_sweep_that_arrives_during_a_run_is_told_serve_is_busy() {
+    let dir = scratch("busy");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "2", "--channel", "tcp"]);
+    let (holder, _) = raw_staged_peer(&address);
+    let started = std::time::Instant::now();
+    let turned_away = sweep(&dir, &address, &[]);
+    let stderr = text(&turned_away.stderr);
+    assert_eq!(turned_away.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is busy with another peer"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "told after {:?}", started.elapsed());
+    drop(holder);
+    let served_next = sweep(&dir, &address, &[]);
+    assert!(served_next.status.success(), "{}", text(&served_next.stderr));
+    let served = common::output_within(server, "serve", Duration::from_secs(30));
+    // The first run failed (its peer left without a sweep); the turned-away sweep was no run.
+    assert!(text(&served.stderr).contains("1 of 2 runs failed"), "{}", text(&served.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A peer that passes the handshake and then sends nothing holds `serve` for the idle
+/// timeout, not for the run's whole `--timeout-s` (600 s by default).
+#[test]
+fn a_peer_that_goes_quiet_after_the_handshake_is_cut_off_by_the_idle_timeout() {
+    let dir = scratch("idle");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "1", "--channel", "tcp", "--idle-timeout-s", "2"]);
+    let started = std::time::Instant::now();
+    let (_quiet, _) = raw_staged_peer(&address);
+    let served = common::output_within(server, "serve", Duration::from_secs(20));
+    assert!(!served.status.success());
+    assert!(text(&served.stderr).contains("went quiet: nothing arrived for 2 s"), "{}", text(&served.stderr));
+    assert!(started.elapsed() < Duration::from_secs(8), "held serve for {:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -322,6 +322,13 @@ pub enum TransportError {
         /// The dialled address.
         address: SocketAddr,
     },
+    /// The listener at `peer` is busy with another peer and turned this connection away
+    /// before any hello: nothing was exchanged. Try again when it is done.
+    #[error("the peer at {peer} is busy with another peer; try again when it is done")]
+    PeerBusy {
+        /// The peer's address.
+        peer: String,
+    },
     /// The peer did not present the pre-shared token this side expects.
     #[error("peer {peer} rejected: wrong or missing token")]
     Unauthorized {

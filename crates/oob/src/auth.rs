@@ -9,6 +9,10 @@
 //! being reflected back; fresh nonces on both sides stop a recorded one being replayed. A side
 //! with a token refuses a peer without one, and the other way round, each saying which.
 //!
+//! A listener that is busy with another peer sends the preamble with flag bit 1 (busy), a
+//! zero nonce and nothing else, and closes: the dialler answers
+//! [`TransportError::PeerBusy`] at once instead of waiting in the backlog until its deadline.
+//!
 //! What it does not give: secrecy or integrity of the bytes after it (use a trusted network or
 //! a tunnel between hosts), or protection of a weak token against offline guessing by someone
 //! who recorded an exchange.
@@ -27,6 +31,7 @@ const NONCE_BYTES: usize = 32;
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"rdma-hint/auth/v1";
 const HAS_TOKEN: u8 = 1;
+const BUSY: u8 = 2;
 
 /// Which end of the out-of-band connection this side is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +121,10 @@ pub fn authenticate_by(
         return Err(refuse("not an rdma-hint peer (no authentication preamble)"));
     }
     let flags = reader.u8()?;
+    if flags == BUSY && role == Role::Dialer {
+        tracing::debug!(%peer, "the listener is busy");
+        return Err(TransportError::PeerBusy { peer });
+    }
     if flags & !HAS_TOKEN != 0 {
         return Err(refuse("unknown authentication flags"));
     }
@@ -135,6 +144,14 @@ pub fn authenticate_by(
     let mut presented = [0u8; MAC_BYTES];
     WireReader::new(&mut stream).exact(&mut presented)?;
     mac(token, role.peer(), &theirs, &ours).verify_slice(&presented).map_err(|_| refuse("wrong token"))
+}
+
+/// What a busy listener sends before it closes (see the module doc).
+pub(crate) fn busy_preamble() -> [u8; 8 + 1 + NONCE_BYTES] {
+    let mut preamble = [0u8; 8 + 1 + NONCE_BYTES];
+    preamble[..8].copy_from_slice(&AUTH_MAGIC);
+    preamble[8] = BUSY;
+    preamble
 }
 
 #[cfg(test)]

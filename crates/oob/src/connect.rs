@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Accepted connections authenticating at once; more are closed at once until one finishes.
 pub const MAX_PENDING_HANDSHAKES: usize = 256;
+/// Connections one pass of the accept loop takes before it looks at finished handshakes.
+const ACCEPTS_PER_PASS: usize = 32;
 
 /// How a transport meets its peer: an optional listener bound ahead of time (so the peer can be
 /// told the port before `connect`), then per connect the stream, dialled or accepted,
@@ -259,7 +261,10 @@ where
         }
         // A finished candidate's clone would keep its connection open: drop it now.
         pending.retain(|(_, done)| !done.load(Ordering::Acquire));
-        while let Some(stream) = listener.try_accept()? {
+        // A bounded number per pass: under a flood of connections the loop still comes back
+        // to collect a finished handshake and to check the deadline.
+        for _ in 0..ACCEPTS_PER_PASS {
+            let Some(stream) = listener.try_accept()? else { break };
             if pending.len() >= MAX_PENDING_HANDSHAKES {
                 if let Some((oldest, _)) = pending.pop_front() {
                     tracing::warn!(
@@ -325,6 +330,67 @@ impl Listener {
         }
     }
 
+    /// Turns away every connection that arrives until the guard is dropped, each told the
+    /// listener is busy ([`TransportError::PeerBusy`] on its side, at once) instead of
+    /// waiting in the backlog, unanswered, until its deadline. For a server that serves one
+    /// peer at a time on a shared listener, while it serves one.
+    ///
+    /// ```
+    /// use rdma_hint_oob::{authenticate, Listener, Role};
+    /// use rdma_hint_core::TransportError;
+    /// use std::sync::Arc;
+    /// let listener = Arc::new(Listener::bind("127.0.0.1:0".parse().unwrap())?);
+    /// let busy = listener.turn_away_while_busy();
+    /// let mut late = std::net::TcpStream::connect(listener.local_addr())?;
+    /// assert!(matches!(authenticate(&mut late, None, Role::Dialer), Err(TransportError::PeerBusy { .. })));
+    /// drop(busy); // from here on, connections wait to be accepted again
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn turn_away_while_busy(self: &Arc<Self>) -> BusyGuard {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (listener, stopped) = (self.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("oob-busy".into())
+            .spawn(move || listener.turn_away_until(&stopped))
+            .inspect_err(|e| tracing::warn!(error = %e, "oob: no thread to turn peers away; they wait"))
+            .ok();
+        BusyGuard { stop, thread }
+    }
+
+    fn turn_away_until(&self, stop: &AtomicBool) {
+        // Turned-away streams, read until the peer closes (closing with its preamble unread
+        // would reset the connection, and a reset can overtake the busy preamble), at most
+        // for a moment and at most so many at once.
+        const DRAINING: usize = 256;
+        const LINGER: Duration = Duration::from_millis(200);
+        let mut draining: VecDeque<(TcpStream, Instant)> = VecDeque::new();
+        let mut scratch = [0u8; 256];
+        while !stop.load(Ordering::Acquire) {
+            for _ in 0..64 {
+                let Ok(Some(stream)) = self.try_accept() else { break };
+                let _ = stream.set_nonblocking(true);
+                let _ = (&stream).write_all(&crate::auth::busy_preamble());
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                if draining.len() >= DRAINING {
+                    draining.pop_front();
+                }
+                draining.push_back((stream, Instant::now()));
+            }
+            draining.retain(|(stream, since)| {
+                let open = loop {
+                    match (&*stream).read(&mut scratch) {
+                        Ok(0) => break false,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
+                        Err(_) => break false,
+                    }
+                };
+                open && since.elapsed() < LINGER
+            });
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// One pending connection (blocking), or `None` if nobody is waiting.
     fn try_accept(&self) -> Result<Option<TcpStream>, TransportError> {
         match self.inner.accept() {
@@ -339,6 +405,23 @@ impl Listener {
                 Ok(None)
             }
             Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// While alive, its listener turns every new connection away as busy
+/// ([`Listener::turn_away_while_busy`]).
+#[derive(Debug)]
+pub struct BusyGuard {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }

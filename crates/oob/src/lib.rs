@@ -32,7 +32,8 @@ pub use codec::{
     handshake_error, put_preamble, put_prefixed_u16, put_prefixed_u8, truncated, Deadlined, WireReader,
 };
 pub use connect::{
-    confirm, dial, prepare, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, REFUSED_GRACE,
+    confirm, dial, prepare, BusyGuard, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
+    REFUSED_GRACE,
 };
 pub use liveness::{peer_left, say_goodbye, PeerLoss, GOODBYE};
 pub use token::{Token, MAX_TOKEN_BYTES};
