@@ -17,13 +17,23 @@ pub(crate) struct CalibrationJson<'a> {
     fit_r2: f64,
     fit_max_relative_error: f64,
     fit_poor: Option<&'a str>,
+    /// The central 90 % of the bootstrap, flattened for scripts (none for a poor fit).
+    fixed_cost_us_low: Option<f64>,
+    fixed_cost_us_high: Option<f64>,
+    bandwidth_gbps_low: Option<f64>,
+    bandwidth_gbps_high: Option<f64>,
+    block_bytes_low: Option<f64>,
+    block_bytes_high: Option<f64>,
+    measured_longer: bool,
     elapsed_ms: f64,
+    budget_ms: f64,
     stored_in: Option<String>,
     calibration: &'a Calibration,
 }
 
 impl<'a> CalibrationJson<'a> {
     pub(crate) fn new(calibration: &'a Calibration) -> CalibrationJson<'a> {
+        let margins = calibration.margins.as_ref();
         CalibrationJson {
             block_bytes: calibration.hint.block_bytes,
             align_bytes: calibration.hint.align_bytes,
@@ -33,7 +43,15 @@ impl<'a> CalibrationJson<'a> {
             fit_r2: calibration.fit.r2,
             fit_max_relative_error: calibration.fit.max_relative_error,
             fit_poor: calibration.fit.poor.as_deref(),
+            fixed_cost_us_low: margins.map(|m| m.fixed_cost_us.low),
+            fixed_cost_us_high: margins.map(|m| m.fixed_cost_us.high),
+            bandwidth_gbps_low: margins.map(|m| m.bandwidth_gbps.low),
+            bandwidth_gbps_high: margins.map(|m| m.bandwidth_gbps.high),
+            block_bytes_low: margins.map(|m| m.block_bytes.low),
+            block_bytes_high: margins.map(|m| m.block_bytes.high),
+            measured_longer: calibration.measured_longer,
             elapsed_ms: calibration.elapsed_ms,
+            budget_ms: calibration.budget_ms,
             stored_in: calibration.stored_in.as_ref().map(|p| p.display().to_string()),
             calibration,
         }
@@ -43,11 +61,13 @@ impl<'a> CalibrationJson<'a> {
 /// The report, perftest style: the ladder, the fit, the hint.
 pub(crate) fn text(calibration: &Calibration) -> String {
     let mut out = format!(
-        "# rdma-hint calibrate: {} from {}, {} block sizes in {:.0} ms\n{:>10} {:>10} {:>11} {:>5} {:>10}\n",
+        "# rdma-hint calibrate: {} from {}, {} block sizes in {} interleaved rounds, {:.0} ms of a {:.0} ms budget\n{:>10} {:>10} {:>11} {:>5} {:>10}\n",
         calibration.transport,
         calibration.source,
         calibration.points.len(),
+        calibration.rounds,
         calibration.elapsed_ms,
+        calibration.budget_ms,
         "block",
         "GB/s",
         "µs/block",
@@ -76,6 +96,24 @@ pub(crate) fn text(calibration: &Calibration) -> String {
         fit.kept_bytes.len(),
         calibration.points.len()
     ));
+    if let Some(margins) = &calibration.margins {
+        out.push_str(&format!(
+            "90 % intervals (bootstrap): o {:.2}…{:.2} µs, B {:.3}…{:.3} GB/s, hinted block {}…{}{}\n",
+            margins.fixed_cost_us.low,
+            margins.fixed_cost_us.high,
+            margins.bandwidth_gbps.low,
+            margins.bandwidth_gbps.high,
+            format_bytes(margins.block_bytes.low as u64),
+            format_bytes(margins.block_bytes.high as u64),
+            if calibration.measured_longer { " (measured longer: the first rounds' interval was wider)" } else { "" }
+        ));
+    }
+    if let Some(flat) = &calibration.flatness {
+        out.push_str(&format!(
+            "flatness: plateau {:.3} GB/s; the smallest block moves {:.2} of it, the hinted block {:.2}\n",
+            flat.plateau_gbps, flat.smallest_block_share, flat.hinted_block_share
+        ));
+    }
     if let Some(why) = &fit.poor {
         out.push_str(&format!("poor fit: {why}\n"));
     } else if fit.gradual {

@@ -263,6 +263,161 @@ pub fn fit_path(timings: &[BlockTiming]) -> Result<PathFit, FitError> {
     })
 }
 
+/// Confidence of the intervals calibration reports: the central 90 % of the bootstrap.
+pub const CONFIDENCE: f64 = 0.9;
+
+/// Every per-block time measured at one block size: one per timed transfer, the transfers of
+/// all sizes interleaved in time (so a spell of load falls on all of them alike).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockSamples {
+    /// Block size in bytes.
+    pub block_bytes: u64,
+    /// Wall time per block of each timed transfer, in seconds.
+    pub seconds_per_block: Vec<f64>,
+}
+
+impl BlockSamples {
+    /// The median time: what [`fit_path`] takes for this size. `None` without samples.
+    pub fn median(&self) -> Option<BlockTiming> {
+        let mut times = self.seconds_per_block.clone();
+        let seconds_per_block = median(&mut times)?;
+        Some(BlockTiming { block_bytes: self.block_bytes, seconds_per_block })
+    }
+}
+
+/// A two-sided interval of a fitted figure, in the figure's unit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Lower bound.
+    pub low: f64,
+    /// Upper bound.
+    pub high: f64,
+}
+
+impl Interval {
+    /// The central [`CONFIDENCE`] share of `values` (at least one): its 5th and 95th
+    /// percentiles. `None` without finite values.
+    ///
+    /// ```
+    /// use rdma_hint_core::fit::Interval;
+    /// let values: Vec<f64> = (0..=100).map(f64::from).collect();
+    /// let interval = Interval::central(&values).unwrap();
+    /// assert!((interval.low - 5.0).abs() < 1e-9 && (interval.high - 95.0).abs() < 1e-9);
+    /// ```
+    pub fn central(values: &[f64]) -> Option<Interval> {
+        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        sorted.sort_by(f64::total_cmp);
+        let tail = (1.0 - CONFIDENCE) / 2.0;
+        Some(Interval { low: quantile(&sorted, tail)?, high: quantile(&sorted, 1.0 - tail)? })
+    }
+
+    /// `high / low`: how many times wider the top is than the bottom (infinite for a bottom
+    /// at or below zero).
+    pub fn ratio(&self) -> f64 {
+        if self.low > 0.0 {
+            self.high / self.low
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// The `q` quantile (0…1) of `sorted` (ascending), interpolated between neighbours.
+pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    let position = q.clamp(0.0, 1.0) * last as f64;
+    let (below, above) = (position.floor() as usize, position.ceil() as usize);
+    let weight = position - below as f64;
+    Some(sorted[below] * (1.0 - weight) + sorted[above] * weight)
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    quantile(values, 0.5)
+}
+
+/// A small deterministic generator (SplitMix64) for resampling: the same samples always give
+/// the same intervals.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % bound as u64) as usize
+    }
+}
+
+/// Fits of `resamples` bootstrap resamples of `samples`: each size's times drawn with
+/// replacement (as many as were measured), their medians fitted like the measured ones
+/// ([`fit_path`]). Poor fits are included (each says so); sizes without samples are skipped.
+/// Deterministic: resample `i` always draws the same.
+///
+/// ```
+/// use rdma_hint_core::fit::{bootstrap_fits, BlockSamples, Interval};
+/// // o = 2 µs, B = 10 GB/s, each size measured five times with ±5 % noise.
+/// let samples: Vec<BlockSamples> = (12..=22)
+///     .map(|log2| {
+///         let block = 1u64 << log2;
+///         let exact = 2e-6 + block as f64 / 10e9;
+///         let seconds_per_block = [0.95, 1.0, 1.05, 0.98, 1.02].iter().map(|f| exact * f).collect();
+///         BlockSamples { block_bytes: block, seconds_per_block }
+///     })
+///     .collect();
+/// let fits = bootstrap_fits(&samples, 200);
+/// let o: Vec<f64> = fits.iter().map(|f| f.fixed_cost_us).collect();
+/// let interval = Interval::central(&o).unwrap();
+/// assert!(interval.low < 2.0 && 2.0 < interval.high && interval.ratio() < 2.0, "{interval:?}");
+/// ```
+pub fn bootstrap_fits(samples: &[BlockSamples], resamples: usize) -> Vec<PathFit> {
+    let mut random = SplitMix(0x5eed_cafe_f00d_0001);
+    let mut fits = Vec::with_capacity(resamples);
+    let mut drawn = Vec::new();
+    for _ in 0..resamples {
+        let timings: Vec<BlockTiming> = samples
+            .iter()
+            .filter(|s| !s.seconds_per_block.is_empty())
+            .filter_map(|size| {
+                drawn.clear();
+                let count = size.seconds_per_block.len();
+                drawn.extend((0..count).map(|_| size.seconds_per_block[random.below(count)]));
+                let seconds_per_block = median(&mut drawn)?;
+                Some(BlockTiming { block_bytes: size.block_bytes, seconds_per_block })
+            })
+            .collect();
+        if let Ok(fit) = fit_path(&timings) {
+            fits.push(fit);
+        }
+    }
+    fits
+}
+
+/// The robust knee at `share` of the plateau ([`robust_knee_at`] of [`robust_plateau`]) of
+/// the median curve of each of `resamples` bootstrap resamples of `samples`, in bytes
+/// (resamples without a knee are skipped). Deterministic, like [`bootstrap_fits`].
+pub fn bootstrap_knees(samples: &[BlockSamples], resamples: usize, share: f64) -> Vec<u64> {
+    let mut random = SplitMix(0x5eed_cafe_f00d_0003);
+    let mut drawn = Vec::new();
+    (0..resamples)
+        .filter_map(|_| {
+            let curve: Vec<(u64, f64)> = samples
+                .iter()
+                .filter(|s| !s.seconds_per_block.is_empty())
+                .filter_map(|size| {
+                    let count = size.seconds_per_block.len();
+                    drawn.clear();
+                    drawn.extend((0..count).map(|_| size.seconds_per_block[random.below(count)]));
+                    let seconds = median(&mut drawn)?;
+                    Some((size.block_bytes, size.block_bytes as f64 / seconds / 1e9))
+                })
+                .collect();
+            robust_knee_at(&curve, robust_plateau(&curve)?, share)
+        })
+        .collect()
+}
+
 /// Points averaged over: the three best.
 pub const PLATEAU_POINTS: usize = 3;
 /// Share of the plateau the knee reaches.
@@ -297,9 +452,14 @@ pub fn robust_plateau(curve: &[(u64, f64)]) -> Option<f64> {
 /// assert_eq!(robust_knee(&curve, 10.0), Some(65536));
 /// ```
 pub fn robust_knee(curve: &[(u64, f64)], plateau: f64) -> Option<u64> {
+    robust_knee_at(curve, plateau, KNEE_SHARE)
+}
+
+/// [`robust_knee`] at `share` of the plateau instead of [`KNEE_SHARE`].
+pub fn robust_knee_at(curve: &[(u64, f64)], plateau: f64, share: f64) -> Option<u64> {
     let mut sorted = curve.to_vec();
     sorted.sort_by_key(|p| p.0);
-    let reaches = |rate: f64| rate >= KNEE_SHARE * plateau;
+    let reaches = |rate: f64| rate >= share * plateau;
     sorted.iter().enumerate().find_map(|(i, &(block, rate))| {
         let next_reaches = sorted.get(i + 1).is_none_or(|next| reaches(next.1));
         (reaches(rate) && next_reaches).then_some(block)

@@ -1,6 +1,8 @@
-//! Calibration: time a ladder of block sizes on the live path for about a second, fit
-//! `t(s) = o + s/B` to the per-block times ([`fit`](rdma_hint_core::fit)), store `o` and `B` in
-//! the hint cache and compute the hint from them (origin `calibrated`).
+//! Calibration: time a ladder of block sizes on the live path for about a second, in
+//! interleaved rounds, fit `t(s) = o + s/B` to the per-block times
+//! ([`fit`](rdma_hint_core::fit)), give every figure an interval by bootstrap over the rounds,
+//! store `o`, `B` and their margins in the hint cache and compute the hint from them (origin
+//! `calibrated`).
 //!
 //! The model's constants were calibrated on two machines; on a third its hint can miss by 2×.
 //! A fit on the path itself does not, as long as the curve has the model's shape; when it does
@@ -14,11 +16,14 @@ use crate::open::{OpenOptions, TransportId};
 use crate::Device;
 use crate::HintCache;
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint_core::fit::{fit_path, BlockTiming, PathFit};
+use rdma_hint_core::fit::{
+    bootstrap_fits, bootstrap_knees, fit_path, robust_plateau, BlockSamples, BlockTiming, Interval, PathFit,
+    CONFIDENCE,
+};
 use rdma_hint_core::model::{Factor, Reason};
 use rdma_hint_core::{HintPolicy, SizeHint, SourceId};
 use rdma_hint_core::{LocalRegion, RemoteRegion, Transport, TransportError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,14 +36,8 @@ pub const LADDER_TOP_BYTES: u64 = 4 << 20;
 /// Region each end of [`calibrate_loopback`] registers, in bytes: as large as a sweep's
 /// transfer, so blocks stream from memory as they do there, not from a warm cache.
 pub const LOOPBACK_REGION_BYTES: u64 = 64 << 20;
-/// Timed transfers per block size: at least this many, more while the size's time share lasts.
-pub const MIN_RUNS: u32 = 3;
-/// At most this many timed transfers per block size.
-pub const MAX_RUNS: u32 = 9;
 /// Fewest blocks in one timed transfer: a stream, not one block.
 const MIN_BLOCKS_PER_RUN: u64 = 8;
-/// Share of the budget planned for measuring; the rest absorbs misestimated rates.
-const PLANNED_SHARE: f64 = 0.8;
 /// Deadline of one timed transfer.
 const TRANSFER_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -67,12 +66,24 @@ pub struct Calibration {
     /// The hint: `origin: calibrated` from the fit, or the recorded/model hint when the fit is
     /// poor (its last reason says why).
     pub hint: SizeHint,
-    /// The fitted `o` and `B` with goodness of fit and the points it left out.
+    /// The fitted `o` and `B` (of the per-size medians) with goodness of fit and the points it
+    /// left out.
     pub fit: PathFit,
+    /// The intervals of the figures (none for a poor fit).
+    pub margins: Option<Margins>,
+    /// How far below the plateau the smallest and the hinted blocks sit (none for a poor fit).
+    pub flatness: Option<Flatness>,
+    /// Interleaved rounds timed (each one transfer of every ladder size).
+    pub rounds: usize,
+    /// Whether the hint's interval was too wide after the first rounds, so more were timed.
+    pub measured_longer: bool,
     /// Median timings per block size.
     pub points: Vec<CalibrationPoint>,
-    /// Time spent measuring, in ms.
+    /// Time the whole calibration took, in ms (at most `budget_ms`, give or take the last
+    /// transfer).
     pub elapsed_ms: f64,
+    /// The budget it was given, in ms.
+    pub budget_ms: f64,
     /// The cache file the fit was stored in (none for a poor fit or without a cache directory).
     pub stored_in: Option<PathBuf>,
     /// Why the fit was not stored, when it was not (a poor fit, no cache directory, a cache
@@ -124,21 +135,6 @@ impl Cursor {
     }
 }
 
-/// Streams `len` bytes (whole blocks) from the cursor and returns the seconds it took.
-fn timed_transfer(
-    chunker: &mut Chunker,
-    transport: &dyn Transport,
-    source: SourceId,
-    (local, remote, cursor): (&LocalRegion, &RemoteRegion, &mut Cursor),
-    (len, align): (u64, u64),
-) -> Result<f64, Error> {
-    let at = cursor.next(len, align);
-    let transfer = Transfer::new(local, remote, len).at(at, at);
-    let started = Instant::now();
-    chunker.write_blocking(transport, transfer.from_source(source), started + TRANSFER_DEADLINE)?;
-    Ok(started.elapsed().as_secs_f64())
-}
-
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
@@ -149,10 +145,81 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// How many times wider than its bottom the hint's interval may be before calibration
+/// measures longer, and after that before it answers the robust choice instead of the
+/// middle of the interval.
+pub const MAX_HINT_SPREAD: f64 = 2.0;
+/// Fewest interleaved rounds (one timed transfer of every ladder size each) a calibration
+/// takes; the bootstrap needs repetitions to draw from.
+pub const MIN_ROUNDS: usize = 5;
+/// Most rounds a calibration takes, however long its budget.
+pub const MAX_ROUNDS: usize = 61;
+/// Bootstrap resamples behind every interval.
+pub const RESAMPLES: usize = 200;
+/// Share of the budget the first rounds may take; up to [`EXTENDED_SHARE`] is spent on more
+/// rounds when the hint's interval is too wide, the rest absorbs misestimated rates and the
+/// one-block transfers an estimate needs.
+const BASE_SHARE: f64 = 0.45;
+/// See [`BASE_SHARE`].
+const EXTENDED_SHARE: f64 = 0.75;
+/// One-block transfers timed at the hint for [`estimate`](crate::estimate)'s first block.
+const SINGLE_BLOCK_SAMPLES: usize = 15;
+/// Share of its plateau the knee calibration reads off its own curve reaches: above the 90 %
+/// a sweep's knee reaches, because a gradual curve's 90 % point wanders with the noise of a
+/// busy machine (run to run, a sweep's block at its calibration's 90 % point reached 0.88 to
+/// 0.91 of the plateau) and the hint should hold in every run, not half of them.
+pub const CURVE_KNEE_SHARE: f64 = 0.95;
+/// Bytes a timed transfer streams at least, where the region and the budget allow: past the
+/// caches, as a sweep's transfers are.
+const UNIFORM_BYTES: u64 = 16 << 20;
+
+/// How uncertain a calibration's figures are: central [`CONFIDENCE`] intervals from
+/// [`RESAMPLES`] bootstrap resamples of the interleaved timings, and the spread of single
+/// transfers, which [`estimate`](crate::estimate) turns into a time's bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Margins {
+    /// Fixed cost per block `o`, in µs.
+    pub fixed_cost_us: Interval,
+    /// Bandwidth `B`, in GB/s.
+    pub bandwidth_gbps: Interval,
+    /// The hinted block the resampled fits give, in bytes.
+    pub block_bytes: Interval,
+    /// Time of one signalled transfer of one hinted block, post to completion, in µs: its
+    /// median and interval.
+    pub single_block_us: f64,
+    /// See `single_block_us`.
+    pub single_block_us_interval: Interval,
+    /// A timed transfer's time over the median of its block size, across all sizes: how far
+    /// one transfer strays from the typical one (unitless).
+    pub transfer_spread: Interval,
+    /// Resamples whose fit was poor (left out of the intervals).
+    pub poor_resamples: usize,
+}
+
+/// How flat the measured curve is near the hint: shares of the robust plateau.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Flatness {
+    /// Robust plateau of the median curve, in GB/s.
+    pub plateau_gbps: f64,
+    /// The smallest ladder block's median bandwidth over the plateau.
+    pub smallest_block_share: f64,
+    /// The fitted line's bandwidth at the hinted block over the plateau.
+    pub hinted_block_share: f64,
+}
+
 /// Calibrates `transport` (connected; `local` in `source`'s memory, `remote` the peer's region)
-/// within `budget` of measuring: a ladder of power-of-two blocks from the alignment to 4 MiB
-/// (fewer when the regions or a slow path do not allow), each timed over at least
-/// [`MIN_RUNS`] streaming transfers, the medians fitted to `o + s/B`.
+/// within `budget`, everything included: a ladder of power-of-two blocks from the alignment to
+/// 4 MiB (fewer when the regions or a slow path do not allow), timed in interleaved rounds
+/// (one streaming transfer of every size per round, at least [`MIN_ROUNDS`]), the per-size
+/// medians fitted to `o + s/B`, and [`RESAMPLES`] bootstrap resamples of the rounds giving
+/// every figure its interval ([`Margins`]).
+///
+/// The hint follows from the margin. When the resampled fits agree on the block within
+/// [`MAX_HINT_SPREAD`], the answer is the hint of their median `o` and `B`. When they do not,
+/// calibration runs more rounds (up to three quarters of the budget); if they still disagree,
+/// it answers the robust choice, the smallest block whose lower bound still reaches the target
+/// efficiency (the hint of the resamples' 95th percentile of `o·B`), and says so in the hint's
+/// reasons. Either way the block stays within the model's bounds (the 16 KiB floor among them).
 ///
 /// A good fit is stored in the hint cache (`calibrated.json` beside the measured knees, keyed
 /// like them) and becomes the hint `get_low_latency_rdma_size_hint` answers until a newer
@@ -166,9 +233,12 @@ fn median(values: &mut [f64]) -> f64 {
 /// let deadline = Instant::now() + Duration::from_secs(30);
 /// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, SourceId::Host(0), 16 << 20, &OpenOptions::default(), deadline)?;
 /// let calibration = calibrate(&*pair.sender, SourceId::Host(0), &pair.local, &pair.remote, Duration::from_millis(500))?;
-/// assert!(calibration.hint.block_bytes > 0);
+/// assert!(calibration.hint.block_bytes > 0 && calibration.elapsed_ms <= 500.0);
 /// println!("o = {:.2} µs, B = {:.1} GB/s, R² = {:.3}", calibration.fit.fixed_cost_us,
 ///          calibration.fit.bandwidth_gbps, calibration.fit.r2);
+/// if let Some(margins) = &calibration.margins {
+///     println!("o within {:.2}…{:.2} µs", margins.fixed_cost_us.low, margins.fixed_cost_us.high);
+/// }
 /// # Ok::<(), rdma_hint::Error>(())
 /// ```
 pub fn calibrate(
@@ -198,99 +268,163 @@ pub fn calibrate(
         )));
     }
     let started = Instant::now();
-    let planned = budget.as_secs_f64() * PLANNED_SHARE;
-    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
-    let mut cursor = Cursor { offset: 0, region, written: 0 };
+    let budget_s = budget.as_secs_f64();
+    let mut path = Ladder::new(transport, source, (local, remote), region, align)?;
 
     // Warm-up and a first rate: one transfer of 64 KiB blocks (or the alignment's, if larger).
     let warm_block = align.max(64 << 10).min(region / MIN_BLOCKS_PER_RUN / align * align);
-    chunker.set_hint(source, BlockSpec::new(warm_block, align)?);
     let warm_len = (MIN_BLOCKS_PER_RUN * 4 * warm_block).min(region / warm_block * warm_block);
-    timed_transfer(&mut chunker, transport, source, (local, remote, &mut cursor), (warm_len, align))?;
-    let seconds =
-        timed_transfer(&mut chunker, transport, source, (local, remote, &mut cursor), (warm_len, align))?;
-    let mut rate_bytes_per_s = warm_len as f64 / seconds;
+    path.time(warm_block, warm_len)?;
+    let rate_bytes_per_s = warm_len as f64 / path.time(warm_block, warm_len)?;
 
-    // The ladder: powers of two from the alignment while MIN_RUNS transfers of MIN_BLOCKS
-    // blocks fit the region and this size's share of the plan.
+    // The ladder: powers of two from the alignment while MIN_ROUNDS transfers of MIN_BLOCKS
+    // blocks of every size fit the region and the first rounds' share of the budget.
+    let base_s = budget_s * BASE_SHARE - started.elapsed().as_secs_f64();
     let mut ladder = Vec::new();
     let mut block = align;
     while block <= LADDER_TOP_BYTES && block * MIN_BLOCKS_PER_RUN <= region {
         ladder.push(block);
         block *= 2;
     }
-    let share = (planned - started.elapsed().as_secs_f64()) / ladder.len() as f64;
-    ladder.retain(|block| {
-        (f64::from(MIN_RUNS) * (block * MIN_BLOCKS_PER_RUN) as f64 / rate_bytes_per_s) <= share
-            || *block <= warm_block
-    });
+    // One round more than the fewest: the first is a warm-up and not kept.
+    let slot_s = base_s / ((MIN_ROUNDS + 1) * ladder.len()) as f64;
+    // Sizes whose MIN_BLOCKS_PER_RUN blocks fit the uniform transfer (below) or a slot.
+    let fits = |block: u64| {
+        block * MIN_BLOCKS_PER_RUN <= UNIFORM_BYTES.min(region / 2)
+            || (block * MIN_BLOCKS_PER_RUN) as f64 / rate_bytes_per_s <= slot_s
+    };
+    ladder.retain(|block| fits(*block) || *block <= warm_block);
     if ladder.len() < 3 {
         return Err(invalid(format!(
-            "the path moves {:.3} GB/s: {:.2} s is too short for three block sizes; give a longer budget",
+            "the path moves {:.3} GB/s: {:.2} s is too short for {MIN_ROUNDS} rounds of three block sizes; give a longer budget",
             rate_bytes_per_s / 1e9,
-            budget.as_secs_f64()
+            budget_s
         )));
     }
-
-    let mut points = Vec::with_capacity(ladder.len());
-    let mut runs_seconds = Vec::with_capacity(MAX_RUNS as usize);
-    for (index, &block) in ladder.iter().enumerate() {
-        let remaining = planned - started.elapsed().as_secs_f64();
-        if remaining <= 0.0 && points.len() >= 3 {
-            tracing::debug!(block, "calibration budget spent; the ladder stops here");
-            break;
-        }
-        let share = remaining.max(0.0) / (ladder.len() - index) as f64;
-        // Bytes for MIN_RUNS runs in this size's share at the last rate (blocks get faster
-        // with size, so the rate of the previous size is the conservative one).
-        let fitting = (rate_bytes_per_s * share / f64::from(MIN_RUNS)) as u64;
-        let len = fitting.clamp(block * MIN_BLOCKS_PER_RUN, region) / block * block;
-        chunker.set_hint(source, BlockSpec::new(block, align)?);
-        runs_seconds.clear();
-        let size_started = Instant::now();
-        while runs_seconds.len() < MAX_RUNS as usize
-            && (runs_seconds.len() < MIN_RUNS as usize || size_started.elapsed().as_secs_f64() < share)
-        {
-            runs_seconds.push(timed_transfer(
-                &mut chunker,
-                transport,
-                source,
-                (local, remote, &mut cursor),
-                (len, align),
-            )?);
-        }
-        let runs = runs_seconds.len() as u32;
-        let seconds = median(&mut runs_seconds);
-        rate_bytes_per_s = len as f64 / seconds;
-        let blocks = (len / block) as f64;
-        points.push(CalibrationPoint {
-            block_bytes: block,
-            gbps: rate_bytes_per_s / 1e9,
-            us_per_block: seconds / blocks * 1e6,
-            runs,
-            transfer_bytes: len,
-        });
-    }
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-    let timings: Vec<BlockTiming> = points
+    // Every size streams the same bytes per transfer (as a sweep does, so both see the same
+    // caches), as many as a slot holds at the first rate, at least UNIFORM_BYTES where the
+    // region allows, and at least MIN_BLOCKS_PER_RUN blocks.
+    let uniform = UNIFORM_BYTES.min(region / 2).max((rate_bytes_per_s * slot_s) as u64);
+    let sizes: Vec<(u64, u64)> = ladder
         .iter()
-        .map(|p| BlockTiming { block_bytes: p.block_bytes, seconds_per_block: p.us_per_block / 1e6 })
+        .map(|&block| (block, uniform.clamp(block * MIN_BLOCKS_PER_RUN, region) / block * block))
         .collect();
+    let mut samples: Vec<BlockSamples> =
+        ladder.iter().map(|&block_bytes| BlockSamples { block_bytes, seconds_per_block: Vec::new() }).collect();
+    // The warm-up round: every size once, not kept (a size's first transfer pays for pages and
+    // caches the next ones do not).
+    for &(block, len) in &sizes {
+        path.time(block, len)?;
+    }
+    let mut rounds = 0;
+    let mut round_s = 0.0f64;
+    let mut run_rounds = |until_s: f64, samples: &mut Vec<BlockSamples>, path: &mut Ladder<'_>| {
+        while rounds < MAX_ROUNDS
+            && (rounds < MIN_ROUNDS || started.elapsed().as_secs_f64() + round_s <= until_s)
+        {
+            let round_started = Instant::now();
+            for (index, &(block, len)) in sizes.iter().enumerate() {
+                let seconds = path.time(block, len)?;
+                samples[index].seconds_per_block.push(seconds / (len / block) as f64);
+            }
+            round_s = round_s.max(round_started.elapsed().as_secs_f64());
+            rounds += 1;
+        }
+        Ok::<(), Error>(())
+    };
+    run_rounds(budget_s * BASE_SHARE, &mut samples, &mut path)?;
+    let mut spread = Spread::of(&samples, &profile, &policy, &model)?;
+    let extended = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
+    if extended {
+        tracing::debug!(interval = ?spread.block_bytes, "calibration: the hint's interval is wide; measuring longer");
+        run_rounds(budget_s * EXTENDED_SHARE, &mut samples, &mut path)?;
+        spread = Spread::of(&samples, &profile, &policy, &model)?;
+    }
+    let timings: Vec<BlockTiming> = samples.iter().filter_map(BlockSamples::median).collect();
     let fit = fit_path(&timings).map_err(|e| invalid(e.to_string()))?;
+    let points: Vec<CalibrationPoint> = sizes
+        .iter()
+        .zip(&timings)
+        .map(|(&(block, len), timing)| CalibrationPoint {
+            block_bytes: block,
+            gbps: timing.gbps(),
+            us_per_block: timing.seconds_per_block * 1e6,
+            runs: rounds as u32,
+            transfer_bytes: len,
+        })
+        .collect();
     let file = measured::cache_file();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let entry = CalibratedPath {
+    // The middle of the resampled fits, or, where they disagree after measuring longer, the
+    // robust choice: the o that puts the hint at the resamples' 95th percentile of o·B.
+    // The curve's own knee, with its lower bound: the answer where the fits disagree too much
+    // to pick a block, and the least answered for a gradual curve (one that bends later than
+    // its line, whose fitted knee lies short of the measured one).
+    let robust = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
+    let curve_knee = curve_knee_of(&samples);
+    let robust_block_bytes = match (robust, spread.gradual) {
+        (true, _) => curve_knee,
+        (false, true) => curve_knee.filter(|knee| (*knee as f64) > spread.block_bytes_median),
+        (false, false) => None,
+    };
+    let (fixed_cost_us, bandwidth_gbps) = (spread.fixed_cost_us_median, spread.bandwidth_gbps_median);
+    let mut entry = CalibratedPath {
         source,
         transport: id.clone(),
         versions: profile.versions.clone(),
-        fixed_cost_us: fit.fixed_cost_us,
-        bandwidth_gbps: fit.bandwidth_gbps,
+        fixed_cost_us,
+        bandwidth_gbps,
         fit_r2: fit.r2,
-        gradual: fit.gradual,
+        gradual: spread.gradual,
         measured_at_unix: now,
+        margins: None,
+        robust_block_bytes,
     };
-    let (hint, stored) = match &fit.poor {
-        None => (measured::calibrated_hint(&profile, &policy, &model, &entry)?, Some(entry)),
+    let poor = fit.poor.clone().or_else(|| spread.all_poor()).or_else(|| {
+        (robust && robust_block_bytes.is_none()).then(|| {
+            format!("the hinted block's interval stays wider than {MAX_HINT_SPREAD}× and no block's lower bound reaches 90 % of the plateau")
+        })
+    });
+    let (hint, stored, margins, flatness) = match &poor {
+        None => {
+            let mut hint = measured::calibrated_hint(&profile, &policy, &model, &entry)?;
+            let blocks = spread.block_bytes;
+            let single = path.single_blocks(hint.block_bytes)?;
+            let margins = Margins {
+                fixed_cost_us: spread.fixed_cost_us,
+                bandwidth_gbps: spread.bandwidth_gbps,
+                block_bytes: blocks,
+                single_block_us: single.0,
+                single_block_us_interval: single.1,
+                transfer_spread: transfer_spread(&samples),
+                poor_resamples: spread.poor,
+            };
+            hint.reasons.push(Reason::new(
+                Factor::Calibrated,
+                format!("{:.0}…{:.0} KiB", blocks.low / 1024.0, blocks.high / 1024.0),
+                match (robust, extended) {
+                    (false, false) => format!(
+                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval); the middle is answered",
+                        CONFIDENCE * 100.0
+                    ),
+                    (false, true) => format!(
+                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval), after measuring longer because it was wider than {MAX_HINT_SPREAD}×; the middle is answered",
+                        CONFIDENCE * 100.0
+                    ),
+                    (true, _) => format!(
+                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval) stays wider than {MAX_HINT_SPREAD}× after measuring longer: the robust choice is answered",
+                        CONFIDENCE * 100.0
+                    ),
+                }
+                + match (robust, robust_block_bytes) {
+                    (false, Some(_)) => "; the curve bends later than its line, so the measured knee (a larger block) is answered",
+                    _ => "",
+                },
+            ));
+            let flatness = flatness(&timings, &entry, hint.block_bytes);
+            entry.margins = Some(margins.clone());
+            (hint, Some(entry), Some(margins), flatness)
+        }
         Some(why) => {
             // Without this pair's calibration, the cache answers the recorded knee or the model.
             if let Some(file) = &file {
@@ -311,7 +445,7 @@ pub fn calibrate(
                     }
                 ),
             ));
-            (hint, None)
+            (hint, None, None, None)
         }
     };
     let (stored_in, not_stored) = match (stored, &file) {
@@ -328,16 +462,171 @@ pub fn calibrate(
         }
     };
     HintCache::global().clear();
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(Calibration {
         source,
         transport: id,
         hint,
         fit,
+        margins,
+        flatness,
+        rounds,
+        measured_longer: extended,
         points,
         elapsed_ms,
+        budget_ms: budget_s * 1e3,
         stored_in,
         not_stored,
-        written_bytes: cursor.written,
+        written_bytes: path.cursor.written,
+    })
+}
+
+/// The connected pair calibration times transfers on.
+struct Ladder<'a> {
+    transport: &'a dyn Transport,
+    source: Device,
+    local: &'a LocalRegion,
+    remote: &'a RemoteRegion,
+    align: u64,
+    chunker: Chunker,
+    cursor: Cursor,
+}
+
+impl<'a> Ladder<'a> {
+    fn new(
+        transport: &'a dyn Transport,
+        source: Device,
+        (local, remote): (&'a LocalRegion, &'a RemoteRegion),
+        region: u64,
+        align: u64,
+    ) -> Result<Ladder<'a>, Error> {
+        let chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
+        let cursor = Cursor { offset: 0, region, written: 0 };
+        Ok(Ladder { transport, source, local, remote, align, chunker, cursor })
+    }
+
+    /// Streams `len` bytes in blocks of `block` from the cursor; the seconds it took.
+    fn time(&mut self, block: u64, len: u64) -> Result<f64, Error> {
+        self.chunker.set_hint(self.source, BlockSpec::new(block, self.align)?);
+        let at = self.cursor.next(len, self.align);
+        let transfer = Transfer::new(self.local, self.remote, len).at(at, at);
+        let started = Instant::now();
+        self.chunker.write_blocking(
+            self.transport,
+            transfer.from_source(self.source),
+            started + TRANSFER_DEADLINE,
+        )?;
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// The median and interval of [`SINGLE_BLOCK_SAMPLES`] one-block transfers of `block`
+    /// bytes (at most the region), in µs.
+    fn single_blocks(&mut self, block: u64) -> Result<(f64, Interval), Error> {
+        let block = block.min(self.cursor.region) / self.align * self.align;
+        let mut times = Vec::with_capacity(SINGLE_BLOCK_SAMPLES);
+        for _ in 0..SINGLE_BLOCK_SAMPLES {
+            times.push(self.time(block, block)? * 1e6);
+        }
+        let interval = Interval::central(&times).ok_or_else(|| invalid("no one-block times".into()))?;
+        Ok((median(&mut times), interval))
+    }
+}
+
+/// What the resampled fits say: intervals of `o`, `B`, `o·B` and the hinted block.
+struct Spread {
+    fixed_cost_us: Interval,
+    fixed_cost_us_median: f64,
+    bandwidth_gbps: Interval,
+    bandwidth_gbps_median: f64,
+    block_bytes: Interval,
+    block_bytes_median: f64,
+    /// Most good resampled fits left points out as off the line.
+    gradual: bool,
+    poor: usize,
+    good: usize,
+}
+
+impl Spread {
+    fn of(
+        samples: &[BlockSamples],
+        profile: &rdma_hint_core::PathProfile,
+        policy: &HintPolicy,
+        model: &SizeHint,
+    ) -> Result<Spread, Error> {
+        let fits = bootstrap_fits(samples, RESAMPLES);
+        let good: Vec<&PathFit> = fits.iter().filter(|f| f.poor.is_none()).collect();
+        let poor = fits.len() - good.len();
+        let gradual = good.iter().filter(|f| f.gradual).count() * 2 > good.len();
+        let mut blocks = Vec::with_capacity(good.len());
+        for fit in &good {
+            let entry = CalibratedPath::fitted(profile, fit.fixed_cost_us, fit.bandwidth_gbps, gradual);
+            if let Ok(hint) = measured::calibrated_hint(profile, policy, model, &entry) {
+                blocks.push(hint.block_bytes as f64);
+            }
+        }
+        let mut o: Vec<f64> = good.iter().map(|f| f.fixed_cost_us).collect();
+        let mut b: Vec<f64> = good.iter().map(|f| f.bandwidth_gbps).collect();
+        let none = Interval { low: f64::NAN, high: f64::NAN };
+        Ok(Spread {
+            fixed_cost_us: Interval::central(&o).unwrap_or(none),
+            fixed_cost_us_median: median(&mut o),
+            bandwidth_gbps: Interval::central(&b).unwrap_or(none),
+            bandwidth_gbps_median: median(&mut b),
+            block_bytes: Interval::central(&blocks).unwrap_or(none),
+            block_bytes_median: median(&mut blocks),
+            gradual,
+            poor,
+            good: good.len(),
+        })
+    }
+
+    /// Why no figure can be given, when most resampled fits are poor.
+    fn all_poor(&self) -> Option<String> {
+        (self.good * 2 <= self.poor + self.good).then(|| {
+            format!("{} of {} resampled fits are poor: the timings do not hold one line", self.poor, self.poor + self.good)
+        })
+    }
+}
+
+/// The curve's own knee: the median of the bootstrap resamples' robust knees (the smallest
+/// block that reaches [`CURVE_KNEE_SHARE`] of the plateau with the next larger one), a ladder
+/// block. `None` when most resamples have no knee.
+fn curve_knee_of(samples: &[BlockSamples]) -> Option<u64> {
+    let mut knees = bootstrap_knees(samples, RESAMPLES, CURVE_KNEE_SHARE);
+    if knees.len() * 2 < RESAMPLES {
+        return None;
+    }
+    knees.sort_unstable();
+    knees.get(knees.len() / 2).copied()
+}
+
+/// Each timed transfer's per-block time over its size's median, across sizes: the central
+/// interval (1.0 when there is nothing to compare).
+fn transfer_spread(samples: &[BlockSamples]) -> Interval {
+    let ratios: Vec<f64> = samples
+        .iter()
+        .filter_map(|size| {
+            let median = size.median()?.seconds_per_block;
+            Some(size.seconds_per_block.iter().map(move |t| t / median))
+        })
+        .flatten()
+        .collect();
+    Interval::central(&ratios).unwrap_or(Interval { low: 1.0, high: 1.0 })
+}
+
+/// How far below the plateau the smallest and the hinted blocks sit.
+fn flatness(timings: &[BlockTiming], entry: &CalibratedPath, hint_bytes: u64) -> Option<Flatness> {
+    let curve: Vec<(u64, f64)> = timings.iter().map(|t| (t.block_bytes, t.gbps())).collect();
+    let plateau_gbps = robust_plateau(&curve)?;
+    let smallest = curve.first()?.1;
+    let line_at = |block: u64| {
+        let seconds = entry.fixed_cost_us * 1e-6 + block as f64 / (entry.bandwidth_gbps * 1e9);
+        block as f64 / seconds / 1e9
+    };
+    Some(Flatness {
+        plateau_gbps,
+        smallest_block_share: smallest / plateau_gbps,
+        hinted_block_share: line_at(hint_bytes) / plateau_gbps,
     })
 }
 

@@ -32,6 +32,33 @@ pub struct CalibratedPath {
     pub gradual: bool,
     /// When it was measured (seconds since the Unix epoch).
     pub measured_at_unix: u64,
+    /// The figures' intervals, for [`estimate`](crate::estimate) (none in files written
+    /// before calibrations had margins).
+    #[serde(default)]
+    pub margins: Option<crate::calibrate::Margins>,
+    /// The block calibration chose from its curve when the fit's interval stayed too wide to
+    /// pick one (the robust choice), in bytes; `None`: the hint follows from `o` and `B`.
+    #[serde(default)]
+    pub robust_block_bytes: Option<u64>,
+}
+
+impl CalibratedPath {
+    /// An entry for `profile`'s path with the fitted `o` (µs) and `B` (GB/s), measured now,
+    /// without margins: what a hint is computed from.
+    pub fn fitted(profile: &PathProfile, fixed_cost_us: f64, bandwidth_gbps: f64, gradual: bool) -> CalibratedPath {
+        CalibratedPath {
+            source: profile.source.id,
+            transport: profile.transport.id.clone(),
+            versions: profile.versions.clone(),
+            fixed_cost_us,
+            bandwidth_gbps,
+            fit_r2: 1.0,
+            gradual,
+            measured_at_unix: 0,
+            margins: None,
+            robust_block_bytes: None,
+        }
+    }
 }
 
 /// Entries kept per (source, transport) in a cache file.
@@ -230,8 +257,21 @@ pub fn calibrated_hint(
 ) -> Result<SizeHint, HintError> {
     let costs =
         FittedCosts { fixed_cost_us: calibration.fixed_cost_us, bandwidth_gbps: calibration.bandwidth_gbps };
-    let mut hint =
-        compute_hint_fitted(profile, &calibrated_policy(policy, model, calibration.gradual), costs)?;
+    let policy = calibrated_policy(policy, model, calibration.gradual);
+    let mut hint = compute_hint_fitted(profile, &policy, costs)?;
+    if let Some(block) = calibration.robust_block_bytes {
+        let bounded = block
+            .clamp(policy.min_block_bytes, policy.max_block_bytes)
+            .checked_next_multiple_of(hint.align_bytes)
+            .unwrap_or(hint.block_bytes);
+        let bandwidth = hint.bandwidth_gbps;
+        hint = hint.rescaled(bounded, bandwidth);
+        hint.reasons.push(Reason::new(
+            Factor::Calibrated,
+            format!("{bounded} B"),
+            "the knee of the calibration's own curve (the median over its bootstrap resamples of the smallest block reaching 95 % of the plateau with the next larger one): the robust choice where the fit's interval was too wide to pick a block, or the larger answer for a curve that bends later than its line",
+        ));
+    }
     hint.reasons.push(Reason::new(
         Factor::Calibrated,
         format!("R² {:.3}", calibration.fit_r2),
@@ -411,6 +451,8 @@ mod tests {
             fit_r2: 0.999,
             gradual: false,
             measured_at_unix: at,
+            margins: None,
+            robust_block_bytes: None,
         };
         let policy = HintPolicy::default();
         assert_eq!(hint_set(&profile, &policy, Some(&file)).unwrap().chosen, Origin::Model);
