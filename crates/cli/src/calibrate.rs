@@ -105,7 +105,11 @@ pub(crate) fn text(calibration: &Calibration) -> String {
             margins.bandwidth_gbps.high,
             format_bytes(margins.block_bytes.low as u64),
             format_bytes(margins.block_bytes.high as u64),
-            if calibration.measured_longer { " (measured longer: the first rounds' interval was wider)" } else { "" }
+            if calibration.measured_longer {
+                " (measured longer: the first rounds' interval was wider)"
+            } else {
+                ""
+            }
         ));
     }
     if let Some(flat) = &calibration.flatness {

@@ -110,6 +110,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Predict how long a transfer of --len bytes takes at the hint, with a low and a high
+    /// bound from the stored calibration's margins (run `calibrate` for the path first).
+    Estimate {
+        #[command(flatten)]
+        path: PathArgs,
+        /// Bytes of the transfer (e.g. 4K, 1G).
+        #[arg(long, value_parser = units::parse_nonzero_bytes)]
+        len: u64,
+        /// Print one JSON object: len_bytes, block_bytes, origin, blocks, seconds, low_seconds,
+        /// high_seconds, gbps, low_gbps, high_gbps.
+        #[arg(long)]
+        json: bool,
+    },
     /// Measure the block-size curve on a real backend: bandwidth, latency percentiles, CPU use,
     /// plateau and knee next to the model's hint; stores the knee as a measured hint.
     Sweep {
@@ -399,6 +412,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 ))?)?;
             } else {
                 output::print(&calibrate::text(&calibration))?;
+            }
+            Ok(())
+        }
+        Command::Estimate { path, len, json } => {
+            let (transport, source) = path.resolve("shm")?;
+            let estimate = rdma_hint::estimate(len, source, &transport)?;
+            if json {
+                output::print_line(&serde_json::to_string_pretty(&estimate)?)?;
+            } else {
+                output::print_line(&format!(
+                    "{} over {} from {source}: {} ({} to {}) in {} of {} ({}), {:.3} GB/s ({:.3} to {:.3})",
+                    units::format_bytes(len),
+                    transport,
+                    units::format_seconds(estimate.seconds),
+                    units::format_seconds(estimate.low_seconds),
+                    units::format_seconds(estimate.high_seconds),
+                    units::plural(estimate.blocks, "block"),
+                    units::format_bytes(estimate.block_bytes),
+                    format!("{:?}", estimate.origin).to_lowercase(),
+                    estimate.gbps,
+                    estimate.low_gbps,
+                    estimate.high_gbps
+                ))?;
             }
             Ok(())
         }

@@ -135,3 +135,13 @@ mod tests {
         assert_eq!(format_bytes(5465888 * 1024), "5.2 GiB");
     }
 }
+
+/// `412 ns`, `3.2 µs`, `18.4 ms`, `2.31 s`: a duration in seconds with its unit.
+pub(crate) fn format_seconds(seconds: f64) -> String {
+    match seconds {
+        s if s < 1e-6 => format!("{:.0} ns", s * 1e9),
+        s if s < 1e-3 => format!("{:.1} µs", s * 1e6),
+        s if s < 1.0 => format!("{:.1} ms", s * 1e3),
+        s => format!("{s:.2} s"),
+    }
+}

@@ -305,10 +305,15 @@ impl Interval {
     /// assert!((interval.low - 5.0).abs() < 1e-9 && (interval.high - 95.0).abs() < 1e-9);
     /// ```
     pub fn central(values: &[f64]) -> Option<Interval> {
+        let tail = (1.0 - CONFIDENCE) / 2.0;
+        Interval::between(values, tail, 1.0 - tail)
+    }
+
+    /// The `low_quantile` and `high_quantile` (0…1) of `values`. `None` without finite values.
+    pub fn between(values: &[f64], low_quantile: f64, high_quantile: f64) -> Option<Interval> {
         let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
         sorted.sort_by(f64::total_cmp);
-        let tail = (1.0 - CONFIDENCE) / 2.0;
-        Some(Interval { low: quantile(&sorted, tail)?, high: quantile(&sorted, 1.0 - tail)? })
+        Some(Interval { low: quantile(&sorted, low_quantile)?, high: quantile(&sorted, high_quantile)? })
     }
 
     /// `high / low`: how many times wider the top is than the bottom (infinite for a bottom
@@ -392,6 +397,30 @@ pub fn bootstrap_fits(samples: &[BlockSamples], resamples: usize) -> Vec<PathFit
         }
     }
     fits
+}
+
+/// The central [`CONFIDENCE`] interval of the median of `values` over `resamples` bootstrap
+/// resamples (`seed` picks the draws). `None` without values.
+///
+/// ```
+/// use rdma_hint_core::fit::median_interval;
+/// let interval = median_interval(&[1.0, 2.0, 3.0, 4.0, 5.0], 200, 7).unwrap();
+/// assert!(interval.low >= 1.0 && interval.low < 3.0 && interval.high > 3.0 && interval.high <= 5.0);
+/// ```
+pub fn median_interval(values: &[f64], resamples: usize, seed: u64) -> Option<Interval> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut random = SplitMix(0x5eed_cafe_f00d_0004 ^ seed);
+    let mut drawn = Vec::with_capacity(values.len());
+    let medians: Vec<f64> = (0..resamples)
+        .filter_map(|_| {
+            drawn.clear();
+            drawn.extend((0..values.len()).map(|_| values[random.below(values.len())]));
+            median(&mut drawn)
+        })
+        .collect();
+    Interval::central(&medians)
 }
 
 /// The robust knee at `share` of the plateau ([`robust_knee_at`] of [`robust_plateau`]) of

@@ -17,8 +17,8 @@ use crate::Device;
 use crate::HintCache;
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint_core::fit::{
-    bootstrap_fits, bootstrap_knees, fit_path, robust_plateau, BlockSamples, BlockTiming, Interval, PathFit,
-    CONFIDENCE,
+    bootstrap_fits, bootstrap_knees, fit_path, median_interval, robust_plateau, BlockSamples, BlockTiming,
+    Interval, PathFit, CONFIDENCE,
 };
 use rdma_hint_core::model::{Factor, Reason};
 use rdma_hint_core::{HintPolicy, SizeHint, SourceId};
@@ -161,9 +161,10 @@ pub const RESAMPLES: usize = 200;
 /// one-block transfers an estimate needs.
 const BASE_SHARE: f64 = 0.45;
 /// See [`BASE_SHARE`].
-const EXTENDED_SHARE: f64 = 0.75;
-/// One-block transfers timed at the hint for [`estimate`](crate::estimate)'s first block.
-const SINGLE_BLOCK_SAMPLES: usize = 15;
+const EXTENDED_SHARE: f64 = 0.7;
+/// Share of calibration's timed transfers left outside `stream_ratio` and `single_block_ratio`
+/// at each end.
+pub const PREDICTION_TAIL: f64 = 0.01;
 /// Share of its plateau the knee calibration reads off its own curve reaches: above the 90 %
 /// a sweep's knee reaches, because a gradual curve's 90 % point wanders with the noise of a
 /// busy machine (run to run, a sweep's block at its calibration's 90 % point reached 0.88 to
@@ -184,16 +185,31 @@ pub struct Margins {
     pub bandwidth_gbps: Interval,
     /// The hinted block the resampled fits give, in bytes.
     pub block_bytes: Interval,
-    /// Time of one signalled transfer of one hinted block, post to completion, in µs: its
-    /// median and interval.
-    pub single_block_us: f64,
-    /// See `single_block_us`.
-    pub single_block_us_interval: Interval,
-    /// A timed transfer's time over the median of its block size, across all sizes: how far
-    /// one transfer strays from the typical one (unitless).
-    pub transfer_spread: Interval,
+    /// What every ladder size took, measured: the table [`estimate`](crate::estimate)
+    /// interpolates, by block size.
+    pub ladder: Vec<LadderTiming>,
+    /// A streaming transfer's time over its size's median, pooled over the sizes: the
+    /// [`PREDICTION_TAIL`] and `1 − PREDICTION_TAIL` quantiles (unitless).
+    pub stream_ratio: Interval,
+    /// The same for the one-block transfers: how far a transfer's first block strays.
+    pub single_block_ratio: Interval,
     /// Resamples whose fit was poor (left out of the intervals).
     pub poor_resamples: usize,
+}
+
+/// One ladder size as calibration timed it, medians over the rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LadderTiming {
+    /// Block size in bytes.
+    pub block_bytes: u64,
+    /// What each block after a stream's first adds to its time, in µs.
+    pub stream_us_per_block: f64,
+    /// One signalled transfer of one block, post to completion, in µs.
+    pub single_block_us: f64,
+    /// The bootstrap interval of `stream_us_per_block`, in µs.
+    pub stream_us_per_block_interval: Interval,
+    /// The bootstrap interval of `single_block_us`, in µs.
+    pub single_block_us_interval: Interval,
 }
 
 /// How flat the measured curve is near the hint: shares of the robust plateau.
@@ -216,7 +232,7 @@ pub struct Flatness {
 ///
 /// The hint follows from the margin. When the resampled fits agree on the block within
 /// [`MAX_HINT_SPREAD`], the answer is the hint of their median `o` and `B`. When they do not,
-/// calibration runs more rounds (up to three quarters of the budget); if they still disagree,
+/// calibration runs more rounds (up to 70 % of the budget); if they still disagree,
 /// it answers the robust choice, the smallest block whose lower bound still reaches the target
 /// efficiency (the hint of the resamples' 95th percentile of `o·B`), and says so in the hint's
 /// reasons. Either way the block stays within the model's bounds (the 16 KiB floor among them).
@@ -309,8 +325,10 @@ pub fn calibrate(
         .iter()
         .map(|&block| (block, uniform.clamp(block * MIN_BLOCKS_PER_RUN, region) / block * block))
         .collect();
-    let mut samples: Vec<BlockSamples> =
-        ladder.iter().map(|&block_bytes| BlockSamples { block_bytes, seconds_per_block: Vec::new() }).collect();
+    let mut samples: Vec<BlockSamples> = ladder
+        .iter()
+        .map(|&block_bytes| BlockSamples { block_bytes, seconds_per_block: Vec::new() })
+        .collect();
     // The warm-up round: every size once, not kept (a size's first transfer pays for pages and
     // caches the next ones do not).
     for &(block, len) in &sizes {
@@ -318,6 +336,7 @@ pub fn calibrate(
     }
     let mut rounds = 0;
     let mut round_s = 0.0f64;
+    let mut singles: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
     let mut run_rounds = |until_s: f64, samples: &mut Vec<BlockSamples>, path: &mut Ladder<'_>| {
         while rounds < MAX_ROUNDS
             && (rounds < MIN_ROUNDS || started.elapsed().as_secs_f64() + round_s <= until_s)
@@ -326,6 +345,13 @@ pub fn calibrate(
             for (index, &(block, len)) in sizes.iter().enumerate() {
                 let seconds = path.time(block, len)?;
                 samples[index].seconds_per_block.push(seconds / (len / block) as f64);
+                // One block alone, post to completion: what a transfer's first block costs,
+                // right after a stream here and after other single blocks below (an
+                // application's small transfers follow both).
+                singles[index].push(path.time(block, block)?);
+            }
+            for (index, &(block, _)) in sizes.iter().enumerate() {
+                singles[index].push(path.time(block, block)?);
             }
             round_s = round_s.max(round_started.elapsed().as_secs_f64());
             rounds += 1;
@@ -389,14 +415,69 @@ pub fn calibrate(
         None => {
             let mut hint = measured::calibrated_hint(&profile, &policy, &model, &entry)?;
             let blocks = spread.block_bytes;
-            let single = path.single_blocks(hint.block_bytes)?;
+            // A stream's blocks after its first: what one more block adds, the stream's median
+            // less its first block, over the blocks that follow it.
+            let ladder_timings: Vec<LadderTiming> = samples
+                .iter()
+                .zip(&singles)
+                .zip(&sizes)
+                .filter_map(|((size, single), &(block, len))| {
+                    let blocks = (len / block) as f64;
+                    let after_first = |stream_s: f64, single_s: f64| {
+                        ((stream_s - single_s) / (blocks - 1.0)).max(stream_s / blocks / 2.0) * 1e6
+                    };
+                    let stream_s = size.median()?.seconds_per_block * blocks;
+                    let single_s = median(&mut single.clone());
+                    // How sure each median is: the bootstrap interval of it.
+                    let stream_interval = median_interval(&size.seconds_per_block, RESAMPLES, block)?;
+                    let single_interval = median_interval(single, RESAMPLES, block)?;
+                    Some(LadderTiming {
+                        block_bytes: size.block_bytes,
+                        stream_us_per_block: after_first(stream_s, single_s),
+                        single_block_us: single_s * 1e6,
+                        stream_us_per_block_interval: Interval {
+                            low: after_first(stream_interval.low * blocks, single_interval.high),
+                            high: after_first(stream_interval.high * blocks, single_interval.low),
+                        },
+                        single_block_us_interval: Interval {
+                            low: single_interval.low * 1e6,
+                            high: single_interval.high * 1e6,
+                        },
+                    })
+                })
+                .collect();
+            // Every timed transfer over its size's median, streams and single blocks apart: a
+            // transfer's first block strays as one-block transfers did, the rest as streams.
+            let ratio = |values: Vec<f64>| {
+                Interval::between(&values, PREDICTION_TAIL, 1.0 - PREDICTION_TAIL)
+                    .unwrap_or(Interval { low: 1.0, high: 1.0 })
+            };
+            let stream_ratio = ratio(
+                samples
+                    .iter()
+                    .filter_map(|size| {
+                        let median = size.median()?.seconds_per_block;
+                        Some(size.seconds_per_block.iter().map(move |t| t / median))
+                    })
+                    .flatten()
+                    .collect(),
+            );
+            let single_block_ratio = ratio(
+                singles
+                    .iter()
+                    .flat_map(|times| {
+                        let median = median(&mut times.clone());
+                        times.iter().map(move |t| t / median)
+                    })
+                    .collect(),
+            );
             let margins = Margins {
                 fixed_cost_us: spread.fixed_cost_us,
                 bandwidth_gbps: spread.bandwidth_gbps,
                 block_bytes: blocks,
-                single_block_us: single.0,
-                single_block_us_interval: single.1,
-                transfer_spread: transfer_spread(&samples),
+                ladder: ladder_timings,
+                stream_ratio,
+                single_block_ratio,
                 poor_resamples: spread.poor,
             };
             hint.reasons.push(Reason::new(
@@ -518,18 +599,6 @@ impl<'a> Ladder<'a> {
         )?;
         Ok(started.elapsed().as_secs_f64())
     }
-
-    /// The median and interval of [`SINGLE_BLOCK_SAMPLES`] one-block transfers of `block`
-    /// bytes (at most the region), in µs.
-    fn single_blocks(&mut self, block: u64) -> Result<(f64, Interval), Error> {
-        let block = block.min(self.cursor.region) / self.align * self.align;
-        let mut times = Vec::with_capacity(SINGLE_BLOCK_SAMPLES);
-        for _ in 0..SINGLE_BLOCK_SAMPLES {
-            times.push(self.time(block, block)? * 1e6);
-        }
-        let interval = Interval::central(&times).ok_or_else(|| invalid("no one-block times".into()))?;
-        Ok((median(&mut times), interval))
-    }
 }
 
 /// What the resampled fits say: intervals of `o`, `B`, `o·B` and the hinted block.
@@ -583,7 +652,11 @@ impl Spread {
     /// Why no figure can be given, when most resampled fits are poor.
     fn all_poor(&self) -> Option<String> {
         (self.good * 2 <= self.poor + self.good).then(|| {
-            format!("{} of {} resampled fits are poor: the timings do not hold one line", self.poor, self.poor + self.good)
+            format!(
+                "{} of {} resampled fits are poor: the timings do not hold one line",
+                self.poor,
+                self.poor + self.good
+            )
         })
     }
 }
@@ -598,20 +671,6 @@ fn curve_knee_of(samples: &[BlockSamples]) -> Option<u64> {
     }
     knees.sort_unstable();
     knees.get(knees.len() / 2).copied()
-}
-
-/// Each timed transfer's per-block time over its size's median, across sizes: the central
-/// interval (1.0 when there is nothing to compare).
-fn transfer_spread(samples: &[BlockSamples]) -> Interval {
-    let ratios: Vec<f64> = samples
-        .iter()
-        .filter_map(|size| {
-            let median = size.median()?.seconds_per_block;
-            Some(size.seconds_per_block.iter().map(move |t| t / median))
-        })
-        .flatten()
-        .collect();
-    Interval::central(&ratios).unwrap_or(Interval { low: 1.0, high: 1.0 })
 }
 
 /// How far below the plateau the smallest and the hinted blocks sit.

@@ -80,6 +80,15 @@ pub enum Error {
         /// Which file, and what refused it.
         why: String,
     },
+    /// No calibration of this pair is stored under the current driver versions (or only one
+    /// from before calibrations had margins), so no time can be estimated with bounds.
+    #[error("no calibration of {transport} from {device} with margins is stored: run `rdma-hint calibrate` for it first")]
+    NotCalibrated {
+        /// Memory source.
+        device: crate::Device,
+        /// The transport asked for.
+        transport: TransportId,
+    },
     /// The backend is compiled in but cannot run here (library or device missing).
     #[error("{transport} is unavailable here: {source}")]
     Unavailable {

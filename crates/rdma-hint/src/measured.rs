@@ -45,7 +45,12 @@ pub struct CalibratedPath {
 impl CalibratedPath {
     /// An entry for `profile`'s path with the fitted `o` (µs) and `B` (GB/s), measured now,
     /// without margins: what a hint is computed from.
-    pub fn fitted(profile: &PathProfile, fixed_cost_us: f64, bandwidth_gbps: f64, gradual: bool) -> CalibratedPath {
+    pub fn fitted(
+        profile: &PathProfile,
+        fixed_cost_us: f64,
+        bandwidth_gbps: f64,
+        gradual: bool,
+    ) -> CalibratedPath {
         CalibratedPath {
             source: profile.source.id,
             transport: profile.transport.id.clone(),

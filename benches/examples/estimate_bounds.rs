@@ -1,0 +1,163 @@
+//! How often `rdma_hint::estimate`'s bounds hold the measured time of a transfer, per path:
+//! calibrate the path (its own cache, stored like `rdma-hint calibrate` stores it), then time
+//! `--transfers` transfers of mixed sizes (log-uniform from 4 KiB to `--max-mib`, a fixed
+//! seed) at the hint on one connected loopback pair, each post to completion, and count the
+//! ones inside `[low_seconds, high_seconds]`. The bytes of every 100th transfer are verified
+//! where they landed.
+//!
+//! `estimate_bounds [--ids staged:shm,staged:tcp] [--source host:0] [--transfers 1000] [--max-mib 32] [--budget-ms 1000]`
+
+use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+use rdma_hint::{calibrate, estimate, LoopbackPair, OpenOptions, SourceId, TransportId};
+use std::time::{Duration, Instant};
+
+struct Args {
+    ids: Vec<TransportId>,
+    source: SourceId,
+    transfers: usize,
+    max_bytes: u64,
+    budget: Duration,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        ids: vec![TransportId::STAGED_SHM, TransportId::STAGED_TCP],
+        source: SourceId::Host(0),
+        transfers: 1000,
+        max_bytes: 32 << 20,
+        budget: Duration::from_secs(1),
+    };
+    let mut given = std::env::args().skip(1);
+    while let Some(flag) = given.next() {
+        let mut value = || given.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--ids" => args.ids = value().split(',').map(|id| id.parse().expect("a transport id")).collect(),
+            "--source" => args.source = value().parse().expect("--source host:N|gpu:N"),
+            "--transfers" => args.transfers = value().parse().expect("--transfers N"),
+            "--max-mib" => args.max_bytes = value().parse::<u64>().expect("--max-mib N") << 20,
+            "--budget-ms" => args.budget = Duration::from_millis(value().parse().expect("--budget-ms N")),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    args
+}
+
+/// Upper ends of the size classes the inside/below/above counts are split by, in bytes.
+const BINS: [u64; 4] = [64 << 10, 1 << 20, 8 << 20, u64::MAX];
+
+/// A fixed-seed generator (xorshift64*), so every run times the same sizes.
+struct Sizes(u64);
+
+impl Sizes {
+    fn next(&mut self, max_bytes: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let unit = (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+        let (low, high) = (4096f64.ln(), (max_bytes as f64).ln());
+        ((low + unit * (high - low)).exp() as u64).max(4096) / 4096 * 4096
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = args();
+    let cache = std::env::temp_dir().join(format!("rdma-hint-estimate-bounds-{}", std::process::id()));
+    std::fs::create_dir_all(&cache)?;
+    // Before any thread reads it: the calibration lands in a cache of this run's own.
+    std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
+    println!(
+        "# estimate_bounds: {} transfers per path, 4 KiB…{} MiB log-uniform, from {}",
+        args.transfers,
+        args.max_bytes >> 20,
+        args.source
+    );
+    println!(
+        "{:<12} {:>9} {:>8} {:>8} {:>8} {:>10} {:>12}",
+        "path", "hint", "inside", "below", "above", "inside %", "median t/est"
+    );
+    for id in &args.ids {
+        let region = (64u64 << 20).max(args.max_bytes);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let options = OpenOptions::default().token(b"estimate-bounds");
+        let pair = LoopbackPair::open(id, args.source, region, &options, deadline)?;
+        let calibration = calibrate(&*pair.sender, args.source, &pair.local, &pair.remote, args.budget)?;
+        let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities())?;
+        let hint = rdma_hint::hint_set(args.source, id)?.chosen().clone();
+        chunker.set_size_hint(&hint)?;
+        let pattern: Vec<u8> = (0..region).map(|i| (i * 13 % 251) as u8).collect();
+        pair.sender.write_region(pair.local.id, 0, &pattern)?;
+        let mut sizes = Sizes(0x9e37_79b9_7f4a_7c15);
+        let (mut inside, mut below, mut above) = (0, 0, 0);
+        let mut ratios = Vec::with_capacity(args.transfers);
+        let mut cursor = 0u64;
+        let mut by_size = [(0usize, 0usize, 0usize); BINS.len()];
+        // Every estimate first: reading the cache between transfers would time its file reads'
+        // cache misses into the transfers.
+        let planned: Vec<(u64, rdma_hint::Estimate)> = (0..args.transfers)
+            .map(|_| {
+                let len = sizes.next(args.max_bytes);
+                estimate(len, args.source, id).map(|bounds| (len, bounds))
+            })
+            .collect::<Result<_, _>>()?;
+        for (index, (len, bounds)) in planned.into_iter().enumerate() {
+            // Walking through the region, as calibration does: each transfer streams memory the
+            // last ones did not just leave in the caches.
+            if cursor + len > region {
+                cursor = 0;
+            }
+            let at = cursor;
+            cursor = (cursor + len).next_multiple_of(4096);
+            let transfer = Transfer::new(&pair.local, &pair.remote, len).at(at, at).from_source(args.source);
+            let started = Instant::now();
+            chunker.write_blocking(&*pair.sender, transfer, started + Duration::from_secs(30))?;
+            let seconds = started.elapsed().as_secs_f64();
+            ratios.push(seconds / bounds.seconds);
+            let bin = BINS.iter().position(|&top| len <= top).unwrap_or(BINS.len() - 1);
+            match seconds {
+                s if s < bounds.low_seconds => {
+                    below += 1;
+                    by_size[bin].1 += 1;
+                }
+                s if s > bounds.high_seconds => {
+                    above += 1;
+                    by_size[bin].2 += 1;
+                }
+                _ => {
+                    inside += 1;
+                    by_size[bin].0 += 1;
+                }
+            }
+            if index % 100 == 0 {
+                let mut landed = vec![0u8; len as usize];
+                pair.receiver.read_region(pair.target.id, at, &mut landed)?;
+                let mut sent = vec![0u8; len as usize];
+                pair.sender.read_region(pair.local.id, at, &mut sent)?;
+                assert_eq!(landed, sent, "{id}: the bytes of a {len} B transfer differ");
+            }
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "{:<12} {:>6} KiB {:>8} {:>8} {:>8} {:>9.1} % {:>12.2}   (calibrated in {:.0} ms)",
+            id.to_string(),
+            hint.block_bytes >> 10,
+            inside,
+            below,
+            above,
+            100.0 * inside as f64 / args.transfers as f64,
+            ratios[ratios.len() / 2],
+            calibration.elapsed_ms
+        );
+        let mut floor = 0;
+        for (&top, (inside, below, above)) in BINS.iter().zip(by_size) {
+            println!(
+                "{:>14} {}…{} KiB: {inside} inside, {below} below, {above} above",
+                "",
+                floor >> 10,
+                top >> 10
+            );
+            floor = top;
+        }
+    }
+    let _ = std::fs::remove_dir_all(cache);
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! What a transfer will cost: the predicted time of `len` bytes at the hint, with a low and a
+//! high bound from the calibration's margins, for an embedder to plan with.
+//!
+//! The prediction is read off what calibration measured, not off the fitted line (a gradual
+//! curve bends away from it): a transfer's first block costs what one signalled block of that
+//! size took post to completion, every further block what a block of the hint's size took
+//! while streaming, both interpolated between the ladder's sizes (log-linearly in the block
+//! size; beyond the largest, per byte). The bounds widen each part by how far calibration's
+//! own transfers strayed from their size's median (1st and 99th percentiles): a bound for one
+//! transfer, not for the average of many.
+
+use crate::calibrate::{LadderTiming, Margins};
+use crate::error::Error;
+use crate::measured;
+use crate::open::TransportId;
+use crate::Device;
+use rdma_hint_core::{HintPolicy, Origin, TransportError};
+use serde::Serialize;
+
+/// The predicted time of one transfer, with its bounds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// Bytes of the transfer.
+    pub len_bytes: u64,
+    /// The block it is cut into (the hint's), in bytes.
+    pub block_bytes: u64,
+    /// Where that block comes from (a recorded knee, the calibration or the model).
+    pub origin: Origin,
+    /// Blocks the transfer is cut into.
+    pub blocks: u64,
+    /// Predicted time, in seconds.
+    pub seconds: f64,
+    /// Fastest time the margins allow, in seconds.
+    pub low_seconds: f64,
+    /// Slowest time the margins allow, in seconds.
+    pub high_seconds: f64,
+    /// The bandwidth the predicted time implies, in GB/s.
+    pub gbps: f64,
+    /// The bandwidth of `high_seconds`, in GB/s.
+    pub low_gbps: f64,
+    /// The bandwidth of `low_seconds`, in GB/s.
+    pub high_gbps: f64,
+}
+
+/// The predicted time of a transfer of `len` bytes from `device` over `transport`, cut at the
+/// hint [`hint_set`](crate::hint_set) chooses, with bounds from the stored calibration's
+/// margins. [`Error::NotCalibrated`] until `rdma-hint calibrate` (or
+/// [`calibrate`](crate::calibrate)) stored one for the pair; zero bytes is an
+/// invalid argument.
+///
+/// ```
+/// use rdma_hint::{calibrate_loopback, estimate, OpenOptions, SourceId, TransportId};
+/// use std::time::Duration;
+/// # std::env::set_var("RDMA_HINT_CACHE_DIR", std::env::temp_dir().join("rdma-hint-doc-estimate"));
+/// let id = TransportId::STAGED_TCP;
+/// calibrate_loopback(&id, SourceId::Host(0), &OpenOptions::default(), Duration::from_secs(1))?;
+/// let one_gib = estimate(1 << 30, SourceId::Host(0), &id)?;
+/// assert!(one_gib.low_seconds <= one_gib.seconds && one_gib.seconds <= one_gib.high_seconds);
+/// println!("1 GiB: {:.1} ms ({:.1}…{:.1}), {:.2} GB/s", one_gib.seconds * 1e3,
+///          one_gib.low_seconds * 1e3, one_gib.high_seconds * 1e3, one_gib.gbps);
+/// # Ok::<(), rdma_hint::Error>(())
+/// ```
+pub fn estimate(len: u64, device: Device, transport: &TransportId) -> Result<Estimate, Error> {
+    if len == 0 {
+        return Err(Error::Transport(TransportError::InvalidArgument {
+            what: "estimate",
+            why: "a transfer of 0 bytes takes no time to estimate; give at least 1 byte".into(),
+        }));
+    }
+    crate::open::compiled_in(transport)?;
+    let profile = crate::profile_of(device, transport)?;
+    let file = measured::cache_file();
+    let not_calibrated = || Error::NotCalibrated { device, transport: transport.clone() };
+    let calibration = file
+        .as_deref()
+        .and_then(|file| measured::lookup_calibration(file, device, transport, &profile.versions))
+        .ok_or_else(not_calibrated)?;
+    let margins = calibration.margins.as_ref().filter(|m| !m.ladder.is_empty()).ok_or_else(not_calibrated)?;
+    let hints = measured::hint_set(&profile, &HintPolicy::default(), file.as_deref())?;
+    let hint = hints.chosen();
+    Ok(predict(len, hint.block_bytes, hint.origin, margins))
+}
+
+/// `value(t)` at `block` bytes on `ladder` (ascending): log-linear between neighbours, the
+/// smallest size's below it, per byte beyond the largest.
+fn interpolate(ladder: &[LadderTiming], block: u64, value: impl Fn(&LadderTiming) -> f64) -> f64 {
+    let (first, last) = (ladder[0], ladder[ladder.len() - 1]);
+    if block <= first.block_bytes {
+        return value(&first);
+    }
+    if block >= last.block_bytes {
+        return value(&last) * block as f64 / last.block_bytes as f64;
+    }
+    let upper = ladder.iter().position(|t| t.block_bytes >= block).unwrap_or(ladder.len() - 1);
+    let (below, above) = (ladder[upper - 1], ladder[upper]);
+    let at = ((block as f64).ln() - (below.block_bytes as f64).ln())
+        / ((above.block_bytes as f64).ln() - (below.block_bytes as f64).ln());
+    value(&below) + at * (value(&above) - value(&below))
+}
+
+/// The arithmetic of [`estimate`].
+fn predict(len: u64, block: u64, origin: Origin, margins: &Margins) -> Estimate {
+    let blocks = len.div_ceil(block);
+    let first = len.min(block);
+    let further_blocks = len.saturating_sub(block) as f64 / block as f64;
+    let part = |single: fn(&LadderTiming) -> f64, stream: fn(&LadderTiming) -> f64| {
+        (
+            interpolate(&margins.ladder, first, single) * 1e-6,
+            further_blocks * interpolate(&margins.ladder, block, stream) * 1e-6,
+        )
+    };
+    let (first_seconds, stream_seconds) = part(|t| t.single_block_us, |t| t.stream_us_per_block);
+    let seconds = first_seconds + stream_seconds;
+    // Each bound: the medians' own bootstrap interval, widened by how far single transfers
+    // strayed from their median.
+    let (single, streams) = (margins.single_block_ratio, margins.stream_ratio);
+    let (first_low, stream_low) =
+        part(|t| t.single_block_us_interval.low, |t| t.stream_us_per_block_interval.low);
+    let (first_high, stream_high) =
+        part(|t| t.single_block_us_interval.high, |t| t.stream_us_per_block_interval.high);
+    let low_seconds = (first_low * single.low + stream_low * streams.low).min(seconds);
+    let high_seconds = (first_high * single.high + stream_high * streams.high).max(seconds);
+    let gbps_of = |seconds: f64| len as f64 / seconds / 1e9;
+    Estimate {
+        len_bytes: len,
+        block_bytes: block,
+        origin,
+        blocks,
+        seconds,
+        low_seconds,
+        high_seconds,
+        gbps: gbps_of(seconds),
+        low_gbps: gbps_of(high_seconds),
+        high_gbps: gbps_of(low_seconds),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_hint_core::fit::Interval;
+
+    fn margins() -> Margins {
+        let timing = |block_bytes: u64, stream_us_per_block: f64, single_block_us: f64| LadderTiming {
+            block_bytes,
+            stream_us_per_block,
+            single_block_us,
+            stream_us_per_block_interval: Interval { low: stream_us_per_block, high: stream_us_per_block },
+            single_block_us_interval: Interval { low: single_block_us, high: single_block_us },
+        };
+        Margins {
+            fixed_cost_us: Interval { low: 1.0, high: 3.0 },
+            bandwidth_gbps: Interval { low: 8.0, high: 12.0 },
+            block_bytes: Interval { low: 65536.0, high: 131072.0 },
+            ladder: vec![timing(4096, 1.0, 5.0), timing(16384, 2.0, 7.0), timing(65536, 8.0, 20.0)],
+            stream_ratio: Interval { low: 0.9, high: 1.2 },
+            single_block_ratio: Interval { low: 0.8, high: 1.5 },
+            poor_resamples: 0,
+        }
+    }
+
+    #[test]
+    fn one_block_costs_a_single_block_and_more_stream() {
+        let one = predict(65536, 65536, Origin::Calibrated, &margins());
+        assert_eq!(one.blocks, 1);
+        assert!((one.seconds - 20e-6).abs() < 1e-12, "{one:?}");
+        assert!((one.low_seconds - 16e-6).abs() < 1e-12 && (one.high_seconds - 30e-6).abs() < 1e-12);
+        // Between two ladder sizes, log-linearly: 8 KiB lies halfway from 4 to 16 KiB.
+        let small = predict(8192, 65536, Origin::Calibrated, &margins());
+        assert!((small.seconds - 6e-6).abs() < 1e-12, "{small:?}");
+        // 1 GiB: the first block, then 16 383 streamed at 8 µs each.
+        let big = predict(1 << 30, 65536, Origin::Calibrated, &margins());
+        assert!((big.seconds - (20e-6 + 16383.0 * 8e-6)).abs() < 1e-9, "{big:?}");
+        assert!(big.low_seconds < big.seconds && big.seconds < big.high_seconds);
+        assert!(big.low_gbps < big.gbps && big.gbps < big.high_gbps);
+        // Beyond the ladder, per byte: a 256 KiB block streams at 4 × 8 µs.
+        let beyond = predict(1 << 20, 256 << 10, Origin::Measured, &margins());
+        assert!((beyond.seconds - (80e-6 + 3.0 * 32e-6)).abs() < 1e-9, "{beyond:?}");
+    }
+
+    #[test]
+    fn a_partial_last_block_is_one_more_block() {
+        let estimate = predict(65536 * 3 + 1, 65536, Origin::Measured, &margins());
+        assert_eq!(estimate.blocks, 4);
+    }
+}
