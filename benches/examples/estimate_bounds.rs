@@ -1,7 +1,7 @@
 //! How often `rdma_hint::estimate`'s bounds hold the measured time of a transfer, per path:
 //! calibrate the path (its own cache, stored like `rdma-hint calibrate` stores it), then time
-//! `--transfers` transfers of mixed sizes (log-uniform from 4 KiB to `--max-mib`, a fixed
-//! seed) at the hint on one connected loopback pair, each post to completion, and count the
+//! `--transfers` transfers of mixed sizes (log-uniform from 4 KiB, or 64 KiB for GPU memory,
+//! to `--max-mib`, a fixed seed) at the hint on one connected loopback pair, each post to completion, and count the
 //! ones inside `[low_seconds, high_seconds]`. The bytes of every 100th transfer are verified
 //! where they landed.
 //!
@@ -49,13 +49,13 @@ const BINS: [u64; 4] = [64 << 10, 1 << 20, 8 << 20, u64::MAX];
 struct Sizes(u64);
 
 impl Sizes {
-    fn next(&mut self, max_bytes: u64) -> u64 {
+    fn next(&mut self, max_bytes: u64, align: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         let unit = (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
         let (low, high) = (4096f64.ln(), (max_bytes as f64).ln());
-        ((low + unit * (high - low)).exp() as u64).max(4096) / 4096 * 4096
+        ((low + unit * (high - low)).exp() as u64).max(align) / align * align
     }
 }
 
@@ -84,6 +84,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities())?;
         let hint = rdma_hint::hint_set(args.source, id)?.chosen().clone();
         chunker.set_size_hint(&hint)?;
+        // Sizes and offsets keep the path's alignment (64 KiB for GPU memory).
+        let align = hint.align_bytes.max(4096).max(if matches!(args.source, SourceId::Gpu(_)) {
+            64 << 10
+        } else {
+            0
+        });
         let pattern: Vec<u8> = (0..region).map(|i| (i * 13 % 251) as u8).collect();
         pair.sender.write_region(pair.local.id, 0, &pattern)?;
         let mut sizes = Sizes(0x9e37_79b9_7f4a_7c15);
@@ -95,7 +101,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // cache misses into the transfers.
         let planned: Vec<(u64, rdma_hint::Estimate)> = (0..args.transfers)
             .map(|_| {
-                let len = sizes.next(args.max_bytes);
+                let len = sizes.next(args.max_bytes, align);
                 estimate(len, args.source, id).map(|bounds| (len, bounds))
             })
             .collect::<Result<_, _>>()?;
@@ -106,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cursor = 0;
             }
             let at = cursor;
-            cursor = (cursor + len).next_multiple_of(4096);
+            cursor = (cursor + len).next_multiple_of(align);
             let transfer = Transfer::new(&pair.local, &pair.remote, len).at(at, at).from_source(args.source);
             let started = Instant::now();
             chunker.write_blocking(&*pair.sender, transfer, started + Duration::from_secs(30))?;

@@ -162,6 +162,8 @@ pub const RESAMPLES: usize = 200;
 const BASE_SHARE: f64 = 0.45;
 /// See [`BASE_SHARE`].
 const EXTENDED_SHARE: f64 = 0.7;
+/// No round starts that would end past this share of the budget, the fewest rounds included.
+const BUDGET_CEILING: f64 = 0.85;
 /// Share of calibration's timed transfers left outside `stream_ratio` and `single_block_ratio`
 /// at each end.
 pub const PREDICTION_TAIL: f64 = 0.01;
@@ -338,8 +340,10 @@ pub fn calibrate(
     let mut round_s = 0.0f64;
     let mut singles: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
     let mut run_rounds = |until_s: f64, samples: &mut Vec<BlockSamples>, path: &mut Ladder<'_>| {
+        // The fewest rounds are taken even past `until_s`, but never past the budget itself.
         while rounds < MAX_ROUNDS
             && (rounds < MIN_ROUNDS || started.elapsed().as_secs_f64() + round_s <= until_s)
+            && started.elapsed().as_secs_f64() + round_s <= budget_s * BUDGET_CEILING
         {
             let round_started = Instant::now();
             for (index, &(block, len)) in sizes.iter().enumerate() {
@@ -359,6 +363,15 @@ pub fn calibrate(
         Ok::<(), Error>(())
     };
     run_rounds(budget_s * BASE_SHARE, &mut samples, &mut path)?;
+    // Each round leaves one sample per size.
+    let taken = samples[0].seconds_per_block.len();
+    if taken < 3 {
+        return Err(invalid(format!(
+            "{taken} rounds of {} block sizes fit {:.2} s on a path this slow; give a longer budget",
+            sizes.len(),
+            budget_s
+        )));
+    }
     let mut spread = Spread::of(&samples, &profile, &policy, &model)?;
     let extended = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
     if extended {
@@ -383,11 +396,13 @@ pub fn calibrate(
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     // The middle of the resampled fits, or, where they disagree after measuring longer, the
     // robust choice: the o that puts the hint at the resamples' 95th percentile of o·B.
-    // The curve's own knee, with its lower bound: the answer where the fits disagree too much
-    // to pick a block, and the least answered for a gradual curve (one that bends later than
-    // its line, whose fitted knee lies short of the measured one).
+    // The middle of the resampled fits, unless the measured curve says otherwise: where the
+    // fits disagree too much to pick a block (the robust choice), and where the curve bends
+    // more gradually than its line, whose knee then lies short of the measured one, the block
+    // is the curve's own knee (95 % of its plateau with the next larger block, the median over
+    // the bootstrap resamples), in the second case only if it is the larger.
     let robust = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
-    let curve_knee = curve_knee_of(&samples);
+    let curve_knee = curve_knee_of(&samples, CURVE_KNEE_SHARE);
     let robust_block_bytes = match (robust, spread.gradual) {
         (true, _) => curve_knee,
         (false, true) => curve_knee.filter(|knee| (*knee as f64) > spread.block_bytes_median),
@@ -483,24 +498,16 @@ pub fn calibrate(
             hint.reasons.push(Reason::new(
                 Factor::Calibrated,
                 format!("{:.0}…{:.0} KiB", blocks.low / 1024.0, blocks.high / 1024.0),
-                match (robust, extended) {
-                    (false, false) => format!(
-                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval); the middle is answered",
-                        CONFIDENCE * 100.0
-                    ),
-                    (false, true) => format!(
-                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval), after measuring longer because it was wider than {MAX_HINT_SPREAD}×; the middle is answered",
-                        CONFIDENCE * 100.0
-                    ),
-                    (true, _) => format!(
-                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval) stays wider than {MAX_HINT_SPREAD}× after measuring longer: the robust choice is answered",
-                        CONFIDENCE * 100.0
-                    ),
-                }
-                + match (robust, robust_block_bytes) {
-                    (false, Some(_)) => "; the curve bends later than its line, so the measured knee (a larger block) is answered",
-                    _ => "",
-                },
+                format!(
+                    "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval{}){}",
+                    CONFIDENCE * 100.0,
+                    if extended { ", after measuring longer because it was wider than 2×" } else { "" },
+                    match (robust_block_bytes, robust) {
+                        (Some(_), false) => "; the curve bends later than its line, so its measured knee (a larger block) is answered",
+                        (Some(_), true) => "; wider than 2× even so: the measured curve's knee is answered (the robust choice)",
+                        (None, _) => "; the middle of the fits is answered",
+                    }
+                ),
             ));
             let flatness = flatness(&timings, &entry, hint.block_bytes);
             entry.margins = Some(margins.clone());
@@ -662,10 +669,10 @@ impl Spread {
 }
 
 /// The curve's own knee: the median of the bootstrap resamples' robust knees (the smallest
-/// block that reaches [`CURVE_KNEE_SHARE`] of the plateau with the next larger one), a ladder
-/// block. `None` when most resamples have no knee.
-fn curve_knee_of(samples: &[BlockSamples]) -> Option<u64> {
-    let mut knees = bootstrap_knees(samples, RESAMPLES, CURVE_KNEE_SHARE);
+/// block that reaches `share` of the plateau with the next larger one), a ladder block.
+/// `None` when most resamples have no knee.
+fn curve_knee_of(samples: &[BlockSamples], share: f64) -> Option<u64> {
+    let mut knees = bootstrap_knees(samples, RESAMPLES, share);
     if knees.len() * 2 < RESAMPLES {
         return None;
     }

@@ -274,7 +274,7 @@ pub fn calibrated_hint(
         hint.reasons.push(Reason::new(
             Factor::Calibrated,
             format!("{bounded} B"),
-            "the knee of the calibration's own curve (the median over its bootstrap resamples of the smallest block reaching 95 % of the plateau with the next larger one): the robust choice where the fit's interval was too wide to pick a block, or the larger answer for a curve that bends later than its line",
+            "read off the calibration's measured curve: the block that reaches 95 % of its plateau with the next larger one (the median over bootstrap resamples), where the fit's interval was too wide to pick a block or the curve bends later than its line",
         ));
     }
     hint.reasons.push(Reason::new(
