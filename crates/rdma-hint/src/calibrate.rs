@@ -396,17 +396,25 @@ pub fn calibrate(
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     // The middle of the resampled fits, or, where they disagree after measuring longer, the
     // robust choice: the o that puts the hint at the resamples' 95th percentile of o·B.
-    // The middle of the resampled fits, unless the measured curve says otherwise: where the
-    // fits disagree too much to pick a block (the robust choice), and where the curve bends
-    // more gradually than its line, whose knee then lies short of the measured one, the block
-    // is the curve's own knee (95 % of its plateau with the next larger block, the median over
-    // the bootstrap resamples), in the second case only if it is the larger.
+    // The middle of the resampled fits, unless the curve bends more gradually than its line,
+    // whose knee then lies short of the measured one: then the curve's own knee (95 % of its
+    // plateau with the next larger block, the median over the bootstrap resamples) if it is
+    // the larger; or unless the fits disagree too much to pick a block: then the robust choice.
     let robust = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
     let curve_knee = curve_knee_of(&samples, CURVE_KNEE_SHARE);
+    // The smallest block whose lower bound still reaches the target efficiency (the top of
+    // the resampled fits' interval), or the measured knee where that is smaller: two
+    // conservative answers, the less extreme one.
+    let top = Some(spread.block_bytes.high as u64).filter(|_| spread.block_bytes.high.is_finite());
+    let robust_choice = match (top, curve_knee) {
+        (Some(top), Some(knee)) => Some(top.min(knee)),
+        (top, knee) => top.or(knee),
+    };
+    let larger_knee = curve_knee.filter(|knee| (*knee as f64) > spread.block_bytes_median);
     let robust_block_bytes = match (robust, spread.gradual) {
-        (true, _) => curve_knee,
-        (false, true) => curve_knee.filter(|knee| (*knee as f64) > spread.block_bytes_median),
-        (false, false) => None,
+        (_, true) if larger_knee.is_some() => larger_knee,
+        (true, _) => robust_choice,
+        (false, _) => None,
     };
     let (fixed_cost_us, bandwidth_gbps) = (spread.fixed_cost_us_median, spread.bandwidth_gbps_median);
     let mut entry = CalibratedPath {
@@ -502,10 +510,12 @@ pub fn calibrate(
                     "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval{}){}",
                     CONFIDENCE * 100.0,
                     if extended { ", after measuring longer because it was wider than 2×" } else { "" },
-                    match (robust_block_bytes, robust) {
-                        (Some(_), false) => "; the curve bends later than its line, so its measured knee (a larger block) is answered",
-                        (Some(_), true) => "; wider than 2× even so: the measured curve's knee is answered (the robust choice)",
-                        (None, _) => "; the middle of the fits is answered",
+                    match robust_block_bytes {
+                        Some(_) if spread.gradual && robust_block_bytes == larger_knee => {
+                            "; the curve bends later than its line, so its measured knee (a larger block) is answered"
+                        }
+                        Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller",
+                        None => "; the middle of the fits is answered",
                     }
                 ),
             ));

@@ -274,7 +274,7 @@ pub fn calibrated_hint(
         hint.reasons.push(Reason::new(
             Factor::Calibrated,
             format!("{bounded} B"),
-            "read off the calibration's measured curve: the block that reaches 95 % of its plateau with the next larger one (the median over bootstrap resamples), where the fit's interval was too wide to pick a block or the curve bends later than its line",
+            "chosen by calibration from its margins: where the resampled fits' interval was too wide to pick a block, its top or the measured curve's knee (95 % of its plateau), the smaller; where the curve bends later than its line, the measured knee",
         ));
     }
     hint.reasons.push(Reason::new(
