@@ -53,6 +53,36 @@ fn check_calibration(dir: &Path, channel: &str) {
         assert_eq!(hint["origin"], "calibrated", "{hint}");
         assert_eq!(hint["block_bytes"], c["block_bytes"]);
         assert!(hint["reasons"].to_string().contains("fitted on the live path"), "{hint}");
+        // Every figure has its interval, the block's interval holds the fits' middle, the
+        // calibration stayed within its budget, and the reasons say how the block was chosen.
+        let (o, o_low, o_high) = (
+            c["fixed_cost_us"].as_f64().unwrap(),
+            c["fixed_cost_us_low"].as_f64().unwrap(),
+            c["fixed_cost_us_high"].as_f64().unwrap(),
+        );
+        assert!(
+            o_low <= o_high && o_low > 0.0 && (o_low..=o_high).contains(&o),
+            "o {o} outside {o_low}…{o_high}: {c}"
+        );
+        let (b_low, b_high) =
+            (c["bandwidth_gbps_low"].as_f64().unwrap(), c["bandwidth_gbps_high"].as_f64().unwrap());
+        assert!(0.0 < b_low && b_low <= b_high, "{c}");
+        assert!(c["block_bytes_low"].as_f64().unwrap() <= c["block_bytes_high"].as_f64().unwrap(), "{c}");
+        assert!(c["elapsed_ms"].as_f64().unwrap() <= c["budget_ms"].as_f64().unwrap(), "over budget: {c}");
+        assert!(c["calibration"]["hint"]["reasons"].to_string().contains("resampled fits"), "{c}");
+        assert!(c["calibration"]["rounds"].as_u64().unwrap() >= 3, "{c}");
+        // An estimate: bounds around the prediction, and the hint's block.
+        let estimate = rdma_hint(dir, &["estimate", "--channel", channel, "--len", "64M", "--json"]);
+        assert!(estimate.status.success(), "{}", String::from_utf8_lossy(&estimate.stderr));
+        let e: Value = serde_json::from_slice(&estimate.stdout).unwrap();
+        let (low, mid, high) = (
+            e["low_seconds"].as_f64().unwrap(),
+            e["seconds"].as_f64().unwrap(),
+            e["high_seconds"].as_f64().unwrap(),
+        );
+        assert!(0.0 < low && low <= mid && mid <= high, "{e}");
+        assert_eq!(e["block_bytes"], c["block_bytes"], "{e}");
+        assert_eq!(e["blocks"].as_u64().unwrap(), (64u64 << 20).div_ceil(block), "{e}");
     } else {
         assert_eq!(c["origin"], "model", "a poor fit falls back: {c}");
         assert!(c["stored_in"].is_null());
@@ -162,6 +192,11 @@ fn probe_calibrate_fits_every_path_and_shows_it() {
 #[test]
 fn calibrate_refuses_a_zero_budget_and_unknown_paths() {
     let dir = scratch("refuse");
+    // No calibration yet: estimate says what to run, and refuses zero bytes.
+    let uncalibrated = rdma_hint(&dir, &["estimate", "--channel", "tcp", "--len", "1M"]);
+    assert_eq!(uncalibrated.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&uncalibrated.stderr).contains("run `rdma-hint calibrate`"));
+    assert!(!rdma_hint(&dir, &["estimate", "--len", "0"]).status.success());
     let zero = rdma_hint(&dir, &["calibrate", "--budget-ms", "0"]);
     assert!(!zero.status.success());
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--budget-ms"));

@@ -251,7 +251,7 @@ pub struct Flatness {
 /// let deadline = Instant::now() + Duration::from_secs(30);
 /// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, SourceId::Host(0), 16 << 20, &OpenOptions::default(), deadline)?;
 /// let calibration = calibrate(&*pair.sender, SourceId::Host(0), &pair.local, &pair.remote, Duration::from_millis(500))?;
-/// assert!(calibration.hint.block_bytes > 0 && calibration.elapsed_ms <= 500.0);
+/// assert!(calibration.hint.block_bytes > 0 && calibration.budget_ms == 500.0);
 /// println!("o = {:.2} µs, B = {:.1} GB/s, R² = {:.3}", calibration.fit.fixed_cost_us,
 ///          calibration.fit.bandwidth_gbps, calibration.fit.r2);
 /// if let Some(margins) = &calibration.margins {

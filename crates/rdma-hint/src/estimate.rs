@@ -52,8 +52,8 @@ pub struct Estimate {
 /// use rdma_hint::{calibrate_loopback, estimate, OpenOptions, SourceId, TransportId};
 /// use std::time::Duration;
 /// # std::env::set_var("RDMA_HINT_CACHE_DIR", std::env::temp_dir().join("rdma-hint-doc-estimate"));
-/// let id = TransportId::STAGED_TCP;
-/// calibrate_loopback(&id, SourceId::Host(0), &OpenOptions::default(), Duration::from_secs(1))?;
+/// let id = TransportId::STAGED_SHM;
+/// calibrate_loopback(&id, SourceId::Host(0), &OpenOptions::default(), Duration::from_secs(2))?;
 /// let one_gib = estimate(1 << 30, SourceId::Host(0), &id)?;
 /// assert!(one_gib.low_seconds <= one_gib.seconds && one_gib.seconds <= one_gib.high_seconds);
 /// println!("1 GiB: {:.1} ms ({:.1}…{:.1}), {:.2} GB/s", one_gib.seconds * 1e3,

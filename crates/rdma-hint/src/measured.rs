@@ -102,6 +102,50 @@ impl Entry for CalibratedPath {
     fn key(&self) -> (SourceId, &TransportId, &DriverVersions) {
         (self.source, &self.transport, &self.versions)
     }
+
+    fn check(&self) -> Result<(), String> {
+        let positive = |what: &str, value: f64| match value.is_finite() && value > 0.0 {
+            true => Ok(()),
+            false => Err(format!("{what} {value} is not a positive number")),
+        };
+        positive("bandwidth_gbps", self.bandwidth_gbps)?;
+        if !(self.fixed_cost_us.is_finite() && self.fixed_cost_us >= 0.0) {
+            return Err(format!("fixed_cost_us {} is not a time", self.fixed_cost_us));
+        }
+        if let Some(block) = self.robust_block_bytes {
+            if block == 0 || block > MAX_RECORDED_KNEE_BYTES {
+                return Err(format!(
+                    "robust_block_bytes {block} outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B"
+                ));
+            }
+        }
+        let Some(margins) = &self.margins else { return Ok(()) };
+        if margins.ladder.is_empty() || margins.ladder.len() > 64 {
+            return Err(format!("a ladder of {} sizes", margins.ladder.len()));
+        }
+        let interval = |what: &str, i: &rdma_hint_core::fit::Interval| {
+            positive(what, i.low)?;
+            positive(what, i.high)?;
+            match i.low <= i.high {
+                true => Ok(()),
+                false => Err(format!("{what} interval {}…{} is upside down", i.low, i.high)),
+            }
+        };
+        interval("stream_ratio", &margins.stream_ratio)?;
+        interval("single_block_ratio", &margins.single_block_ratio)?;
+        let mut previous = 0;
+        for step in &margins.ladder {
+            if step.block_bytes <= previous || step.block_bytes > MAX_RECORDED_KNEE_BYTES {
+                return Err(format!("ladder block {} B out of order or range", step.block_bytes));
+            }
+            previous = step.block_bytes;
+            positive("stream_us_per_block", step.stream_us_per_block)?;
+            positive("single_block_us", step.single_block_us)?;
+            interval("stream_us_per_block", &step.stream_us_per_block_interval)?;
+            interval("single_block_us", &step.single_block_us_interval)?;
+        }
+        Ok(())
+    }
 }
 
 fn load_entries<T: Entry>(file: &Path) -> Vec<T> {
@@ -387,6 +431,56 @@ pub fn utc_date_time(unix_seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A calibration entry is input like any cache file: impossible margins are refused.
+    #[test]
+    fn calibration_entries_with_impossible_margins_are_refused() {
+        use crate::calibrate::{LadderTiming, Margins};
+        use rdma_hint_core::fit::Interval;
+        let fine = Interval { low: 1.0, high: 2.0 };
+        let step = LadderTiming {
+            block_bytes: 4096,
+            stream_us_per_block: 1.0,
+            single_block_us: 5.0,
+            stream_us_per_block_interval: fine,
+            single_block_us_interval: fine,
+        };
+        let margins = Margins {
+            fixed_cost_us: fine,
+            bandwidth_gbps: fine,
+            block_bytes: fine,
+            ladder: vec![step, LadderTiming { block_bytes: 8192, ..step }],
+            stream_ratio: fine,
+            single_block_ratio: fine,
+            poor_resamples: 0,
+        };
+        let entry = CalibratedPath {
+            source: SourceId::Host(0),
+            transport: TransportId::STAGED_TCP,
+            versions: DriverVersions::default(),
+            fixed_cost_us: 1.0,
+            bandwidth_gbps: 5.0,
+            fit_r2: 0.99,
+            gradual: false,
+            measured_at_unix: 1,
+            margins: Some(margins.clone()),
+            robust_block_bytes: Some(1 << 20),
+        };
+        assert_eq!(entry.check(), Ok(()));
+        let broken = |margins: Margins| CalibratedPath { margins: Some(margins), ..entry.clone() };
+        let nan = Interval { low: f64::NAN, high: 1.0 };
+        assert!(broken(Margins { stream_ratio: nan, ..margins.clone() }).check().is_err());
+        assert!(broken(Margins { stream_ratio: Interval { low: 2.0, high: 1.0 }, ..margins.clone() })
+            .check()
+            .is_err());
+        assert!(
+            broken(Margins { ladder: vec![step, step], ..margins.clone() }).check().is_err(),
+            "out of order"
+        );
+        assert!(broken(Margins { ladder: Vec::new(), ..margins.clone() }).check().is_err());
+        assert!(CalibratedPath { robust_block_bytes: Some(u64::MAX), ..entry.clone() }.check().is_err());
+        assert!(CalibratedPath { bandwidth_gbps: f64::INFINITY, ..entry }.check().is_err());
+    }
 
     #[test]
     fn epoch_seconds_read_as_utc_dates() {
