@@ -93,7 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let pattern: Vec<u8> = (0..region).map(|i| (i * 13 % 251) as u8).collect();
         pair.sender.write_region(pair.local.id, 0, &pattern)?;
         let mut sizes = Sizes(0x9e37_79b9_7f4a_7c15);
-        let (mut inside, mut below, mut above) = (0, 0, 0);
+        let (mut inside, mut below, mut above) = (0usize, 0usize, 0usize);
         let mut ratios = Vec::with_capacity(args.transfers);
         let mut cursor = 0u64;
         let mut by_size = [(0usize, 0usize, 0usize); BINS.len()];

@@ -84,8 +84,26 @@ pub(crate) fn format_bytes(value: u64) -> String {
     }
 }
 
+/// `412 ns`, `3.2 µs`, `18.4 ms`, `2.31 s`: a duration in seconds with its unit.
+pub(crate) fn format_seconds(seconds: f64) -> String {
+    match seconds {
+        s if s < 1e-6 => format!("{:.0} ns", s * 1e9),
+        s if s < 1e-3 => format!("{:.1} µs", s * 1e6),
+        s if s < 1.0 => format!("{:.1} ms", s * 1e3),
+        s => format!("{s:.2} s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_carry_their_unit() {
+        assert_eq!(super::format_seconds(412e-9), "412 ns");
+        assert_eq!(super::format_seconds(3.2e-6), "3.2 µs");
+        assert_eq!(super::format_seconds(18.4e-3), "18.4 ms");
+        assert_eq!(super::format_seconds(2.314), "2.31 s");
+    }
+
     #[test]
     fn suffix_errors_quote_the_input_as_given_and_decimal_units_are_refused() {
         let error = super::parse_bytes("8K,16K").unwrap_err();
@@ -133,15 +151,5 @@ mod tests {
         assert_eq!(format_bytes(1536), "1.5 KiB");
         assert_eq!(format_bytes(100), "100 B");
         assert_eq!(format_bytes(5465888 * 1024), "5.2 GiB");
-    }
-}
-
-/// `412 ns`, `3.2 µs`, `18.4 ms`, `2.31 s`: a duration in seconds with its unit.
-pub(crate) fn format_seconds(seconds: f64) -> String {
-    match seconds {
-        s if s < 1e-6 => format!("{:.0} ns", s * 1e9),
-        s if s < 1e-3 => format!("{:.1} µs", s * 1e6),
-        s if s < 1.0 => format!("{:.1} ms", s * 1e3),
-        s => format!("{s:.2} s"),
     }
 }
