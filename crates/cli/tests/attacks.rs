@@ -681,6 +681,30 @@ fn a_hand_off_message_without_its_descriptors_is_refused_at_once() {
     assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
 }
 
+/// What the fake sweeps on the shm channel share: connect to `serve` (its address in argv[1]),
+/// the token-less preamble, and `meet(regions, count)`, which sends a shm hello exposing
+/// `count` packed regions and returns serve's hand-off socket name and cookie.
+const FAKE_SWEEP_PRELUDE: &str = r#"
+import fcntl, os, socket, struct, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+serve = socket.create_connection((host, int(port))); serve.settimeout(20)
+serve.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = serve.recv(n - len(data))
+        if not chunk: sys.exit("closed")
+        data += chunk
+    return data
+read(41)
+def meet(regions, count):
+    serve.sendall(b"RDMAHINT" + struct.pack("<HBH", 4, 1, count) + regions + b"\0" + bytes(32))
+    _, _, theirs = struct.unpack("<HBH", read(8 + 5)[8:])
+    read(13 * theirs)
+    name = read(read(1)[0])
+    return name, read(32)
+"#;
+
 /// A fake sweep that passes the TCP handshake with `serve --channel shm --timeout-s 5`, then
 /// presents its hand-off cookie a byte every 0.4 s (13 s in all): serve cuts it off by the
 /// one deadline of the run, not 5 s after its last byte (before, each read had 5 s of its own
@@ -693,24 +717,9 @@ fn a_trickled_hand_off_cookie_is_cut_off_by_the_runs_deadline() {
     let fake = dir.join("fake_sweep.py");
     std::fs::write(
         &fake,
-        r#"
-import os, socket, struct, sys, time
-host, port = sys.argv[1].rsplit(":", 1)
-serve = socket.create_connection((host, int(port))); serve.settimeout(20)
-serve.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
-def read(n):
-    data = b""
-    while len(data) < n:
-        chunk = serve.recv(n - len(data))
-        if not chunk: sys.exit("closed")
-        data += chunk
-    return data
-read(41)
-serve.sendall(b"RDMAHINT" + struct.pack("<HBH", 4, 1, 0) + b"\0" + bytes(32))
-_, _, count = struct.unpack("<HBH", read(8 + 5)[8:])
-read(13 * count)
-name = read(read(1)[0])
-read(32)
+        FAKE_SWEEP_PRELUDE.to_string()
+            + r#"
+name, _ = meet(b"", 0)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name)
 started = time.monotonic()
 try:
@@ -787,25 +796,10 @@ fn serve_does_not_map_a_region_it_never_writes() {
     let fake = dir.join("fake_sweep.py");
     std::fs::write(
         &fake,
-        r#"
-import fcntl, os, socket, struct, sys, time
-host, port = sys.argv[1].rsplit(":", 1)
-serve = socket.create_connection((host, int(port))); serve.settimeout(20)
-serve.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
-def read(n):
-    data = b""
-    while len(data) < n:
-        chunk = serve.recv(n - len(data))
-        if not chunk: sys.exit("closed")
-        data += chunk
-    return data
-read(41)
+        FAKE_SWEEP_PRELUDE.to_string()
+            + r#"
 size = 64 << 20
-serve.sendall(b"RDMAHINT" + struct.pack("<HBH", 4, 1, 1) + struct.pack("<IQB", 0, size, 0) + b"\0" + bytes(32))
-_, _, count = struct.unpack("<HBH", read(8 + 5)[8:])
-read(13 * count)
-name = read(read(1)[0])
-cookie = read(32)
+name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
 unix.sendall(cookie)
 fd = os.memfd_create("exposed", os.MFD_ALLOW_SEALING)
