@@ -470,6 +470,24 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// What the fake servers share: listen on a free loopback port and print it, accept the
+/// victim, send the token-less preamble and read the victim's (`read(n)` reads exactly `n`).
+const FAKE_SERVE_PRELUDE: &str = r#"
+import fcntl, os, socket, struct, sys, time
+tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
+print(tcp.getsockname()[1], flush=True)
+victim, _ = tcp.accept(); victim.settimeout(20)
+victim.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = victim.recv(n - len(data))
+        if not chunk: sys.exit(0)
+        data += chunk
+    return data
+read(41)
+"#;
+
 /// Another user's fake `serve` on the shm channel cannot make a sweep map anything: the
 /// hand-off socket's owner is checked (`SO_PEERCRED`) before a cookie or descriptor moves, so
 /// the old attack (a planted symlink, a file of the attacker's choosing) has nothing to aim at.
@@ -483,20 +501,8 @@ fn another_users_fake_serve_gets_no_shm_mapping() {
     let fake = dir.join("fake_serve.py");
     std::fs::write(
         &fake,
-        r#"
-import os, socket, struct, sys
-tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
-print(tcp.getsockname()[1], flush=True)
-victim, _ = tcp.accept(); victim.settimeout(20)
-victim.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
-def read(n):
-    data = b""
-    while len(data) < n:
-        chunk = victim.recv(n - len(data))
-        if not chunk: sys.exit(0)
-        data += chunk
-    return data
-read(41)
+        FAKE_SERVE_PRELUDE.to_string()
+            + r#"
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
 hello = b"RDMAHINT" + struct.pack("<HBH", 4, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + bytes(32)
@@ -571,25 +577,12 @@ fn a_violation_after_the_finish_marker_still_fails_the_run() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A fake `serve` on the shm channel, as our own user (so the hand-off's owner check passes),
-/// that advertises one 4 MiB region and then, by `mode`, hands over a sealed memfd that is
+/// After [`FAKE_SERVE_PRELUDE`]: a fake `serve` on the shm channel, as our own user (so the
+/// hand-off's owner check passes), that advertises one 4 MiB region and then, by `mode`, hands over a sealed memfd that is
 /// larger than advertised (`big`), one of the right size with no page committed (`sparse`),
 /// or nothing but messages without descriptors (`empty`). Prints its port, then `done`.
 const FAKE_SHM_SERVE: &str = r#"
-import fcntl, os, socket, struct, sys, time
 mode = sys.argv[1]
-tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
-print(tcp.getsockname()[1], flush=True)
-victim, _ = tcp.accept(); victim.settimeout(20)
-victim.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
-def read(n):
-    data = b""
-    while len(data) < n:
-        chunk = victim.recv(n - len(data))
-        if not chunk: sys.exit(0)
-        data += chunk
-    return data
-read(41)
 advertised = 4 << 20
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
@@ -623,7 +616,7 @@ print("done", flush=True)
 fn sweep_against_fake_shm_serve(name: &str, mode: &str) -> (Output, Output) {
     let dir = scratch(name);
     let fake = dir.join("fake_shm_serve.py");
-    std::fs::write(&fake, FAKE_SHM_SERVE).unwrap();
+    std::fs::write(&fake, FAKE_SERVE_PRELUDE.to_string() + FAKE_SHM_SERVE).unwrap();
     let mut server = Command::new("python3")
         .arg(&fake)
         .arg(mode)

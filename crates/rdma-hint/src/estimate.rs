@@ -45,7 +45,7 @@ pub struct Estimate {
 /// The predicted time of a transfer of `len` bytes from `device` over `transport`, cut at the
 /// hint [`hint_set`](crate::hint_set) chooses, with bounds from the stored calibration's
 /// margins. [`Error::NotCalibrated`] until `rdma-hint calibrate` (or
-/// [`calibrate`](crate::calibrate)) stored one for the pair; zero bytes is an
+/// [`calibrate`](fn@crate::calibrate)) stored one for the pair; zero bytes is an
 /// invalid argument.
 ///
 /// ```
