@@ -646,20 +646,22 @@ fn sweep_against_fake_shm_serve(name: &str, mode: &str) -> (Output, Output) {
 /// region advertised as 4 KiB was mapped and populated at its real size).
 #[test]
 fn a_memfd_larger_than_its_advertised_region_is_not_mapped() {
-    let (swept, _) = sweep_against_fake_shm_serve("shm-big", "big");
+    refused_by_fake_shm_serve("shm-big", "big", "advertised 4194304 B, holds 67108864 B");
+}
+
+/// [`sweep_against_fake_shm_serve`] in `mode`: the sweep fails with exit 1 saying `says`.
+fn refused_by_fake_shm_serve(name: &str, mode: &str, says: &str) {
+    let (swept, _) = sweep_against_fake_shm_serve(name, mode);
     let stderr = text(&swept.stderr);
     assert_eq!(swept.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("advertised 4194304 B, holds 67108864 B"), "{stderr}");
+    assert!(stderr.contains(says), "{stderr}");
 }
 
 /// A memfd of the advertised size with no page committed is not mapped: populating the
 /// mapping would commit the peer's region on this side, charged to us.
 #[test]
 fn a_memfd_whose_pages_the_peer_never_committed_is_not_mapped() {
-    let (swept, _) = sweep_against_fake_shm_serve("shm-sparse", "sparse");
-    let stderr = text(&swept.stderr);
-    assert_eq!(swept.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("are committed"), "{stderr}");
+    refused_by_fake_shm_serve("shm-sparse", "sparse", "are committed");
 }
 
 /// Hand-off messages without the descriptors due are refused at once (before, each was taken
@@ -667,10 +669,7 @@ fn a_memfd_whose_pages_the_peer_never_committed_is_not_mapped() {
 #[test]
 fn a_hand_off_message_without_its_descriptors_is_refused_at_once() {
     let started = std::time::Instant::now();
-    let (swept, _) = sweep_against_fake_shm_serve("shm-empty", "empty");
-    let stderr = text(&swept.stderr);
-    assert_eq!(swept.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("carried 0 descriptors where 1 were due"), "{stderr}");
+    refused_by_fake_shm_serve("shm-empty", "empty", "carried 0 descriptors where 1 were due");
     assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
 }
 

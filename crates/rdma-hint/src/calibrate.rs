@@ -172,8 +172,8 @@ pub const PREDICTION_TAIL: f64 = 0.01;
 /// busy machine (run to run, a sweep's block at its calibration's 90 % point reached 0.88 to
 /// 0.91 of the plateau) and the hint should hold in every run, not half of them.
 pub const CURVE_KNEE_SHARE: f64 = 0.95;
-/// Bytes a timed transfer streams at least, where the region and the budget allow: past the
-/// caches, as a sweep's transfers are.
+/// Bytes a timed transfer streams at most (fewer where the budget or the region is short):
+/// past the caches, as a sweep's transfers are.
 const UNIFORM_BYTES: u64 = 16 << 20;
 
 /// How uncertain a calibration's figures are: central [`CONFIDENCE`] intervals from
@@ -306,12 +306,12 @@ pub fn calibrate(
     }
     // One round more than the fewest: the first is a warm-up and not kept.
     let slot_s = base_s / ((MIN_ROUNDS + 1) * ladder.len()) as f64;
-    // Sizes whose MIN_BLOCKS_PER_RUN blocks fit the uniform transfer (below) or a slot.
-    let fits = |block: u64| {
-        block * MIN_BLOCKS_PER_RUN <= UNIFORM_BYTES.min(region / 2)
-            || (block * MIN_BLOCKS_PER_RUN) as f64 / rate_bytes_per_s <= slot_s
-    };
-    ladder.retain(|block| fits(*block) || *block <= warm_block);
+    // Every size streams the same bytes per transfer (as a sweep does, so all see the same
+    // caches): as many as a slot holds at the first rate, at most UNIFORM_BYTES (and half the
+    // region); sizes whose MIN_BLOCKS_PER_RUN blocks do not fit that are left out.
+    let uniform =
+        ((rate_bytes_per_s * slot_s) as u64).clamp(MIN_BLOCKS_PER_RUN * align, UNIFORM_BYTES.min(region / 2));
+    ladder.retain(|block| block * MIN_BLOCKS_PER_RUN <= uniform || *block <= warm_block);
     if ladder.len() < 3 {
         return Err(invalid(format!(
             "the path moves {:.3} GB/s: {:.2} s is too short for {MIN_ROUNDS} rounds of three block sizes; give a longer budget",
@@ -319,13 +319,9 @@ pub fn calibrate(
             budget_s
         )));
     }
-    // Every size streams the same bytes per transfer (as a sweep does, so both see the same
-    // caches), as many as a slot holds at the first rate, at least UNIFORM_BYTES where the
-    // region allows, and at least MIN_BLOCKS_PER_RUN blocks.
-    let uniform = UNIFORM_BYTES.min(region / 2).max((rate_bytes_per_s * slot_s) as u64);
     let sizes: Vec<(u64, u64)> = ladder
         .iter()
-        .map(|&block| (block, uniform.clamp(block * MIN_BLOCKS_PER_RUN, region) / block * block))
+        .map(|&block| (block, uniform.max(block * MIN_BLOCKS_PER_RUN).min(region) / block * block))
         .collect();
     let mut samples: Vec<BlockSamples> = ladder
         .iter()
