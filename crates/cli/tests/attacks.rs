@@ -488,6 +488,24 @@ def read(n):
 read(41)
 "#;
 
+/// The loopback address a fake server printed as its first line (its port).
+fn fake_server_address(server: &mut Child) -> String {
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut port)
+        .unwrap();
+    format!("127.0.0.1:{}", port.trim())
+}
+
+/// A quick `sweep --channel shm --peer ADDRESS` with `dir` as its cache.
+fn shm_sweep_against(dir: &Path, address: &str) -> Command {
+    let mut sweep = Command::new(env!("CARGO_BIN_EXE_rdma-hint"));
+    sweep
+        .env("RDMA_HINT_CACHE_DIR", dir)
+        .args(["sweep", "--channel", "shm", "--peer", address, "--sizes", "64K", "--transfer", "1M"])
+        .args(["--iters", "1", "--latency-samples", "3", "--no-record"]);
+    sweep
+}
+
 /// Another user's fake `serve` on the shm channel cannot make a sweep map anything: the
 /// hand-off socket's owner is checked (`SO_PEERCRED`) before a cookie or descriptor moves, so
 /// the old attack (a planted symlink, a file of the attacker's choosing) has nothing to aim at.
@@ -529,16 +547,8 @@ except socket.timeout:
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut port = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut port)
-        .unwrap();
-    let address = format!("127.0.0.1:{}", port.trim());
-    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
-        .env("RDMA_HINT_CACHE_DIR", &dir)
-        .args(["sweep", "--channel", "shm", "--peer", &address, "--sizes", "64K", "--transfer", "1M"])
-        .args(["--iters", "1", "--latency-samples", "3", "--no-record"])
-        .output()
-        .unwrap();
+    let address = fake_server_address(&mut server);
+    let swept = shm_sweep_against(&dir, &address).output().unwrap();
     let served = server.wait_with_output().unwrap();
     assert_eq!(swept.status.code(), Some(1), "{}", text(&swept.stderr));
     assert!(text(&swept.stderr).contains("runs as uid 65534"), "{}", text(&swept.stderr));
@@ -624,18 +634,9 @@ fn sweep_against_fake_shm_serve(name: &str, mode: &str) -> (Output, Output) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut port = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut port)
-        .unwrap();
-    let address = format!("127.0.0.1:{}", port.trim());
-    let swept = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
-        .env("RDMA_HINT_CACHE_DIR", &dir)
-        .args(["sweep", "--channel", "shm", "--peer", &address, "--sizes", "64K", "--transfer", "1M"])
-        .args(["--iters", "1", "--latency-samples", "3", "--no-record"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let address = fake_server_address(&mut server);
+    let swept =
+        shm_sweep_against(&dir, &address).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let swept = common::output_within(swept, "the sweep against a fake shm serve", Duration::from_secs(20));
     let served = common::output_within(server, "the fake shm serve", Duration::from_secs(20));
     let _ = std::fs::remove_dir_all(dir);

@@ -336,7 +336,14 @@ pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[below] * (1.0 - weight) + sorted[above] * weight)
 }
 
-fn median(values: &mut [f64]) -> Option<f64> {
+/// The median of `values` (sorted in place), interpolated for an even count; `None` when
+/// empty.
+///
+/// ```
+/// assert_eq!(rdma_hint_core::fit::median(&mut [3.0, 1.0, 2.0, 10.0]), Some(2.5));
+/// assert_eq!(rdma_hint_core::fit::median(&mut []), None);
+/// ```
+pub fn median(values: &mut [f64]) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     quantile(values, 0.5)
 }
@@ -352,6 +359,14 @@ impl SplitMix {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         ((z ^ (z >> 31)) % bound as u64) as usize
+    }
+
+    /// The median of one bootstrap resample of `values` (as many draws, with replacement),
+    /// drawn into `drawn`, which is reused across calls.
+    fn resampled_median(&mut self, values: &[f64], drawn: &mut Vec<f64>) -> Option<f64> {
+        drawn.clear();
+        drawn.extend((0..values.len()).map(|_| values[self.below(values.len())]));
+        median(drawn)
     }
 }
 
@@ -385,10 +400,7 @@ pub fn bootstrap_fits(samples: &[BlockSamples], resamples: usize) -> Vec<PathFit
             .iter()
             .filter(|s| !s.seconds_per_block.is_empty())
             .filter_map(|size| {
-                drawn.clear();
-                let count = size.seconds_per_block.len();
-                drawn.extend((0..count).map(|_| size.seconds_per_block[random.below(count)]));
-                let seconds_per_block = median(&mut drawn)?;
+                let seconds_per_block = random.resampled_median(&size.seconds_per_block, &mut drawn)?;
                 Some(BlockTiming { block_bytes: size.block_bytes, seconds_per_block })
             })
             .collect();
@@ -413,13 +425,8 @@ pub fn median_interval(values: &[f64], resamples: usize, seed: u64) -> Option<In
     }
     let mut random = SplitMix(0x5eed_cafe_f00d_0004 ^ seed);
     let mut drawn = Vec::with_capacity(values.len());
-    let medians: Vec<f64> = (0..resamples)
-        .filter_map(|_| {
-            drawn.clear();
-            drawn.extend((0..values.len()).map(|_| values[random.below(values.len())]));
-            median(&mut drawn)
-        })
-        .collect();
+    let medians: Vec<f64> =
+        (0..resamples).filter_map(|_| random.resampled_median(values, &mut drawn)).collect();
     Interval::central(&medians)
 }
 
@@ -435,10 +442,7 @@ pub fn bootstrap_knees(samples: &[BlockSamples], resamples: usize, share: f64) -
                 .iter()
                 .filter(|s| !s.seconds_per_block.is_empty())
                 .filter_map(|size| {
-                    let count = size.seconds_per_block.len();
-                    drawn.clear();
-                    drawn.extend((0..count).map(|_| size.seconds_per_block[random.below(count)]));
-                    let seconds = median(&mut drawn)?;
+                    let seconds = random.resampled_median(&size.seconds_per_block, &mut drawn)?;
                     Some((size.block_bytes, size.block_bytes as f64 / seconds / 1e9))
                 })
                 .collect();

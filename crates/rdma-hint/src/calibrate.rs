@@ -135,14 +135,10 @@ impl Cursor {
     }
 }
 
+/// [`fit::median`](rdma_hint_core::fit::median), NaN for no values (a spread of poor fits
+/// only: the caller refuses it as poor).
 fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
-    }
+    rdma_hint_core::fit::median(values).unwrap_or(f64::NAN)
 }
 
 /// How many times wider than its bottom the hint's interval may be before calibration
