@@ -7,22 +7,46 @@ use rdma_hint::{
     WaitMode,
 };
 use rdma_hint_embedder::ids;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// CPU is measured for the whole process: the two tests must not overlap.
 static ALONE: Mutex<()> = Mutex::new(());
 
-/// CPU seconds the live threads of this process have run: the scheduler's nanosecond run time
-/// of each (`/proc/self/task/*/schedstat`), not tick samples, which an emulated guest skews.
-fn cpu_seconds() -> f64 {
-    let run_ns: Vec<f64> = std::fs::read_dir("/proc/self/task")
+/// Nanoseconds each live thread of this process has run, by thread id, with its name: the
+/// scheduler's run time (`/proc/self/task/*/schedstat`), not tick samples, which an emulated
+/// guest skews.
+fn run_time_by_thread() -> BTreeMap<String, (String, u64)> {
+    let threads: BTreeMap<String, (String, u64)> = std::fs::read_dir("/proc/self/task")
         .expect("tasks")
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|stat| stat.split_whitespace().next()?.parse::<f64>().ok())
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let stat = std::fs::read_to_string(path.join("schedstat")).ok()?;
+            let run_ns = stat.split_whitespace().next()?.parse::<u64>().ok()?;
+            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default().trim().to_string();
+            Some((path.file_name()?.to_string_lossy().into_owned(), (name, run_ns)))
+        })
         .collect();
-    assert!(!run_ns.is_empty(), "no /proc/self/task/*/schedstat: cannot measure CPU here");
-    run_ns.iter().sum::<f64>() / 1e9
+    assert!(!threads.is_empty(), "no /proc/self/task/*/schedstat: cannot measure CPU here");
+    threads
+}
+
+/// CPU seconds the threads of `after` ran since `before` (a thread born meanwhile counts
+/// whole), and the busiest threads as "name: ms" for a failure message.
+fn cpu_between(
+    before: &BTreeMap<String, (String, u64)>,
+    after: &BTreeMap<String, (String, u64)>,
+) -> (f64, String) {
+    let mut used: Vec<(u64, &str)> = after
+        .iter()
+        .map(|(tid, (name, run_ns))| {
+            (run_ns - before.get(tid).map_or(0, |(_, ns)| *ns).min(*run_ns), name.as_str())
+        })
+        .collect();
+    used.sort_unstable_by(|a, b| b.cmp(a));
+    let busiest = used.iter().take(4).map(|(ns, name)| format!("{name}: {:.1} ms", *ns as f64 / 1e6));
+    (used.iter().map(|(ns, _)| *ns).sum::<u64>() as f64 / 1e9, busiest.collect::<Vec<_>>().join(", "))
 }
 
 fn connected(id: &rdma_hint::TransportId, mode: WaitMode) -> (Box<dyn Transport>, Box<dyn Transport>) {
@@ -42,16 +66,26 @@ fn connected(id: &rdma_hint::TransportId, mode: WaitMode) -> (Box<dyn Transport>
     (sender, receiver)
 }
 
-/// Waits 2 s for an arrival the (connected, idle) peer never sends; returns the CPU share of
-/// one core the whole process burnt meanwhile.
-fn cpu_while_waiting(receiver: &dyn Transport) -> f64 {
+/// Waits `window` for an arrival the (connected, idle) peer never sends; returns the CPU share
+/// of one core the whole process burnt meanwhile, and its busiest threads.
+fn cpu_while_waiting(receiver: &dyn Transport, window: Duration) -> (f64, String) {
     let mut arrivals = [Arrival::EMPTY; 4];
-    let (cpu, wall) = (cpu_seconds(), Instant::now());
-    let result = receiver.wait_arrivals_blocking(&mut arrivals, Instant::now() + Duration::from_secs(2));
-    let share = (cpu_seconds() - cpu) / wall.elapsed().as_secs_f64();
+    let (before, wall) = (run_time_by_thread(), Instant::now());
+    let result = receiver.wait_arrivals_blocking(&mut arrivals, Instant::now() + window);
+    let elapsed = wall.elapsed();
+    let (cpu, busiest) = cpu_between(&before, &run_time_by_thread());
     assert!(matches!(result, Err(TransportError::DeadlineExceeded { .. })), "{result:?}");
-    assert!(wall.elapsed() >= Duration::from_secs(2) && wall.elapsed() < Duration::from_secs(4));
-    share
+    assert!(elapsed >= window && elapsed < window * 2, "a {window:?} wait took {elapsed:?}");
+    (cpu / elapsed.as_secs_f64(), busiest)
+}
+
+/// The median share of three waits of 2 s each: one hiccup of a shared host (a guest's vCPU
+/// descheduled while it wakes) is not the wait's cost.
+fn median_cpu_while_waiting(receiver: &dyn Transport) -> (f64, String) {
+    let mut runs: Vec<(f64, String)> =
+        (0..3).map(|_| cpu_while_waiting(receiver, Duration::from_secs(2))).collect();
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    runs.swap_remove(1)
 }
 
 #[test]
@@ -59,9 +93,12 @@ fn adaptive_waits_for_a_silent_peer_burn_under_five_percent_of_a_core() {
     let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for id in ids() {
         let (_sender, receiver) = connected(&id, WaitMode::Adaptive);
-        let share = cpu_while_waiting(&*receiver);
-        println!("{id}: adaptive wait for a silent peer used {:.1} % of a core over 2 s", share * 100.0);
-        assert!(share < 0.05, "{id}: {:.1} % of a core", share * 100.0);
+        let (share, busiest) = median_cpu_while_waiting(&*receiver);
+        println!(
+            "{id}: adaptive waits for a silent peer used {:.1} % of a core (median of 3 waits of 2 s; {busiest})",
+            share * 100.0
+        );
+        assert!(share < 0.05, "{id}: {:.1} % of a core ({busiest})", share * 100.0);
     }
 }
 
@@ -71,7 +108,10 @@ fn busy_poll_waits_spin_until_the_deadline() {
     let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let id = rdma_hint::TransportId::STAGED_TCP;
     let (_sender, receiver) = connected(&id, WaitMode::BusyPoll);
-    let share = cpu_while_waiting(&*receiver);
-    println!("{id}: busy-poll wait used {:.1} % of a core over 2 s", share * 100.0);
+    let (share, busiest) = median_cpu_while_waiting(&*receiver);
+    println!(
+        "{id}: busy-poll waits used {:.1} % of a core (median of 3 waits of 2 s; {busiest})",
+        share * 100.0
+    );
     assert!(share > 0.5, "busy-poll used only {:.1} % of a core", share * 100.0);
 }
