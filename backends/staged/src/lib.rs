@@ -22,6 +22,7 @@ mod link;
 mod memory;
 pub mod protocol;
 mod region;
+pub mod ring;
 mod transport;
 pub mod wire;
 

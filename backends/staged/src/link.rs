@@ -1,14 +1,20 @@
 //! One connected peer: a sender thread that moves posted writes (socket payload or shm copy)
 //! and a reader thread that places incoming writes, acknowledges them and collects arrivals.
+//! On the shm channel, writes from host memory are copied into the peer's mapping by the
+//! posting thread itself and announced on the peer's [ring](crate::ring); the socket then only
+//! says when the peer is gone, and a ring thread takes announcements off our ring while the
+//! application does not (it sleeps on the ring's futex in `Adaptive` mode).
 
 use crate::memory::{Direction, Memory, PeerMapping};
 use crate::protocol::{Inbound, Inbox};
 use crate::region::{copy_to_peer, RegionMemory, Staging};
+use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
-use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
 use rdma_hint_toolkit::caller_memory::CopyMeter;
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_toolkit::wait::WaitModeCell;
 use rdma_hint_toolkit::RegionTable;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -16,6 +22,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Status code of work requests flushed because the connection broke (as `IBV_WC_WR_FLUSH_ERR`).
 pub(crate) const FLUSHED: u32 = 5;
@@ -24,6 +31,15 @@ pub(crate) const MAX_PENDING_ARRIVALS: usize = 4096;
 /// Acknowledgements waiting for the sender thread, at most (a peer keeps far fewer signalled
 /// writes outstanding; more is a broken peer).
 const MAX_PENDING_ACKS: usize = 4096;
+/// How long the ring thread sleeps on the futex at most in `Adaptive` mode: a wake-up a peer
+/// never sends, or a change of wait mode, costs no more.
+const RING_NAP: Duration = Duration::from_millis(50);
+/// How often the ring thread looks at the ring in `BusyPoll` mode, where the application's
+/// own waits take announcements and no writer makes a system call to wake anyone.
+const RING_TICK: Duration = Duration::from_millis(1);
+/// How long the sender thread waits for room on the peer's ring before it gives up on a peer
+/// that takes nothing off it (as a socket's send timeout would).
+const RING_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A registered local region and whether the peer may write it.
 #[derive(Debug, Clone)]
@@ -109,6 +125,54 @@ pub(crate) struct RemoteEntry {
 /// The peer's regions by id (fixed at connect).
 pub(crate) type RemoteRegions = Arc<Vec<Option<RemoteEntry>>>;
 
+/// The shm channel's two rings: ours, which the peer publishes on (its memfd went to the peer
+/// at connect), and the peer's, mapped here, which we publish on.
+#[derive(Debug)]
+pub(crate) struct Rings {
+    inbound: Memory,
+    consumer: Mutex<Consumer>,
+    outbound: Memory,
+    producer: Mutex<Producer>,
+}
+
+impl Rings {
+    /// A fresh ring of ours for the peer to map.
+    pub(crate) fn inbound_memory() -> Result<Memory, TransportError> {
+        Memory::shared(RING_BYTES)
+    }
+
+    /// The rings of a link: `inbound` from [`Rings::inbound_memory`], `outbound` the peer's
+    /// checked descriptor.
+    pub(crate) fn new(inbound: Memory, outbound: PeerMapping) -> Result<Rings, TransportError> {
+        let outbound = outbound.map_now()?;
+        for memory in [&inbound, &outbound] {
+            if memory.len() != RING_BYTES {
+                return Err(TransportError::Handshake(format!(
+                    "a ring of {} B, not {RING_BYTES} B",
+                    memory.len()
+                )));
+            }
+        }
+        Ok(Rings { inbound, consumer: Mutex::default(), outbound, producer: Mutex::default() })
+    }
+
+    fn view(memory: &Memory) -> RingView<'_> {
+        let (base, _) = memory.mapping();
+        // SAFETY: `memory` is a page-aligned mapping of exactly RING_BYTES (checked in `new`)
+        // that lives as long as the view's borrow of it, and this side touches a ring's bytes
+        // only through the view's atomics.
+        unsafe { RingView::at(base) }
+    }
+
+    fn inbound(&self) -> RingView<'_> {
+        Rings::view(&self.inbound)
+    }
+
+    fn outbound(&self) -> RingView<'_> {
+        Rings::view(&self.outbound)
+    }
+}
+
 pub(crate) fn local(regions: &LocalRegions, id: RegionId) -> Option<LocalEntry> {
     regions.read().unwrap_or_else(PoisonError::into_inner).get(id).ok().cloned()
 }
@@ -123,6 +187,7 @@ pub(crate) struct Link {
     pub(crate) arrivals: EventQueue<Arrival>,
     pub(crate) broken: Broken,
     pub(crate) remote: RemoteRegions,
+    shared: Arc<Shared>,
     socket: TcpStream,
     threads: Vec<JoinHandle<()>>,
 }
@@ -137,12 +202,24 @@ struct Shared {
     channel: ChannelKind,
     local: LocalRegions,
     remote: RemoteRegions,
+    /// The regions the peer may write, by id, taken at the start: none can be released while
+    /// the link runs, so no incoming write needs the table's lock. Let go when the last link
+    /// thread ends, so that the regions can be released then.
+    targets: RwLock<Vec<Option<LocalEntry>>>,
+    /// The rules every incoming frame and ring slot passes first.
+    inbox: Inbox,
+    rings: Option<Rings>,
+    wait_mode: Arc<WaitModeCell>,
+    completions: EventSender<Completion>,
+    arrivals: EventSender<Arrival>,
+    /// Link threads still running; waits report the link gone once it is 0 and their queue
+    /// is drained.
+    running: AtomicUsize,
     writer: Mutex<TcpStream>,
     broken: Broken,
     /// Tags of the signalled writes sent and not yet acknowledged, oldest first: acks must
     /// come back for exactly these, in this order (TCP keeps frames in order).
     awaiting_ack: Mutex<VecDeque<u64>>,
-    max_msg_bytes: u64,
     counters: Arc<Counters>,
 }
 
@@ -159,6 +236,39 @@ impl Shared {
         if let Ok(writer) = self.writer.lock() {
             let _ = writer.shutdown(Shutdown::Both);
         }
+        if let Some(rings) = &self.rings {
+            ring::wake(&rings.inbound());
+        }
+    }
+
+    /// The end of a link thread: the last one's end turns a drained queue into "gone".
+    fn retire(&self) {
+        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.targets.write().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+        self.completions.wake();
+        self.arrivals.wake();
+    }
+
+    /// Publishes `frame` on the peer's ring, waiting for room until `patience` passes (then
+    /// `Ok(false)`), the link breaks, or the peer breaks the ring.
+    fn announce(&self, frame: &Frame, patience: Instant) -> Result<bool, String> {
+        let rings = self.rings.as_ref().ok_or("the shm channel has no ring")?;
+        let outbound = rings.outbound();
+        loop {
+            let published =
+                rings.producer.lock().unwrap_or_else(PoisonError::into_inner).publish(&outbound, frame)?;
+            if published.wake {
+                ring::wake(&outbound);
+            }
+            if published.published {
+                return Ok(true);
+            }
+            if Instant::now() >= patience || self.broken.get().is_some() {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
     }
 
     fn send_frame(&self, frame: &Frame) -> std::io::Result<()> {
@@ -166,16 +276,31 @@ impl Shared {
     }
 }
 
+/// What a link is made of, besides its socket.
+pub(crate) struct LinkParts {
+    pub(crate) channel: ChannelKind,
+    pub(crate) local: LocalRegions,
+    pub(crate) remote: RemoteRegions,
+    /// Queued writes and the largest message.
+    pub(crate) limits: (usize, u64),
+    pub(crate) counters: Arc<Counters>,
+    /// shm channel: the rings (TCP: none).
+    pub(crate) rings: Option<Rings>,
+    pub(crate) wait_mode: Arc<WaitModeCell>,
+}
+
 impl Link {
     /// Starts the threads on a socket whose handshake is done.
-    pub(crate) fn start(
-        socket: TcpStream,
-        channel: ChannelKind,
-        local: LocalRegions,
-        remote: RemoteRegions,
-        (max_outstanding, max_msg_bytes): (usize, u64),
-        counters: Arc<Counters>,
-    ) -> Result<Link, TransportError> {
+    pub(crate) fn start(socket: TcpStream, parts: LinkParts) -> Result<Link, TransportError> {
+        let LinkParts {
+            channel,
+            local,
+            remote,
+            limits: (max_outstanding, max_msg_bytes),
+            counters,
+            rings,
+            wait_mode,
+        } = parts;
         let (ops_tx, ops_rx) = crossbeam_channel::bounded(max_outstanding);
         let (completion_tx, completions) = event_queue(max_outstanding * 2);
         let (arrival_tx, arrivals) = event_queue(MAX_PENDING_ARRIVALS);
@@ -184,30 +309,51 @@ impl Link {
         // side: two links writing to each other at once cannot deadlock.
         let (ack_tx, acks) = crossbeam_channel::bounded(MAX_PENDING_ACKS);
         let broken: Broken = Arc::new(OnceLock::new());
+        let targets = exposed_targets(&local);
+        let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
+            .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
+            .collect();
+        let threads = if rings.is_some() { 3 } else { 2 };
         let shared = Arc::new(Shared {
             channel,
             local,
             remote: remote.clone(),
+            targets: RwLock::new(targets),
+            inbox: Inbox::new(channel, &exposed, max_msg_bytes),
+            rings,
+            wait_mode,
+            completions: completion_tx,
+            arrivals: arrival_tx,
+            running: AtomicUsize::new(threads),
             writer: Mutex::new(socket.try_clone()?),
             broken: broken.clone(),
             awaiting_ack: Mutex::new(VecDeque::with_capacity(max_outstanding)),
-            max_msg_bytes,
             counters,
         });
-        let reader_socket = socket.try_clone()?;
-        let reader = {
+        let spawn = |name: &str, body: Box<dyn FnOnce(&Shared) + Send>| {
             let shared = shared.clone();
-            let completion_tx = completion_tx.clone();
-            std::thread::Builder::new().name("staged-reader".into()).spawn(move || {
-                let _alive = reader_alive;
-                let reason = read_loop(&shared, reader_socket, &completion_tx, &ack_tx);
-                shared.fail(reason);
-            })?
+            std::thread::Builder::new().name(name.into()).spawn(move || {
+                body(&shared);
+                shared.retire();
+            })
         };
-        let sender = std::thread::Builder::new()
-            .name("staged-sender".into())
-            .spawn(move || send_loop(&shared, &ops_rx, &acks, &arrival_tx, &reader_gone, &completion_tx))?;
-        Ok(Link { ops: ops_tx, completions, arrivals, broken, remote, socket, threads: vec![reader, sender] })
+        let reader_socket = socket.try_clone()?;
+        let mut handles = vec![spawn(
+            "staged-reader",
+            Box::new(move |shared| {
+                let _alive = reader_alive;
+                let reason = read_loop(shared, reader_socket, &ack_tx);
+                shared.fail(reason);
+            }),
+        )?];
+        handles.push(spawn(
+            "staged-sender",
+            Box::new(move |shared| send_loop(shared, &ops_rx, &acks, &reader_gone)),
+        )?);
+        if threads == 3 {
+            handles.push(spawn("staged-ring", Box::new(ring_loop))?);
+        }
+        Ok(Link { ops: ops_tx, completions, arrivals, broken, remote, shared, socket, threads: handles })
     }
 
     /// Whether the sender thread has ended (nothing it was handed will be read any more).
@@ -215,9 +361,119 @@ impl Link {
         self.threads.get(1).is_none_or(JoinHandle::is_finished)
     }
 
+    /// Whether every link thread has ended: nothing more will be queued.
+    pub(crate) fn finished(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire) == 0
+    }
+
     /// The reason the link broke, as an error.
     pub(crate) fn gone(&self) -> TransportError {
         TransportError::PeerGone(self.broken.get().cloned().unwrap_or_else(|| "connection closed".into()))
+    }
+
+    /// shm channel: moves `ops` (checked by the caller, with the region table read-locked) in
+    /// the calling thread: copies each into the peer's mapping, announces it on the peer's ring
+    /// where the peer must hear of it, and completes it. `Ok(false)`: the batch must go the
+    /// sender thread's way, because that thread has writes of its own queued (order), a source
+    /// is GPU memory (its copies are the copy engine's), or the ring or the completion queue
+    /// lacks room for the whole batch.
+    pub(crate) fn post_in_place(
+        &self,
+        ops: &[WriteOp],
+        regions: &RegionTable<LocalEntry>,
+    ) -> Result<bool, TransportError> {
+        let shared = &*self.shared;
+        let Some(rings) = &shared.rings else { return Ok(false) };
+        if shared.counters.in_flight.load(Ordering::Acquire) > 0 {
+            return Ok(false);
+        }
+        let outbound = rings.outbound();
+        // Held for the batch: its announcements go out in order, and its room cannot shrink.
+        let mut producer = rings.producer.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut announced, mut signalled) = (0u64, 0usize);
+        for op in ops {
+            if regions.get(op.local)?.memory.host().is_none() {
+                return Ok(false);
+            }
+            let (_, notify_each_write) = self.mapped(op.remote)?;
+            announced += u64::from(op.imm.is_some() || notify_each_write);
+            signalled += usize::from(op.signalled);
+        }
+        let room = producer.room(&outbound).map_err(|reason| self.break_with(reason))?;
+        if room < announced || self.completions.room() < signalled {
+            return Ok(false);
+        }
+        let mut wake = false;
+        for op in ops {
+            let source = regions
+                .get(op.local)?
+                .memory
+                .host()
+                .ok_or(TransportError::UnsupportedMemory { kind: rdma_hint_core::MemoryKind::Host })?;
+            let (target, notify_each_write) = self.mapped(op.remote)?;
+            source.copy_to(op.local_offset, target, op.remote_offset, op.len)?;
+            shared.counters.copies.in_transit(op.len);
+            if op.imm.is_some() || notify_each_write {
+                let published = producer
+                    .publish(&outbound, &announcement(op))
+                    .map_err(|reason| self.break_with(reason))?;
+                debug_assert!(published.published, "room was checked under the same lock");
+                wake |= published.wake;
+            }
+            if op.signalled {
+                let done = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
+                shared.completions.try_send(done).map_err(|_| {
+                    self.break_with(
+                        "completion queue overflow: the application is not draining completions".into(),
+                    )
+                })?;
+            }
+        }
+        drop(producer);
+        if wake {
+            ring::wake(&outbound);
+        }
+        Ok(true)
+    }
+
+    /// The peer's region `id`, mapped (on its first write), and whether it wants every write
+    /// announced.
+    fn mapped(&self, id: RegionId) -> Result<(&Memory, bool), TransportError> {
+        let remote = self.remote.get(id.0 as usize).and_then(Option::as_ref);
+        let remote = remote.ok_or(TransportError::UnregisteredRegion(id))?;
+        let mapping = remote.mapped.as_ref().ok_or(TransportError::UnregisteredRegion(id))?;
+        Ok((mapping.get()?, remote.notify_each_write))
+    }
+
+    fn break_with(&self, reason: String) -> TransportError {
+        self.shared.fail(reason);
+        self.gone()
+    }
+
+    /// Arrivals ready now, oldest first: those the link's threads queued, then (shm) those
+    /// still on our ring, taken here with no thread in between.
+    pub(crate) fn take_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        let shared = &*self.shared;
+        // The ring thread queues what it takes under the consumer's lock: drained under it too,
+        // the queue holds only arrivals older than any still on the ring.
+        let consumer = shared.rings.as_ref().and_then(|rings| rings.consumer.try_lock().ok());
+        let mut ready = self.arrivals.try_drain(out).unwrap_or(0);
+        let (Some(mut consumer), Some(rings)) = (consumer, &shared.rings) else { return Ok(ready) };
+        if ready == out.len() {
+            return Ok(ready);
+        }
+        let max = out.len() - ready;
+        let taken = consumer.take(&rings.inbound(), &shared.inbox, max, |write| {
+            if let Some(arrival) = land_announced(shared, write)? {
+                out[ready] = arrival;
+                ready += 1;
+            }
+            Ok(())
+        });
+        match taken {
+            Ok(_) => Ok(ready),
+            Err(reason) => Err(self.break_with(reason)),
+        }
     }
 }
 
@@ -225,11 +481,127 @@ impl Drop for Link {
     fn drop(&mut self) {
         let _ = self.broken.set("transport dropped".into());
         let _ = self.socket.shutdown(Shutdown::Both);
+        if let Some(rings) = &self.shared.rings {
+            ring::wake(&rings.inbound());
+        }
         // Closing the op queue stops the sender; the shutdown socket stops the reader.
         let (closed, _) = crossbeam_channel::bounded(0);
         self.ops = closed;
         for thread in self.threads.drain(..) {
             let _ = thread.join();
+        }
+    }
+}
+
+/// The exposed regions by id.
+fn exposed_targets(local: &LocalRegions) -> Vec<Option<LocalEntry>> {
+    let regions = local.read().unwrap_or_else(PoisonError::into_inner);
+    let mut targets = Vec::new();
+    for (id, entry) in regions.iter().filter(|(_, entry)| entry.exposed) {
+        let index = id.0 as usize;
+        targets.resize_with(targets.len().max(index + 1), || None);
+        targets[index] = Some(entry.clone());
+    }
+    targets
+}
+
+/// The announcement of a write already placed in the peer's mapping.
+fn announcement(op: &WriteOp) -> Frame {
+    let frame = write_frame(op);
+    Frame { flags: frame.flags | FLAG_PLACED, ..frame }
+}
+
+/// The header of `op` (a TCP frame's, whose payload follows).
+fn write_frame(op: &WriteOp) -> Frame {
+    Frame {
+        kind: FrameKind::Write,
+        flags: if op.imm.is_some() { FLAG_IMM } else { 0 },
+        status: 0,
+        region: op.remote.0,
+        offset: op.remote_offset,
+        len: op.len,
+        wr_id: op.wr_id,
+        imm: op.imm.unwrap_or(0),
+    }
+}
+
+/// Applies an announcement taken off our ring (its bytes are in place, or in the bounce in
+/// front of the region, copied on here); returns its arrival.
+fn land_announced(shared: &Shared, write: Inbound) -> Result<Option<Arrival>, String> {
+    let Inbound::Write { region, offset, len, arrival, .. } = write else {
+        return Err("protocol error: a ring slot that is not a write".into());
+    };
+    with_target(shared, region, |target| copy_on_from_bounce(shared, target, offset, len))?;
+    Ok(arrival.map(|imm| Arrival { imm, region: RegionId(region), len }))
+}
+
+/// Runs `apply` on an admitted write's target (admitted writes name exposed regions only,
+/// which are all in the targets until the link's threads have ended).
+fn with_target<R>(
+    shared: &Shared,
+    region: u32,
+    apply: impl FnOnce(&LocalEntry) -> Result<R, String>,
+) -> Result<R, String> {
+    let targets = shared.targets.read().unwrap_or_else(PoisonError::into_inner);
+    apply(
+        targets
+            .get(region as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| format!("region {region} vanished"))?,
+    )
+}
+
+/// A write into the bounce in front of memory the peer cannot map: the one copy, here.
+fn copy_on_from_bounce(shared: &Shared, target: &LocalEntry, offset: u64, len: u64) -> Result<(), String> {
+    let Some(bounce) = &target.bounce else { return Ok(()) };
+    let by_cpu = target
+        .memory
+        .copy_from_bounce(&bounce.memory, offset, len)
+        .map_err(|e| format!("copying out of the channel: {e}"))?;
+    if by_cpu {
+        shared.counters.copies.in_transit(len);
+    }
+    Ok(())
+}
+
+/// Takes announcements off our ring while the application does not; sleeps on the ring's
+/// futex (`Adaptive`) or looks every [`RING_TICK`] (`BusyPoll`, where writers never wake it).
+fn ring_loop(shared: &Shared) {
+    let Some(rings) = &shared.rings else { return };
+    let inbound = rings.inbound();
+    loop {
+        let stopping = shared.broken.get().is_some();
+        let mut consumer = rings.consumer.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = consumer.take(&inbound, &shared.inbox, usize::MAX, |write| {
+            match land_announced(shared, write)? {
+                Some(arrival) => shared.arrivals.try_send(arrival).map_err(|_| {
+                    "arrival queue overflow: the application is not draining arrivals".to_string()
+                }),
+                None => Ok(()),
+            }
+        });
+        if let Err(reason) = taken {
+            shared.fail(reason);
+            return;
+        }
+        // A link that broke still delivered what was on the ring when it did.
+        if stopping {
+            return;
+        }
+        match shared.wait_mode.get() {
+            WaitMode::Adaptive => {
+                let seen = consumer.prepare_sleep(&inbound);
+                drop(consumer);
+                // Looked at after `seen` was read: a stop that wakes the ring after that read
+                // changes the futex value, so the sleep returns at once.
+                if let (Some(seen), None) = (seen, shared.broken.get()) {
+                    ring::sleep(&inbound, seen, RING_NAP);
+                }
+            }
+            WaitMode::BusyPoll => {
+                drop(consumer);
+                std::thread::sleep(RING_TICK);
+            }
         }
     }
 }
@@ -243,7 +615,7 @@ pub(crate) enum Outgoing {
 
 /// Writes an ack before publishing the arrival it precedes: an application that exits as soon
 /// as it sees the arrival must not strand the writer's completions.
-fn deliver(shared: &Shared, outgoing: Outgoing, arrivals: &EventSender<Arrival>) -> Result<(), String> {
+fn deliver(shared: &Shared, outgoing: Outgoing) -> Result<(), String> {
     let arrival = match outgoing {
         Outgoing::Ack { ack, then } => {
             shared.send_frame(&ack).map_err(|e| format!("sending an ack: {e}"))?;
@@ -252,7 +624,8 @@ fn deliver(shared: &Shared, outgoing: Outgoing, arrivals: &EventSender<Arrival>)
         Outgoing::Arrival(arrival) => Some(arrival),
     };
     match arrival {
-        Some(arrival) => arrivals
+        Some(arrival) => shared
+            .arrivals
             .try_send(arrival)
             .map_err(|_| "arrival queue overflow: the application is not draining arrivals".to_string()),
         None => Ok(()),
@@ -263,9 +636,7 @@ fn send_loop(
     shared: &Shared,
     ops: &Receiver<WriteOp>,
     acks: &Receiver<Outgoing>,
-    arrivals: &EventSender<Arrival>,
     reader_gone: &Receiver<()>,
-    completions: &EventSender<Completion>,
 ) {
     let mut staging = Staging::default();
     loop {
@@ -281,7 +652,7 @@ fn send_loop(
             recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
             recv(acks) -> outgoing => match outgoing {
                 Ok(outgoing) => {
-                    if let Err(reason) = deliver(shared, outgoing, arrivals) {
+                    if let Err(reason) = deliver(shared, outgoing) {
                         shared.fail(reason);
                         break;
                     }
@@ -291,11 +662,11 @@ fn send_loop(
             },
             recv(reader_gone) -> _ => break,
         };
-        let sent = send_one(shared, &op, completions, &mut staging);
+        let sent = send_one(shared, &op, &mut staging);
         shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
         if let Err(reason) = sent {
             shared.fail(reason);
-            flush(&op, completions);
+            flush(&op, &shared.completions);
             break;
         }
     }
@@ -303,11 +674,11 @@ fn send_loop(
     // that fully landed before it still announce themselves.
     while let Ok(op) = ops.try_recv() {
         shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
-        flush(&op, completions);
+        flush(&op, &shared.completions);
     }
     while let Ok(outgoing) = acks.try_recv() {
         if let Outgoing::Ack { then: Some(arrival), .. } | Outgoing::Arrival(arrival) = outgoing {
-            let _ = arrivals.try_send(arrival);
+            let _ = shared.arrivals.try_send(arrival);
         }
     }
 }
@@ -319,33 +690,15 @@ fn flush(op: &WriteOp, completions: &EventSender<Completion>) {
     }
 }
 
-fn send_one(
-    shared: &Shared,
-    op: &WriteOp,
-    completions: &EventSender<Completion>,
-    staging: &mut Staging,
-) -> Result<(), String> {
+fn send_one(shared: &Shared, op: &WriteOp, staging: &mut Staging) -> Result<(), String> {
     if shared.broken.get().is_some() {
         return Err("link already broken".into());
     }
     let source =
         local(&shared.local, op.local).ok_or_else(|| format!("local region {:?} vanished", op.local))?;
-    let mut flags = 0;
-    if op.imm.is_some() {
-        flags |= FLAG_IMM;
-    }
-    let mut frame = Frame {
-        kind: FrameKind::Write,
-        flags,
-        status: 0,
-        region: op.remote.0,
-        offset: op.remote_offset,
-        len: op.len,
-        wr_id: op.wr_id,
-        imm: op.imm.unwrap_or(0),
-    };
     match shared.channel {
         ChannelKind::Tcp => {
+            let mut frame = write_frame(op);
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
                 // Recorded before the frame leaves, so its ack cannot overtake it.
@@ -372,18 +725,18 @@ fn send_one(
             }
             let announce = op.imm.is_some() || notify_each_write;
             if op.signalled || announce {
-                // A completion or a notification says the bytes are there: GPU copies land first.
+                // A completion or an announcement says the bytes are there: GPU copies land first.
                 staging.settle().map_err(|e| format!("copying GPU memory to the peer: {e}"))?;
+            }
+            if announce && !shared.announce(&announcement(op), Instant::now() + RING_PATIENCE)? {
+                return Err(format!("the peer took nothing off its ring for {} s", RING_PATIENCE.as_secs()));
             }
             if op.signalled {
                 // The bytes are in the peer's memory (an RDMA WRITE completion's meaning), or in
                 // its bounce in front of memory it could not map, which it copies on in order.
-                let _ =
-                    completions.try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
-            }
-            if announce {
-                frame.flags |= FLAG_PLACED;
-                shared.send_frame(&frame).map_err(|e| format!("sending a notification: {e}"))?;
+                let _ = shared
+                    .completions
+                    .try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
             }
         }
     }
@@ -391,37 +744,21 @@ fn send_one(
 }
 
 /// Runs until the socket closes or the peer breaks the protocol; returns why it stopped. Every
-/// frame goes through the [`Inbox`] rules first; only what they admit touches memory.
-fn read_loop(
-    shared: &Shared,
-    mut socket: TcpStream,
-    completions: &EventSender<Completion>,
-    acks: &Sender<Outgoing>,
-) -> String {
+/// frame goes through the [`Inbox`] rules first; only what they admit touches memory. On the
+/// shm channel the socket carries nothing after the handshake: a frame is a protocol error.
+fn read_loop(shared: &Shared, mut socket: TcpStream, acks: &Sender<Outgoing>) -> String {
     let mut header = [0u8; HEADER_BYTES];
     let mut staging = Staging::default();
-    // The regions the peer may write, by id, taken once: none can be released while the link
-    // runs, so no frame needs the table's lock.
-    let targets: Vec<Option<LocalEntry>> = {
-        let regions = shared.local.read().unwrap_or_else(PoisonError::into_inner);
-        let mut targets = Vec::new();
-        for (id, entry) in regions.iter().filter(|(_, entry)| entry.exposed) {
-            let index = id.0 as usize;
-            targets.resize_with(targets.len().max(index + 1), || None);
-            targets[index] = Some(entry.clone());
-        }
-        targets
-    };
-    let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
-        .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
-        .collect();
-    let inbox = Inbox::new(shared.channel, &exposed, shared.max_msg_bytes);
     loop {
         if let Err(e) = socket.read_exact(&mut header) {
             return match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
                 _ => format!("reading from the peer: {e}"),
             };
+        }
+        if shared.channel == ChannelKind::Shm {
+            return "protocol error: a frame on the shm channel's socket (writes are announced on the ring)"
+                .into();
         }
         let frame = match Frame::decode(&header) {
             Ok(frame) => frame,
@@ -434,20 +771,14 @@ fn read_loop(
             }
             FrameKind::Write => None,
         };
-        let step = match inbox.admit(&frame, expected_ack) {
+        let step = match shared.inbox.admit(&frame, expected_ack) {
             Err(reason) => Err(reason),
-            Ok(Inbound::Write { region, offset, len, payload_follows, arrival, ack }) => place(
-                shared,
-                &mut socket,
-                (&targets, RegionId(region), offset, len),
-                payload_follows,
-                (arrival, ack),
-                acks,
-                &mut staging,
-            ),
+            Ok(Inbound::Write { region, offset, len, arrival, ack, .. }) => {
+                place(shared, &mut socket, (region, offset, len), (arrival, ack), acks, &mut staging)
+            }
             Ok(Inbound::Ack { wr_id, status }) => {
                 shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-                acknowledge(wr_id, status, completions)
+                acknowledge(wr_id, status, &shared.completions)
             }
         };
         if let Err(reason) = step {
@@ -456,40 +787,22 @@ fn read_loop(
     }
 }
 
-/// Places an admitted write (reads its payload on TCP), then queues its arrival and ack.
+/// Places an admitted TCP write (reads its payload), then queues its arrival and ack.
 fn place(
     shared: &Shared,
     socket: &mut TcpStream,
-    (targets, region, offset, len): (&[Option<LocalEntry>], RegionId, u64, u64),
-    payload_follows: bool,
+    (region, offset, len): (u32, u64, u64),
     (arrival, ack): (Option<u32>, Option<u64>),
     acks: &Sender<Outgoing>,
     staging: &mut Staging,
 ) -> Result<(), String> {
-    // Admitted writes name exposed regions only, which are all in `targets`.
-    let target = targets.get(region.0 as usize).and_then(Option::as_ref);
-    let target = target.ok_or_else(|| format!("region {} vanished", region.0))?;
-    if payload_follows {
-        target
-            .memory
-            .over_socket(Direction::Receive, offset, len, socket, staging)
-            .map_err(|e| format!("the peer vanished mid-write: {e}"))?;
-    } else if let Some(bounce) = &target.bounce {
-        // A write into the bounce in front of memory the peer cannot map: the one copy here.
-        let by_cpu = target
-            .memory
-            .copy_from_bounce(&bounce.memory, offset, len)
-            .map_err(|e| format!("copying out of the channel: {e}"))?;
-        if by_cpu {
-            shared.counters.copies.in_transit(len);
-        }
-    }
-    let arrival = arrival.map(|imm| Arrival { imm, region, len });
+    with_target(shared, region, |target| {
+        (target.memory.over_socket(Direction::Receive, offset, len, socket, staging))
+            .map_err(|e| format!("the peer vanished mid-write: {e}"))
+    })?;
+    let arrival = arrival.map(|imm| Arrival { imm, region: RegionId(region), len });
     let outgoing = match ack {
-        Some(wr_id) => {
-            let ack = Frame::ack(region.0, wr_id);
-            Some(Outgoing::Ack { ack, then: arrival })
-        }
+        Some(wr_id) => Some(Outgoing::Ack { ack: Frame::ack(region, wr_id), then: arrival }),
         None => arrival.map(Outgoing::Arrival),
     };
     if let Some(outgoing) = outgoing {

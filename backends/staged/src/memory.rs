@@ -150,8 +150,8 @@ impl Memory {
         access(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) });
     }
 
-    /// Base address and length of the whole buffer, for the GPU driver to page-lock.
-    #[cfg(feature = "cuda")]
+    /// Base address (page-aligned) and length of the whole buffer, for the GPU driver to
+    /// page-lock and for the shm ring's atomics.
     pub(crate) fn mapping(&self) -> (*mut u8, usize) {
         (self.ptr.as_ptr(), self.len)
     }
@@ -353,6 +353,16 @@ impl PeerMapping {
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| refuse("mmap returned null".into()))?;
         let size = checked_len(self.len)?;
         Ok(self.mapped.get_or_init(|| Memory { ptr, len: size, backing: Backing::SharedPeer { _map: map } }))
+    }
+}
+
+impl PeerMapping {
+    /// Maps the region now and hands the mapping over (the shm ring, which is used at once).
+    pub(crate) fn map_now(self) -> Result<Memory, TransportError> {
+        self.get()?;
+        self.mapped
+            .into_inner()
+            .ok_or_else(|| TransportError::Handshake("the peer's shm ring is not mapped".into()))
     }
 }
 

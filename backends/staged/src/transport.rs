@@ -2,7 +2,9 @@
 
 use crate::channel::{capabilities, StagedChannel};
 use crate::handoff::{self, Offer};
-use crate::link::{local, Bounce, Counters, Link, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions};
+use crate::link::{
+    local, Bounce, Counters, Link, LinkParts, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions, Rings,
+};
 use crate::memory::PeerMapping;
 use crate::region::RegionMemory;
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
@@ -13,7 +15,7 @@ use rdma_hint_core::{
 };
 use rdma_hint_oob::Rendezvous;
 use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
-use rdma_hint_toolkit::wait::WaitModeCell;
+use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::RegionTable;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -23,10 +25,13 @@ use std::time::{Duration, Instant};
 /// Host-staged transport over shared memory (same host) or TCP (any host).
 ///
 /// Regions are host memory the transport allocates (on the shm channel, sealed memfds whose
-/// descriptors the peer receives over a Unix socket and maps). `connect` runs a validated handshake over TCP; afterwards a sender thread
-/// moves posted writes and a reader thread places incoming ones, acknowledges signalled writes
-/// and queues arrivals, waking the waits that sleep on them. The handshake runs on a thread of
-/// its own, so `connect` never blocks the awaiting task's thread.
+/// descriptors the peer receives over a Unix socket and maps). `connect` runs a validated
+/// handshake over TCP; the handshake runs on a thread of its own, so `connect` never blocks the
+/// awaiting task's thread. Afterwards, on TCP, a sender thread moves posted writes and a reader
+/// thread places incoming ones, acknowledges signalled writes and queues arrivals, waking the
+/// waits that sleep on them. On shm, a write from host memory is copied into the peer's mapping
+/// by the thread that posts it, completed at once and announced on the peer's ring, which the
+/// peer's waits read directly (GPU sources go through the sender thread and its copy engine).
 ///
 /// ```no_run
 /// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
@@ -47,7 +52,8 @@ pub struct StagedTransport {
     regions: LocalRegions,
     rendezvous: Rendezvous,
     link: OnceLock<Link>,
-    wait_mode: WaitModeCell,
+    /// Shared with the link's ring thread, which sleeps only in `Adaptive` mode.
+    wait_mode: Arc<WaitModeCell>,
     counters: Arc<Counters>,
 }
 
@@ -69,7 +75,7 @@ impl StagedTransport {
             regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
             rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
-            wait_mode: WaitModeCell::default(),
+            wait_mode: Arc::default(),
             counters: Arc::default(),
         }
     }
@@ -258,6 +264,7 @@ impl StagedTransport {
             offer,
             deadline,
             counters: self.counters.clone(),
+            wait_mode: self.wait_mode.clone(),
         };
         // Mapping the peer's regions and starting the link threads happen on the rendezvous
         // thread too: nothing that can take milliseconds runs on the awaiting task's thread.
@@ -425,6 +432,9 @@ impl Transport for StagedTransport {
                 max: (capacity - link.ops.len()) as u32,
             });
         }
+        if link.post_in_place(ops, &regions)? {
+            return Ok(());
+        }
         self.counters.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
         for (queued, op) in ops.iter().enumerate() {
             if link.ops.try_send(*op).is_err() {
@@ -438,8 +448,10 @@ impl Transport for StagedTransport {
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
         let link = self.link()?;
+        // Read before draining: once no link thread runs, nothing can be queued after the drain.
+        let finished = link.finished();
         let ready = link.completions.try_drain(out).unwrap_or(0);
-        if ready == 0 && link.completions.is_empty() && link.broken.get().is_some() && link.ops.is_empty() {
+        if ready == 0 && finished {
             return Err(link.gone());
         }
         Ok(ready)
@@ -450,25 +462,39 @@ impl Transport for StagedTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
+        if out.is_empty() {
+            return Ok(0);
+        }
         let link = self.link()?;
         let mode = self.wait_mode.get();
-        link.completions.wait(out, mode, deadline, "staged completions", || link.gone()).await
+        let notifier = link.completions.notifier();
+        wait(notifier, mode, deadline, "staged completions", || ready(self.poll_completions(out))).await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
         let link = self.link()?;
-        let ready = link.arrivals.try_drain(out).unwrap_or(0);
-        if ready == 0 && link.broken.get().is_some() {
+        let finished = link.finished();
+        let ready = link.take_arrivals(out)?;
+        if ready == 0 && finished {
             return Err(link.gone());
         }
         Ok(ready)
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        if out.is_empty() {
+            return Ok(0);
+        }
         let link = self.link()?;
         let mode = self.wait_mode.get();
-        link.arrivals.wait(out, mode, deadline, "staged arrivals", || link.gone()).await
+        wait(link.arrivals.notifier(), mode, deadline, "staged arrivals", || ready(self.poll_arrivals(out)))
+            .await
     }
+}
+
+/// A poll's count as a wait attempt: nothing yet is `None`.
+fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
+    found.map(|n| (n > 0).then_some(n))
 }
 
 /// The channel as `--channel` and transport ids spell it.
@@ -503,15 +529,19 @@ struct LinkSetup {
     offer: Option<Offer>,
     deadline: Instant,
     counters: Arc<Counters>,
+    wait_mode: Arc<WaitModeCell>,
 }
 
 impl LinkSetup {
     /// Swaps shm regions with the peer and maps its, marks ours exposed and starts the link
     /// threads.
     fn start(self, stream: TcpStream, hello: &Hello) -> Result<Link, TransportError> {
-        let mut mapped = match self.channel {
-            ChannelKind::Shm => self.swap_regions(hello)?.into_iter().map(Some).collect(),
-            ChannelKind::Tcp => Vec::new(),
+        let (mut mapped, rings) = match self.channel {
+            ChannelKind::Shm => {
+                let (mapped, rings) = self.swap_regions(hello)?;
+                (mapped.into_iter().map(Some).collect(), Some(rings))
+            }
+            ChannelKind::Tcp => (Vec::new(), None),
         };
         let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
         for (position, region) in hello.regions.iter().enumerate() {
@@ -531,14 +561,22 @@ impl LinkSetup {
                 }
             }
         }
-        let remote: RemoteRegions = Arc::new(remote);
-        let limits = (self.max_outstanding, self.max_msg_bytes);
-        Link::start(stream, self.channel, self.regions, remote, limits, self.counters)
+        let parts = LinkParts {
+            channel: self.channel,
+            local: self.regions,
+            remote: Arc::new(remote) as RemoteRegions,
+            limits: (self.max_outstanding, self.max_msg_bytes),
+            counters: self.counters,
+            rings,
+            wait_mode: self.wait_mode,
+        };
+        Link::start(stream, parts)
     }
 
-    /// Hands our exposed regions' memfds to the peer and checks the ones it hands us (mapped
-    /// when this side first writes them), in hello order, over the hand-off socket (offered by the accepting side, dialled by the other).
-    fn swap_regions(&self, peer: &Hello) -> Result<Vec<PeerMapping>, TransportError> {
+    /// Hands our exposed regions' memfds and then our ring's to the peer and checks the ones it
+    /// hands us the same way (its regions are mapped when this side first writes them, its
+    /// ring now), over the hand-off socket (offered by the accepting side, dialled by the other).
+    fn swap_regions(&self, peer: &Hello) -> Result<(Vec<PeerMapping>, Rings), TransportError> {
         let stream = match (&self.offer, &peer.handoff) {
             (Some(offer), _) => offer.accept(self.deadline)?,
             (None, Some(theirs)) => handoff::connect(&theirs.socket, &theirs.cookie, self.deadline)?,
@@ -560,7 +598,16 @@ impl LinkSetup {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let theirs = handoff::exchange(&stream, &fds, peer.regions.len(), self.deadline)?;
-        theirs.into_iter().zip(&peer.regions).map(|(fd, region)| PeerMapping::check(fd, region.len)).collect()
+        let inbound = Rings::inbound_memory()?;
+        let ring_fd =
+            inbound.shm_fd().ok_or_else(|| TransportError::Handshake("the ring has no memfd".into()))?;
+        let fds: Vec<_> = fds.into_iter().chain([ring_fd]).collect();
+        let mut theirs = handoff::exchange(&stream, &fds, peer.regions.len() + 1, self.deadline)?;
+        let their_ring =
+            theirs.pop().ok_or_else(|| TransportError::Handshake("the peer sent no ring".into()))?;
+        let outbound = PeerMapping::check(their_ring, crate::ring::RING_BYTES)?;
+        let mapped =
+            theirs.into_iter().zip(&peer.regions).map(|(fd, region)| PeerMapping::check(fd, region.len));
+        Ok((mapped.collect::<Result<_, _>>()?, Rings::new(inbound, outbound)?))
     }
 }

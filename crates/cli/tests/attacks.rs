@@ -474,6 +474,13 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
 /// victim, send the token-less preamble and read the victim's (`read(n)` reads exactly `n`).
 const FAKE_SERVE_PRELUDE: &str = r#"
 import fcntl, os, socket, struct, sys, time
+VERSION = 5
+RING_BYTES = 167936
+def committed_memfd(size):
+    fd = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size); os.posix_fallocate(fd, 0, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
 tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
 print(tcp.getsockname()[1], flush=True)
 victim, _ = tcp.accept(); victim.settimeout(20)
@@ -487,6 +494,15 @@ def read(n):
     return data
 read(41)
 "#;
+
+/// The fake peers speak the staged protocol's version and size its ring as this build does.
+#[test]
+fn the_fake_peers_speak_this_builds_protocol() {
+    for prelude in [FAKE_SERVE_PRELUDE, FAKE_SWEEP_PRELUDE] {
+        assert!(prelude.contains(&format!("VERSION = {}\n", rdma_hint::staged::wire::VERSION)));
+        assert!(prelude.contains(&format!("RING_BYTES = {}\n", rdma_hint::staged::ring::RING_BYTES)));
+    }
+}
 
 /// The loopback address a fake server printed as its first line (its port).
 fn fake_server_address(server: &mut Child) -> String {
@@ -523,7 +539,7 @@ fn another_users_fake_serve_gets_no_shm_mapping() {
             + r#"
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
-hello = b"RDMAHINT" + struct.pack("<HBH", 4, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + bytes(32)
+hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + bytes(32)
 victim.sendall(hello)
 read(8 + 2 + 1 + 2 + 1 + 32)
 unix.settimeout(10)
@@ -596,7 +612,7 @@ mode = sys.argv[1]
 advertised = 4 << 20
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
-hello = b"RDMAHINT" + struct.pack("<HBH", 4, 1, 1) + struct.pack("<IQB", 0, advertised, 0) + bytes([len(name)]) + name + os.urandom(32)
+hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, advertised, 0) + bytes([len(name)]) + name + os.urandom(32)
 victim.sendall(hello)
 read(8 + 2 + 1 + 2 + 1 + 32)
 unix.settimeout(10)
@@ -615,7 +631,7 @@ try:
             conn.sendmsg([b"\0"])
             time.sleep(0.1)
     else:
-        socket.send_fds(conn, [b"\x01"], [fd])
+        socket.send_fds(conn, [b"\x02"], [fd, committed_memfd(RING_BYTES)])
         time.sleep(3)
 except OSError:
     pass
@@ -670,7 +686,7 @@ fn a_memfd_whose_pages_the_peer_never_committed_is_not_mapped() {
 #[test]
 fn a_hand_off_message_without_its_descriptors_is_refused_at_once() {
     let started = std::time::Instant::now();
-    refused_by_fake_shm_serve("shm-empty", "empty", "carried 0 descriptors where 1 were due");
+    refused_by_fake_shm_serve("shm-empty", "empty", "carried 0 descriptors where 2 were due");
     assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
 }
 
@@ -679,6 +695,13 @@ fn a_hand_off_message_without_its_descriptors_is_refused_at_once() {
 /// `count` packed regions and returns serve's hand-off socket name and cookie.
 const FAKE_SWEEP_PRELUDE: &str = r#"
 import fcntl, os, socket, struct, sys, time
+VERSION = 5
+RING_BYTES = 167936
+def committed_memfd(size):
+    fd = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size); os.posix_fallocate(fd, 0, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
 host, port = sys.argv[1].rsplit(":", 1)
 serve = socket.create_connection((host, int(port))); serve.settimeout(20)
 serve.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
@@ -691,12 +714,82 @@ def read(n):
     return data
 read(41)
 def meet(regions, count):
-    serve.sendall(b"RDMAHINT" + struct.pack("<HBH", 4, 1, count) + regions + b"\0" + bytes(32))
+    serve.sendall(b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, count) + regions + b"\0" + bytes(32))
     _, _, theirs = struct.unpack("<HBH", read(8 + 5)[8:])
     read(13 * theirs)
     name = read(read(1)[0])
     return name, read(32)
 "#;
+
+/// A fake sweep that completes the shm hand-off with `serve`, then writes into serve's ring
+/// (which it was handed to publish on) by `mode`: a head claiming more announcements than
+/// the ring holds (`wild-head`), or one announcement of a write past the end of the region
+/// serve exposed (`outside`). Prints `written`, then waits for stdin to close.
+const FAKE_RING_WRITER: &str = r#"
+import mmap
+mode = sys.argv[2]
+size = 4 << 20
+name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
+unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
+unix.sendall(cookie)
+_, theirs, _, _ = socket.recv_fds(unix, 1, 250)
+socket.send_fds(unix, [b"\x02"], [committed_memfd(size), committed_memfd(RING_BYTES)])
+ring = mmap.mmap(theirs[-1], RING_BYTES)
+if mode == "wild-head":
+    ring[0:8] = struct.pack("<Q", 1 << 40)
+else:
+    # kind write, flags placed|imm, region 0, offset: the region's last byte, 2 bytes long.
+    ring[192:232] = struct.pack("<BBHIQQQII", 1, 6, 0, 0, serve_region_len - 1, 2, 0, 7, 0)
+    ring[0:8] = struct.pack("<Q", 1)
+print("written", flush=True)
+sys.stdin.readline()
+"#;
+
+/// `serve --channel shm` against [`FAKE_RING_WRITER`] in `mode`: serve's run fails with a
+/// protocol error naming what was wrong, and serve neither crashes nor hangs.
+fn serve_refuses_a_ring_written_by(name: &str, mode: &str, says: &str) {
+    let dir = scratch(name);
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "1", "--channel", "shm"]);
+    let fake = dir.join("fake_ring_writer.py");
+    // serve exposes one region of its `--bytes` (4 MiB).
+    let body = FAKE_RING_WRITER.replace("serve_region_len", &(4u64 << 20).to_string());
+    std::fs::write(&fake, FAKE_SWEEP_PRELUDE.to_string() + &body).unwrap();
+    let mut peer = Command::new("python3")
+        .arg(&fake)
+        .arg(&address)
+        .arg(mode)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.as_mut().unwrap()), &mut said)
+        .unwrap();
+    assert_eq!(said.trim(), "written");
+    let served = common::output_within(server, "serve after a bad ring", Duration::from_secs(20));
+    drop(peer.stdin.take());
+    peer.wait().unwrap();
+    let stderr = text(&served.stderr);
+    assert!(!served.status.success(), "{stderr}");
+    assert!(served.status.code().is_some(), "serve died of a signal: {stderr}");
+    assert!(stderr.contains("protocol error") && stderr.contains(says), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The ring is memory the peer writes: a head that claims more than the ring holds is a
+/// protocol error, not a walk through memory.
+#[test]
+fn a_wild_ring_head_from_the_peer_is_a_protocol_error() {
+    serve_refuses_a_ring_written_by("ring-head", "wild-head", "announcements where it holds");
+}
+
+/// An announcement on the ring passes the same rules as a TCP frame: a write past the end of
+/// the exposed region is refused before any byte is copied or arrival delivered.
+#[test]
+fn a_ring_announcement_outside_the_region_is_a_protocol_error() {
+    serve_refuses_a_ring_written_by("ring-outside", "outside", "outside region 0");
+}
 
 /// A fake sweep that passes the TCP handshake with `serve --channel shm --timeout-s 5`, then
 /// presents its hand-off cookie a byte every 0.4 s (13 s in all): serve cuts it off by the
@@ -795,11 +888,9 @@ size = 64 << 20
 name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
 unix.sendall(cookie)
-fd = os.memfd_create("exposed", os.MFD_ALLOW_SEALING)
-os.ftruncate(fd, size); os.posix_fallocate(fd, 0, size)
-fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+fd = committed_memfd(size)
 unix.recvmsg(1, socket.CMSG_SPACE(4 * 250))
-socket.send_fds(unix, [b"\x01"], [fd])
+socket.send_fds(unix, [b"\x02"], [fd, committed_memfd(RING_BYTES)])
 time.sleep(1)
 print("handed over", flush=True)
 sys.stdin.readline()

@@ -137,6 +137,11 @@ impl<T> EventQueue<T> {
         self.receiver.is_empty()
     }
 
+    /// Items that can still be queued before the queue is full.
+    pub fn room(&self) -> usize {
+        self.receiver.capacity().map_or(usize::MAX, |capacity| capacity.saturating_sub(self.receiver.len()))
+    }
+
     /// The notifier senders wake (for waits that also look at other state).
     pub fn notifier(&self) -> &Notifier {
         &self.notifier

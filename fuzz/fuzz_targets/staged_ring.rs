@@ -1,0 +1,54 @@
+//! Arbitrary contents of the staged shm ring (the peer writes it at any time: its head, its
+//! consumer count and every slot) into the receiver's `Consumer::take` and the writer's
+//! `Producer::room`: every announcement taken is a placed write inside an exposed region,
+//! non-empty and within the message limit, never more than the ring holds; never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rdma_hint_staged::protocol::{Inbound, Inbox};
+use rdma_hint_staged::ring::{Consumer, OwnedRing, Producer, RING_SLOTS, SLOT_WORDS};
+use rdma_hint_staged::wire::ChannelKind;
+
+const EXPOSED: [(u32, u64); 3] = [(0, 4096), (3, 1 << 20), (7, 1)];
+const MAX_MSG: u64 = 1 << 16;
+
+fn word(bytes: &[u8]) -> u64 {
+    let mut padded = [0u8; 8];
+    padded[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
+    u64::from_le_bytes(padded)
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 17 {
+        return;
+    }
+    let (head, tail, max, slots) = (word(&data[..8]), word(&data[8..16]), data[16] as usize, &data[17..]);
+    let ring = OwnedRing::default();
+    // Small heads are the interesting ones: a few slots filled from the input.
+    ring.set_head(if head >> 63 == 1 { head } else { head % (RING_SLOTS + 2) });
+    ring.set_tail(tail);
+    for (index, chunk) in slots.chunks(SLOT_WORDS * 8).enumerate() {
+        let mut words = [0u64; SLOT_WORDS];
+        for (slot_word, bytes) in words.iter_mut().zip(chunk.chunks(8)) {
+            *slot_word = word(bytes);
+        }
+        ring.set_slot(index as u64, words);
+    }
+    let _ = Producer::default().room(&ring.view());
+    let inbox = Inbox::new(ChannelKind::Shm, &EXPOSED, MAX_MSG);
+    let mut taken = 0usize;
+    let result = Consumer::default().take(&ring.view(), &inbox, max, |write| {
+        let Inbound::Write { region, offset, len, payload_follows, ack, .. } = write else {
+            panic!("an acknowledgement taken off the ring");
+        };
+        let (_, region_len) = EXPOSED.iter().find(|(id, _)| *id == region).expect("an exposed region");
+        assert!(len > 0 && len <= MAX_MSG && offset.checked_add(len).is_some_and(|end| end <= *region_len));
+        assert!(!payload_follows && ack.is_none());
+        taken += 1;
+        Ok(())
+    });
+    match result {
+        Ok(count) => assert!(count == taken && count <= max && count as u64 <= RING_SLOTS),
+        Err(reason) => assert!(reason.starts_with("protocol error"), "{reason}"),
+    }
+});
