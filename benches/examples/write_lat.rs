@@ -1,8 +1,9 @@
 //! Latency of one block in `BusyPoll` mode, measured the way `ucx_perftest -t ucp_put_lat`
 //! and `ib_write_lat` measure theirs: a ping-pong of writes between two processes, each write
-//! announced to the other side (write with immediate), latency = round trip / 2. Also the
-//! completion latency of one signalled write (post → completion), which is what the chunker
-//! waits for. Run by `benches/latency-vs-perftest.sh`.
+//! announced to the other side (write with immediate), latency = round trip / 2; each write's
+//! completion is drained after its answer arrived, off the critical path. Then, in a phase of
+//! its own, the completion latency of one signalled write (post → completion), which is what
+//! the chunker waits for. Run by `benches/latency-vs-perftest.sh`.
 //!
 //! ```text
 //! write_lat <transport-id> <bytes> serve <listen-address> <iterations>   # prints LISTENING <address>
@@ -77,11 +78,14 @@ fn main() -> Result<(), String> {
     let transport =
         open(&id, &OpenOptions::default().token(b"rdma-hint bench").wait_mode(WaitMode::BusyPoll))
             .map_err(|e| e.to_string())?;
-    let region = transport.register(MemoryKind::Host, bytes.max(4096)).map_err(|e| e.to_string())?;
+    // A source of its own and a target the peer writes, as the peer tools keep a send and a
+    // receive buffer: one buffer for both would bounce its cache lines between the two cores.
+    let register = || transport.register(MemoryKind::Host, bytes.max(4096)).map_err(|e| e.to_string());
+    let (source, target) = (register()?, register()?);
     let deadline = Instant::now() + Duration::from_secs(300);
     let connect = |peer| {
         transport
-            .connect_blocking(peer, &[region.id], deadline)
+            .connect_blocking(peer, &[target.id], deadline)
             .map_err(|e| e.to_string())?
             .first()
             .copied()
@@ -92,11 +96,14 @@ fn main() -> Result<(), String> {
             let bound = transport.bind(address).map_err(|e| e.to_string())?;
             println!("LISTENING {bound}");
             let remote = connect(PeerEndpoint::Listen(bound))?;
-            // Answer every write: first the completion-latency phase (no answers), then ping-pong.
+            // Answer every write of the ping-pong, then take the completion phase's writes.
             for _ in 0..WARMUP + iterations {
                 arrive(&*transport, deadline);
-                write(&*transport, &region, &remote, bytes, Some(0));
+                write(&*transport, &source, &remote, bytes, Some(0));
                 complete(&*transport, deadline);
+            }
+            for _ in 0..WARMUP + iterations {
+                arrive(&*transport, deadline);
             }
             Ok(())
         }
@@ -106,14 +113,20 @@ fn main() -> Result<(), String> {
             let mut pingpong = Vec::with_capacity(iterations);
             for round in 0..WARMUP + iterations {
                 let started = Instant::now();
-                write(&*transport, &region, &remote, bytes, Some(1));
-                complete(&*transport, deadline);
-                let completed = started.elapsed();
+                write(&*transport, &source, &remote, bytes, Some(1));
                 arrive(&*transport, deadline);
                 let round_trip = started.elapsed();
+                complete(&*transport, deadline);
                 if round >= WARMUP {
-                    completion.push(completed.as_secs_f64() * 1e6);
                     pingpong.push(round_trip.as_secs_f64() * 1e6 / 2.0);
+                }
+            }
+            for round in 0..WARMUP + iterations {
+                let started = Instant::now();
+                write(&*transport, &source, &remote, bytes, Some(1));
+                complete(&*transport, deadline);
+                if round >= WARMUP {
+                    completion.push(started.elapsed().as_secs_f64() * 1e6);
                 }
             }
             for (name, samples) in [("pingpong", &mut pingpong), ("completion", &mut completion)] {

@@ -1,10 +1,13 @@
-//! Everything that touches UCP after setup, serialized by one mutex: posting puts, one flush
-//! per batch, turning finished flushes into completions and notices, and tearing down.
+//! Everything that touches UCP after setup, serialized by one mutex: posting puts and notices,
+//! one flush per batch with signalled writes, turning finished flushes into completions, and
+//! tearing down.
 //!
 //! Completion semantics follow RDMA WRITE: a signalled op completes when the flush that follows
 //! its batch completes, i.e. when every byte of the batch is in the peer's memory. A write with
-//! immediate data becomes a 16-byte active message sent after that flush, so the peer's
-//! [`Arrival`] implies its bytes (and all before them) have landed.
+//! immediate data is its put, a worker fence, then a 16-byte active message on the same
+//! endpoint, all posted at once: UCX completes everything issued before a fence before anything
+//! issued after it, so the peer's [`Arrival`] implies its bytes (and all before them) have
+//! landed, with no flush round trip before the notice leaves.
 
 use crate::region::Region;
 use crate::status::{completion_code, status_text};
@@ -127,9 +130,8 @@ struct Batch {
     /// Flush request handle, or null when the flush finished at once with `status`.
     request: sys::ucs_status_ptr_t,
     status: sys::ucs_status_t,
-    /// How many entries of `signalled` / `notices` (from the front) belong to this batch.
+    /// How many entries of `signalled` (from the front) belong to this batch.
     signalled: u32,
-    notices: u32,
 }
 
 /// The UCP side of a connected transport.
@@ -140,7 +142,6 @@ pub(crate) struct Engine {
     remote: Vec<Option<RemoteEntry>>,
     batches: VecDeque<Batch>,
     signalled: VecDeque<u64>,
-    notices: VecDeque<[u8; NOTICE_BYTES]>,
     notice_slots: Box<[[u8; NOTICE_BYTES]]>,
     /// Notice sends not finished yet, oldest first: their slots must stay put until then.
     notice_sends: VecDeque<sys::ucs_status_ptr_t>,
@@ -178,7 +179,6 @@ impl Engine {
             remote: Vec::new(),
             batches: VecDeque::with_capacity(capacity),
             signalled: VecDeque::with_capacity(capacity),
-            notices: VecDeque::with_capacity(capacity),
             notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
             notice_sends: VecDeque::with_capacity(capacity),
             next_slot: 0,
@@ -276,8 +276,9 @@ impl Engine {
         }
     }
 
-    /// Posts every op (already checked against both region tables) as one `ucp_put_nbx` each,
-    /// then one flush for the batch if anything in it is signalled or carries an immediate.
+    /// Posts every op (already checked against both region tables) as one `ucp_put_nbx` each
+    /// (followed by a fence and its notice when it carries an immediate), then one flush for
+    /// the batch if anything in it is signalled.
     pub(crate) fn post(
         &mut self,
         ops: &[WriteOp],
@@ -293,7 +294,7 @@ impl Engine {
         let in_flight = self.signalled.len() + queued_completions;
         if in_flight + signalled > self.capacity
             || self.batches.len() >= self.capacity
-            || self.notices.len() + notices > self.capacity
+            || self.notice_sends.len() + notices > self.notice_slots.len()
         {
             return Err(TransportError::QueueFull {
                 given: ops.len() as u32,
@@ -313,7 +314,9 @@ impl Engine {
                 rkey: remote.rkey,
             });
         }
-        for (op, put) in ops.iter().zip(&self.puts) {
+        for (index, op) in ops.iter().enumerate() {
+            // Copied out: a notice below needs the engine mutably.
+            let put = self.puts[index];
             let param = sys::ucp_request_param_t {
                 op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
                 memh: put.memh,
@@ -340,12 +343,18 @@ impl Engine {
                 self.signalled.push_back(op.wr_id);
             }
             if let Some(imm) = op.imm {
-                self.notices.push_back(encode_notice(imm, op.remote.0, op.len));
+                // SAFETY: the worker is live (engine lock held, serialized mode).
+                let status = unsafe { sys::ucp_worker_fence(self.ucp.worker) };
+                if status != sys::UCS_OK {
+                    self.fail(format!("ucp_worker_fence failed: {}", status_text(status)));
+                    return Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()));
+                }
+                self.send_notice(encode_notice(imm, op.remote.0, op.len));
             }
         }
         self.posted_any = true;
         self.unflushed += ops.len();
-        if signalled + notices > 0 {
+        if signalled > 0 {
             // This flush covers every put before it.
             self.unflushed = 0;
             let param = sys::ucp_request_param_t::default();
@@ -353,12 +362,7 @@ impl Engine {
             let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
             let status = sys::status_ptr_status(request);
             let request = if sys::status_ptr_is_ptr(request) { request } else { std::ptr::null_mut() };
-            self.batches.push_back(Batch {
-                request,
-                status,
-                signalled: signalled as u32,
-                notices: notices as u32,
-            });
+            self.batches.push_back(Batch { request, status, signalled: signalled as u32 });
         }
         self.ucp.progress();
         self.harvest();
@@ -371,7 +375,7 @@ impl Engine {
         self.harvest();
     }
 
-    /// Turns finished flushes into completions (in posting order) and sends their notices.
+    /// Turns finished flushes into completions (in posting order) and frees finished notices.
     fn harvest(&mut self) {
         while let Some(batch) = self.batches.front() {
             let status = if batch.request.is_null() {
@@ -397,13 +401,6 @@ impl Engine {
                 if let Some(wr_id) = self.signalled.pop_front() {
                     // Capacity was reserved at posting time; a full queue is impossible.
                     let _ = self.completions.try_send(Completion { wr_id, status: outcome });
-                }
-            }
-            for _ in 0..batch.notices {
-                if let Some(notice) = self.notices.pop_front() {
-                    if status == sys::UCS_OK {
-                        self.send_notice(notice);
-                    }
                 }
             }
             if status != sys::UCS_OK {
@@ -471,8 +468,7 @@ impl Engine {
         if self.ep.is_null() || !self.posted_any || self.gone.is_some() {
             return;
         }
-        // A finished batch sends its notices when harvested, so flush until nothing is left:
-        // at most a batch's notices beyond the first round.
+        // Flush until nothing is left in flight (a notice send that finishes late included).
         for _ in 0..3 {
             self.harvest();
             let param = sys::ucp_request_param_t::default();
@@ -532,7 +528,6 @@ impl Engine {
                 }
             }
         }
-        self.notices.clear();
         // Dropping the arrival sender wakes arrival waits; completion waits are woken here.
         self.signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).take();
         self.completions.wake();
