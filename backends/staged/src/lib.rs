@@ -23,6 +23,7 @@ mod memory;
 pub mod protocol;
 mod region;
 pub mod ring;
+mod socket;
 mod transport;
 pub mod wire;
 

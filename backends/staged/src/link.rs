@@ -9,6 +9,7 @@ use crate::memory::{Direction, Memory, PeerMapping};
 use crate::protocol::{Inbound, Inbox};
 use crate::region::{copy_to_peer, RegionMemory, Staging};
 use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
+use crate::socket::{peek, readable, waiting_bytes};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
@@ -19,7 +20,7 @@ use rdma_hint_toolkit::RegionTable;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,6 +41,13 @@ const RING_TICK: Duration = Duration::from_millis(1);
 /// How long the sender thread waits for room on the peer's ring before it gives up on a peer
 /// that takes nothing off it (as a socket's send timeout would).
 const RING_PATIENCE: Duration = Duration::from_secs(30);
+/// TCP in `BusyPoll`: the reader thread leaves the socket to an application that polled it
+/// this recently, unless the frame at its head needs the thread.
+const APP_POLL_GRACE: Duration = Duration::from_millis(2);
+/// TCP in `BusyPoll`: frames one poll of the application takes off the socket at most.
+const PUMP_FRAMES: usize = 64;
+/// TCP in `BusyPoll`: writes up to this size are sent by the posting thread itself.
+const DIRECT_SEND_MAX: u64 = 64 << 10;
 
 /// A registered local region and whether the peer may write it.
 #[derive(Debug, Clone)]
@@ -216,6 +224,21 @@ struct Shared {
     /// is drained.
     running: AtomicUsize,
     writer: Mutex<TcpStream>,
+    /// TCP: the socket's read side, held by whoever takes frames off it: the reader thread,
+    /// or (`BusyPoll`) the application's own poll.
+    reading: Mutex<TcpStream>,
+    /// TCP: where the reader hands acks and arrivals to the sender thread.
+    outgoing: Sender<Outgoing>,
+    /// Of those, handed over and not delivered yet: while any is, later ones go the same way,
+    /// so that none overtakes another.
+    queued_deliveries: AtomicUsize,
+    /// When the application last polled the socket itself (µs since `born`), and whether the
+    /// frame at the socket's head needs the reader thread (not wholly there yet, or bound for
+    /// GPU memory).
+    app_polled_us: AtomicU64,
+    reader_needed: AtomicBool,
+    born: Instant,
+    max_outstanding: usize,
     broken: Broken,
     /// Tags of the signalled writes sent and not yet acknowledged, oldest first: acks must
     /// come back for exactly these, in this order (TCP keeps frames in order).
@@ -326,6 +349,13 @@ impl Link {
             arrivals: arrival_tx,
             running: AtomicUsize::new(threads),
             writer: Mutex::new(socket.try_clone()?),
+            reading: Mutex::new(socket.try_clone()?),
+            outgoing: ack_tx,
+            queued_deliveries: AtomicUsize::new(0),
+            app_polled_us: AtomicU64::new(0),
+            reader_needed: AtomicBool::new(false),
+            born: Instant::now(),
+            max_outstanding,
             broken: broken.clone(),
             awaiting_ack: Mutex::new(VecDeque::with_capacity(max_outstanding)),
             counters,
@@ -337,12 +367,15 @@ impl Link {
                 shared.retire();
             })
         };
-        let reader_socket = socket.try_clone()?;
+        let watched = socket.try_clone()?;
         let mut handles = vec![spawn(
             "staged-reader",
             Box::new(move |shared| {
                 let _alive = reader_alive;
-                let reason = read_loop(shared, reader_socket, &ack_tx);
+                let reason = match shared.channel {
+                    ChannelKind::Tcp => read_loop(shared, &watched),
+                    ChannelKind::Shm => watch_shm_socket(watched),
+                };
                 shared.fail(reason);
             }),
         )?];
@@ -652,7 +685,9 @@ fn send_loop(
             recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
             recv(acks) -> outgoing => match outgoing {
                 Ok(outgoing) => {
-                    if let Err(reason) = deliver(shared, outgoing) {
+                    let delivered = deliver(shared, outgoing);
+                    shared.queued_deliveries.fetch_sub(1, Ordering::AcqRel);
+                    if let Err(reason) = delivered {
                         shared.fail(reason);
                         break;
                     }
@@ -705,12 +740,14 @@ fn send_one(shared: &Shared, op: &WriteOp, staging: &mut Staging) -> Result<(), 
                 shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).push_back(op.wr_id);
             }
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            writer
-                .write_all(&frame.encode())
-                .and_then(|()| {
+            let sent = match source.memory.host() {
+                // Header and payload in one system call.
+                Some(host) => host.send_framed(&writer, &frame.encode(), (op.local_offset, op.len)),
+                None => writer.write_all(&frame.encode()).and_then(|()| {
                     source.memory.over_socket(Direction::Send, op.local_offset, op.len, &writer, staging)
-                })
-                .map_err(|e| format!("sending a write: {e}"))?;
+                }),
+            };
+            sent.map_err(|e| format!("sending a write: {e}"))?;
         }
         ChannelKind::Shm => {
             let remote = shared.remote.get(op.remote.0 as usize).and_then(Option::as_ref);
@@ -743,74 +780,218 @@ fn send_one(shared: &Shared, op: &WriteOp, staging: &mut Staging) -> Result<(), 
     Ok(())
 }
 
-/// Runs until the socket closes or the peer breaks the protocol; returns why it stopped. Every
-/// frame goes through the [`Inbox`] rules first; only what they admit touches memory. On the
-/// shm channel the socket carries nothing after the handshake: a frame is a protocol error.
-fn read_loop(shared: &Shared, mut socket: TcpStream, acks: &Sender<Outgoing>) -> String {
+/// The shm channel's socket carries nothing after the handshake: waits for its end, and a
+/// frame on it is a protocol error.
+fn watch_shm_socket(mut socket: TcpStream) -> String {
     let mut header = [0u8; HEADER_BYTES];
-    let mut staging = Staging::default();
-    loop {
-        if let Err(e) = socket.read_exact(&mut header) {
-            return match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
-                _ => format!("reading from the peer: {e}"),
-            };
-        }
-        if shared.channel == ChannelKind::Shm {
-            return "protocol error: a frame on the shm channel's socket (writes are announced on the ring)"
-                .into();
-        }
-        let frame = match Frame::decode(&header) {
-            Ok(frame) => frame,
-            Err(e) => return format!("protocol error: {e}"),
-        };
-        // Only an ack needs the queue: writes, the common frame, take no lock here.
-        let expected_ack = match frame.kind {
-            FrameKind::Ack => {
-                shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied()
-            }
-            FrameKind::Write => None,
-        };
-        let step = match shared.inbox.admit(&frame, expected_ack) {
-            Err(reason) => Err(reason),
-            Ok(Inbound::Write { region, offset, len, arrival, ack, .. }) => {
-                place(shared, &mut socket, (region, offset, len), (arrival, ack), acks, &mut staging)
-            }
-            Ok(Inbound::Ack { wr_id, status }) => {
-                shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-                acknowledge(wr_id, status, &shared.completions)
-            }
-        };
-        if let Err(reason) = step {
-            return reason;
+    match socket.read_exact(&mut header) {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
+        Err(e) => format!("reading from the peer: {e}"),
+        Ok(()) => {
+            "protocol error: a frame on the shm channel's socket (writes are announced on the ring)".into()
         }
     }
 }
 
-/// Places an admitted TCP write (reads its payload), then queues its arrival and ack.
-fn place(
-    shared: &Shared,
-    socket: &mut TcpStream,
-    (region, offset, len): (u32, u64, u64),
-    (arrival, ack): (Option<u32>, Option<u64>),
-    acks: &Sender<Outgoing>,
-    staging: &mut Staging,
-) -> Result<(), String> {
-    with_target(shared, region, |target| {
-        (target.memory.over_socket(Direction::Receive, offset, len, socket, staging))
-            .map_err(|e| format!("the peer vanished mid-write: {e}"))
-    })?;
+/// TCP: takes frames off the socket until it closes or the peer breaks the protocol; returns
+/// why it stopped. In `Adaptive` mode it sleeps until the socket is readable; in `BusyPoll` it
+/// looks every [`RING_TICK`] and leaves the socket to an application that polls it itself,
+/// taking only what that poll cannot (a frame not wholly there yet, one bound for GPU memory).
+fn read_loop(shared: &Shared, watched: &TcpStream) -> String {
+    let mut staging = Staging::default();
+    loop {
+        if let Some(reason) = shared.broken.get() {
+            return reason.clone();
+        }
+        if shared.wait_mode.get() == WaitMode::BusyPoll {
+            std::thread::sleep(RING_TICK);
+            let app_polls = shared.app_polled_within(APP_POLL_GRACE);
+            if (app_polls && !shared.reader_needed.load(Ordering::Acquire))
+                || !readable(watched, Duration::ZERO)
+            {
+                continue;
+            }
+        } else if !readable(watched, RING_NAP) {
+            continue;
+        }
+        let mut socket = shared.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.reader_needed.store(false, Ordering::Release);
+        // Looked at again under the lock: the application's poll may have taken it meanwhile,
+        // and a read here must not block on a socket that has nothing.
+        while readable(&socket, Duration::ZERO) {
+            if let Err(reason) = read_frame(shared, &mut socket, &mut staging) {
+                return reason;
+            }
+        }
+    }
+}
+
+/// Reads one frame (waiting for its bytes), checks it against the [`Inbox`] rules and applies
+/// it; its ack and arrival go to the sender thread.
+fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) -> Result<(), String> {
+    let mut header = [0u8; HEADER_BYTES];
+    if let Err(e) = socket.read_exact(&mut header) {
+        return Err(match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
+            _ => format!("reading from the peer: {e}"),
+        });
+    }
+    let frame = Frame::decode(&header).map_err(|e| format!("protocol error: {e}"))?;
+    match shared.inbox.admit(&frame, expected_ack(shared, &frame))? {
+        Inbound::Write { region, offset, len, arrival, ack, .. } => {
+            with_target(shared, region, |target| {
+                (target.memory.over_socket(Direction::Receive, offset, len, socket, staging))
+                    .map_err(|e| format!("the peer vanished mid-write: {e}"))
+            })?;
+            hand_over(shared, outgoing(region, len, arrival, ack))
+        }
+        Inbound::Ack { wr_id, status } => {
+            shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+            acknowledge(wr_id, status, &shared.completions)
+        }
+    }
+}
+
+/// The tag an ack frame must carry: the oldest signalled write of ours still waiting for one
+/// (only an ack needs the queue: writes, the common frame, take no lock).
+fn expected_ack(shared: &Shared, frame: &Frame) -> Option<u64> {
+    match frame.kind {
+        FrameKind::Ack => shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied(),
+        FrameKind::Write => None,
+    }
+}
+
+/// What a placed write owes: its ack (before its arrival, see [`deliver`]) and its arrival.
+fn outgoing(region: u32, len: u64, arrival: Option<u32>, ack: Option<u64>) -> Option<Outgoing> {
     let arrival = arrival.map(|imm| Arrival { imm, region: RegionId(region), len });
-    let outgoing = match ack {
+    match ack {
         Some(wr_id) => Some(Outgoing::Ack { ack: Frame::ack(region, wr_id), then: arrival }),
         None => arrival.map(Outgoing::Arrival),
-    };
-    if let Some(outgoing) = outgoing {
-        acks.try_send(outgoing).map_err(|_| {
-            "protocol error: the peer exceeded its window of unacknowledged writes".to_string()
-        })?;
     }
-    Ok(())
+}
+
+/// Queues `outgoing` for the sender thread (a reader never writes to the socket itself: two
+/// links writing to each other at once cannot deadlock).
+fn hand_over(shared: &Shared, outgoing: Option<Outgoing>) -> Result<(), String> {
+    let Some(outgoing) = outgoing else { return Ok(()) };
+    shared.queued_deliveries.fetch_add(1, Ordering::AcqRel);
+    shared.outgoing.try_send(outgoing).map_err(|_| {
+        shared.queued_deliveries.fetch_sub(1, Ordering::AcqRel);
+        "protocol error: the peer exceeded its window of unacknowledged writes".to_string()
+    })
+}
+
+impl Shared {
+    fn app_polled_within(&self, grace: Duration) -> bool {
+        let now = self.born.elapsed().as_micros() as u64;
+        now.saturating_sub(self.app_polled_us.load(Ordering::Relaxed)) < grace.as_micros() as u64
+    }
+}
+
+impl Link {
+    /// TCP: takes the frames wholly waiting on the socket in the calling thread (a wait's own
+    /// poll: no thread between the socket and the queues), up to [`PUMP_FRAMES`]; a frame not
+    /// all there yet, or bound for GPU memory, is left to the reader thread. Nothing here waits
+    /// on the peer.
+    pub(crate) fn pump(&self) -> Result<(), TransportError> {
+        let shared = &*self.shared;
+        if shared.channel != ChannelKind::Tcp || shared.broken.get().is_some() {
+            return Ok(());
+        }
+        shared.app_polled_us.store(shared.born.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let Ok(mut socket) = shared.reading.try_lock() else { return Ok(()) };
+        let mut staging = Staging::default();
+        for _ in 0..PUMP_FRAMES {
+            let waiting = waiting_bytes(&socket);
+            let mut header = [0u8; HEADER_BYTES];
+            if waiting < HEADER_BYTES as u64 || !peek(&socket, &mut header) {
+                break;
+            }
+            let frame =
+                Frame::decode(&header).map_err(|e| self.break_with(format!("protocol error: {e}")))?;
+            let inbound =
+                shared.inbox.admit(&frame, expected_ack(shared, &frame)).map_err(|e| self.break_with(e))?;
+            if let Inbound::Write { region, len, .. } = inbound {
+                let whole =
+                    (HEADER_BYTES as u64).checked_add(len).is_some_and(|frame_bytes| waiting >= frame_bytes);
+                let host =
+                    with_target(shared, region, |target| Ok(target.memory.host().is_some())).unwrap_or(false);
+                if !whole || !host {
+                    shared.reader_needed.store(true, Ordering::Release);
+                    break;
+                }
+            }
+            // Every byte of the frame is waiting: these reads return at once.
+            socket
+                .read_exact(&mut header)
+                .map_err(|e| self.break_with(format!("reading from the peer: {e}")))?;
+            let step = match inbound {
+                Inbound::Write { region, offset, len, arrival, ack, .. } => {
+                    with_target(shared, region, |target| {
+                        (target.memory.over_socket(Direction::Receive, offset, len, &socket, &mut staging))
+                            .map_err(|e| format!("the peer vanished mid-write: {e}"))
+                    })
+                    .and_then(|()| {
+                        let owed = outgoing(region, len, arrival, ack);
+                        match (owed, shared.queued_deliveries.load(Ordering::Acquire)) {
+                            (Some(owed), 0) => deliver(shared, owed),
+                            (owed, _) => hand_over(shared, owed),
+                        }
+                    })
+                }
+                Inbound::Ack { wr_id, status } => {
+                    shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                    acknowledge(wr_id, status, &shared.completions)
+                }
+            };
+            step.map_err(|reason| self.break_with(reason))?;
+        }
+        Ok(())
+    }
+
+    /// TCP in `BusyPoll`: sends `ops` (checked by the caller, with the region table
+    /// read-locked) from the posting thread, header and payload in one system call each.
+    /// `Ok(false)`: the batch goes the sender thread's way (it has writes queued, a source is
+    /// GPU memory or larger than [`DIRECT_SEND_MAX`], or the socket is being written).
+    pub(crate) fn post_over_socket(
+        &self,
+        ops: &[WriteOp],
+        regions: &RegionTable<LocalEntry>,
+    ) -> Result<bool, TransportError> {
+        let shared = &*self.shared;
+        if shared.channel != ChannelKind::Tcp
+            || shared.wait_mode.get() != WaitMode::BusyPoll
+            || shared.counters.in_flight.load(Ordering::Acquire) > 0
+        {
+            return Ok(false);
+        }
+        for op in ops {
+            if op.len > DIRECT_SEND_MAX || regions.get(op.local)?.memory.host().is_none() {
+                return Ok(false);
+            }
+        }
+        let Ok(writer) = shared.writer.try_lock() else { return Ok(false) };
+        let signalled = ops.iter().filter(|op| op.signalled).count();
+        let mut awaiting = shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner);
+        if awaiting.len() + signalled > shared.max_outstanding {
+            let max = shared.max_outstanding.saturating_sub(awaiting.len()) as u32;
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max });
+        }
+        for op in ops {
+            let source =
+                regions.get(op.local)?.memory.host().ok_or(TransportError::UnregisteredRegion(op.local))?;
+            let mut frame = write_frame(op);
+            if op.signalled {
+                frame.flags |= FLAG_SIGNALLED;
+                // Recorded before the frame leaves, so its ack cannot overtake it.
+                awaiting.push_back(op.wr_id);
+            }
+            source
+                .send_framed(&writer, &frame.encode(), (op.local_offset, op.len))
+                .map_err(|e| self.break_with(format!("sending a write: {e}")))?;
+        }
+        Ok(true)
+    }
 }
 
 fn acknowledge(wr_id: u64, status: u16, completions: &EventSender<Completion>) -> Result<(), String> {

@@ -248,6 +248,50 @@ impl Memory {
         Ok(())
     }
 
+    /// Sends `header` and then `offset..offset + len` of the buffer with one system call
+    /// (`sendmsg` of two pieces; a short send continues where it stopped), straight from the
+    /// buffer as [`Memory::over_socket`] does.
+    pub(crate) fn send_framed(
+        &self,
+        socket: &TcpStream,
+        header: &[u8],
+        range: (u64, u64),
+    ) -> std::io::Result<()> {
+        let (offset, len) = range;
+        let (start, len) = self.io_range(offset, len)?;
+        let total = header.len() + len;
+        let mut done = 0;
+        while done < total {
+            let (head_left, body_done) =
+                (header.len().saturating_sub(done), done.saturating_sub(header.len()));
+            let rest_of_header = &header[header.len() - head_left..];
+            let mut pieces = [
+                libc::iovec { iov_base: rest_of_header.as_ptr() as *mut libc::c_void, iov_len: head_left },
+                libc::iovec {
+                    iov_base: self.ptr.as_ptr().wrapping_add(start + body_done).cast(),
+                    iov_len: len - body_done,
+                },
+            ];
+            let first = usize::from(head_left == 0);
+            // SAFETY: an all-zero msghdr is a valid one (no name, no control data).
+            let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+            message.msg_iov = pieces[first..].as_mut_ptr();
+            message.msg_iovlen = (2 - first) as _;
+            // SAFETY: `message` points at `pieces`, live for the call, whose pieces lie in
+            // `header` (borrowed for the call) and in the buffer's checked range `start..start +
+            // len` (alive as long as `self`); the kernel only reads them.
+            let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
+            match sent {
+                n if n > 0 => done += n as usize,
+                _ => match std::io::Error::last_os_error() {
+                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    e => return Err(e),
+                },
+            }
+        }
+        Ok(())
+    }
+
     fn io_range(&self, offset: u64, len: u64) -> std::io::Result<(usize, usize)> {
         let len = usize::try_from(len).map_err(std::io::Error::other)?;
         let start = self.check(offset, len, "local").map_err(|e| std::io::Error::other(e.to_string()))?;

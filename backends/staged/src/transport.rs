@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 /// handshake over TCP; the handshake runs on a thread of its own, so `connect` never blocks the
 /// awaiting task's thread. Afterwards, on TCP, a sender thread moves posted writes and a reader
 /// thread places incoming ones, acknowledges signalled writes and queues arrivals, waking the
-/// waits that sleep on them. On shm, a write from host memory is copied into the peer's mapping
+/// waits that sleep on them; in `BusyPoll` mode the posting thread sends writes of up to 64 KiB
+/// itself and the waits take whole frames off the socket themselves. On shm, a write from host memory is copied into the peer's mapping
 /// by the thread that posts it, completed at once and announced on the peer's ring, which the
 /// peer's waits read directly (GPU sources go through the sender thread and its copy engine).
 ///
@@ -432,7 +433,7 @@ impl Transport for StagedTransport {
                 max: (capacity - link.ops.len()) as u32,
             });
         }
-        if link.post_in_place(ops, &regions)? {
+        if link.post_in_place(ops, &regions)? || link.post_over_socket(ops, &regions)? {
             return Ok(());
         }
         self.counters.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
@@ -450,6 +451,7 @@ impl Transport for StagedTransport {
         let link = self.link()?;
         // Read before draining: once no link thread runs, nothing can be queued after the drain.
         let finished = link.finished();
+        link.pump()?;
         let ready = link.completions.try_drain(out).unwrap_or(0);
         if ready == 0 && finished {
             return Err(link.gone());
@@ -474,6 +476,7 @@ impl Transport for StagedTransport {
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
         let link = self.link()?;
         let finished = link.finished();
+        link.pump()?;
         let ready = link.take_arrivals(out)?;
         if ready == 0 && finished {
             return Err(link.gone());

@@ -110,25 +110,42 @@ pub(crate) struct PeerPath {
 /// What a QP was created on: its send CQ, receive CQ and PD, destroyed after it.
 type QpParents = (Arc<CompletionQueue>, Arc<CompletionQueue>, Arc<ProtectionDomain>);
 
+/// Inline bytes asked for per work request: a small write (a control message, a flag) then
+/// costs no DMA read of its source, which is most of its latency.
+pub(crate) const INLINE_WANTED: u32 = 256;
+
 /// An RC queue pair, destroyed on drop; it keeps its CQs and PD alive.
 #[derive(Debug)]
 pub(crate) struct QueuePair {
     handle: Owned<ibv::ibv_qp, QpParents>,
     qp_num: u32,
+    max_inline: u32,
     /// The last state moved to; locked across each transition so steps cannot interleave.
     state: Mutex<QpState>,
 }
 
 impl QueuePair {
     /// Creates an RC QP in `pd` on `send_cq` and `recv_cq`, with `sq_depth` / `rq_depth` WRs
-    /// of one SGE each, nothing signalled unless asked. `None` when `ibv_create_qp` fails, with
-    /// `errno` saying why.
+    /// of one SGE each, nothing signalled unless asked, and room for [`INLINE_WANTED`] bytes of
+    /// inline data per WR where the provider has it (else none). `None` when `ibv_create_qp`
+    /// fails, with `errno` saying why.
     pub(crate) fn create(
         pd: &Arc<ProtectionDomain>,
         send_cq: &Arc<CompletionQueue>,
         recv_cq: &Arc<CompletionQueue>,
         sq_depth: u32,
         rq_depth: u32,
+    ) -> Option<QueuePair> {
+        Self::create_with_inline(pd, send_cq, recv_cq, (sq_depth, rq_depth), INLINE_WANTED)
+            .or_else(|| Self::create_with_inline(pd, send_cq, recv_cq, (sq_depth, rq_depth), 0))
+    }
+
+    fn create_with_inline(
+        pd: &Arc<ProtectionDomain>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        (sq_depth, rq_depth): (u32, u32),
+        inline_wanted: u32,
     ) -> Option<QueuePair> {
         let mut init = ibv::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
@@ -140,7 +157,7 @@ impl QueuePair {
                 max_recv_wr: rq_depth,
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: 0,
+                max_inline_data: inline_wanted,
             },
             qp_type: ibv::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
@@ -152,7 +169,15 @@ impl QueuePair {
         let handle = unsafe { Owned::take(raw, (send_cq.clone(), recv_cq.clone(), pd.clone())) }?;
         // SAFETY: the QP was just created; qp_num is a plain field that never changes.
         let qp_num = unsafe { (*handle.raw()).qp_num };
-        Some(QueuePair { handle, qp_num, state: Mutex::new(QpState::Reset) })
+        // `ibv_create_qp` wrote back what the QP actually holds (at least what was asked).
+        let max_inline = init.cap.max_inline_data;
+        Some(QueuePair { handle, qp_num, max_inline, state: Mutex::new(QpState::Reset) })
+    }
+
+    /// The largest write the provider copies into the work request itself (`IBV_SEND_INLINE`):
+    /// posting it reads the source at once and the NIC makes no DMA read of it.
+    pub(crate) fn max_inline(&self) -> u32 {
+        self.max_inline
     }
 
     /// The QP number the peer addresses.

@@ -527,6 +527,7 @@ impl Transport for VerbsTransport {
         if ops.len() > room {
             return Err(TransportError::QueueFull { given: ops.len() as u32, max: room as u32 });
         }
+        let max_inline = self.qp.max_inline();
         let Posting { wrs, sges, .. } = &mut *posting;
         for (index, op) in ops.iter().enumerate() {
             let target = remote.get(op.remote.0 as usize).and_then(Option::as_ref);
@@ -544,7 +545,12 @@ impl Transport for VerbsTransport {
             } else {
                 ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE
             };
-            wr.send_flags = if op.signalled { ibv::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+            let signalled = if op.signalled { ibv::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+            // Inline: the provider copies the bytes into the WR during the post, so the source
+            // is read before `ibv_post_send` returns (a later change cannot reach the wire).
+            let inline =
+                if op.len <= u64::from(max_inline) { ibv::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
+            wr.send_flags = signalled | inline;
             wr.imm_data_invalidated_rkey_union.imm_data = op.imm.unwrap_or(0).to_be();
             wr.wr.rdma = ibv::rdma_t { remote_addr: target.address + op.remote_offset, rkey: target.rkey };
         }

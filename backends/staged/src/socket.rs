@@ -1,0 +1,42 @@
+//! The few socket calls the TCP channel's frame reading needs beyond `std`: whether bytes wait,
+//! how many, and a look at the next header without taking it. A wait that polls the socket
+//! itself (`BusyPoll`) takes only frames that are wholly there, so it never blocks on a peer.
+
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Whether `socket` has bytes to read (or an end or error to report) within `timeout`.
+pub(crate) fn readable(socket: &TcpStream, timeout: Duration) -> bool {
+    let mut watched = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one initialised pollfd, live for the call, for a descriptor `socket` keeps open.
+    unsafe { libc::poll(&mut watched, 1, millis) > 0 }
+}
+
+/// Bytes waiting to be read on `socket` now (0 when the call fails: the reader finds out why).
+pub(crate) fn waiting_bytes(socket: &TcpStream) -> u64 {
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the live `waiting`, for a descriptor `socket` keeps open.
+    let status = unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, &mut waiting) };
+    if status == 0 {
+        u64::try_from(waiting).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// Copies the next `out.len()` waiting bytes into `out` without taking them off the socket and
+/// without waiting; whether they were all there.
+pub(crate) fn peek(socket: &TcpStream, out: &mut [u8]) -> bool {
+    // SAFETY: `out` is writable for its length; MSG_PEEK leaves the bytes queued.
+    let got = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            out.as_mut_ptr().cast(),
+            out.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(got).is_ok_and(|got| got == out.len())
+}
