@@ -3,7 +3,9 @@
 //! announced to the other side (write with immediate), latency = round trip / 2; each write's
 //! completion is drained after its answer arrived, off the critical path. Then, in a phase of
 //! its own, the completion latency of one signalled write (post → completion), which is what
-//! the chunker waits for. Run by `benches/latency-vs-perftest.sh`.
+//! the chunker waits for. Last, the wake-up: after 10 ms of silence a write reaches a receiver
+//! whose wait sleeps ([`WaitMode::Adaptive`]), which answers at once; half that round trip is
+//! what the first write of a burst costs. Run by `benches/latency-vs-perftest.sh`.
 //!
 //! ```text
 //! write_lat <transport-id> <bytes> serve <listen-address> <iterations>   # prints LISTENING <address>
@@ -11,7 +13,8 @@
 //! ```
 //!
 //! `RESULT pingpong <p50 µs> <p99 µs>` is half the round trip; `RESULT completion <p50> <p99>`
-//! the post-to-completion time of one signalled write.
+//! the post-to-completion time of one signalled write; `RESULT wakeup <p50> <p99>` half the
+//! round trip of a write that wakes a sleeping (`Adaptive`) receiver after 10 ms of silence.
 
 use rdma_hint::{
     open, Arrival, BlockingTransport, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint,
@@ -21,6 +24,9 @@ use std::time::{Duration, Instant};
 
 /// Warm-up round trips before timing.
 const WARMUP: usize = 100;
+/// Writes after silence, and the silence before each.
+const WAKE_ROUNDS: usize = 200;
+const SILENCE: Duration = Duration::from_millis(10);
 
 fn write(
     transport: &dyn Transport,
@@ -52,8 +58,9 @@ fn complete(transport: &dyn Transport, deadline: Instant) {
     }
 }
 
+/// Takes exactly one arrival: the phases count them.
 fn arrive(transport: &dyn Transport, deadline: Instant) {
-    let mut arrivals = [Arrival::EMPTY; 4];
+    let mut arrivals = [Arrival::EMPTY; 1];
     let mut got = 0;
     while got == 0 {
         got = rdma_hint::toolkit::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
@@ -105,6 +112,12 @@ fn main() -> Result<(), String> {
             for _ in 0..WARMUP + iterations {
                 arrive(&*transport, deadline);
             }
+            transport.set_wait_mode(WaitMode::Adaptive);
+            for _ in 0..WAKE_ROUNDS {
+                arrive(&*transport, deadline);
+                write(&*transport, &source, &remote, bytes, Some(0));
+                complete(&*transport, deadline);
+            }
             Ok(())
         }
         "run" => {
@@ -129,7 +142,18 @@ fn main() -> Result<(), String> {
                     completion.push(started.elapsed().as_secs_f64() * 1e6);
                 }
             }
-            for (name, samples) in [("pingpong", &mut pingpong), ("completion", &mut completion)] {
+            let mut wakeup = Vec::with_capacity(WAKE_ROUNDS);
+            for _ in 0..WAKE_ROUNDS {
+                std::thread::sleep(SILENCE);
+                let started = Instant::now();
+                write(&*transport, &source, &remote, bytes, Some(1));
+                arrive(&*transport, deadline);
+                wakeup.push(started.elapsed().as_secs_f64() * 1e6 / 2.0);
+                complete(&*transport, deadline);
+            }
+            for (name, samples) in
+                [("pingpong", &mut pingpong), ("completion", &mut completion), ("wakeup", &mut wakeup)]
+            {
                 let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
                 println!("RESULT {name} {p50:.2} {p99:.2}");
             }

@@ -900,49 +900,48 @@ impl Link {
         }
         shared.app_polled_us.store(shared.born.elapsed().as_micros() as u64, Ordering::Relaxed);
         let Ok(mut socket) = shared.reading.try_lock() else { return Ok(()) };
-        let mut staging = Staging::default();
         for _ in 0..PUMP_FRAMES {
-            let waiting = waiting_bytes(&socket);
             let mut header = [0u8; HEADER_BYTES];
-            if waiting < HEADER_BYTES as u64 || !peek(&socket, &mut header) {
+            if !peek(&socket, &mut header) {
                 break;
             }
             let frame =
                 Frame::decode(&header).map_err(|e| self.break_with(format!("protocol error: {e}")))?;
             let inbound =
                 shared.inbox.admit(&frame, expected_ack(shared, &frame)).map_err(|e| self.break_with(e))?;
-            if let Inbound::Write { region, len, .. } = inbound {
-                let whole =
-                    (HEADER_BYTES as u64).checked_add(len).is_some_and(|frame_bytes| waiting >= frame_bytes);
-                let host =
-                    with_target(shared, region, |target| Ok(target.memory.host().is_some())).unwrap_or(false);
-                if !whole || !host {
-                    shared.reader_needed.store(true, Ordering::Release);
-                    break;
-                }
-            }
-            // Every byte of the frame is waiting: these reads return at once.
-            socket
-                .read_exact(&mut header)
-                .map_err(|e| self.break_with(format!("reading from the peer: {e}")))?;
             let step = match inbound {
                 Inbound::Write { region, offset, len, arrival, ack, .. } => {
-                    with_target(shared, region, |target| {
-                        (target.memory.over_socket(Direction::Receive, offset, len, &socket, &mut staging))
-                            .map_err(|e| format!("the peer vanished mid-write: {e}"))
-                    })
-                    .and_then(|()| {
-                        let owed = outgoing(region, len, arrival, ack);
-                        match (owed, shared.queued_deliveries.load(Ordering::Acquire)) {
-                            (Some(owed), 0) => deliver(shared, owed),
-                            (owed, _) => hand_over(shared, owed),
+                    let whole = (HEADER_BYTES as u64)
+                        .checked_add(len)
+                        .is_some_and(|bytes| waiting_bytes(&socket) >= bytes);
+                    let received = with_target(shared, region, |target| match target.memory.host() {
+                        // Every byte of the frame is waiting: one read that returns at once.
+                        Some(host) if whole => (host.receive_framed(&socket, &mut header, (offset, len)))
+                            .map(|()| true)
+                            .map_err(|e| format!("reading from the peer: {e}")),
+                        _ => Ok(false),
+                    });
+                    match received {
+                        Ok(false) => {
+                            shared.reader_needed.store(true, Ordering::Release);
+                            break;
                         }
-                    })
+                        Ok(true) => {
+                            let owed = outgoing(region, len, arrival, ack);
+                            match (owed, shared.queued_deliveries.load(Ordering::Acquire)) {
+                                (Some(owed), 0) => deliver(shared, owed),
+                                (owed, _) => hand_over(shared, owed),
+                            }
+                        }
+                        Err(reason) => Err(reason),
+                    }
                 }
-                Inbound::Ack { wr_id, status } => {
-                    shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-                    acknowledge(wr_id, status, &shared.completions)
-                }
+                Inbound::Ack { wr_id, status } => (socket.read_exact(&mut header))
+                    .map_err(|e| format!("reading from the peer: {e}"))
+                    .and_then(|()| {
+                        shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                        acknowledge(wr_id, status, &shared.completions)
+                    }),
             };
             step.map_err(|reason| self.break_with(reason))?;
         }

@@ -292,6 +292,52 @@ impl Memory {
         Ok(())
     }
 
+    /// Receives exactly a frame's `header` and then `offset..offset + len` into the buffer,
+    /// with one system call when all of it is waiting (`recvmsg` of two pieces; a short read
+    /// continues where it stopped), straight into the buffer as [`Memory::over_socket`] does.
+    pub(crate) fn receive_framed(
+        &self,
+        socket: &TcpStream,
+        header: &mut [u8],
+        range: (u64, u64),
+    ) -> std::io::Result<()> {
+        let (offset, len) = range;
+        let (start, len) = self.io_range(offset, len)?;
+        let total = header.len() + len;
+        let mut done = 0;
+        while done < total {
+            let (head_left, body_done) =
+                (header.len().saturating_sub(done), done.saturating_sub(header.len()));
+            let head_at = header.len() - head_left;
+            let mut pieces = [
+                libc::iovec { iov_base: header[head_at..].as_mut_ptr().cast(), iov_len: head_left },
+                libc::iovec {
+                    iov_base: self.ptr.as_ptr().wrapping_add(start + body_done).cast(),
+                    iov_len: len - body_done,
+                },
+            ];
+            let first = usize::from(head_left == 0);
+            // SAFETY: an all-zero msghdr is a valid one (no name, no control data).
+            let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+            message.msg_iov = pieces[first..].as_mut_ptr();
+            message.msg_iovlen = (2 - first) as _;
+            // SAFETY: `message` points at `pieces`, live for the call, whose pieces lie in
+            // `header` (borrowed mutably for the call) and in the buffer's checked range
+            // `start..start + len` (alive as long as `self`, written through a raw pointer only);
+            // the kernel writes at most those bytes.
+            let received = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, 0) };
+            match received {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n if n > 0 => done += n as usize,
+                _ => match std::io::Error::last_os_error() {
+                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    e => return Err(e),
+                },
+            }
+        }
+        Ok(())
+    }
+
     fn io_range(&self, offset: u64, len: u64) -> std::io::Result<(usize, usize)> {
         let len = usize::try_from(len).map_err(std::io::Error::other)?;
         let start = self.check(offset, len, "local").map_err(|e| std::io::Error::other(e.to_string()))?;
