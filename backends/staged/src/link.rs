@@ -35,9 +35,11 @@ const MAX_PENDING_ACKS: usize = 4096;
 /// How long the ring thread sleeps on the futex at most in `Adaptive` mode: a wake-up a peer
 /// never sends, or a change of wait mode, costs no more.
 const RING_NAP: Duration = Duration::from_millis(50);
-/// How often the ring thread looks at the ring in `BusyPoll` mode, where the application's
-/// own waits take announcements and no writer makes a system call to wake anyone.
-const RING_TICK: Duration = Duration::from_millis(1);
+/// How often the ring thread (shm) and the reader thread (TCP) look in `BusyPoll` mode, where
+/// the application's own waits take what arrives and no writer makes a system call to wake
+/// anyone: rarely, since each look preempts a spinning thread on a busy machine (a wait that
+/// leaves the reader a frame wakes it at once).
+const RING_TICK: Duration = Duration::from_millis(10);
 /// How long the sender thread waits for room on the peer's ring before it gives up on a peer
 /// that takes nothing off it (as a socket's send timeout would).
 const RING_PATIENCE: Duration = Duration::from_secs(30);
@@ -520,6 +522,8 @@ impl Drop for Link {
         // Closing the op queue stops the sender; the shutdown socket stops the reader.
         let (closed, _) = crossbeam_channel::bounded(0);
         self.ops = closed;
+        // Threads that nap between looks (`BusyPoll`) see the end at once.
+        self.threads.iter().for_each(|thread| thread.thread().unpark());
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -633,7 +637,7 @@ fn ring_loop(shared: &Shared) {
             }
             WaitMode::BusyPoll => {
                 drop(consumer);
-                std::thread::sleep(RING_TICK);
+                std::thread::park_timeout(RING_TICK);
             }
         }
     }
@@ -804,7 +808,8 @@ fn read_loop(shared: &Shared, watched: &TcpStream) -> String {
             return reason.clone();
         }
         if shared.wait_mode.get() == WaitMode::BusyPoll {
-            std::thread::sleep(RING_TICK);
+            // Woken early by a wait that found a frame it leaves to this thread.
+            std::thread::park_timeout(RING_TICK);
             let app_polls = shared.app_polled_within(APP_POLL_GRACE);
             if (app_polls && !shared.reader_needed.load(Ordering::Acquire))
                 || !readable(watched, Duration::ZERO)
@@ -924,6 +929,9 @@ impl Link {
                     match received {
                         Ok(false) => {
                             shared.reader_needed.store(true, Ordering::Release);
+                            if let Some(reader) = self.threads.first() {
+                                reader.thread().unpark();
+                            }
                             break;
                         }
                         Ok(true) => {

@@ -375,6 +375,13 @@ impl Engine {
         self.harvest();
     }
 
+    /// One `ucp_worker_progress` and a harvest: a spinning wait's look, which comes back at
+    /// once anyway (a second call to find nothing left would double each look's cost).
+    pub(crate) fn progress_once(&mut self) {
+        self.ucp.progress();
+        self.harvest();
+    }
+
     /// Turns finished flushes into completions (in posting order) and frees finished notices.
     fn harvest(&mut self) {
         while let Some(batch) = self.batches.front() {

@@ -148,7 +148,7 @@ impl UcxTransport {
             }
             // The progress thread may hold the engine; then it is making progress for us.
             if let Ok(mut engine) = self.shared.engine.try_lock() {
-                engine.progress();
+                engine.progress_once();
             }
             match queue.try_drain(out) {
                 Ok(0) | Err(_) if self.signals.gone.load(Ordering::Acquire) => Err(self.gone_error()),
