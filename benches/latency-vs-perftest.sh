@@ -26,12 +26,16 @@ iterations=${ITERATIONS:-20000}
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 if [ "$which" = local ] || [ "$which" = all ]; then
-    for package in ucx-utils sockperf libucx-dev clang libclang-dev; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
-            apt-get install -y -qq --no-install-recommends "$package" >/dev/null
-    done
-    cargo build -q --release --locked -p rdma-hint-benches --features ucx --example write_lat
-    ours=target/release/examples/write_lat
+    # WRITE_LAT: a write_lat built elsewhere (a machine without cargo, where the peer tools are
+    # on PATH already).
+    ours=${WRITE_LAT:-target/release/examples/write_lat}
+    if [ -z "${WRITE_LAT:-}" ]; then
+        for package in ucx-utils sockperf libucx-dev clang libclang-dev; do
+            dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+                apt-get install -y -qq --no-install-recommends "$package" >/dev/null
+        done
+        cargo build -q --release --locked -p rdma-hint-benches --features ucx --example write_lat
+    fi
     export UCX_NET_DEVICES=lo UCX_TLS=shm,self
     # Each tool run listens on a port of its own (the functions run in subshells: a counter
     # would not survive them).
