@@ -236,14 +236,7 @@ impl Memory {
                     Direction::Receive => libc::recv(socket.as_raw_fd(), at, len - done, 0),
                 }
             };
-            match moved {
-                0 if direction == Direction::Receive => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                n if n > 0 => done += n as usize,
-                _ => match std::io::Error::last_os_error() {
-                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    e => return Err(e),
-                },
-            }
+            done += bytes_moved(direction, moved)?;
         }
         Ok(())
     }
@@ -257,39 +250,8 @@ impl Memory {
         header: &[u8],
         range: (u64, u64),
     ) -> std::io::Result<()> {
-        let (offset, len) = range;
-        let (start, len) = self.io_range(offset, len)?;
-        let total = header.len() + len;
-        let mut done = 0;
-        while done < total {
-            let (head_left, body_done) =
-                (header.len().saturating_sub(done), done.saturating_sub(header.len()));
-            let rest_of_header = &header[header.len() - head_left..];
-            let mut pieces = [
-                libc::iovec { iov_base: rest_of_header.as_ptr() as *mut libc::c_void, iov_len: head_left },
-                libc::iovec {
-                    iov_base: self.ptr.as_ptr().wrapping_add(start + body_done).cast(),
-                    iov_len: len - body_done,
-                },
-            ];
-            let first = usize::from(head_left == 0);
-            // SAFETY: an all-zero msghdr is a valid one (no name, no control data).
-            let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-            message.msg_iov = pieces[first..].as_mut_ptr();
-            message.msg_iovlen = (2 - first) as _;
-            // SAFETY: `message` points at `pieces`, live for the call, whose pieces lie in
-            // `header` (borrowed for the call) and in the buffer's checked range `start..start +
-            // len` (alive as long as `self`); the kernel only reads them.
-            let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
-            match sent {
-                n if n > 0 => done += n as usize,
-                _ => match std::io::Error::last_os_error() {
-                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    e => return Err(e),
-                },
-            }
-        }
-        Ok(())
+        // The kernel only reads the header on a send: the pointer is never written through.
+        self.framed(socket, Direction::Send, (header.as_ptr().cast_mut(), header.len()), range)
     }
 
     /// Receives exactly a frame's `header` and then `offset..offset + len` into the buffer,
@@ -301,16 +263,28 @@ impl Memory {
         header: &mut [u8],
         range: (u64, u64),
     ) -> std::io::Result<()> {
-        let (offset, len) = range;
+        self.framed(socket, Direction::Receive, (header.as_mut_ptr(), header.len()), range)
+    }
+
+    /// A header of `header.1` bytes at `header.0` and a range of the buffer through one
+    /// `sendmsg` / `recvmsg` of two pieces, continued until every byte has moved.
+    fn framed(
+        &self,
+        socket: &TcpStream,
+        direction: Direction,
+        (header, header_len): (*mut u8, usize),
+        (offset, len): (u64, u64),
+    ) -> std::io::Result<()> {
         let (start, len) = self.io_range(offset, len)?;
-        let total = header.len() + len;
+        let total = header_len + len;
         let mut done = 0;
         while done < total {
-            let (head_left, body_done) =
-                (header.len().saturating_sub(done), done.saturating_sub(header.len()));
-            let head_at = header.len() - head_left;
+            let (head_left, body_done) = (header_len.saturating_sub(done), done.saturating_sub(header_len));
             let mut pieces = [
-                libc::iovec { iov_base: header[head_at..].as_mut_ptr().cast(), iov_len: head_left },
+                libc::iovec {
+                    iov_base: header.wrapping_add(header_len - head_left).cast(),
+                    iov_len: head_left,
+                },
                 libc::iovec {
                     iov_base: self.ptr.as_ptr().wrapping_add(start + body_done).cast(),
                     iov_len: len - body_done,
@@ -321,19 +295,18 @@ impl Memory {
             let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
             message.msg_iov = pieces[first..].as_mut_ptr();
             message.msg_iovlen = (2 - first) as _;
-            // SAFETY: `message` points at `pieces`, live for the call, whose pieces lie in
-            // `header` (borrowed mutably for the call) and in the buffer's checked range
-            // `start..start + len` (alive as long as `self`, written through a raw pointer only);
-            // the kernel writes at most those bytes.
-            let received = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, 0) };
-            match received {
-                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                n if n > 0 => done += n as usize,
-                _ => match std::io::Error::last_os_error() {
-                    e if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    e => return Err(e),
-                },
-            }
+            // SAFETY: `message` points at `pieces`, live for the call, whose pieces lie in the
+            // caller's header (borrowed by `send_framed` / `receive_framed` for the call, mutably
+            // for a receive) and in the buffer's checked range `start..start + len` (alive as
+            // long as `self`, only ever reached through raw pointers); the kernel reads (send)
+            // or writes (receive) at most those bytes.
+            let moved = unsafe {
+                match direction {
+                    Direction::Send => libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL),
+                    Direction::Receive => libc::recvmsg(socket.as_raw_fd(), &mut message, 0),
+                }
+            };
+            done += bytes_moved(direction, moved)?;
         }
         Ok(())
     }
@@ -354,6 +327,19 @@ impl Memory {
         let start = self.check(offset, len, "local")?;
         // `start + len` is within the buffer (checked), so the offset stays in the allocation.
         Ok(self.ptr.as_ptr().wrapping_add(start))
+    }
+}
+
+/// What a `send`/`recv`-like call's result `moved` means: bytes moved (0 after a signal), or
+/// the error (a receive's 0 is the peer's end).
+fn bytes_moved(direction: Direction, moved: isize) -> std::io::Result<usize> {
+    match moved {
+        0 if direction == Direction::Receive => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        n if n > 0 => Ok(n as usize),
+        _ => match std::io::Error::last_os_error() {
+            e if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
+            e => Err(e),
+        },
     }
 }
 

@@ -470,9 +470,12 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// What the fake servers share: listen on a free loopback port and print it, accept the
-/// victim, send the token-less preamble and read the victim's (`read(n)` reads exactly `n`).
-const FAKE_SERVE_PRELUDE: &str = r#"
+/// What every fake peer's Python starts with: the protocol version and ring size it speaks
+/// (checked against this build below) and `committed_memfd(size)`, a sealed memfd every page
+/// of which is committed, as our own regions and rings are.
+macro_rules! fake_peer_common {
+    () => {
+        r#"
 import fcntl, os, socket, struct, sys, time
 VERSION = 5
 RING_BYTES = 167936
@@ -481,7 +484,15 @@ def committed_memfd(size):
     os.ftruncate(fd, size); os.posix_fallocate(fd, 0, size)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     return fd
-tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
+"#
+    };
+}
+
+/// What the fake servers share: listen on a free loopback port and print it, accept the
+/// victim, send the token-less preamble and read the victim's (`read(n)` reads exactly `n`).
+const FAKE_SERVE_PRELUDE: &str = concat!(
+    fake_peer_common!(),
+    r#"tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
 print(tcp.getsockname()[1], flush=True)
 victim, _ = tcp.accept(); victim.settimeout(20)
 victim.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
@@ -493,7 +504,8 @@ def read(n):
         data += chunk
     return data
 read(41)
-"#;
+"#
+);
 
 /// The fake peers speak the staged protocol's version and size its ring as this build does.
 #[test]
@@ -693,16 +705,9 @@ fn a_hand_off_message_without_its_descriptors_is_refused_at_once() {
 /// What the fake sweeps on the shm channel share: connect to `serve` (its address in argv[1]),
 /// the token-less preamble, and `meet(regions, count)`, which sends a shm hello exposing
 /// `count` packed regions and returns serve's hand-off socket name and cookie.
-const FAKE_SWEEP_PRELUDE: &str = r#"
-import fcntl, os, socket, struct, sys, time
-VERSION = 5
-RING_BYTES = 167936
-def committed_memfd(size):
-    fd = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, size); os.posix_fallocate(fd, 0, size)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    return fd
-host, port = sys.argv[1].rsplit(":", 1)
+const FAKE_SWEEP_PRELUDE: &str = concat!(
+    fake_peer_common!(),
+    r#"host, port = sys.argv[1].rsplit(":", 1)
 serve = socket.create_connection((host, int(port))); serve.settimeout(20)
 serve.sendall(b"RDHAUTH1" + b"\0" + os.urandom(32))
 def read(n):
@@ -719,7 +724,25 @@ def meet(regions, count):
     read(13 * theirs)
     name = read(read(1)[0])
     return name, read(32)
-"#;
+"#
+);
+
+/// Starts the fake sweep `script` with `args` (stdin kept open: it waits for it to close) and
+/// returns it once it printed `line`.
+fn fake_sweep_said(script: &Path, args: &[&str], line: &str) -> Child {
+    let mut peer = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.as_mut().unwrap()), &mut said)
+        .unwrap();
+    assert_eq!(said.trim(), line);
+    peer
+}
 
 /// A fake sweep that completes the shm hand-off with `serve`, then writes into serve's ring
 /// (which it was handed to publish on) by `mode`: a head claiming more announcements than
@@ -755,18 +778,7 @@ fn serve_refuses_a_ring_written_by(name: &str, mode: &str, says: &str) {
     // serve exposes one region of its `--bytes` (4 MiB).
     let body = FAKE_RING_WRITER.replace("serve_region_len", &(4u64 << 20).to_string());
     std::fs::write(&fake, FAKE_SWEEP_PRELUDE.to_string() + &body).unwrap();
-    let mut peer = Command::new("python3")
-        .arg(&fake)
-        .arg(&address)
-        .arg(mode)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.as_mut().unwrap()), &mut said)
-        .unwrap();
-    assert_eq!(said.trim(), "written");
+    let mut peer = fake_sweep_said(&fake, &[&address, mode], "written");
     let served = common::output_within(server, "serve after a bad ring", Duration::from_secs(20));
     drop(peer.stdin.take());
     peer.wait().unwrap();
@@ -897,17 +909,7 @@ sys.stdin.readline()
 "#,
     )
     .unwrap();
-    let mut peer = Command::new("python3")
-        .arg(&fake)
-        .arg(&address)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.as_mut().unwrap()), &mut said)
-        .unwrap();
-    assert_eq!(said.trim(), "handed over");
+    let mut peer = fake_sweep_said(&fake, &[&address], "handed over");
     let status = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
     let shared_kib: u64 = status
         .lines()
