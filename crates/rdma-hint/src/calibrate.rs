@@ -553,6 +553,9 @@ pub fn calibrate(
     };
     HintCache::global().clear();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    // A fit refused for its spread (every resample poor, or no block the margins can vouch for)
+    // is reported as poor too: its `poor` says why the hint is not the fit's.
+    let fit = PathFit { poor, ..fit };
     Ok(Calibration {
         source,
         transport: id,
