@@ -158,25 +158,27 @@ pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
     Ok(sizes)
 }
 
-/// CPU time this process has used, two ways: the sum of its live threads'
-/// `/proc/self/task/*/schedstat` run times (nanosecond resolution, but a thread that exits
-/// takes its time out of the sum) and `/proc/self/stat`'s utime + stime (10 ms ticks, exited
+/// CPU time this process has used, two ways: each live thread's
+/// `/proc/self/task/*/schedstat` run time by thread id (nanosecond resolution, but a thread that
+/// exits takes its time with it) and `/proc/self/stat`'s utime + stime (10 ms ticks, exited
 /// threads included).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct CpuTime {
-    live_threads_s: Option<f64>,
+    threads_s: Option<std::collections::BTreeMap<std::ffi::OsString, f64>>,
     process_ticks_s: Option<f64>,
 }
 
 impl CpuTime {
     fn now() -> CpuTime {
-        let live_threads_s = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
+        let threads_s = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
             tasks
                 .filter_map(|task| task.ok())
-                .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-                .filter_map(|stat| stat.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()))
-                .sum::<f64>()
-                / 1e9
+                .filter_map(|task| {
+                    let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+                    let ns = stat.split_whitespace().next()?.parse::<f64>().ok()?;
+                    Some((task.file_name(), ns / 1e9))
+                })
+                .collect()
         });
         let process_ticks_s = std::fs::read_to_string("/proc/self/stat").ok().and_then(|stat| {
             // utime and stime are fields 14 and 15, counted after the parenthesised command name.
@@ -184,18 +186,24 @@ impl CpuTime {
             let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
             Some(ticks / 100.0)
         });
-        CpuTime { live_threads_s: live_threads_s.filter(|s| *s > 0.0), process_ticks_s }
+        let threads_s = threads_s.filter(|threads: &std::collections::BTreeMap<_, _>| !threads.is_empty());
+        CpuTime { threads_s, process_ticks_s }
     }
 
-    /// Share of one core used since `earlier`, `wall_s` seconds ago: the fine count, unless a
-    /// thread exited in between (its time left the sum), then the coarse one, but only over
-    /// an interval long enough for 10 ms ticks (two ticks of rounding over 20 ms read as 100 %
-    /// too much: the 211–346 % once seen on two cores).
+    /// Share of one core used since `earlier`, `wall_s` seconds ago: the fine count (threads
+    /// born meanwhile count whole), unless a thread exited in between (its time left with it):
+    /// then the coarse one over an interval long enough for 10 ms ticks (two ticks of rounding
+    /// over 20 ms read as 100 % too much: the 211–346 % once seen on two cores), else the fine
+    /// count of the threads that stayed, a lower bound.
     fn utilisation_since(&self, earlier: &CpuTime, wall_s: f64) -> Option<f64> {
-        let used = match (self.live_threads_s, earlier.live_threads_s) {
-            (Some(now), Some(then)) if now >= then => now - then,
-            _ if wall_s >= COARSE_CPU_MIN_WALL_S => self.process_ticks_s? - earlier.process_ticks_s?,
-            _ => return None,
+        let (now, then) = (self.threads_s.as_ref()?, earlier.threads_s.as_ref()?);
+        let fine: f64 = now.iter().map(|(tid, s)| (s - then.get(tid).copied().unwrap_or(0.0)).max(0.0)).sum();
+        let exited = then.keys().any(|tid| !now.contains_key(tid));
+        let used = match (self.process_ticks_s, earlier.process_ticks_s) {
+            (Some(ticks), Some(ticks_then)) if exited && wall_s >= COARSE_CPU_MIN_WALL_S => {
+                ticks - ticks_then
+            }
+            _ => fine,
         };
         (wall_s > 0.0).then(|| used / wall_s)
     }
@@ -560,13 +568,19 @@ mod tests {
     #[test]
     fn cpu_use_is_never_read_from_ticks_over_a_short_interval() {
         use super::CpuTime;
-        let then = CpuTime { live_threads_s: Some(1.0), process_ticks_s: Some(1.00) };
-        // A thread exited (the fine sum fell) and two ticks landed in 10 ms.
-        let now = CpuTime { live_threads_s: Some(0.9), process_ticks_s: Some(1.02) };
-        assert_eq!(now.utilisation_since(&then, 0.010), None, "200 % of rounding, not a measurement");
-        let later = CpuTime { live_threads_s: Some(0.9), process_ticks_s: Some(2.5) };
+        let threads = |list: &[(&str, f64)]| Some(list.iter().map(|(tid, s)| (tid.into(), *s)).collect());
+        let then = CpuTime { threads_s: threads(&[("1", 0.5), ("2", 0.5)]), process_ticks_s: Some(1.00) };
+        // Thread 2 exited and two ticks landed in 10 ms: the staying thread's 4 ms, not 200 %.
+        let now = CpuTime { threads_s: threads(&[("1", 0.504)]), process_ticks_s: Some(1.02) };
+        assert!((now.utilisation_since(&then, 0.010).unwrap() - 0.4).abs() < 1e-9, "rounding, not use");
+        // Over a long interval the ticks count the exited thread's time too.
+        let later = CpuTime { threads_s: threads(&[("1", 0.9)]), process_ticks_s: Some(2.5) };
         assert!((later.utilisation_since(&then, 1.5).unwrap() - 1.0).abs() < 1e-9);
-        let fine = CpuTime { live_threads_s: Some(1.004), process_ticks_s: Some(1.02) };
+        // No thread left: the fine count, a thread born meanwhile counted whole.
+        let fine = CpuTime {
+            threads_s: threads(&[("1", 0.502), ("2", 0.501), ("3", 0.001)]),
+            process_ticks_s: Some(1.02),
+        };
         assert!((fine.utilisation_since(&then, 0.010).unwrap() - 0.4).abs() < 1e-9);
     }
 
