@@ -440,11 +440,8 @@ impl Link {
         }
         let mut wake = false;
         for op in ops {
-            let source = regions
-                .get(op.local)?
-                .memory
-                .host()
-                .ok_or(TransportError::UnsupportedMemory { kind: rdma_hint_core::MemoryKind::Host })?;
+            let source =
+                regions.get(op.local)?.memory.host().ok_or(TransportError::UnregisteredRegion(op.local))?;
             let (target, notify_each_write) = self.mapped(op.remote)?;
             source.copy_to(op.local_offset, target, op.remote_offset, op.len)?;
             shared.counters.copies.in_transit(op.len);
@@ -850,10 +847,7 @@ fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) ->
             })?;
             hand_over(shared, outgoing(region, len, arrival, ack))
         }
-        Inbound::Ack { wr_id, status } => {
-            shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-            acknowledge(wr_id, status, &shared.completions)
-        }
+        Inbound::Ack { wr_id, status } => acknowledge(shared, wr_id, status),
     }
 }
 
@@ -946,10 +940,7 @@ impl Link {
                 }
                 Inbound::Ack { wr_id, status } => (socket.read_exact(&mut header))
                     .map_err(|e| format!("reading from the peer: {e}"))
-                    .and_then(|()| {
-                        shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-                        acknowledge(wr_id, status, &shared.completions)
-                    }),
+                    .and_then(|()| acknowledge(shared, wr_id, status)),
             };
             step.map_err(|reason| self.break_with(reason))?;
         }
@@ -1001,7 +992,10 @@ impl Link {
     }
 }
 
-fn acknowledge(wr_id: u64, status: u16, completions: &EventSender<Completion>) -> Result<(), String> {
+/// An admitted ack: the oldest signalled write of ours stops waiting and completes.
+fn acknowledge(shared: &Shared, wr_id: u64, status: u16) -> Result<(), String> {
+    shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+    let completions = &shared.completions;
     let status = match status {
         0 => CompletionStatus::Success,
         code => CompletionStatus::Failed { code: u32::from(code) },
