@@ -46,7 +46,7 @@ for path in paths:
     if not rows:
         continue
     sizes = sorted({p["block_bytes"] for _, s in rows for p in s["points"] if p["block_bytes"] & (p["block_bytes"] - 1) == 0})
-    median_curve = [(b, statistics.median(p["avg_gbps"] for _, s in rows for p in s["points"] if p["block_bytes"] == b)) for b in sizes]
+    median_curve = [(b, statistics.median(p["median_gbps"] for _, s in rows for p in s["points"] if p["block_bytes"] == b)) for b in sizes]
     plateau = robust_plateau([r for _, r in median_curve])
     knee = robust_knee(median_curve, plateau)
     print(f"## {path}: median curve plateau {plateau:.2f} GB/s, knee {kib(knee) if knee else 'none'}")
@@ -54,7 +54,7 @@ for path in paths:
     meets, blocks = 0, []
     for i, (c, s) in enumerate(rows):
         block = c["block_bytes"]; blocks.append(block)
-        own = [p["avg_gbps"] for p in s["points"] if p["block_bytes"] == block]
+        own = [p["median_gbps"] for p in s["points"] if p["block_bytes"] == block]
         share = own[0] / plateau if own else float("nan")
         ok = share >= 0.9 and knee is not None and block <= 2 * knee
         meets += ok

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hint fidelity: for every path, RUNS times `rdma-hint calibrate` then a sweep whose sizes
 # include the model's, the calibrated and the recorded hint; prints each hint's share of the
-# robust plateau (median of the three best averages) and its ratio to the robust knee, and
+# robust plateau (median of the three best medians) and its ratio to the robust knee, and
 # whether the calibrated one meets "≥ 0.90 of the plateau and ≤ 2× the knee".
 #
 #   benches/fidelity.sh [OUT_DIR]          (default target/fidelity)

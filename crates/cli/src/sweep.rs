@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint::hint_core::fit::{robust_knee, robust_plateau};
+use rdma_hint::hint_core::fit::{median, robust_knee, robust_plateau};
 use rdma_hint::{
     open, BlockingTransport, LocalRegion, LoopbackPair, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion,
     SourceId, Transport, TransportId,
@@ -42,6 +42,9 @@ pub(crate) struct SweepArgs {
 pub(crate) struct Point {
     pub(crate) block_bytes: u64,
     pub(crate) avg_gbps: f64,
+    /// The median of the timed transfers' rates: what the plateau and the knee are read from,
+    /// so one transfer a busy moment slowed does not move them.
+    pub(crate) median_gbps: f64,
     pub(crate) peak_gbps: f64,
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
@@ -59,7 +62,7 @@ pub(crate) struct Point {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct HintVerdict {
     pub(crate) block_bytes: u64,
-    /// Average bandwidth at the block over the robust plateau.
+    /// Median bandwidth at the block over the robust plateau.
     pub(crate) efficiency: f64,
     /// Block over the robust knee.
     pub(crate) over_knee: f64,
@@ -108,7 +111,7 @@ pub(crate) struct SweepReport {
     pub(crate) source: SourceId,
     pub(crate) transfer_bytes: u64,
     pub(crate) iters: u32,
-    /// Robust plateau: the median of the three best averages, in GB/s.
+    /// Robust plateau: the median of the three best medians, in GB/s.
     pub(crate) plateau_gbps: f64,
     /// The single best average, in GB/s (for reference; verdicts use the plateau).
     pub(crate) best_avg_gbps: f64,
@@ -273,6 +276,32 @@ impl Endpoints {
     }
 }
 
+/// How long a sweep streams before its first point.
+const WARM_UP: Duration = Duration::from_millis(1000);
+
+/// Streams transfers of the first block for [`WARM_UP`] before anything is timed: the first
+/// point of a fresh process otherwise pays for what the later ones find warm (on the 2-core
+/// machine a sweep's first point over ucx:shm ran at half the rate it reached 30 transfers
+/// later, whichever block came first), and a curve whose small blocks are measured cold
+/// puts the knee too far. A 250 ms warm-up left a sweep's 16 KiB at 0.75–0.94 of the plateau
+/// over six sweeps, 1 s at 0.89–0.94.
+fn warm_up(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64) -> Result<()> {
+    let transport = &*endpoints.sender;
+    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
+    chunker.set_hint(args.source, BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?);
+    let len = (args.transfer_bytes / block).max(1) * block;
+    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    let started = Instant::now();
+    while started.elapsed() < WARM_UP {
+        chunker.write_blocking(
+            transport,
+            transfer.from_source(args.source),
+            Instant::now() + Duration::from_secs(60),
+        )?;
+    }
+    Ok(())
+}
+
 fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
     let deadline = || Instant::now() + Duration::from_secs(60);
     let transport = &*endpoints.sender;
@@ -289,15 +318,18 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
     let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
     // A serve peer hears from us once per transfer; the loopback receiver drains nothing.
     let transfer = if args.peer.is_some() { transfer.notify(SWEEP_PROGRESS) } else { transfer };
-    // Warm-up, then timed iterations: average = all bytes / all time, peak = best iteration.
+    // Warm-up, then timed iterations: average = all bytes / all time, median and peak of the
+    // iterations' rates.
     chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
     let (cpu_before, wall) = (CpuTime::now(), Instant::now());
-    let mut peak: f64 = 0.0;
+    let mut rates = Vec::with_capacity(args.iters as usize);
     for _ in 0..args.iters {
         let started = Instant::now();
         chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
-        peak = peak.max(len as f64 / started.elapsed().as_secs_f64() / 1e9);
+        rates.push(len as f64 / started.elapsed().as_secs_f64() / 1e9);
     }
+    let peak = rates.iter().copied().fold(0.0, f64::max);
+    let median_gbps = median(&mut rates).unwrap_or(f64::NAN);
     let elapsed = wall.elapsed().as_secs_f64();
     let cpu_util = CpuTime::now().utilisation_since(&cpu_before, elapsed).unwrap_or(f64::NAN);
     let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
@@ -315,6 +347,7 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
     Ok(Point {
         block_bytes: block,
         avg_gbps,
+        median_gbps,
         peak_gbps: peak,
         p50_us,
         p99_us,
@@ -392,6 +425,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     } else {
         ProgressBar::hidden()
     };
+    warm_up(&endpoints, args, blocks.first().map_or(align, |b| b.0), align)?;
     let mut points = Vec::with_capacity(blocks.len());
     for (block, marks) in blocks {
         progress.set_message(format_bytes(block));
@@ -403,7 +437,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         endpoints.tell_peer(SWEEP_FINISHED, args.source);
     }
 
-    let curve: Vec<(u64, f64)> = points.iter().map(|p| (p.block_bytes, p.avg_gbps)).collect();
+    let curve: Vec<(u64, f64)> = points.iter().map(|p| (p.block_bytes, p.median_gbps)).collect();
     let plateau_gbps = robust_plateau(&curve).unwrap_or(f64::NAN);
     let largest_swept = curve.iter().map(|p| p.0).max().unwrap_or(0);
     let knee = robust_knee(&curve, plateau_gbps);
@@ -413,7 +447,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let knee_bytes = knee.unwrap_or(answered.block_bytes);
     let verdict = |block: u64| HintVerdict {
         block_bytes: block,
-        efficiency: points.iter().find(|p| p.block_bytes == block).map_or(f64::NAN, |p| p.avg_gbps)
+        efficiency: points.iter().find(|p| p.block_bytes == block).map_or(f64::NAN, |p| p.median_gbps)
             / plateau_gbps,
         over_knee: block as f64 / knee_bytes as f64,
     };
@@ -483,13 +517,14 @@ fn block_to_record(knee_bytes: u64, calibrated: Option<&HintVerdict>) -> u64 {
 /// The table `sweep` prints, perftest style.
 pub(crate) fn table(report: &SweepReport) -> String {
     let mut out = format!(
-        "# rdma-hint sweep: {} from {}, {} per transfer, {} iterations\n{:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}\n",
+        "# rdma-hint sweep: {} from {}, {} per transfer, {} iterations\n{:>10} {:>10} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}\n",
         report.transport,
         report.source,
         format_bytes(report.transfer_bytes),
         report.iters,
         "block",
         "avg GB/s",
+        "median GB/s",
         "peak GB/s",
         "p50 µs",
         "p99 µs",
@@ -500,9 +535,10 @@ pub(crate) fn table(report: &SweepReport) -> String {
     );
     for p in &report.points {
         out.push_str(&format!(
-            "{:>10} {:>10.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.2} {:>6.0}{}\n",
+            "{:>10} {:>10.3} {:>11.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.2} {:>6.0}{}\n",
             format_bytes(p.block_bytes),
             p.avg_gbps,
+            p.median_gbps,
             p.peak_gbps,
             p.p50_us,
             p.p99_us,
@@ -522,7 +558,7 @@ pub(crate) fn table(report: &SweepReport) -> String {
         "plateau not reached: the largest block swept is the first at 90 % of the best, so the curve may still climb (sweep larger blocks)".to_string()
     };
     out.push_str(&format!(
-        "plateau {:.3} GB/s (median of the 3 best averages; best {:.3}); {knee}\n",
+        "plateau {:.3} GB/s (median of the 3 best medians; best average {:.3}); {knee}\n",
         report.plateau_gbps, report.best_avg_gbps,
     ));
     let hints = &report.hints;

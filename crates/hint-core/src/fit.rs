@@ -84,9 +84,9 @@ pub struct PathFit {
     pub kept_bytes: Vec<u64>,
     /// Points left out, with reasons.
     pub dropped: Vec<DroppedPoint>,
-    /// Points were left out for being off the line: the curve bends more gradually than
-    /// `o + s/B` (small blocks do better than the line says), so its knee lies further out
-    /// than the line's.
+    /// Blocks smaller than every kept one were left out for being off the line: the curve
+    /// bends more gradually than `o + s/B`, so its knee lies further out than the line's. A
+    /// dip (a point off the line with kept blocks on both sides) does not count.
     pub gradual: bool,
     /// Why the fit should not be trusted, if it should not.
     pub poor: Option<String>,
@@ -249,7 +249,11 @@ pub fn fit_path(timings: &[BlockTiming]) -> Result<PathFit, FitError> {
     } else {
         None
     };
-    let gradual = dropped.len() > past_plateau;
+    // Off the line at the curve's small end: the curve bends more gradually than the line. A
+    // point off the line between kept ones is a dip (a busy moment, a protocol switch) and
+    // says nothing about where the knee lies.
+    let smallest_kept = kept.first().map_or(u64::MAX, |p| p.block_bytes);
+    let gradual = dropped[past_plateau..].iter().any(|d| d.block_bytes < smallest_kept);
     dropped.sort_by_key(|d| d.block_bytes);
     Ok(PathFit {
         gradual,
@@ -499,6 +503,32 @@ pub fn robust_knee_at(curve: &[(u64, f64)], plateau: f64, share: f64) -> Option<
     })
 }
 
+/// Where the curve crosses `share` of the plateau on its way to the [`robust_knee_at`] of that
+/// share: between the knee and the block before it, interpolated in log2 of the block, in
+/// bytes (the knee itself when it is the smallest block). A dip past the crossing moves the
+/// knee, and with it the crossing, to the next block that holds the share with its neighbour.
+///
+/// ```
+/// use rdma_hint_core::fit::crossing_at;
+/// // 16 KiB reaches 0.91 of the plateau, 32 KiB 0.99: 0.95 is crossed half-way (in log2).
+/// let curve = [(8192, 8.0), (16384, 9.1), (32768, 9.9), (65536, 10.0), (131072, 10.0)];
+/// let crossing = crossing_at(&curve, 10.0, 0.95).unwrap();
+/// assert!((crossing - 16384.0 * 2f64.powf(0.5)).abs() < 1.0);
+/// ```
+pub fn crossing_at(curve: &[(u64, f64)], plateau: f64, share: f64) -> Option<f64> {
+    let mut sorted = curve.to_vec();
+    sorted.sort_by_key(|p| p.0);
+    let knee = robust_knee_at(&sorted, plateau, share)?;
+    let at = sorted.iter().position(|p| p.0 == knee)?;
+    let Some(&(below, below_rate)) = at.checked_sub(1).and_then(|i| sorted.get(i)) else {
+        return Some(knee as f64);
+    };
+    let (knee_share, below_share) = (sorted[at].1 / plateau, below_rate / plateau);
+    let step = (knee as f64 / below as f64).log2();
+    let part = ((share - below_share) / (knee_share - below_share)).clamp(0.0, 1.0);
+    Some(below as f64 * (step * part).exp2())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,7 +566,19 @@ mod tests {
         assert!((fit.bandwidth_gbps - 5.0).abs() < 0.05, "{fit:?}");
         assert_eq!(fit.dropped.len(), 1);
         assert_eq!(fit.dropped[0].block_bytes, 1 << 20);
-        assert!(fit.gradual);
+        assert!(!fit.gradual, "a dip between kept blocks is not a gradual curve: {fit:?}");
+    }
+
+    #[test]
+    fn small_blocks_off_the_line_make_a_gradual_curve() {
+        let mut timings = hockney(2.0, 5.0, 12..=22);
+        // 4 KiB and 8 KiB take half the time the line says (a curve that rises gradually).
+        for timing in &mut timings[..2] {
+            timing.seconds_per_block *= 0.5;
+        }
+        let fit = fit_path(&timings).unwrap();
+        assert_eq!(fit.dropped.iter().map(|d| d.block_bytes).collect::<Vec<_>>(), [4096, 8192], "{fit:?}");
+        assert!(fit.gradual, "{fit:?}");
     }
 
     #[test]

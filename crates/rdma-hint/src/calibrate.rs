@@ -18,7 +18,7 @@ use crate::HintCache;
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint_core::fit::{
     bootstrap_fits, bootstrap_knees, fit_path, median_interval, robust_plateau, BlockSamples, BlockTiming,
-    Interval, PathFit, CONFIDENCE,
+    Interval, PathFit, CONFIDENCE, KNEE_SHARE,
 };
 use rdma_hint_core::model::{Factor, Reason};
 use rdma_hint_core::{HintPolicy, SizeHint, SourceId};
@@ -163,11 +163,12 @@ const BUDGET_CEILING: f64 = 0.85;
 /// Share of calibration's timed transfers left outside `stream_ratio` and `single_block_ratio`
 /// at each end.
 pub const PREDICTION_TAIL: f64 = 0.01;
-/// Share of its plateau the knee calibration reads off its own curve reaches: above the 90 %
-/// a sweep's knee reaches, because a gradual curve's 90 % point wanders with the noise of a
-/// busy machine (run to run, a sweep's block at its calibration's 90 % point reached 0.88 to
-/// 0.91 of the plateau) and the hint should hold in every run, not half of them.
-pub const CURVE_KNEE_SHARE: f64 = 0.95;
+/// Share of its plateau the calibration's own curve must reach at the answered block (where
+/// that is no more than twice the block at 90 %): above the 90 % a sweep's knee reaches,
+/// because a curve's 90 % point wanders with the noise of a busy machine (on the 2-core machine
+/// a sweep's block at its calibration's 0.95 point reached 0.87 to 0.93 of the plateau over
+/// ucx:shm) and the hint should hold in every run, not half of them.
+pub const CURVE_KNEE_SHARE: f64 = 0.97;
 /// Bytes a timed transfer streams at most (fewer where the budget or the region is short):
 /// past the caches, as a sweep's transfers are.
 const UNIFORM_BYTES: u64 = 16 << 20;
@@ -386,12 +387,9 @@ pub fn calibrate(
         .collect();
     let file = measured::cache_file();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    // The middle of the resampled fits, or, where they disagree after measuring longer, the
-    // robust choice: the o that puts the hint at the resamples' 95th percentile of o·B.
-    // The middle of the resampled fits, unless the curve bends more gradually than its line,
-    // whose knee then lies short of the measured one: then the curve's own knee (95 % of its
-    // plateau with the next larger block, the median over the bootstrap resamples) if it is
-    // the larger; or unless the fits disagree too much to pick a block: then the robust choice.
+    // The middle of the resampled fits, unless the measured curve reaches CURVE_KNEE_SHARE of
+    // its plateau only at a larger block: then that block, within a bound of the line's; or
+    // unless the fits disagree too much to pick a block: then the robust choice.
     let robust = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
     let curve_knee = curve_knee_of(&samples, CURVE_KNEE_SHARE);
     // The smallest block whose lower bound still reaches the target efficiency (the top of
@@ -402,11 +400,19 @@ pub fn calibrate(
         (Some(top), Some(knee)) => Some(top.min(knee)),
         (top, knee) => top.or(knee),
     };
-    let larger_knee = curve_knee.filter(|knee| (*knee as f64) > spread.block_bytes_median);
-    let robust_block_bytes = match (robust, spread.gradual) {
-        (_, true) if larger_knee.is_some() => larger_knee,
-        (true, _) => robust_choice,
-        (false, _) => None,
+    let line = spread.block_bytes_median;
+    // At most twice where the curve reaches 90 % (which a sweep's knee is read at) and twice the
+    // line's block: past that the crossing is a dip or a noisy plateau, not the path.
+    let raised = match (curve_crossing(&timings, CURVE_KNEE_SHARE), curve_crossing(&timings, KNEE_SHARE)) {
+        (Some(crossing), Some(knee)) if crossing > line => {
+            Some(crossing.min(2.0 * knee).min(2.0 * line).max(line) as u64)
+        }
+        _ => None,
+    };
+    let robust_block_bytes = match (raised, robust) {
+        (Some(raised), _) => Some(raised),
+        (None, true) => robust_choice,
+        (None, false) => None,
     };
     let (fixed_cost_us, bandwidth_gbps) = (spread.fixed_cost_us_median, spread.bandwidth_gbps_median);
     let mut entry = CalibratedPath {
@@ -503,8 +509,8 @@ pub fn calibrate(
                     CONFIDENCE * 100.0,
                     if extended { ", after measuring longer because it was wider than 2×" } else { "" },
                     match robust_block_bytes {
-                        Some(_) if spread.gradual && robust_block_bytes == larger_knee => {
-                            "; the curve bends later than its line, so its measured knee (a larger block) is answered"
+                        Some(_) if robust_block_bytes == raised => {
+                            "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered (at most twice where it reaches 90 % and twice the line's block)"
                         }
                         Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller",
                         None => "; the middle of the fits is answered",
@@ -671,6 +677,13 @@ impl Spread {
             )
         })
     }
+}
+
+/// Where the median curve crosses `share` of its robust plateau
+/// ([`crossing_at`](rdma_hint_core::fit::crossing_at)), in bytes.
+fn curve_crossing(timings: &[BlockTiming], share: f64) -> Option<f64> {
+    let curve: Vec<(u64, f64)> = timings.iter().map(|t| (t.block_bytes, t.gbps())).collect();
+    rdma_hint_core::fit::crossing_at(&curve, robust_plateau(&curve)?, share)
 }
 
 /// The curve's own knee: the median of the bootstrap resamples' robust knees (the smallest
