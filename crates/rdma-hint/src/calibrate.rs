@@ -401,11 +401,18 @@ pub fn calibrate(
         (top, knee) => top.or(knee),
     };
     let line = spread.block_bytes_median;
-    // At most twice where the curve reaches 90 % (which a sweep's knee is read at) and twice the
-    // line's block: past that the crossing is a dip or a noisy plateau, not the path.
+    // At most twice the ladder block at or below where the curve reaches 90 % (a sweep reads
+    // its knee as a ladder block, at 90 %, and its noise moves it one block down as often as
+    // up) and twice the line's block: past that the crossing is a dip or a noisy plateau.
     let raised = match (curve_crossing(&timings, CURVE_KNEE_SHARE), curve_crossing(&timings, KNEE_SHARE)) {
         (Some(crossing), Some(knee)) if crossing > line => {
-            Some(crossing.min(2.0 * knee).min(2.0 * line).max(line) as u64)
+            let knee_block = timings
+                .iter()
+                .map(|t| t.block_bytes as f64)
+                .filter(|block| *block <= knee)
+                .reduce(f64::max)
+                .unwrap_or(knee);
+            Some(crossing.min(2.0 * knee_block).min(2.0 * line).max(line) as u64)
         }
         _ => None,
     };
@@ -510,7 +517,7 @@ pub fn calibrate(
                     if extended { ", after measuring longer because it was wider than 2×" } else { "" },
                     match robust_block_bytes {
                         Some(_) if robust_block_bytes == raised => {
-                            "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered (at most twice where it reaches 90 % and twice the line's block)"
+                            "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered (at most twice the ladder block where it reaches 90 %, and twice the line's block)"
                         }
                         Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller",
                         None => "; the middle of the fits is answered",

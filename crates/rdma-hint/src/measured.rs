@@ -318,7 +318,7 @@ pub fn calibrated_hint(
         hint.reasons.push(Reason::new(
             Factor::Calibrated,
             format!("{bounded} B"),
-            "chosen by calibration from its margins: where the resampled fits' interval was too wide to pick a block, its top or the measured curve's knee (97 % of its plateau), the smaller; where the measured curve reaches 97 % of its plateau only past the line's block, that crossing, at most twice where it reaches 90 % and twice the line's block",
+            "chosen by calibration from its margins: where the resampled fits' interval was too wide to pick a block, its top or the measured curve's knee (97 % of its plateau), the smaller; where the measured curve reaches 97 % of its plateau only past the line's block, that crossing, at most twice the ladder block where it reaches 90 % and twice the line's block",
         ));
     }
     hint.reasons.push(Reason::new(
