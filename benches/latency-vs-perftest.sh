@@ -134,10 +134,10 @@ for size in $sizes; do
         theirs_all=\"\$theirs_all \$(ib_write_lat -d \$RXE_DEV -F -s \$size -n $vm_iterations \$RXE_IP 2>/dev/null | awk -v s=\$size '\$1 == s { print \$5 }')\"
         wait
         port=\$((port + 1))
-        $ours verbs:\$RXE_DEV \$size serve \$RXE_IP:\$port $vm_iterations >/dev/null 2>&1 &
+        $ours verbs:\$RXE_DEV \$size serve \$RXE_IP:\$port $vm_iterations >/tmp/write_lat_serve.log 2>&1 &
         sleep 1
         out=\$($ours verbs:\$RXE_DEV \$size run \$RXE_IP:\$port $vm_iterations)
-        wait
+        wait \$! || { echo \"the serving side failed (\$size B):\"; cat /tmp/write_lat_serve.log; }
         mine_all=\"\$mine_all \$(echo \"\$out\" | awk '\$2 == \"pingpong\" { print \$3 }')\"
         mine99_all=\"\$mine99_all \$(echo \"\$out\" | awk '\$2 == \"pingpong\" { print \$4 }')\"
         done_all=\"\$done_all \$(echo \"\$out\" | awk '\$2 == \"completion\" { print \$3 }')\"

@@ -1,16 +1,23 @@
 //! The thread that watches the completion channel: CQ events wake the tasks waiting on the CQ
 //! (re-arming it first, so no completion falls between the event and the next arm), and the
 //! out-of-band socket's EOF marks the peer gone.
+//!
+//! A CQ is armed only while someone may sleep on it: in [`WaitMode::BusyPoll`] with nobody
+//! asleep, an event leaves the CQ unarmed, so the busy-polling waiter's completions wake no
+//! thread (on a machine with as many cores as pollers, that wake-up preempts a poller: in the
+//! 2-core Soft-RoCE guest it was most of a small write's round trip). A wait that goes to
+//! sleep arms the CQ itself first ([`Events::arm_before_sleep`]).
 
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::lending::Lent;
 use rdma_hint_core::TransportError;
+use rdma_hint_core::WaitMode;
 use rdma_hint_oob::{peer_left, PeerLoss};
-use rdma_hint_toolkit::wait::Notifier;
+use rdma_hint_toolkit::wait::{Notifier, WaitModeCell};
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
@@ -23,6 +30,12 @@ pub(crate) struct Events {
     pub(crate) arrivals: Notifier,
     /// Why the connection is gone; first reason wins.
     pub(crate) broken: OnceLock<String>,
+    /// How the transport's waits wait (the event thread re-arms in `Adaptive` only).
+    pub(crate) wait_mode: WaitModeCell,
+    /// Whether the send CQ is armed (or about to be): cleared when its event is taken.
+    send_armed: AtomicBool,
+    /// The same for the receive CQ.
+    recv_armed: AtomicBool,
     stop: AtomicBool,
     /// An eventfd written to stop the thread.
     stop_fd: OwnedFd,
@@ -41,9 +54,29 @@ impl Events {
             completions: Notifier::default(),
             arrivals: Notifier::default(),
             broken: OnceLock::new(),
+            wait_mode: WaitModeCell::default(),
+            // Both CQs are armed when they are created.
+            send_armed: AtomicBool::new(true),
+            recv_armed: AtomicBool::new(true),
             stop: AtomicBool::new(false),
             stop_fd,
         })
+    }
+
+    /// Arms `cq` (the send CQ when `send`) unless it is armed, for a wait about to sleep on it
+    /// after a look found nothing; `true` when it armed it, so the caller looks once more
+    /// (a completion that came before the arm produced no event).
+    ///
+    /// Against the event thread: it clears the flag, then re-arms only if someone sleeps. A
+    /// wait registers before its last look, so either the thread sees it registered and re-arms,
+    /// or this look sees the flag cleared and arms.
+    pub(crate) fn arm_before_sleep(&self, cq: &CompletionQueue, send: bool) -> Result<bool, TransportError> {
+        let armed = if send { &self.send_armed } else { &self.recv_armed };
+        if armed.load(Ordering::SeqCst) || armed.swap(true, Ordering::SeqCst) {
+            return Ok(false);
+        }
+        cq.arm()?;
+        Ok(true)
     }
 
     /// Marks the connection gone and wakes every waiter.
@@ -152,19 +185,27 @@ fn run(events: &Events, watched: &Watched, oob: &TcpStream) {
     }
 }
 
-/// Takes every pending CQ event: ack, re-arm, then wake (in that order, so a completion that
-/// lands after the wake-up produces a new event).
+/// Takes every pending CQ event: ack, re-arm where someone may sleep on the CQ, then wake (in
+/// that order, so a completion that lands after the wake-up produces a new event).
 fn drain_channel(events: &Events, watched: &Watched) {
     let cqs = [&*watched.send_cq, &*watched.recv_cq];
     while let Some(cq) = watched.channel.get_event(&cqs) {
         cq.ack_event();
-        if let Err(e) = cq.arm() {
-            events.fail(format!("re-arming the CQ failed: {e}"));
-        }
-        if std::ptr::eq(cq, cqs[0]) {
-            events.completions.notify();
+        let (armed, notifier) = if std::ptr::eq(cq, cqs[0]) {
+            (&events.send_armed, &events.completions)
         } else {
-            events.arrivals.notify();
+            (&events.recv_armed, &events.arrivals)
+        };
+        // The event disarmed the CQ. Cleared before the look at the sleepers: a wait that
+        // registers after that look finds the flag cleared and arms the CQ itself.
+        armed.store(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if events.wait_mode.get() == WaitMode::Adaptive || notifier.has_waiters() {
+            armed.store(true, Ordering::SeqCst);
+            if let Err(e) = cq.arm() {
+                events.fail(format!("re-arming the CQ failed: {e}"));
+            }
         }
+        notifier.notify();
     }
 }

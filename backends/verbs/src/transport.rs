@@ -20,7 +20,7 @@ use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_toolkit::caller_memory::{
     admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
 };
-use rdma_hint_toolkit::wait::{wait, WaitModeCell};
+use rdma_hint_toolkit::wait::wait;
 use rdma_hint_toolkit::RegionTable;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
@@ -37,6 +37,9 @@ const MAX_WRS_PER_POST: u32 = 64;
 /// How often polls look at the out-of-band socket for a peer that went away (the event
 /// thread also watches it).
 const LIVENESS_EVERY: Duration = Duration::from_millis(1);
+/// Empty polls between two looks at the clock for [`LIVENESS_EVERY`]: a clock read per empty
+/// poll was most of a busy poll's cost in the emulated Soft-RoCE guest.
+const POLLS_PER_CLOCK: u32 = 64;
 /// `Arrival::region` when the receiver exposed several regions: RDMA WRITE WITH IMM does not
 /// say which one was written.
 pub const UNKNOWN_REGION: RegionId = RegionId(u32::MAX);
@@ -62,6 +65,7 @@ unsafe impl Send for Posting {}
 struct Polling {
     wcs: Vec<ibv::ibv_wc>,
     checked: Instant,
+    empty_polls: u32,
 }
 
 /// Raw ibverbs RC transport over one device port.
@@ -71,10 +75,11 @@ struct Polling {
 /// registration with remote write (regions never exposed have no rkey), then moves the QP
 /// INIT → RTR → RTS. `post_writes` chains one `ibv_send_wr` per op (RDMA WRITE, or WRITE WITH
 /// IMM) into a single `ibv_post_send`; only ops marked signalled produce completions. Both CQs
-/// report to one completion channel (`ibv_req_notify_cq`, re-armed after every event); a thread
-/// sleeps on its fd and the out-of-band socket and wakes the waiting tasks, so a wait polls the
-/// CQ, spins briefly and then sleeps ([`WaitMode::Adaptive`]) or polls it until the deadline
-/// ([`WaitMode::BusyPoll`]). A peer that dies is `PeerGone` at once, before RC retries run out.
+/// report to one completion channel; a thread sleeps on its fd and the out-of-band socket and
+/// wakes the waiting tasks, so a wait polls the CQ, spins briefly and then sleeps
+/// ([`WaitMode::Adaptive`]: the CQs are re-armed after every event) or polls it from the
+/// waiting thread until the deadline ([`WaitMode::BusyPoll`]: the CQs stay unarmed, so no
+/// completion wakes the event thread). A peer that dies is `PeerGone` at once, before RC retries run out.
 ///
 /// ```no_run
 /// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
@@ -107,7 +112,6 @@ pub struct VerbsTransport {
     oob: OnceLock<TcpStream>,
     events: Arc<Events>,
     event_thread: Mutex<Option<EventThread>>,
-    wait_mode: WaitModeCell,
     copies: CopyMeter,
     exposure: Exposure,
     port: Port,
@@ -213,12 +217,11 @@ impl VerbsTransport {
                 retires: VecDeque::with_capacity(sq_depth as usize),
                 since_signal: 0,
             }),
-            polling: Mutex::new(Polling { wcs, checked: Instant::now() }),
+            polling: Mutex::new(Polling { wcs, checked: Instant::now(), empty_polls: 0 }),
             rendezvous: Rendezvous::default(),
             oob: OnceLock::new(),
             events,
             event_thread: Mutex::new(None),
-            wait_mode: WaitModeCell::default(),
             copies: CopyMeter::default(),
             exposure: Exposure::default(),
             port: Port { number: port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 },
@@ -246,7 +249,11 @@ impl VerbsTransport {
     /// Looks at the out-of-band socket (at most every millisecond): EOF means the peer process
     /// is gone, whatever the QP still believes.
     fn watch_peer(&self, polling: &mut Polling) {
-        if polling.checked.elapsed() < LIVENESS_EVERY || self.broken() {
+        polling.empty_polls = polling.empty_polls.wrapping_add(1);
+        if !polling.empty_polls.is_multiple_of(POLLS_PER_CLOCK)
+            || polling.checked.elapsed() < LIVENESS_EVERY
+            || self.broken()
+        {
             return;
         }
         polling.checked = Instant::now();
@@ -414,11 +421,11 @@ impl Transport for VerbsTransport {
     }
 
     fn set_wait_mode(&self, mode: WaitMode) {
-        self.wait_mode.set(mode);
+        self.events.wait_mode.set(mode);
     }
 
     fn wait_mode(&self) -> WaitMode {
-        self.wait_mode.get()
+        self.events.wait_mode.get()
     }
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
@@ -620,9 +627,15 @@ impl Transport for VerbsTransport {
         if out.is_empty() {
             return Ok(0);
         }
-        let mode = self.wait_mode.get();
+        let mode = self.events.wait_mode.get();
+        let cq = self.qp.send_cq();
         wait(&self.events.completions, mode, deadline, "verbs completions", || {
-            ready(self.poll_completions(out))
+            match ready(self.poll_completions(out))? {
+                None if mode == WaitMode::Adaptive && self.events.arm_before_sleep(cq, true)? => {
+                    ready(self.poll_completions(out))
+                }
+                found => Ok(found),
+            }
         })
         .await
     }
@@ -661,8 +674,17 @@ impl Transport for VerbsTransport {
         if out.is_empty() {
             return Ok(0);
         }
-        let mode = self.wait_mode.get();
-        wait(&self.events.arrivals, mode, deadline, "verbs arrivals", || ready(self.poll_arrivals(out))).await
+        let mode = self.events.wait_mode.get();
+        let cq = self.qp.recv_cq();
+        wait(&self.events.arrivals, mode, deadline, "verbs arrivals", || {
+            match ready(self.poll_arrivals(out))? {
+                None if mode == WaitMode::Adaptive && self.events.arm_before_sleep(cq, false)? => {
+                    ready(self.poll_arrivals(out))
+                }
+                found => Ok(found),
+            }
+        })
+        .await
     }
 }
 
