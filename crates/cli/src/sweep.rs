@@ -288,9 +288,8 @@ const WARM_UP: Duration = Duration::from_millis(1000);
 fn warm_up(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64) -> Result<()> {
     let transport = &*endpoints.sender;
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
-    chunker.set_hint(args.source, BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?);
-    let len = (args.transfer_bytes / block).max(1) * block;
-    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    chunker.set_hint(args.source, ladder_spec(block, align)?);
+    let transfer = streamed(endpoints, args, block);
     let started = Instant::now();
     while started.elapsed() < WARM_UP {
         chunker.write_blocking(
@@ -302,6 +301,25 @@ fn warm_up(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64) -> R
     Ok(())
 }
 
+/// A ladder block's spec: it keeps the largest power of two that divides it, up to the ladder's
+/// alignment (a hint need not be a multiple of it: UCX's is 512 B).
+fn ladder_spec(block: u64, align: u64) -> Result<BlockSpec> {
+    Ok(BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?)
+}
+
+/// The transfer a point streams in blocks of `block`: whole blocks only, never past the region
+/// (at least one block, at most the transfer size); a serve peer hears from us once per
+/// transfer, the loopback receiver drains nothing.
+fn streamed<'a>(endpoints: &'a Endpoints, args: &SweepArgs, block: u64) -> Transfer<'a> {
+    let len = (args.transfer_bytes / block).max(1) * block;
+    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    if args.peer.is_some() {
+        transfer.notify(SWEEP_PROGRESS)
+    } else {
+        transfer
+    }
+}
+
 fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
     let deadline = || Instant::now() + Duration::from_secs(60);
     let transport = &*endpoints.sender;
@@ -309,15 +327,10 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
     match &marks.hint {
         // A hint is measured as the chunker takes it from an embedder.
         Some(hint) => chunker.set_size_hint(hint)?,
-        // A ladder block keeps the largest power of two that divides it, up to the ladder's
-        // alignment (a hint need not be a multiple of it: UCX's is 512 B).
-        None => chunker.set_hint(args.source, BlockSpec::new(block, align.min(1 << block.trailing_zeros()))?),
+        None => chunker.set_hint(args.source, ladder_spec(block, align)?),
     }
-    // Whole blocks only, never past the region: at least one block, at most the transfer size.
-    let len = (args.transfer_bytes / block).max(1) * block;
-    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
-    // A serve peer hears from us once per transfer; the loopback receiver drains nothing.
-    let transfer = if args.peer.is_some() { transfer.notify(SWEEP_PROGRESS) } else { transfer };
+    let transfer = streamed(endpoints, args, block);
+    let len = transfer.len;
     // Warm-up, then timed iterations: average = all bytes / all time, median and peak of the
     // iterations' rates.
     chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
