@@ -10,6 +10,9 @@
 //!   every k-th and the last, and keeps up to W outstanding.
 //! * [`Chunker`] holds one hint per memory source (a GPU behind a switch and a direct GPU get
 //!   different blocks) and runs the pipeline: pre-sized buffers, no allocation while posting.
+//! * [`Engine`] keeps many transfers in flight over connections to many peers, each
+//!   connection one or more lanes: `submit` never blocks, completions are routed back by
+//!   `wr_id`, blocks of concurrent transfers interleave.
 //! * [`LoopbackTransport`] is a real in-process transport (two regions, `memcpy` on post,
 //!   completions through a crossbeam queue) for tests and benches.
 //!
@@ -44,6 +47,7 @@
 #![forbid(unsafe_code)]
 
 mod chunker;
+mod engine;
 mod error;
 mod loopback;
 mod pipeline;
@@ -51,6 +55,10 @@ mod plan;
 mod policy;
 
 pub use chunker::{Chunker, Transfer};
+pub use engine::{
+    validate_segments, Class, Delivered, Engine, EngineConfig, EngineError, LaneStats, PeerId, RequestError,
+    Segment, TransferId, TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS, MAX_SEGMENTS, MAX_TRANSFERS,
+};
 pub use error::{PlanError, TransferError};
 pub use loopback::LoopbackTransport;
 pub use pipeline::{Pipeline, TransferReport};

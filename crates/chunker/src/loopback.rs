@@ -35,7 +35,8 @@ struct Regions {
 #[derive(Debug)]
 pub struct LoopbackTransport {
     caps: Capabilities,
-    regions: Mutex<Regions>,
+    /// Shared with the lanes opened from this transport.
+    regions: std::sync::Arc<Mutex<Regions>>,
     completed: EventSender<Completion>,
     completions: EventQueue<Completion>,
     arrived: EventSender<Arrival>,
@@ -79,7 +80,7 @@ impl LoopbackTransport {
                     medium_copies: 1,
                 }],
             },
-            regions: Mutex::new(Regions::default()),
+            regions: std::sync::Arc::default(),
             completed,
             completions,
             arrived,
@@ -87,6 +88,25 @@ impl LoopbackTransport {
             wait_mode: WaitModeCell::default(),
             copies: CopyMeter::default(),
         }
+    }
+
+    /// Another lane of the same connection: a transport with its own completion and arrival
+    /// queues over the same regions (same ids, same bytes), as a backend's lanes are.
+    ///
+    /// ```
+    /// use rdma_hint_chunker::LoopbackTransport;
+    /// use rdma_hint_core::{MemoryKind, Transport};
+    /// let first = LoopbackTransport::new(64);
+    /// let region = first.register(MemoryKind::Host, 4096).unwrap();
+    /// first.write_region(region.id, 0, b"shared").unwrap();
+    /// let second = first.open_lane();
+    /// let mut seen = [0u8; 6];
+    /// second.read_region(region.id, 0, &mut seen).unwrap();
+    /// assert_eq!(&seen, b"shared");
+    /// ```
+    pub fn open_lane(&self) -> LoopbackTransport {
+        let lane = LoopbackTransport::new(self.caps.max_outstanding_wrs);
+        LoopbackTransport { regions: self.regions.clone(), ..lane }
     }
 
     /// Puts `buffer` in the next slot.

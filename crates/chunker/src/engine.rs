@@ -1,0 +1,448 @@
+//! The transfer engine: many transfers in flight over connections to many peers, each
+//! connection one or more lanes (transports opened together), every transfer cut at the hint
+//! of its source.
+//!
+//! [`Engine::submit`] never blocks: it checks the request, takes a transfer slot and queues the
+//! transfer. A driver thread posts blocks one per transfer per turn (so a small transfer is not
+//! queued behind a large one; [`TransferRequest::latency_first`] ones go first), stripes them
+//! over a connection's lanes by fewest outstanding bytes, and routes each completion back to its
+//! transfer by the lane's sequence number in `wr_id`. [`Engine::wait`] is woken by that
+//! thread; [`Engine::wait_blocking`] is its twin for callers without a runtime.
+//!
+//! ```
+//! use rdma_hint_chunker::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferRequest};
+//! use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
+//! use std::sync::Arc;
+//! use std::time::{Duration, Instant};
+//!
+//! let transport = Arc::new(LoopbackTransport::new(64));
+//! let src = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+//! let dst = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+//! transport.write_region(src.id, 0, &[7u8; 300_000]).unwrap();
+//! let deadline = Instant::now() + Duration::from_secs(5);
+//! let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+//! let remote = rdma_hint_toolkit::blocking::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap();
+//!
+//! let engine = Engine::new(EngineConfig::default()).unwrap();
+//! engine.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
+//! let peer = engine.add_peer(vec![transport.clone()], &remote).unwrap();
+//! let id = engine.submit(peer, TransferRequest::single(&src, 0, &remote[0], 0, 300_000), deadline).unwrap();
+//! let delivered = engine.wait_blocking(id, deadline).unwrap();
+//! assert_eq!((delivered.bytes, delivered.blocks), (300_000, 5));
+//! let mut arrived = vec![0u8; 300_000];
+//! transport.read_region(dst.id, 0, &mut arrived).unwrap();
+//! assert!(arrived.iter().all(|b| *b == 7));
+//! ```
+
+mod request;
+mod state;
+
+pub use request::{validate_segments, Class, RequestError, Segment, TransferRequest, MAX_SEGMENTS};
+pub use state::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
+
+use crate::error::PlanError;
+use crate::plan::BlockSpec;
+use crate::policy::PostPolicy;
+use rdma_hint_core::{
+    Arrival, Completion, RemoteRegion, SizeHint, SourceId, Transport, TransportError, WaitMode,
+};
+use rdma_hint_toolkit::wait::{wait, Notifier};
+use state::State;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How an engine posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Per lane: work requests per doorbell and outstanding at most (signalling is per
+    /// doorbell: its last request, and each transfer's last block, ask for a completion).
+    pub policy: PostPolicy,
+    /// Transfers tracked at once (submitted and not yet collected by `wait`), 1 to 65 536.
+    pub max_transfers: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { policy: PostPolicy::default(), max_transfers: 4096 }
+    }
+}
+
+/// The most transfers one engine tracks.
+pub const MAX_TRANSFERS: u32 = 1 << 16;
+
+/// A connection of an [`Engine`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerId(u32);
+
+/// A submitted transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TransferId {
+    slot: u32,
+    generation: u32,
+}
+
+/// What a finished transfer moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    /// Payload bytes, confirmed delivered.
+    pub bytes: u64,
+    /// Blocks (work requests) posted.
+    pub blocks: u64,
+}
+
+/// Why a transfer did not finish.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// A lane of its connection failed while one of its blocks was in flight (or every lane
+    /// failed while it was queued).
+    #[error("transport error after {confirmed_bytes} B confirmed: {source}")]
+    Transport {
+        /// The lane's error.
+        source: TransportError,
+        /// Payload bytes confirmed before it.
+        confirmed_bytes: u64,
+    },
+    /// The transfer's own deadline (given at submit) passed.
+    #[error("deadline passed after {confirmed_bytes} of {len} B confirmed")]
+    DeadlineExceeded {
+        /// Payload bytes confirmed.
+        confirmed_bytes: u64,
+        /// Payload bytes asked for.
+        len: u64,
+    },
+    /// Cancelled (or the engine dropped) before it finished; blocks already posted may still
+    /// land.
+    #[error("cancelled after {confirmed_bytes} B confirmed")]
+    Cancelled {
+        /// Payload bytes confirmed.
+        confirmed_bytes: u64,
+    },
+    /// The wait's deadline passed first; the transfer goes on and can be waited for again.
+    #[error("the wait ended at its deadline; the transfer is still running")]
+    WaitDeadline,
+    /// Not a transfer of this engine, or its result was already handed out.
+    #[error("unknown transfer (never submitted here, or already collected)")]
+    UnknownTransfer,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    stop: AtomicBool,
+    driver: OnceLock<Thread>,
+    /// Woken when a transfer finishes.
+    finished: Notifier,
+    /// Woken when a slot comes free.
+    room: Notifier,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn kick(&self) {
+        if let Some(driver) = self.driver.get() {
+            driver.unpark();
+        }
+    }
+
+    fn announce(&self, finished: bool, freed: bool) {
+        if finished {
+            self.finished.notify();
+        }
+        if freed {
+            self.room.notify();
+        }
+    }
+}
+
+/// Moves many transfers at once over connections to many peers. See the [module](self).
+pub struct Engine {
+    shared: Arc<Shared>,
+    driver: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("peers", &self.shared.lock().peers.len()).finish()
+    }
+}
+
+impl Engine {
+    /// An engine with no peers and no hints; starts its driver thread.
+    pub fn new(config: EngineConfig) -> Result<Engine, PlanError> {
+        config.policy.validate()?;
+        if config.max_transfers == 0 || config.max_transfers > MAX_TRANSFERS {
+            return Err(PlanError::InvalidPolicy(format!(
+                "max_transfers {} is outside 1..={MAX_TRANSFERS}",
+                config.max_transfers
+            )));
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(config.policy, config.max_transfers)),
+            stop: AtomicBool::new(false),
+            driver: OnceLock::new(),
+            finished: Notifier::default(),
+            room: Notifier::default(),
+        });
+        let for_driver = shared.clone();
+        let driver = std::thread::Builder::new()
+            .name("rdma-hint-engine".into())
+            .spawn(move || drive(&for_driver))
+            .map_err(|error| {
+                PlanError::InvalidPolicy(format!("cannot start the engine's thread: {error}"))
+            })?;
+        let _ = shared.driver.set(driver.thread().clone());
+        Ok(Engine { shared, driver: Some(driver) })
+    }
+
+    /// Sets the block spec transfers from `source` are cut with.
+    pub fn set_hint(&self, source: SourceId, spec: BlockSpec) {
+        self.shared.lock().set_hint(source, spec);
+    }
+
+    /// Sets the block spec of `hint.source` from the hint.
+    pub fn set_size_hint(&self, hint: &SizeHint) -> Result<(), PlanError> {
+        self.set_hint(hint.source, BlockSpec::from_hint(hint)?);
+        Ok(())
+    }
+
+    /// Which NUMA node's hint host regions take (node 0 unless set).
+    pub fn set_host_node(&self, node: u32) {
+        self.shared.lock().set_host_node(node);
+    }
+
+    /// Adds a connection of `lanes` (1 to [`MAX_LANES`] connected transports to one peer)
+    /// whose peer exposed `remote`.
+    ///
+    /// Every lane must address the same memory by the same region ids on both sides (lanes
+    /// opened together by a backend, e.g. `StagedTransport::open_lane`), since a transfer's
+    /// blocks go over whichever lane has the fewest bytes outstanding. Over several lanes, an
+    /// announced transfer's last block waits for the others to complete, so its arrival still
+    /// means every byte landed.
+    pub fn add_peer(
+        &self,
+        lanes: Vec<Arc<dyn Transport>>,
+        remote: &[RemoteRegion],
+    ) -> Result<PeerId, RequestError> {
+        self.shared.lock().add_peer(lanes, remote).map(PeerId)
+    }
+
+    /// Checks `request` and queues it for `peer`; it must finish by `deadline`. Never blocks:
+    /// with every slot taken it answers [`RequestError::Full`] (see
+    /// [`submit_when_ready`](Engine::submit_when_ready)).
+    pub fn submit(
+        &self,
+        peer: PeerId,
+        request: TransferRequest,
+        deadline: Instant,
+    ) -> Result<TransferId, RequestError> {
+        self.try_submit(peer, request, deadline).map_err(|(error, _)| error)
+    }
+
+    fn try_submit(
+        &self,
+        peer: PeerId,
+        request: TransferRequest,
+        deadline: Instant,
+    ) -> Result<TransferId, state::Refusal> {
+        let id = self.shared.lock().submit(peer.0, request, deadline)?;
+        self.shared.kick();
+        Ok(id)
+    }
+
+    /// [`submit`](Engine::submit), waiting (without blocking the thread) for a free slot until
+    /// `deadline` instead of answering [`RequestError::Full`].
+    pub async fn submit_when_ready(
+        &self,
+        peer: PeerId,
+        request: TransferRequest,
+        deadline: Instant,
+    ) -> Result<TransferId, RequestError> {
+        let mut pending = Some(request);
+        let mut refused = None;
+        let outcome = wait(&self.shared.room, WaitMode::Adaptive, deadline, "a free transfer slot", || {
+            let Some(request) = pending.take() else { return Ok(None) };
+            match self.try_submit(peer, request, deadline) {
+                Ok(id) => Ok(Some(id)),
+                Err((RequestError::Full { .. }, request)) => {
+                    pending = Some(*request);
+                    Ok(None)
+                }
+                Err((error, _)) => {
+                    refused = Some(error);
+                    Err(TransportError::InvalidArgument { what: "request", why: String::new() })
+                }
+            }
+        })
+        .await;
+        match (outcome, refused) {
+            (Ok(id), _) => Ok(id),
+            (Err(_), Some(error)) => Err(error),
+            (Err(_), None) => Err(RequestError::Full { max_transfers: self.shared.lock().max_transfers() }),
+        }
+    }
+
+    /// Where a transfer stands, without waiting.
+    pub fn status(&self, id: TransferId) -> TransferStatus {
+        self.shared.lock().status(id)
+    }
+
+    /// What each lane of `peer`'s connection has carried, in lane order (`None`: no such
+    /// peer).
+    pub fn lane_stats(&self, peer: PeerId) -> Option<Vec<LaneStats>> {
+        self.shared.lock().lane_stats(peer.0)
+    }
+
+    /// Stops posting a transfer's blocks; its wait ends in [`EngineError::Cancelled`]. `false`
+    /// if it had already ended or is unknown.
+    pub fn cancel(&self, id: TransferId) -> bool {
+        let cancelled = self.shared.lock().cancel(id);
+        if cancelled {
+            self.shared.announce(true, false);
+        }
+        cancelled
+    }
+
+    /// Waits until the transfer ends or `deadline` passes ([`EngineError::WaitDeadline`]: the
+    /// transfer goes on). An ended transfer's result is handed out once; its slot is freed.
+    pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, EngineError> {
+        let outcome = wait(&self.shared.finished, WaitMode::Adaptive, deadline, "a transfer", || {
+            let (result, freed) = self.shared.lock().collect(id);
+            self.shared.announce(false, freed);
+            Ok(result)
+        })
+        .await;
+        outcome.unwrap_or(Err(EngineError::WaitDeadline))
+    }
+
+    /// [`wait`](Engine::wait), parking the calling thread.
+    pub fn wait_blocking(&self, id: TransferId, deadline: Instant) -> Result<Delivered, EngineError> {
+        rdma_hint_toolkit::blocking::block_on(self.wait(id, deadline))
+    }
+
+    /// Receiver side: writes-with-immediate that arrived from `peer` on any of its lanes, at
+    /// least one, or [`TransportError::DeadlineExceeded`].
+    pub async fn wait_arrivals(
+        &self,
+        peer: PeerId,
+        out: &mut [Arrival],
+        deadline: Instant,
+    ) -> Result<usize, TransportError> {
+        let lanes: Vec<Arc<dyn Transport>> = {
+            let state = self.shared.lock();
+            let peer = state.peers.get(peer.0 as usize).ok_or(TransportError::NotConnected)?;
+            peer.lanes.iter().map(|lane| lane.transport.clone()).collect()
+        };
+        if let [only] = lanes.as_slice() {
+            return only.wait_arrivals(out, deadline).await;
+        }
+        // Each poll gives every lane's wait one look (registering this task's waker with each);
+        // whichever lane hears first wakes the task.
+        std::future::poll_fn(|cx| {
+            let mut expired = 0;
+            for lane in &lanes {
+                let polled = lane.wait_arrivals(&mut *out, deadline).as_mut().poll(cx);
+                match polled {
+                    Poll::Ready(Err(TransportError::DeadlineExceeded { .. })) => expired += 1,
+                    Poll::Ready(result) => return Poll::Ready(result),
+                    Poll::Pending => {}
+                }
+            }
+            if expired == lanes.len() {
+                return Poll::Ready(Err(TransportError::DeadlineExceeded {
+                    what: "an arrival on any lane",
+                    waited_ms: 0,
+                }));
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.kick();
+        if let Some(driver) = self.driver.take() {
+            let _ = driver.join();
+        }
+        self.shared.lock().stop_all();
+        self.shared.announce(true, true);
+    }
+}
+
+struct Unparker(Thread);
+
+impl Wake for Unparker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// How long the driver polls with nothing completing before it sleeps on the lanes' events.
+const SPIN: Duration = Duration::from_micros(50);
+/// The longest the driver sleeps between two looks at the transfers' deadlines.
+const NAP: Duration = Duration::from_millis(1);
+
+/// The driver thread: turns until nothing is left, then sleeps on the lanes' completion
+/// events (and on `submit`'s unpark).
+fn drive(shared: &Shared) {
+    let waker = Waker::from(Arc::new(Unparker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut waiting = Vec::new();
+    let mut scratch = vec![Completion::EMPTY; 1024];
+    let mut idle_since: Option<Instant> = None;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        let turn = shared.lock().turn(Some(now));
+        shared.announce(turn.finished, turn.freed);
+        if turn.worked {
+            idle_since = None;
+            continue;
+        }
+        if !turn.in_flight {
+            idle_since = None;
+            std::thread::park_timeout(NAP);
+            continue;
+        }
+        let since = *idle_since.get_or_insert(now);
+        if now.duration_since(since) < SPIN {
+            std::hint::spin_loop();
+            continue;
+        }
+        shared.lock().waiting_lanes(&mut waiting);
+        let mut heard = false;
+        for (peer, lane, transport) in &waiting {
+            let ready = {
+                let mut sleep = transport.wait_completions(&mut scratch, now + NAP);
+                match Pin::as_mut(&mut sleep).poll(&mut cx) {
+                    Poll::Ready(Ok(ready)) => ready,
+                    Poll::Ready(Err(_)) | Poll::Pending => 0,
+                }
+            };
+            if ready > 0 {
+                let mut turn = state::Turn::default();
+                shared.lock().retire(*peer, *lane, &scratch[..ready], &mut turn);
+                shared.announce(turn.finished, turn.freed);
+                heard = true;
+            }
+        }
+        waiting.clear();
+        if !heard {
+            std::thread::park_timeout(NAP);
+        }
+        idle_since = None;
+    }
+}

@@ -1,0 +1,700 @@
+//! The engine's bookkeeping, without threads: transfer slots, per-peer queues, per-lane
+//! posting and the routing of completions back to their transfers. The driver thread and the
+//! API calls take turns on it under one lock.
+
+use super::request::{Class, RequestError, Segment, Segments, TransferRequest};
+use super::{Delivered, EngineError, TransferId};
+use crate::plan::BlockSpec;
+use crate::policy::PostPolicy;
+use rdma_hint_core::{
+    Completion, CompletionStatus, MemoryKind, RegionId, RemoteRegion, SourceId, Transport, TransportError,
+    WriteOp,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One transport of a connection. Its `wr_id`s are its own post sequence numbers; the
+/// in-flight queue says which transfer each number belongs to.
+pub(crate) struct Lane {
+    pub(crate) transport: Arc<dyn Transport>,
+    window: u32,
+    per_post: u32,
+    next_seq: u64,
+    in_flight: VecDeque<Posted>,
+    outstanding_bytes: u64,
+    posted_bytes: u64,
+    posted_wrs: u64,
+    ops: Vec<WriteOp>,
+    completions: Vec<Completion>,
+    dead: Option<String>,
+}
+
+/// One posted work request.
+#[derive(Debug, Clone, Copy)]
+struct Posted {
+    seq: u64,
+    slot: u32,
+    generation: u32,
+    bytes: u64,
+}
+
+pub(crate) struct Peer {
+    pub(crate) lanes: Vec<Lane>,
+    remote: Vec<RemoteRegion>,
+    max_block: u64,
+    latency: VecDeque<u32>,
+    bulk: VecDeque<u32>,
+}
+
+/// Where a transfer stands.
+enum Phase {
+    Free,
+    Running,
+    Finished(Result<Delivered, EngineError>),
+    /// Its result was handed out; posted blocks may still be retiring.
+    Collected,
+}
+
+struct Slot {
+    generation: u32,
+    phase: Phase,
+    peer: u32,
+    local: RegionId,
+    remote: RegionId,
+    segments: Segments,
+    segment: usize,
+    offset: u64,
+    block_bytes: u64,
+    notify: Option<u32>,
+    deadline: Instant,
+    total: u64,
+    confirmed: u64,
+    blocks: u64,
+    in_flight: u64,
+    cancelled: bool,
+}
+
+impl Slot {
+    fn free() -> Slot {
+        Slot {
+            generation: 0,
+            phase: Phase::Free,
+            peer: 0,
+            local: RegionId(0),
+            remote: RegionId(0),
+            segments: Segments::One(Segment { local_offset: 0, remote_offset: 0, len: 0 }),
+            segment: 0,
+            offset: 0,
+            block_bytes: 1,
+            notify: None,
+            deadline: Instant::now(),
+            total: 0,
+            confirmed: 0,
+            blocks: 0,
+            in_flight: 0,
+            cancelled: false,
+        }
+    }
+
+    /// The next block, and whether it is the transfer's last; `None` once all are posted.
+    fn peek_block(&self) -> Option<(Segment, bool)> {
+        let segments = self.segments.as_slice();
+        let segment = segments.get(self.segment)?;
+        let len = (segment.len - self.offset).min(self.block_bytes);
+        let last = self.segment + 1 == segments.len() && self.offset + len == segment.len;
+        let block = Segment {
+            local_offset: segment.local_offset + self.offset,
+            remote_offset: segment.remote_offset + self.offset,
+            len,
+        };
+        Some((block, last))
+    }
+
+    fn advance(&mut self, len: u64) {
+        self.offset += len;
+        if self.offset == self.segments.as_slice()[self.segment].len {
+            self.segment += 1;
+            self.offset = 0;
+        }
+        self.blocks += 1;
+        self.in_flight += 1;
+    }
+
+    fn all_posted(&self) -> bool {
+        self.segment >= self.segments.as_slice().len()
+    }
+}
+
+/// What one lane of a connection has carried.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LaneStats {
+    /// Payload bytes posted on the lane so far.
+    pub posted_bytes: u64,
+    /// Work requests posted on the lane so far.
+    pub posted_wrs: u64,
+    /// Bytes posted and not yet completed.
+    pub outstanding_bytes: u64,
+    /// Why the lane stopped, if it failed.
+    pub failed: Option<String>,
+}
+
+/// What a transfer looks like from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferStatus {
+    /// Blocks are still being posted or confirmed.
+    Running {
+        /// Payload bytes whose completion arrived, in bytes.
+        confirmed_bytes: u64,
+        /// Payload bytes asked for.
+        len: u64,
+    },
+    /// Every byte was confirmed delivered; `wait` hands out the report.
+    Done,
+    /// It failed, was cancelled or passed its deadline; `wait` hands out the error.
+    Failed,
+    /// Not a transfer of this engine, or its result was already handed out.
+    Unknown,
+}
+
+pub(crate) struct State {
+    pub(crate) peers: Vec<Peer>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    hints: BTreeMap<SourceId, BlockSpec>,
+    host_node: u32,
+    policy: PostPolicy,
+    pub(crate) stopping: bool,
+    next_deadline_scan: Instant,
+}
+
+/// A refused request, with the request handed back (boxed: refusals are rare, the `Ok` path
+/// stays small).
+pub(crate) type Refusal = (RequestError, Box<TransferRequest>);
+
+/// Peers one engine connects to, at most.
+pub const MAX_PEERS: usize = 1024;
+/// Lanes (transports opened together) one connection may have, at most.
+pub const MAX_LANES: usize = 16;
+
+/// What one turn of the driver did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Turn {
+    /// Something was posted, retired or ended.
+    pub(crate) worked: bool,
+    /// A transfer finished (waiters should look).
+    pub(crate) finished: bool,
+    /// A slot came free (blocked submitters should look).
+    pub(crate) freed: bool,
+    /// Some lane has work requests in flight.
+    pub(crate) in_flight: bool,
+}
+
+impl State {
+    pub(crate) fn new(policy: PostPolicy, max_transfers: u32) -> State {
+        State {
+            peers: Vec::new(),
+            slots: (0..max_transfers).map(|_| Slot::free()).collect(),
+            free: (0..max_transfers).rev().collect(),
+            hints: BTreeMap::new(),
+            host_node: 0,
+            policy,
+            stopping: false,
+            next_deadline_scan: Instant::now(),
+        }
+    }
+
+    pub(crate) fn set_hint(&mut self, source: SourceId, spec: BlockSpec) {
+        self.hints.insert(source, spec);
+    }
+
+    pub(crate) fn set_host_node(&mut self, node: u32) {
+        self.host_node = node;
+    }
+
+    pub(crate) fn max_transfers(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    pub(crate) fn add_peer(
+        &mut self,
+        lanes: Vec<Arc<dyn Transport>>,
+        remote: &[RemoteRegion],
+    ) -> Result<u32, RequestError> {
+        if lanes.is_empty() || lanes.len() > MAX_LANES {
+            return Err(RequestError::InvalidPeer(format!("{} lanes; give 1 to {MAX_LANES}", lanes.len())));
+        }
+        if self.peers.len() >= MAX_PEERS {
+            return Err(RequestError::InvalidPeer(format!("this engine already has {MAX_PEERS} peers")));
+        }
+        let mut max_block = u64::MAX;
+        let lanes = lanes
+            .into_iter()
+            .map(|transport| {
+                let caps = transport.capabilities();
+                let policy = self.policy.fitted_to(caps);
+                max_block = max_block.min(caps.facts.max_msg_bytes.max(1));
+                Lane {
+                    window: policy.window,
+                    per_post: policy.wrs_per_doorbell,
+                    next_seq: 1,
+                    in_flight: VecDeque::with_capacity(policy.window as usize),
+                    outstanding_bytes: 0,
+                    posted_bytes: 0,
+                    posted_wrs: 0,
+                    ops: vec![EMPTY_OP; policy.wrs_per_doorbell as usize],
+                    completions: vec![Completion::EMPTY; policy.window as usize],
+                    dead: None,
+                    transport,
+                }
+            })
+            .collect();
+        let slots = self.slots.len();
+        self.peers.push(Peer {
+            lanes,
+            remote: remote.to_vec(),
+            max_block,
+            latency: VecDeque::with_capacity(slots),
+            bulk: VecDeque::with_capacity(slots),
+        });
+        Ok(self.peers.len() as u32 - 1)
+    }
+
+    /// Takes a request into a free slot and queues it: the checks come first, so a refusal
+    /// leaves nothing behind.
+    pub(crate) fn submit(
+        &mut self,
+        peer: u32,
+        request: TransferRequest,
+        deadline: Instant,
+    ) -> Result<TransferId, Refusal> {
+        match self.admit(peer, request) {
+            Ok((request, total, block_bytes)) => {
+                let Some(index) = self.free.pop() else {
+                    let max_transfers = self.max_transfers();
+                    return Err((RequestError::Full { max_transfers }, Box::new(request)));
+                };
+                let slot = &mut self.slots[index as usize];
+                slot.generation = slot.generation.wrapping_add(1);
+                *slot = Slot {
+                    generation: slot.generation,
+                    phase: Phase::Running,
+                    peer,
+                    local: request.local.id,
+                    remote: request.remote.id,
+                    segments: request.segments,
+                    segment: 0,
+                    offset: 0,
+                    block_bytes,
+                    notify: request.notify,
+                    deadline,
+                    total,
+                    confirmed: 0,
+                    blocks: 0,
+                    in_flight: 0,
+                    cancelled: false,
+                };
+                let peer = &mut self.peers[peer as usize];
+                match request.class {
+                    Class::Bulk => peer.bulk.push_back(index),
+                    Class::LatencyFirst => peer.latency.push_back(index),
+                }
+                Ok(TransferId { slot: index, generation: slot.generation })
+            }
+            Err(refusal) => Err(refusal),
+        }
+    }
+
+    fn admit(&self, peer: u32, mut request: TransferRequest) -> Result<(TransferRequest, u64, u64), Refusal> {
+        if self.stopping {
+            return Err((RequestError::Stopped, Box::new(request)));
+        }
+        let Some(peer_state) = self.peers.get(peer as usize) else {
+            return Err((RequestError::UnknownPeer(peer), Box::new(request)));
+        };
+        let remote = request.remote;
+        if !peer_state.remote.contains(&remote) {
+            return Err((
+                RequestError::UnknownRemoteRegion { id: remote.id, len: remote.len },
+                Box::new(request),
+            ));
+        }
+        let source = match request.source {
+            Some(source) => source,
+            None => match request.local.kind {
+                MemoryKind::Host => SourceId::Host(self.host_node),
+                MemoryKind::CudaDevice { ordinal } => SourceId::Gpu(ordinal),
+                MemoryKind::DmaBuf => return Err((RequestError::UnknownSource, Box::new(request))),
+            },
+        };
+        let Some(spec) = self.hints.get(&source) else {
+            return Err((RequestError::NoHint(source), Box::new(request)));
+        };
+        let block_bytes = spec.block_bytes().min(peer_state.max_block);
+        let local_len = request.local.len;
+        let checked = match &mut request.segments {
+            Segments::One(segment) => {
+                super::request::check_all(std::slice::from_ref(segment), local_len, remote.len)
+                    .map(|()| segment.len)
+            }
+            Segments::Many(segments) => super::request::validate_segments(segments, local_len, remote.len),
+        };
+        match checked {
+            Ok(total) => Ok((request, total, block_bytes)),
+            Err(error) => Err((error, Box::new(request))),
+        }
+    }
+
+    fn slot(&self, id: TransferId) -> Option<&Slot> {
+        self.slots.get(id.slot as usize).filter(|slot| slot.generation == id.generation)
+    }
+
+    pub(crate) fn status(&self, id: TransferId) -> TransferStatus {
+        match self.slot(id).map(|slot| (&slot.phase, slot)) {
+            Some((Phase::Running, slot)) => {
+                TransferStatus::Running { confirmed_bytes: slot.confirmed, len: slot.total }
+            }
+            Some((Phase::Finished(Ok(_)), _)) => TransferStatus::Done,
+            Some((Phase::Finished(Err(_)), _)) => TransferStatus::Failed,
+            _ => TransferStatus::Unknown,
+        }
+    }
+
+    /// The result of a finished transfer, once: its slot is freed (or freed when its last
+    /// posted block retires). `None` while it runs; `Some(Err(Unknown))` for an id not (or no
+    /// longer) this engine's.
+    pub(crate) fn collect(&mut self, id: TransferId) -> (Option<Result<Delivered, EngineError>>, bool) {
+        let Some(slot) = self.slots.get_mut(id.slot as usize).filter(|slot| slot.generation == id.generation)
+        else {
+            return (Some(Err(EngineError::UnknownTransfer)), false);
+        };
+        match std::mem::replace(&mut slot.phase, Phase::Collected) {
+            Phase::Finished(result) => {
+                let freed = slot.in_flight == 0;
+                if freed {
+                    slot.phase = Phase::Free;
+                    self.free.push(id.slot);
+                }
+                (Some(result), freed)
+            }
+            Phase::Running => {
+                slot.phase = Phase::Running;
+                (None, false)
+            }
+            other => {
+                slot.phase = other;
+                (Some(Err(EngineError::UnknownTransfer)), false)
+            }
+        }
+    }
+
+    /// Stops posting a transfer's blocks; it ends [`EngineError::Cancelled`] (blocks already
+    /// posted still land). `false` if it had already ended.
+    pub(crate) fn cancel(&mut self, id: TransferId) -> bool {
+        let Some(slot) = self.slots.get_mut(id.slot as usize).filter(|slot| slot.generation == id.generation)
+        else {
+            return false;
+        };
+        if !matches!(slot.phase, Phase::Running) {
+            return false;
+        }
+        slot.cancelled = true;
+        let confirmed_bytes = slot.confirmed;
+        let peer = slot.peer as usize;
+        self.finish(id.slot, Err(EngineError::Cancelled { confirmed_bytes }));
+        let peer = &mut self.peers[peer];
+        peer.latency.retain(|index| *index != id.slot);
+        peer.bulk.retain(|index| *index != id.slot);
+        true
+    }
+
+    fn finish(&mut self, index: u32, result: Result<Delivered, EngineError>) {
+        let slot = &mut self.slots[index as usize];
+        if matches!(slot.phase, Phase::Running) {
+            slot.phase = Phase::Finished(result);
+        }
+    }
+
+    /// One turn: post what the windows allow, retire what completed, end what passed its
+    /// deadline.
+    pub(crate) fn turn(&mut self, now: Option<Instant>) -> Turn {
+        let mut turn = Turn::default();
+        for peer in 0..self.peers.len() {
+            self.post_peer(peer, &mut turn);
+            for lane in 0..self.peers[peer].lanes.len() {
+                self.poll_lane(peer, lane, &mut turn);
+            }
+        }
+        if let Some(now) = now {
+            if now >= self.next_deadline_scan {
+                self.next_deadline_scan = now + std::time::Duration::from_millis(1);
+                self.end_overdue(now, &mut turn);
+            }
+        }
+        turn.in_flight =
+            self.peers.iter().any(|peer| peer.lanes.iter().any(|lane| !lane.in_flight.is_empty()));
+        turn
+    }
+
+    fn end_overdue(&mut self, now: Instant, turn: &mut Turn) {
+        for index in 0..self.slots.len() {
+            let slot = &self.slots[index];
+            if matches!(slot.phase, Phase::Running) && now >= slot.deadline {
+                let error =
+                    EngineError::DeadlineExceeded { confirmed_bytes: slot.confirmed, len: slot.total };
+                let peer = slot.peer as usize;
+                self.finish(index as u32, Err(error));
+                let peer = &mut self.peers[peer];
+                peer.latency.retain(|queued| *queued as usize != index);
+                peer.bulk.retain(|queued| *queued as usize != index);
+                turn.finished = true;
+                turn.worked = true;
+            }
+        }
+    }
+
+    /// Posts blocks of the peer's queued transfers, one block per transfer per turn (latency
+    /// class first), on the live lane with the fewest outstanding bytes, a doorbell at a time.
+    fn post_peer(&mut self, peer_index: usize, turn: &mut Turn) {
+        let multi_lane = self.peers[peer_index].lanes.len() > 1;
+        loop {
+            let peer = &mut self.peers[peer_index];
+            if peer.latency.is_empty() && peer.bulk.is_empty() {
+                return;
+            }
+            let Some(lane_index) = pick_lane(&peer.lanes) else { return };
+            let lane = &mut peer.lanes[lane_index];
+            let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
+            let mut count = 0;
+            let mut skipped = 0;
+            while count < room {
+                let from_latency = !peer.latency.is_empty();
+                let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
+                let Some(index) = queue.pop_front() else { break };
+                let slot = &mut self.slots[index as usize];
+                let Some((block, last)) = slot.peek_block() else { continue };
+                // Over several lanes the announcing block waits for every other block of its
+                // transfer: an arrival vouches only for the writes of its own lane before it.
+                if last && multi_lane && slot.notify.is_some() && slot.in_flight > 0 {
+                    queue.push_back(index);
+                    skipped += 1;
+                    if skipped > peer.latency.len() + peer.bulk.len() {
+                        break;
+                    }
+                    continue;
+                }
+                lane.ops[count] = WriteOp {
+                    wr_id: lane.next_seq + count as u64,
+                    local: slot.local,
+                    local_offset: block.local_offset,
+                    remote: slot.remote,
+                    remote_offset: block.remote_offset,
+                    len: block.len,
+                    signalled: last,
+                    imm: if last { slot.notify } else { None },
+                };
+                lane.in_flight.push_back(Posted {
+                    seq: lane.next_seq + count as u64,
+                    slot: index,
+                    generation: slot.generation,
+                    bytes: block.len,
+                });
+                slot.advance(block.len);
+                if !slot.all_posted() {
+                    queue.push_back(index);
+                }
+                count += 1;
+            }
+            if count == 0 {
+                return;
+            }
+            lane.ops[count - 1].signalled = true;
+            turn.worked = true;
+            match lane.transport.post_writes(&lane.ops[..count]) {
+                Ok(()) => {
+                    let bytes = lane.ops[..count].iter().map(|op| op.len).sum::<u64>();
+                    lane.next_seq += count as u64;
+                    lane.outstanding_bytes += bytes;
+                    lane.posted_bytes += bytes;
+                    lane.posted_wrs += count as u64;
+                }
+                Err(error) => {
+                    // Nothing of the doorbell counts as posted: its entries leave the queue
+                    // with the lane's earlier ones, and their transfers fail.
+                    self.fail_lane(peer_index, lane_index, error, turn);
+                }
+            }
+        }
+    }
+
+    fn poll_lane(&mut self, peer: usize, lane_index: usize, turn: &mut Turn) {
+        let lane = &mut self.peers[peer].lanes[lane_index];
+        if lane.in_flight.is_empty() || lane.dead.is_some() {
+            return;
+        }
+        let mut completions = std::mem::take(&mut lane.completions);
+        let polled = lane.transport.poll_completions(&mut completions);
+        match polled {
+            Ok(ready) => self.retire(peer, lane_index, &completions[..ready], turn),
+            Err(error) => self.fail_lane(peer, lane_index, error, turn),
+        }
+        self.peers[peer].lanes[lane_index].completions = completions;
+    }
+
+    /// Retires, per completion, every work request posted on the lane up to its number.
+    pub(crate) fn retire(
+        &mut self,
+        peer: usize,
+        lane_index: usize,
+        completions: &[Completion],
+        turn: &mut Turn,
+    ) {
+        for completion in completions {
+            if let CompletionStatus::Failed { code } = completion.status {
+                let error = TransportError::Completion { wr_id: completion.wr_id, code };
+                self.fail_lane(peer, lane_index, error, turn);
+                return;
+            }
+            loop {
+                let lane = &mut self.peers[peer].lanes[lane_index];
+                let Some(posted) = lane.in_flight.front().copied().filter(|p| p.seq <= completion.wr_id)
+                else {
+                    break;
+                };
+                lane.in_flight.pop_front();
+                lane.outstanding_bytes -= posted.bytes;
+                turn.worked = true;
+                self.retire_block(posted, turn);
+            }
+        }
+    }
+
+    fn retire_block(&mut self, posted: Posted, turn: &mut Turn) {
+        let slot = &mut self.slots[posted.slot as usize];
+        if slot.generation != posted.generation {
+            return;
+        }
+        slot.in_flight -= 1;
+        slot.confirmed += posted.bytes;
+        match slot.phase {
+            Phase::Running if slot.in_flight == 0 && slot.all_posted() => {
+                let delivered = Delivered { bytes: slot.total, blocks: slot.blocks };
+                slot.phase = Phase::Finished(Ok(delivered));
+                turn.finished = true;
+            }
+            Phase::Collected if slot.in_flight == 0 => {
+                slot.phase = Phase::Free;
+                self.free.push(posted.slot);
+                turn.freed = true;
+            }
+            _ => {}
+        }
+    }
+
+    /// A lane that failed takes down every transfer with a block on it; the connection goes
+    /// on over its other lanes, and with none left every transfer queued for the peer fails.
+    fn fail_lane(&mut self, peer: usize, lane_index: usize, error: TransportError, turn: &mut Turn) {
+        let reason = error.to_string();
+        let mut error = Some(error);
+        let lane = &mut self.peers[peer].lanes[lane_index];
+        lane.dead = Some(reason.clone());
+        lane.outstanding_bytes = 0;
+        let posted: Vec<Posted> = lane.in_flight.drain(..).collect();
+        for posted in posted {
+            let slot = &self.slots[posted.slot as usize];
+            if slot.generation != posted.generation {
+                continue;
+            }
+            let confirmed_bytes = slot.confirmed;
+            let source = error.take().unwrap_or_else(|| TransportError::PeerGone(reason.clone()));
+            self.finish(posted.slot, Err(EngineError::Transport { source, confirmed_bytes }));
+            let slot = &mut self.slots[posted.slot as usize];
+            slot.cancelled = true;
+            // The block will never retire: count it out (with no bytes) so the slot can come
+            // free.
+            self.retire_block(Posted { bytes: 0, ..posted }, turn);
+        }
+        let peer_state = &mut self.peers[peer];
+        let all_dead = peer_state.lanes.iter().all(|lane| lane.dead.is_some());
+        let slots = &mut self.slots;
+        for queue in [&mut peer_state.latency, &mut peer_state.bulk] {
+            queue.retain(|index| {
+                let slot = &mut slots[*index as usize];
+                let keep = !slot.cancelled && !all_dead;
+                if !keep && matches!(slot.phase, Phase::Running) {
+                    let source = TransportError::PeerGone(format!("every lane to the peer failed: {reason}"));
+                    slot.phase = Phase::Finished(Err(EngineError::Transport {
+                        source,
+                        confirmed_bytes: slot.confirmed,
+                    }));
+                }
+                keep
+            });
+        }
+        turn.finished = true;
+        turn.worked = true;
+    }
+
+    pub(crate) fn lane_stats(&self, peer: u32) -> Option<Vec<LaneStats>> {
+        let peer = self.peers.get(peer as usize)?;
+        Some(
+            peer.lanes
+                .iter()
+                .map(|lane| LaneStats {
+                    posted_bytes: lane.posted_bytes,
+                    posted_wrs: lane.posted_wrs,
+                    outstanding_bytes: lane.outstanding_bytes,
+                    failed: lane.dead.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    /// Transports of lanes with work requests in flight, for the driver to sleep on.
+    pub(crate) fn waiting_lanes(&self, out: &mut Vec<(usize, usize, Arc<dyn Transport>)>) {
+        out.clear();
+        for (peer_index, peer) in self.peers.iter().enumerate() {
+            for (lane_index, lane) in peer.lanes.iter().enumerate() {
+                if !lane.in_flight.is_empty() && lane.dead.is_none() {
+                    out.push((peer_index, lane_index, lane.transport.clone()));
+                }
+            }
+        }
+    }
+
+    /// Ends every running transfer (the engine is going away).
+    pub(crate) fn stop_all(&mut self) {
+        self.stopping = true;
+        for index in 0..self.slots.len() {
+            let slot = &self.slots[index];
+            if matches!(slot.phase, Phase::Running) {
+                let confirmed_bytes = slot.confirmed;
+                self.finish(index as u32, Err(EngineError::Cancelled { confirmed_bytes }));
+            }
+        }
+        for peer in &mut self.peers {
+            peer.latency.clear();
+            peer.bulk.clear();
+        }
+    }
+}
+
+fn pick_lane(lanes: &[Lane]) -> Option<usize> {
+    lanes
+        .iter()
+        .enumerate()
+        .filter(|(_, lane)| lane.dead.is_none() && lane.in_flight.len() < lane.window as usize)
+        .min_by_key(|(_, lane)| lane.outstanding_bytes)
+        .map(|(index, _)| index)
+}
+
+const EMPTY_OP: WriteOp = WriteOp {
+    wr_id: 0,
+    local: RegionId(0),
+    local_offset: 0,
+    remote: RegionId(0),
+    remote_offset: 0,
+    len: 0,
+    signalled: false,
+    imm: None,
+};

@@ -1,0 +1,283 @@
+//! The engine over the in-process transport: many peers and lanes, scatter lists, fairness,
+//! back-pressure, cancel and deadlines, every byte checked where it landed.
+
+use rdma_hint_chunker::{
+    BlockSpec, Engine, EngineConfig, EngineError, LoopbackTransport, RequestError, Segment, TransferRequest,
+    TransferStatus,
+};
+use rdma_hint_core::{
+    Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion, SourceId, Transport,
+};
+use rdma_hint_toolkit::blocking::block_on;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BLOCK: u64 = 64 * 1024;
+
+struct Connection {
+    lanes: Vec<Arc<LoopbackTransport>>,
+    src: LocalRegion,
+    dst: LocalRegion,
+    remote: Vec<RemoteRegion>,
+}
+
+/// A loopback connection of `lanes` lanes with a source and a destination region of `len`
+/// bytes; the source holds the pattern of `seed`.
+fn connection(lanes: usize, len: u64, seed: u8) -> Connection {
+    let first = Arc::new(LoopbackTransport::new(256));
+    let src = first.register(MemoryKind::Host, len).unwrap();
+    let dst = first.register(MemoryKind::Host, len).unwrap();
+    first.write_region(src.id, 0, &pattern(len, seed)).unwrap();
+    let mut all = vec![first.clone()];
+    all.extend((1..lanes).map(|_| Arc::new(first.open_lane())));
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let mut remote = Vec::new();
+    for lane in &all {
+        remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    }
+    Connection { lanes: all, src, dst, remote }
+}
+
+fn pattern(len: u64, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+fn engine(max_transfers: u32) -> Engine {
+    let engine = Engine::new(EngineConfig { max_transfers, ..EngineConfig::default() }).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
+    engine
+}
+
+fn add(engine: &Engine, connection: &Connection) -> rdma_hint_chunker::PeerId {
+    let lanes = connection.lanes.iter().map(|lane| lane.clone() as Arc<dyn Transport>).collect();
+    engine.add_peer(lanes, &connection.remote).unwrap()
+}
+
+fn landed(connection: &Connection, offset: u64, len: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len as usize];
+    connection.lanes[0].read_region(connection.dst.id, offset, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn sixty_four_mixed_transfers_to_four_peers_over_two_lanes_all_land() {
+    let len = 16 << 20;
+    let connections: Vec<Connection> = (0..4).map(|peer| connection(2, len, peer as u8)).collect();
+    let engine = engine(4096);
+    let peers: Vec<_> = connections.iter().map(|c| add(&engine, c)).collect();
+    // 16 transfers per peer into disjoint ranges: sizes from 1 B to 1 MiB.
+    let mut submitted = Vec::new();
+    for (peer_index, peer) in peers.iter().enumerate() {
+        let connection = &connections[peer_index];
+        for k in 0..16u64 {
+            let size = [1, 4096, 100_000, (1 << 20) - 64][k as usize % 4] + k;
+            let offset = k * (len / 16);
+            let request =
+                TransferRequest::single(&connection.src, offset, &connection.remote[0], offset, size);
+            submitted.push((
+                peer_index,
+                offset,
+                size,
+                engine.submit(*peer, request.notify(k as u32), soon()).unwrap(),
+            ));
+        }
+    }
+    for (peer_index, offset, size, id) in &submitted {
+        let delivered = engine.wait_blocking(*id, soon()).unwrap();
+        assert_eq!(delivered.bytes, *size);
+        let expected = &pattern(len, *peer_index as u8)[*offset as usize..(*offset + *size) as usize];
+        assert!(
+            landed(&connections[*peer_index], *offset, *size) == expected,
+            "peer {peer_index} at {offset}"
+        );
+    }
+    // Every transfer announced itself once, on one of its connection's lanes.
+    for connection in &connections {
+        let mut seen = Vec::new();
+        for lane in &connection.lanes {
+            let mut arrivals = [Arrival::EMPTY; 64];
+            let count = lane.poll_arrivals(&mut arrivals).unwrap();
+            seen.extend(arrivals[..count].iter().map(|a| a.imm));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..16).collect::<Vec<u32>>());
+    }
+}
+
+#[test]
+fn both_lanes_carry_blocks_of_one_large_transfer() {
+    let len = 16 << 20;
+    let connection = connection(2, len, 3);
+    let engine = engine(16);
+    let peer = add(&engine, &connection);
+    let request = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, len);
+    let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
+    assert_eq!(delivered, rdma_hint_chunker::Delivered { bytes: len, blocks: len / BLOCK });
+    assert!(landed(&connection, 0, len) == pattern(len, 3));
+    let moved: Vec<u64> = engine.lane_stats(peer).unwrap().iter().map(|lane| lane.posted_bytes).collect();
+    assert!(moved.iter().all(|bytes| *bytes > 0), "bytes per lane: {moved:?}");
+    assert_eq!(moved.iter().sum::<u64>(), len);
+}
+
+#[test]
+fn scattered_pages_land_where_their_segments_say_and_runs_are_merged() {
+    let page = 16 * 1024;
+    let pages = 256u64;
+    let len = 2 * pages * page;
+    let connection = connection(1, len, 9);
+    let engine = engine(16);
+    let peer = add(&engine, &connection);
+    // Pages taken from every other slot, in reverse, landing back to back.
+    let scattered: Vec<Segment> = (0..pages)
+        .map(|k| Segment { local_offset: (pages - 1 - k) * 2 * page, remote_offset: k * page, len: page })
+        .collect();
+    let request = TransferRequest::scatter(&connection.src, &connection.remote[0], scattered.clone());
+    let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
+    assert_eq!(delivered.blocks, pages, "pages apart on the local side are one block each");
+    let source = pattern(len, 9);
+    let arrived = landed(&connection, 0, pages * page);
+    for segment in &scattered {
+        let from = &source[segment.local_offset as usize..(segment.local_offset + page) as usize];
+        let to = &arrived[segment.remote_offset as usize..(segment.remote_offset + page) as usize];
+        assert!(from == to, "page landing at {}", segment.remote_offset);
+    }
+    // The same bytes as pages that continue each other: merged into runs, cut at the hint.
+    let contiguous: Vec<Segment> =
+        (0..pages).map(|k| Segment { local_offset: k * page, remote_offset: k * page, len: page }).collect();
+    let request = TransferRequest::scatter(&connection.src, &connection.remote[0], contiguous);
+    let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
+    assert_eq!(delivered.blocks, pages * page / BLOCK);
+    assert!(landed(&connection, 0, pages * page) == source[..(pages * page) as usize]);
+}
+
+#[test]
+fn a_small_transfer_is_not_queued_behind_a_large_one() {
+    let len = 64 << 20;
+    let connection = connection(1, len, 5);
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    // 4 KiB blocks: the large transfer is 16 383 of them.
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(4096, 4096).unwrap());
+    let peer = add(&engine, &connection);
+    let large = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, len - 4096);
+    let large = engine.submit(peer, large, soon()).unwrap();
+    let small = TransferRequest::single(&connection.src, len - 4096, &connection.remote[0], len - 4096, 4096);
+    let small = engine.submit(peer, small, soon()).unwrap();
+    engine.wait_blocking(small, soon()).unwrap();
+    assert!(
+        matches!(engine.status(large), TransferStatus::Running { .. }),
+        "the small transfer finished only after the large one: {:?}",
+        engine.status(large)
+    );
+    assert_eq!(engine.wait_blocking(large, soon()).unwrap().bytes, len - 4096);
+    assert!(landed(&connection, 0, len) == pattern(len, 5));
+}
+
+#[test]
+fn bad_requests_are_refused_by_kind_and_post_nothing() {
+    let connection = connection(1, 1 << 20, 1);
+    let engine = engine(4);
+    let peer = add(&engine, &connection);
+    let remote = connection.remote[0];
+    let src = &connection.src;
+    let refused = |request: TransferRequest| engine.submit(peer, request, soon()).unwrap_err();
+    assert!(matches!(
+        refused(TransferRequest::single(src, 0, &remote, 1 << 20, 1)),
+        RequestError::OutOfRegion { side: "remote", .. }
+    ));
+    assert!(matches!(
+        refused(TransferRequest::single(src, 0, &remote, 0, 0)),
+        RequestError::ZeroLength { .. }
+    ));
+    assert!(matches!(refused(TransferRequest::scatter(src, &remote, Vec::new())), RequestError::NoSegments));
+    let forged = RemoteRegion { id: remote.id, len: u64::MAX };
+    assert!(matches!(
+        refused(TransferRequest::single(src, 0, &forged, 0, 4096)),
+        RequestError::UnknownRemoteRegion { .. }
+    ));
+    let other = RemoteRegion { id: RegionId(9), len: 4096 };
+    assert!(matches!(
+        refused(TransferRequest::single(src, 0, &other, 0, 4096)),
+        RequestError::UnknownRemoteRegion { .. }
+    ));
+    let gpu = LocalRegion { kind: MemoryKind::CudaDevice { ordinal: 0 }, ..*src };
+    assert!(matches!(
+        refused(TransferRequest::single(&gpu, 0, &remote, 0, 4096)),
+        RequestError::NoHint(SourceId::Gpu(0))
+    ));
+    // None of it reached the transport.
+    assert_eq!(engine.lane_stats(peer).unwrap()[0].posted_wrs, 0);
+    assert!(matches!(engine.add_peer(Vec::new(), &[]), Err(RequestError::InvalidPeer(_))));
+}
+
+#[test]
+fn a_full_engine_says_so_and_submit_when_ready_waits_for_room() {
+    let connection = connection(1, 1 << 20, 2);
+    let engine = engine(2);
+    let peer = add(&engine, &connection);
+    let request =
+        |offset| TransferRequest::single(&connection.src, offset, &connection.remote[0], offset, 4096);
+    let first = engine.submit(peer, request(0), soon()).unwrap();
+    let second = engine.submit(peer, request(4096), soon()).unwrap();
+    // Slots stay taken until their results are collected.
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        engine.submit(peer, request(8192), soon()).unwrap_err(),
+        RequestError::Full { max_transfers: 2 }
+    );
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| block_on(engine.submit_when_ready(peer, request(8192), soon())));
+        std::thread::sleep(Duration::from_millis(20));
+        engine.wait_blocking(first, soon()).unwrap();
+        let third = waiting.join().unwrap().unwrap();
+        engine.wait_blocking(third, soon()).unwrap();
+    });
+    engine.wait_blocking(second, soon()).unwrap();
+    assert!(landed(&connection, 0, 12_288) == pattern(1 << 20, 2)[..12_288]);
+    assert!(matches!(engine.wait_blocking(first, soon()), Err(EngineError::UnknownTransfer)));
+}
+
+#[test]
+fn cancel_and_deadlines_end_a_transfer_with_what_was_confirmed() {
+    let len = 64 << 20;
+    let connection = connection(1, len, 4);
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(4096, 4096).unwrap());
+    let peer = add(&engine, &connection);
+    let whole = || TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, len);
+    let cancelled = engine.submit(peer, whole(), soon()).unwrap();
+    assert!(engine.cancel(cancelled));
+    match engine.wait_blocking(cancelled, soon()) {
+        Err(EngineError::Cancelled { confirmed_bytes }) => assert!(confirmed_bytes < len),
+        other => panic!("{other:?}"),
+    }
+    let hurried = engine.submit(peer, whole(), Instant::now() + Duration::from_millis(1)).unwrap();
+    match engine.wait_blocking(hurried, soon()) {
+        Err(EngineError::DeadlineExceeded { confirmed_bytes, len: asked }) => {
+            assert!(confirmed_bytes < asked && asked == len)
+        }
+        other => panic!("{other:?}"),
+    }
+    // The connection still works afterwards.
+    let after = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, 1 << 20);
+    let id = engine.submit(peer, after, soon()).unwrap();
+    assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, 1 << 20);
+    assert!(landed(&connection, 0, 1 << 20) == pattern(len, 4)[..1 << 20]);
+}
+
+#[test]
+fn a_wait_that_times_out_leaves_the_transfer_running() {
+    let len = 64 << 20;
+    let connection = connection(1, len, 6);
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(4096, 4096).unwrap());
+    let peer = add(&engine, &connection);
+    let id = engine
+        .submit(peer, TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, len), soon())
+        .unwrap();
+    assert!(matches!(engine.wait_blocking(id, Instant::now()), Err(EngineError::WaitDeadline)));
+    assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
+}
