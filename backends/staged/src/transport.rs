@@ -52,10 +52,34 @@ pub struct StagedTransport {
     caps: Capabilities,
     regions: LocalRegions,
     rendezvous: Rendezvous,
-    link: OnceLock<Link>,
+    link: Arc<OnceLock<Link>>,
+    /// Every lane opened together with this one, this one included.
+    lanes: Arc<Lanes>,
     /// Shared with the link's ring thread, which sleeps only in `Adaptive` mode.
     wait_mode: Arc<WaitModeCell>,
     counters: Arc<Counters>,
+}
+
+/// The lanes of one connection (see [`StagedTransport::open_lane`]); a dropped lane's entry
+/// no longer upgrades, and its link has told its peer it left.
+#[derive(Debug, Default)]
+struct Lanes(std::sync::Mutex<Vec<Lane>>);
+
+#[derive(Debug)]
+struct Lane {
+    link: std::sync::Weak<OnceLock<Link>>,
+    counters: std::sync::Weak<Counters>,
+}
+
+impl Lanes {
+    /// Whether `test` holds for a lane still open.
+    fn any(&self, mut test: impl FnMut(&OnceLock<Link>, &Counters) -> bool) -> bool {
+        let lanes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        lanes.iter().any(|lane| match (lane.link.upgrade(), lane.counters.upgrade()) {
+            (Some(link), Some(counters)) => test(&link, &counters),
+            _ => false,
+        })
+    }
 }
 
 fn wire_channel(channel: StagedChannel) -> ChannelKind {
@@ -75,10 +99,59 @@ impl StagedTransport {
             caps: capabilities(channel),
             regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
             rendezvous: Rendezvous::default(),
-            link: OnceLock::new(),
+            link: Arc::default(),
+            lanes: Arc::default(),
             wait_mode: Arc::default(),
             counters: Arc::default(),
         }
+        .joined()
+    }
+
+    fn in_mode(self, mode: WaitMode) -> StagedTransport {
+        self.wait_mode.set(mode);
+        self
+    }
+
+    /// Enters this transport's link and counters in its lane group.
+    fn joined(self) -> StagedTransport {
+        let lane = Lane { link: Arc::downgrade(&self.link), counters: Arc::downgrade(&self.counters) };
+        let mut lanes = self.lanes.0.lock().unwrap_or_else(PoisonError::into_inner);
+        lanes.retain(|open| open.link.strong_count() > 0);
+        lanes.push(lane);
+        drop(lanes);
+        self
+    }
+
+    /// Another lane of the same connection: a transport of the same channel, token and wait
+    /// mode over the same region table (same ids, same memory), to connect to the same peer's
+    /// lane. An engine stripes one transfer's blocks over such lanes. A region registered or
+    /// released on one lane is registered or released on all; it stays busy while an op of
+    /// any lane may read it or the peer of any lane may write it.
+    ///
+    /// ```
+    /// use rdma_hint_core::{MemoryKind, Transport};
+    /// use rdma_hint_staged::{StagedChannel, StagedTransport};
+    /// let first = StagedTransport::new(StagedChannel::Tcp);
+    /// let region = first.register(MemoryKind::Host, 4096).unwrap();
+    /// first.write_region(region.id, 0, b"one memory").unwrap();
+    /// let second = first.open_lane();
+    /// let mut seen = [0u8; 10];
+    /// second.read_region(region.id, 0, &mut seen).unwrap();
+    /// assert_eq!(&seen, b"one memory");
+    /// ```
+    pub fn open_lane(&self) -> StagedTransport {
+        StagedTransport {
+            channel: self.channel,
+            caps: self.caps.clone(),
+            regions: self.regions.clone(),
+            rendezvous: self.rendezvous.for_lane(),
+            link: Arc::default(),
+            lanes: self.lanes.clone(),
+            wait_mode: Arc::new(WaitModeCell::default()),
+            counters: Arc::default(),
+        }
+        .joined()
+        .in_mode(self.wait_mode.get())
     }
 
     /// Caps the bytes this transport may allocate for its live regions, `cap_bytes` at most
@@ -115,9 +188,12 @@ impl StagedTransport {
     /// Refuses while the sender thread has posted ops left (their regions are read until
     /// then). Called with the region table write-locked: posts count under its read lock.
     fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
-        // Ops queued after the sender thread ended are never read: a finished link is idle.
-        let sender_done = self.link.get().is_some_and(Link::sender_finished);
-        if self.counters.in_flight.load(Ordering::Acquire) > 0 && !sender_done {
+        let busy = self.lanes.any(|link, counters| {
+            // Ops queued after the sender thread ended are never read: a finished link is idle.
+            let sender_done = link.get().is_some_and(Link::sender_finished);
+            counters.in_flight.load(Ordering::Acquire) > 0 && !sender_done
+        });
+        if busy {
             return Err(busy_in_flight(region));
         }
         Ok(())
@@ -126,7 +202,7 @@ impl StagedTransport {
     /// Whether the peer may write `entry`: it is exposed (from the start of `connect`) and
     /// the link has not gone down.
     fn peer_may_write(&self, entry: &LocalEntry) -> bool {
-        entry.exposed && self.link.get().is_none_or(|link| link.broken.get().is_none())
+        entry.exposed && self.lanes.any(|link, _| link.get().is_none_or(|link| link.broken.get().is_none()))
     }
 
     /// Unregisters `region` and hands its memory back once `admit` accepts it (all under the
@@ -403,7 +479,9 @@ impl Transport for StagedTransport {
             Ok(()) => self.finish_connect(peer, expose, offer, deadline).await,
             Err(error) => Err(error),
         };
-        if connected.is_err() {
+        // A region another lane's peer may write stays exposed.
+        let other_lane_linked = || self.lanes.any(|link, _| link.get().is_some());
+        if connected.is_err() && !other_lane_linked() {
             self.mark_exposed(expose, false);
         }
         connected

@@ -19,6 +19,10 @@ impl Backend for Staged {
         }
     }
 
+    fn open_lane(&self, first: &StagedTransport) -> Option<StagedTransport> {
+        Some(first.open_lane())
+    }
+
     /// Shared regions still mapped in this process (ours and peers').
     fn resources(&self) -> usize {
         let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");

@@ -36,6 +36,16 @@ pub struct Rendezvous {
 }
 
 impl Rendezvous {
+    /// A rendezvous for another lane of the same connection: the same token and remote
+    /// policy, no listener (each lane binds or dials its own).
+    pub fn for_lane(&self) -> Rendezvous {
+        Rendezvous {
+            token: self.token.clone(),
+            unauthenticated_remote: self.unauthenticated_remote,
+            ..Rendezvous::default()
+        }
+    }
+
     /// Peers must prove they hold `token` (and this side proves it too), see [`authenticate`](crate::authenticate).
     pub fn set_token(&mut self, token: Token) {
         self.token = Some(token);

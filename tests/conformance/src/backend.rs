@@ -38,6 +38,13 @@ pub trait Backend: Sync {
         None
     }
 
+    /// Another lane of `first`'s connection (same region ids, same memory), where the
+    /// backend opens lanes; `None` (the default): one lane per connection.
+    fn open_lane(&self, first: &Self::Transport) -> Option<Self::Transport> {
+        let _ = first;
+        None
+    }
+
     /// Where listeners bind (loopback; inside the VM, loopback too).
     fn listen_address(&self) -> SocketAddr {
         "127.0.0.1:0".parse().expect("loopback")

@@ -681,3 +681,165 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
     };
     assert_eq!(first_mismatch(&landed, &expected), None, "{len} B into caller memory: first wrong byte");
 }
+
+/// Lanes opened together on both sides: `lanes` transports each (fewer where the backend opens
+/// no lanes), the receiver's exposing `len` bytes.
+struct Lanes<T> {
+    senders: Vec<std::sync::Arc<T>>,
+    receivers: Vec<std::sync::Arc<T>>,
+    source: LocalRegion,
+    target: LocalRegion,
+    remote: Vec<rdma_hint_core::RemoteRegion>,
+}
+
+fn open_lanes<B: Backend>(backend: &B, lanes: usize, len: u64) -> Lanes<B::Transport> {
+    let first_receiver = backend.open(backend.token());
+    let target = first_receiver.register(MemoryKind::Host, len).expect("register the target");
+    let first_sender = backend.open(backend.token());
+    let source = first_sender.register(MemoryKind::Host, len).expect("register the source");
+    let mut receivers = vec![first_receiver];
+    let mut senders = vec![first_sender];
+    while receivers.len() < lanes {
+        match (backend.open_lane(&receivers[0]), backend.open_lane(&senders[0])) {
+            (Some(receiver), Some(sender)) => {
+                receivers.push(receiver);
+                senders.push(sender);
+            }
+            _ => break,
+        }
+    }
+    let mut remote = Vec::new();
+    let mut connected_receivers = Vec::new();
+    for (receiver, sender) in receivers.into_iter().zip(&senders) {
+        let address = receiver.bind(backend.listen_address()).expect("bind");
+        let accepting = std::thread::spawn(move || {
+            block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(20)))
+                .expect("accept the sender's lane");
+            receiver
+        });
+        remote =
+            block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(20))).expect("dial a lane");
+        connected_receivers.push(std::sync::Arc::new(accepting.join().expect("accepting thread")));
+    }
+    Lanes {
+        senders: senders.into_iter().map(std::sync::Arc::new).collect(),
+        receivers: connected_receivers,
+        source,
+        target,
+        remote,
+    }
+}
+
+fn engine_over<T: Transport + 'static>(
+    block: u64,
+    connections: &[&Lanes<T>],
+) -> (rdma_hint_chunker::Engine, Vec<rdma_hint_chunker::PeerId>) {
+    let engine = rdma_hint_chunker::Engine::new(rdma_hint_chunker::EngineConfig::default()).expect("engine");
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096.min(block)).expect("block spec"));
+    let peers = connections
+        .iter()
+        .map(|c| {
+            let lanes = c.senders.iter().map(|lane| lane.clone() as std::sync::Arc<dyn Transport>).collect();
+            engine.add_peer(lanes, &c.remote).expect("add the peer")
+        })
+        .collect();
+    (engine, peers)
+}
+
+/// The engine keeps transfers of mixed sizes to two peers in flight at once, over two lanes
+/// each where the backend opens lanes: every transfer ends, every byte lands where its
+/// request said, every announced transfer arrives once.
+pub fn the_engine_moves_mixed_transfers_to_two_peers_over_their_lanes<B: Backend>(s: &Subject<'_, B>) {
+    let _process = shared();
+    let max = s.backend.scale().ladder_max_bytes.min(16 << 20);
+    let slot = max / 8;
+    let connections: Vec<Lanes<B::Transport>> = (0..2).map(|_| open_lanes(s.backend, 2, max)).collect();
+    let sources: Vec<Vec<u8>> = (0..2).map(|seed| random_bytes(max as usize, 40 + seed)).collect();
+    for (connection, bytes) in connections.iter().zip(&sources) {
+        connection.senders[0].write_region(connection.source.id, 0, bytes).expect("fill the source");
+    }
+    let (engine, peers) = engine_over(64 * 1024.min(max), &connections.iter().collect::<Vec<_>>());
+    let sizes = [1, 4097, slot / 3, slot];
+    let mut submitted = Vec::new();
+    for (index, (peer, connection)) in peers.iter().zip(&connections).enumerate() {
+        for k in 0..8u64 {
+            let (offset, len) = (k * slot, sizes[k as usize % 4].clamp(1, slot));
+            let request = rdma_hint_chunker::TransferRequest::single(
+                &connection.source,
+                offset,
+                &connection.remote[0],
+                offset,
+                len,
+            );
+            let id = engine.submit(*peer, request.notify(k as u32), deadline(60)).expect("submit");
+            submitted.push((index, offset, len, id));
+        }
+    }
+    for (index, offset, len, id) in submitted {
+        let delivered = engine.wait_blocking(id, deadline(60)).expect("transfer");
+        assert_eq!(delivered.bytes, len);
+        let connection = &connections[index];
+        let mut arrived = vec![0u8; len as usize];
+        connection.receivers[0]
+            .read_region(connection.target.id, offset, &mut arrived)
+            .expect("read the target");
+        let expected = &sources[index][offset as usize..(offset + len) as usize];
+        assert_eq!(first_mismatch(&arrived, expected), None, "peer {index}, {len} B at {offset}");
+    }
+    for connection in &connections {
+        let mut imms = Vec::new();
+        let until = deadline(20);
+        while imms.len() < 8 && Instant::now() < until {
+            for lane in &connection.receivers {
+                let mut arrivals = [Arrival::EMPTY; 16];
+                let count = lane.poll_arrivals(&mut arrivals).expect("arrivals");
+                imms.extend(arrivals[..count].iter().map(|arrival| arrival.imm));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        imms.sort_unstable();
+        assert_eq!(imms, (0..8).collect::<Vec<u32>>(), "each transfer announced once");
+    }
+    if connections[0].senders.len() > 1 {
+        let stats = engine.lane_stats(peers[0]).expect("lanes");
+        assert!(stats.iter().all(|lane| lane.posted_bytes > 0), "every lane carried blocks: {stats:?}");
+    }
+}
+
+/// Transfers in flight to a peer whose transports close end in a typed error within the
+/// backend's report bound, and none of them hangs.
+pub fn the_engine_fails_transfers_to_a_peer_that_goes_away_in_time<B: Backend>(s: &Subject<'_, B>) {
+    let _process = shared();
+    let scale = s.backend.scale();
+    let len = scale.long_transfer_bytes;
+    let connection = open_lanes(s.backend, 2, len);
+    let (engine, peers) = engine_over(64 * 1024.min(len), &[&connection]);
+    let ids: Vec<_> = (0..4)
+        .map(|_| {
+            let request = rdma_hint_chunker::TransferRequest::single(
+                &connection.source,
+                0,
+                &connection.remote[0],
+                0,
+                len,
+            );
+            engine.submit(peers[0], request, deadline(120)).expect("submit")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    let Lanes { receivers, .. } = connection;
+    drop(receivers);
+    let gone = Instant::now();
+    for id in ids {
+        match engine.wait_blocking(id, deadline(120)) {
+            Err(rdma_hint_chunker::EngineError::Transport { confirmed_bytes, .. }) => {
+                assert!(confirmed_bytes < len)
+            }
+            // The first ones may have finished before the receiver went.
+            Ok(delivered) => assert_eq!(delivered.bytes, len),
+            other => panic!("expected a typed failure, got {other:?}"),
+        }
+    }
+    let took = gone.elapsed();
+    assert!(took < Duration::from_secs(scale.report_within_s), "failures reported after {took:?}");
+}
