@@ -89,6 +89,16 @@ pub enum Error {
         /// The transport asked for.
         transport: TransportId,
     },
+    /// [`open_lanes`](crate::open_lanes) cannot open this many lanes of this transport.
+    #[error("cannot open {lanes} lanes of {transport}: {why}")]
+    Lanes {
+        /// The transport asked for.
+        transport: TransportId,
+        /// Lanes asked for.
+        lanes: usize,
+        /// Why, and what to do instead.
+        why: String,
+    },
     /// The backend is compiled in but cannot run here (library or device missing).
     #[error("{transport} is unavailable here: {source}")]
     Unavailable {

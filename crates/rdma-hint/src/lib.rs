@@ -87,7 +87,7 @@ pub use error::Error;
 pub use estimate::{estimate, Estimate};
 pub use loopback::LoopbackPair;
 pub use measured::HintSet;
-pub use open::{open, OpenOptions, StagedChannelId, TransportId};
+pub use open::{open, open_lanes, OpenOptions, StagedChannelId, TransportId};
 pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
 pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US, STAGED_SHM_GPU_PER_BLOCK_US};
 pub use rdma_hint_chunker as chunker;

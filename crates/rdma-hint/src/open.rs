@@ -153,6 +153,57 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
     Ok(transport)
 }
 
+/// Opens `lanes` unconnected transports of one connection: the same backend, token and wait
+/// mode over one region table (a region registered on one lane has the same id and memory on
+/// all), for [`Engine::add_peer`](crate::chunker::Engine::add_peer) to stripe blocks over.
+/// Connect each lane to the peer's lane of the same index (each binds or dials its own
+/// address). A listener given in `options` is not shared by lanes.
+///
+/// One lane opens on every backend; more on the staged backend (`staged:shm`,
+/// `staged:tcp`), up to [`MAX_LANES`](crate::chunker::MAX_LANES); elsewhere
+/// [`Error::Lanes`] says to open separate connections.
+///
+/// ```
+/// use rdma_hint::{open_lanes, MemoryKind, OpenOptions, Transport, TransportId};
+/// let lanes = open_lanes(&TransportId::STAGED_TCP, &OpenOptions::default(), 2)?;
+/// let region = lanes[0].register(MemoryKind::Host, 4096)?;
+/// lanes[0].write_region(region.id, 0, b"striped")?;
+/// let mut seen = [0u8; 7];
+/// lanes[1].read_region(region.id, 0, &mut seen)?; // the same memory on the other lane
+/// assert_eq!(&seen, b"striped");
+/// assert!(open_lanes(&TransportId::STAGED_TCP, &OpenOptions::default(), 0).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn open_lanes(
+    id: &TransportId,
+    options: &OpenOptions,
+    lanes: usize,
+) -> Result<Vec<Arc<dyn Transport>>, Error> {
+    let refuse = |why: String| Error::Lanes { transport: id.clone(), lanes, why };
+    let max = rdma_hint_chunker::MAX_LANES;
+    if lanes == 0 || lanes > max {
+        return Err(refuse(format!("give 1 to {max} lanes")));
+    }
+    if lanes == 1 {
+        return Ok(vec![Arc::from(open(id, options)?)]);
+    }
+    match id {
+        #[cfg(feature = "staged")]
+        TransportId::Staged(channel) => {
+            let options = OpenOptions { listener: None, ..options.clone() };
+            let first = Arc::new(staged_transport(*channel, &options)?);
+            first.set_wait_mode(options.wait_mode);
+            let mut opened: Vec<Arc<dyn Transport>> = vec![first.clone()];
+            opened.extend((1..lanes).map(|_| Arc::new(first.open_lane()) as Arc<dyn Transport>));
+            Ok(opened)
+        }
+        other => {
+            compiled_in(other)?;
+            Err(refuse("this backend opens one lane per connection: open separate connections, or use staged:shm or staged:tcp".into()))
+        }
+    }
+}
+
 /// [`Error::FeatureMissing`] naming the cargo feature when `id`'s backend is not compiled into
 /// this build: what every entry point (open, hints, calibration, records) answers first.
 pub(crate) fn compiled_in(id: &TransportId) -> Result<(), Error> {
@@ -172,13 +223,21 @@ fn unavailable(id: &TransportId) -> impl FnOnce(rdma_hint_core::TransportError) 
 
 #[cfg(feature = "staged")]
 fn open_staged(channel: StagedChannelId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    Ok(Box::new(staged_transport(channel, options)?))
+}
+
+#[cfg(feature = "staged")]
+fn staged_transport(
+    channel: StagedChannelId,
+    options: &OpenOptions,
+) -> Result<rdma_hint_staged::StagedTransport, Error> {
     use rdma_hint_staged::{StagedChannel, StagedTransport};
     let channel = match channel {
         StagedChannelId::Shm => StagedChannel::SharedMemory,
         StagedChannelId::Tcp => StagedChannel::Tcp,
     };
     let transport = capped(StagedTransport::new(channel), options, StagedTransport::with_memory_cap);
-    Ok(Box::new(gated(transport, options)?))
+    gated(transport, options)
 }
 
 #[cfg(feature = "ucx")]
