@@ -18,8 +18,11 @@ fn u64_at(data: &[u8], at: usize) -> u64 {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut profile =
-        if data.first().copied().unwrap_or(0) & 1 == 0 { PathProfile::example_host_nic() } else { PathProfile::example_gpu_nic() };
+    let mut profile = if data.first().copied().unwrap_or(0) & 1 == 0 {
+        PathProfile::example_host_nic()
+    } else {
+        PathProfile::example_gpu_nic()
+    };
     profile.transport.wire_gbps = f64_at(data, 1);
     profile.transport.per_op_overhead_us = f64_at(data, 9);
     profile.transport.max_msg_bytes = u64_at(data, 17);
@@ -39,7 +42,8 @@ fuzz_target!(|data: &[u8]| {
     match compute_hint(&profile, &policy) {
         Ok(hint) => {
             assert!(hint.block_bytes > 0);
-            validate_hint(&hint, &HintLimits::from_profile(&profile)).expect("model produced an invalid hint");
+            validate_hint(&hint, &HintLimits::from_profile(&profile))
+                .expect("model produced an invalid hint");
         }
         Err(HintError::Unsupported { fallback, .. }) => assert!(!fallback.is_empty()),
         Err(_) => {}

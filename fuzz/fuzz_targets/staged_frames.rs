@@ -29,8 +29,13 @@ fuzz_target!(|data: &[u8]| {
         let Ok(frame) = Frame::decode(&header) else { continue };
         match inbox.admit(&frame, awaiting.front().copied()) {
             Ok(Inbound::Write { region, offset, len, payload_follows, .. }) => {
-                let (_, region_len) = EXPOSED.iter().find(|(id, _)| *id == region).expect("an exposed region");
-                assert!(len > 0 && len <= MAX_MSG && offset.checked_add(len).is_some_and(|end| end <= *region_len));
+                let (_, region_len) =
+                    EXPOSED.iter().find(|(id, _)| *id == region).expect("an exposed region");
+                assert!(
+                    len > 0
+                        && len <= MAX_MSG
+                        && offset.checked_add(len).is_some_and(|end| end <= *region_len)
+                );
                 assert_eq!(payload_follows, channel == ChannelKind::Tcp);
             }
             Ok(Inbound::Ack { wr_id, .. }) => {

@@ -2,8 +2,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_hint_discovery::sysfs::{parse_max_payload, parse_node_meminfo, parse_numa_node, parse_rate_gbits, PciPath};
 use rdma_hint_core::PcieLink;
+use rdma_hint_discovery::sysfs::{
+    parse_max_payload, parse_node_meminfo, parse_numa_node, parse_rate_gbits, PciPath,
+};
 
 fuzz_target!(|data: &[u8]| {
     if let Some(mps) = parse_max_payload(data) {
