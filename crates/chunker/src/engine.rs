@@ -64,11 +64,15 @@ pub struct EngineConfig {
     pub policy: PostPolicy,
     /// Transfers tracked at once (submitted and not yet collected by `wait`), 1 to 65 536.
     pub max_transfers: u32,
+    /// Payload bytes in flight per lane, at most (one block more when a single block is
+    /// larger), in bytes: what a transfer submitted now queues behind. Enough to keep a link
+    /// busy for a few blocks; more only adds waiting for small transfers.
+    pub lane_bytes_in_flight: u64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { policy: PostPolicy::default(), max_transfers: 4096 }
+        EngineConfig { policy: PostPolicy::default(), max_transfers: 4096, lane_bytes_in_flight: 2 << 20 }
     }
 }
 
@@ -133,6 +137,8 @@ pub enum EngineError {
 
 struct Shared {
     state: Mutex<State>,
+    /// API calls waiting for the lock: the driver yields to them between doorbells.
+    contenders: std::sync::atomic::AtomicUsize,
     stop: AtomicBool,
     driver: OnceLock<Thread>,
     /// Woken when a transfer finishes.
@@ -143,6 +149,14 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
+        self.contenders.fetch_add(1, Ordering::SeqCst);
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.contenders.fetch_sub(1, Ordering::SeqCst);
+        state
+    }
+
+    /// The driver's lock, which does not count as a contender.
+    fn lock_for_driver(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -185,7 +199,12 @@ impl Engine {
             )));
         }
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(config.policy, config.max_transfers)),
+            contenders: Default::default(),
+            state: Mutex::new(State::new(
+                config.policy,
+                config.max_transfers,
+                config.lane_bytes_in_flight.max(1),
+            )),
             stop: AtomicBool::new(false),
             driver: OnceLock::new(),
             finished: Notifier::default(),
@@ -252,7 +271,11 @@ impl Engine {
         request: TransferRequest,
         deadline: Instant,
     ) -> Result<TransferId, state::Refusal> {
-        let id = self.shared.lock().submit(peer.0, request, deadline)?;
+        let mut state = self.shared.lock();
+        let id = state.submit(peer.0, request, deadline)?;
+        let turn = state.post_now(peer.0);
+        drop(state);
+        self.shared.announce(turn.finished, turn.freed);
         self.shared.kick();
         Ok(id)
     }
@@ -313,9 +336,15 @@ impl Engine {
     /// Waits until the transfer ends or `deadline` passes ([`EngineError::WaitDeadline`]: the
     /// transfer goes on). An ended transfer's result is handed out once; its slot is freed.
     pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, EngineError> {
+        // Each look retires what completed itself, so a transfer whose completion is already
+        // there ends without waiting for the driver thread to notice it (posting stays with
+        // submit and the driver: a small transfer's waiter does not copy others' blocks).
         let outcome = wait(&self.shared.finished, WaitMode::Adaptive, deadline, "a transfer", || {
-            let (result, freed) = self.shared.lock().collect(id);
-            self.shared.announce(false, freed);
+            let mut state = self.shared.lock();
+            let turn = state.poll_all();
+            let (result, freed) = state.collect(id);
+            drop(state);
+            self.shared.announce(turn.finished, freed || turn.freed);
             Ok(result)
         })
         .await;
@@ -406,10 +435,13 @@ fn drive(shared: &Shared) {
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::SeqCst) {
         let now = Instant::now();
-        let turn = shared.lock().turn(Some(now));
+        let turn = shared.lock_for_driver().turn(Some(now));
         shared.announce(turn.finished, turn.freed);
         if turn.worked {
             idle_since = None;
+            if shared.contenders.load(Ordering::SeqCst) > 0 {
+                std::thread::yield_now();
+            }
             continue;
         }
         if !turn.in_flight {
@@ -422,7 +454,7 @@ fn drive(shared: &Shared) {
             std::hint::spin_loop();
             continue;
         }
-        shared.lock().waiting_lanes(&mut waiting);
+        shared.lock_for_driver().waiting_lanes(&mut waiting);
         let mut heard = false;
         for (peer, lane, transport) in &waiting {
             let ready = {
@@ -434,7 +466,7 @@ fn drive(shared: &Shared) {
             };
             if ready > 0 {
                 let mut turn = state::Turn::default();
-                shared.lock().retire(*peer, *lane, &scratch[..ready], &mut turn);
+                shared.lock_for_driver().retire(*peer, *lane, &scratch[..ready], &mut turn);
                 shared.announce(turn.finished, turn.freed);
                 heard = true;
             }

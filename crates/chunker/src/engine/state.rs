@@ -20,6 +20,7 @@ pub(crate) struct Lane {
     pub(crate) transport: Arc<dyn Transport>,
     window: u32,
     per_post: u32,
+    bytes_in_flight: u64,
     next_seq: u64,
     in_flight: VecDeque<Posted>,
     outstanding_bytes: u64,
@@ -164,6 +165,7 @@ pub(crate) struct State {
     hints: BTreeMap<SourceId, BlockSpec>,
     host_node: u32,
     policy: PostPolicy,
+    lane_bytes_in_flight: u64,
     pub(crate) stopping: bool,
     next_deadline_scan: Instant,
 }
@@ -191,7 +193,7 @@ pub(crate) struct Turn {
 }
 
 impl State {
-    pub(crate) fn new(policy: PostPolicy, max_transfers: u32) -> State {
+    pub(crate) fn new(policy: PostPolicy, max_transfers: u32, lane_bytes_in_flight: u64) -> State {
         State {
             peers: Vec::new(),
             slots: (0..max_transfers).map(|_| Slot::free()).collect(),
@@ -199,6 +201,7 @@ impl State {
             hints: BTreeMap::new(),
             host_node: 0,
             policy,
+            lane_bytes_in_flight,
             stopping: false,
             next_deadline_scan: Instant::now(),
         }
@@ -237,6 +240,7 @@ impl State {
                 Lane {
                     window: policy.window,
                     per_post: policy.wrs_per_doorbell,
+                    bytes_in_flight: self.lane_bytes_in_flight,
                     next_seq: 1,
                     in_flight: VecDeque::with_capacity(policy.window as usize),
                     outstanding_bytes: 0,
@@ -415,8 +419,29 @@ impl State {
         }
     }
 
-    /// One turn: post what the windows allow, retire what completed, end what passed its
-    /// deadline.
+    /// Posts what the peer's lanes have room for now (the submitting thread's turn, so a
+    /// transfer does not wait for the driver to start).
+    pub(crate) fn post_now(&mut self, peer: u32) -> Turn {
+        let mut turn = Turn::default();
+        if (peer as usize) < self.peers.len() {
+            self.post_peer(peer as usize, &mut turn);
+        }
+        turn
+    }
+
+    /// Retires what completed on every lane, posting nothing (a waiter's look).
+    pub(crate) fn poll_all(&mut self) -> Turn {
+        let mut turn = Turn::default();
+        for peer in 0..self.peers.len() {
+            for lane in 0..self.peers[peer].lanes.len() {
+                self.poll_lane(peer, lane, &mut turn);
+            }
+        }
+        turn
+    }
+
+    /// One turn: a doorbell per lane where the windows allow, retire what completed, end what
+    /// passed its deadline.
     pub(crate) fn turn(&mut self, now: Option<Instant>) -> Turn {
         let mut turn = Turn::default();
         for peer in 0..self.peers.len() {
@@ -455,9 +480,12 @@ impl State {
 
     /// Posts blocks of the peer's queued transfers, one block per transfer per turn (latency
     /// class first), on the live lane with the fewest outstanding bytes, a doorbell at a time.
+    /// At most one doorbell per lane per call: the lock is let go between doorbells, so a
+    /// transfer submitted meanwhile (whose block then goes next) does not wait for a whole
+    /// window of copies (the staged shm channel copies inside `post_writes`).
     fn post_peer(&mut self, peer_index: usize, turn: &mut Turn) {
         let multi_lane = self.peers[peer_index].lanes.len() > 1;
-        loop {
+        for _ in 0..self.peers[peer_index].lanes.len() {
             let peer = &mut self.peers[peer_index];
             if peer.latency.is_empty() && peer.bulk.is_empty() {
                 return;
@@ -467,7 +495,12 @@ impl State {
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
             let mut count = 0;
             let mut skipped = 0;
-            while count < room {
+            let mut batch_bytes = 0;
+            // Bytes in flight are capped (past the first block): whatever is posted on a lane
+            // is ahead of every block submitted later, small transfers' included.
+            while count < room
+                && (lane.outstanding_bytes + batch_bytes < lane.bytes_in_flight || lane.in_flight.is_empty())
+            {
                 let from_latency = !peer.latency.is_empty();
                 let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
                 let Some(index) = queue.pop_front() else { break };
@@ -500,6 +533,7 @@ impl State {
                     bytes: block.len,
                 });
                 slot.advance(block.len);
+                batch_bytes += block.len;
                 if !slot.all_posted() {
                     queue.push_back(index);
                 }
@@ -683,7 +717,11 @@ fn pick_lane(lanes: &[Lane]) -> Option<usize> {
     lanes
         .iter()
         .enumerate()
-        .filter(|(_, lane)| lane.dead.is_none() && lane.in_flight.len() < lane.window as usize)
+        .filter(|(_, lane)| {
+            lane.dead.is_none()
+                && lane.in_flight.len() < lane.window as usize
+                && (lane.outstanding_bytes < lane.bytes_in_flight || lane.in_flight.is_empty())
+        })
         .min_by_key(|(_, lane)| lane.outstanding_bytes)
         .map(|(index, _)| index)
 }
