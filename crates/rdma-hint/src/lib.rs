@@ -67,6 +67,11 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../../docs/chunker.md")]
 pub struct ChunkerDocDoctests;
 
+/// Every Rust snippet of docs/engine.md, compiled and run as a doctest.
+#[cfg(all(doctest, feature = "staged"))]
+#[doc = include_str!("../../../docs/engine.md")]
+pub struct EngineDocDoctests;
+
 mod backends;
 mod cache;
 mod cache_files;
