@@ -10,7 +10,8 @@
 //! Medians of `--runs` runs (after one warm-up); every run's bytes are checked where they
 //! landed (the 4 KiB probes' too).
 //!
-//! `engine [--mib 256] [--runs 5] [--ids staged:tcp,staged:shm] [--bulk-mib 1024]`
+//! `engine [--mib 256] [--runs 5] [--ids staged:tcp,staged:shm] [--bulk-mib 1024] [--lane-kib N]`
+//! (`--lane-kib`: the engine's bytes in flight per lane; default `EngineConfig`'s)
 
 use rdma_hint::chunker::{Engine, EngineConfig, PeerId, Segment, TransferRequest};
 use rdma_hint::{
@@ -25,16 +26,18 @@ struct Args {
     runs: usize,
     ids: Vec<TransportId>,
     bulk_bytes: u64,
+    lane_bytes: Option<u64>,
 }
 
 fn args() -> Args {
-    let mut args = Args { bytes: 256 << 20, runs: 5, ids: Vec::new(), bulk_bytes: 1 << 30 };
+    let mut args = Args { bytes: 256 << 20, runs: 5, ids: Vec::new(), bulk_bytes: 1 << 30, lane_bytes: None };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
         let mut value = || given.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--mib" => args.bytes = value().parse::<u64>().expect("--mib N") << 20,
             "--bulk-mib" => args.bulk_bytes = value().parse::<u64>().expect("--bulk-mib N") << 20,
+            "--lane-kib" => args.lane_bytes = Some(value().parse::<u64>().expect("--lane-kib N") << 10),
             "--runs" => args.runs = value().parse().expect("--runs N"),
             "--ids" => args.ids = value().split(',').map(|id| id.parse().expect("a transport id")).collect(),
             other => panic!("unknown argument {other}"),
@@ -91,8 +94,13 @@ fn connect(id: &TransportId, lanes: usize, len: u64) -> Option<Connection> {
     Some(Connection { senders, receivers, source, target, remote: remote.expect("a lane"), pattern })
 }
 
-fn engine_for(hint: &SizeHint, connection: &Connection) -> (Engine, PeerId) {
-    let engine = Engine::new(EngineConfig::default()).expect("engine");
+fn engine_for(hint: &SizeHint, connection: &Connection, lane_bytes: Option<u64>) -> (Engine, PeerId) {
+    let defaults = EngineConfig::default();
+    let config = EngineConfig {
+        lane_bytes_in_flight: lane_bytes.unwrap_or(defaults.lane_bytes_in_flight),
+        ..defaults
+    };
+    let engine = Engine::new(config).expect("engine");
     engine.set_size_hint(hint).expect("hint");
     let peer = engine.add_peer(connection.senders.clone(), &[connection.remote]).expect("peer");
     (engine, peer)
@@ -165,7 +173,7 @@ fn lanes_row(id: &TransportId, hint: &SizeHint, args: &Args) {
             println!("{id}: {lanes} lanes: not opened (the backend opens one lane per connection)");
             continue;
         };
-        let (engine, peer) = engine_for(hint, &connection);
+        let (engine, peer) = engine_for(hint, &connection, args.lane_bytes);
         let gbps = rate(&connection, &engine, peer, args.runs, &whole, false);
         let base = *one_lane.get_or_insert(gbps);
         println!(
@@ -181,7 +189,7 @@ fn lanes_row(id: &TransportId, hint: &SizeHint, args: &Args) {
 fn paged_row(id: &TransportId, hint: &SizeHint, args: &Args) {
     let len = 2 * PAGES * PAGE;
     let connection = connect(id, 1, len).expect("one lane");
-    let (engine, peer) = engine_for(hint, &connection);
+    let (engine, peer) = engine_for(hint, &connection, args.lane_bytes);
     // Pages every other slot in reverse order locally, back to back remotely: one work
     // request per page (no run continues on both sides).
     let pages: Vec<Segment> = (0..PAGES)
@@ -201,7 +209,7 @@ fn paged_row(id: &TransportId, hint: &SizeHint, args: &Args) {
 fn behind_bulk_row(id: &TransportId, hint: &SizeHint, args: &Args) {
     let probe_at = args.bulk_bytes;
     let connection = connect(id, 1, args.bulk_bytes + 4096).expect("one lane");
-    let (engine, peer) = engine_for(hint, &connection);
+    let (engine, peer) = engine_for(hint, &connection, args.lane_bytes);
     let probe = || TransferRequest::single(&connection.source, probe_at, &connection.remote, probe_at, 4096);
     let samples = |engine: &Engine, latency_first: bool, count: usize| {
         let mut micros: Vec<f64> = (0..count)
