@@ -312,6 +312,9 @@ pub(crate) struct LinkParts {
     /// shm channel: the rings (TCP: none).
     pub(crate) rings: Option<Rings>,
     pub(crate) wait_mode: Arc<WaitModeCell>,
+    /// The regions this link's connect exposed: its peer may write these and no others (the
+    /// table is shared with other lanes, which may expose more).
+    pub(crate) expose: Vec<RegionId>,
 }
 
 impl Link {
@@ -325,6 +328,7 @@ impl Link {
             counters,
             rings,
             wait_mode,
+            expose,
         } = parts;
         let (ops_tx, ops_rx) = crossbeam_channel::bounded(max_outstanding);
         let (completion_tx, completions) = event_queue(max_outstanding * 2);
@@ -334,7 +338,7 @@ impl Link {
         // side: two links writing to each other at once cannot deadlock.
         let (ack_tx, acks) = crossbeam_channel::bounded(MAX_PENDING_ACKS);
         let broken: Broken = Arc::new(OnceLock::new());
-        let targets = exposed_targets(&local);
+        let targets = exposed_targets(&local, &expose);
         let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
             .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
             .collect();
@@ -527,11 +531,11 @@ impl Drop for Link {
     }
 }
 
-/// The exposed regions by id.
-fn exposed_targets(local: &LocalRegions) -> Vec<Option<LocalEntry>> {
+/// The regions `expose` names, by id (each marked exposed).
+fn exposed_targets(local: &LocalRegions, expose: &[RegionId]) -> Vec<Option<LocalEntry>> {
     let regions = local.read().unwrap_or_else(PoisonError::into_inner);
     let mut targets = Vec::new();
-    for (id, entry) in regions.iter().filter(|(_, entry)| entry.exposed) {
+    for (id, entry) in regions.iter().filter(|(id, entry)| entry.exposed && expose.contains(id)) {
         let index = id.0 as usize;
         targets.resize_with(targets.len().max(index + 1), || None);
         targets[index] = Some(entry.clone());
@@ -1003,4 +1007,27 @@ fn acknowledge(shared: &Shared, wr_id: u64, status: u16) -> Result<(), String> {
     completions
         .try_send(Completion { wr_id, status })
         .map_err(|_| "completion queue overflow: the application is not draining completions".to_string())
+}
+
+#[cfg(test)]
+mod lane_tests {
+    use super::*;
+    use crate::region::RegionMemory;
+    use rdma_hint_core::MemoryKind;
+
+    /// Lanes share one table: a link's peer may write what its own connect exposed, never a
+    /// region another lane exposed.
+    #[test]
+    fn a_link_admits_writes_only_to_the_regions_its_own_connect_exposed() {
+        let local: LocalRegions = Arc::new(RwLock::new(RegionTable::new(8)));
+        for _ in 0..2 {
+            let memory = RegionMemory::allocate(MemoryKind::Host, 4096, false).unwrap();
+            let mut entry = LocalEntry::new(memory);
+            entry.exposed = true; // both exposed, by two lanes' connects
+            local.write().unwrap().insert_with(4096, || Ok::<_, TransportError>(entry)).unwrap();
+        }
+        let targets = exposed_targets(&local, &[RegionId(1)]);
+        assert!(targets.first().is_none_or(Option::is_none), "region 0 was exposed by another lane");
+        assert!(targets.get(1).is_some_and(Option::is_some));
+    }
 }

@@ -72,6 +72,12 @@ struct Lane {
 }
 
 impl Lanes {
+    /// Lanes still open, this one included.
+    fn open(&self) -> usize {
+        let lanes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        lanes.iter().filter(|lane| lane.link.strong_count() > 0).count()
+    }
+
     /// Whether `test` holds for a lane still open.
     fn any(&self, mut test: impl FnMut(&OnceLock<Link>, &Counters) -> bool) -> bool {
         let lanes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -122,8 +128,8 @@ impl StagedTransport {
         self
     }
 
-    /// Another lane of the same connection: a transport of the same channel, token and wait
-    /// mode over the same region table (same ids, same memory), to connect to the same peer's
+    /// Another lane of the same connection: a transport of the same channel and token, in
+    /// this lane's wait mode now (each lane's can be set apart later), over the same region table (same ids, same memory), to connect to the same peer's
     /// lane. An engine stripes one transfer's blocks over such lanes. A region registered or
     /// released on one lane is registered or released on all; it stays busy while an op of
     /// any lane may read it or the peer of any lane may write it.
@@ -479,9 +485,10 @@ impl Transport for StagedTransport {
             Ok(()) => self.finish_connect(peer, expose, offer, deadline).await,
             Err(error) => Err(error),
         };
-        // A region another lane's peer may write stays exposed.
-        let other_lane_linked = || self.lanes.any(|link, _| link.get().is_some());
-        if connected.is_err() && !other_lane_linked() {
+        // With other lanes over the table, a region stays marked: another lane's connect may
+        // be exposing it right now, before its link is set (the region stays busy until this
+        // lane is dropped or links).
+        if connected.is_err() && self.lanes.open() == 1 {
             self.mark_exposed(expose, false);
         }
         connected
@@ -650,6 +657,7 @@ impl LinkSetup {
             counters: self.counters,
             rings,
             wait_mode: self.wait_mode,
+            expose: self.expose.clone(),
         };
         Link::start(stream, parts)
     }

@@ -1,38 +1,5 @@
-//! The transfer engine: many transfers in flight over connections to many peers, each
-//! connection one or more lanes (transports opened together), every transfer cut at the hint
-//! of its source.
-//!
-//! [`Engine::submit`] never blocks: it checks the request, takes a transfer slot and queues the
-//! transfer. A driver thread posts blocks one per transfer per turn (so a small transfer is not
-//! queued behind a large one; [`TransferRequest::latency_first`] ones go first), stripes them
-//! over a connection's lanes by fewest outstanding bytes, and routes each completion back to its
-//! transfer by the lane's sequence number in `wr_id`. [`Engine::wait`] is woken by that
-//! thread; [`Engine::wait_blocking`] is its twin for callers without a runtime.
-//!
-//! ```
-//! use rdma_hint_chunker::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferRequest};
-//! use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
-//! use std::sync::Arc;
-//! use std::time::{Duration, Instant};
-//!
-//! let transport = Arc::new(LoopbackTransport::new(64));
-//! let src = transport.register(MemoryKind::Host, 1 << 20).unwrap();
-//! let dst = transport.register(MemoryKind::Host, 1 << 20).unwrap();
-//! transport.write_region(src.id, 0, &[7u8; 300_000]).unwrap();
-//! let deadline = Instant::now() + Duration::from_secs(5);
-//! let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-//! let remote = rdma_hint_toolkit::blocking::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap();
-//!
-//! let engine = Engine::new(EngineConfig::default()).unwrap();
-//! engine.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
-//! let peer = engine.add_peer(vec![transport.clone()], &remote).unwrap();
-//! let id = engine.submit(peer, TransferRequest::single(&src, 0, &remote[0], 0, 300_000), deadline).unwrap();
-//! let delivered = engine.wait_blocking(id, deadline).unwrap();
-//! assert_eq!((delivered.bytes, delivered.blocks), (300_000, 5));
-//! let mut arrived = vec![0u8; 300_000];
-//! transport.read_region(dst.id, 0, &mut arrived).unwrap();
-//! assert!(arrived.iter().all(|b| *b == 7));
-//! ```
+//! The transfer engine: many transfers in flight over connections to many peers (see
+//! [`Engine`]).
 
 mod request;
 mod state;
@@ -43,15 +10,14 @@ pub use state::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
 use crate::error::PlanError;
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
-use rdma_hint_core::{
-    Arrival, Completion, RemoteRegion, SizeHint, SourceId, Transport, TransportError, WaitMode,
-};
-use rdma_hint_toolkit::wait::{wait, Notifier};
+use rdma_hint_core::{Arrival, Completion, RemoteRegion, SizeHint, SourceId, Transport, TransportError};
+use rdma_hint_toolkit::timer::DeadlineTimer;
+use rdma_hint_toolkit::wait::ADAPTIVE_SPIN;
 use state::State;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -64,15 +30,23 @@ pub struct EngineConfig {
     pub policy: PostPolicy,
     /// Transfers tracked at once (submitted and not yet collected by `wait`), 1 to 65 536.
     pub max_transfers: u32,
-    /// Payload bytes in flight per lane, at most (one block more when a single block is
-    /// larger), in bytes: what a transfer submitted now queues behind. Enough to keep a link
+    /// Payload bytes in flight per lane (the last block posted may run past it, and one
+    /// block always goes out), in bytes: what a transfer submitted now queues behind. Enough to keep a link
     /// busy for a few blocks; more only adds waiting for small transfers.
     pub lane_bytes_in_flight: u64,
+    /// How long a lane may leave its oldest request unanswered before the engine fails it
+    /// (and the transfers with blocks on it): a peer that stalls without closing.
+    pub lane_stall: Duration,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { policy: PostPolicy::default(), max_transfers: 4096, lane_bytes_in_flight: 2 << 20 }
+        EngineConfig {
+            policy: PostPolicy::default(),
+            max_transfers: 4096,
+            lane_bytes_in_flight: 2 << 20,
+            lane_stall: Duration::from_secs(10),
+        }
     }
 }
 
@@ -87,7 +61,7 @@ pub struct PeerId(u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TransferId {
     slot: u32,
-    generation: u32,
+    generation: u64,
 }
 
 /// What a finished transfer moved.
@@ -141,10 +115,6 @@ struct Shared {
     contenders: std::sync::atomic::AtomicUsize,
     stop: AtomicBool,
     driver: OnceLock<Thread>,
-    /// Woken when a transfer finishes.
-    finished: Notifier,
-    /// Woken when a slot comes free.
-    room: Notifier,
 }
 
 impl Shared {
@@ -165,18 +135,43 @@ impl Shared {
             driver.unpark();
         }
     }
-
-    fn announce(&self, finished: bool, freed: bool) {
-        if finished {
-            self.finished.notify();
-        }
-        if freed {
-            self.room.notify();
-        }
-    }
 }
 
-/// Moves many transfers at once over connections to many peers. See the [module](self).
+/// The transfer engine: many transfers in flight over connections to many peers, each
+/// connection one or more lanes (transports opened together), every transfer cut at the hint
+/// of its source.
+///
+/// [`Engine::submit`] never waits: it checks the request, takes a transfer slot and queues the
+/// transfer. A driver thread posts blocks one per transfer per turn (so a small transfer is not
+/// queued behind a large one; [`TransferRequest::latency_first`] ones go first), stripes them
+/// over a connection's lanes by fewest outstanding bytes, and routes each completion back to its
+/// transfer by the lane's sequence number in `wr_id`. [`Engine::wait`] is woken by that
+/// thread; [`Engine::wait_blocking`] is its twin for callers without a runtime.
+///
+/// ```
+/// use rdma_hint_chunker::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferRequest};
+/// use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
+/// use std::sync::Arc;
+/// use std::time::{Duration, Instant};
+///
+/// let transport = Arc::new(LoopbackTransport::new(64));
+/// let src = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+/// let dst = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+/// transport.write_region(src.id, 0, &[7u8; 300_000]).unwrap();
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+/// let remote = rdma_hint_toolkit::blocking::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap();
+///
+/// let engine = Engine::new(EngineConfig::default()).unwrap();
+/// engine.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
+/// let peer = engine.add_peer(vec![transport.clone()], &remote).unwrap();
+/// let id = engine.submit(peer, TransferRequest::single(&src, 0, &remote[0], 0, 300_000), deadline).unwrap();
+/// let delivered = engine.wait_blocking(id, deadline).unwrap();
+/// assert_eq!((delivered.bytes, delivered.blocks), (300_000, 5));
+/// let mut arrived = vec![0u8; 300_000];
+/// transport.read_region(dst.id, 0, &mut arrived).unwrap();
+/// assert!(arrived.iter().all(|b| *b == 7));
+/// ```
 pub struct Engine {
     shared: Arc<Shared>,
     driver: Option<JoinHandle<()>>,
@@ -204,11 +199,10 @@ impl Engine {
                 config.policy,
                 config.max_transfers,
                 config.lane_bytes_in_flight.max(1),
+                config.lane_stall,
             )),
             stop: AtomicBool::new(false),
             driver: OnceLock::new(),
-            finished: Notifier::default(),
-            room: Notifier::default(),
         });
         let for_driver = shared.clone();
         let driver = std::thread::Builder::new()
@@ -253,9 +247,11 @@ impl Engine {
         self.shared.lock().add_peer(lanes, remote).map(PeerId)
     }
 
-    /// Checks `request` and queues it for `peer`; it must finish by `deadline`. Never blocks:
-    /// with every slot taken it answers [`RequestError::Full`] (see
-    /// [`submit_when_ready`](Engine::submit_when_ready)).
+    /// Checks `request` and queues it for `peer`; it must finish by `deadline`. Never waits
+    /// for a slot or a completion: with every slot taken it answers [`RequestError::Full`] (see
+    /// [`submit_when_ready`](Engine::submit_when_ready)). It does post what the lanes have room
+    /// for at once, a doorbell per lane, which takes what the transport's `post_writes` takes
+    /// (the staged shm channel copies the blocks there).
     pub fn submit(
         &self,
         peer: PeerId,
@@ -273,9 +269,8 @@ impl Engine {
     ) -> Result<TransferId, state::Refusal> {
         let mut state = self.shared.lock();
         let id = state.submit(peer.0, request, deadline)?;
-        let turn = state.post_now(peer.0);
+        state.post_now(peer.0);
         drop(state);
-        self.shared.announce(turn.finished, turn.freed);
         self.shared.kick();
         Ok(id)
     }
@@ -289,27 +284,31 @@ impl Engine {
         deadline: Instant,
     ) -> Result<TransferId, RequestError> {
         let mut pending = Some(request);
-        let mut refused = None;
-        let outcome = wait(&self.shared.room, WaitMode::Adaptive, deadline, "a free transfer slot", || {
-            let Some(request) = pending.take() else { return Ok(None) };
+        let mut timer: Option<DeadlineTimer> = None;
+        std::future::poll_fn(|cx| {
+            let Some(request) = pending.take() else { return Poll::Ready(Err(RequestError::Stopped)) };
             match self.try_submit(peer, request, deadline) {
-                Ok(id) => Ok(Some(id)),
-                Err((RequestError::Full { .. }, request)) => {
-                    pending = Some(*request);
-                    Ok(None)
+                Ok(id) => Poll::Ready(Ok(id)),
+                Err((RequestError::Full { max_transfers }, request)) => {
+                    if Instant::now() >= deadline {
+                        return Poll::Ready(Err(RequestError::Full { max_transfers }));
+                    }
+                    self.shared.lock().wake_on_room(cx.waker());
+                    // A slot freed between the refusal and the registration is seen now.
+                    match self.try_submit(peer, *request, deadline) {
+                        Ok(id) => Poll::Ready(Ok(id)),
+                        Err((RequestError::Full { .. }, request)) => {
+                            pending = Some(*request);
+                            arm(&mut timer, deadline, cx.waker());
+                            Poll::Pending
+                        }
+                        Err((error, _)) => Poll::Ready(Err(error)),
+                    }
                 }
-                Err((error, _)) => {
-                    refused = Some(error);
-                    Err(TransportError::InvalidArgument { what: "request", why: String::new() })
-                }
+                Err((error, _)) => Poll::Ready(Err(error)),
             }
         })
-        .await;
-        match (outcome, refused) {
-            (Ok(id), _) => Ok(id),
-            (Err(_), Some(error)) => Err(error),
-            (Err(_), None) => Err(RequestError::Full { max_transfers: self.shared.lock().max_transfers() }),
-        }
+        .await
     }
 
     /// Where a transfer stands, without waiting.
@@ -326,29 +325,42 @@ impl Engine {
     /// Stops posting a transfer's blocks; its wait ends in [`EngineError::Cancelled`]. `false`
     /// if it had already ended or is unknown.
     pub fn cancel(&self, id: TransferId) -> bool {
-        let cancelled = self.shared.lock().cancel(id);
-        if cancelled {
-            self.shared.announce(true, false);
-        }
-        cancelled
+        self.shared.lock().cancel(id)
     }
 
     /// Waits until the transfer ends or `deadline` passes ([`EngineError::WaitDeadline`]: the
-    /// transfer goes on). An ended transfer's result is handed out once; its slot is freed.
+    /// transfer goes on). An ended transfer's result is handed out once; its slot is freed
+    /// then, or when its last posted block retires.
+    ///
+    /// Each look retires what has completed itself, so a transfer whose completion is already
+    /// there ends without a thread hop; it spins for [`ADAPTIVE_SPIN`] before it sleeps, woken
+    /// by whoever ends the transfer.
     pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, EngineError> {
-        // Each look retires what completed itself, so a transfer whose completion is already
-        // there ends without waiting for the driver thread to notice it (posting stays with
-        // submit and the driver: a small transfer's waiter does not copy others' blocks).
-        let outcome = wait(&self.shared.finished, WaitMode::Adaptive, deadline, "a transfer", || {
+        let mut timer: Option<DeadlineTimer> = None;
+        let mut spin_until: Option<Instant> = None;
+        std::future::poll_fn(|cx| loop {
             let mut state = self.shared.lock();
-            let turn = state.poll_all();
-            let (result, freed) = state.collect(id);
+            state.poll_all();
+            if let (Some(result), _) = state.collect(id) {
+                return Poll::Ready(result);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Poll::Ready(Err(EngineError::WaitDeadline));
+            }
+            if now < *spin_until.get_or_insert(now + ADAPTIVE_SPIN) {
+                drop(state);
+                std::hint::spin_loop();
+                continue;
+            }
+            if !state.wake_when_done(id, cx.waker()) {
+                continue; // ended meanwhile: collect it
+            }
             drop(state);
-            self.shared.announce(turn.finished, freed || turn.freed);
-            Ok(result)
+            arm(&mut timer, deadline, cx.waker());
+            return Poll::Pending;
         })
-        .await;
-        outcome.unwrap_or(Err(EngineError::WaitDeadline))
+        .await
     }
 
     /// [`wait`](Engine::wait), parking the calling thread.
@@ -404,19 +416,14 @@ impl Drop for Engine {
             let _ = driver.join();
         }
         self.shared.lock().stop_all();
-        self.shared.announce(true, true);
     }
 }
 
-struct Unparker(Thread);
-
-impl Wake for Unparker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
+/// Has `waker` woken at `deadline` (once per wait; a later poll's waker replaces it).
+fn arm(timer: &mut Option<DeadlineTimer>, deadline: Instant, waker: &Waker) {
+    match timer {
+        Some(timer) => timer.update(waker),
+        None => *timer = Some(DeadlineTimer::new(deadline, waker)),
     }
 }
 
@@ -428,7 +435,7 @@ const NAP: Duration = Duration::from_millis(1);
 /// The driver thread: turns until nothing is left, then sleeps on the lanes' completion
 /// events (and on `submit`'s unpark).
 fn drive(shared: &Shared) {
-    let waker = Waker::from(Arc::new(Unparker(std::thread::current())));
+    let waker = rdma_hint_toolkit::blocking::thread_waker();
     let mut cx = Context::from_waker(&waker);
     let mut waiting = Vec::new();
     let mut scratch = vec![Completion::EMPTY; 1024];
@@ -436,12 +443,17 @@ fn drive(shared: &Shared) {
     while !shared.stop.load(Ordering::SeqCst) {
         let now = Instant::now();
         let turn = shared.lock_for_driver().turn(Some(now));
-        shared.announce(turn.finished, turn.freed);
         if turn.worked {
             idle_since = None;
             if shared.contenders.load(Ordering::SeqCst) > 0 {
                 std::thread::yield_now();
             }
+            continue;
+        }
+        if !turn.running {
+            // Nothing to watch: `submit` and `Drop` unpark.
+            idle_since = None;
+            std::thread::park();
             continue;
         }
         if !turn.in_flight {
@@ -467,7 +479,6 @@ fn drive(shared: &Shared) {
             if ready > 0 {
                 let mut turn = state::Turn::default();
                 shared.lock_for_driver().retire(*peer, *lane, &scratch[..ready], &mut turn);
-                shared.announce(turn.finished, turn.freed);
                 heard = true;
             }
         }

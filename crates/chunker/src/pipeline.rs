@@ -36,7 +36,8 @@ pub struct Pipeline {
     sequence: u32,
 }
 
-const EMPTY_OP: WriteOp = WriteOp {
+/// A blank op to pre-fill posting buffers with.
+pub(crate) const EMPTY_OP: WriteOp = WriteOp {
     wr_id: 0,
     local: RegionId(0),
     local_offset: 0,

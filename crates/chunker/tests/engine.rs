@@ -281,3 +281,171 @@ fn a_wait_that_times_out_leaves_the_transfer_running() {
     assert!(matches!(engine.wait_blocking(id, Instant::now()), Err(EngineError::WaitDeadline)));
     assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
 }
+
+/// A lane whose peer stops answering: posts land (the loopback copies them) but no completion
+/// ever comes back, as from a peer that stalls without closing.
+struct Silent(LoopbackTransport);
+
+#[async_trait::async_trait]
+impl Transport for Silent {
+    fn capabilities(&self) -> &rdma_hint_core::Capabilities {
+        self.0.capabilities()
+    }
+    fn bind(
+        &self,
+        address: std::net::SocketAddr,
+    ) -> Result<std::net::SocketAddr, rdma_hint_core::TransportError> {
+        self.0.bind(address)
+    }
+    fn set_wait_mode(&self, mode: rdma_hint_core::WaitMode) {
+        self.0.set_wait_mode(mode)
+    }
+    fn wait_mode(&self) -> rdma_hint_core::WaitMode {
+        self.0.wait_mode()
+    }
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, rdma_hint_core::TransportError> {
+        self.0.register(kind, len)
+    }
+    fn deregister(&self, region: RegionId) -> Result<(), rdma_hint_core::TransportError> {
+        self.0.deregister(region)
+    }
+    fn copied_bytes(&self) -> rdma_hint_core::CopiedBytes {
+        self.0.copied_bytes()
+    }
+    fn write_region(
+        &self,
+        region: RegionId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), rdma_hint_core::TransportError> {
+        self.0.write_region(region, offset, data)
+    }
+    fn read_region(
+        &self,
+        region: RegionId,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), rdma_hint_core::TransportError> {
+        self.0.read_region(region, offset, out)
+    }
+    async fn connect(
+        &self,
+        peer: PeerEndpoint,
+        expose: &[RegionId],
+        deadline: Instant,
+    ) -> Result<Vec<RemoteRegion>, rdma_hint_core::TransportError> {
+        self.0.connect(peer, expose, deadline).await
+    }
+    fn post_writes(&self, ops: &[rdma_hint_core::WriteOp]) -> Result<(), rdma_hint_core::TransportError> {
+        self.0.post_writes(ops)
+    }
+    fn poll_completions(
+        &self,
+        _out: &mut [rdma_hint_core::Completion],
+    ) -> Result<usize, rdma_hint_core::TransportError> {
+        Ok(0)
+    }
+    async fn wait_completions(
+        &self,
+        _out: &mut [rdma_hint_core::Completion],
+        deadline: Instant,
+    ) -> Result<usize, rdma_hint_core::TransportError> {
+        Err(rdma_hint_core::TransportError::DeadlineExceeded {
+            what: "a completion",
+            waited_ms: deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+        })
+    }
+    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, rdma_hint_core::TransportError> {
+        self.0.poll_arrivals(out)
+    }
+    async fn wait_arrivals(
+        &self,
+        out: &mut [Arrival],
+        deadline: Instant,
+    ) -> Result<usize, rdma_hint_core::TransportError> {
+        self.0.wait_arrivals(out, deadline).await
+    }
+}
+
+#[test]
+fn a_lane_that_stops_answering_fails_its_transfers_and_frees_their_slots() {
+    let silent = Arc::new(Silent(LoopbackTransport::new(64)));
+    let src = silent.register(MemoryKind::Host, 1 << 20).unwrap();
+    let dst = silent.register(MemoryKind::Host, 1 << 20).unwrap();
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(silent.connect(listen, &[dst.id], soon())).unwrap();
+    let config =
+        EngineConfig { max_transfers: 1, lane_stall: Duration::from_millis(200), ..EngineConfig::default() };
+    let engine = Engine::new(config).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
+    let peer = engine.add_peer(vec![silent.clone() as Arc<dyn Transport>], &remote).unwrap();
+    let request = || TransferRequest::single(&src, 0, &remote[0], 0, 4096);
+    // The transfer's own deadline passes first; its block stays in flight.
+    let id = engine.submit(peer, request(), Instant::now() + Duration::from_millis(50)).unwrap();
+    let ended = engine.wait_blocking(id, soon());
+    assert!(matches!(ended, Err(EngineError::DeadlineExceeded { .. })), "{ended:?}");
+    // The one slot comes free once the lane is given up (after `lane_stall`), not never.
+    let started = Instant::now();
+    let next = block_on(engine.submit_when_ready(peer, request(), soon()));
+    assert!(matches!(next, Err(RequestError::PeerGone(_))), "{next:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "the slot came free after {:?}", started.elapsed());
+    assert!(engine.lane_stats(peer).unwrap()[0].failed.is_some());
+}
+
+#[test]
+fn a_request_the_transport_refuses_fails_alone_and_the_lane_goes_on() {
+    let connection = connection(1, 1 << 20, 8);
+    let engine = engine(16);
+    let peer = add(&engine, &connection);
+    // A region id this transport never registered, with a length that passes the engine's
+    // checks: only the transport's own check can catch it.
+    let forged = LocalRegion { id: RegionId(77), ..connection.src };
+    let bad = engine
+        .submit(peer, TransferRequest::single(&forged, 0, &connection.remote[0], 0, 4096), soon())
+        .unwrap();
+    let good = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, 200_000);
+    let good = engine.submit(peer, good, soon()).unwrap();
+    match engine.wait_blocking(bad, soon()) {
+        Err(EngineError::Transport {
+            source: rdma_hint_core::TransportError::UnregisteredRegion(RegionId(77)),
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(engine.wait_blocking(good, soon()).unwrap().bytes, 200_000);
+    assert!(engine.lane_stats(peer).unwrap()[0].failed.is_none());
+    assert!(landed(&connection, 0, 200_000) == pattern(1 << 20, 8)[..200_000]);
+}
+
+#[test]
+fn a_transport_cannot_be_two_lanes() {
+    let connection = connection(1, 4096, 0);
+    let engine = engine(4);
+    let lane = connection.lanes[0].clone() as Arc<dyn Transport>;
+    assert!(matches!(
+        engine.add_peer(vec![lane.clone(), lane.clone()], &connection.remote),
+        Err(RequestError::InvalidPeer(_))
+    ));
+    engine.add_peer(vec![lane.clone()], &connection.remote).unwrap();
+    assert!(matches!(engine.add_peer(vec![lane], &connection.remote), Err(RequestError::InvalidPeer(_))));
+}
+
+#[test]
+fn two_hundred_waiters_at_once_all_end() {
+    let connection = connection(1, 1 << 20, 7);
+    let engine = engine(256);
+    let peer = add(&engine, &connection);
+    std::thread::scope(|scope| {
+        let waiters: Vec<_> = (0..200u64)
+            .map(|k| {
+                let request =
+                    TransferRequest::single(&connection.src, k * 4096, &connection.remote[0], k * 4096, 4096);
+                let id = engine.submit(peer, request, soon()).unwrap();
+                let engine = &engine;
+                scope.spawn(move || engine.wait_blocking(id, soon()).unwrap().bytes)
+            })
+            .collect();
+        assert!(waiters.into_iter().all(|w| w.join().unwrap() == 4096));
+    });
+    assert!(landed(&connection, 0, 200 * 4096) == pattern(1 << 20, 7)[..200 * 4096]);
+}

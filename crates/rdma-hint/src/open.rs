@@ -157,7 +157,8 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
 /// mode over one region table (a region registered on one lane has the same id and memory on
 /// all), for [`Engine::add_peer`](crate::chunker::Engine::add_peer) to stripe blocks over.
 /// Connect each lane to the peer's lane of the same index (each binds or dials its own
-/// address). A listener given in `options` is not shared by lanes.
+/// address). A listener given in `options` serves a single lane only: with two or more, each
+/// lane binds its own.
 ///
 /// One lane opens on every backend; more on the staged backend (`staged:shm`,
 /// `staged:tcp`), up to [`MAX_LANES`](crate::chunker::MAX_LANES); elsewhere

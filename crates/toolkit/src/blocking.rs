@@ -28,6 +28,12 @@ thread_local! {
     static THREAD_WAKER: Waker = Waker::from(Arc::new(Unparker(std::thread::current())));
 }
 
+/// A waker that unparks the calling thread: for a thread that polls futures itself and parks
+/// in between (the same one [`block_on`] uses; no allocation after the first call).
+pub fn thread_waker() -> Waker {
+    THREAD_WAKER.with(Waker::clone)
+}
+
 /// Runs `future` to completion on the calling thread, parking it while the future waits.
 /// Allocates nothing after its first call on a thread.
 ///

@@ -192,6 +192,9 @@ pub enum RequestError {
     /// A peer with no lane, too many lanes, or too many peers.
     #[error("invalid peer: {0}")]
     InvalidPeer(String),
+    /// Every lane of the peer's connection has failed: open a new connection.
+    #[error("every lane to the peer has failed ({0}); add a new connection")]
+    PeerGone(String),
     /// The engine is shutting down.
     #[error("the engine is shutting down")]
     Stopped,

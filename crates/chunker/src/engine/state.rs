@@ -4,6 +4,7 @@
 
 use super::request::{Class, RequestError, Segment, Segments, TransferRequest};
 use super::{Delivered, EngineError, TransferId};
+use crate::pipeline::EMPTY_OP;
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use rdma_hint_core::{
@@ -12,7 +13,8 @@ use rdma_hint_core::{
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::task::Waker;
+use std::time::{Duration, Instant};
 
 /// One transport of a connection. Its `wr_id`s are its own post sequence numbers; the
 /// in-flight queue says which transfer each number belongs to.
@@ -26,6 +28,8 @@ pub(crate) struct Lane {
     outstanding_bytes: u64,
     posted_bytes: u64,
     posted_wrs: u64,
+    /// When the lane last retired a request, or had none in flight.
+    progress_at: Instant,
     ops: Vec<WriteOp>,
     completions: Vec<Completion>,
     dead: Option<String>,
@@ -36,7 +40,7 @@ pub(crate) struct Lane {
 struct Posted {
     seq: u64,
     slot: u32,
-    generation: u32,
+    generation: u64,
     bytes: u64,
 }
 
@@ -58,8 +62,10 @@ enum Phase {
 }
 
 struct Slot {
-    generation: u32,
+    generation: u64,
     phase: Phase,
+    /// The task waiting for the result, woken when it ends.
+    waker: Option<Waker>,
     peer: u32,
     local: RegionId,
     remote: RegionId,
@@ -81,6 +87,7 @@ impl Slot {
         Slot {
             generation: 0,
             phase: Phase::Free,
+            waker: None,
             peer: 0,
             local: RegionId(0),
             remote: RegionId(0),
@@ -125,6 +132,16 @@ impl Slot {
     fn all_posted(&self) -> bool {
         self.segment >= self.segments.as_slice().len()
     }
+
+    /// Ends a running transfer with `result` and wakes its waiter.
+    fn end(&mut self, result: Result<Delivered, EngineError>) {
+        if matches!(self.phase, Phase::Running) {
+            self.phase = Phase::Finished(result);
+            if let Some(waker) = self.waker.take() {
+                waker.wake();
+            }
+        }
+    }
 }
 
 /// What one lane of a connection has carried.
@@ -166,6 +183,8 @@ pub(crate) struct State {
     host_node: u32,
     policy: PostPolicy,
     lane_bytes_in_flight: u64,
+    lane_stall: Duration,
+    room_waiters: Vec<Waker>,
     pub(crate) stopping: bool,
     next_deadline_scan: Instant,
 }
@@ -190,10 +209,17 @@ pub(crate) struct Turn {
     pub(crate) freed: bool,
     /// Some lane has work requests in flight.
     pub(crate) in_flight: bool,
+    /// Some transfer runs (queued or in flight): its deadline needs watching.
+    pub(crate) running: bool,
 }
 
 impl State {
-    pub(crate) fn new(policy: PostPolicy, max_transfers: u32, lane_bytes_in_flight: u64) -> State {
+    pub(crate) fn new(
+        policy: PostPolicy,
+        max_transfers: u32,
+        lane_bytes_in_flight: u64,
+        lane_stall: Duration,
+    ) -> State {
         State {
             peers: Vec::new(),
             slots: (0..max_transfers).map(|_| Slot::free()).collect(),
@@ -202,6 +228,8 @@ impl State {
             host_node: 0,
             policy,
             lane_bytes_in_flight,
+            lane_stall,
+            room_waiters: Vec::new(),
             stopping: false,
             next_deadline_scan: Instant::now(),
         }
@@ -230,6 +258,15 @@ impl State {
         if self.peers.len() >= MAX_PEERS {
             return Err(RequestError::InvalidPeer(format!("this engine already has {MAX_PEERS} peers")));
         }
+        let known = self.peers.iter().flat_map(|peer| peer.lanes.iter().map(|lane| &lane.transport));
+        for (index, lane) in lanes.iter().enumerate() {
+            let same = |other: &Arc<dyn Transport>| std::ptr::addr_eq(Arc::as_ptr(other), Arc::as_ptr(lane));
+            if lanes[..index].iter().any(same) || known.clone().any(same) {
+                return Err(RequestError::InvalidPeer(
+                    "a transport is already a lane of this engine: each lane's completions must be the engine's alone".into(),
+                ));
+            }
+        }
         let mut max_block = u64::MAX;
         let lanes = lanes
             .into_iter()
@@ -246,6 +283,7 @@ impl State {
                     outstanding_bytes: 0,
                     posted_bytes: 0,
                     posted_wrs: 0,
+                    progress_at: Instant::now(),
                     ops: vec![EMPTY_OP; policy.wrs_per_doorbell as usize],
                     completions: vec![Completion::EMPTY; policy.window as usize],
                     dead: None,
@@ -279,10 +317,11 @@ impl State {
                     return Err((RequestError::Full { max_transfers }, Box::new(request)));
                 };
                 let slot = &mut self.slots[index as usize];
-                slot.generation = slot.generation.wrapping_add(1);
+                slot.generation += 1;
                 *slot = Slot {
                     generation: slot.generation,
                     phase: Phase::Running,
+                    waker: None,
                     peer,
                     local: request.local.id,
                     remote: request.remote.id,
@@ -316,6 +355,12 @@ impl State {
         let Some(peer_state) = self.peers.get(peer as usize) else {
             return Err((RequestError::UnknownPeer(peer), Box::new(request)));
         };
+        if let Some(reason) =
+            peer_state.lanes.iter().map(|lane| lane.dead.as_ref()).collect::<Option<Vec<_>>>()
+        {
+            let why = reason.first().map_or(String::new(), |why| why.to_string());
+            return Err((RequestError::PeerGone(why), Box::new(request)));
+        }
         let remote = request.remote;
         if !peer_state.remote.contains(&remote) {
             return Err((
@@ -376,8 +421,7 @@ impl State {
             Phase::Finished(result) => {
                 let freed = slot.in_flight == 0;
                 if freed {
-                    slot.phase = Phase::Free;
-                    self.free.push(id.slot);
+                    self.release(id.slot);
                 }
                 (Some(result), freed)
             }
@@ -413,9 +457,34 @@ impl State {
     }
 
     fn finish(&mut self, index: u32, result: Result<Delivered, EngineError>) {
-        let slot = &mut self.slots[index as usize];
-        if matches!(slot.phase, Phase::Running) {
-            slot.phase = Phase::Finished(result);
+        self.slots[index as usize].end(result);
+    }
+
+    /// Frees a slot whose result was collected and whose last block retired, and wakes the
+    /// submitters waiting for room.
+    fn release(&mut self, index: u32) {
+        self.slots[index as usize].phase = Phase::Free;
+        self.free.push(index);
+        self.room_waiters.drain(..).for_each(Waker::wake);
+    }
+
+    /// Has `waker` woken when `id` ends (`false`: it already has, or is unknown).
+    pub(crate) fn wake_when_done(&mut self, id: TransferId, waker: &Waker) -> bool {
+        match self.slots.get_mut(id.slot as usize).filter(|slot| slot.generation == id.generation) {
+            Some(slot) if matches!(slot.phase, Phase::Running) => {
+                if !slot.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    slot.waker = Some(waker.clone());
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Has `waker` woken when a slot comes free.
+    pub(crate) fn wake_on_room(&mut self, waker: &Waker) {
+        if !self.room_waiters.iter().any(|w| w.will_wake(waker)) {
+            self.room_waiters.push(waker.clone());
         }
     }
 
@@ -458,22 +527,44 @@ impl State {
         }
         turn.in_flight =
             self.peers.iter().any(|peer| peer.lanes.iter().any(|lane| !lane.in_flight.is_empty()));
+        // A running transfer is queued (blocks left to post, or fenced) or has blocks in flight.
+        turn.running =
+            turn.in_flight || self.peers.iter().any(|peer| !peer.latency.is_empty() || !peer.bulk.is_empty());
         turn
     }
 
     fn end_overdue(&mut self, now: Instant, turn: &mut Turn) {
-        for index in 0..self.slots.len() {
-            let slot = &self.slots[index];
+        let mut ended = false;
+        for slot in &mut self.slots {
             if matches!(slot.phase, Phase::Running) && now >= slot.deadline {
                 let error =
                     EngineError::DeadlineExceeded { confirmed_bytes: slot.confirmed, len: slot.total };
-                let peer = slot.peer as usize;
-                self.finish(index as u32, Err(error));
-                let peer = &mut self.peers[peer];
-                peer.latency.retain(|queued| *queued as usize != index);
-                peer.bulk.retain(|queued| *queued as usize != index);
-                turn.finished = true;
-                turn.worked = true;
+                slot.end(Err(error));
+                ended = true;
+            }
+        }
+        if ended {
+            let slots = &self.slots;
+            for peer in &mut self.peers {
+                peer.latency.retain(|index| matches!(slots[*index as usize].phase, Phase::Running));
+                peer.bulk.retain(|index| matches!(slots[*index as usize].phase, Phase::Running));
+            }
+            turn.finished = true;
+            turn.worked = true;
+        }
+        // A lane whose oldest request has gone unanswered for `lane_stall` is failed: a peer
+        // that stalls without closing must not hold its transfers' slots for ever.
+        for peer in 0..self.peers.len() {
+            for lane in 0..self.peers[peer].lanes.len() {
+                let state = &self.peers[peer].lanes[lane];
+                let waited = now.saturating_duration_since(state.progress_at);
+                if state.dead.is_none() && !state.in_flight.is_empty() && waited >= self.lane_stall {
+                    let error = TransportError::DeadlineExceeded {
+                        what: "a completion on an engine lane",
+                        waited_ms: waited.as_millis() as u64,
+                    };
+                    self.fail_lane(peer, lane, error, turn);
+                }
             }
         }
     }
@@ -494,14 +585,21 @@ impl State {
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
             let mut count = 0;
-            let mut skipped = 0;
+            let (mut latency_fenced, mut bulk_fenced) = (0, 0);
             let mut batch_bytes = 0;
+            if lane.in_flight.is_empty() {
+                lane.progress_at = Instant::now();
+            }
             // Bytes in flight are capped (past the first block): whatever is posted on a lane
             // is ahead of every block submitted later, small transfers' included.
             while count < room
                 && (lane.outstanding_bytes + batch_bytes < lane.bytes_in_flight || lane.in_flight.is_empty())
             {
-                let from_latency = !peer.latency.is_empty();
+                // Latency-first transfers go first, unless every one of them is fenced (below).
+                let from_latency = latency_fenced < peer.latency.len();
+                if !from_latency && bulk_fenced >= peer.bulk.len() {
+                    break;
+                }
                 let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
                 let Some(index) = queue.pop_front() else { break };
                 let slot = &mut self.slots[index as usize];
@@ -510,9 +608,10 @@ impl State {
                 // transfer: an arrival vouches only for the writes of its own lane before it.
                 if last && multi_lane && slot.notify.is_some() && slot.in_flight > 0 {
                     queue.push_back(index);
-                    skipped += 1;
-                    if skipped > peer.latency.len() + peer.bulk.len() {
-                        break;
+                    if from_latency {
+                        latency_fenced += 1;
+                    } else {
+                        bulk_fenced += 1;
                     }
                     continue;
                 }
@@ -552,10 +651,50 @@ impl State {
                     lane.posted_bytes += bytes;
                     lane.posted_wrs += count as u64;
                 }
+                Err(error) if refuses_the_ops(&error) => {
+                    // Checked before anything was posted: a bad request (a region deregistered
+                    // since its submit, say) fails alone and the lane goes on.
+                    self.post_one_by_one(peer_index, lane_index, count, turn);
+                }
                 Err(error) => {
                     // Nothing of the doorbell counts as posted: its entries leave the queue
                     // with the lane's earlier ones, and their transfers fail.
                     self.fail_lane(peer_index, lane_index, error, turn);
+                }
+            }
+        }
+    }
+
+    /// After the transport refused a doorbell of `count` requests whole, posts them one at a
+    /// time (each signalled), ending the transfers of those refused with the reason.
+    fn post_one_by_one(&mut self, peer_index: usize, lane_index: usize, count: usize, turn: &mut Turn) {
+        let lane = &mut self.peers[peer_index].lanes[lane_index];
+        let kept = lane.in_flight.len() - count;
+        let batch: Vec<(WriteOp, Posted)> =
+            lane.ops[..count].iter().copied().zip(lane.in_flight.drain(kept..)).collect();
+        for (mut op, posted) in batch {
+            let lane = &mut self.peers[peer_index].lanes[lane_index];
+            op.wr_id = lane.next_seq;
+            op.signalled = true;
+            match lane.transport.post_writes(std::slice::from_ref(&op)) {
+                Ok(()) => {
+                    lane.next_seq += 1;
+                    lane.outstanding_bytes += op.len;
+                    lane.posted_bytes += op.len;
+                    lane.posted_wrs += 1;
+                    lane.in_flight.push_back(Posted { seq: op.wr_id, ..posted });
+                }
+                Err(error) => {
+                    let slot = &mut self.slots[posted.slot as usize];
+                    if slot.generation == posted.generation {
+                        let confirmed_bytes = slot.confirmed;
+                        slot.end(Err(EngineError::Transport { source: error, confirmed_bytes }));
+                        let peer = &mut self.peers[peer_index];
+                        peer.latency.retain(|index| *index != posted.slot);
+                        peer.bulk.retain(|index| *index != posted.slot);
+                        self.retire_block(Posted { bytes: 0, ..posted }, turn);
+                        turn.finished = true;
+                    }
                 }
             }
         }
@@ -597,6 +736,7 @@ impl State {
                 };
                 lane.in_flight.pop_front();
                 lane.outstanding_bytes -= posted.bytes;
+                lane.progress_at = Instant::now();
                 turn.worked = true;
                 self.retire_block(posted, turn);
             }
@@ -613,12 +753,11 @@ impl State {
         match slot.phase {
             Phase::Running if slot.in_flight == 0 && slot.all_posted() => {
                 let delivered = Delivered { bytes: slot.total, blocks: slot.blocks };
-                slot.phase = Phase::Finished(Ok(delivered));
+                slot.end(Ok(delivered));
                 turn.finished = true;
             }
             Phase::Collected if slot.in_flight == 0 => {
-                slot.phase = Phase::Free;
-                self.free.push(posted.slot);
+                self.release(posted.slot);
                 turn.freed = true;
             }
             _ => {}
@@ -706,11 +845,25 @@ impl State {
                 self.finish(index as u32, Err(EngineError::Cancelled { confirmed_bytes }));
             }
         }
+        self.room_waiters.drain(..).for_each(Waker::wake);
         for peer in &mut self.peers {
             peer.latency.clear();
             peer.bulk.clear();
         }
     }
+}
+
+/// Errors a transport answers before posting anything of a doorbell: the ops, not the link.
+fn refuses_the_ops(error: &TransportError) -> bool {
+    matches!(
+        error,
+        TransportError::UnregisteredRegion(_)
+            | TransportError::OutOfBounds { .. }
+            | TransportError::ZeroLength { .. }
+            | TransportError::MessageTooLarge { .. }
+            | TransportError::UnsupportedMemory { .. }
+            | TransportError::InvalidArgument { .. }
+    )
 }
 
 fn pick_lane(lanes: &[Lane]) -> Option<usize> {
@@ -725,14 +878,3 @@ fn pick_lane(lanes: &[Lane]) -> Option<usize> {
         .min_by_key(|(_, lane)| lane.outstanding_bytes)
         .map(|(index, _)| index)
 }
-
-const EMPTY_OP: WriteOp = WriteOp {
-    wr_id: 0,
-    local: RegionId(0),
-    local_offset: 0,
-    remote: RegionId(0),
-    remote_offset: 0,
-    len: 0,
-    signalled: false,
-    imm: None,
-};
