@@ -187,6 +187,13 @@ impl Engine {
     /// An engine with no peers and no hints; starts its driver thread.
     pub fn new(config: EngineConfig) -> Result<Engine, PlanError> {
         config.policy.validate()?;
+        if config.policy.wrs_per_doorbell as usize > state::MAX_DOORBELL {
+            return Err(PlanError::InvalidPolicy(format!(
+                "wrs_per_doorbell {} exceeds the engine's {}",
+                config.policy.wrs_per_doorbell,
+                state::MAX_DOORBELL
+            )));
+        }
         if config.max_transfers == 0 || config.max_transfers > MAX_TRANSFERS {
             return Err(PlanError::InvalidPolicy(format!(
                 "max_transfers {} is outside 1..={MAX_TRANSFERS}",
@@ -269,8 +276,12 @@ impl Engine {
     ) -> Result<TransferId, state::Refusal> {
         let mut state = self.shared.lock();
         let id = state.submit(peer.0, request, deadline)?;
-        state.post_now(peer.0);
+        let doorbell = state.post_now(peer.0);
         drop(state);
+        if let Some(doorbell) = doorbell {
+            let rung = doorbell.transport.post_writes(doorbell.ops());
+            self.shared.lock().finish_doorbell(&doorbell, rung);
+        }
         self.shared.kick();
         Ok(id)
     }
@@ -429,6 +440,8 @@ fn arm(timer: &mut Option<DeadlineTimer>, deadline: Instant, waker: &Waker) {
 
 /// How long the driver polls with nothing completing before it sleeps on the lanes' events.
 const SPIN: Duration = Duration::from_micros(50);
+/// The longest the driver waits for callers queued for the lock before it takes it again.
+const HANDOFF: Duration = Duration::from_micros(200);
 /// The longest the driver sleeps between two looks at the transfers' deadlines.
 const NAP: Duration = Duration::from_millis(1);
 
@@ -442,10 +455,18 @@ fn drive(shared: &Shared) {
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::SeqCst) {
         let now = Instant::now();
-        let turn = shared.lock_for_driver().turn(Some(now));
+        let (turn, doorbell) = shared.lock_for_driver().turn(Some(now));
+        // Rung without the lock: the staged shm channel copies the blocks inside the post.
+        if let Some(doorbell) = doorbell {
+            let rung = doorbell.transport.post_writes(doorbell.ops());
+            shared.lock_for_driver().finish_doorbell(&doorbell, rung);
+        }
         if turn.worked {
             idle_since = None;
-            if shared.contenders.load(Ordering::SeqCst) > 0 {
+            // A std Mutex is not fair: the driver would take it again before a woken caller
+            // runs. It waits (briefly) until the callers queued for it have had their turn.
+            let handoff = Instant::now();
+            while shared.contenders.load(Ordering::SeqCst) > 0 && handoff.elapsed() < HANDOFF {
                 std::thread::yield_now();
             }
             continue;

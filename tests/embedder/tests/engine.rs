@@ -76,7 +76,7 @@ fn sixty_four_transfers_to_four_peers_over_two_lanes_land_without_stalling_the_r
             .unwrap_or_else(|e| panic!("{id}: {e}"));
         let engine = Arc::new(Engine::new(EngineConfig::default()).expect("engine"));
         engine.set_size_hint(&hint).expect("the hint cuts blocks");
-        let (connections, late, machine, elapsed) = runtime.block_on(async {
+        let (connections, late, machine, elapsed, longest) = runtime.block_on(async {
             let mut connections = Vec::new();
             for peer in 0..PEERS {
                 connections.push(connect(&id, peer).await);
@@ -104,23 +104,25 @@ fn sixty_four_transfers_to_four_peers_over_two_lanes_land_without_stalling_the_r
                         len,
                     );
                     let (engine, peer) = (engine.clone(), *peer);
-                    tasks.push(tokio::spawn(async move {
+                    tasks.push(tokio::spawn(longest_poll(async move {
                         let submitted =
                             engine.submit_when_ready(peer, request.notify(k as u32), deadline).await;
                         let id = submitted.map_err(|e| e.to_string())?;
                         engine.wait(id, deadline).await.map_err(|e| e.to_string())
-                    }));
+                    })));
                 }
             }
+            let mut longest = Duration::ZERO;
             for (index, task) in tasks.into_iter().enumerate() {
-                let delivered =
-                    task.await.expect("task").unwrap_or_else(|e| panic!("{id}: transfer {index}: {e}"));
+                let (result, poll) = task.await.expect("task");
+                longest = longest.max(poll);
+                let delivered = result.unwrap_or_else(|e| panic!("{id}: transfer {index}: {e}"));
                 assert_eq!(delivered.bytes, SIZES[index % 4]);
             }
             let elapsed = started.elapsed();
             stop.store(true, Ordering::Relaxed);
             let machine = baseline.await.expect("baseline ticker");
-            (connections, ticker.await.expect("ticker"), machine, elapsed)
+            (connections, ticker.await.expect("ticker"), machine, elapsed, longest)
         });
         for (peer, connection) in connections.iter().enumerate() {
             let mut arrived = vec![0u8; SLOT as usize];
@@ -135,15 +137,30 @@ fn sixty_four_transfers_to_four_peers_over_two_lanes_land_without_stalling_the_r
         }
         let lanes = connections[0].senders.len();
         println!(
-            "{id}: {} transfers to {PEERS} peers over {lanes} lane(s) each verified in {:.2} s; 1 ms ticker late by at most {:.1} ms (on a runtime of its own: {:.1} ms)",
+            "{id}: {} transfers to {PEERS} peers over {lanes} lane(s) each verified in {:.2} s; 1 ms ticker late by at most {:.1} ms (on a runtime of its own: {:.1} ms); longest poll of a transfer's task {:.2} ms",
             PEERS as u64 * TRANSFERS_PER_PEER,
             elapsed.as_secs_f64(),
             late.as_secs_f64() * 1e3,
-            machine.as_secs_f64() * 1e3
+            machine.as_secs_f64() * 1e3,
+            longest.as_secs_f64() * 1e3
         );
         assert!(
             late <= machine + Duration::from_millis(50),
             "{id}: the ticker on the engine's runtime was {late:?} late, on its own {machine:?}"
         );
     }
+}
+
+/// Runs `future`, returning its output and the longest single poll it took (wall time).
+async fn longest_poll<F: std::future::Future>(future: F) -> (F::Output, Duration) {
+    let mut future = std::pin::pin!(future);
+    let mut longest = Duration::ZERO;
+    let output = std::future::poll_fn(|cx| {
+        let started = Instant::now();
+        let poll = future.as_mut().poll(cx);
+        longest = longest.max(started.elapsed());
+        poll
+    })
+    .await;
+    (output, longest)
 }

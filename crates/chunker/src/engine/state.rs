@@ -30,6 +30,9 @@ pub(crate) struct Lane {
     posted_wrs: u64,
     /// When the lane last retired a request, or had none in flight.
     progress_at: Instant,
+    /// A doorbell of this lane is being rung outside the lock: no other may be built on it
+    /// (its sequence numbers must reach the transport in order).
+    posting: bool,
     ops: Vec<WriteOp>,
     completions: Vec<Completion>,
     dead: Option<String>,
@@ -48,6 +51,8 @@ pub(crate) struct Peer {
     pub(crate) lanes: Vec<Lane>,
     remote: Vec<RemoteRegion>,
     max_block: u64,
+    /// The lane the last doorbell went to.
+    last_lane: usize,
     latency: VecDeque<u32>,
     bulk: VecDeque<u32>,
 }
@@ -185,8 +190,32 @@ pub(crate) struct State {
     lane_bytes_in_flight: u64,
     lane_stall: Duration,
     room_waiters: Vec<Waker>,
+    /// The peer whose turn it is to post.
+    next_peer: usize,
     pub(crate) stopping: bool,
     next_deadline_scan: Instant,
+}
+
+/// Work requests a lane posts (through the driver) before callers post on it themselves.
+const WARM_WRS: u64 = 256;
+
+/// Work requests one doorbell carries, at most.
+pub(crate) const MAX_DOORBELL: usize = 64;
+
+/// A doorbell built under the lock, rung without it ([`State::finish_doorbell`] records it).
+pub(crate) struct Doorbell {
+    peer: usize,
+    lane: usize,
+    first_seq: u64,
+    count: usize,
+    pub(crate) transport: Arc<dyn Transport>,
+    ops: [WriteOp; MAX_DOORBELL],
+}
+
+impl Doorbell {
+    pub(crate) fn ops(&self) -> &[WriteOp] {
+        &self.ops[..self.count]
+    }
 }
 
 /// A refused request, with the request handed back (boxed: refusals are rare, the `Ok` path
@@ -211,6 +240,8 @@ pub(crate) struct Turn {
     pub(crate) in_flight: bool,
     /// Some transfer runs (queued or in flight): its deadline needs watching.
     pub(crate) running: bool,
+    /// A doorbell was rung.
+    pub(crate) posted: bool,
 }
 
 impl State {
@@ -230,6 +261,7 @@ impl State {
             lane_bytes_in_flight,
             lane_stall,
             room_waiters: Vec::new(),
+            next_peer: 0,
             stopping: false,
             next_deadline_scan: Instant::now(),
         }
@@ -284,6 +316,7 @@ impl State {
                     posted_bytes: 0,
                     posted_wrs: 0,
                     progress_at: Instant::now(),
+                    posting: false,
                     ops: vec![EMPTY_OP; policy.wrs_per_doorbell as usize],
                     completions: vec![Completion::EMPTY; policy.window as usize],
                     dead: None,
@@ -296,6 +329,7 @@ impl State {
             lanes,
             remote: remote.to_vec(),
             max_block,
+            last_lane: 0,
             latency: VecDeque::with_capacity(slots),
             bulk: VecDeque::with_capacity(slots),
         });
@@ -490,12 +524,16 @@ impl State {
 
     /// Posts what the peer's lanes have room for now (the submitting thread's turn, so a
     /// transfer does not wait for the driver to start).
-    pub(crate) fn post_now(&mut self, peer: u32) -> Turn {
+    pub(crate) fn post_now(&mut self, peer: u32) -> Option<Doorbell> {
         let mut turn = Turn::default();
-        if (peer as usize) < self.peers.len() {
-            self.post_peer(peer as usize, &mut turn);
+        // A lane's first doorbells are left to the driver thread: they may cost milliseconds
+        // the caller's thread should not spend (the staged shm channel maps the peer's region
+        // at its first write into it).
+        let warm = self.peers.get(peer as usize)?.lanes.iter().all(|lane| lane.posted_wrs >= WARM_WRS);
+        if !warm {
+            return None;
         }
-        turn
+        self.post_peer(peer as usize, &mut turn)
     }
 
     /// Retires what completed on every lane, posting nothing (a waiter's look).
@@ -511,10 +549,21 @@ impl State {
 
     /// One turn: a doorbell per lane where the windows allow, retire what completed, end what
     /// passed its deadline.
-    pub(crate) fn turn(&mut self, now: Option<Instant>) -> Turn {
+    pub(crate) fn turn(&mut self, now: Option<Instant>) -> (Turn, Option<Doorbell>) {
         let mut turn = Turn::default();
-        for peer in 0..self.peers.len() {
-            self.post_peer(peer, &mut turn);
+        let mut doorbell = None;
+        // One doorbell per turn, the peers taking turns: the lock is held for one post (the
+        // staged shm channel copies inside it), then let go.
+        let peers = self.peers.len();
+        for step in 0..peers {
+            let peer = (self.next_peer + step) % peers;
+            doorbell = self.post_peer(peer, &mut turn);
+            if doorbell.is_some() {
+                self.next_peer = (peer + 1) % peers;
+                break;
+            }
+        }
+        for peer in 0..peers {
             for lane in 0..self.peers[peer].lanes.len() {
                 self.poll_lane(peer, lane, &mut turn);
             }
@@ -530,7 +579,7 @@ impl State {
         // A running transfer is queued (blocks left to post, or fenced) or has blocks in flight.
         turn.running =
             turn.in_flight || self.peers.iter().any(|peer| !peer.latency.is_empty() || !peer.bulk.is_empty());
-        turn
+        (turn, doorbell)
     }
 
     fn end_overdue(&mut self, now: Instant, turn: &mut Turn) {
@@ -571,17 +620,19 @@ impl State {
 
     /// Posts blocks of the peer's queued transfers, one block per transfer per turn (latency
     /// class first), on the live lane with the fewest outstanding bytes, a doorbell at a time.
-    /// At most one doorbell per lane per call: the lock is let go between doorbells, so a
-    /// transfer submitted meanwhile (whose block then goes next) does not wait for a whole
-    /// window of copies (the staged shm channel copies inside `post_writes`).
-    fn post_peer(&mut self, peer_index: usize, turn: &mut Turn) {
+    /// Builds one doorbell (returned, to be rung without the lock): the lock is let go between doorbells, so a transfer submitted
+    /// meanwhile (whose block then goes next) does not wait for a whole window of copies (the
+    /// staged shm channel copies inside `post_writes`); lanes take turns by their outstanding
+    /// bytes.
+    fn post_peer(&mut self, peer_index: usize, turn: &mut Turn) -> Option<Doorbell> {
         let multi_lane = self.peers[peer_index].lanes.len() > 1;
-        for _ in 0..self.peers[peer_index].lanes.len() {
+        {
             let peer = &mut self.peers[peer_index];
             if peer.latency.is_empty() && peer.bulk.is_empty() {
-                return;
+                return None;
             }
-            let Some(lane_index) = pick_lane(&peer.lanes) else { return };
+            let lane_index = pick_lane(&peer.lanes, peer.last_lane)?;
+            peer.last_lane = lane_index;
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
             let mut count = 0;
@@ -639,39 +690,61 @@ impl State {
                 count += 1;
             }
             if count == 0 {
-                return;
+                return None;
             }
             lane.ops[count - 1].signalled = true;
+            turn.posted = true;
             turn.worked = true;
-            match lane.transport.post_writes(&lane.ops[..count]) {
-                Ok(()) => {
-                    let bytes = lane.ops[..count].iter().map(|op| op.len).sum::<u64>();
-                    lane.next_seq += count as u64;
-                    lane.outstanding_bytes += bytes;
-                    lane.posted_bytes += bytes;
-                    lane.posted_wrs += count as u64;
-                }
-                Err(error) if refuses_the_ops(&error) => {
-                    // Checked before anything was posted: a bad request (a region deregistered
-                    // since its submit, say) fails alone and the lane goes on.
-                    self.post_one_by_one(peer_index, lane_index, count, turn);
-                }
-                Err(error) => {
-                    // Nothing of the doorbell counts as posted: its entries leave the queue
-                    // with the lane's earlier ones, and their transfers fail.
-                    self.fail_lane(peer_index, lane_index, error, turn);
-                }
+            let first_seq = lane.next_seq;
+            lane.next_seq += count as u64;
+            lane.outstanding_bytes += batch_bytes;
+            lane.posting = true;
+            let mut ops = [EMPTY_OP; MAX_DOORBELL];
+            ops[..count].copy_from_slice(&lane.ops[..count]);
+            Some(Doorbell {
+                peer: peer_index,
+                lane: lane_index,
+                first_seq,
+                count,
+                transport: lane.transport.clone(),
+                ops,
+            })
+        }
+    }
+
+    /// Records how ringing `doorbell` went.
+    pub(crate) fn finish_doorbell(&mut self, doorbell: &Doorbell, rung: Result<(), TransportError>) {
+        let mut turn = Turn::default();
+        let (peer_index, lane_index) = (doorbell.peer, doorbell.lane);
+        let lane = &mut self.peers[peer_index].lanes[lane_index];
+        lane.posting = false;
+        match rung {
+            Ok(()) => {
+                lane.posted_bytes += doorbell.ops().iter().map(|op| op.len).sum::<u64>();
+                lane.posted_wrs += doorbell.count as u64;
+            }
+            Err(error) if refuses_the_ops(&error) => {
+                // Checked before anything was posted: a bad request (a region deregistered
+                // since its submit, say) fails alone and the lane goes on. Nothing of the
+                // doorbell reached the transport, so its numbers are handed out again.
+                lane.next_seq = doorbell.first_seq;
+                lane.outstanding_bytes -= doorbell.ops().iter().map(|op| op.len).sum::<u64>();
+                self.post_one_by_one(peer_index, lane_index, doorbell.ops(), &mut turn);
+            }
+            Err(error) => {
+                // Nothing of the doorbell counts as posted: its entries leave the queue with
+                // the lane's earlier ones, and their transfers fail.
+                self.fail_lane(peer_index, lane_index, error, &mut turn);
             }
         }
     }
 
     /// After the transport refused a doorbell of `count` requests whole, posts them one at a
     /// time (each signalled), ending the transfers of those refused with the reason.
-    fn post_one_by_one(&mut self, peer_index: usize, lane_index: usize, count: usize, turn: &mut Turn) {
+    fn post_one_by_one(&mut self, peer_index: usize, lane_index: usize, ops: &[WriteOp], turn: &mut Turn) {
         let lane = &mut self.peers[peer_index].lanes[lane_index];
-        let kept = lane.in_flight.len() - count;
-        let batch: Vec<(WriteOp, Posted)> =
-            lane.ops[..count].iter().copied().zip(lane.in_flight.drain(kept..)).collect();
+        let kept = lane.in_flight.len() - ops.len();
+        let batch: Vec<(WriteOp, Posted)> = ops.iter().copied().zip(lane.in_flight.drain(kept..)).collect();
         for (mut op, posted) in batch {
             let lane = &mut self.peers[peer_index].lanes[lane_index];
             op.wr_id = lane.next_seq;
@@ -866,12 +939,15 @@ fn refuses_the_ops(error: &TransportError) -> bool {
     )
 }
 
-fn pick_lane(lanes: &[Lane]) -> Option<usize> {
-    lanes
-        .iter()
-        .enumerate()
+/// The live lane with room and the fewest outstanding bytes; ties go round, starting after
+/// `last` (a channel that completes inside the post always has none outstanding).
+fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
+    let count = lanes.len();
+    (1..=count)
+        .map(|step| ((last + step) % count, &lanes[(last + step) % count]))
         .filter(|(_, lane)| {
             lane.dead.is_none()
+                && !lane.posting
                 && lane.in_flight.len() < lane.window as usize
                 && (lane.outstanding_bytes < lane.bytes_in_flight || lane.in_flight.is_empty())
         })
