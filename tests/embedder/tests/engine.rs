@@ -4,7 +4,7 @@
 //! the same ticker on a runtime of its own.
 
 mod common;
-use common::tick;
+use common::{longest_poll, tick};
 use rdma_hint::chunker::{Engine, EngineConfig, PeerId, TransferRequest};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open_lanes, Device, Error, LocalRegion, MemoryKind, OpenOptions,
@@ -156,18 +156,4 @@ fn sixty_four_transfers_to_four_peers_over_two_lanes_land_without_stalling_the_r
             "{id}: the ticker on the engine's runtime was {late:?} late, on its own {machine:?}"
         );
     }
-}
-
-/// Runs `future`, returning its output and the longest single poll it took (wall time).
-async fn longest_poll<F: std::future::Future>(future: F) -> (F::Output, Duration) {
-    let mut future = std::pin::pin!(future);
-    let mut longest = Duration::ZERO;
-    let output = std::future::poll_fn(|cx| {
-        let started = Instant::now();
-        let poll = future.as_mut().poll(cx);
-        longest = longest.max(started.elapsed());
-        poll
-    })
-    .await;
-    (output, longest)
 }

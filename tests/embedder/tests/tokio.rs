@@ -4,7 +4,7 @@
 //! there. Every byte that landed is compared with what was sent.
 
 mod common;
-use common::tick;
+use common::{longest_poll, tick};
 use rdma_hint_embedder::{ids, Pair};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -88,19 +88,4 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
             assert!(late < Duration::from_millis(100), "{id}: the 1 ms ticker was {late:?} late");
         }
     }
-}
-
-/// Runs `future`, returning its output and the longest single poll it took (wall time, so an
-/// oversubscribed CPU shows up too).
-async fn longest_poll<F: std::future::Future>(future: F) -> (F::Output, Duration) {
-    let mut future = std::pin::pin!(future);
-    let mut longest = Duration::ZERO;
-    let output = std::future::poll_fn(|cx| {
-        let started = Instant::now();
-        let poll = future.as_mut().poll(cx);
-        longest = longest.max(started.elapsed());
-        poll
-    })
-    .await;
-    (output, longest)
 }

@@ -33,7 +33,6 @@ pub(crate) struct Lane {
     /// A doorbell of this lane is being rung outside the lock: no other may be built on it
     /// (its sequence numbers must reach the transport in order).
     posting: bool,
-    ops: Vec<WriteOp>,
     completions: Vec<Completion>,
     dead: Option<String>,
 }
@@ -208,6 +207,8 @@ pub(crate) struct Doorbell {
     lane: usize,
     first_seq: u64,
     count: usize,
+    /// Payload bytes of its requests.
+    bytes: u64,
     pub(crate) transport: Arc<dyn Transport>,
     ops: [WriteOp; MAX_DOORBELL],
 }
@@ -232,16 +233,10 @@ pub const MAX_LANES: usize = 16;
 pub(crate) struct Turn {
     /// Something was posted, retired or ended.
     pub(crate) worked: bool,
-    /// A transfer finished (waiters should look).
-    pub(crate) finished: bool,
-    /// A slot came free (blocked submitters should look).
-    pub(crate) freed: bool,
     /// Some lane has work requests in flight.
     pub(crate) in_flight: bool,
     /// Some transfer runs (queued or in flight): its deadline needs watching.
     pub(crate) running: bool,
-    /// A doorbell was rung.
-    pub(crate) posted: bool,
 }
 
 impl State {
@@ -317,7 +312,6 @@ impl State {
                     posted_wrs: 0,
                     progress_at: Instant::now(),
                     posting: false,
-                    ops: vec![EMPTY_OP; policy.wrs_per_doorbell as usize],
                     completions: vec![Completion::EMPTY; policy.window as usize],
                     dead: None,
                     transport,
@@ -598,7 +592,6 @@ impl State {
                 peer.latency.retain(|index| matches!(slots[*index as usize].phase, Phase::Running));
                 peer.bulk.retain(|index| matches!(slots[*index as usize].phase, Phase::Running));
             }
-            turn.finished = true;
             turn.worked = true;
         }
         // A lane whose oldest request has gone unanswered for `lane_stall` is failed: a peer
@@ -635,6 +628,7 @@ impl State {
             peer.last_lane = lane_index;
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
+            let mut ops = [EMPTY_OP; MAX_DOORBELL];
             let mut count = 0;
             let (mut latency_fenced, mut bulk_fenced) = (0, 0);
             let mut batch_bytes = 0;
@@ -666,7 +660,7 @@ impl State {
                     }
                     continue;
                 }
-                lane.ops[count] = WriteOp {
+                ops[count] = WriteOp {
                     wr_id: lane.next_seq + count as u64,
                     local: slot.local,
                     local_offset: block.local_offset,
@@ -692,21 +686,20 @@ impl State {
             if count == 0 {
                 return None;
             }
-            lane.ops[count - 1].signalled = true;
-            turn.posted = true;
+            ops[count - 1].signalled = true;
             turn.worked = true;
             let first_seq = lane.next_seq;
             lane.next_seq += count as u64;
             lane.outstanding_bytes += batch_bytes;
             lane.posting = true;
-            let mut ops = [EMPTY_OP; MAX_DOORBELL];
-            ops[..count].copy_from_slice(&lane.ops[..count]);
+            let transport = lane.transport.clone();
             Some(Doorbell {
                 peer: peer_index,
                 lane: lane_index,
                 first_seq,
                 count,
-                transport: lane.transport.clone(),
+                bytes: batch_bytes,
+                transport,
                 ops,
             })
         }
@@ -720,7 +713,7 @@ impl State {
         lane.posting = false;
         match rung {
             Ok(()) => {
-                lane.posted_bytes += doorbell.ops().iter().map(|op| op.len).sum::<u64>();
+                lane.posted_bytes += doorbell.bytes;
                 lane.posted_wrs += doorbell.count as u64;
             }
             Err(error) if refuses_the_ops(&error) => {
@@ -728,8 +721,8 @@ impl State {
                 // since its submit, say) fails alone and the lane goes on. Nothing of the
                 // doorbell reached the transport, so its numbers are handed out again.
                 lane.next_seq = doorbell.first_seq;
-                lane.outstanding_bytes -= doorbell.ops().iter().map(|op| op.len).sum::<u64>();
-                self.post_one_by_one(peer_index, lane_index, doorbell.ops(), &mut turn);
+                lane.outstanding_bytes -= doorbell.bytes;
+                self.post_one_by_one(peer_index, lane_index, doorbell.ops());
             }
             Err(error) => {
                 // Nothing of the doorbell counts as posted: its entries leave the queue with
@@ -741,7 +734,7 @@ impl State {
 
     /// After the transport refused a doorbell of `count` requests whole, posts them one at a
     /// time (each signalled), ending the transfers of those refused with the reason.
-    fn post_one_by_one(&mut self, peer_index: usize, lane_index: usize, ops: &[WriteOp], turn: &mut Turn) {
+    fn post_one_by_one(&mut self, peer_index: usize, lane_index: usize, ops: &[WriteOp]) {
         let lane = &mut self.peers[peer_index].lanes[lane_index];
         let kept = lane.in_flight.len() - ops.len();
         let batch: Vec<(WriteOp, Posted)> = ops.iter().copied().zip(lane.in_flight.drain(kept..)).collect();
@@ -765,8 +758,7 @@ impl State {
                         let peer = &mut self.peers[peer_index];
                         peer.latency.retain(|index| *index != posted.slot);
                         peer.bulk.retain(|index| *index != posted.slot);
-                        self.retire_block(Posted { bytes: 0, ..posted }, turn);
-                        turn.finished = true;
+                        self.retire_block(Posted { bytes: 0, ..posted });
                     }
                 }
             }
@@ -811,12 +803,12 @@ impl State {
                 lane.outstanding_bytes -= posted.bytes;
                 lane.progress_at = Instant::now();
                 turn.worked = true;
-                self.retire_block(posted, turn);
+                self.retire_block(posted);
             }
         }
     }
 
-    fn retire_block(&mut self, posted: Posted, turn: &mut Turn) {
+    fn retire_block(&mut self, posted: Posted) {
         let slot = &mut self.slots[posted.slot as usize];
         if slot.generation != posted.generation {
             return;
@@ -827,11 +819,9 @@ impl State {
             Phase::Running if slot.in_flight == 0 && slot.all_posted() => {
                 let delivered = Delivered { bytes: slot.total, blocks: slot.blocks };
                 slot.end(Ok(delivered));
-                turn.finished = true;
             }
             Phase::Collected if slot.in_flight == 0 => {
                 self.release(posted.slot);
-                turn.freed = true;
             }
             _ => {}
         }
@@ -858,7 +848,7 @@ impl State {
             slot.cancelled = true;
             // The block will never retire: count it out (with no bytes) so the slot can come
             // free.
-            self.retire_block(Posted { bytes: 0, ..posted }, turn);
+            self.retire_block(Posted { bytes: 0, ..posted });
         }
         let peer_state = &mut self.peers[peer];
         let all_dead = peer_state.lanes.iter().all(|lane| lane.dead.is_some());
@@ -877,7 +867,6 @@ impl State {
                 keep
             });
         }
-        turn.finished = true;
         turn.worked = true;
     }
 
