@@ -80,8 +80,10 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
             rate_note: None,
         },
         max_outstanding_wrs: 256,
-        max_wrs_per_post: 64,
-        max_sges: 1,
+        max_wrs_per_post: crate::transport::MAX_WRS_PER_POST as u32,
+        // A gather write's pieces leave from their sources: one `sendmsg` on TCP, copies
+        // straight into the peer's mapping on shm.
+        max_sges: crate::request::MAX_SGES,
         memory_kinds,
         caller_memory,
     }

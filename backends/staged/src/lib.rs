@@ -22,6 +22,7 @@ mod link;
 mod memory;
 pub mod protocol;
 mod region;
+mod request;
 pub mod ring;
 mod socket;
 mod transport;

@@ -5,9 +5,10 @@
 //! says when the peer is gone, and a ring thread takes announcements off our ring while the
 //! application does not (it sleeps on the ring's futex in `Adaptive` mode).
 
-use crate::memory::{Direction, Memory, PeerMapping};
+use crate::memory::{Direction, GatherSend, Memory, PeerMapping};
 use crate::protocol::{Inbound, Inbox};
 use crate::region::{copy_to_peer, RegionMemory, Staging};
+use crate::request::{Pieces, Request};
 use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
 use crate::socket::{peek, readable, waiting_bytes};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
@@ -192,7 +193,7 @@ pub(crate) type Broken = Arc<OnceLock<String>>;
 
 /// A running link.
 pub(crate) struct Link {
-    pub(crate) ops: Sender<WriteOp>,
+    pub(crate) ops: Sender<Request>,
     pub(crate) completions: EventQueue<Completion>,
     pub(crate) arrivals: EventQueue<Arrival>,
     pub(crate) broken: Broken,
@@ -418,7 +419,7 @@ impl Link {
     /// lacks room for the whole batch.
     pub(crate) fn post_in_place(
         &self,
-        ops: &[WriteOp],
+        ops: &[impl Pieces],
         regions: &RegionTable<LocalEntry>,
     ) -> Result<bool, TransportError> {
         let shared = &*self.shared;
@@ -430,10 +431,13 @@ impl Link {
         // Held for the batch: its announcements go out in order, and its room cannot shrink.
         let mut producer = rings.producer.lock().unwrap_or_else(PoisonError::into_inner);
         let (mut announced, mut signalled) = (0u64, 0usize);
-        for op in ops {
-            if regions.get(op.local)?.memory.host().is_none() {
-                return Ok(false);
+        for request in ops {
+            for piece in request.pieces() {
+                if regions.get(piece.local)?.memory.host().is_none() {
+                    return Ok(false);
+                }
             }
+            let op = request.head();
             let (_, notify_each_write) = self.mapped(op.remote)?;
             announced += u64::from(op.imm.is_some() || notify_each_write);
             signalled += usize::from(op.signalled);
@@ -443,15 +447,18 @@ impl Link {
             return Ok(false);
         }
         let mut wake = false;
-        for op in ops {
-            let source =
-                regions.get(op.local)?.memory.host().ok_or(TransportError::UnregisteredRegion(op.local))?;
+        for request in ops {
+            let op = request.head();
             let (target, notify_each_write) = self.mapped(op.remote)?;
-            source.copy_to(op.local_offset, target, op.remote_offset, op.len)?;
+            for piece in request.pieces() {
+                let source = regions.get(piece.local)?.memory.host();
+                let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
+                source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len)?;
+            }
             shared.counters.copies.in_transit(op.len);
             if op.imm.is_some() || notify_each_write {
                 let published = producer
-                    .publish(&outbound, &announcement(op))
+                    .publish(&outbound, &announcement(&op))
                     .map_err(|reason| self.break_with(reason))?;
                 debug_assert!(published.published, "room was checked under the same lock");
                 wake |= published.wake;
@@ -672,7 +679,7 @@ fn deliver(shared: &Shared, outgoing: Outgoing) -> Result<(), String> {
 
 fn send_loop(
     shared: &Shared,
-    ops: &Receiver<WriteOp>,
+    ops: &Receiver<Request>,
     acks: &Receiver<Outgoing>,
     reader_gone: &Receiver<()>,
 ) {
@@ -723,34 +730,62 @@ fn send_loop(
     }
 }
 
-fn flush(op: &WriteOp, completions: &EventSender<Completion>) {
+fn flush(request: &Request, completions: &EventSender<Completion>) {
+    let op = request.head();
     if op.signalled {
         let _ = completions
             .try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Failed { code: FLUSHED } });
     }
 }
 
-fn send_one(shared: &Shared, op: &WriteOp, staging: &mut Staging) -> Result<(), String> {
+fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result<(), String> {
     if shared.broken.get().is_some() {
         return Err("link already broken".into());
     }
-    let source =
-        local(&shared.local, op.local).ok_or_else(|| format!("local region {:?} vanished", op.local))?;
+    let op = request.head();
+    // The sources, each looked up once (a gather's pieces usually share one region).
+    let mut sources: [Option<(RegionId, LocalEntry)>; crate::request::MAX_SGES as usize] =
+        std::array::from_fn(|_| None);
+    for (index, piece) in request.pieces().enumerate() {
+        let known = index.checked_sub(1).and_then(|before| sources[before].as_ref());
+        let entry = match known {
+            Some((id, entry)) if *id == piece.local => entry.clone(),
+            _ => local(&shared.local, piece.local)
+                .ok_or_else(|| format!("local region {:?} vanished", piece.local))?,
+        };
+        sources[index] = Some((piece.local, entry));
+    }
+    let source_of = |index: usize| &sources[index].as_ref().expect("looked up above").1;
     match shared.channel {
         ChannelKind::Tcp => {
-            let mut frame = write_frame(op);
+            let mut frame = write_frame(&op);
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
                 // Recorded before the frame leaves, so its ack cannot overtake it.
                 shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).push_back(op.wr_id);
             }
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            let sent = match source.memory.host() {
-                // Header and payload in one system call.
-                Some(host) => host.send_framed(&writer, &frame.encode(), (op.local_offset, op.len)),
-                None => writer.write_all(&frame.encode()).and_then(|()| {
-                    source.memory.over_socket(Direction::Send, op.local_offset, op.len, &writer, staging)
-                }),
+            let header = frame.encode();
+            let all_host =
+                (0..request.pieces().count()).all(|index| source_of(index).memory.host().is_some());
+            let sent = if all_host {
+                // Header and payload (every piece of a gather) in one system call.
+                let mut send = GatherSend::new(&header);
+                request
+                    .pieces()
+                    .enumerate()
+                    .try_for_each(|(index, piece)| {
+                        let host = source_of(index).memory.host().expect("host memory, checked above");
+                        send.push(host, piece.local_offset, piece.len)
+                    })
+                    .and_then(|()| send.send(&writer))
+            } else {
+                writer.write_all(&header).and_then(|()| {
+                    request.pieces().enumerate().try_for_each(|(index, piece)| {
+                        let memory = &source_of(index).memory;
+                        memory.over_socket(Direction::Send, piece.local_offset, piece.len, &writer, staging)
+                    })
+                })
             };
             sent.map_err(|e| format!("sending a write: {e}"))?;
         }
@@ -760,17 +795,20 @@ fn send_one(shared: &Shared, op: &WriteOp, staging: &mut Staging) -> Result<(), 
                 .and_then(|r| r.mapped.as_ref().map(|mapped| (mapped, r.notify_each_write)))
                 .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
             let target = mapping.get().map_err(|e| e.to_string())?;
-            copy_to_peer(&source.memory, op.local_offset, target, (op.remote_offset, op.len), staging)
-                .map_err(|e| e.to_string())?;
-            if source.memory.host().is_some() {
-                shared.counters.copies.in_transit(op.len);
+            for (index, piece) in request.pieces().enumerate() {
+                let memory = &source_of(index).memory;
+                copy_to_peer(memory, piece.local_offset, target, (piece.remote_offset, piece.len), staging)
+                    .map_err(|e| e.to_string())?;
+                if memory.host().is_some() {
+                    shared.counters.copies.in_transit(piece.len);
+                }
             }
             let announce = op.imm.is_some() || notify_each_write;
             if op.signalled || announce {
                 // A completion or an announcement says the bytes are there: GPU copies land first.
                 staging.settle().map_err(|e| format!("copying GPU memory to the peer: {e}"))?;
             }
-            if announce && !shared.announce(&announcement(op), Instant::now() + RING_PATIENCE)? {
+            if announce && !shared.announce(&announcement(&op), Instant::now() + RING_PATIENCE)? {
                 return Err(format!("the peer took nothing off its ring for {} s", RING_PATIENCE.as_secs()));
             }
             if op.signalled {
@@ -957,7 +995,7 @@ impl Link {
     /// GPU memory or larger than [`DIRECT_SEND_MAX`], or the socket is being written).
     pub(crate) fn post_over_socket(
         &self,
-        ops: &[WriteOp],
+        ops: &[impl Pieces],
         regions: &RegionTable<LocalEntry>,
     ) -> Result<bool, TransportError> {
         let shared = &*self.shared;
@@ -967,30 +1005,39 @@ impl Link {
         {
             return Ok(false);
         }
-        for op in ops {
-            if op.len > DIRECT_SEND_MAX || regions.get(op.local)?.memory.host().is_none() {
+        for request in ops {
+            if request.head().len > DIRECT_SEND_MAX {
                 return Ok(false);
+            }
+            for piece in request.pieces() {
+                if regions.get(piece.local)?.memory.host().is_none() {
+                    return Ok(false);
+                }
             }
         }
         let Ok(writer) = shared.writer.try_lock() else { return Ok(false) };
-        let signalled = ops.iter().filter(|op| op.signalled).count();
+        let signalled = ops.iter().filter(|request| request.head().signalled).count();
         let mut awaiting = shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner);
         if awaiting.len() + signalled > shared.max_outstanding {
             let max = shared.max_outstanding.saturating_sub(awaiting.len()) as u32;
             return Err(TransportError::QueueFull { given: ops.len() as u32, max });
         }
-        for op in ops {
-            let source =
-                regions.get(op.local)?.memory.host().ok_or(TransportError::UnregisteredRegion(op.local))?;
-            let mut frame = write_frame(op);
+        for request in ops {
+            let op = request.head();
+            let mut frame = write_frame(&op);
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
                 // Recorded before the frame leaves, so its ack cannot overtake it.
                 awaiting.push_back(op.wr_id);
             }
-            source
-                .send_framed(&writer, &frame.encode(), (op.local_offset, op.len))
-                .map_err(|e| self.break_with(format!("sending a write: {e}")))?;
+            let header = frame.encode();
+            let mut send = GatherSend::new(&header);
+            for piece in request.pieces() {
+                let source = regions.get(piece.local)?.memory.host();
+                let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
+                send.push(source, piece.local_offset, piece.len)?;
+            }
+            send.send(&writer).map_err(|e| self.break_with(format!("sending a write: {e}")))?;
         }
         Ok(true)
     }

@@ -6,6 +6,7 @@ use rdma_hint_core::{CallerMemory, ForeignMemory, TransportError};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::alloc::Layout;
 use std::fs::File;
+use std::marker::PhantomData;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -241,41 +242,19 @@ impl Memory {
         Ok(())
     }
 
-    /// Sends `header` and then `offset..offset + len` of the buffer with one system call
-    /// (`sendmsg` of two pieces; a short send continues where it stopped), straight from the
-    /// buffer as [`Memory::over_socket`] does.
-    pub(crate) fn send_framed(
-        &self,
-        socket: &TcpStream,
-        header: &[u8],
-        range: (u64, u64),
-    ) -> std::io::Result<()> {
-        // The kernel only reads the header on a send: the pointer is never written through.
-        self.framed(socket, Direction::Send, (header.as_ptr().cast_mut(), header.len()), range)
-    }
-
     /// Receives exactly a frame's `header` and then `offset..offset + len` into the buffer,
     /// with one system call when all of it is waiting (`recvmsg` of two pieces; a short read
     /// continues where it stopped), straight into the buffer as [`Memory::over_socket`] does.
+    /// (Sends go through [`GatherSend`].)
     pub(crate) fn receive_framed(
         &self,
         socket: &TcpStream,
         header: &mut [u8],
-        range: (u64, u64),
-    ) -> std::io::Result<()> {
-        self.framed(socket, Direction::Receive, (header.as_mut_ptr(), header.len()), range)
-    }
-
-    /// A header of `header.1` bytes at `header.0` and a range of the buffer through one
-    /// `sendmsg` / `recvmsg` of two pieces, continued until every byte has moved.
-    fn framed(
-        &self,
-        socket: &TcpStream,
-        direction: Direction,
-        (header, header_len): (*mut u8, usize),
         (offset, len): (u64, u64),
     ) -> std::io::Result<()> {
         let (start, len) = self.io_range(offset, len)?;
+        let header_len = header.len();
+        let header = header.as_mut_ptr();
         let total = header_len + len;
         let mut done = 0;
         while done < total {
@@ -296,17 +275,11 @@ impl Memory {
             message.msg_iov = pieces[first..].as_mut_ptr();
             message.msg_iovlen = (2 - first) as _;
             // SAFETY: `message` points at `pieces`, live for the call, whose pieces lie in the
-            // caller's header (borrowed by `send_framed` / `receive_framed` for the call, mutably
-            // for a receive) and in the buffer's checked range `start..start + len` (alive as
-            // long as `self`, only ever reached through raw pointers); the kernel reads (send)
-            // or writes (receive) at most those bytes.
-            let moved = unsafe {
-                match direction {
-                    Direction::Send => libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL),
-                    Direction::Receive => libc::recvmsg(socket.as_raw_fd(), &mut message, 0),
-                }
-            };
-            done += bytes_moved(direction, moved)?;
+            // caller's header (borrowed mutably for the call) and in the buffer's checked range
+            // `start..start + len` (alive as long as `self`, only ever reached through raw
+            // pointers); the kernel writes at most those bytes.
+            let moved = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, 0) };
+            done += bytes_moved(Direction::Receive, moved)?;
         }
         Ok(())
     }
@@ -327,6 +300,80 @@ impl Memory {
         let start = self.check(offset, len, "local")?;
         // `start + len` is within the buffer (checked), so the offset stays in the allocation.
         Ok(self.ptr.as_ptr().wrapping_add(start))
+    }
+}
+
+/// A frame's header and ranges of buffers sent with one `sendmsg` (continued where a short
+/// send stopped): a gather write's payload leaves from its sources, with no staging copy.
+pub(crate) struct GatherSend<'a> {
+    pieces: [libc::iovec; GATHER_PIECES],
+    count: usize,
+    total: usize,
+    /// The header and the buffers the pieces point into, borrowed until the send.
+    _borrows: PhantomData<&'a Memory>,
+}
+
+/// A header and [`MAX_SGES`](crate::request::MAX_SGES) ranges.
+const GATHER_PIECES: usize = crate::request::MAX_SGES as usize + 1;
+
+impl<'a> GatherSend<'a> {
+    /// Starts with `header`.
+    pub(crate) fn new(header: &'a [u8]) -> GatherSend<'a> {
+        let empty = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+        let mut send = GatherSend {
+            pieces: [empty; GATHER_PIECES],
+            count: 1,
+            total: header.len(),
+            _borrows: PhantomData,
+        };
+        // The kernel only reads a send's pieces: the pointer is never written through.
+        send.pieces[0] = libc::iovec { iov_base: header.as_ptr().cast_mut().cast(), iov_len: header.len() };
+        send
+    }
+
+    /// Appends `offset..offset + len` of `memory` (checked).
+    pub(crate) fn push(&mut self, memory: &'a Memory, offset: u64, len: u64) -> std::io::Result<()> {
+        let (start, len) = memory.io_range(offset, len)?;
+        if self.count == GATHER_PIECES {
+            return Err(std::io::Error::other("more pieces than a gather write takes"));
+        }
+        self.pieces[self.count] =
+            libc::iovec { iov_base: memory.ptr.as_ptr().wrapping_add(start).cast(), iov_len: len };
+        self.count += 1;
+        self.total += len;
+        Ok(())
+    }
+
+    /// Sends every piece, in order.
+    pub(crate) fn send(mut self, socket: &TcpStream) -> std::io::Result<()> {
+        let (mut first, mut left) = (0, self.total);
+        while left > 0 {
+            while self.pieces[first].iov_len == 0 {
+                first += 1;
+            }
+            // SAFETY: an all-zero msghdr is a valid one (no name, no control data).
+            let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+            message.msg_iov = self.pieces[first..self.count].as_mut_ptr();
+            message.msg_iovlen = (self.count - first) as _;
+            // SAFETY: `message` points at `pieces`, live for the call; each piece lies in the
+            // header or in a checked range of a buffer borrowed for `'a` (only ever reached
+            // through raw pointers), shortened by what earlier calls sent; the kernel reads at
+            // most those bytes.
+            let moved = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
+            let mut moved = bytes_moved(Direction::Send, moved)?;
+            left -= moved;
+            while moved > 0 {
+                let piece = &mut self.pieces[first];
+                let step = moved.min(piece.iov_len);
+                piece.iov_base = piece.iov_base.wrapping_add(step);
+                piece.iov_len -= step;
+                moved -= step;
+                if piece.iov_len == 0 && first + 1 < self.count {
+                    first += 1;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

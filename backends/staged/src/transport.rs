@@ -7,11 +7,12 @@ use crate::link::{
 };
 use crate::memory::PeerMapping;
 use crate::region::RegionMemory;
+use crate::request::{Gathered, Pieces, Request};
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use rdma_hint_core::{
-    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, LocalRegion, MemoryKind, PeerEndpoint,
-    Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp, LocalRegion,
+    MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_oob::Rendezvous;
 use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
@@ -317,6 +318,54 @@ impl StagedTransport {
     }
 }
 
+/// Work requests one post takes, at most.
+pub(crate) const MAX_WRS_PER_POST: usize = 64;
+
+impl StagedTransport {
+    /// Posts plain or gather writes: every piece is checked first, then the batch is moved in
+    /// the calling thread where it can be ([`Link::post_in_place`], [`Link::post_over_socket`])
+    /// or queued for the sender thread.
+    fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
+        let link = self.link()?;
+        if link.broken.get().is_some() {
+            return Err(link.gone());
+        }
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        // Held until the ops are queued and counted: a region cannot be released (nor lent)
+        // between the check and the count.
+        let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        for request in ops {
+            for piece in request.pieces() {
+                self.check_op(&regions, link, &piece)?;
+            }
+        }
+        let capacity = link.ops.capacity().unwrap_or(usize::MAX);
+        if link.ops.len() + ops.len() > capacity {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: (capacity - link.ops.len()) as u32,
+            });
+        }
+        if link.post_in_place(ops, &regions)? || link.post_over_socket(ops, &regions)? {
+            return Ok(());
+        }
+        self.counters.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
+        for (queued, request) in ops.iter().enumerate() {
+            if link.ops.try_send(Request::of(request)).is_err() {
+                self.counters.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
+                return Err(link.gone());
+            }
+        }
+        drop(regions);
+        Ok(())
+    }
+}
+
 impl StagedTransport {
     /// Marks `expose` as exposed to the peer, or not.
     fn mark_exposed(&self, expose: &[RegionId], exposed: bool) {
@@ -495,41 +544,22 @@ impl Transport for StagedTransport {
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
-        let link = self.link()?;
-        if link.broken.get().is_some() {
-            return Err(link.gone());
-        }
+        self.post(ops)
+    }
+
+    fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
         if ops.len() > self.caps.max_wrs_per_post as usize {
             return Err(TransportError::QueueFull {
                 given: ops.len() as u32,
                 max: self.caps.max_wrs_per_post,
             });
         }
-        // Held until the ops are queued and counted: a region cannot be released (nor lent)
-        // between the check and the count.
-        let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-        for op in ops {
-            self.check_op(&regions, link, op)?;
+        let mut gathered = [Gathered::EMPTY; MAX_WRS_PER_POST];
+        for (slot, op) in gathered.iter_mut().zip(ops) {
+            let (own, len) = op.entries(entries, self.caps.max_sges, self.caps.facts.max_msg_bytes)?;
+            *slot = Gathered { op: *op, entries: own, len };
         }
-        let capacity = link.ops.capacity().unwrap_or(usize::MAX);
-        if link.ops.len() + ops.len() > capacity {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: (capacity - link.ops.len()) as u32,
-            });
-        }
-        if link.post_in_place(ops, &regions)? || link.post_over_socket(ops, &regions)? {
-            return Ok(());
-        }
-        self.counters.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
-        for (queued, op) in ops.iter().enumerate() {
-            if link.ops.try_send(*op).is_err() {
-                self.counters.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
-                return Err(link.gone());
-            }
-        }
-        drop(regions);
-        Ok(())
+        self.post(&gathered[..ops.len()])
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {

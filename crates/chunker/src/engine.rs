@@ -279,8 +279,8 @@ impl Engine {
         let doorbell = state.post_now(peer.0);
         drop(state);
         if let Some(doorbell) = doorbell {
-            let rung = doorbell.transport.post_writes(doorbell.ops());
-            self.shared.lock().finish_doorbell(&doorbell, rung);
+            let rung = doorbell.ring();
+            self.shared.lock().finish_doorbell(doorbell, rung);
         }
         self.shared.kick();
         Ok(id)
@@ -458,8 +458,8 @@ fn drive(shared: &Shared) {
         let (turn, doorbell) = shared.lock_for_driver().turn(Some(now));
         // Rung without the lock: the staged shm channel copies the blocks inside the post.
         if let Some(doorbell) = doorbell {
-            let rung = doorbell.transport.post_writes(doorbell.ops());
-            shared.lock_for_driver().finish_doorbell(&doorbell, rung);
+            let rung = doorbell.ring();
+            shared.lock_for_driver().finish_doorbell(doorbell, rung);
         }
         if turn.worked {
             idle_since = None;

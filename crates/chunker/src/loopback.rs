@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
-    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
-    WaitMode, WriteOp,
+    GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
+    TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
@@ -45,6 +45,9 @@ pub struct LoopbackTransport {
     copies: CopyMeter,
 }
 
+/// Local ranges one gather write takes, at most.
+const MAX_SGES: u32 = 32;
+
 /// Writes-with-immediate the receiver side has not drained yet, at most.
 const MAX_PENDING_ARRIVALS: usize = 4096;
 
@@ -70,7 +73,7 @@ impl LoopbackTransport {
                 },
                 max_outstanding_wrs: max_outstanding,
                 max_wrs_per_post: 64,
-                max_sges: 1,
+                max_sges: MAX_SGES,
                 memory_kinds: vec![MemoryKind::Host],
                 // A post is one memcpy between the two buffers, the medium's copy.
                 caller_memory: vec![CallerMemoryPath {
@@ -288,65 +291,18 @@ impl Transport for LoopbackTransport {
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
-        let mut regions = self.regions();
-        // Check every op before moving a byte: a rejected batch changes nothing.
-        let (mut signalled, mut notifying) = (0, 0);
+        self.post(ops.len(), ops.iter().map(|op| (*op, op.len)))
+    }
+
+    fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
         for op in ops {
-            let local = buffer(&regions, op.local)?.len() as u64;
-            let remote = buffer(&regions, op.remote)?.len() as u64;
-            if !regions.exposed[op.remote.0 as usize] {
-                return Err(TransportError::UnregisteredRegion(op.remote));
-            }
-            op.check_lens(local, remote, self.caps.facts.max_msg_bytes)?;
-            signalled += usize::from(op.signalled);
-            notifying += usize::from(op.imm.is_some());
+            op.entries(entries, self.caps.max_sges, self.caps.facts.max_msg_bytes)?;
         }
-        let free = self.caps.max_outstanding_wrs as usize - self.completions.len();
-        if signalled > free {
-            return Err(TransportError::QueueFull { given: signalled as u32, max: free as u32 });
-        }
-        if notifying > MAX_PENDING_ARRIVALS - self.arrivals.len() {
-            return Err(TransportError::QueueFull {
-                given: notifying as u32,
-                max: MAX_PENDING_ARRIVALS as u32,
-            });
-        }
-        for op in ops {
-            let (len, from, to) = (op.len as usize, op.local_offset as usize, op.remote_offset as usize);
-            if op.local == op.remote {
-                if let Some(buffer) = regions.buffers[op.local.0 as usize].as_mut() {
-                    buffer.copy_within(from..from + len, to);
-                }
-            } else {
-                // Taking the source out of the table lends both buffers at once without copying.
-                let source = regions.buffers[op.local.0 as usize].take();
-                if let (Some(source), Some(target)) =
-                    (&source, regions.buffers[op.remote.0 as usize].as_mut())
-                {
-                    target[to..to + len].copy_from_slice(&source[from..from + len]);
-                }
-                regions.buffers[op.local.0 as usize] = source;
-            }
-            if let Some(imm) = op.imm {
-                let arrival = Arrival { imm, region: op.remote, len: op.len };
-                if self.arrived.try_send(arrival).is_err() {
-                    return Err(TransportError::QueueFull { given: 1, max: 0 });
-                }
-            }
-            if op.signalled {
-                let completion = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
-                if self.completed.try_send(completion).is_err() {
-                    return Err(TransportError::QueueFull { given: 1, max: 0 });
-                }
-            }
-        }
-        Ok(())
+        let pieces = ops.iter().flat_map(|op| {
+            let len = op.entries(entries, u32::MAX, u64::MAX).map_or(0, |(_, len)| len);
+            op.pieces(entries).map(move |piece| (piece, len))
+        });
+        self.post(ops.len(), pieces)
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
@@ -369,6 +325,73 @@ impl Transport for LoopbackTransport {
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
         let mode = self.wait_mode.get();
         self.arrivals.wait(out, mode, deadline, "loopback arrivals", closed).await
+    }
+}
+
+impl LoopbackTransport {
+    /// Moves `wrs` work requests given as their pieces, each with the length of the request
+    /// it belongs to (an arrival reports the whole request).
+    fn post(
+        &self,
+        wrs: usize,
+        ops: impl Iterator<Item = (WriteOp, u64)> + Clone,
+    ) -> Result<(), TransportError> {
+        if wrs > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull { given: wrs as u32, max: self.caps.max_wrs_per_post });
+        }
+        let mut regions = self.regions();
+        // Check every op before moving a byte: a rejected batch changes nothing.
+        let (mut signalled, mut notifying) = (0, 0);
+        for (op, _) in ops.clone() {
+            let local = buffer(&regions, op.local)?.len() as u64;
+            let remote = buffer(&regions, op.remote)?.len() as u64;
+            if !regions.exposed[op.remote.0 as usize] {
+                return Err(TransportError::UnregisteredRegion(op.remote));
+            }
+            op.check_lens(local, remote, self.caps.facts.max_msg_bytes)?;
+            signalled += usize::from(op.signalled);
+            notifying += usize::from(op.imm.is_some());
+        }
+        let free = self.caps.max_outstanding_wrs as usize - self.completions.len();
+        if signalled > free {
+            return Err(TransportError::QueueFull { given: signalled as u32, max: free as u32 });
+        }
+        if notifying > MAX_PENDING_ARRIVALS - self.arrivals.len() {
+            return Err(TransportError::QueueFull {
+                given: notifying as u32,
+                max: MAX_PENDING_ARRIVALS as u32,
+            });
+        }
+        for (op, request_len) in ops {
+            let (len, from, to) = (op.len as usize, op.local_offset as usize, op.remote_offset as usize);
+            if op.local == op.remote {
+                if let Some(buffer) = regions.buffers[op.local.0 as usize].as_mut() {
+                    buffer.copy_within(from..from + len, to);
+                }
+            } else {
+                // Taking the source out of the table lends both buffers at once without copying.
+                let source = regions.buffers[op.local.0 as usize].take();
+                if let (Some(source), Some(target)) =
+                    (&source, regions.buffers[op.remote.0 as usize].as_mut())
+                {
+                    target[to..to + len].copy_from_slice(&source[from..from + len]);
+                }
+                regions.buffers[op.local.0 as usize] = source;
+            }
+            if let Some(imm) = op.imm {
+                let arrival = Arrival { imm, region: op.remote, len: request_len };
+                if self.arrived.try_send(arrival).is_err() {
+                    return Err(TransportError::QueueFull { given: 1, max: 0 });
+                }
+            }
+            if op.signalled {
+                let completion = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
+                if self.completed.try_send(completion).is_err() {
+                    return Err(TransportError::QueueFull { given: 1, max: 0 });
+                }
+            }
+        }
+        Ok(())
     }
 }
 

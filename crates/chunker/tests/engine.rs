@@ -137,14 +137,39 @@ fn scattered_pages_land_where_their_segments_say_and_runs_are_merged() {
         .collect();
     let request = TransferRequest::scatter(&connection.src, &connection.remote[0], scattered.clone());
     let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
-    assert_eq!(delivered.blocks, pages, "pages apart on the local side are one block each");
+    assert_eq!(delivered.blocks, pages * page / BLOCK, "pages landing back to back are packed at the hint");
     let source = pattern(len, 9);
-    let arrived = landed(&connection, 0, pages * page);
-    for segment in &scattered {
-        let from = &source[segment.local_offset as usize..(segment.local_offset + page) as usize];
-        let to = &arrived[segment.remote_offset as usize..(segment.remote_offset + page) as usize];
-        assert!(from == to, "page landing at {}", segment.remote_offset);
-    }
+    let lands_as_said = |segments: &[Segment], page: u64| {
+        let arrived = landed(&connection, 0, len);
+        for segment in segments {
+            let from = &source[segment.local_offset as usize..(segment.local_offset + page) as usize];
+            let to = &arrived[segment.remote_offset as usize..(segment.remote_offset + page) as usize];
+            assert!(from == to, "page landing at {}", segment.remote_offset);
+        }
+    };
+    lands_as_said(&scattered, page);
+    // Pages of 24 KiB: a packed request cuts a page at the hint, the next one goes on from there.
+    let odd = 24 * 1024;
+    let count = pages / 2;
+    let odd_pages: Vec<Segment> = (0..count)
+        .map(|k| Segment { local_offset: (count - 1 - k) * 2 * odd, remote_offset: k * odd, len: odd })
+        .collect();
+    let request = TransferRequest::scatter(&connection.src, &connection.remote[0], odd_pages.clone());
+    let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
+    assert_eq!(delivered.blocks, (count * odd).div_ceil(BLOCK));
+    lands_as_said(&odd_pages, odd);
+    // Apart on both sides: nothing to pack, one work request per page.
+    let apart: Vec<Segment> = (0..pages / 2)
+        .map(|k| Segment {
+            local_offset: (pages / 2 - 1 - k) * 2 * page,
+            remote_offset: 2 * k * page,
+            len: page,
+        })
+        .collect();
+    let request = TransferRequest::scatter(&connection.src, &connection.remote[0], apart.clone());
+    let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
+    assert_eq!(delivered.blocks, pages / 2, "pages apart on both sides are one request each");
+    lands_as_said(&apart, page);
     // The same bytes as pages that continue each other: merged into runs, cut at the hint.
     let contiguous: Vec<Segment> =
         (0..pages).map(|k| Segment { local_offset: k * page, remote_offset: k * page, len: page }).collect();

@@ -57,8 +57,8 @@ pub use profile::{
     TransportKind,
 };
 pub use transport::{
-    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, WriteOp,
+    Arrival, Capabilities, Completion, CompletionStatus, GatherEntry, GatherOp, LocalRegion, MemoryKind,
+    PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, WriteOp,
 };
 pub use transport_id::{StagedChannelId, TransportId, TransportIdError};
 pub use validate::{validate_hint, HintLimits};

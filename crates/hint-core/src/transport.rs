@@ -168,6 +168,129 @@ impl WriteOp {
     }
 }
 
+/// One local range of a [`GatherOp`]: `len` bytes of region `local` from byte `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatherEntry {
+    /// Source region.
+    pub local: RegionId,
+    /// Offset in the source region, in bytes.
+    pub offset: u64,
+    /// Bytes taken from it.
+    pub len: u64,
+}
+
+/// One work request that gathers several local ranges into one contiguous remote range (a
+/// verbs WR with several SGEs): entries `first..first + count` of the post's entry slice land
+/// back to back at `remote[remote_offset..]`. `Copy`, like [`WriteOp`], so callers keep both
+/// slices in pre-sized buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatherOp {
+    /// Caller's tag, returned in the [`Completion`].
+    pub wr_id: u64,
+    /// Index of the op's first entry in the post's entry slice.
+    pub first: u32,
+    /// Entries the op gathers (1..=[`Capabilities::max_sges`]).
+    pub count: u32,
+    /// Destination region (from [`Transport::connect`]).
+    pub remote: RegionId,
+    /// Offset in the destination region of the first entry's bytes, in bytes.
+    pub remote_offset: u64,
+    /// Whether this op produces a completion (selective signalling).
+    pub signalled: bool,
+    /// Immediate data delivered to the receiver once all of the op's bytes landed, if any.
+    pub imm: Option<u32>,
+}
+
+impl GatherOp {
+    /// The op's entries in `entries` and its total length, checked: `1..=max_sges` entries
+    /// inside the slice, a total within `max_msg_bytes` without overflow. The ranges
+    /// themselves are checked per piece ([`GatherOp::pieces`] through
+    /// [`WriteOp::check_lens`]).
+    ///
+    /// ```
+    /// use rdma_hint_core::{GatherEntry, GatherOp, RegionId};
+    /// let entries = [GatherEntry { local: RegionId(0), offset: 8192, len: 4096 },
+    ///                GatherEntry { local: RegionId(0), offset: 0, len: 4096 }];
+    /// let op = GatherOp { wr_id: 7, first: 0, count: 2, remote: RegionId(0), remote_offset: 0,
+    ///                     signalled: true, imm: Some(1) };
+    /// assert_eq!(op.entries(&entries, 4, 1 << 30).unwrap().1, 8192);
+    /// assert!(op.entries(&entries, 1, 1 << 30).is_err()); // more entries than max_sges
+    /// assert!(GatherOp { count: 3, ..op }.entries(&entries, 4, 1 << 30).is_err()); // past the slice
+    /// ```
+    pub fn entries<'a>(
+        &self,
+        entries: &'a [GatherEntry],
+        max_sges: u32,
+        max_msg_bytes: u64,
+    ) -> Result<(&'a [GatherEntry], u64), TransportError> {
+        if self.count == 0 {
+            return Err(TransportError::ZeroLength { wr_id: self.wr_id });
+        }
+        if self.count > max_sges {
+            return Err(TransportError::TooManyEntries { given: self.count, max_sges });
+        }
+        let end = self.first.checked_add(self.count).filter(|end| *end as usize <= entries.len());
+        let Some(end) = end else {
+            return Err(TransportError::InvalidArgument {
+                what: "gather entries",
+                why: format!(
+                    "entries {}..+{} lie outside the {} given",
+                    self.first,
+                    self.count,
+                    entries.len()
+                ),
+            });
+        };
+        let own = &entries[self.first as usize..end as usize];
+        let mut len = 0u64;
+        for entry in own {
+            len = len
+                .checked_add(entry.len)
+                .ok_or(TransportError::MessageTooLarge { len: u64::MAX, max_msg_bytes })?;
+        }
+        if len > max_msg_bytes {
+            return Err(TransportError::MessageTooLarge { len, max_msg_bytes });
+        }
+        Ok((own, len))
+    }
+
+    /// The op as the plain writes it amounts to, in order: entry `k` to the remote range right
+    /// after entry `k - 1`'s, each with the op's `wr_id`; only the last is signalled and
+    /// carries the immediate. A backend without a gather of its own posts these (and
+    /// checks each with [`WriteOp::check_lens`]).
+    ///
+    /// ```
+    /// use rdma_hint_core::{GatherEntry, GatherOp, RegionId};
+    /// let entries = [GatherEntry { local: RegionId(0), offset: 8192, len: 4096 },
+    ///                GatherEntry { local: RegionId(1), offset: 0, len: 100 }];
+    /// let op = GatherOp { wr_id: 7, first: 0, count: 2, remote: RegionId(2), remote_offset: 64,
+    ///                     signalled: true, imm: Some(1) };
+    /// let pieces: Vec<_> = op.pieces(&entries).collect();
+    /// assert_eq!((pieces[1].remote_offset, pieces[1].len, pieces[1].imm), (64 + 4096, 100, Some(1)));
+    /// assert!(!pieces[0].signalled && pieces[0].imm.is_none());
+    /// ```
+    pub fn pieces<'a>(&self, entries: &'a [GatherEntry]) -> impl Iterator<Item = WriteOp> + Clone + 'a {
+        let op = *self;
+        let own = entries.get(op.first as usize..(op.first as usize).saturating_add(op.count as usize));
+        let own = own.unwrap_or(&[]);
+        let last = own.len().saturating_sub(1);
+        own.iter().enumerate().scan(op.remote_offset, move |remote_offset, (index, entry)| {
+            let piece = WriteOp {
+                wr_id: op.wr_id,
+                local: entry.local,
+                local_offset: entry.offset,
+                remote: op.remote,
+                remote_offset: *remote_offset,
+                len: entry.len,
+                signalled: op.signalled && index == last,
+                imm: if index == last { op.imm } else { None },
+            };
+            *remote_offset = remote_offset.saturating_add(entry.len);
+            Some(piece)
+        })
+    }
+}
+
 /// `Ok` when `offset + len` bytes fit in a region of `region_len` bytes (without overflow),
 /// otherwise [`TransportError::OutOfBounds`] naming `side` (`local` or `remote`).
 ///
@@ -295,6 +418,14 @@ pub enum TransportError {
         len: u64,
         /// Largest message in bytes.
         max_msg_bytes: u64,
+    },
+    /// A gather op with more entries than the transport's [`Capabilities::max_sges`].
+    #[error("a gather of {given} entries exceeds the transport's max_sges of {max_sges}")]
+    TooManyEntries {
+        /// Entries given.
+        given: u32,
+        /// Entries one work request may gather.
+        max_sges: u32,
     },
     /// More ops in one post, or outstanding, than the queue allows.
     #[error("{given} work requests exceed the limit of {max}")]
@@ -512,6 +643,37 @@ pub trait Transport: Send + Sync {
 
     /// Posts every op in `ops` with one doorbell. Ops are checked before anything is posted.
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
+
+    /// Posts gather writes with one doorbell: each [`GatherOp`] takes its entries from
+    /// `entries` and lands them back to back in the peer's region, as one work request of up to
+    /// [`Capabilities::max_sges`] entries. Ops are checked before anything is posted
+    /// ([`GatherOp::entries`], then every piece as a [`WriteOp`]).
+    ///
+    /// The default, for transports with `max_sges` 1, posts ops of one entry each (up to 64
+    /// in a call) as plain writes and refuses a longer gather with
+    /// [`TransportError::TooManyEntries`].
+    fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
+        const MAX: usize = 64;
+        if ops.len() > MAX {
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max: MAX as u32 });
+        }
+        let empty = WriteOp {
+            wr_id: 0,
+            local: RegionId(0),
+            local_offset: 0,
+            remote: RegionId(0),
+            remote_offset: 0,
+            len: 0,
+            signalled: false,
+            imm: None,
+        };
+        let mut writes = [empty; MAX];
+        for (write, op) in writes.iter_mut().zip(ops) {
+            op.entries(entries, 1, u64::MAX)?;
+            *write = op.pieces(entries).next().unwrap_or(empty);
+        }
+        self.post_writes(&writes[..ops.len()])
+    }
 
     /// Moves finished completions into `out` without waiting; returns how many.
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError>;

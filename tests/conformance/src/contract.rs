@@ -8,13 +8,13 @@ use crate::Subject;
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{
-    Arrival, CallerMemory, LocalRegion, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError,
-    WriteOp,
+    Arrival, CallerMemory, Completion, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint,
+    RegionId, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_integration_tests::{
     first_mismatch, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
 };
-use rdma_hint_toolkit::blocking::block_on;
+use rdma_hint_toolkit::blocking::{block_on, BlockingTransport};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -395,6 +395,116 @@ pub fn bad_memory_and_bad_ops_fail_before_posting<B: Backend>(s: &Subject<'_, B>
     let mut arrivals = [Arrival::EMPTY; 4];
     assert_eq!(p.receiver.poll_arrivals(&mut arrivals).expect("poll"), 0, "a rejected batch moved nothing");
     // The pair still works.
+    round_trip(&p, &mut chunker(&p.sender, 16 * 1024), 64 * 1024, 9, 9);
+}
+
+/// Gather writes take scattered local ranges (one byte, odd lengths, the region's last byte)
+/// into one contiguous remote range per work request, up to the transport's `max_sges`; the
+/// arrival reports the whole request; malformed gathers are typed errors before anything moves.
+/// A transport with `max_sges` 1 posts one-entry gathers and refuses longer ones.
+pub fn gather_writes_land_back_to_back_and_bad_ones_fail_before_posting<B: Backend>(s: &Subject<'_, B>) {
+    let _shared = shared();
+    let len: u64 = 256 * 1024;
+    let p = pair(s.backend, len, s.backend.listen_address());
+    let max_sges = p.sender.capabilities().max_sges;
+    let entry = |offset: u64, len: u64| GatherEntry { local: p.source.id, offset, len };
+    let op = |wr_id: u64, first: u32, count: u32, remote_offset: u64| GatherOp {
+        wr_id,
+        first,
+        count,
+        remote: p.remote.id,
+        remote_offset,
+        signalled: false,
+        imm: None,
+    };
+    // The first op takes up to 5 odd pieces; the second as many 1000-byte pieces as a request
+    // may gather (32 at most here), from the end of the region backwards.
+    let mut entries =
+        vec![entry(200_000, 1), entry(0, 4096), entry(100_001, 12_345), entry(len - 777, 777), entry(7, 3)];
+    entries.truncate(max_sges.min(5) as usize);
+    let first_count = entries.len() as u32;
+    let second_count = max_sges.min(32);
+    entries.extend((0..u64::from(second_count)).map(|k| entry(len - 1000 * (k + 2), 1000)));
+    let landing = 64 * 1024;
+    let ops = [
+        op(1, 0, first_count, 0),
+        GatherOp { signalled: true, imm: Some(77), ..op(2, first_count, second_count, landing) },
+    ];
+    let mut completions = [Completion::EMPTY; 4];
+    let mut arrivals = [Arrival::EMPTY; 4];
+    // Both wait modes (in BusyPoll the TCP channel sends from the posting thread), other bytes
+    // each time.
+    for (seed, mode) in [(61, WaitMode::Adaptive), (62, WaitMode::BusyPoll)] {
+        p.sender.set_wait_mode(mode);
+        let source = random_bytes(len as usize, seed);
+        p.sender.write_region(p.source.id, 0, &source).expect("fill the source");
+        let posted = p.sender.post_gather_writes(&ops, &entries);
+        if max_sges == 1 {
+            posted.expect("one-entry gathers are plain writes");
+        } else {
+            posted.expect("post the gathers");
+        }
+        let got = p.sender.wait_completions_blocking(&mut completions, deadline(20)).expect("completion");
+        assert_eq!(
+            &completions[..got],
+            &[Completion { wr_id: 2, ..Completion::EMPTY }],
+            "one signalled request"
+        );
+        let got = p.receiver.wait_arrivals_blocking(&mut arrivals, deadline(20)).expect("arrival");
+        let second_len = 1000 * u64::from(second_count);
+        assert_eq!(&arrivals[..got], &[Arrival { imm: 77, region: p.target.id, len: second_len }]);
+        let expected = |range: std::ops::Range<usize>| -> Vec<u8> {
+            entries[range]
+                .iter()
+                .flat_map(|e| source[e.offset as usize..(e.offset + e.len) as usize].to_vec())
+                .collect()
+        };
+        let first = expected(0..first_count as usize);
+        let second = expected(first_count as usize..entries.len());
+        let mut arrived = vec![0u8; first.len()];
+        p.receiver.read_region(p.target.id, 0, &mut arrived).expect("read the first landing");
+        assert_eq!(first_mismatch(&arrived, &first), None, "the first gather, back to back at 0");
+        let mut arrived = vec![0u8; second.len()];
+        p.receiver.read_region(p.target.id, landing, &mut arrived).expect("read the second landing");
+        assert_eq!(first_mismatch(&arrived, &second), None, "the second gather, back to back at {landing}");
+    }
+
+    // Malformed gathers, each after a good one in the same post: nothing of the post moves.
+    let good_entries = [entry(0, 4096), entry(8192, 4096)];
+    let good = GatherOp { signalled: true, imm: Some(99), ..op(3, 0, 2.min(max_sges), 0) };
+    type Expect = fn(&TransportError) -> bool;
+    let too_many: Expect = |e| matches!(e, TransportError::TooManyEntries { .. });
+    let out_of_bounds: Expect = |e| matches!(e, TransportError::OutOfBounds { .. });
+    let mut entries = good_entries.to_vec();
+    entries.extend([
+        entry(len - 100, 4096),
+        entry(0, 0),
+        GatherEntry { local: RegionId(999), offset: 0, len: 8 },
+    ]);
+    let cases: [(&str, GatherOp, Expect); 7] = [
+        ("no entries", op(4, 0, 0, 0), |e| matches!(e, TransportError::ZeroLength { .. })),
+        ("more than max_sges", op(4, 0, max_sges + 1, 0), too_many),
+        ("entries past the slice", op(4, 4, 3, 0), |e| {
+            matches!(e, TransportError::InvalidArgument { .. } | TransportError::TooManyEntries { .. })
+        }),
+        ("an entry past the local end", op(4, 2, 1, 0), out_of_bounds),
+        ("an empty entry", op(4, 3, 1, 0), |e| matches!(e, TransportError::ZeroLength { .. })),
+        ("an unknown local region", op(4, 4, 1, 0), |e| matches!(e, TransportError::UnregisteredRegion(_))),
+        ("past the remote end", op(4, 0, 1, len - 100), out_of_bounds),
+    ];
+    for (what, bad, expected) in cases {
+        match p.sender.post_gather_writes(&[good, bad], &entries) {
+            Err(error) => assert!(expected(&error), "{what}: {error:?}"),
+            Ok(()) => panic!("{what}: posted"),
+        }
+    }
+    if max_sges == 1 {
+        let two = p.sender.post_gather_writes(&[op(5, 0, 2, 0)], &good_entries);
+        assert!(matches!(two, Err(TransportError::TooManyEntries { given: 2, max_sges: 1 })), "{two:?}");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(p.receiver.poll_arrivals(&mut arrivals).expect("poll"), 0, "a rejected post moved nothing");
+    assert_eq!(p.sender.poll_completions(&mut completions).expect("poll"), 0, "and completed nothing");
     round_trip(&p, &mut chunker(&p.sender, 16 * 1024), 64 * 1024, 9, 9);
 }
 
@@ -803,6 +913,48 @@ pub fn the_engine_moves_mixed_transfers_to_two_peers_over_their_lanes<B: Backend
     if connections[0].senders.len() > 1 {
         let stats = engine.lane_stats(peers[0]).expect("lanes");
         assert!(stats.iter().all(|lane| lane.posted_bytes > 0), "every lane carried blocks: {stats:?}");
+    }
+}
+
+/// A paged transfer (16 KiB pages scattered locally, back to back remotely) is packed into
+/// work requests of the hinted block where the transport gathers (`max_sges` > 1), one request
+/// per page where it does not; every page lands where its segment said.
+pub fn the_engine_packs_scattered_pages_at_the_hint<B: Backend>(s: &Subject<'_, B>) {
+    let _process = shared();
+    let len = s.backend.scale().ladder_max_bytes.clamp(1 << 20, 8 << 20);
+    let (page, block) = (16 * 1024u64, 64 * 1024u64);
+    let pages = len / (2 * page);
+    let connection = open_lanes(s.backend, 1, len);
+    let source = random_bytes(len as usize, 71);
+    connection.senders[0].write_region(connection.source.id, 0, &source).expect("fill the source");
+    let (engine, peers) = engine_over(block, &[&connection]);
+    let segments: Vec<rdma_hint_chunker::Segment> = (0..pages)
+        .map(|k| rdma_hint_chunker::Segment {
+            local_offset: (pages - 1 - k) * 2 * page,
+            remote_offset: k * page,
+            len: page,
+        })
+        .collect();
+    let request = rdma_hint_chunker::TransferRequest::scatter(
+        &connection.source,
+        &connection.remote[0],
+        segments.clone(),
+    );
+    let id = engine.submit(peers[0], request.notify(5), deadline(60)).expect("submit");
+    let delivered = engine.wait_blocking(id, deadline(60)).expect("the paged transfer");
+    let max_sges = u64::from(connection.senders[0].capabilities().max_sges.min(64));
+    let per_request = if max_sges > 1 { block.min(max_sges * page) } else { page };
+    assert_eq!(delivered.bytes, pages * page);
+    assert_eq!(delivered.blocks, (pages * page).div_ceil(per_request), "requests of {per_request} B");
+    let mut arrivals = [Arrival::EMPTY; 4];
+    let got = connection.receivers[0].wait_arrivals_blocking(&mut arrivals, deadline(20)).expect("arrival");
+    assert_eq!(arrivals[..got].iter().map(|a| a.imm).collect::<Vec<_>>(), [5]);
+    let mut arrived = vec![0u8; (pages * page) as usize];
+    connection.receivers[0].read_region(connection.target.id, 0, &mut arrived).expect("read the target");
+    for segment in &segments {
+        let at = |offset: u64| offset as usize..(offset + page) as usize;
+        let (landed, sent) = (&arrived[at(segment.remote_offset)], &source[at(segment.local_offset)]);
+        assert_eq!(first_mismatch(landed, sent), None, "the page landing at {}", segment.remote_offset);
     }
 }
 

@@ -67,11 +67,13 @@ macro_rules! suite {
                 regions_are_reused_after_ten_thousand_cycles,
                 soak_four_connections_verify_every_transfer,
                 bad_memory_and_bad_ops_fail_before_posting,
+                gather_writes_land_back_to_back_and_bad_ones_fail_before_posting,
                 garbage_hellos_are_typed_errors_and_the_listener_survives,
                 pre_shared_tokens_gate_the_handshake,
                 caller_memory_moves_in_place_and_comes_back_intact,
                 the_engine_moves_mixed_transfers_to_two_peers_over_their_lanes,
                 the_engine_fails_transfers_to_a_peer_that_goes_away_in_time,
+                the_engine_packs_scattered_pages_at_the_hint,
             );
         }
     };

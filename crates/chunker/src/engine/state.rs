@@ -8,8 +8,8 @@ use crate::pipeline::EMPTY_OP;
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use rdma_hint_core::{
-    Completion, CompletionStatus, MemoryKind, RegionId, RemoteRegion, SourceId, Transport, TransportError,
-    WriteOp,
+    Completion, CompletionStatus, GatherEntry, GatherOp, MemoryKind, RegionId, RemoteRegion, SourceId,
+    Transport, TransportError, WriteOp,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -35,6 +35,10 @@ pub(crate) struct Lane {
     posting: bool,
     completions: Vec<Completion>,
     dead: Option<String>,
+    /// Local ranges one work request may gather on this lane (1: no packing).
+    max_pieces: u32,
+    /// The gather entries of the doorbell being built (lent to it while it rings).
+    entries: Vec<GatherEntry>,
 }
 
 /// One posted work request.
@@ -109,26 +113,36 @@ impl Slot {
         }
     }
 
-    /// The next block, and whether it is the transfer's last; `None` once all are posted.
-    fn peek_block(&self) -> Option<(Segment, bool)> {
+    /// The next block: up to `block_bytes` from where the last one ended, packed with the
+    /// segments after it while they land right behind it remotely, `max_pieces` local ranges
+    /// at most (segments smaller than the hint share one work request). Each local range goes
+    /// to `piece` as (offset, len). `None` once all are posted.
+    fn next_block(&self, max_pieces: u32, mut piece: impl FnMut(u64, u64)) -> Option<Block> {
         let segments = self.segments.as_slice();
-        let segment = segments.get(self.segment)?;
-        let len = (segment.len - self.offset).min(self.block_bytes);
-        let last = self.segment + 1 == segments.len() && self.offset + len == segment.len;
-        let block = Segment {
-            local_offset: segment.local_offset + self.offset,
-            remote_offset: segment.remote_offset + self.offset,
-            len,
-        };
-        Some((block, last))
+        let first = segments.get(self.segment)?;
+        let (mut segment, mut offset) = (self.segment, self.offset);
+        let (local_offset, remote_offset) = (first.local_offset + offset, first.remote_offset + offset);
+        let (mut len, mut pieces) = (0, 0);
+        loop {
+            let at = segments[segment];
+            let take = (at.len - offset).min(self.block_bytes - len);
+            piece(at.local_offset + offset, take);
+            (len, pieces, offset) = (len + take, pieces + 1, offset + take);
+            if offset == at.len {
+                (segment, offset) = (segment + 1, 0);
+            }
+            let continues =
+                segments.get(segment).is_some_and(|next| next.remote_offset == remote_offset + len);
+            if len == self.block_bytes || pieces == max_pieces || !continues {
+                break;
+            }
+        }
+        let last = segment == segments.len();
+        Some(Block { local_offset, remote_offset, len, pieces, last, segment, offset })
     }
 
-    fn advance(&mut self, len: u64) {
-        self.offset += len;
-        if self.offset == self.segments.as_slice()[self.segment].len {
-            self.segment += 1;
-            self.offset = 0;
-        }
+    fn advance(&mut self, block: &Block) {
+        (self.segment, self.offset) = (block.segment, block.offset);
         self.blocks += 1;
         self.in_flight += 1;
     }
@@ -146,6 +160,21 @@ impl Slot {
             }
         }
     }
+}
+
+/// One work request's worth of a transfer (see [`Slot::next_block`]).
+struct Block {
+    /// The first piece's local offset.
+    local_offset: u64,
+    remote_offset: u64,
+    len: u64,
+    /// Local ranges it gathers.
+    pieces: u32,
+    /// Whether it is the transfer's last.
+    last: bool,
+    /// Where the next block starts: segment and offset in it.
+    segment: usize,
+    offset: u64,
 }
 
 /// What one lane of a connection has carried.
@@ -201,6 +230,19 @@ const WARM_WRS: u64 = 256;
 /// Work requests one doorbell carries, at most.
 pub(crate) const MAX_DOORBELL: usize = 64;
 
+/// Local ranges one packed work request gathers, at most (below the transport's `max_sges`).
+const MAX_PIECES: u32 = 64;
+
+const EMPTY_GATHER: GatherOp = GatherOp {
+    wr_id: 0,
+    first: 0,
+    count: 0,
+    remote: RegionId(0),
+    remote_offset: 0,
+    signalled: false,
+    imm: None,
+};
+
 /// A doorbell built under the lock, rung without it ([`State::finish_doorbell`] records it).
 pub(crate) struct Doorbell {
     peer: usize,
@@ -210,12 +252,47 @@ pub(crate) struct Doorbell {
     /// Payload bytes of its requests.
     bytes: u64,
     pub(crate) transport: Arc<dyn Transport>,
+    /// A packed request's entry here holds its first piece's local range and its whole
+    /// remote range and length.
     ops: [WriteOp; MAX_DOORBELL],
+    /// Per request, its local ranges in `entries` (on lanes that pack).
+    pieces: [u32; MAX_DOORBELL],
+    /// The gather entries of every request, in order; empty on lanes that do not pack.
+    entries: Vec<GatherEntry>,
+    /// Some request gathers more than one range: the doorbell is a gather post.
+    gathers: bool,
 }
 
 impl Doorbell {
-    pub(crate) fn ops(&self) -> &[WriteOp] {
+    fn ops(&self) -> &[WriteOp] {
         &self.ops[..self.count]
+    }
+
+    /// Posts the doorbell's requests with one call: plain writes, or gather writes where a
+    /// request packs several ranges.
+    pub(crate) fn ring(&self) -> Result<(), TransportError> {
+        if !self.gathers {
+            return self.transport.post_writes(self.ops());
+        }
+        let mut gathers = [EMPTY_GATHER; MAX_DOORBELL];
+        let mut first = 0;
+        for (index, op) in self.ops().iter().enumerate() {
+            gathers[index] = gather_op(op, first, self.pieces[index]);
+            first += self.pieces[index];
+        }
+        self.transport.post_gather_writes(&gathers[..self.count], &self.entries)
+    }
+}
+
+fn gather_op(op: &WriteOp, first: u32, count: u32) -> GatherOp {
+    GatherOp {
+        wr_id: op.wr_id,
+        first,
+        count,
+        remote: op.remote,
+        remote_offset: op.remote_offset,
+        signalled: op.signalled,
+        imm: op.imm,
     }
 }
 
@@ -301,6 +378,12 @@ impl State {
                 let caps = transport.capabilities();
                 let policy = self.policy.fitted_to(caps);
                 max_block = max_block.min(caps.facts.max_msg_bytes.max(1));
+                let max_pieces = caps.max_sges.clamp(1, MAX_PIECES);
+                let entries = if max_pieces > 1 {
+                    Vec::with_capacity(MAX_DOORBELL * max_pieces as usize)
+                } else {
+                    Vec::new()
+                };
                 Lane {
                     window: policy.window,
                     per_post: policy.wrs_per_doorbell,
@@ -314,6 +397,8 @@ impl State {
                     posting: false,
                     completions: vec![Completion::EMPTY; policy.window as usize],
                     dead: None,
+                    max_pieces,
+                    entries,
                     transport,
                 }
             })
@@ -629,6 +714,11 @@ impl State {
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
             let mut ops = [EMPTY_OP; MAX_DOORBELL];
+            let mut pieces = [1u32; MAX_DOORBELL];
+            let mut entries = std::mem::take(&mut lane.entries);
+            entries.clear();
+            let packs = lane.max_pieces > 1;
+            let mut gathers = false;
             let mut count = 0;
             let (mut latency_fenced, mut bulk_fenced) = (0, 0);
             let mut batch_bytes = 0;
@@ -648,10 +738,19 @@ impl State {
                 let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
                 let Some(index) = queue.pop_front() else { break };
                 let slot = &mut self.slots[index as usize];
-                let Some((block, last)) = slot.peek_block() else { continue };
+                let built = entries.len();
+                let local = slot.local;
+                let block = slot.next_block(lane.max_pieces, |offset, len| {
+                    if packs {
+                        entries.push(GatherEntry { local, offset, len });
+                    }
+                });
+                let Some(block) = block else { continue };
+                let last = block.last;
                 // Over several lanes the announcing block waits for every other block of its
                 // transfer: an arrival vouches only for the writes of its own lane before it.
                 if last && multi_lane && slot.notify.is_some() && slot.in_flight > 0 {
+                    entries.truncate(built);
                     queue.push_back(index);
                     if from_latency {
                         latency_fenced += 1;
@@ -676,7 +775,9 @@ impl State {
                     generation: slot.generation,
                     bytes: block.len,
                 });
-                slot.advance(block.len);
+                pieces[count] = block.pieces;
+                gathers |= block.pieces > 1;
+                slot.advance(&block);
                 batch_bytes += block.len;
                 if !slot.all_posted() {
                     queue.push_back(index);
@@ -684,6 +785,7 @@ impl State {
                 count += 1;
             }
             if count == 0 {
+                lane.entries = entries;
                 return None;
             }
             ops[count - 1].signalled = true;
@@ -701,16 +803,20 @@ impl State {
                 bytes: batch_bytes,
                 transport,
                 ops,
+                pieces,
+                entries,
+                gathers,
             })
         }
     }
 
     /// Records how ringing `doorbell` went.
-    pub(crate) fn finish_doorbell(&mut self, doorbell: &Doorbell, rung: Result<(), TransportError>) {
+    pub(crate) fn finish_doorbell(&mut self, mut doorbell: Doorbell, rung: Result<(), TransportError>) {
         let mut turn = Turn::default();
         let (peer_index, lane_index) = (doorbell.peer, doorbell.lane);
         let lane = &mut self.peers[peer_index].lanes[lane_index];
         lane.posting = false;
+        let entries = std::mem::take(&mut doorbell.entries);
         match rung {
             Ok(()) => {
                 lane.posted_bytes += doorbell.bytes;
@@ -722,7 +828,7 @@ impl State {
                 // doorbell reached the transport, so its numbers are handed out again.
                 lane.next_seq = doorbell.first_seq;
                 lane.outstanding_bytes -= doorbell.bytes;
-                self.post_one_by_one(peer_index, lane_index, doorbell.ops());
+                self.post_one_by_one(peer_index, lane_index, &doorbell, &entries);
             }
             Err(error) => {
                 // Nothing of the doorbell counts as posted: its entries leave the queue with
@@ -730,19 +836,38 @@ impl State {
                 self.fail_lane(peer_index, lane_index, error, &mut turn);
             }
         }
+        self.peers[peer_index].lanes[lane_index].entries = entries;
     }
 
     /// After the transport refused a doorbell of `count` requests whole, posts them one at a
     /// time (each signalled), ending the transfers of those refused with the reason.
-    fn post_one_by_one(&mut self, peer_index: usize, lane_index: usize, ops: &[WriteOp]) {
+    fn post_one_by_one(
+        &mut self,
+        peer_index: usize,
+        lane_index: usize,
+        doorbell: &Doorbell,
+        entries: &[GatherEntry],
+    ) {
+        let ops = doorbell.ops();
         let lane = &mut self.peers[peer_index].lanes[lane_index];
         let kept = lane.in_flight.len() - ops.len();
         let batch: Vec<(WriteOp, Posted)> = ops.iter().copied().zip(lane.in_flight.drain(kept..)).collect();
-        for (mut op, posted) in batch {
+        let mut first = 0usize;
+        for (index, (mut op, posted)) in batch.into_iter().enumerate() {
             let lane = &mut self.peers[peer_index].lanes[lane_index];
             op.wr_id = lane.next_seq;
             op.signalled = true;
-            match lane.transport.post_writes(std::slice::from_ref(&op)) {
+            let pieces = doorbell.pieces[index];
+            let rung = if pieces > 1 {
+                let own = &entries[first..first + pieces as usize];
+                lane.transport.post_gather_writes(&[gather_op(&op, 0, pieces)], own)
+            } else {
+                lane.transport.post_writes(std::slice::from_ref(&op))
+            };
+            if doorbell.gathers {
+                first += pieces as usize;
+            }
+            match rung {
                 Ok(()) => {
                     lane.next_seq += 1;
                     lane.outstanding_bytes += op.len;
@@ -925,6 +1050,7 @@ fn refuses_the_ops(error: &TransportError) -> bool {
             | TransportError::MessageTooLarge { .. }
             | TransportError::UnsupportedMemory { .. }
             | TransportError::InvalidArgument { .. }
+            | TransportError::TooManyEntries { .. }
     )
 }
 
