@@ -1,82 +1,13 @@
-//! A work request on its way through a link: a plain write, or a gather of up to [`MAX_SGES`]
-//! local ranges landing back to back in the peer's region. The posting paths read any of them
-//! through [`Pieces`]; the sender thread's queue holds [`Request`]s, of one fixed size, so
-//! posting allocates nothing.
+//! A work request on its way to the sender thread: a plain write, or a gather of up to
+//! [`MAX_SGES`] local ranges landing back to back in the peer's region, copied whole into one
+//! fixed-size [`Request`] (posting allocates nothing). The posting paths read requests through
+//! the toolkit's [`Pieces`].
 
 use rdma_hint_core::{GatherEntry, GatherOp, RegionId, WriteOp};
+pub(crate) use rdma_hint_toolkit::gather::{Gathered, Pieces};
 
 /// Local ranges one gather write takes, at most.
 pub(crate) const MAX_SGES: u32 = 32;
-
-/// A request seen whole and piece by piece.
-pub(crate) trait Pieces {
-    /// The whole request: tag, flags, remote range and total length (its local range is the
-    /// first piece's).
-    fn head(&self) -> WriteOp;
-
-    /// Its local ranges in order, each as the write that lands it.
-    fn pieces(&self) -> impl Iterator<Item = WriteOp> + '_;
-}
-
-impl Pieces for WriteOp {
-    fn head(&self) -> WriteOp {
-        *self
-    }
-
-    fn pieces(&self) -> impl Iterator<Item = WriteOp> + '_ {
-        std::iter::once(*self)
-    }
-}
-
-/// A gather op with its entries, checked ([`GatherOp::entries`]) and summed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Gathered<'a> {
-    pub(crate) op: GatherOp,
-    pub(crate) entries: &'a [GatherEntry],
-    pub(crate) len: u64,
-}
-
-impl Gathered<'_> {
-    pub(crate) const EMPTY: Gathered<'static> = Gathered {
-        op: GatherOp {
-            wr_id: 0,
-            first: 0,
-            count: 0,
-            remote: RegionId(0),
-            remote_offset: 0,
-            signalled: false,
-            imm: None,
-        },
-        entries: &[],
-        len: 0,
-    };
-}
-
-fn head_of(op: &GatherOp, first: &GatherEntry, len: u64) -> WriteOp {
-    WriteOp {
-        wr_id: op.wr_id,
-        local: first.local,
-        local_offset: first.offset,
-        remote: op.remote,
-        remote_offset: op.remote_offset,
-        len,
-        signalled: op.signalled,
-        imm: op.imm,
-    }
-}
-
-impl Pieces for Gathered<'_> {
-    fn head(&self) -> WriteOp {
-        let first =
-            self.entries.first().copied().unwrap_or(GatherEntry { local: RegionId(0), offset: 0, len: 0 });
-        head_of(&self.op, &first, self.len)
-    }
-
-    fn pieces(&self) -> impl Iterator<Item = WriteOp> + '_ {
-        // `op.pieces` indexes the post's entry slice; these are the op's own already.
-        GatherOp { first: 0, ..self.op }.pieces(self.entries)
-    }
-}
 
 /// A request copied for the sender thread.
 #[derive(Debug, Clone, Copy)]

@@ -16,6 +16,7 @@ use rdma_hint_core::{
 };
 use rdma_hint_oob::Rendezvous;
 use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
+use rdma_hint_toolkit::gather::gathered;
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::RegionTable;
 use std::net::{SocketAddr, TcpStream};
@@ -554,12 +555,9 @@ impl Transport for StagedTransport {
                 max: self.caps.max_wrs_per_post,
             });
         }
-        let mut gathered = [Gathered::EMPTY; MAX_WRS_PER_POST];
-        for (slot, op) in gathered.iter_mut().zip(ops) {
-            let (own, len) = op.entries(entries, self.caps.max_sges, self.caps.facts.max_msg_bytes)?;
-            *slot = Gathered { op: *op, entries: own, len };
-        }
-        self.post(&gathered[..ops.len()])
+        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST];
+        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
+        self.post(views)
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {

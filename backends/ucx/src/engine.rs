@@ -11,10 +11,11 @@
 
 use crate::region::Region;
 use crate::status::{completion_code, status_text};
-use crate::transport::MAX_WRS_PER_POST;
+use crate::transport::{MAX_SGES, MAX_WRS_PER_POST};
 use crate::worker::{Ucp, NOTICE_AM_ID};
-use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WriteOp};
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError};
 use rdma_hint_oob::{peer_left, PeerLoss};
+use rdma_hint_toolkit::gather::Pieces;
 use rdma_hint_toolkit::queue::EventSender;
 use rdma_hint_toolkit::region_table::RegionLen;
 use rdma_hint_toolkit::RegionTable;
@@ -122,6 +123,7 @@ struct Put {
     memh: sys::ucp_mem_h,
     address: u64,
     rkey: sys::ucp_rkey_h,
+    len: u64,
 }
 
 /// One posted batch whose flush has not been turned into completions yet.
@@ -182,7 +184,7 @@ impl Engine {
             notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
             notice_sends: VecDeque::with_capacity(capacity),
             next_slot: 0,
-            puts: Vec::with_capacity(MAX_WRS_PER_POST as usize),
+            puts: Vec::with_capacity((MAX_WRS_PER_POST * MAX_SGES) as usize),
             unflushed: 0,
             oob: None,
             completions,
@@ -276,12 +278,13 @@ impl Engine {
         }
     }
 
-    /// Posts every op (already checked against both region tables) as one `ucp_put_nbx` each
-    /// (followed by a fence and its notice when it carries an immediate), then one flush for
-    /// the batch if anything in it is signalled.
+    /// Posts every request (each piece checked against both region tables first) as one
+    /// `ucp_put_nbx` per piece (UCP RMA takes no iov: openucx/ucx#6912), followed by a fence
+    /// and its notice when it carries an immediate, then one flush for the batch if anything in
+    /// it is signalled.
     pub(crate) fn post(
         &mut self,
-        ops: &[WriteOp],
+        ops: &[impl Pieces],
         locals: &RegionTable<Region>,
         max_msg_bytes: u64,
         queued_completions: usize,
@@ -289,8 +292,8 @@ impl Engine {
         if let Some(why) = &self.gone {
             return Err(TransportError::PeerGone(why.clone()));
         }
-        let signalled = ops.iter().filter(|op| op.signalled).count();
-        let notices = ops.iter().filter(|op| op.imm.is_some()).count();
+        let signalled = ops.iter().filter(|op| op.head().signalled).count();
+        let notices = ops.iter().filter(|op| op.head().imm.is_some()).count();
         let in_flight = self.signalled.len() + queued_completions;
         if in_flight + signalled > self.capacity
             || self.batches.len() >= self.capacity
@@ -304,40 +307,25 @@ impl Engine {
         // Check (and look up) every op before the first put: a rejected batch moves nothing.
         let Engine { puts, remote: remotes, .. } = self;
         puts.clear();
-        for op in ops {
+        for op in ops.iter().flat_map(Pieces::pieces) {
             let remote = remotes.get(op.remote.0 as usize).and_then(Option::as_ref);
-            let (local, remote) = locals.check_write(op, remote, max_msg_bytes)?;
+            let (local, remote) = locals.check_write(&op, remote, max_msg_bytes)?;
             puts.push(Put {
                 source: local.pointer(op.local_offset),
                 memh: local.memh,
                 address: remote.address + op.remote_offset,
                 rkey: remote.rkey,
+                len: op.len,
             });
         }
-        for (index, op) in ops.iter().enumerate() {
-            // Copied out: a notice below needs the engine mutably.
-            let put = self.puts[index];
-            let param = sys::ucp_request_param_t {
-                op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
-                memh: put.memh,
-                ..Default::default()
-            };
-            // SAFETY: the ep and rkey are live (engine lock held); the source range was
-            // bound-checked against the registered region just now, which stays mapped while
-            // ops are in flight (deregister refuses busy regions); the remote range against the
-            // peer's advertised length.
-            let request = unsafe {
-                sys::ucp_put_nbx(self.ep, put.source.cast(), op.len as usize, put.address, put.rkey, &param)
-            };
-            if sys::status_ptr_is_err(request) {
-                let status = sys::status_ptr_status(request);
-                self.fail(format!("ucp_put_nbx failed: {}", status_text(status)));
-                return Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()));
-            }
-            if sys::status_ptr_is_ptr(request) {
-                // Completion is tracked by the batch's flush; UCX releases the request when done.
-                // SAFETY: `request` is a live handle returned just now; freed once.
-                unsafe { sys::ucp_request_free(request) };
+        let mut next_put = 0;
+        for request in ops {
+            let op = request.head();
+            for _ in request.pieces() {
+                // Copied out: the failure path below needs the engine mutably.
+                let put = self.puts[next_put];
+                next_put += 1;
+                self.put(put)?;
             }
             if op.signalled {
                 self.signalled.push_back(op.wr_id);
@@ -353,7 +341,7 @@ impl Engine {
             }
         }
         self.posted_any = true;
-        self.unflushed += ops.len();
+        self.unflushed += next_put;
         if signalled > 0 {
             // This flush covers every put before it.
             self.unflushed = 0;
@@ -366,6 +354,33 @@ impl Engine {
         }
         self.ucp.progress();
         self.harvest();
+        Ok(())
+    }
+
+    /// One `ucp_put_nbx` of a checked piece.
+    fn put(&mut self, put: Put) -> Result<(), TransportError> {
+        let param = sys::ucp_request_param_t {
+            op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
+            memh: put.memh,
+            ..Default::default()
+        };
+        // SAFETY: the ep and rkey are live (engine lock held); the source range was
+        // bound-checked against the registered region by `post`, and the region stays mapped
+        // while ops are in flight (deregister refuses busy regions); the remote range against
+        // the peer's advertised length.
+        let request = unsafe {
+            sys::ucp_put_nbx(self.ep, put.source.cast(), put.len as usize, put.address, put.rkey, &param)
+        };
+        if sys::status_ptr_is_err(request) {
+            let status = sys::status_ptr_status(request);
+            self.fail(format!("ucp_put_nbx failed: {}", status_text(status)));
+            return Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()));
+        }
+        if sys::status_ptr_is_ptr(request) {
+            // Completion is tracked by the batch's flush; UCX releases the request when done.
+            // SAFETY: `request` is a live handle returned just now; freed once.
+            unsafe { sys::ucp_request_free(request) };
+        }
         Ok(())
     }
 

@@ -9,14 +9,16 @@ use crate::worker::{detects_peer_failure, Ucp};
 use async_trait::async_trait;
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, LocalRegion, MemoryKind,
-    PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp,
+    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
+    WaitMode, WriteOp,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_toolkit::caller_memory::{
     admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
 };
+use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
@@ -30,6 +32,8 @@ use std::time::Instant;
 const MAX_OUTSTANDING: usize = 1024;
 /// Ops one `post_writes` call accepts (one flush covers them).
 pub(crate) const MAX_WRS_PER_POST: u32 = 64;
+/// Local ranges one gather write takes, at most (one put each: UCP RMA has no iov).
+pub(crate) const MAX_SGES: u32 = 32;
 
 /// UCX UCP transport: one context and worker per instance, one endpoint to one peer.
 ///
@@ -73,6 +77,29 @@ pub struct UcxTransport {
 rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
 
 impl UcxTransport {
+    /// Posts plain or gather writes (see [`Engine::post`](crate::engine::Engine::post)).
+    fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        let mut engine = self.shared.engine();
+        if !engine.is_connected() {
+            return Err(TransportError::NotConnected);
+        }
+        if let Some(why) = engine.gone() {
+            return Err(TransportError::PeerGone(why.to_string()));
+        }
+        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+        engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
+        if engine.busy() {
+            self.shared.wake();
+        }
+        Ok(())
+    }
+
     /// Opens a UCP context and worker restricted to `tls` (`UCX_TLS` syntax, e.g. `shm,self`
     /// or `tcp`; `None` lets UCX read `UCX_TLS` from the environment) and asks UCX for its
     /// performance estimate of that scope.
@@ -216,7 +243,7 @@ fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
         },
         max_outstanding_wrs: MAX_OUTSTANDING as u32,
         max_wrs_per_post: MAX_WRS_PER_POST,
-        max_sges: 1,
+        max_sges: MAX_SGES,
         memory_kinds: vec![MemoryKind::Host],
         caller_memory,
     }
@@ -402,25 +429,13 @@ impl Transport for UcxTransport {
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
-        let mut engine = self.shared.engine();
-        if !engine.is_connected() {
-            return Err(TransportError::NotConnected);
-        }
-        if let Some(why) = engine.gone() {
-            return Err(TransportError::PeerGone(why.to_string()));
-        }
-        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
-        engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
-        if engine.busy() {
-            self.shared.wake();
-        }
-        Ok(())
+        self.post(ops)
+    }
+
+    fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
+        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST as usize];
+        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
+        self.post(views)
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {

@@ -120,32 +120,37 @@ pub(crate) struct QueuePair {
     handle: Owned<ibv::ibv_qp, QpParents>,
     qp_num: u32,
     max_inline: u32,
+    /// Scatter/gather entries a send WR may carry.
+    max_sges: u32,
     /// The last state moved to; locked across each transition so steps cannot interleave.
     state: Mutex<QpState>,
 }
 
 impl QueuePair {
-    /// Creates an RC QP in `pd` on `send_cq` and `recv_cq`, with `sq_depth` / `rq_depth` WRs
-    /// of one SGE each, nothing signalled unless asked, and room for [`INLINE_WANTED`] bytes of
-    /// inline data per WR where the provider has it (else none). `None` when `ibv_create_qp`
-    /// fails, with `errno` saying why.
+    /// Creates an RC QP in `pd` on `send_cq` and `recv_cq`, with `sq_depth` / `rq_depth` WRs,
+    /// up to `send_sges` scatter/gather entries per send WR (one per receive), nothing
+    /// signalled unless asked, and room for [`INLINE_WANTED`] bytes of inline data per WR where
+    /// the provider has it. Asks for less (no inline data, then one SGE) where the provider
+    /// refuses; `None` when `ibv_create_qp` fails even so, with `errno` saying why.
     pub(crate) fn create(
         pd: &Arc<ProtectionDomain>,
         send_cq: &Arc<CompletionQueue>,
         recv_cq: &Arc<CompletionQueue>,
-        sq_depth: u32,
-        rq_depth: u32,
+        (sq_depth, rq_depth): (u32, u32),
+        send_sges: u32,
     ) -> Option<QueuePair> {
-        Self::create_with_inline(pd, send_cq, recv_cq, (sq_depth, rq_depth), INLINE_WANTED)
-            .or_else(|| Self::create_with_inline(pd, send_cq, recv_cq, (sq_depth, rq_depth), 0))
+        let depths = (sq_depth, rq_depth);
+        Self::create_with(pd, send_cq, recv_cq, depths, (INLINE_WANTED, send_sges))
+            .or_else(|| Self::create_with(pd, send_cq, recv_cq, depths, (0, send_sges)))
+            .or_else(|| Self::create_with(pd, send_cq, recv_cq, depths, (0, 1)))
     }
 
-    fn create_with_inline(
+    fn create_with(
         pd: &Arc<ProtectionDomain>,
         send_cq: &Arc<CompletionQueue>,
         recv_cq: &Arc<CompletionQueue>,
         (sq_depth, rq_depth): (u32, u32),
-        inline_wanted: u32,
+        (inline_wanted, send_sges): (u32, u32),
     ) -> Option<QueuePair> {
         let mut init = ibv::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
@@ -155,7 +160,7 @@ impl QueuePair {
             cap: ibv::ibv_qp_cap {
                 max_send_wr: sq_depth,
                 max_recv_wr: rq_depth,
-                max_send_sge: 1,
+                max_send_sge: send_sges.max(1),
                 max_recv_sge: 1,
                 max_inline_data: inline_wanted,
             },
@@ -170,14 +175,19 @@ impl QueuePair {
         // SAFETY: the QP was just created; qp_num is a plain field that never changes.
         let qp_num = unsafe { (*handle.raw()).qp_num };
         // `ibv_create_qp` wrote back what the QP actually holds (at least what was asked).
-        let max_inline = init.cap.max_inline_data;
-        Some(QueuePair { handle, qp_num, max_inline, state: Mutex::new(QpState::Reset) })
+        let (max_inline, max_sges) = (init.cap.max_inline_data, init.cap.max_send_sge.max(1));
+        Some(QueuePair { handle, qp_num, max_inline, max_sges, state: Mutex::new(QpState::Reset) })
     }
 
     /// The largest write the provider copies into the work request itself (`IBV_SEND_INLINE`):
     /// posting it reads the source at once and the NIC makes no DMA read of it.
     pub(crate) fn max_inline(&self) -> u32 {
         self.max_inline
+    }
+
+    /// Scatter/gather entries a send WR may carry (what `ibv_create_qp` granted).
+    pub(crate) fn max_sges(&self) -> u32 {
+        self.max_sges
     }
 
     /// The QP number the peer addresses.

@@ -13,13 +13,14 @@ use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
 use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
-    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
-    WaitMode, WriteOp,
+    GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
+    TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_hint_toolkit::caller_memory::{
     admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
 };
+use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
 use rdma_hint_toolkit::wait::wait;
 use rdma_hint_toolkit::RegionTable;
 use rdma_mummy_sys as ibv;
@@ -34,6 +35,8 @@ const SQ_DEPTH: u32 = 1024;
 const RQ_DEPTH: u32 = 256;
 /// Work requests chained into one `ibv_post_send`.
 const MAX_WRS_PER_POST: u32 = 64;
+/// Scatter/gather entries per WR asked of the QP (below the device's `max_sge`).
+const SGES_WANTED: u32 = 16;
 /// How often polls look at the out-of-band socket for a peer that went away (the event
 /// thread also watches it).
 const LIVENESS_EVERY: Duration = Duration::from_millis(1);
@@ -153,6 +156,97 @@ fn initial_psn() -> u32 {
 rdma_hint_oob::token_setters!(VerbsTransport, "QP number, rkeys");
 
 impl VerbsTransport {
+    /// Posts plain or gather writes as one chain: each request one WR, its pieces its SGEs
+    /// (every piece checked first).
+    fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
+        let remote = self.remote.get().ok_or(TransportError::NotConnected)?;
+        if self.broken() {
+            return Err(self.gone());
+        }
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        let mut posting = lock(&self.posting);
+        let room = self.caps.max_outstanding_wrs as usize - posting.in_flight;
+        if ops.len() > room {
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max: room as u32 });
+        }
+        let max_inline = self.qp.max_inline();
+        let Posting { wrs, sges, .. } = &mut *posting;
+        let (mut used_sges, mut firsts) = (0, [0usize; MAX_WRS_PER_POST as usize]);
+        for (index, request) in ops.iter().enumerate() {
+            let op = request.head();
+            firsts[index] = used_sges;
+            let mut target_of_first = None;
+            for piece in request.pieces() {
+                let target = remote.get(piece.remote.0 as usize).and_then(Option::as_ref);
+                let (local, target) = table.check_write(&piece, target, self.caps.facts.max_msg_bytes)?;
+                // The SGE array holds `max_sges` per WR (a longer gather was refused).
+                sges[used_sges] = ibv::ibv_sge {
+                    addr: local.address(piece.local_offset),
+                    length: piece.len as u32,
+                    lkey: local.lkey(),
+                };
+                used_sges += 1;
+                target_of_first.get_or_insert(target);
+            }
+            let target = target_of_first.expect("a request has a piece");
+            let wr = &mut wrs[index];
+            wr.wr_id = op.wr_id;
+            wr.num_sge = (used_sges - firsts[index]) as i32;
+            wr.opcode = if op.imm.is_some() {
+                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+            } else {
+                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            };
+            let signalled = if op.signalled { ibv::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+            // Inline: the provider copies the bytes (of every SGE) into the WR during the post,
+            // so the source is read before `ibv_post_send` returns (a later change cannot reach
+            // the wire).
+            let inline =
+                if op.len <= u64::from(max_inline) { ibv::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
+            wr.send_flags = signalled | inline;
+            wr.imm_data_invalidated_rkey_union.imm_data = op.imm.unwrap_or(0).to_be();
+            wr.wr.rdma = ibv::rdma_t { remote_addr: target.address + op.remote_offset, rkey: target.rkey };
+        }
+        // Chain after filling: the vectors do not move while the lock is held.
+        let count = ops.len();
+        for index in 0..count {
+            wrs[index].sg_list = &mut sges[firsts[index]];
+            wrs[index].next = if index + 1 < count { &mut wrs[index + 1] } else { std::ptr::null_mut() };
+        }
+        // SAFETY: the chain of `count` WRs (the last one's `next` null) and their SGEs lives in
+        // `posting`, locked for the call; every SGE lies inside a region registered in the QP's
+        // PD (checked above), and the WRs are counted in flight below, so `deregister` refuses
+        // their regions until their completions are polled.
+        let posted = unsafe { self.qp.post_send(&mut wrs[0]) };
+        // What the provider took is in flight whether or not it refused the rest.
+        let taken = match &posted {
+            Ok(()) => count,
+            Err((taken, _)) => *taken,
+        };
+        posting.in_flight += taken;
+        for op in &ops[..taken] {
+            posting.since_signal += 1;
+            if op.head().signalled {
+                let retired = posting.since_signal;
+                posting.retires.push_back(retired);
+                posting.since_signal = 0;
+            }
+        }
+        posted.map_err(|(_, error)| match error.raw_os_error() {
+            Some(libc::ENOMEM) => TransportError::QueueFull { given: count as u32, max: room as u32 },
+            _ => TransportError::Io(error),
+        })
+    }
+
     /// Opens `device` (e.g. `rxe0`, `mlx5_0`; `None`: the first device) on its first active
     /// port: protection domain, send and receive CQs and an RC QP sized from the device caps.
     ///
@@ -174,7 +268,7 @@ impl VerbsTransport {
         );
         let qp = match &cqs {
             (Some(send_cq), Some(recv_cq)) if send_cq.arm().and(recv_cq.arm()).is_ok() => {
-                QueuePair::create(&pd, send_cq, recv_cq, sq_depth, rq_depth)
+                QueuePair::create(&pd, send_cq, recv_cq, (sq_depth, rq_depth), SGES_WANTED.min(facts.max_sge))
             }
             _ => None,
         };
@@ -189,7 +283,7 @@ impl VerbsTransport {
             facts: facts.facts.clone(),
             max_outstanding_wrs: sq_depth,
             max_wrs_per_post,
-            max_sges: 1,
+            max_sges: qp.max_sges(),
             memory_kinds: vec![MemoryKind::Host],
             caller_memory: caller_memory_paths(&pd),
         };
@@ -197,7 +291,7 @@ impl VerbsTransport {
         let (wrs, sges, wcs) = unsafe {
             (
                 (0..max_wrs_per_post).map(|_| std::mem::zeroed()).collect(),
-                (0..max_wrs_per_post).map(|_| std::mem::zeroed()).collect(),
+                (0..max_wrs_per_post * qp.max_sges()).map(|_| std::mem::zeroed()).collect(),
                 (0..64).map(|_| std::mem::zeroed()).collect(),
             )
         };
@@ -515,81 +609,13 @@ impl Transport for VerbsTransport {
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
-        let remote = self.remote.get().ok_or(TransportError::NotConnected)?;
-        if self.broken() {
-            return Err(self.gone());
-        }
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-        let mut posting = lock(&self.posting);
-        let room = self.caps.max_outstanding_wrs as usize - posting.in_flight;
-        if ops.len() > room {
-            return Err(TransportError::QueueFull { given: ops.len() as u32, max: room as u32 });
-        }
-        let max_inline = self.qp.max_inline();
-        let Posting { wrs, sges, .. } = &mut *posting;
-        for (index, op) in ops.iter().enumerate() {
-            let target = remote.get(op.remote.0 as usize).and_then(Option::as_ref);
-            let (local, target) = table.check_write(op, target, self.caps.facts.max_msg_bytes)?;
-            sges[index] = ibv::ibv_sge {
-                addr: local.address(op.local_offset),
-                length: op.len as u32,
-                lkey: local.lkey(),
-            };
-            let wr = &mut wrs[index];
-            wr.wr_id = op.wr_id;
-            wr.num_sge = 1;
-            wr.opcode = if op.imm.is_some() {
-                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-            } else {
-                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE
-            };
-            let signalled = if op.signalled { ibv::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
-            // Inline: the provider copies the bytes into the WR during the post, so the source
-            // is read before `ibv_post_send` returns (a later change cannot reach the wire).
-            let inline =
-                if op.len <= u64::from(max_inline) { ibv::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
-            wr.send_flags = signalled | inline;
-            wr.imm_data_invalidated_rkey_union.imm_data = op.imm.unwrap_or(0).to_be();
-            wr.wr.rdma = ibv::rdma_t { remote_addr: target.address + op.remote_offset, rkey: target.rkey };
-        }
-        // Chain after filling: the vectors do not move while the lock is held.
-        let count = ops.len();
-        for index in 0..count {
-            wrs[index].sg_list = &mut sges[index];
-            wrs[index].next = if index + 1 < count { &mut wrs[index + 1] } else { std::ptr::null_mut() };
-        }
-        // SAFETY: the chain of `count` WRs (the last one's `next` null) and their SGEs lives in
-        // `posting`, locked for the call; every SGE lies inside a region registered in the QP's
-        // PD (checked above), and the WRs are counted in flight below, so `deregister` refuses
-        // their regions until their completions are polled.
-        let posted = unsafe { self.qp.post_send(&mut wrs[0]) };
-        // What the provider took is in flight whether or not it refused the rest.
-        let taken = match &posted {
-            Ok(()) => count,
-            Err((taken, _)) => *taken,
-        };
-        posting.in_flight += taken;
-        for op in &ops[..taken] {
-            posting.since_signal += 1;
-            if op.signalled {
-                let retired = posting.since_signal;
-                posting.retires.push_back(retired);
-                posting.since_signal = 0;
-            }
-        }
-        posted.map_err(|(_, error)| match error.raw_os_error() {
-            Some(libc::ENOMEM) => TransportError::QueueFull { given: count as u32, max: room as u32 },
-            _ => TransportError::Io(error),
-        })
+        self.post(ops)
+    }
+
+    fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
+        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST as usize];
+        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
+        self.post(views)
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {

@@ -25,6 +25,7 @@
 
 pub mod blocking;
 pub mod caller_memory;
+pub mod gather;
 pub mod memory_limit;
 pub mod queue;
 pub mod region_table;
