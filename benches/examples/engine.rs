@@ -2,16 +2,19 @@
 //!
 //! * **lanes**: one transfer of `--mib` MiB at the hint over 1, 2 and 4 lanes (where the backend
 //!   opens lanes), GB/s and the ratio to one lane;
-//! * **paged**: 4096 scattered 16 KiB pages (64 MiB) as a scatter request with one work request
-//!   per page, against one contiguous transfer of the same bytes at the hint;
+//! * **paged**: 4096 16 KiB pages (64 MiB) scattered locally and back to back remotely, as a
+//!   scatter request sent one work request per page (`gather_entries: 1`) and packed into
+//!   gather requests of the hinted size (the default), against one contiguous transfer of the
+//!   same bytes at the hint; the three interleaved run by run, each on its own connection;
 //! * **behind bulk**: a 4 KiB transfer's submit-to-completion p50/p99 alone, and while 1 GiB
 //!   transfers run on the same connection (bulk class, and the 4 KiB one latency-first).
 //!
 //! Medians of `--runs` runs (after one warm-up); every run's bytes are checked where they
 //! landed (the 4 KiB probes' too).
 //!
-//! `engine [--mib 256] [--runs 5] [--ids staged:tcp,staged:shm] [--bulk-mib 1024] [--lane-kib N]`
-//! (`--lane-kib`: the engine's bytes in flight per lane; default `EngineConfig`'s)
+//! `engine [--mib 256] [--runs 5] [--ids staged:tcp,staged:shm] [--bulk-mib 1024] [--lane-kib N]
+//! [--queue-us N] [--rows lanes,paged,behind]` (`--lane-kib`: the engine's cap on bytes in
+//! flight per lane; `--queue-us`: its queue time per lane; defaults `EngineConfig`'s)
 
 use rdma_hint::chunker::{Engine, EngineConfig, PeerId, Segment, TransferRequest};
 use rdma_hint::{
@@ -27,10 +30,21 @@ struct Args {
     ids: Vec<TransportId>,
     bulk_bytes: u64,
     lane_bytes: Option<u64>,
+    queue_time: Option<Duration>,
+    rows: Vec<String>,
 }
 
 fn args() -> Args {
-    let mut args = Args { bytes: 256 << 20, runs: 5, ids: Vec::new(), bulk_bytes: 1 << 30, lane_bytes: None };
+    let rows = ["lanes", "paged", "behind"].map(String::from).to_vec();
+    let mut args = Args {
+        bytes: 256 << 20,
+        runs: 5,
+        ids: Vec::new(),
+        bulk_bytes: 1 << 30,
+        lane_bytes: None,
+        queue_time: None,
+        rows,
+    };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
         let mut value = || given.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -39,6 +53,10 @@ fn args() -> Args {
             "--bulk-mib" => args.bulk_bytes = value().parse::<u64>().expect("--bulk-mib N") << 20,
             "--lane-kib" => args.lane_bytes = Some(value().parse::<u64>().expect("--lane-kib N") << 10),
             "--runs" => args.runs = value().parse().expect("--runs N"),
+            "--queue-us" => {
+                args.queue_time = Some(Duration::from_micros(value().parse().expect("--queue-us N")))
+            }
+            "--rows" => args.rows = value().split(',').map(String::from).collect(),
             "--ids" => args.ids = value().split(',').map(|id| id.parse().expect("a transport id")).collect(),
             other => panic!("unknown argument {other}"),
         }
@@ -94,10 +112,21 @@ fn connect(id: &TransportId, lanes: usize, len: u64) -> Option<Connection> {
     Some(Connection { senders, receivers, source, target, remote: remote.expect("a lane"), pattern })
 }
 
-fn engine_for(hint: &SizeHint, connection: &Connection, lane_bytes: Option<u64>) -> (Engine, PeerId) {
+fn engine_for(hint: &SizeHint, connection: &Connection, args: &Args) -> (Engine, PeerId) {
+    engine_with(hint, connection, args, EngineConfig::default().gather_entries)
+}
+
+fn engine_with(
+    hint: &SizeHint,
+    connection: &Connection,
+    args: &Args,
+    gather_entries: u32,
+) -> (Engine, PeerId) {
     let defaults = EngineConfig::default();
     let config = EngineConfig {
-        lane_bytes_in_flight: lane_bytes.unwrap_or(defaults.lane_bytes_in_flight),
+        lane_bytes_in_flight: args.lane_bytes.unwrap_or(defaults.lane_bytes_in_flight),
+        lane_queue_time: args.queue_time.unwrap_or(defaults.lane_queue_time),
+        gather_entries,
         ..defaults
     };
     let engine = Engine::new(config).expect("engine");
@@ -132,37 +161,46 @@ fn percentile(sorted: &[f64], share: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * share).round() as usize]
 }
 
-/// Median GB/s of `runs` transfers of `request()` after one warm-up, bytes checked each run.
-fn rate(
-    connection: &Connection,
-    engine: &Engine,
+/// One way of moving `segments` (a scatter request, or a single one for one segment) over
+/// its own connection and engine.
+struct Variant {
+    connection: Connection,
+    engine: Engine,
     peer: PeerId,
-    runs: usize,
-    segments: &[Segment],
-    scatter: bool,
-) -> f64 {
-    let bytes: u64 = segments.iter().map(|s| s.len).sum();
-    let request = || match scatter {
-        true => TransferRequest::scatter(&connection.source, &connection.remote, segments.to_vec()),
-        false => {
-            let s = segments[0];
-            TransferRequest::single(
-                &connection.source,
-                s.local_offset,
-                &connection.remote,
-                s.remote_offset,
-                s.len,
-            )
-        }
-    };
-    run(engine, peer, request());
-    let mut rates = Vec::new();
-    for _ in 0..runs {
-        let took = run(engine, peer, request());
-        check(connection, segments);
-        rates.push(bytes as f64 / took.as_secs_f64() / 1e9);
+    segments: Vec<Segment>,
+}
+
+impl Variant {
+    fn new(connection: Connection, (engine, peer): (Engine, PeerId), segments: Vec<Segment>) -> Variant {
+        Variant { connection, engine, peer, segments }
     }
-    median(rates)
+
+    /// GB/s of one transfer, its bytes checked.
+    fn once(&self) -> f64 {
+        let c = &self.connection;
+        let request = match self.segments.as_slice() {
+            [s] => TransferRequest::single(&c.source, s.local_offset, &c.remote, s.remote_offset, s.len),
+            many => TransferRequest::scatter(&c.source, &c.remote, many.to_vec()),
+        };
+        let took = run(&self.engine, self.peer, request);
+        check(c, &self.segments);
+        self.segments.iter().map(|s| s.len).sum::<u64>() as f64 / took.as_secs_f64() / 1e9
+    }
+}
+
+/// Median GB/s of each variant over `runs` rounds, one transfer of each per round (after one
+/// warm-up round): noise that lasts a round hits them all.
+fn rates(variants: &[Variant], runs: usize) -> Vec<f64> {
+    for variant in variants {
+        variant.once();
+    }
+    let mut rates = vec![Vec::new(); variants.len()];
+    for _ in 0..runs {
+        for (variant, rates) in variants.iter().zip(&mut rates) {
+            rates.push(variant.once());
+        }
+    }
+    rates.into_iter().map(median).collect()
 }
 
 fn lanes_row(id: &TransportId, hint: &SizeHint, args: &Args) {
@@ -173,8 +211,8 @@ fn lanes_row(id: &TransportId, hint: &SizeHint, args: &Args) {
             println!("{id}: {lanes} lanes: not opened (the backend opens one lane per connection)");
             continue;
         };
-        let (engine, peer) = engine_for(hint, &connection, args.lane_bytes);
-        let gbps = rate(&connection, &engine, peer, args.runs, &whole, false);
+        let engine = engine_for(hint, &connection, args);
+        let gbps = rates(&[Variant::new(connection, engine, whole.to_vec())], args.runs)[0];
         let base = *one_lane.get_or_insert(gbps);
         println!(
             "{id}: {lanes} lane(s), {} MiB at {} KiB blocks: {gbps:.2} GB/s median of {} ({:.2}x one lane)",
@@ -188,28 +226,74 @@ fn lanes_row(id: &TransportId, hint: &SizeHint, args: &Args) {
 
 fn paged_row(id: &TransportId, hint: &SizeHint, args: &Args) {
     let len = 2 * PAGES * PAGE;
-    let connection = connect(id, 1, len).expect("one lane");
-    let (engine, peer) = engine_for(hint, &connection, args.lane_bytes);
-    // Pages every other slot in reverse order locally, back to back remotely: one work
-    // request per page (no run continues on both sides).
+    // Pages every other slot in reverse order locally, back to back remotely: no run continues
+    // on both sides, so unpacked each page is a work request.
     let pages: Vec<Segment> = (0..PAGES)
         .map(|k| Segment { local_offset: (PAGES - 1 - k) * 2 * PAGE, remote_offset: k * PAGE, len: PAGE })
         .collect();
-    let per_page = rate(&connection, &engine, peer, args.runs, &pages, true);
-    let contiguous = [Segment { local_offset: 0, remote_offset: 0, len: PAGES * PAGE }];
-    let whole = rate(&connection, &engine, peer, args.runs, &contiguous, false);
+    let contiguous = vec![Segment { local_offset: 0, remote_offset: 0, len: PAGES * PAGE }];
+    let variant = |gather_entries: u32, segments: Vec<Segment>| {
+        let connection = connect(id, 1, len).expect("one lane");
+        let engine = engine_with(hint, &connection, args, gather_entries);
+        Variant::new(connection, engine, segments)
+    };
+    let packed_entries = EngineConfig::default().gather_entries;
+    let variants = [variant(1, pages.clone()), variant(packed_entries, pages), variant(1, contiguous)];
+    let max_sges = variants[1].connection.senders[0].capabilities().max_sges;
+    let [per_page, packed, whole] = rates(&variants, args.runs)[..] else { unreachable!("three variants") };
+    let (memcpy_pages, memcpy_whole) = memcpy_ceiling(&variants[0].segments, args.runs);
     println!(
-        "{id}: paged {PAGES} x {} KiB scattered, one WR per page: {per_page:.2} GB/s; contiguous at {} KiB: {whole:.2} GB/s ({:.2}x)",
+        "{id}: paged {PAGES} x {} KiB scattered: one WR per page {per_page:.2} GB/s ({:.2}x); packed at {} KiB (max_sges {max_sges}) {packed:.2} GB/s ({:.2}x); contiguous at {} KiB {whole:.2} GB/s; medians of {}",
         PAGE >> 10,
+        per_page / whole,
+        hint.block_bytes.min(u64::from(max_sges.min(packed_entries)) * PAGE) >> 10,
+        packed / whole,
         hint.block_bytes >> 10,
-        per_page / whole
+        args.runs,
     );
+    println!(
+        "{id}: paged: the CPU's memcpy of the same pages {memcpy_pages:.2} GB/s, of as many pages in a row {memcpy_whole:.2} GB/s ({:.2}x): the ceiling a copying transport's ratio meets",
+        memcpy_pages / memcpy_whole
+    );
+}
+
+/// Median GB/s of a plain `memcpy` of `pages` (heap to heap, in segment order) and of the same
+/// bytes from one contiguous range in page-sized pieces, interleaved round by round: the memory
+/// system's own price for the layout, which bounds what a transport that copies with the CPU
+/// can reach.
+fn memcpy_ceiling(pages: &[Segment], runs: usize) -> (f64, f64) {
+    let source_len = pages.iter().map(|s| s.local_offset + s.len).max().unwrap_or(0) as usize;
+    let len = pages.iter().map(|s| s.len).sum::<u64>() as usize;
+    let source: Vec<u8> = (0..source_len).map(|i| i as u8).collect();
+    let mut target = vec![0u8; len];
+    let (mut scattered, mut whole) = (Vec::new(), Vec::new());
+    for round in 0..=runs {
+        let started = Instant::now();
+        for s in pages {
+            let (l, r, n) = (s.local_offset as usize, s.remote_offset as usize, s.len as usize);
+            target[r..r + n].copy_from_slice(&source[l..l + n]);
+        }
+        let took_pages = started.elapsed();
+        std::hint::black_box(&target);
+        let started = Instant::now();
+        for s in pages {
+            let (r, n) = (s.remote_offset as usize, s.len as usize);
+            target[r..r + n].copy_from_slice(&source[r..r + n]);
+        }
+        let took_whole = started.elapsed();
+        std::hint::black_box(&target);
+        if round > 0 {
+            scattered.push(len as f64 / took_pages.as_secs_f64() / 1e9);
+            whole.push(len as f64 / took_whole.as_secs_f64() / 1e9);
+        }
+    }
+    (median(scattered), median(whole))
 }
 
 fn behind_bulk_row(id: &TransportId, hint: &SizeHint, args: &Args) {
     let probe_at = args.bulk_bytes;
     let connection = connect(id, 1, args.bulk_bytes + 4096).expect("one lane");
-    let (engine, peer) = engine_for(hint, &connection, args.lane_bytes);
+    let (engine, peer) = engine_for(hint, &connection, args);
     let probe = || TransferRequest::single(&connection.source, probe_at, &connection.remote, probe_at, 4096);
     let samples = |engine: &Engine, latency_first: bool, count: usize| {
         let mut micros: Vec<f64> = (0..count)
@@ -264,8 +348,15 @@ fn main() {
     for id in &args.ids {
         let hint = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone()))
             .unwrap_or_else(|e| panic!("{id}: {e}"));
-        lanes_row(id, &hint, &args);
-        paged_row(id, &hint, &args);
-        behind_bulk_row(id, &hint, &args);
+        let row = |name: &str| args.rows.iter().any(|row| row == name);
+        if row("lanes") {
+            lanes_row(id, &hint, &args);
+        }
+        if row("paged") {
+            paged_row(id, &hint, &args);
+        }
+        if row("behind") {
+            behind_bulk_row(id, &hint, &args);
+        }
     }
 }

@@ -34,9 +34,18 @@ pub struct EngineConfig {
     /// block always goes out), in bytes: what a transfer submitted now queues behind. Enough to keep a link
     /// busy for a few blocks; more only adds waiting for small transfers.
     pub lane_bytes_in_flight: u64,
+    /// How long the bytes in flight on a lane may take to drain at the rate the lane has been
+    /// delivering: the cap follows the rate (never below two of the lane's largest blocks, never
+    /// above `lane_bytes_in_flight`), so a transfer submitted now waits about this long behind
+    /// bulk on a slow lane as on a fast one.
+    pub lane_queue_time: Duration,
     /// How long a lane may leave its oldest request unanswered before the engine fails it
     /// (and the transfers with blocks on it): a peer that stalls without closing.
     pub lane_stall: Duration,
+    /// Local ranges one packed work request gathers at most, 1 to 64 (and no more than the
+    /// lane's `max_sges`): segments that land back to back remotely share a request of the
+    /// hinted size. 1 posts one request per segment.
+    pub gather_entries: u32,
 }
 
 impl Default for EngineConfig {
@@ -45,7 +54,9 @@ impl Default for EngineConfig {
             policy: PostPolicy::default(),
             max_transfers: 4096,
             lane_bytes_in_flight: 2 << 20,
+            lane_queue_time: Duration::from_micros(200),
             lane_stall: Duration::from_secs(10),
+            gather_entries: state::MAX_PIECES,
         }
     }
 }
@@ -194,6 +205,13 @@ impl Engine {
                 state::MAX_DOORBELL
             )));
         }
+        if config.gather_entries == 0 || config.gather_entries > state::MAX_PIECES {
+            return Err(PlanError::InvalidPolicy(format!(
+                "gather_entries {} is outside 1..={}",
+                config.gather_entries,
+                state::MAX_PIECES
+            )));
+        }
         if config.max_transfers == 0 || config.max_transfers > MAX_TRANSFERS {
             return Err(PlanError::InvalidPolicy(format!(
                 "max_transfers {} is outside 1..={MAX_TRANSFERS}",
@@ -207,6 +225,8 @@ impl Engine {
                 config.max_transfers,
                 config.lane_bytes_in_flight.max(1),
                 config.lane_stall,
+                config.gather_entries,
+                config.lane_queue_time,
             )),
             stop: AtomicBool::new(false),
             driver: OnceLock::new(),

@@ -22,7 +22,14 @@ pub(crate) struct Lane {
     pub(crate) transport: Arc<dyn Transport>,
     window: u32,
     per_post: u32,
+    /// The configured cap on payload bytes in flight.
     bytes_in_flight: u64,
+    /// How long the bytes in flight may take to drain at the lane's rate (see [`Lane::cap`]).
+    queue_time: Duration,
+    /// Bytes per second the lane has been retiring, smoothed; 0 until measured.
+    rate: f64,
+    /// The largest block posted on the lane.
+    largest_block: u64,
     next_seq: u64,
     in_flight: VecDeque<Posted>,
     outstanding_bytes: u64,
@@ -89,6 +96,27 @@ struct Slot {
     in_flight: u64,
     cancelled: bool,
 }
+
+impl Lane {
+    /// Payload bytes the lane may have in flight now: what drains in `queue_time` at its
+    /// measured rate (so work submitted now waits about that long behind it), at least two of
+    /// its largest blocks (one landing while the next is sent), at most the configured cap.
+    fn cap(&self) -> u64 {
+        if self.rate == 0.0 {
+            return self.bytes_in_flight;
+        }
+        let drains = (self.rate * self.queue_time.as_secs_f64()) as u64;
+        drains.max(2 * self.largest_block).min(self.bytes_in_flight)
+    }
+
+    /// Whether another doorbell of `batch_bytes` may grow (one block always goes out).
+    fn has_room(&self, batch_bytes: u64) -> bool {
+        self.outstanding_bytes + batch_bytes < self.cap() || self.in_flight.is_empty()
+    }
+}
+
+/// Weight of a new sample in a lane's smoothed rate.
+const RATE_WEIGHT: f64 = 0.125;
 
 impl Slot {
     fn free() -> Slot {
@@ -217,6 +245,9 @@ pub(crate) struct State {
     policy: PostPolicy,
     lane_bytes_in_flight: u64,
     lane_stall: Duration,
+    /// Local ranges a packed request gathers at most (the lane's `max_sges` may say fewer).
+    gather_entries: u32,
+    lane_queue_time: Duration,
     room_waiters: Vec<Waker>,
     /// The peer whose turn it is to post.
     next_peer: usize,
@@ -231,7 +262,7 @@ const WARM_WRS: u64 = 256;
 pub(crate) const MAX_DOORBELL: usize = 64;
 
 /// Local ranges one packed work request gathers, at most (below the transport's `max_sges`).
-const MAX_PIECES: u32 = 64;
+pub(crate) const MAX_PIECES: u32 = 64;
 
 const EMPTY_GATHER: GatherOp = GatherOp {
     wr_id: 0,
@@ -322,6 +353,8 @@ impl State {
         max_transfers: u32,
         lane_bytes_in_flight: u64,
         lane_stall: Duration,
+        gather_entries: u32,
+        lane_queue_time: Duration,
     ) -> State {
         State {
             peers: Vec::new(),
@@ -332,6 +365,8 @@ impl State {
             policy,
             lane_bytes_in_flight,
             lane_stall,
+            gather_entries,
+            lane_queue_time,
             room_waiters: Vec::new(),
             next_peer: 0,
             stopping: false,
@@ -378,7 +413,7 @@ impl State {
                 let caps = transport.capabilities();
                 let policy = self.policy.fitted_to(caps);
                 max_block = max_block.min(caps.facts.max_msg_bytes.max(1));
-                let max_pieces = caps.max_sges.clamp(1, MAX_PIECES);
+                let max_pieces = caps.max_sges.clamp(1, self.gather_entries);
                 let entries = if max_pieces > 1 {
                     Vec::with_capacity(MAX_DOORBELL * max_pieces as usize)
                 } else {
@@ -388,6 +423,9 @@ impl State {
                     window: policy.window,
                     per_post: policy.wrs_per_doorbell,
                     bytes_in_flight: self.lane_bytes_in_flight,
+                    queue_time: self.lane_queue_time,
+                    rate: 0.0,
+                    largest_block: 0,
                     next_seq: 1,
                     in_flight: VecDeque::with_capacity(policy.window as usize),
                     outstanding_bytes: 0,
@@ -727,9 +765,7 @@ impl State {
             }
             // Bytes in flight are capped (past the first block): whatever is posted on a lane
             // is ahead of every block submitted later, small transfers' included.
-            while count < room
-                && (lane.outstanding_bytes + batch_bytes < lane.bytes_in_flight || lane.in_flight.is_empty())
-            {
+            while count < room && lane.has_room(batch_bytes) {
                 // Latency-first transfers go first, unless every one of them is fenced (below).
                 let from_latency = latency_fenced < peer.latency.len();
                 if !from_latency && bulk_fenced >= peer.bulk.len() {
@@ -776,6 +812,7 @@ impl State {
                     bytes: block.len,
                 });
                 pieces[count] = block.pieces;
+                lane.largest_block = lane.largest_block.max(block.len);
                 gathers |= block.pieces > 1;
                 slot.advance(&block);
                 batch_bytes += block.len;
@@ -918,6 +955,7 @@ impl State {
                 self.fail_lane(peer, lane_index, error, turn);
                 return;
             }
+            let mut retired_bytes = 0;
             loop {
                 let lane = &mut self.peers[peer].lanes[lane_index];
                 let Some(posted) = lane.in_flight.front().copied().filter(|p| p.seq <= completion.wr_id)
@@ -926,10 +964,21 @@ impl State {
                 };
                 lane.in_flight.pop_front();
                 lane.outstanding_bytes -= posted.bytes;
-                lane.progress_at = Instant::now();
+                retired_bytes += posted.bytes;
                 turn.worked = true;
                 self.retire_block(posted);
             }
+            // The rate the lane drains at: bytes this completion retired over the time since
+            // the one before (or since it last stood empty).
+            let lane = &mut self.peers[peer].lanes[lane_index];
+            let now = Instant::now();
+            let took = now.saturating_duration_since(lane.progress_at).as_secs_f64();
+            if retired_bytes > 0 && took > 0.0 {
+                let sample = retired_bytes as f64 / took;
+                lane.rate =
+                    if lane.rate == 0.0 { sample } else { lane.rate + RATE_WEIGHT * (sample - lane.rate) };
+            }
+            lane.progress_at = now;
         }
     }
 
@@ -1064,7 +1113,7 @@ fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
             lane.dead.is_none()
                 && !lane.posting
                 && lane.in_flight.len() < lane.window as usize
-                && (lane.outstanding_bytes < lane.bytes_in_flight || lane.in_flight.is_empty())
+                && lane.has_room(0)
         })
         .min_by_key(|(_, lane)| lane.outstanding_bytes)
         .map(|(index, _)| index)
