@@ -102,17 +102,22 @@ impl Lane {
     /// measured rate (so work submitted now waits about that long behind it), at least two of
     /// its largest blocks (one landing while the next is sent), at most the configured cap.
     fn cap(&self) -> u64 {
-        if self.rate == 0.0 {
-            return self.bytes_in_flight;
-        }
-        let drains = (self.rate * self.queue_time.as_secs_f64()) as u64;
-        drains.max(2 * self.largest_block).min(self.bytes_in_flight)
+        cap(self.rate, self.queue_time, self.largest_block, self.bytes_in_flight)
     }
 
     /// Whether another doorbell of `batch_bytes` may grow (one block always goes out).
     fn has_room(&self, batch_bytes: u64) -> bool {
         self.outstanding_bytes + batch_bytes < self.cap() || self.in_flight.is_empty()
     }
+}
+
+/// [`Lane::cap`] of a lane retiring `rate` bytes per second (0: not measured yet).
+fn cap(rate: f64, queue_time: Duration, largest_block: u64, configured: u64) -> u64 {
+    if rate == 0.0 {
+        return configured;
+    }
+    let drains = (rate * queue_time.as_secs_f64()) as u64;
+    drains.max(2 * largest_block).min(configured)
 }
 
 /// Weight of a new sample in a lane's smoothed rate.
@@ -1117,4 +1122,20 @@ fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
         })
         .min_by_key(|(_, lane)| lane.outstanding_bytes)
         .map(|(index, _)| index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cap;
+    use std::time::Duration;
+
+    #[test]
+    fn the_bytes_in_flight_follow_the_rate_between_two_blocks_and_the_configured_cap() {
+        let queue = Duration::from_micros(200);
+        let (block, configured) = (64 << 10, 2 << 20);
+        assert_eq!(cap(0.0, queue, block, configured), configured, "unmeasured: the configured cap");
+        assert_eq!(cap(5e9, queue, block, configured), 1_000_000, "5 GB/s drains 1 MB in 200 us");
+        assert_eq!(cap(1e8, queue, block, configured), 2 * block, "never below two blocks");
+        assert_eq!(cap(1e11, queue, block, configured), configured, "never above the configured cap");
+    }
 }
