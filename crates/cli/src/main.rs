@@ -150,6 +150,11 @@ enum Command {
         /// Send to a peer running `rdma-hint serve` (TCP) instead of an in-process receiver.
         #[arg(long, conflicts_with = "loopback")]
         peer: Option<std::net::SocketAddr>,
+        /// Stripe each transfer over this many lanes (transports opened together, 1 to 16)
+        /// through the transfer engine, in-process: the curve of a connection of N lanes
+        /// (staged shm and tcp open lanes). A curve over several lanes is not recorded.
+        #[arg(long, default_value = "1", conflicts_with = "peer", value_parser = clap::value_parser!(u16).range(1..=16))]
+        lanes: u16,
         /// Loop back inside this process (the default).
         #[arg(long)]
         loopback: bool,
@@ -292,6 +297,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             plot,
             peer,
+            lanes,
             loopback: _,
             no_record,
             token_file,
@@ -334,6 +340,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 transfer_bytes: transfer,
                 latency_samples,
                 peer,
+                lanes: usize::from(lanes),
                 record: !no_record,
             };
             let outcome = sweep::run(&args)?;

@@ -5,14 +5,17 @@ use crate::units::{format_bytes, parse_bytes};
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::chunker::{
+    BlockSpec, Chunker, Engine, EngineConfig, PeerId, PostPolicy, Transfer, TransferRequest,
+};
 use rdma_hint::hint_core::fit::{median, robust_knee, robust_plateau};
 use rdma_hint::{
-    open, BlockingTransport, LocalRegion, LoopbackPair, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion,
-    SourceId, Transport, TransportId,
+    open, BlockingTransport, LocalRegion, LoopbackLanes, LoopbackPair, MemoryKind, OpenOptions, PeerEndpoint,
+    RemoteRegion, SourceId, Transport, TransportId,
 };
 use serde::Serialize;
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Above this share of one core busy per GB/s-path, a path that should bypass the CPU is
@@ -34,6 +37,8 @@ pub(crate) struct SweepArgs {
     pub(crate) transfer_bytes: u64,
     pub(crate) latency_samples: u32,
     pub(crate) peer: Option<std::net::SocketAddr>,
+    /// Lanes each transfer stripes over (1: one transport, through the chunker).
+    pub(crate) lanes: usize,
     pub(crate) record: bool,
 }
 
@@ -111,6 +116,8 @@ pub(crate) struct SweepReport {
     pub(crate) source: SourceId,
     pub(crate) transfer_bytes: u64,
     pub(crate) iters: u32,
+    /// Lanes each transfer striped over.
+    pub(crate) lanes: usize,
     /// Robust plateau: the median of the three best medians, in GB/s.
     pub(crate) plateau_gbps: f64,
     /// The single best average, in GB/s (for reference; verdicts use the plateau).
@@ -213,8 +220,10 @@ impl CpuTime {
 }
 
 struct Endpoints {
-    sender: Box<dyn Transport>,
-    _receiver: Option<Box<dyn Transport>>,
+    sender: Arc<dyn Transport>,
+    /// Every sending lane, `sender` first (only it, over one lane).
+    lanes: Vec<Arc<dyn Transport>>,
+    _receivers: Vec<Arc<dyn Transport>>,
     source: LocalRegion,
     remote: RemoteRegion,
 }
@@ -229,14 +238,34 @@ fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
                 .connect_blocking(PeerEndpoint::Dial(address), &[], deadline)
                 .with_context(|| format!("connecting to the peer at {address}"))?;
             let remote = *remote.first().ok_or_else(|| anyhow!("the peer exposed no region"))?;
-            Endpoints { sender, _receiver: None, source, remote }
+            let sender: Arc<dyn Transport> = Arc::from(sender);
+            Endpoints { lanes: vec![sender.clone()], sender, _receivers: Vec::new(), source, remote }
+        }
+        None if args.lanes > 1 => {
+            let lanes = LoopbackLanes::open(
+                &args.transport,
+                args.source,
+                region_bytes,
+                &args.options,
+                args.lanes,
+                deadline,
+            )?;
+            Endpoints {
+                sender: lanes.senders[0].clone(),
+                lanes: lanes.senders,
+                _receivers: lanes.receivers,
+                source: lanes.local,
+                remote: lanes.remote,
+            }
         }
         None => {
             let pair =
                 LoopbackPair::open(&args.transport, args.source, region_bytes, &args.options, deadline)?;
+            let sender: Arc<dyn Transport> = Arc::from(pair.sender);
             Endpoints {
-                sender: pair.sender,
-                _receiver: Some(pair.receiver),
+                lanes: vec![sender.clone()],
+                sender,
+                _receivers: vec![Arc::from(pair.receiver)],
                 source: pair.local,
                 remote: pair.remote,
             }
@@ -286,17 +315,11 @@ const WARM_UP: Duration = Duration::from_millis(1000);
 /// puts the knee too far. A 250 ms warm-up left a sweep's 16 KiB at 0.75–0.94 of the plateau
 /// over six sweeps, 1 s at 0.89–0.94.
 fn warm_up(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64) -> Result<()> {
-    let transport = &*endpoints.sender;
-    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
-    chunker.set_hint(args.source, ladder_spec(block, align)?);
+    let mut mover = Mover::new(endpoints, args, block, align, &Marks::default())?;
     let transfer = streamed(endpoints, args, block);
     let started = Instant::now();
     while started.elapsed() < WARM_UP {
-        chunker.write_blocking(
-            transport,
-            transfer.from_source(args.source),
-            Instant::now() + Duration::from_secs(60),
-        )?;
+        mover.write(endpoints, args, transfer)?;
     }
     Ok(())
 }
@@ -320,25 +343,63 @@ fn streamed<'a>(endpoints: &'a Endpoints, args: &SweepArgs, block: u64) -> Trans
     }
 }
 
-fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
-    let deadline = || Instant::now() + Duration::from_secs(60);
-    let transport = &*endpoints.sender;
-    let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
-    match &marks.hint {
-        // A hint is measured as the chunker takes it from an embedder.
-        Some(hint) => chunker.set_size_hint(hint)?,
-        None => chunker.set_hint(args.source, ladder_spec(block, align)?),
+/// One transfer of `len` bytes, or one block of it: through the chunker over one lane, through
+/// the engine over several.
+enum Mover {
+    Chunker(Chunker),
+    Engine(Engine, PeerId),
+}
+
+impl Mover {
+    fn new(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: &Marks) -> Result<Mover> {
+        if endpoints.lanes.len() == 1 {
+            let mut chunker = Chunker::new(PostPolicy::default(), endpoints.sender.capabilities())?;
+            match &marks.hint {
+                // A hint is measured as the chunker takes it from an embedder.
+                Some(hint) => chunker.set_size_hint(hint)?,
+                None => chunker.set_hint(args.source, ladder_spec(block, align)?),
+            }
+            return Ok(Mover::Chunker(chunker));
+        }
+        let engine = Engine::new(EngineConfig::default())?;
+        match &marks.hint {
+            Some(hint) => engine.set_size_hint(hint)?,
+            None => engine.set_hint(args.source, ladder_spec(block, align)?),
+        }
+        let peer = engine.add_peer(endpoints.lanes.clone(), &[endpoints.remote])?;
+        Ok(Mover::Engine(engine, peer))
     }
+
+    /// Moves `transfer` (its first `len` bytes) and waits until it is delivered.
+    fn write(&mut self, endpoints: &Endpoints, args: &SweepArgs, transfer: Transfer<'_>) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        match self {
+            Mover::Chunker(chunker) => {
+                chunker.write_blocking(&*endpoints.sender, transfer.from_source(args.source), deadline)?;
+            }
+            Mover::Engine(engine, peer) => {
+                let request =
+                    TransferRequest::single(&endpoints.source, 0, &endpoints.remote, 0, transfer.len);
+                let id = engine.submit(*peer, request.from_source(args.source), deadline)?;
+                engine.wait_blocking(id, deadline)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
+    let mut mover = Mover::new(endpoints, args, block, align, &marks)?;
     let transfer = streamed(endpoints, args, block);
     let len = transfer.len;
     // Warm-up, then timed iterations: average = all bytes / all time, median and peak of the
     // iterations' rates.
-    chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
+    mover.write(endpoints, args, transfer)?;
     let (cpu_before, wall) = (CpuTime::now(), Instant::now());
     let mut rates = Vec::with_capacity(args.iters as usize);
     for _ in 0..args.iters {
         let started = Instant::now();
-        chunker.write_blocking(transport, transfer.from_source(args.source), deadline())?;
+        mover.write(endpoints, args, transfer)?;
         rates.push(len as f64 / started.elapsed().as_secs_f64() / 1e9);
     }
     let peak = rates.iter().copied().fold(0.0, f64::max);
@@ -352,7 +413,7 @@ fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, mark
     let single = Transfer::new(&endpoints.source, &endpoints.remote, block);
     for _ in 0..args.latency_samples {
         let started = Instant::now();
-        chunker.write_blocking(transport, single.from_source(args.source), deadline())?;
+        mover.write(endpoints, args, single)?;
         histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
     }
     let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
@@ -474,6 +535,10 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let record_bytes = block_to_record(knee_bytes, hints.calibrated.as_ref());
     let recording = match (args.record, plateau_reached) {
         (false, _) => Recording::NotAsked,
+        (true, _) if args.lanes > 1 => Recording::Skipped(format!(
+            "a curve over {} lanes: the hint cache holds the hint of one lane (sweep without --lanes to record it)",
+            args.lanes
+        )),
         (true, false) if knee.is_some() => Recording::Skipped(format!(
             "the plateau was not reached within the swept sizes (the knee would be the largest, {}): sweep larger blocks",
             format_bytes(largest_swept)
@@ -496,6 +561,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         source: args.source,
         transfer_bytes: args.transfer_bytes,
         iters: args.iters,
+        lanes: args.lanes,
         plateau_gbps,
         best_avg_gbps: points.iter().map(|p| p.avg_gbps).fold(0.0, f64::max),
         knee_bytes,
@@ -530,11 +596,12 @@ fn block_to_record(knee_bytes: u64, calibrated: Option<&HintVerdict>) -> u64 {
 /// The table `sweep` prints, perftest style.
 pub(crate) fn table(report: &SweepReport) -> String {
     let mut out = format!(
-        "# rdma-hint sweep: {} from {}, {} per transfer, {} iterations\n{:>10} {:>10} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}\n",
+        "# rdma-hint sweep: {} from {}, {} per transfer, {} iterations{}\n{:>10} {:>10} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}\n",
         report.transport,
         report.source,
         format_bytes(report.transfer_bytes),
         report.iters,
+        if report.lanes > 1 { format!(", striped over {} lanes", report.lanes) } else { String::new() },
         "block",
         "avg GB/s",
         "median GB/s",

@@ -326,3 +326,28 @@ fn an_unwritable_cache_keeps_the_measurement() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_sweep_over_two_lanes_stripes_every_transfer_and_records_nothing() {
+    let dir = scratch("lanes");
+    let args = ["--backend", "staged", "--channel", "tcp", "--loopback", "--sizes", "64K..256K"];
+    let short = ["--iters", "2", "--transfer", "4M", "--latency-samples", "3"];
+    let report = sweep_report(&dir, &[&args[..], &short[..], &["--lanes", "2"]].concat());
+    assert_eq!(report["lanes"], 2);
+    check_report(&report);
+    let output = rdma_hint(&dir, &[&["sweep"][..], &args, &short, &["--lanes", "2"]].concat());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("striped over 2 lanes"), "{stdout}");
+    assert!(stdout.contains("recorded: nothing (a curve over 2 lanes"), "{stdout}");
+    assert!(!dir.join("measured.json").exists(), "no hint recorded from a curve over lanes");
+    // Out of range, against a serve peer, or on a backend that opens one lane: typed refusals.
+    for (extra, says) in [
+        (&["--lanes", "0"][..], "lanes"),
+        (&["--lanes", "17"][..], "lanes"),
+        (&["--lanes", "2", "--peer", "127.0.0.1:9"][..], "--peer"),
+    ] {
+        let output = rdma_hint(&dir, &[&["sweep"][..], &args, &short, extra].concat());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && stderr.contains(says), "{extra:?}: {stderr}");
+    }
+}

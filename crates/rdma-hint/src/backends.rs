@@ -47,10 +47,17 @@ pub(crate) fn software_transports(live: bool) -> (Vec<SoftwareTransport>, Vec<Ab
 fn staged_transports() -> Vec<SoftwareTransport> {
     rdma_hint_staged::StagedChannel::ALL
         .iter()
-        .map(|channel| SoftwareTransport {
-            facts: rdma_hint_staged::capabilities(*channel).facts,
-            driver: format!("rdma-hint-staged {}", env!("CARGO_PKG_VERSION")),
-            detail: None,
+        .map(|channel| {
+            let caps = rdma_hint_staged::capabilities(*channel);
+            SoftwareTransport {
+                detail: Some(format!(
+                    "lanes: up to {} per connection (open_lanes; the engine stripes blocks of the source's hint over them, each lane at that hint); a request gathers up to {} local ranges",
+                    rdma_hint_chunker::MAX_LANES,
+                    caps.max_sges
+                )),
+                facts: caps.facts,
+                driver: format!("rdma-hint-staged {}", env!("CARGO_PKG_VERSION")),
+            }
         })
         .collect()
 }
@@ -87,10 +94,11 @@ pub(crate) fn ucx_transport(scope: &str) -> Result<SoftwareTransport, String> {
         facts,
         driver: format!("UCX {}", rdma_hint_ucx::version()),
         detail: Some(format!(
-            "UCX_TLS={scope}: UCX estimates {:.3} GB/s and {:.2} µs per message (ucp_ep_evaluate_perf at 64 KiB and 4 MiB); lanes {}{}",
+            "UCX_TLS={scope}: UCX estimates {:.3} GB/s and {:.2} µs per message (ucp_ep_evaluate_perf at 64 KiB and 4 MiB); UCX lanes {}; one engine lane per connection; a request gathers up to {} local ranges (one put each){}",
             estimate.gbps,
             estimate.overhead_us,
             estimate.lanes,
+            ucx.capabilities().max_sges,
             clamped.map(|note| format!("; {note}")).unwrap_or_default()
         )),
     })

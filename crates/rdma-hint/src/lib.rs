@@ -90,7 +90,7 @@ pub use cache::{HintCache, HintKey};
 pub use calibrate::{calibrate, calibrate_loopback, Calibration};
 pub use error::Error;
 pub use estimate::{estimate, Estimate};
-pub use loopback::LoopbackPair;
+pub use loopback::{LoopbackLanes, LoopbackPair};
 pub use measured::HintSet;
 pub use open::{open, open_lanes, OpenOptions, StagedChannelId, TransportId};
 pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
