@@ -1027,8 +1027,6 @@ impl Link {
             let mut frame = write_frame(&op);
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
-                // Recorded before the frame leaves, so its ack cannot overtake it.
-                awaiting.push_back(op.wr_id);
             }
             let header = frame.encode();
             let mut send = GatherSend::new(&header);
@@ -1036,6 +1034,10 @@ impl Link {
                 let source = regions.get(piece.local)?.memory.host();
                 let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
                 send.push(source, piece.local_offset, piece.len)?;
+            }
+            if op.signalled {
+                // Recorded before the frame leaves, so its ack cannot overtake it.
+                awaiting.push_back(op.wr_id);
             }
             send.send(&writer).map_err(|e| self.break_with(format!("sending a write: {e}")))?;
         }

@@ -28,6 +28,10 @@ impl Request {
         let mut pieces = request.pieces().peekable();
         let plain = pieces.peek().is_some_and(|first| first.len == head.len);
         if !plain {
+            debug_assert!(
+                request.pieces().count() <= MAX_SGES as usize,
+                "gathers are checked against MAX_SGES"
+            );
             for (slot, piece) in copied.entries.iter_mut().zip(pieces) {
                 *slot = GatherEntry { local: piece.local, offset: piece.local_offset, len: piece.len };
                 copied.count += 1;

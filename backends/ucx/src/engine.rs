@@ -357,7 +357,8 @@ impl Engine {
         Ok(())
     }
 
-    /// One `ucp_put_nbx` of a checked piece.
+    /// One `ucp_put_nbx` of a piece `post` checked (source range inside its registered region,
+    /// remote range inside the peer's): only `post` builds `Put`s, and only after the checks.
     fn put(&mut self, put: Put) -> Result<(), TransportError> {
         let param = sys::ucp_request_param_t {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,

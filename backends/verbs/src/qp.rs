@@ -130,8 +130,8 @@ impl QueuePair {
     /// Creates an RC QP in `pd` on `send_cq` and `recv_cq`, with `sq_depth` / `rq_depth` WRs,
     /// up to `send_sges` scatter/gather entries per send WR (one per receive), nothing
     /// signalled unless asked, and room for [`INLINE_WANTED`] bytes of inline data per WR where
-    /// the provider has it. Asks for less (no inline data, then one SGE) where the provider
-    /// refuses; `None` when `ibv_create_qp` fails even so, with `errno` saying why.
+    /// the provider has it. Asks for less (one SGE, then no inline data, then both) where the
+    /// provider refuses; `None` when `ibv_create_qp` fails even so, with `errno` saying why.
     pub(crate) fn create(
         pd: &Arc<ProtectionDomain>,
         send_cq: &Arc<CompletionQueue>,
@@ -141,6 +141,7 @@ impl QueuePair {
     ) -> Option<QueuePair> {
         let depths = (sq_depth, rq_depth);
         Self::create_with(pd, send_cq, recv_cq, depths, (INLINE_WANTED, send_sges))
+            .or_else(|| Self::create_with(pd, send_cq, recv_cq, depths, (INLINE_WANTED, 1)))
             .or_else(|| Self::create_with(pd, send_cq, recv_cq, depths, (0, send_sges)))
             .or_else(|| Self::create_with(pd, send_cq, recv_cq, depths, (0, 1)))
     }

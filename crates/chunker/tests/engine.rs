@@ -307,35 +307,40 @@ fn a_wait_that_times_out_leaves_the_transfer_running() {
     assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
 }
 
-/// A lane whose peer stops answering: posts land (the loopback copies them) but no completion
-/// ever comes back, as from a peer that stalls without closing.
-struct Silent(LoopbackTransport);
+/// A lane over the loopback that passes its capabilities through (`max_sges` 32) but not its
+/// gathers (the trait's default takes one-entry gathers only), as a careless wrapper would;
+/// when `silent`, a lane whose peer stops answering: posts land (the loopback copies them)
+/// but no completion ever comes back, as from a peer that stalls without closing.
+struct Wrapper {
+    inner: LoopbackTransport,
+    silent: bool,
+}
 
 #[async_trait::async_trait]
-impl Transport for Silent {
+impl Transport for Wrapper {
     fn capabilities(&self) -> &rdma_hint_core::Capabilities {
-        self.0.capabilities()
+        self.inner.capabilities()
     }
     fn bind(
         &self,
         address: std::net::SocketAddr,
     ) -> Result<std::net::SocketAddr, rdma_hint_core::TransportError> {
-        self.0.bind(address)
+        self.inner.bind(address)
     }
     fn set_wait_mode(&self, mode: rdma_hint_core::WaitMode) {
-        self.0.set_wait_mode(mode)
+        self.inner.set_wait_mode(mode)
     }
     fn wait_mode(&self) -> rdma_hint_core::WaitMode {
-        self.0.wait_mode()
+        self.inner.wait_mode()
     }
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, rdma_hint_core::TransportError> {
-        self.0.register(kind, len)
+        self.inner.register(kind, len)
     }
     fn deregister(&self, region: RegionId) -> Result<(), rdma_hint_core::TransportError> {
-        self.0.deregister(region)
+        self.inner.deregister(region)
     }
     fn copied_bytes(&self) -> rdma_hint_core::CopiedBytes {
-        self.0.copied_bytes()
+        self.inner.copied_bytes()
     }
     fn write_region(
         &self,
@@ -343,7 +348,7 @@ impl Transport for Silent {
         offset: u64,
         data: &[u8],
     ) -> Result<(), rdma_hint_core::TransportError> {
-        self.0.write_region(region, offset, data)
+        self.inner.write_region(region, offset, data)
     }
     fn read_region(
         &self,
@@ -351,7 +356,7 @@ impl Transport for Silent {
         offset: u64,
         out: &mut [u8],
     ) -> Result<(), rdma_hint_core::TransportError> {
-        self.0.read_region(region, offset, out)
+        self.inner.read_region(region, offset, out)
     }
     async fn connect(
         &self,
@@ -359,42 +364,79 @@ impl Transport for Silent {
         expose: &[RegionId],
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, rdma_hint_core::TransportError> {
-        self.0.connect(peer, expose, deadline).await
+        self.inner.connect(peer, expose, deadline).await
     }
     fn post_writes(&self, ops: &[rdma_hint_core::WriteOp]) -> Result<(), rdma_hint_core::TransportError> {
-        self.0.post_writes(ops)
+        self.inner.post_writes(ops)
     }
     fn poll_completions(
         &self,
-        _out: &mut [rdma_hint_core::Completion],
+        out: &mut [rdma_hint_core::Completion],
     ) -> Result<usize, rdma_hint_core::TransportError> {
-        Ok(0)
+        if self.silent {
+            return Ok(0);
+        }
+        self.inner.poll_completions(out)
     }
     async fn wait_completions(
         &self,
-        _out: &mut [rdma_hint_core::Completion],
+        out: &mut [rdma_hint_core::Completion],
         deadline: Instant,
     ) -> Result<usize, rdma_hint_core::TransportError> {
+        if !self.silent {
+            return self.inner.wait_completions(out, deadline).await;
+        }
         Err(rdma_hint_core::TransportError::DeadlineExceeded {
             what: "a completion",
             waited_ms: deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
         })
     }
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, rdma_hint_core::TransportError> {
-        self.0.poll_arrivals(out)
+        self.inner.poll_arrivals(out)
     }
     async fn wait_arrivals(
         &self,
         out: &mut [Arrival],
         deadline: Instant,
     ) -> Result<usize, rdma_hint_core::TransportError> {
-        self.0.wait_arrivals(out, deadline).await
+        self.inner.wait_arrivals(out, deadline).await
     }
 }
 
 #[test]
+fn a_lane_that_promises_gathers_it_does_not_take_stops_packing_and_loses_nothing() {
+    let lane = Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false });
+    let len = 4 << 20;
+    let src = lane.register(MemoryKind::Host, len).unwrap();
+    let dst = lane.register(MemoryKind::Host, len).unwrap();
+    let bytes = pattern(len, 13);
+    lane.write_region(src.id, 0, &bytes).unwrap();
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    let engine = engine(16);
+    let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
+    let page = 16 * 1024;
+    let pages = len / (2 * page);
+    let scattered: Vec<Segment> = (0..pages)
+        .map(|k| Segment { local_offset: (pages - 1 - k) * 2 * page, remote_offset: k * page, len: page })
+        .collect();
+    for _ in 0..2 {
+        let request = TransferRequest::scatter(&src, &remote[0], scattered.clone()).notify(1);
+        let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
+        assert_eq!(delivered.bytes, pages * page);
+        let mut landed = vec![0u8; (pages * page) as usize];
+        lane.read_region(dst.id, 0, &mut landed).unwrap();
+        for s in &scattered {
+            let (l, r) = (s.local_offset as usize, s.remote_offset as usize);
+            assert!(landed[r..r + page as usize] == bytes[l..l + page as usize], "page at {r}");
+        }
+    }
+    assert!(engine.lane_stats(peer).unwrap()[0].failed.is_none());
+}
+
+#[test]
 fn a_lane_that_stops_answering_fails_its_transfers_and_frees_their_slots() {
-    let silent = Arc::new(Silent(LoopbackTransport::new(64)));
+    let silent = Arc::new(Wrapper { inner: LoopbackTransport::new(64), silent: true });
     let src = silent.register(MemoryKind::Host, 1 << 20).unwrap();
     let dst = silent.register(MemoryKind::Host, 1 << 20).unwrap();
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());

@@ -103,8 +103,8 @@ pub use rdma_hint_core as hint_core;
 pub use rdma_hint_core::deepep;
 pub use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
-    ForeignMemory, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
-    TransportError, WaitMode, WriteOp,
+    ForeignMemory, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 pub use rdma_hint_core::{HintError, HintPolicy, Origin, PathClass, Reason, SizeHint, SourceId};
 /// Facts about this machine: sysfs PCIe topology, GPUs through the CUDA driver.

@@ -6,7 +6,7 @@
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Capabilities, Completion, CopiedBytes,
-    Device, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
+    Device, GatherEntry, GatherOp, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
     TransportError, TransportId, TransportSelector, WaitMode, WriteOp,
 };
 use std::net::SocketAddr;
@@ -113,6 +113,12 @@ impl Transport for TimedPosts {
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         let started = Instant::now();
         let posted = self.inner.post_writes(ops);
+        self.longest_post_ns.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        posted
+    }
+    fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
+        let started = Instant::now();
+        let posted = self.inner.post_gather_writes(ops, entries);
         self.longest_post_ns.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         posted
     }

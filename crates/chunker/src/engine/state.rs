@@ -26,8 +26,12 @@ pub(crate) struct Lane {
     bytes_in_flight: u64,
     /// How long the bytes in flight may take to drain at the lane's rate (see [`Lane::cap`]).
     queue_time: Duration,
-    /// Bytes per second the lane has been retiring, smoothed; 0 until measured.
+    /// Bytes per second the lane has retired at best lately (a max that decays); 0 until
+    /// measured.
     rate: f64,
+    /// Bytes retired since `window_at`, the start of the current rate sample.
+    window_bytes: u64,
+    window_at: Instant,
     /// The largest block posted on the lane.
     largest_block: u64,
     next_seq: u64,
@@ -117,11 +121,24 @@ fn cap(rate: f64, queue_time: Duration, largest_block: u64, configured: u64) -> 
         return configured;
     }
     let drains = (rate * queue_time.as_secs_f64()) as u64;
-    drains.max(2 * largest_block).min(configured)
+    drains.max(largest_block.saturating_mul(2)).min(configured)
 }
 
-/// Weight of a new sample in a lane's smoothed rate.
-const RATE_WEIGHT: f64 = 0.125;
+/// Folds a window of `bytes` retired over `took` into the lane's `rate`, once the window
+/// spans at least a quarter of the queue time (completions drained by one poll arrive
+/// nanoseconds apart and would read as terabytes per second). Every bias left is downward (a
+/// lane held back by its cap, or by a sender with little to send, retires less than it
+/// could), so the rate is the best sample, decaying slowly toward what the lane delivers now.
+fn fold_rate(rate: f64, (bytes, took): (u64, Duration), queue_time: Duration) -> Option<f64> {
+    if bytes == 0 || took < (queue_time / 4).max(Duration::from_micros(20)) {
+        return None;
+    }
+    let sample = bytes as f64 / took.as_secs_f64();
+    Some(sample.max(rate * RATE_DECAY))
+}
+
+/// What a lane's best rate keeps of itself per sample (halves in about 14 samples).
+const RATE_DECAY: f64 = 0.95;
 
 impl Slot {
     fn free() -> Slot {
@@ -430,6 +447,8 @@ impl State {
                     bytes_in_flight: self.lane_bytes_in_flight,
                     queue_time: self.lane_queue_time,
                     rate: 0.0,
+                    window_bytes: 0,
+                    window_at: Instant::now(),
                     largest_block: 0,
                     next_seq: 1,
                     in_flight: VecDeque::with_capacity(policy.window as usize),
@@ -766,7 +785,10 @@ impl State {
             let (mut latency_fenced, mut bulk_fenced) = (0, 0);
             let mut batch_bytes = 0;
             if lane.in_flight.is_empty() {
+                // The lane stood empty: neither the wait for a stall nor a rate sample counts
+                // the idle time.
                 lane.progress_at = Instant::now();
+                (lane.window_bytes, lane.window_at) = (0, lane.progress_at);
             }
             // Bytes in flight are capped (past the first block): whatever is posted on a lane
             // is ahead of every block submitted later, small transfers' included.
@@ -859,6 +881,12 @@ impl State {
         let lane = &mut self.peers[peer_index].lanes[lane_index];
         lane.posting = false;
         let entries = std::mem::take(&mut doorbell.entries);
+        if lane.dead.is_some() {
+            // The lane failed while the doorbell rang (a poll or the stall watch): its
+            // requests left the in-flight queue with their transfers, nothing is left to count.
+            lane.entries = entries;
+            return;
+        }
         match rung {
             Ok(()) => {
                 lane.posted_bytes += doorbell.bytes;
@@ -902,7 +930,21 @@ impl State {
             let pieces = doorbell.pieces[index];
             let rung = if pieces > 1 {
                 let own = &entries[first..first + pieces as usize];
-                lane.transport.post_gather_writes(&[gather_op(&op, 0, pieces)], own)
+                let gather = gather_op(&op, 0, pieces);
+                match lane.transport.post_gather_writes(&[gather], own) {
+                    // A transport whose capabilities promise gathers it does not take (a
+                    // wrapper passing them through, say): the lane stops packing, and the
+                    // request goes as its pieces in one plain post, only the last signalled.
+                    Err(TransportError::TooManyEntries { .. }) => {
+                        lane.max_pieces = 1;
+                        let mut writes = [EMPTY_OP; MAX_PIECES as usize];
+                        for (write, piece) in writes.iter_mut().zip(gather.pieces(own)) {
+                            *write = piece;
+                        }
+                        lane.transport.post_writes(&writes[..own.len()])
+                    }
+                    rung => rung,
+                }
             } else {
                 lane.transport.post_writes(std::slice::from_ref(&op))
             };
@@ -954,13 +996,13 @@ impl State {
         completions: &[Completion],
         turn: &mut Turn,
     ) {
+        let mut retired_bytes = 0;
         for completion in completions {
             if let CompletionStatus::Failed { code } = completion.status {
                 let error = TransportError::Completion { wr_id: completion.wr_id, code };
                 self.fail_lane(peer, lane_index, error, turn);
                 return;
             }
-            let mut retired_bytes = 0;
             loop {
                 let lane = &mut self.peers[peer].lanes[lane_index];
                 let Some(posted) = lane.in_flight.front().copied().filter(|p| p.seq <= completion.wr_id)
@@ -973,17 +1015,16 @@ impl State {
                 turn.worked = true;
                 self.retire_block(posted);
             }
-            // The rate the lane drains at: bytes this completion retired over the time since
-            // the one before (or since it last stood empty).
+        }
+        if retired_bytes > 0 {
             let lane = &mut self.peers[peer].lanes[lane_index];
             let now = Instant::now();
-            let took = now.saturating_duration_since(lane.progress_at).as_secs_f64();
-            if retired_bytes > 0 && took > 0.0 {
-                let sample = retired_bytes as f64 / took;
-                lane.rate =
-                    if lane.rate == 0.0 { sample } else { lane.rate + RATE_WEIGHT * (sample - lane.rate) };
-            }
             lane.progress_at = now;
+            lane.window_bytes += retired_bytes;
+            let window = (lane.window_bytes, now.saturating_duration_since(lane.window_at));
+            if let Some(rate) = fold_rate(lane.rate, window, lane.queue_time) {
+                (lane.rate, lane.window_bytes, lane.window_at) = (rate, 0, now);
+            }
         }
     }
 
@@ -1126,8 +1167,22 @@ fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::cap;
+    use super::{cap, fold_rate};
     use std::time::Duration;
+
+    #[test]
+    fn a_rate_sample_spans_a_quarter_of_the_queue_time_and_the_best_one_decays_slowly() {
+        let queue = Duration::from_micros(200);
+        // Completions one poll drains arrive nanoseconds apart: no sample until 50 us passed.
+        assert_eq!(fold_rate(0.0, (256 << 10, Duration::from_nanos(80)), queue), None);
+        assert_eq!(fold_rate(0.0, (0, Duration::from_millis(1)), queue), None);
+        let first = fold_rate(0.0, (1_000_000, Duration::from_micros(100)), queue).unwrap();
+        assert_eq!(first, 1e10);
+        // A slower window (held back by the cap, or little to send) lowers it only slowly.
+        let after = fold_rate(first, (100_000, Duration::from_micros(100)), queue).unwrap();
+        assert_eq!(after, 0.95e10);
+        assert_eq!(fold_rate(after, (4_000_000, Duration::from_micros(100)), queue), Some(4e10));
+    }
 
     #[test]
     fn the_bytes_in_flight_follow_the_rate_between_two_blocks_and_the_configured_cap() {
