@@ -122,13 +122,21 @@ fn engine_with(
     args: &Args,
     gather_entries: u32,
 ) -> (Engine, PeerId) {
+    engine_of(hint, connection, engine_config(args, gather_entries))
+}
+
+/// `EngineConfig`'s defaults with the bench's flags.
+fn engine_config(args: &Args, gather_entries: u32) -> EngineConfig {
     let defaults = EngineConfig::default();
-    let config = EngineConfig {
+    EngineConfig {
         lane_bytes_in_flight: args.lane_bytes.unwrap_or(defaults.lane_bytes_in_flight),
         lane_queue_time: args.queue_time.unwrap_or(defaults.lane_queue_time),
         gather_entries,
         ..defaults
-    };
+    }
+}
+
+fn engine_of(hint: &SizeHint, connection: &Connection, config: EngineConfig) -> (Engine, PeerId) {
     let engine = Engine::new(config).expect("engine");
     engine.set_size_hint(hint).expect("hint");
     let peer = engine.add_peer(connection.senders.clone(), &[connection.remote]).expect("peer");
@@ -291,9 +299,23 @@ fn memcpy_ceiling(pages: &[Segment], runs: usize) -> (f64, f64) {
 }
 
 fn behind_bulk_row(id: &TransportId, hint: &SizeHint, args: &Args) {
+    behind_bulk(id, hint, args, 1, &[false, true]);
+    // The same connection as two lanes, the second a control lane for latency-first transfers.
+    behind_bulk(id, hint, args, 2, &[true]);
+}
+
+/// A 4 KiB transfer alone and behind 1 GiB transfers over a connection of `lanes` lanes (with
+/// a control lane where there are two), per class in `latency_first`.
+fn behind_bulk(id: &TransportId, hint: &SizeHint, args: &Args, lanes: usize, latency_first: &[bool]) {
     let probe_at = args.bulk_bytes;
-    let connection = connect(id, 1, args.bulk_bytes + 4096).expect("one lane");
-    let (engine, peer) = engine_for(hint, &connection, args);
+    let Some(connection) = connect(id, lanes, args.bulk_bytes + 4096) else {
+        println!("{id}: 4 KiB behind bulk over {lanes} lanes: not opened (the backend opens one lane per connection)");
+        return;
+    };
+    let control = lanes > 1;
+    let config =
+        EngineConfig { control_lane: control, ..engine_config(args, EngineConfig::default().gather_entries) };
+    let (engine, peer) = engine_of(hint, &connection, config);
     let probe = || TransferRequest::single(&connection.source, probe_at, &connection.remote, probe_at, 4096);
     let samples = |engine: &Engine, latency_first: bool, count: usize| {
         let mut micros: Vec<f64> = (0..count)
@@ -305,14 +327,14 @@ fn behind_bulk_row(id: &TransportId, hint: &SizeHint, args: &Args) {
         micros.sort_by(f64::total_cmp);
         micros
     };
-    samples(&engine, false, 100);
-    let alone = samples(&engine, false, 1000);
+    samples(&engine, control, 100);
+    let alone = samples(&engine, control, 1000);
     let bulk = |engine: &Engine| {
         let deadline = Instant::now() + Duration::from_secs(120);
         let request = TransferRequest::single(&connection.source, 0, &connection.remote, 0, args.bulk_bytes);
         engine.submit(peer, request, deadline).expect("bulk")
     };
-    for latency_first in [false, true] {
+    for latency_first in latency_first.iter().copied() {
         let deadline = Instant::now() + Duration::from_secs(300);
         let mut behind = Vec::new();
         let mut running = bulk(&engine);
@@ -330,7 +352,11 @@ fn behind_bulk_row(id: &TransportId, hint: &SizeHint, args: &Args) {
             &connection,
             &[bulk_bytes, Segment { local_offset: probe_at, remote_offset: probe_at, len: 4096 }],
         );
-        let class = if latency_first { "latency-first" } else { "bulk class" };
+        let class = match (latency_first, control) {
+            (false, _) => "bulk class",
+            (true, false) => "latency-first",
+            (true, true) => "latency-first on a control lane, 2 lanes",
+        };
         println!(
             "{id}: 4 KiB p50/p99 alone {:.1}/{:.1} us; behind {} MiB transfers ({class}) {:.1}/{:.1} us (p99 {:.2}x alone)",
             percentile(&alone, 0.5),

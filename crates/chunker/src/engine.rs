@@ -46,6 +46,11 @@ pub struct EngineConfig {
     /// lane's `max_sges`): segments that land back to back remotely share a request of the
     /// hinted size. 1 posts one request per segment.
     pub gather_entries: u32,
+    /// A peer of two lanes or more keeps its last lane for `latency_first()` transfers (while
+    /// that lane lives), and bulk stripes over the others: a small transfer then waits for no
+    /// bulk byte, where on a shared lane (a TCP socket above all) it waits for every byte in
+    /// flight before it. Costs bulk one lane.
+    pub control_lane: bool,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +62,7 @@ impl Default for EngineConfig {
             lane_queue_time: Duration::from_micros(200),
             lane_stall: Duration::from_secs(10),
             gather_entries: state::MAX_PIECES,
+            control_lane: false,
         }
     }
 }
@@ -227,6 +233,7 @@ impl Engine {
                 config.lane_stall,
                 config.gather_entries,
                 config.lane_queue_time,
+                config.control_lane,
             )),
             stop: AtomicBool::new(false),
             driver: OnceLock::new(),

@@ -516,3 +516,35 @@ fn two_hundred_waiters_at_once_all_end() {
     });
     assert!(landed(&connection, 0, 200 * 4096) == pattern(1 << 20, 7)[..200 * 4096]);
 }
+
+#[test]
+fn a_control_lane_carries_latency_first_transfers_alone_and_bulk_the_others() {
+    let len = 16 << 20;
+    let connection = connection(3, len, 17);
+    let config = EngineConfig { control_lane: true, ..EngineConfig::default() };
+    let engine = Engine::new(config).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
+    let peer = add(&engine, &connection);
+    let bulk_len = len - (1 << 20);
+    let bulk = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, bulk_len);
+    let bulk = engine.submit(peer, bulk, soon()).unwrap();
+    let small: Vec<_> = (0..16u64)
+        .map(|k| {
+            let at = bulk_len + k * 4096;
+            let request = TransferRequest::single(&connection.src, at, &connection.remote[0], at, 4096);
+            engine.submit(peer, request.latency_first(), soon()).unwrap()
+        })
+        .collect();
+    for id in small {
+        assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, 4096);
+    }
+    assert_eq!(engine.wait_blocking(bulk, soon()).unwrap().bytes, bulk_len);
+    let moved: Vec<u64> = engine.lane_stats(peer).unwrap().iter().map(|lane| lane.posted_bytes).collect();
+    assert_eq!(moved[2], 16 * 4096, "the control lane carried the small transfers alone: {moved:?}");
+    assert!(
+        moved[0] > 0 && moved[1] > 0 && moved[0] + moved[1] == bulk_len,
+        "bulk over the others: {moved:?}"
+    );
+    let expected = pattern(len, 17);
+    assert!(landed(&connection, 0, bulk_len + 16 * 4096) == expected[..(bulk_len + 16 * 4096) as usize]);
+}

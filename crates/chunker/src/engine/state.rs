@@ -270,6 +270,8 @@ pub(crate) struct State {
     /// Local ranges a packed request gathers at most (the lane's `max_sges` may say fewer).
     gather_entries: u32,
     lane_queue_time: Duration,
+    /// A peer of several lanes keeps its last for latency-first transfers.
+    control_lane: bool,
     room_waiters: Vec<Waker>,
     /// The peer whose turn it is to post.
     next_peer: usize,
@@ -377,6 +379,7 @@ impl State {
         lane_stall: Duration,
         gather_entries: u32,
         lane_queue_time: Duration,
+        control_lane: bool,
     ) -> State {
         State {
             peers: Vec::new(),
@@ -389,6 +392,7 @@ impl State {
             lane_stall,
             gather_entries,
             lane_queue_time,
+            control_lane,
             room_waiters: Vec::new(),
             next_peer: 0,
             stopping: false,
@@ -771,7 +775,18 @@ impl State {
             if peer.latency.is_empty() && peer.bulk.is_empty() {
                 return None;
             }
-            let lane_index = pick_lane(&peer.lanes, peer.last_lane)?;
+            // With a control lane (the last, while it lives), latency-first transfers go there
+            // alone and bulk stripes over the others: nothing bulk is ever ahead of them.
+            let lanes = peer.lanes.len();
+            let control =
+                (self.control_lane && lanes > 1 && peer.lanes[lanes - 1].dead.is_none()).then_some(lanes - 1);
+            let (lane_index, classes) = match control {
+                Some(last) if !peer.latency.is_empty() && available(&peer.lanes[last]) => {
+                    (last, Classes::Latency)
+                }
+                Some(last) => (pick_lane(&peer.lanes[..last], peer.last_lane)?, Classes::Bulk),
+                None => (pick_lane(&peer.lanes, peer.last_lane)?, Classes::Both),
+            };
             peer.last_lane = lane_index;
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
@@ -794,8 +809,8 @@ impl State {
             // is ahead of every block submitted later, small transfers' included.
             while count < room && lane.has_room(batch_bytes) {
                 // Latency-first transfers go first, unless every one of them is fenced (below).
-                let from_latency = latency_fenced < peer.latency.len();
-                if !from_latency && bulk_fenced >= peer.bulk.len() {
+                let from_latency = classes != Classes::Bulk && latency_fenced < peer.latency.len();
+                if !from_latency && (classes == Classes::Latency || bulk_fenced >= peer.bulk.len()) {
                     break;
                 }
                 let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
@@ -1155,14 +1170,24 @@ fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
     let count = lanes.len();
     (1..=count)
         .map(|step| ((last + step) % count, &lanes[(last + step) % count]))
-        .filter(|(_, lane)| {
-            lane.dead.is_none()
-                && !lane.posting
-                && lane.in_flight.len() < lane.window as usize
-                && lane.has_room(0)
-        })
+        .filter(|(_, lane)| available(lane))
         .min_by_key(|(_, lane)| lane.outstanding_bytes)
         .map(|(index, _)| index)
+}
+
+/// Whether a doorbell may be built on `lane` now.
+fn available(lane: &Lane) -> bool {
+    lane.dead.is_none() && !lane.posting && lane.in_flight.len() < lane.window as usize && lane.has_room(0)
+}
+
+/// Which queues a doorbell takes blocks from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Classes {
+    Both,
+    /// The control lane: latency-first transfers only.
+    Latency,
+    /// A lane beside a control lane: bulk only.
+    Bulk,
 }
 
 #[cfg(test)]
