@@ -299,20 +299,27 @@ fn memcpy_ceiling(pages: &[Segment], runs: usize) -> (f64, f64) {
 }
 
 fn behind_bulk_row(id: &TransportId, hint: &SizeHint, args: &Args) {
-    behind_bulk(id, hint, args, 1, &[false, true]);
-    // The same connection as two lanes, the second a control lane for latency-first transfers.
-    behind_bulk(id, hint, args, 2, &[true]);
+    behind_bulk(id, hint, args, (1, false), &[false, true]);
+    // The same connection as two lanes, striped alike, and with the second a control lane.
+    behind_bulk(id, hint, args, (2, false), &[true]);
+    behind_bulk(id, hint, args, (2, true), &[true]);
 }
 
-/// A 4 KiB transfer alone and behind 1 GiB transfers over a connection of `lanes` lanes (with
-/// a control lane where there are two), per class in `latency_first`.
-fn behind_bulk(id: &TransportId, hint: &SizeHint, args: &Args, lanes: usize, latency_first: &[bool]) {
+/// A 4 KiB transfer alone and behind 1 GiB transfers over a connection of `lanes` lanes (the
+/// last a control lane when `control`), per class in `latency_first`; and the bulk transfers'
+/// own rate meanwhile.
+fn behind_bulk(
+    id: &TransportId,
+    hint: &SizeHint,
+    args: &Args,
+    (lanes, control): (usize, bool),
+    latency_first: &[bool],
+) {
     let probe_at = args.bulk_bytes;
     let Some(connection) = connect(id, lanes, args.bulk_bytes + 4096) else {
         println!("{id}: 4 KiB behind bulk over {lanes} lanes: not opened (the backend opens one lane per connection)");
         return;
     };
-    let control = lanes > 1;
     let config =
         EngineConfig { control_lane: control, ..engine_config(args, EngineConfig::default().gather_entries) };
     let (engine, peer) = engine_of(hint, &connection, config);
@@ -327,7 +334,10 @@ fn behind_bulk(id: &TransportId, hint: &SizeHint, args: &Args, lanes: usize, lat
         micros.sort_by(f64::total_cmp);
         micros
     };
-    samples(&engine, control, 100);
+    // Past every lane's first 256 requests (which the engine leaves to its driver thread), so
+    // alone and behind both post from the caller.
+    samples(&engine, false, 300);
+    samples(&engine, true, 300);
     let alone = samples(&engine, control, 1000);
     let bulk = |engine: &Engine| {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -337,15 +347,19 @@ fn behind_bulk(id: &TransportId, hint: &SizeHint, args: &Args, lanes: usize, lat
     for latency_first in latency_first.iter().copied() {
         let deadline = Instant::now() + Duration::from_secs(300);
         let mut behind = Vec::new();
+        let started = Instant::now();
         let mut running = bulk(&engine);
+        let mut bulk_done = 0u64;
         while behind.len() < 1000 {
             behind.extend(samples(&engine, latency_first, 50));
             if !matches!(engine.status(running), rdma_hint::chunker::TransferStatus::Running { .. }) {
                 engine.wait_blocking(running, deadline).expect("bulk transfer");
+                bulk_done += 1;
                 running = bulk(&engine);
             }
         }
         engine.wait_blocking(running, deadline).expect("bulk transfer");
+        let bulk_gbps = ((bulk_done + 1) * args.bulk_bytes) as f64 / started.elapsed().as_secs_f64() / 1e9;
         behind.sort_by(f64::total_cmp);
         let bulk_bytes = Segment { local_offset: 0, remote_offset: 0, len: args.bulk_bytes };
         check(
@@ -353,12 +367,12 @@ fn behind_bulk(id: &TransportId, hint: &SizeHint, args: &Args, lanes: usize, lat
             &[bulk_bytes, Segment { local_offset: probe_at, remote_offset: probe_at, len: 4096 }],
         );
         let class = match (latency_first, control) {
-            (false, _) => "bulk class",
-            (true, false) => "latency-first",
-            (true, true) => "latency-first on a control lane, 2 lanes",
+            (false, _) => "bulk class".to_string(),
+            (true, false) => format!("latency-first, {lanes} lane(s)"),
+            (true, true) => format!("latency-first on a control lane, {lanes} lanes"),
         };
         println!(
-            "{id}: 4 KiB p50/p99 alone {:.1}/{:.1} us; behind {} MiB transfers ({class}) {:.1}/{:.1} us (p99 {:.2}x alone)",
+            "{id}: 4 KiB p50/p99 alone {:.1}/{:.1} us; behind {} MiB transfers ({class}) {:.1}/{:.1} us (p99 {:.2}x alone); bulk meanwhile {bulk_gbps:.2} GB/s",
             percentile(&alone, 0.5),
             percentile(&alone, 0.99),
             args.bulk_bytes >> 20,

@@ -548,3 +548,36 @@ fn a_control_lane_carries_latency_first_transfers_alone_and_bulk_the_others() {
     let expected = pattern(len, 17);
     assert!(landed(&connection, 0, bulk_len + 16 * 4096) == expected[..(bulk_len + 16 * 4096) as usize]);
 }
+
+#[test]
+fn bulk_goes_over_the_control_lane_once_every_other_lane_failed() {
+    let first = LoopbackTransport::new(256);
+    let len = 4 << 20;
+    let src = first.register(MemoryKind::Host, len).unwrap();
+    let dst = first.register(MemoryKind::Host, len).unwrap();
+    first.write_region(src.id, 0, &pattern(len, 23)).unwrap();
+    let control = Arc::new(first.open_lane());
+    let silent = Arc::new(Wrapper { inner: first, silent: true });
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(silent.connect(listen, &[dst.id], soon())).unwrap();
+    block_on(control.connect(listen, &[dst.id], soon())).unwrap();
+    let config = EngineConfig {
+        control_lane: true,
+        lane_stall: Duration::from_millis(200),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(config).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
+    let lanes = vec![silent.clone() as Arc<dyn Transport>, control.clone() as Arc<dyn Transport>];
+    let peer = engine.add_peer(lanes, &remote).unwrap();
+    let request = || TransferRequest::single(&src, 0, &remote[0], 0, len);
+    // The bulk lane never answers: its transfer fails once the lane is given up.
+    let stuck = engine.submit(peer, request(), soon()).unwrap();
+    assert!(matches!(engine.wait_blocking(stuck, soon()), Err(EngineError::Transport { .. })));
+    // Then bulk goes over the one lane left, the control lane, and lands.
+    let id = engine.submit(peer, request(), soon()).unwrap();
+    assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
+    let mut landed = vec![0u8; len as usize];
+    control.read_region(dst.id, 0, &mut landed).unwrap();
+    assert!(landed == pattern(len, 23));
+}

@@ -132,9 +132,17 @@ impl LoopbackLanes {
         let receivers = open_lanes(id, options, lanes)?;
         let local = senders[0].register(MemoryKind::of(source), region_bytes)?;
         let target = receivers[0].register(MemoryKind::Host, region_bytes)?;
-        let mut remote = None;
+        let mut remote: Option<RemoteRegion> = None;
         for (sender, receiver) in senders.iter().zip(&receivers) {
-            remote = Some(connect_over_loopback(&**sender, &**receiver, target.id, deadline)?);
+            let this = connect_over_loopback(&**sender, &**receiver, target.id, deadline)?;
+            // The engine addresses one region through every lane: they must agree.
+            if remote.is_some_and(|first| first != this) {
+                return Err(rdma_hint_core::TransportError::Handshake(format!(
+                    "lanes disagree on the receiver's region: {remote:?} and {this:?}"
+                ))
+                .into());
+            }
+            remote = Some(this);
         }
         let remote = remote.expect("open_lanes opens at least one lane");
         Ok(LoopbackLanes { senders, receivers, local, remote, target })

@@ -29,9 +29,18 @@ pub(crate) struct Lane {
     /// Bytes per second the lane has retired at best lately (a max that decays); 0 until
     /// measured.
     rate: f64,
-    /// Bytes retired since `window_at`, the start of the current rate sample.
+    /// Bytes retired since `window_at`, the start of the current rate sample (moved on by the
+    /// time the lane stood empty, so a sample measures busy time).
     window_bytes: u64,
     window_at: Instant,
+    /// When the lane last emptied.
+    idle_since: Option<Instant>,
+    /// Rate samples taken (the first is dropped: it holds the lane's first posts, which may
+    /// map the peer's region).
+    samples: u32,
+    /// The peer's control lane: latency-first transfers only, capped by `bytes_in_flight` alone
+    /// (its rate is that of lone small transfers, not of the link).
+    control: bool,
     /// The largest block posted on the lane.
     largest_block: u64,
     next_seq: u64,
@@ -67,6 +76,9 @@ pub(crate) struct Peer {
     max_block: u64,
     /// The lane the last doorbell went to.
     last_lane: usize,
+    /// With a control lane: the driver's next doorbell goes to bulk first (the two classes
+    /// take turns, so a long latency-first transfer does not idle the bulk lanes).
+    bulk_next: bool,
     latency: VecDeque<u32>,
     bulk: VecDeque<u32>,
 }
@@ -99,6 +111,8 @@ struct Slot {
     blocks: u64,
     in_flight: u64,
     cancelled: bool,
+    /// Lanes its blocks went to, a bit each.
+    lanes_used: u16,
 }
 
 impl Lane {
@@ -106,6 +120,9 @@ impl Lane {
     /// measured rate (so work submitted now waits about that long behind it), at least two of
     /// its largest blocks (one landing while the next is sent), at most the configured cap.
     fn cap(&self) -> u64 {
+        if self.control {
+            return self.bytes_in_flight;
+        }
         cap(self.rate, self.queue_time, self.largest_block, self.bytes_in_flight)
     }
 
@@ -160,6 +177,7 @@ impl Slot {
             blocks: 0,
             in_flight: 0,
             cancelled: false,
+            lanes_used: 0,
         }
     }
 
@@ -453,6 +471,9 @@ impl State {
                     rate: 0.0,
                     window_bytes: 0,
                     window_at: Instant::now(),
+                    idle_since: None,
+                    samples: 0,
+                    control: false,
                     largest_block: 0,
                     next_seq: 1,
                     in_flight: VecDeque::with_capacity(policy.window as usize),
@@ -468,13 +489,19 @@ impl State {
                     transport,
                 }
             })
-            .collect();
+            .collect::<Vec<Lane>>();
+        let mut lanes = lanes;
+        let count = lanes.len();
+        if self.control_lane && count > 1 {
+            lanes[count - 1].control = true;
+        }
         let slots = self.slots.len();
         self.peers.push(Peer {
             lanes,
             remote: remote.to_vec(),
             max_block,
             last_lane: 0,
+            bulk_next: false,
             latency: VecDeque::with_capacity(slots),
             bulk: VecDeque::with_capacity(slots),
         });
@@ -515,6 +542,7 @@ impl State {
                     blocks: 0,
                     in_flight: 0,
                     cancelled: false,
+                    lanes_used: 0,
                 };
                 let peer = &mut self.peers[peer as usize];
                 match request.class {
@@ -671,14 +699,8 @@ impl State {
     /// transfer does not wait for the driver to start).
     pub(crate) fn post_now(&mut self, peer: u32) -> Option<Doorbell> {
         let mut turn = Turn::default();
-        // A lane's first doorbells are left to the driver thread: they may cost milliseconds
-        // the caller's thread should not spend (the staged shm channel maps the peer's region
-        // at its first write into it).
-        let warm = self.peers.get(peer as usize)?.lanes.iter().all(|lane| lane.posted_wrs >= WARM_WRS);
-        if !warm {
-            return None;
-        }
-        self.post_peer(peer as usize, &mut turn)
+        self.peers.get(peer as usize)?;
+        self.post_peer(peer as usize, &mut turn, Poster::Caller)
     }
 
     /// Retires what completed on every lane, posting nothing (a waiter's look).
@@ -702,7 +724,7 @@ impl State {
         let peers = self.peers.len();
         for step in 0..peers {
             let peer = (self.next_peer + step) % peers;
-            doorbell = self.post_peer(peer, &mut turn);
+            doorbell = self.post_peer(peer, &mut turn, Poster::Driver);
             if doorbell.is_some() {
                 self.next_peer = (peer + 1) % peers;
                 break;
@@ -768,26 +790,65 @@ impl State {
     /// meanwhile (whose block then goes next) does not wait for a whole window of copies (the
     /// staged shm channel copies inside `post_writes`); lanes take turns by their outstanding
     /// bytes.
-    fn post_peer(&mut self, peer_index: usize, turn: &mut Turn) -> Option<Doorbell> {
-        let multi_lane = self.peers[peer_index].lanes.len() > 1;
+    fn post_peer(&mut self, peer_index: usize, turn: &mut Turn, poster: Poster) -> Option<Doorbell> {
+        let peer = &self.peers[peer_index];
+        if peer.latency.is_empty() && peer.bulk.is_empty() {
+            return None;
+        }
+        // With a control lane (the last, while it and another lane live), latency-first
+        // transfers go there alone and bulk stripes over the others: nothing bulk is ever
+        // ahead of them. The two classes take turns at the driver's doorbells.
+        let lanes = peer.lanes.len();
+        let control = (self.control_lane
+            && lanes > 1
+            && peer.lanes[lanes - 1].dead.is_none()
+            && peer.lanes[..lanes - 1].iter().any(|lane| lane.dead.is_none()))
+        .then_some(lanes - 1);
+        let mut choices = [None, None];
+        match control {
+            Some(last) => {
+                let latency = (!peer.latency.is_empty() && available(&peer.lanes[last]))
+                    .then_some((last, Classes::Latency));
+                let bulk = (!peer.bulk.is_empty())
+                    .then(|| pick_lane(&peer.lanes[..last], peer.last_lane))
+                    .flatten()
+                    .map(|lane| (lane, Classes::Bulk));
+                choices = if peer.bulk_next { [bulk, latency] } else { [latency, bulk] };
+            }
+            None => choices[0] = pick_lane(&peer.lanes, peer.last_lane).map(|lane| (lane, Classes::Both)),
+        }
+        for (lane_index, classes) in choices.into_iter().flatten() {
+            // A lane's first doorbells are left to the driver thread: they may cost
+            // milliseconds the caller's thread should not spend (the staged shm channel maps
+            // the peer's region at its first write into it).
+            if poster == Poster::Caller && self.peers[peer_index].lanes[lane_index].posted_wrs < WARM_WRS {
+                continue;
+            }
+            if let Some(doorbell) = self.build_doorbell(peer_index, lane_index, classes, turn) {
+                let peer = &mut self.peers[peer_index];
+                if classes != Classes::Latency {
+                    peer.last_lane = lane_index;
+                }
+                if poster == Poster::Driver {
+                    peer.bulk_next = classes == Classes::Latency;
+                }
+                return Some(doorbell);
+            }
+        }
+        None
+    }
+
+    /// A doorbell for `lane_index` of blocks from the queues `classes` names; `None` when none
+    /// can go (all fenced, or the queues empty).
+    fn build_doorbell(
+        &mut self,
+        peer_index: usize,
+        lane_index: usize,
+        classes: Classes,
+        turn: &mut Turn,
+    ) -> Option<Doorbell> {
         {
             let peer = &mut self.peers[peer_index];
-            if peer.latency.is_empty() && peer.bulk.is_empty() {
-                return None;
-            }
-            // With a control lane (the last, while it lives), latency-first transfers go there
-            // alone and bulk stripes over the others: nothing bulk is ever ahead of them.
-            let lanes = peer.lanes.len();
-            let control =
-                (self.control_lane && lanes > 1 && peer.lanes[lanes - 1].dead.is_none()).then_some(lanes - 1);
-            let (lane_index, classes) = match control {
-                Some(last) if !peer.latency.is_empty() && available(&peer.lanes[last]) => {
-                    (last, Classes::Latency)
-                }
-                Some(last) => (pick_lane(&peer.lanes[..last], peer.last_lane)?, Classes::Bulk),
-                None => (pick_lane(&peer.lanes, peer.last_lane)?, Classes::Both),
-            };
-            peer.last_lane = lane_index;
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
             let mut ops = [EMPTY_OP; MAX_DOORBELL];
@@ -802,12 +863,18 @@ impl State {
             if lane.in_flight.is_empty() {
                 // The lane stood empty: neither the wait for a stall nor a rate sample counts
                 // the idle time.
-                lane.progress_at = Instant::now();
-                (lane.window_bytes, lane.window_at) = (0, lane.progress_at);
+                let now = Instant::now();
+                lane.progress_at = now;
+                if let Some(idle) = lane.idle_since.take() {
+                    lane.window_at += now.saturating_duration_since(idle);
+                }
             }
             // Bytes in flight are capped (past the first block): whatever is posted on a lane
-            // is ahead of every block submitted later, small transfers' included.
-            while count < room && lane.has_room(batch_bytes) {
+            // is ahead of every block submitted later, small transfers' included. A doorbell
+            // takes half the cap at most (past its first block), so one is in flight while
+            // the next is sent: each asks for one completion.
+            let half_cap = lane.cap() / 2;
+            while count < room && lane.has_room(batch_bytes) && (count == 0 || batch_bytes < half_cap) {
                 // Latency-first transfers go first, unless every one of them is fenced (below).
                 let from_latency = classes != Classes::Bulk && latency_fenced < peer.latency.len();
                 if !from_latency && (classes == Classes::Latency || bulk_fenced >= peer.bulk.len()) {
@@ -825,9 +892,10 @@ impl State {
                 });
                 let Some(block) = block else { continue };
                 let last = block.last;
-                // Over several lanes the announcing block waits for every other block of its
-                // transfer: an arrival vouches only for the writes of its own lane before it.
-                if last && multi_lane && slot.notify.is_some() && slot.in_flight > 0 {
+                // The announcing block waits for the transfer's blocks in flight on other lanes:
+                // an arrival vouches only for the writes of its own lane before it.
+                let elsewhere = slot.lanes_used & !(1u16 << lane_index) != 0;
+                if last && elsewhere && slot.notify.is_some() && slot.in_flight > 0 {
                     entries.truncate(built);
                     queue.push_back(index);
                     if from_latency {
@@ -854,6 +922,7 @@ impl State {
                     bytes: block.len,
                 });
                 pieces[count] = block.pieces;
+                slot.lanes_used |= 1u16 << lane_index;
                 lane.largest_block = lane.largest_block.max(block.len);
                 gathers |= block.pieces > 1;
                 slot.advance(&block);
@@ -1038,7 +1107,14 @@ impl State {
             lane.window_bytes += retired_bytes;
             let window = (lane.window_bytes, now.saturating_duration_since(lane.window_at));
             if let Some(rate) = fold_rate(lane.rate, window, lane.queue_time) {
-                (lane.rate, lane.window_bytes, lane.window_at) = (rate, 0, now);
+                if lane.samples > 0 {
+                    lane.rate = rate;
+                }
+                lane.samples += 1;
+                (lane.window_bytes, lane.window_at) = (0, now);
+            }
+            if lane.in_flight.is_empty() {
+                lane.idle_since = Some(now);
             }
         }
     }
@@ -1094,10 +1170,8 @@ impl State {
                 let keep = !slot.cancelled && !all_dead;
                 if !keep && matches!(slot.phase, Phase::Running) {
                     let source = TransportError::PeerGone(format!("every lane to the peer failed: {reason}"));
-                    slot.phase = Phase::Finished(Err(EngineError::Transport {
-                        source,
-                        confirmed_bytes: slot.confirmed,
-                    }));
+                    let confirmed_bytes = slot.confirmed;
+                    slot.end(Err(EngineError::Transport { source, confirmed_bytes }));
                 }
                 keep
             });
@@ -1178,6 +1252,14 @@ fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
 /// Whether a doorbell may be built on `lane` now.
 fn available(lane: &Lane) -> bool {
     lane.dead.is_none() && !lane.posting && lane.in_flight.len() < lane.window as usize && lane.has_room(0)
+}
+
+/// Who builds a doorbell: the driver thread, or a caller's `submit` (which leaves a lane's
+/// first posts to the driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Poster {
+    Driver,
+    Caller,
 }
 
 /// Which queues a doorbell takes blocks from.
