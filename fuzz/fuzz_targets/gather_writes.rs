@@ -7,7 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdma_hint_core::{
-    Completion, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion, Transport,
+    Completion, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion,
+    Transport,
 };
 use rdma_hint_staged::{StagedChannel, StagedTransport};
 use rdma_hint_toolkit::blocking::{block_on, BlockingTransport};
@@ -51,7 +52,10 @@ fn pairs() -> &'static [Pair; 2] {
 }
 
 fn u16_at(data: &[u8], at: usize) -> u64 {
-    u64::from(u16::from_le_bytes([data.get(at).copied().unwrap_or(0), data.get(at + 1).copied().unwrap_or(0)]))
+    u64::from(u16::from_le_bytes([
+        data.get(at).copied().unwrap_or(0),
+        data.get(at + 1).copied().unwrap_or(0),
+    ]))
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -89,11 +93,16 @@ fuzz_target!(|data: &[u8]| {
     ops[last].signalled = true;
     let mut completions = [Completion::EMPTY; 8];
     if p.sender.post_gather_writes(&ops, &entries).is_err() {
-        assert_eq!(p.sender.poll_completions(&mut completions).unwrap(), 0, "a refused post completes nothing");
+        assert_eq!(
+            p.sender.poll_completions(&mut completions).unwrap(),
+            0,
+            "a refused post completes nothing"
+        );
         return;
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    let got = p.sender.wait_completions_blocking(&mut completions, deadline).expect("the signalled op completes");
+    let got =
+        p.sender.wait_completions_blocking(&mut completions, deadline).expect("the signalled op completes");
     assert_eq!(&completions[..got], &[Completion { wr_id: last as u64 + 1, ..Completion::EMPTY }]);
     // Later ops may overwrite earlier ones' bytes: only the last op's landing is checked whole.
     let op = ops[last];
