@@ -3,7 +3,7 @@
 //! fixed-size [`Request`] (posting allocates nothing). The posting paths read requests through
 //! the toolkit's [`Pieces`].
 
-use rdma_hint_core::{GatherEntry, GatherOp, RegionId, WriteOp};
+use rdma_hint_core::{GatherEntry, GatherOp, WriteOp};
 pub(crate) use rdma_hint_toolkit::gather::{Gathered, Pieces};
 
 /// Local ranges one gather write takes, at most.
@@ -18,13 +18,11 @@ pub(crate) struct Request {
     entries: [GatherEntry; MAX_SGES as usize],
 }
 
-const NO_ENTRY: GatherEntry = GatherEntry { local: RegionId(0), offset: 0, len: 0 };
-
 impl Request {
     /// `request` copied; a gather of more than [`MAX_SGES`] entries was refused before.
     pub(crate) fn of(request: &impl Pieces) -> Request {
         let head = request.head();
-        let mut copied = Request { head, count: 0, entries: [NO_ENTRY; MAX_SGES as usize] };
+        let mut copied = Request { head, count: 0, entries: [GatherEntry::EMPTY; MAX_SGES as usize] };
         let mut pieces = request.pieces().peekable();
         let plain = pieces.peek().is_some_and(|first| first.len == head.len);
         if !plain {
@@ -64,6 +62,7 @@ impl Pieces for Request {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_hint_core::RegionId;
 
     #[test]
     fn a_copied_gather_keeps_its_pieces_and_a_plain_write_stays_one() {

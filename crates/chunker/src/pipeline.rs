@@ -36,18 +36,6 @@ pub struct Pipeline {
     sequence: u32,
 }
 
-/// A blank op to pre-fill posting buffers with.
-pub(crate) const EMPTY_OP: WriteOp = WriteOp {
-    wr_id: 0,
-    local: RegionId(0),
-    local_offset: 0,
-    remote: RegionId(0),
-    remote_offset: 0,
-    len: 0,
-    signalled: false,
-    imm: None,
-};
-
 /// How long a transfer runs without waiting before it yields to its executor once.
 pub(crate) const YIELD_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
 /// Blocks posted between two looks at the clock (deadline, time slice).
@@ -79,7 +67,7 @@ impl Pipeline {
         Ok(Pipeline {
             policy,
             max_msg_bytes: caps.facts.max_msg_bytes,
-            ops: vec![EMPTY_OP; policy.wrs_per_doorbell as usize],
+            ops: vec![WriteOp::EMPTY; policy.wrs_per_doorbell as usize],
             completions: vec![Completion::EMPTY; policy.window as usize],
             sequence: 0,
         })
@@ -156,7 +144,7 @@ impl Pipeline {
         };
         // What every op of this transfer shares is written once; the loop fills in the rest.
         for slot in &mut self.ops {
-            *slot = WriteOp { local: job.local, remote: job.remote, ..EMPTY_OP };
+            *slot = WriteOp { local: job.local, remote: job.remote, ..WriteOp::EMPTY };
         }
         let mut progress = Progress {
             blocks: plan.blocks(),

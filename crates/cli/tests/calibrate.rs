@@ -13,6 +13,13 @@ fn scratch(name: &str) -> PathBuf {
     common::scratch("calibrate", name)
 }
 
+/// Calibrations time the machine: one at a time, or on two cores each measures the others'
+/// load (a round then outlasts the budget, and the fit is refused as "a path this slow").
+fn measuring_alone() -> std::sync::MutexGuard<'static, ()> {
+    static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    MEASURING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn calibrate_json(dir: &Path, channel: &str) -> Value {
     let output = rdma_hint(dir, &["calibrate", "--backend", "staged", "--channel", channel, "--json"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -93,6 +100,7 @@ fn check_calibration(dir: &Path, channel: &str) {
 
 #[test]
 fn calibrate_shm_stores_the_fit_the_probe_then_answers() {
+    let _alone = measuring_alone();
     let dir = scratch("shm");
     check_calibration(&dir, "shm");
     let _ = std::fs::remove_dir_all(dir);
@@ -100,6 +108,7 @@ fn calibrate_shm_stores_the_fit_the_probe_then_answers() {
 
 #[test]
 fn calibrate_tcp_stores_the_fit_the_probe_then_answers() {
+    let _alone = measuring_alone();
     let dir = scratch("tcp");
     check_calibration(&dir, "tcp");
     let _ = std::fs::remove_dir_all(dir);
@@ -107,6 +116,7 @@ fn calibrate_tcp_stores_the_fit_the_probe_then_answers() {
 
 #[test]
 fn the_sweep_keeps_model_calibrated_and_recorded_hints_apart_and_plots_png() {
+    let _alone = measuring_alone();
     let dir = scratch("sweep");
     let c = calibrate_json(&dir, "shm");
     let json = dir.join("sweep.json");
@@ -176,6 +186,7 @@ fn the_sweep_keeps_model_calibrated_and_recorded_hints_apart_and_plots_png() {
 
 #[test]
 fn probe_calibrate_fits_every_path_and_shows_it() {
+    let _alone = measuring_alone();
     let dir = scratch("probe");
     let output = rdma_hint(&dir, &["probe", "--calibrate"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

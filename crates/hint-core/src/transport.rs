@@ -138,6 +138,18 @@ pub struct WriteOp {
 }
 
 impl WriteOp {
+    /// A blank op to pre-fill posting buffers with.
+    pub const EMPTY: WriteOp = WriteOp {
+        wr_id: 0,
+        local: RegionId(0),
+        local_offset: 0,
+        remote: RegionId(0),
+        remote_offset: 0,
+        len: 0,
+        signalled: false,
+        imm: None,
+    };
+
     /// The one check an op gets before it is posted: not empty, within the transport's max
     /// message, and inside both regions (`local_len`, `remote_len` bytes) without overflow.
     /// Backends call it through the toolkit's `RegionTable::check_write`,
@@ -201,7 +213,23 @@ pub struct GatherOp {
     pub imm: Option<u32>,
 }
 
+impl GatherEntry {
+    /// A blank entry to pre-fill buffers with.
+    pub const EMPTY: GatherEntry = GatherEntry { local: RegionId(0), offset: 0, len: 0 };
+}
+
 impl GatherOp {
+    /// A blank op to pre-fill buffers with.
+    pub const EMPTY: GatherOp = GatherOp {
+        wr_id: 0,
+        first: 0,
+        count: 0,
+        remote: RegionId(0),
+        remote_offset: 0,
+        signalled: false,
+        imm: None,
+    };
+
     /// The op's entries in `entries` and its total length, checked: `1..=max_sges` entries
     /// inside the slice, a total within `max_msg_bytes` without overflow. The ranges
     /// themselves are checked per piece ([`GatherOp::pieces`] through
@@ -657,20 +685,10 @@ pub trait Transport: Send + Sync {
         if ops.len() > MAX {
             return Err(TransportError::QueueFull { given: ops.len() as u32, max: MAX as u32 });
         }
-        let empty = WriteOp {
-            wr_id: 0,
-            local: RegionId(0),
-            local_offset: 0,
-            remote: RegionId(0),
-            remote_offset: 0,
-            len: 0,
-            signalled: false,
-            imm: None,
-        };
-        let mut writes = [empty; MAX];
+        let mut writes = [WriteOp::EMPTY; MAX];
         for (write, op) in writes.iter_mut().zip(ops) {
             op.entries(entries, 1, u64::MAX)?;
-            *write = op.pieces(entries).next().unwrap_or(empty);
+            *write = op.pieces(entries).next().unwrap_or(WriteOp::EMPTY);
         }
         self.post_writes(&writes[..ops.len()])
     }

@@ -48,19 +48,7 @@ pub struct Gathered<'a> {
 
 impl Gathered<'_> {
     /// A placeholder to pre-fill arrays with.
-    pub const EMPTY: Gathered<'static> = Gathered {
-        op: GatherOp {
-            wr_id: 0,
-            first: 0,
-            count: 0,
-            remote: RegionId(0),
-            remote_offset: 0,
-            signalled: false,
-            imm: None,
-        },
-        entries: &[],
-        len: 0,
-    };
+    pub const EMPTY: Gathered<'static> = Gathered { op: GatherOp::EMPTY, entries: &[], len: 0 };
 }
 
 impl Pieces for Gathered<'_> {

@@ -4,7 +4,6 @@
 
 use super::request::{Class, RequestError, Segment, Segments, TransferRequest};
 use super::{Delivered, EngineError, TransferId};
-use crate::pipeline::EMPTY_OP;
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use rdma_hint_core::{
@@ -306,16 +305,6 @@ pub(crate) const MAX_DOORBELL: usize = 64;
 /// Local ranges one packed work request gathers, at most (below the transport's `max_sges`).
 pub(crate) const MAX_PIECES: u32 = 64;
 
-const EMPTY_GATHER: GatherOp = GatherOp {
-    wr_id: 0,
-    first: 0,
-    count: 0,
-    remote: RegionId(0),
-    remote_offset: 0,
-    signalled: false,
-    imm: None,
-};
-
 /// A doorbell built under the lock, rung without it ([`State::finish_doorbell`] records it).
 pub(crate) struct Doorbell {
     peer: usize,
@@ -347,7 +336,7 @@ impl Doorbell {
         if !self.gathers {
             return self.transport.post_writes(self.ops());
         }
-        let mut gathers = [EMPTY_GATHER; MAX_DOORBELL];
+        let mut gathers = [GatherOp::EMPTY; MAX_DOORBELL];
         let mut first = 0;
         for (index, op) in self.ops().iter().enumerate() {
             gathers[index] = gather_op(op, first, self.pieces[index]);
@@ -851,7 +840,7 @@ impl State {
             let peer = &mut self.peers[peer_index];
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
-            let mut ops = [EMPTY_OP; MAX_DOORBELL];
+            let mut ops = [WriteOp::EMPTY; MAX_DOORBELL];
             let mut pieces = [1u32; MAX_DOORBELL];
             let mut entries = std::mem::take(&mut lane.entries);
             entries.clear();
@@ -1021,7 +1010,7 @@ impl State {
                     // request goes as its pieces in one plain post, only the last signalled.
                     Err(TransportError::TooManyEntries { .. }) => {
                         lane.max_pieces = 1;
-                        let mut writes = [EMPTY_OP; MAX_PIECES as usize];
+                        let mut writes = [WriteOp::EMPTY; MAX_PIECES as usize];
                         for (write, piece) in writes.iter_mut().zip(gather.pieces(own)) {
                             *write = piece;
                         }
