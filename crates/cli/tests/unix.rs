@@ -161,7 +161,12 @@ fn a_sweep_says_where_its_files_and_its_knee_went_and_logs_plainly() {
     assert!(output.status.success(), "{}", stderr(&output));
     let text = String::from_utf8(output.stdout.clone()).unwrap();
     assert!(text.contains(&format!("report: {}", json.display())), "{text}");
-    assert!(text.contains(&format!("in {}", dir.join("measured.json").display())), "{text}");
+    // Where the knee went: into the cache file, or nowhere with the reason (a curve a busy
+    // moment dented can leave the plateau unconfirmed within the sizes swept).
+    let recorded = text.contains(&format!("in {}", dir.join("measured.json").display()));
+    let skipped = text.contains("recorded: nothing (");
+    assert!(recorded != skipped, "{text}");
+    assert_eq!(recorded, dir.join("measured.json").exists(), "{text}");
     assert!(!output.stderr.is_empty(), "debug logs expected");
     assert!(
         !output.stderr.contains(&0x1b),
