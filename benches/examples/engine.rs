@@ -112,19 +112,6 @@ fn connect(id: &TransportId, lanes: usize, len: u64) -> Option<Connection> {
     Some(Connection { senders, receivers, source, target, remote: remote.expect("a lane"), pattern })
 }
 
-fn engine_for(hint: &SizeHint, connection: &Connection, args: &Args) -> (Engine, PeerId) {
-    engine_with(hint, connection, args, EngineConfig::default().gather_entries)
-}
-
-fn engine_with(
-    hint: &SizeHint,
-    connection: &Connection,
-    args: &Args,
-    gather_entries: u32,
-) -> (Engine, PeerId) {
-    engine_of(hint, connection, engine_config(args, gather_entries))
-}
-
 /// `EngineConfig`'s defaults with the bench's flags.
 fn engine_config(args: &Args, gather_entries: u32) -> EngineConfig {
     let defaults = EngineConfig::default();
@@ -219,7 +206,8 @@ fn lanes_row(id: &TransportId, hint: &SizeHint, args: &Args) {
             println!("{id}: {lanes} lanes: not opened (the backend opens one lane per connection)");
             continue;
         };
-        let engine = engine_for(hint, &connection, args);
+        let engine =
+            engine_of(hint, &connection, engine_config(args, EngineConfig::default().gather_entries));
         let gbps = rates(&[Variant::new(connection, engine, whole.to_vec())], args.runs)[0];
         let base = *one_lane.get_or_insert(gbps);
         println!(
@@ -242,7 +230,7 @@ fn paged_row(id: &TransportId, hint: &SizeHint, args: &Args) {
     let contiguous = vec![Segment { local_offset: 0, remote_offset: 0, len: PAGES * PAGE }];
     let variant = |gather_entries: u32, segments: Vec<Segment>| {
         let connection = connect(id, 1, len).expect("one lane");
-        let engine = engine_with(hint, &connection, args, gather_entries);
+        let engine = engine_of(hint, &connection, engine_config(args, gather_entries));
         Variant::new(connection, engine, segments)
     };
     let packed_entries = EngineConfig::default().gather_entries;

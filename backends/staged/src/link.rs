@@ -766,8 +766,7 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
             }
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             let header = frame.encode();
-            let all_host =
-                (0..request.pieces().count()).all(|index| source_of(index).memory.host().is_some());
+            let all_host = sources.iter().flatten().all(|(_, entry)| entry.memory.host().is_some());
             let sent = if all_host {
                 // Header and payload (every piece of a gather) in one system call.
                 let mut send = GatherSend::new(&header);

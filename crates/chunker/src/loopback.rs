@@ -9,6 +9,7 @@ use rdma_hint_core::{
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
+use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::SocketAddr;
@@ -47,6 +48,8 @@ pub struct LoopbackTransport {
 
 /// Local ranges one gather write takes, at most.
 const MAX_SGES: u32 = 32;
+/// Work requests one post takes, at most.
+const MAX_WRS_PER_POST: usize = 64;
 
 /// Writes-with-immediate the receiver side has not drained yet, at most.
 const MAX_PENDING_ARRIVALS: usize = 4096;
@@ -72,7 +75,7 @@ impl LoopbackTransport {
                     rate_note: None,
                 },
                 max_outstanding_wrs: max_outstanding,
-                max_wrs_per_post: 64,
+                max_wrs_per_post: MAX_WRS_PER_POST as u32,
                 max_sges: MAX_SGES,
                 memory_kinds: vec![MemoryKind::Host],
                 // A post is one memcpy between the two buffers, the medium's copy.
@@ -291,18 +294,13 @@ impl Transport for LoopbackTransport {
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
-        self.post(ops.len(), ops.iter().map(|op| (*op, op.len)))
+        self.post(ops)
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        for op in ops {
-            op.entries(entries, self.caps.max_sges, self.caps.facts.max_msg_bytes)?;
-        }
-        let pieces = ops.iter().flat_map(|op| {
-            let len = op.entries(entries, u32::MAX, u64::MAX).map_or(0, |(_, len)| len);
-            op.pieces(entries).map(move |piece| (piece, len))
-        });
-        self.post(ops.len(), pieces)
+        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST];
+        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
+        self.post(views)
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
@@ -329,20 +327,22 @@ impl Transport for LoopbackTransport {
 }
 
 impl LoopbackTransport {
-    /// Moves `wrs` work requests given as their pieces, each with the length of the request
-    /// it belongs to (an arrival reports the whole request).
-    fn post(
-        &self,
-        wrs: usize,
-        ops: impl Iterator<Item = (WriteOp, u64)> + Clone,
-    ) -> Result<(), TransportError> {
-        if wrs > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull { given: wrs as u32, max: self.caps.max_wrs_per_post });
+    /// Moves plain or gather writes, piece by piece (an arrival reports the whole request).
+    fn post(&self, requests: &[impl Pieces]) -> Result<(), TransportError> {
+        if requests.len() > self.caps.max_wrs_per_post as usize {
+            let given = requests.len() as u32;
+            return Err(TransportError::QueueFull { given, max: self.caps.max_wrs_per_post });
         }
+        let ops = || {
+            requests.iter().flat_map(|request| {
+                let len = request.head().len;
+                request.pieces().map(move |piece| (piece, len))
+            })
+        };
         let mut regions = self.regions();
         // Check every op before moving a byte: a rejected batch changes nothing.
         let (mut signalled, mut notifying) = (0, 0);
-        for (op, _) in ops.clone() {
+        for (op, _) in ops() {
             let local = buffer(&regions, op.local)?.len() as u64;
             let remote = buffer(&regions, op.remote)?.len() as u64;
             if !regions.exposed[op.remote.0 as usize] {
@@ -362,7 +362,7 @@ impl LoopbackTransport {
                 max: MAX_PENDING_ARRIVALS as u32,
             });
         }
-        for (op, request_len) in ops {
+        for (op, request_len) in ops() {
             let (len, from, to) = (op.len as usize, op.local_offset as usize, op.remote_offset as usize);
             if op.local == op.remote {
                 if let Some(buffer) = regions.buffers[op.local.0 as usize].as_mut() {

@@ -34,9 +34,9 @@ pub(crate) struct Lane {
     window_at: Instant,
     /// When the lane last emptied.
     idle_since: Option<Instant>,
-    /// Rate samples taken (the first is dropped: it holds the lane's first posts, which may
-    /// map the peer's region).
-    samples: u32,
+    /// A rate sample was taken (the first is dropped: it holds the lane's first posts, which
+    /// may map the peer's region).
+    sampled: bool,
     /// The peer's control lane: latency-first transfers only, capped by `bytes_in_flight` alone
     /// (its rate is that of lone small transfers, not of the link).
     control: bool,
@@ -321,8 +321,6 @@ pub(crate) struct Doorbell {
     pieces: [u32; MAX_DOORBELL],
     /// The gather entries of every request, in order; empty on lanes that do not pack.
     entries: Vec<GatherEntry>,
-    /// Some request gathers more than one range: the doorbell is a gather post.
-    gathers: bool,
 }
 
 impl Doorbell {
@@ -333,7 +331,7 @@ impl Doorbell {
     /// Posts the doorbell's requests with one call: plain writes, or gather writes where a
     /// request packs several ranges.
     pub(crate) fn ring(&self) -> Result<(), TransportError> {
-        if !self.gathers {
+        if self.pieces[..self.count].iter().all(|pieces| *pieces == 1) {
             return self.transport.post_writes(self.ops());
         }
         let mut gathers = [GatherOp::EMPTY; MAX_DOORBELL];
@@ -461,7 +459,7 @@ impl State {
                     window_bytes: 0,
                     window_at: Instant::now(),
                     idle_since: None,
-                    samples: 0,
+                    sampled: false,
                     control: false,
                     largest_block: 0,
                     next_seq: 1,
@@ -845,7 +843,6 @@ impl State {
             let mut entries = std::mem::take(&mut lane.entries);
             entries.clear();
             let packs = lane.max_pieces > 1;
-            let mut gathers = false;
             let mut count = 0;
             let (mut latency_fenced, mut bulk_fenced) = (0, 0);
             let mut batch_bytes = 0;
@@ -913,7 +910,6 @@ impl State {
                 pieces[count] = block.pieces;
                 slot.lanes_used |= 1u16 << lane_index;
                 lane.largest_block = lane.largest_block.max(block.len);
-                gathers |= block.pieces > 1;
                 slot.advance(&block);
                 batch_bytes += block.len;
                 if !slot.all_posted() {
@@ -942,7 +938,6 @@ impl State {
                 ops,
                 pieces,
                 entries,
-                gathers,
             })
         }
     }
@@ -1021,9 +1016,8 @@ impl State {
             } else {
                 lane.transport.post_writes(std::slice::from_ref(&op))
             };
-            if doorbell.gathers {
-                first += pieces as usize;
-            }
+            // Only read where a request gathers, which happens on lanes that pack.
+            first += pieces as usize;
             match rung {
                 Ok(()) => {
                     lane.next_seq += 1;
@@ -1096,10 +1090,10 @@ impl State {
             lane.window_bytes += retired_bytes;
             let window = (lane.window_bytes, now.saturating_duration_since(lane.window_at));
             if let Some(rate) = fold_rate(lane.rate, window, lane.queue_time) {
-                if lane.samples > 0 {
+                if lane.sampled {
                     lane.rate = rate;
                 }
-                lane.samples += 1;
+                lane.sampled = true;
                 (lane.window_bytes, lane.window_at) = (0, now);
             }
             if lane.in_flight.is_empty() {
