@@ -589,8 +589,9 @@ impl Engine {
         }
     }
 
-    /// Orderly teardown: finish what is in flight (bounded), close the endpoint, unmap regions.
-    pub(crate) fn shutdown(&mut self, regions: &mut RegionTable<Region>) {
+    /// Orderly teardown: finish what is in flight (bounded), close the endpoint. The regions
+    /// stay mapped until the last lane of the connection goes ([`crate::lanes::LaneGroup`]).
+    pub(crate) fn shutdown(&mut self) {
         for _ in 0..10_000 {
             if !self.busy() || self.gone.is_some() {
                 break;
@@ -598,8 +599,5 @@ impl Engine {
             self.progress();
         }
         self.close();
-        for region in regions.drain() {
-            region.unmap(self.ucp.context);
-        }
     }
 }

@@ -20,6 +20,7 @@
 //! ```
 
 mod engine;
+mod lanes;
 mod perf;
 mod progress;
 mod region;

@@ -149,7 +149,7 @@ impl ProbeWorker {
         };
         let mut worker: sys::ucp_worker_h = std::ptr::null_mut();
         // SAFETY: the context is live; `params` is valid for the call.
-        let status = unsafe { sys::ucp_worker_create(ucp.context, &params, &mut worker) };
+        let status = unsafe { sys::ucp_worker_create(ucp.context.handle, &params, &mut worker) };
         if status != sys::UCS_OK {
             return Err(unavailable(format!("ucp_worker_create failed: {}", status_text(status))));
         }

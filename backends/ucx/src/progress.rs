@@ -2,17 +2,15 @@
 //! (and the out-of-band socket) when idle, and notices a peer that went away.
 
 use crate::engine::Engine;
-use crate::region::Region;
-use crate::wire::MAX_REGIONS;
 use rdma_hint_core::{Arrival, Completion};
 use rdma_hint_oob::peer_left;
+use rdma_hint_toolkit::caller_memory::Exposure;
 use rdma_hint_toolkit::queue::EventQueue;
-use rdma_hint_toolkit::RegionTable;
 use rdma_hint_ucx_sys as sys;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 /// How long an idle progress thread sleeps at most before looking again: bounds how late a
@@ -26,7 +24,8 @@ const BUSY_POLL: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
-    pub(crate) regions: RwLock<RegionTable<Region>>,
+    /// The regions this lane's connect exposed to its peer.
+    pub(crate) exposure: Exposure,
     pub(crate) stop: AtomicBool,
     /// The out-of-band socket, kept open after the exchange: EOF means the peer is gone.
     pub(crate) oob: OnceLock<TcpStream>,
@@ -48,7 +47,7 @@ impl Shared {
         let worker = engine.ucp.worker as usize;
         Shared {
             engine: Mutex::new(engine),
-            regions: RwLock::new(RegionTable::new(MAX_REGIONS)),
+            exposure: Exposure::default(),
             stop: AtomicBool::new(false),
             oob: OnceLock::new(),
             efd,

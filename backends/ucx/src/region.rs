@@ -26,7 +26,8 @@ pub(crate) struct Region {
 // caller memory, which the `CallerMemory` contract keeps mapped until the region is released);
 // every access goes through `copy_in`/`copy_out`, which bound-check and copy with raw pointers
 // (the same bytes may be written by the peer concurrently, as with any RDMA target). `memh` is
-// only passed to UCP calls made under the engine lock.
+// only passed to UCP calls on its context (created `mt_workers_shared`, so UCX serialises
+// them) or to puts of a lane under that lane's engine lock.
 unsafe impl Send for Region {}
 // SAFETY: see `Send`: shared access only copies bytes through raw pointers.
 unsafe impl Sync for Region {}
@@ -95,7 +96,8 @@ impl Region {
         };
         let fail = |reason: String| TransportError::Registration { len, reason };
         let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
-        // SAFETY: `context` is a live UCP context (caller holds the engine lock); `params` asks
+        // SAFETY: `context` is a live UCP context (its lane group holds it; UCX serialises
+        // context calls of concurrent lanes, see `worker::Context`); `params` asks
         // UCP to allocate `len` bytes, or names `len` bytes of caller memory that stay mapped
         // while registered (the contract of `CallerMemory`); `ucp_mem_unmap` in `unmap` ends it.
         let status = unsafe { sys::ucp_mem_map(context, &params, &mut memh) };
@@ -157,7 +159,7 @@ impl Region {
     /// Releases the registration and the memory; the region must not be used afterwards.
     pub(crate) fn unmap(&self, context: sys::ucp_context_h) {
         // SAFETY: `memh` belongs to `context` and is unmapped once (the caller removes the
-        // region from its table under the engine lock before calling this).
+        // region from its table, under the table's write lock, before calling this).
         let status = unsafe { sys::ucp_mem_unmap(context, self.memh) };
         if status != sys::UCS_OK {
             tracing::warn!(status = %crate::status::status_text(status), "ucx: ucp_mem_unmap failed");

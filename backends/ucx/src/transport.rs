@@ -1,6 +1,7 @@
 //! `UcxTransport`: the `Transport` implementation.
 
 use crate::engine::{on_endpoint_error, on_notice, Engine, RemoteEntry, Signals};
+use crate::lanes::{LaneGroup, Locked};
 use crate::perf::{self, Estimate};
 use crate::progress::{self, Shared};
 use crate::region::Region;
@@ -15,9 +16,7 @@ use rdma_hint_core::{
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_toolkit::caller_memory::{
-    admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
-};
+use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
 use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue};
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
@@ -71,7 +70,7 @@ pub struct UcxTransport {
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
     copies: CopyMeter,
-    exposure: Exposure,
+    group: Arc<LaneGroup>,
 }
 
 rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
@@ -92,7 +91,7 @@ impl UcxTransport {
         if let Some(why) = engine.gone() {
             return Err(TransportError::PeerGone(why.to_string()));
         }
-        let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+        let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
         engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
         if engine.busy() {
             self.shared.wake();
@@ -114,24 +113,70 @@ impl UcxTransport {
         let id = TransportId::ucx_for_tls(scope)
             .map_err(|e| TransportError::InvalidArgument { what: "UCX_TLS", why: e.to_string() })?;
         let caps = capabilities(id, &estimate);
+        let group = Arc::new(LaneGroup::new(ucp.context.clone()));
+        let transport = UcxTransport::lane(ucp, caps, estimate, group, Rendezvous::default())?;
+        tracing::debug!(id = %transport.caps.facts.id, lanes = %transport.estimate.lanes, "ucx: opened");
+        Ok(transport)
+    }
+
+    /// Another lane of the same connection: a worker of the same UCX context (its own
+    /// endpoint, progress thread and queues) over the same regions, with the same token and
+    /// wait mode, to connect to the same peer's lane. An engine stripes one transfer's blocks
+    /// over such lanes; on `tcp` each lane is a socket of its own. A region registered or
+    /// released on one lane is registered or released on all; it stays busy while a put of
+    /// any lane may read it or the peer of any lane may write it.
+    ///
+    /// ```no_run
+    /// use rdma_hint_core::{MemoryKind, Transport};
+    /// use rdma_hint_ucx::UcxTransport;
+    /// let first = UcxTransport::open(Some("tcp,self")).unwrap();
+    /// let region = first.register(MemoryKind::Host, 4096).unwrap();
+    /// first.write_region(region.id, 0, b"one memory").unwrap();
+    /// let second = first.open_lane().unwrap();
+    /// let mut seen = [0u8; 10];
+    /// second.read_region(region.id, 0, &mut seen).unwrap();
+    /// assert_eq!(&seen, b"one memory");
+    /// ```
+    pub fn open_lane(&self) -> Result<UcxTransport, TransportError> {
+        let ucp = self.shared.engine().ucp.another()?;
+        let lane = UcxTransport::lane(
+            ucp,
+            self.caps.clone(),
+            self.estimate.clone(),
+            self.group.clone(),
+            self.rendezvous.for_lane(),
+        )?;
+        lane.set_wait_mode(self.wait_mode.get());
+        Ok(lane)
+    }
+
+    /// A transport over `ucp`'s worker in `group`, not connected.
+    fn lane(
+        ucp: Ucp,
+        caps: Capabilities,
+        estimate: Estimate,
+        group: Arc<LaneGroup>,
+        rendezvous: Rendezvous,
+    ) -> Result<UcxTransport, TransportError> {
         let (completion_tx, completions) = event_queue(MAX_OUTSTANDING);
         let (arrival_tx, arrivals) = event_queue(MAX_OUTSTANDING * 4);
         let signals = Arc::new(Signals::default());
         *signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner) = Some(arrival_tx);
         ucp.set_notice_handler(Some(on_notice), Arc::as_ptr(&signals).cast_mut().cast())?;
         let engine = Engine::new(ucp, completion_tx, MAX_OUTSTANDING, signals.clone());
-        tracing::debug!(id = %caps.facts.id, lanes = %estimate.lanes, "ucx: opened");
+        let shared = Arc::new(Shared::new(engine, completions, arrivals));
+        group.join(&shared);
         Ok(UcxTransport {
             caps,
             estimate,
-            shared: Arc::new(Shared::new(engine, completions, arrivals)),
+            shared,
             signals,
             wait_mode: WaitModeCell::default(),
-            rendezvous: Rendezvous::default(),
+            rendezvous,
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
             copies: CopyMeter::default(),
-            exposure: Exposure::default(),
+            group,
         })
     }
 
@@ -140,7 +185,7 @@ impl UcxTransport {
     /// still refused past what the machine and this process's memory cgroups can spare
     /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
     pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.shared.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
+        self.group.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
         self
     }
 
@@ -197,7 +242,7 @@ impl UcxTransport {
         let worker_address = self.shared.engine().ucp.address()?;
         let mut regions = Vec::with_capacity(expose.len());
         {
-            let table = self.shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+            let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
             for id in expose {
                 let region = table.get(*id)?;
                 regions.push(ExposedRegion {
@@ -260,10 +305,11 @@ impl UcxTransport {
         let ours = self.hello(expose)?;
         let our_address = ours.worker_address.clone();
         let (shared, signals, exposed) = (self.shared.clone(), self.signals.clone(), expose.to_vec());
+        let group = self.group.clone();
         // The whole set-up (endpoint creation, rkey unpacking, the ready exchange, the progress
         // thread) runs on the rendezvous thread, not on the awaiting task's.
         let connected = move |stream: &mut std::net::TcpStream, hello: Hello| {
-            let lanes = attach(&shared, &signals, &hello, &exposed)?;
+            let lanes = attach(&shared, &group, &signals, &hello, &exposed)?;
             if let Err(why) = confirm(stream, READY) {
                 shared.engine().fail(why.to_string());
                 return Err(why);
@@ -332,9 +378,8 @@ impl Transport for UcxTransport {
             // Debian's UCX is built without CUDA: GPU memory goes through the staged backend.
             return Err(TransportError::UnsupportedMemory { kind });
         }
-        let engine = self.shared.engine();
-        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let id = table.insert_with(len, || Region::map(engine.ucp.context, len))?;
+        let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let id = table.insert_with(len, || Region::map(self.group.context(), len))?;
         Ok(LocalRegion { id, kind, len })
     }
 
@@ -345,9 +390,8 @@ impl Transport for UcxTransport {
     fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
         let memory = admit(memory, &self.caps.caller_memory)?;
         let (kind, len) = (memory.kind(), memory.len());
-        let engine = self.shared.engine();
-        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let id = table.insert_caller(memory, |memory| Region::map_caller(engine.ucp.context, memory))?;
+        let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let id = table.insert_caller(memory, |memory| Region::map_caller(self.group.context(), memory))?;
         Ok(LocalRegion { id, kind, len })
     }
 
@@ -374,7 +418,7 @@ impl Transport for UcxTransport {
     }
 
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        self.shared.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?;
+        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?;
         Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
     }
 
@@ -383,7 +427,7 @@ impl Transport for UcxTransport {
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.shared
+        self.group
             .regions
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -394,7 +438,7 @@ impl Transport for UcxTransport {
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.shared
+        self.group
             .regions
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -420,10 +464,10 @@ impl Transport for UcxTransport {
             });
         }
         // Exposed from here on: the hello names the regions with their keys.
-        self.exposure.expose(expose);
+        self.shared.exposure.expose(expose);
         let connected = self.finish_connect(peer, expose, deadline).await;
         if connected.is_err() {
-            self.exposure.withdraw();
+            self.shared.exposure.withdraw();
         }
         connected
     }
@@ -498,67 +542,61 @@ impl Drop for UcxTransport {
             handle.thread().unpark();
             let _ = handle.join();
         }
-        let mut engine = self.shared.engine();
-        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        engine.shutdown(&mut table);
+        self.shared.engine().shutdown();
     }
 }
 
 impl UcxTransport {
-    /// Whether the peer may write `region`: exposed (from the start of `connect`) and the
-    /// connection not gone.
-    fn peer_may_write(&self, engine: &Engine, region: RegionId) -> bool {
-        self.exposure.contains(region) && engine.gone().is_none()
-    }
-
     /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
-    /// peer may write (`access_region_unchecked`, whose caller vouches the peer is not). Puts
-    /// still in flight, unsignalled ones included, make it busy: nothing here waits for them.
+    /// peer of a lane may write (`access_region_unchecked`, whose caller vouches the peer is
+    /// not). Puts still in flight on any lane, unsignalled ones included, make it busy:
+    /// nothing here waits for them.
     fn lend(
         &self,
         region: RegionId,
         access: &mut dyn FnMut(&mut [u8]),
         exposed_too: bool,
     ) -> Result<(), TransportError> {
-        let engine = self.shared.engine();
-        if !exposed_too && self.peer_may_write(&engine, region) {
+        let lanes = self.group.live();
+        let locked = Locked::lock(&lanes);
+        if !exposed_too && locked.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
-        if engine.busy() {
+        if locked.busy() {
             return Err(busy_in_flight(region));
         }
         // Posts take the table's read lock: none starts while the bytes are lent.
-        let table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
-        drop(engine);
-        // SAFETY: no put of this transport is in flight (checked) and none can be posted while
-        // the table is write-locked; the peer cannot write the region (not exposed to a live
+        let table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
+        drop(locked);
+        // SAFETY: no put of any lane is in flight (checked) and none can be posted while the
+        // table is write-locked; no lane's peer can write the region (not exposed to a live
         // connection), or the caller of `access_region_unchecked` vouches that it does not.
         unsafe { table.get(region)?.lend(access) };
         Ok(())
     }
 
-    /// Unmaps `region` and hands it back once `admit` accepts it, unless the peer may still
-    /// write it or a put of ours may still read it.
+    /// Unmaps `region` and hands it back once `admit` accepts it, unless the peer of a lane
+    /// may still write it or a put of a lane may still read it.
     fn take_region(
         &self,
         region: RegionId,
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
-        let mut engine = self.shared.engine();
-        if self.peer_may_write(&engine, region) {
+        let lanes = self.group.live();
+        let mut locked = Locked::lock(&lanes);
+        if locked.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
         // Unsignalled puts have no request to watch: flush them out (bounded) before the unmap.
-        if let Err(e) = engine.flush_unsignalled() {
-            tracing::debug!(error = %e, "ucx: flush before releasing a region failed");
-        }
-        if engine.busy() {
+        locked.flush_unsignalled();
+        if locked.busy() {
             return Err(busy_in_flight(region));
         }
-        let mut table = self.shared.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         admit(table.get(region)?)?;
         let taken = table.remove(region)?;
-        taken.unmap(engine.ucp.context);
+        drop(locked);
+        taken.unmap(self.group.context());
         Ok(taken)
     }
 }
@@ -566,6 +604,7 @@ impl UcxTransport {
 /// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.
 fn attach(
     shared: &Shared,
+    group: &LaneGroup,
     signals: &Arc<Signals>,
     hello: &Hello,
     expose: &[RegionId],
@@ -591,7 +630,7 @@ fn attach(
     }
     let lanes = perf::lanes(ep);
     engine.attach(ep, remote);
-    let table = shared.regions.read().unwrap_or_else(PoisonError::into_inner);
+    let table = group.regions.read().unwrap_or_else(PoisonError::into_inner);
     let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
     let _ = signals.exposed.set(exposed);
     Ok(lanes)

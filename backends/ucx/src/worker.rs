@@ -1,21 +1,46 @@
-//! One UCP context with one worker: creation, teardown and the calls made on the worker.
+//! A UCP context and its workers (one per lane): creation, teardown and the calls made on a worker.
 
 use crate::status::{setup, status_text, unavailable};
 use rdma_hint_core::TransportError;
 use rdma_hint_ucx_sys as sys;
 use std::ffi::{c_void, CString};
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
 /// Active-message id of the write-with-immediate notice.
 pub(crate) const NOTICE_AM_ID: u32 = 7;
 
-/// A UCP context restricted to some transports, and its single worker.
+/// A UCP context restricted to some transports: memory maps and packed rkeys live here, so
+/// the workers of one connection's lanes share it (and its regions).
+///
+/// Created with `mt_workers_shared`: lanes drive their workers from different threads, and
+/// UCX then locks its context-wide state (memory maps, rkey packing) itself.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub(crate) handle: sys::ucp_context_h,
+}
+
+// SAFETY: the context was created with `mt_workers_shared` (UCX serialises its context-wide
+// calls); the handle is only destroyed in `Drop`, once every worker (each holds an `Arc` of
+// the context) and every region (the lane group holds one too) is gone.
+unsafe impl Send for Context {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: no worker and no memory map of this context is left (see `Send`); cleaned once.
+        unsafe { sys::ucp_cleanup(self.handle) };
+    }
+}
+
+/// One worker of a [`Context`]: a lane's endpoint, progress and event fd.
 ///
 /// The worker runs in `UCS_THREAD_MODE_SERIALIZED`: UCX does no locking of its own and the
 /// owner guarantees one caller at a time (the engine mutex does).
 #[derive(Debug)]
 pub(crate) struct Ucp {
-    pub(crate) context: sys::ucp_context_h,
+    pub(crate) context: Arc<Context>,
     pub(crate) worker: sys::ucp_worker_h,
     pub(crate) efd: RawFd,
     /// Whether endpoints ask UCX to detect peer failure (`UCP_ERR_HANDLING_MODE_PEER`).
@@ -42,8 +67,8 @@ pub(crate) fn detects_peer_failure(tls: Option<&str>) -> bool {
 
 impl Ucp {
     /// Opens a context with RMA, AM and wakeup features, restricted to `tls` when given (the
-    /// syntax of `UCX_TLS`; otherwise UCX reads `UCX_TLS` from the environment itself).
-    /// `peer_failure_mode`: see [`detects_peer_failure`].
+    /// syntax of `UCX_TLS`; otherwise UCX reads `UCX_TLS` from the environment itself), and
+    /// its first worker. `peer_failure_mode`: see [`detects_peer_failure`].
     pub(crate) fn open(tls: Option<&str>, peer_failure_mode: bool) -> Result<Ucp, TransportError> {
         let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
         // SAFETY: null env prefix and file name ask for the defaults + environment.
@@ -60,31 +85,39 @@ impl Ucp {
             }
         }
         let params = sys::ucp_params_t {
-            field_mask: u64::from(sys::UCP_PARAM_FIELD_FEATURES),
+            field_mask: u64::from(sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED),
             features: u64::from(sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_AM | sys::UCP_FEATURE_WAKEUP),
+            mt_workers_shared: 1,
             ..Default::default()
         };
-        let mut context: sys::ucp_context_h = std::ptr::null_mut();
-        // SAFETY: `params` and `config` are valid for the call; `context` receives the handle.
-        let status = unsafe { sys::ucp_init(&params, config, &mut context) };
+        let mut handle: sys::ucp_context_h = std::ptr::null_mut();
+        // SAFETY: `params` and `config` are valid for the call; `handle` receives the context.
+        let status = unsafe { sys::ucp_init(&params, config, &mut handle) };
         // SAFETY: the config is no longer needed whatever ucp_init returned.
         unsafe { sys::ucp_config_release(config) };
         setup(status, "ucp_init")?;
+        Ucp::on(Arc::new(Context { handle }), peer_failure_mode)
+    }
+
+    /// Another worker of the same context, for another lane of the connection.
+    pub(crate) fn another(&self) -> Result<Ucp, TransportError> {
+        Ucp::on(self.context.clone(), self.peer_failure_mode)
+    }
+
+    fn on(context: Arc<Context>, peer_failure_mode: bool) -> Result<Ucp, TransportError> {
         let worker_params = sys::ucp_worker_params_t {
             field_mask: u64::from(sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE),
             thread_mode: sys::UCS_THREAD_MODE_SERIALIZED,
             ..Default::default()
         };
         let mut worker: sys::ucp_worker_h = std::ptr::null_mut();
-        // SAFETY: `context` is live; `worker_params` is valid for the call.
-        let status = unsafe { sys::ucp_worker_create(context, &worker_params, &mut worker) };
+        // SAFETY: the context is live (held by `context`); `worker_params` is valid for the call.
+        let status = unsafe { sys::ucp_worker_create(context.handle, &worker_params, &mut worker) };
         if status != sys::UCS_OK {
-            // SAFETY: the context has no workers; cleaned up once.
-            unsafe { sys::ucp_cleanup(context) };
             return Err(unavailable(format!("ucp_worker_create failed: {}", status_text(status))));
         }
         let mut efd: RawFd = -1;
-        // SAFETY: `worker` is live and was created with the WAKEUP feature.
+        // SAFETY: `worker` is live and its context has the WAKEUP feature.
         let status = unsafe { sys::ucp_worker_get_efd(worker, &mut efd) };
         let ucp = Ucp { context, worker, efd, peer_failure_mode };
         setup(status, "ucp_worker_get_efd")?;
@@ -236,12 +269,9 @@ pub(crate) fn worker_address(worker: sys::ucp_worker_h) -> Result<Vec<u8>, Trans
 
 impl Drop for Ucp {
     fn drop(&mut self) {
-        // SAFETY: endpoints and registrations were released by the engine before; the worker
-        // and context are destroyed once, worker first.
-        unsafe {
-            sys::ucp_worker_destroy(self.worker);
-            sys::ucp_cleanup(self.context);
-        }
+        // SAFETY: the engine closed the endpoint before; the worker is destroyed once. The
+        // context goes with its last holder (`Context::drop`).
+        unsafe { sys::ucp_worker_destroy(self.worker) };
     }
 }
 

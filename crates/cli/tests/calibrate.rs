@@ -175,9 +175,16 @@ fn the_sweep_keeps_model_calibrated_and_recorded_hints_apart_and_plots_png() {
     // (A sweep up to 8 MiB reaches the staged shm plateau, 10 GB/s from 1–2 MiB, even on a
     // loaded 2-core machine where 2 MiB was sometimes still the first block at 90 %: the knee
     // is confirmed by a larger block, so it is recorded.)
-    let (text, recorded) = sweep(true);
-    assert!(recorded["plateau_reached"] == true, "{text}");
-    assert!(text.contains("recorded: ") && !text.contains("recorded: nothing"), "{text}");
+    // A busy moment can still dent the curve so that no knee is confirmed within the sizes
+    // (the sweep then says so and records nothing): up to three sweeps, until one records.
+    for attempt in 1..=3 {
+        let (text, recorded) = sweep(true);
+        if recorded["plateau_reached"] == true {
+            assert!(text.contains("recorded: ") && !text.contains("recorded: nothing"), "{text}");
+            break;
+        }
+        assert!(text.contains("recorded: nothing (") && attempt < 3, "{text}");
+    }
     let (_, report) = sweep(false);
     assert!(report["hints"]["recorded"]["block_bytes"].is_number(), "{}", report["hints"]);
     assert_eq!(report["hint_origin"], "measured");

@@ -161,8 +161,9 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
 /// lane binds its own.
 ///
 /// One lane opens on every backend; more on the staged backend (`staged:shm`,
-/// `staged:tcp`), up to [`MAX_LANES`](crate::chunker::MAX_LANES); elsewhere
-/// [`Error::Lanes`] says to open separate connections.
+/// `staged:tcp`: sockets or channels over one region table) and on UCX (workers of one
+/// context: on `ucx:tcp` a socket each), up to [`MAX_LANES`](crate::chunker::MAX_LANES);
+/// elsewhere (verbs) [`Error::Lanes`] says to open separate connections.
 ///
 /// ```
 /// use rdma_hint::{open_lanes, MemoryKind, OpenOptions, Transport, TransportId};
@@ -198,9 +199,20 @@ pub fn open_lanes(
             opened.extend((1..lanes).map(|_| Arc::new(first.open_lane()) as Arc<dyn Transport>));
             Ok(opened)
         }
+        #[cfg(feature = "ucx")]
+        TransportId::Ucx(_) => {
+            let options = OpenOptions { listener: None, ..options.clone() };
+            let first = Arc::new(ucx_transport(id, &options)?);
+            first.set_wait_mode(options.wait_mode);
+            let mut opened: Vec<Arc<dyn Transport>> = vec![first.clone()];
+            for _ in 1..lanes {
+                opened.push(Arc::new(first.open_lane().map_err(unavailable(id))?));
+            }
+            Ok(opened)
+        }
         other => {
             compiled_in(other)?;
-            Err(refuse("this backend opens one lane per connection: open separate connections, or use staged:shm or staged:tcp".into()))
+            Err(refuse("this backend opens one lane per connection: open separate connections, or use staged:shm, staged:tcp or a ucx transport".into()))
         }
     }
 }
@@ -243,10 +255,15 @@ fn staged_transport(
 
 #[cfg(feature = "ucx")]
 fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    Ok(Box::new(ucx_transport(id, options)?))
+}
+
+#[cfg(feature = "ucx")]
+fn ucx_transport(id: &TransportId, options: &OpenOptions) -> Result<rdma_hint_ucx::UcxTransport, Error> {
     use rdma_hint_ucx::UcxTransport;
     let transport = UcxTransport::open(id.ucx_tls().as_deref()).map_err(unavailable(id))?;
     let transport = capped(transport, options, UcxTransport::with_memory_cap);
-    Ok(Box::new(gated(transport, options)?))
+    gated(transport, options)
 }
 
 #[cfg(feature = "verbs")]

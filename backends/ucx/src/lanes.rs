@@ -1,0 +1,89 @@
+//! The lanes of one connection: workers of one context over one region table.
+
+use crate::engine::Engine;
+use crate::progress::Shared;
+use crate::region::Region;
+use crate::wire::MAX_REGIONS;
+use crate::worker::Context;
+use rdma_hint_core::RegionId;
+use rdma_hint_toolkit::RegionTable;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+
+/// What the lanes of one connection share: the context their workers belong to, the regions
+/// mapped in it (one id, one memory handle, one packed rkey on every lane) and a view of each
+/// live lane, so a region is busy while a put of any lane may read it or the peer of any lane
+/// may write it.
+#[derive(Debug)]
+pub(crate) struct LaneGroup {
+    pub(crate) regions: RwLock<RegionTable<Region>>,
+    lanes: Mutex<Vec<Weak<Shared>>>,
+    context: Arc<Context>,
+}
+
+impl LaneGroup {
+    pub(crate) fn new(context: Arc<Context>) -> LaneGroup {
+        LaneGroup { regions: RwLock::new(RegionTable::new(MAX_REGIONS)), lanes: Mutex::default(), context }
+    }
+
+    /// The context every lane's worker and every region belongs to.
+    pub(crate) fn context(&self) -> rdma_hint_ucx_sys::ucp_context_h {
+        self.context.handle
+    }
+
+    /// Enters `lane` in the group.
+    pub(crate) fn join(&self, lane: &Arc<Shared>) {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        lanes.retain(|open| open.strong_count() > 0);
+        lanes.push(Arc::downgrade(lane));
+    }
+
+    /// The lanes still open, in the order they joined: the order their engines are locked in,
+    /// so two lanes releasing regions at once cannot deadlock.
+    pub(crate) fn live(&self) -> Vec<Arc<Shared>> {
+        self.lanes.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// Every lane's engine, locked in the group's order; nothing posts while they are held.
+pub(crate) struct Locked<'a> {
+    lanes: &'a [Arc<Shared>],
+    engines: Vec<MutexGuard<'a, Engine>>,
+}
+
+impl<'a> Locked<'a> {
+    pub(crate) fn lock(lanes: &'a [Arc<Shared>]) -> Locked<'a> {
+        Locked { lanes, engines: lanes.iter().map(|lane| lane.engine()).collect() }
+    }
+
+    /// Whether the live peer of some lane may write `region` (its connect exposed it).
+    pub(crate) fn peer_may_write(&self, region: RegionId) -> bool {
+        self.lanes
+            .iter()
+            .zip(&self.engines)
+            .any(|(lane, engine)| lane.exposure.contains(region) && engine.gone().is_none())
+    }
+
+    /// Flushes every lane's unsignalled puts out (bounded), so none reads a source any more.
+    pub(crate) fn flush_unsignalled(&mut self) {
+        for engine in &mut self.engines {
+            if let Err(e) = engine.flush_unsignalled() {
+                tracing::debug!(error = %e, "ucx: flush before releasing a region failed");
+            }
+        }
+    }
+
+    /// Whether a put or notice of some lane is still in flight.
+    pub(crate) fn busy(&self) -> bool {
+        self.engines.iter().any(|engine| engine.busy())
+    }
+}
+
+impl Drop for LaneGroup {
+    fn drop(&mut self) {
+        // The last lane is gone: no put can read a region nor a peer write one.
+        let table = self.regions.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for region in table.drain() {
+            region.unmap(self.context.handle);
+        }
+    }
+}
