@@ -26,7 +26,7 @@ use rdma_hint_toolkit::RegionTable;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Send-queue depth asked for (bounded by the device's `max_qp_wr`).
@@ -71,6 +71,50 @@ struct Polling {
     empty_polls: u32,
 }
 
+/// What is one lane's own: its QP (and CQs), the send queue's accounting, the completion
+/// array, the link's state and what its connect exposed.
+struct Lane {
+    qp: Arc<QueuePair>,
+    posting: Mutex<Posting>,
+    polling: Mutex<Polling>,
+    events: Arc<Events>,
+    exposure: Exposure,
+}
+
+impl Lane {
+    fn broken(&self) -> bool {
+        self.events.broken.get().is_some()
+    }
+
+    /// Whether work requests of this lane are in flight (their regions may still be read).
+    fn busy(&self) -> bool {
+        lock(&self.posting).in_flight > 0 && !(self.broken() && self.flushed_after_loss())
+    }
+
+    /// Whether this lane's live peer may write `region`.
+    fn peer_may_write(&self, region: RegionId) -> bool {
+        self.exposure.contains(region) && !self.broken()
+    }
+
+    /// Once the link is gone, WRs that were never signalled can never be retired by a
+    /// completion: moves the QP to ERR (the device reads no more memory for it), drains the
+    /// send CQ of its flush completions and counts nothing in flight. False if the QP cannot
+    /// be moved.
+    fn flushed_after_loss(&self) -> bool {
+        if let Err(error) = self.qp.to_error() {
+            tracing::debug!(%error, "verbs: cannot move the QP to ERR");
+            return false;
+        }
+        let mut polling = lock(&self.polling);
+        while self.qp.send_cq().poll(&mut polling.wcs).is_ok_and(|found| found > 0) {}
+        let mut posting = lock(&self.posting);
+        posting.in_flight = 0;
+        posting.retires.clear();
+        posting.since_signal = 0;
+        true
+    }
+}
+
 /// Raw ibverbs RC transport over one device port.
 ///
 /// `register` maps and registers host memory for local access; `connect` exchanges QP numbers,
@@ -98,31 +142,42 @@ struct Polling {
 /// ```
 pub struct VerbsTransport {
     // Fields drop in declaration order, after `Drop` has stopped the event thread and taken
-    // back every loan, so the transport is then the last owner of each verbs object and they
-    // go in this order: the QP, then (as its last owner) the send and the receive CQ; the
-    // regions' MRs; the PD; the completion channel and the context as the last fields.
-    qp: Arc<QueuePair>,
+    // back every loan, so the transport is then the last owner of its lane's verbs objects and
+    // they go in this order: the QP, then (as its last owner) the send and the receive CQ; then
+    // what it shares with its other lanes, by the last lane to go: the regions' MRs; the PD;
+    // the completion channel and the context as the last fields.
+    lane: Arc<Lane>,
     regions: Arc<RwLock<RegionTable<Region>>>,
     pd: Arc<ProtectionDomain>,
+    /// The lanes of this connection (this one included): a region is busy while a WR of any
+    /// lane may read it or the peer of any lane may write it.
+    lanes: Arc<Mutex<Vec<Weak<Lane>>>>,
     caps: Capabilities,
     device: DeviceFacts,
     lending: Arc<Lending>,
     remote: OnceLock<Vec<Option<ExposedRegion>>>,
     exposed: OnceLock<Vec<u32>>,
-    posting: Mutex<Posting>,
-    polling: Mutex<Polling>,
     rendezvous: Rendezvous,
     oob: OnceLock<TcpStream>,
-    events: Arc<Events>,
     event_thread: Mutex<Option<EventThread>>,
     copies: CopyMeter,
-    exposure: Exposure,
     port: Port,
     rq_depth: u32,
     // Kept here (the CQs hold it too) so that it goes after the PD, as the last but one.
     channel: Arc<CompletionChannel>,
     // Dropped last: everything above was created on it.
     _context: Arc<Context>,
+}
+
+/// What a new lane is opened on: the device, its protection domain and port, and what the
+/// connection's lanes share.
+struct Connection {
+    context: Arc<Context>,
+    pd: Arc<ProtectionDomain>,
+    regions: Arc<RwLock<RegionTable<Region>>>,
+    lanes: Arc<Mutex<Vec<Weak<Lane>>>>,
+    facts: DeviceFacts,
+    port: Port,
 }
 
 /// The port the QP uses and how this side is addressed on it.
@@ -173,12 +228,12 @@ impl VerbsTransport {
             return Ok(());
         }
         let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
-        let mut posting = lock(&self.posting);
+        let mut posting = lock(&self.lane.posting);
         let room = self.caps.max_outstanding_wrs as usize - posting.in_flight;
         if ops.len() > room {
             return Err(TransportError::QueueFull { given: ops.len() as u32, max: room as u32 });
         }
-        let max_inline = self.qp.max_inline();
+        let max_inline = self.lane.qp.max_inline();
         let Posting { wrs, sges, .. } = &mut *posting;
         let (mut used_sges, mut firsts) = (0, [0usize; MAX_WRS_PER_POST as usize]);
         for (index, request) in ops.iter().enumerate() {
@@ -226,7 +281,7 @@ impl VerbsTransport {
         // `posting`, locked for the call; every SGE lies inside a region registered in the QP's
         // PD (checked above), and the WRs are counted in flight below, so `deregister` refuses
         // their regions until their completions are polled.
-        let posted = unsafe { self.qp.post_send(&mut wrs[0]) };
+        let posted = unsafe { self.lane.qp.post_send(&mut wrs[0]) };
         // What the provider took is in flight whether or not it refused the rest.
         let taken = match &posted {
             Ok(()) => count,
@@ -254,13 +309,55 @@ impl VerbsTransport {
     pub fn open(device: Option<&str>) -> Result<VerbsTransport, TransportError> {
         let context = Arc::new(device::open(device)?);
         let (facts, port_attr) = device::facts(&context)?;
-        let port = facts.port;
-        let (gid_index, gid) = device::choose_gid(&context, port, port_attr.gid_tbl_len)?;
+        let (gid_index, gid) = device::choose_gid(&context, facts.port, port_attr.gid_tbl_len)?;
+        let port = Port { number: facts.port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 };
+        let pd = Arc::new(ProtectionDomain::alloc(&context)?);
+        let regions = Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS)));
+        VerbsTransport::lane_of(
+            Connection { context, pd, regions, lanes: Arc::default(), facts, port },
+            Rendezvous::default(),
+        )
+    }
+
+    /// Another lane of the same connection: a QP of its own (with its CQs, completion channel
+    /// and event thread) in the same protection domain, over the same regions (same ids, same
+    /// MRs and rkeys), with the same token and wait mode, to connect to the same peer's lane.
+    /// An engine stripes one transfer's blocks over such lanes, as over the QPs of a NIC. A
+    /// region registered or released on one lane is registered or released on all; it stays
+    /// busy while a WR of any lane may read it or the peer of any lane may write it.
+    ///
+    /// ```no_run
+    /// use rdma_hint_core::{MemoryKind, Transport};
+    /// use rdma_hint_verbs::VerbsTransport;
+    /// let first = VerbsTransport::open(Some("rxe0")).unwrap();
+    /// let region = first.register(MemoryKind::Host, 4096).unwrap();
+    /// first.write_region(region.id, 0, b"one memory").unwrap();
+    /// let second = first.open_lane().unwrap();
+    /// let mut seen = [0u8; 10];
+    /// second.read_region(region.id, 0, &mut seen).unwrap();
+    /// assert_eq!(&seen, b"one memory");
+    /// ```
+    pub fn open_lane(&self) -> Result<VerbsTransport, TransportError> {
+        let connection = Connection {
+            context: self._context.clone(),
+            pd: self.pd.clone(),
+            regions: self.regions.clone(),
+            lanes: self.lanes.clone(),
+            facts: self.device.clone(),
+            port: self.port,
+        };
+        let lane = VerbsTransport::lane_of(connection, self.rendezvous.for_lane())?;
+        lane.set_wait_mode(self.wait_mode());
+        Ok(lane)
+    }
+
+    /// A lane of `connection`: its completion channel, CQs and RC QP, sized from the device caps.
+    fn lane_of(connection: Connection, rendezvous: Rendezvous) -> Result<VerbsTransport, TransportError> {
+        let Connection { context, pd, regions, lanes, facts, port } = connection;
         let sq_depth = SQ_DEPTH.min(facts.max_qp_wr);
         let rq_depth = RQ_DEPTH.min(facts.max_qp_wr);
         let events = Arc::new(Events::new()?);
         let channel = Arc::new(CompletionChannel::create(&context)?);
-        let pd = Arc::new(ProtectionDomain::alloc(&context)?);
         // Both CQs report to `channel`; both are created (and armed) before the QP on them.
         let cqs = (
             CompletionQueue::create(&channel, sq_depth).map(Arc::new),
@@ -274,8 +371,8 @@ impl VerbsTransport {
         };
         let Some(qp) = qp else {
             // `errno` says why. What was created goes as this returns, in reverse order of the
-            // bindings: the send CQ, the receive CQ (the tuple's order), the PD, the channel, the
-            // context.
+            // bindings: the send CQ, the receive CQ (the tuple's order), the channel, and what
+            // the connection's other lanes do not hold: the PD, the context.
             return Err(unavailable("ibv_create_cq / ibv_req_notify_cq / ibv_create_qp"));
         };
         let max_wrs_per_post = MAX_WRS_PER_POST.min(sq_depth);
@@ -295,15 +392,8 @@ impl VerbsTransport {
                 (0..64).map(|_| std::mem::zeroed()).collect(),
             )
         };
-        Ok(VerbsTransport {
+        let lane = Arc::new(Lane {
             qp: Arc::new(qp),
-            regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
-            pd,
-            caps,
-            device: facts,
-            lending: Arc::new(Lending::default()),
-            remote: OnceLock::new(),
-            exposed: OnceLock::new(),
             posting: Mutex::new(Posting {
                 wrs,
                 sges,
@@ -312,13 +402,29 @@ impl VerbsTransport {
                 since_signal: 0,
             }),
             polling: Mutex::new(Polling { wcs, checked: Instant::now(), empty_polls: 0 }),
-            rendezvous: Rendezvous::default(),
-            oob: OnceLock::new(),
             events,
+            exposure: Exposure::default(),
+        });
+        {
+            let mut open = lock(&lanes);
+            open.retain(|lane| lane.strong_count() > 0);
+            open.push(Arc::downgrade(&lane));
+        }
+        Ok(VerbsTransport {
+            lane,
+            regions,
+            pd,
+            lanes,
+            caps,
+            device: facts,
+            lending: Arc::new(Lending::default()),
+            remote: OnceLock::new(),
+            exposed: OnceLock::new(),
+            rendezvous,
+            oob: OnceLock::new(),
             event_thread: Mutex::new(None),
             copies: CopyMeter::default(),
-            exposure: Exposure::default(),
-            port: Port { number: port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 },
+            port,
             rq_depth,
             channel,
             _context: context,
@@ -332,12 +438,12 @@ impl VerbsTransport {
 
     fn gone(&self) -> TransportError {
         TransportError::PeerGone(
-            self.events.broken.get().cloned().unwrap_or_else(|| "the connection is closed".into()),
+            self.lane.events.broken.get().cloned().unwrap_or_else(|| "the connection is closed".into()),
         )
     }
 
     fn broken(&self) -> bool {
-        self.events.broken.get().is_some()
+        self.lane.broken()
     }
 
     /// Looks at the out-of-band socket (at most every millisecond): EOF means the peer process
@@ -352,7 +458,7 @@ impl VerbsTransport {
         }
         polling.checked = Instant::now();
         if let Some(loss) = self.oob.get().and_then(peer_left) {
-            self.events.lost(loss);
+            self.lane.events.lost(loss);
         }
     }
 }
@@ -371,42 +477,37 @@ impl VerbsTransport {
         self.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
         self
     }
-    /// Refuses while work requests are in flight (their regions may still be read). Called
-    /// with the region table write-locked: posts count under its read lock.
+    /// Refuses while work requests of any lane are in flight (their regions may still be
+    /// read). Called with the region table write-locked: posts count under its read lock.
     fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
-        if lock(&self.posting).in_flight > 0 && !(self.broken() && self.flushed_after_loss()) {
+        if self.any_lane(Lane::busy) {
             return Err(busy_in_flight(region));
         }
         Ok(())
     }
 
-    /// Once the link is gone, WRs that were never signalled can never be retired by a
-    /// completion: moves the QP to ERR (the device reads no more memory for it), drains the
-    /// send CQ of its flush completions and counts nothing in flight. False if the QP cannot
-    /// be moved.
-    fn flushed_after_loss(&self) -> bool {
-        if let Err(error) = self.qp.to_error() {
-            tracing::debug!(%error, "verbs: cannot move the QP to ERR");
-            return false;
-        }
-        let mut polling = lock(&self.polling);
-        while self.qp.send_cq().poll(&mut polling.wcs).is_ok_and(|found| found > 0) {}
-        let mut posting = lock(&self.posting);
-        posting.in_flight = 0;
-        posting.retires.clear();
-        posting.since_signal = 0;
-        true
+    /// Whether the live peer of some lane may write `region` (its connect exposed it).
+    fn peer_may_write(&self, region: RegionId) -> bool {
+        self.any_lane(|lane| lane.peer_may_write(region))
+    }
+
+    /// Whether `test` holds for a lane of the connection. Each lane is held only under the
+    /// list's lock, so a lane that leaves the list in its `Drop` is never kept alive (and its
+    /// QP destroyed) past its own CQs' channel by another lane's look.
+    fn any_lane(&self, test: impl Fn(&Lane) -> bool) -> bool {
+        lock(&self.lanes).iter().filter_map(Weak::upgrade).any(|lane| test(&lane))
     }
 
     /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
-    /// peer may write (`access_region_unchecked`, whose caller vouches the peer is not).
+    /// peer of a lane may write (`access_region_unchecked`, whose caller vouches the peer is
+    /// not).
     fn lend(
         &self,
         region: RegionId,
         access: &mut dyn FnMut(&mut [u8]),
         exposed_too: bool,
     ) -> Result<(), TransportError> {
-        if !exposed_too && self.exposure.contains(region) && !self.broken() {
+        if !exposed_too && self.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
         // The table's write lock: posts hold its read lock, so none starts while lent.
@@ -419,14 +520,14 @@ impl VerbsTransport {
         unsafe { lent.lend(access) }
     }
 
-    /// Unregisters `region` and hands it back once `admit` accepts it, unless the peer may
-    /// still write it or a work request may still read it.
+    /// Unregisters `region` and hands it back once `admit` accepts it, unless the peer of a
+    /// lane may still write it or a work request of a lane may still read it.
     fn take_region(
         &self,
         region: RegionId,
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
-        if self.exposure.contains(region) && !self.broken() {
+        if self.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
         // The table's write lock first: no post can start (posts hold its read lock, then the
@@ -462,17 +563,17 @@ impl VerbsTransport {
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         let setup = Setup {
-            qp: self.qp.clone(),
+            qp: self.lane.qp.clone(),
             pd: self.pd.clone(),
             regions: self.regions.clone(),
             expose: expose.to_vec(),
             port: self.port,
             rq_depth: self.rq_depth,
-            events: self.events.clone(),
+            events: self.lane.events.clone(),
             watched: Watched {
                 channel: self.channel.clone(),
-                send_cq: self.qp.send_cq().clone(),
-                recv_cq: self.qp.recv_cq().clone(),
+                send_cq: self.lane.qp.send_cq().clone(),
+                recv_cq: self.lane.qp.recv_cq().clone(),
             },
             lending: self.lending.clone(),
         };
@@ -515,11 +616,11 @@ impl Transport for VerbsTransport {
     }
 
     fn set_wait_mode(&self, mode: WaitMode) {
-        self.events.wait_mode.set(mode);
+        self.lane.events.wait_mode.set(mode);
     }
 
     fn wait_mode(&self) -> WaitMode {
-        self.events.wait_mode.get()
+        self.lane.events.wait_mode.get()
     }
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
@@ -600,10 +701,10 @@ impl Transport for VerbsTransport {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
         // Exposed from here on: the hello names the regions with their keys.
-        self.exposure.expose(expose);
+        self.lane.exposure.expose(expose);
         let connected = self.finish_connect(peer, expose, deadline).await;
         if connected.is_err() {
-            self.exposure.withdraw();
+            self.lane.exposure.withdraw();
         }
         connected
     }
@@ -619,16 +720,17 @@ impl Transport for VerbsTransport {
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        let mut polling = lock(&self.polling);
+        let mut polling = lock(&self.lane.polling);
         let want = out.len().min(polling.wcs.len());
-        let found = self.qp.send_cq().poll(&mut polling.wcs[..want])?;
+        let found = self.lane.qp.send_cq().poll(&mut polling.wcs[..want])?;
         if found > 0 {
-            let mut posting = lock(&self.posting);
+            let mut posting = lock(&self.lane.posting);
             for (slot, wc) in out.iter_mut().zip(&polling.wcs[..found]) {
                 let status = if wc.status == ibv::ibv_wc_status::IBV_WC_SUCCESS {
                     CompletionStatus::Success
                 } else {
-                    self.events
+                    self.lane
+                        .events
                         .fail(format!("work request {} failed with ibv_wc_status {}", wc.wr_id, wc.status));
                     CompletionStatus::Failed { code: wc.status }
                 };
@@ -653,11 +755,11 @@ impl Transport for VerbsTransport {
         if out.is_empty() {
             return Ok(0);
         }
-        let mode = self.events.wait_mode.get();
-        let cq = self.qp.send_cq();
-        wait(&self.events.completions, mode, deadline, "verbs completions", || {
+        let mode = self.lane.events.wait_mode.get();
+        let cq = self.lane.qp.send_cq();
+        wait(&self.lane.events.completions, mode, deadline, "verbs completions", || {
             match ready(self.poll_completions(out))? {
-                None if mode == WaitMode::Adaptive && self.events.arm_before_sleep(cq, true)? => {
+                None if mode == WaitMode::Adaptive && self.lane.events.arm_before_sleep(cq, true)? => {
                     ready(self.poll_completions(out))
                 }
                 found => Ok(found),
@@ -667,9 +769,9 @@ impl Transport for VerbsTransport {
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
-        let mut polling = lock(&self.polling);
+        let mut polling = lock(&self.lane.polling);
         let want = out.len().min(polling.wcs.len());
-        let found = self.qp.recv_cq().poll(&mut polling.wcs[..want])?;
+        let found = self.lane.qp.recv_cq().poll(&mut polling.wcs[..want])?;
         let region = match self.exposed.get().map(Vec::as_slice) {
             Some([only]) => RegionId(*only),
             _ => UNKNOWN_REGION,
@@ -678,14 +780,14 @@ impl Transport for VerbsTransport {
         for index in 0..found {
             let wc = polling.wcs[index];
             if wc.status != ibv::ibv_wc_status::IBV_WC_SUCCESS {
-                self.events.fail(format!("receive failed with ibv_wc_status {}", wc.status));
+                self.lane.events.fail(format!("receive failed with ibv_wc_status {}", wc.status));
                 continue;
             }
             // SAFETY: the union holds the immediate for RECV_RDMA_WITH_IMM completions.
             let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
             out[ready] = Arrival { imm, region, len: u64::from(wc.byte_len) };
             ready += 1;
-            self.qp.post_receive()?;
+            self.lane.qp.post_receive()?;
         }
         if ready == 0 {
             self.watch_peer(&mut polling);
@@ -700,11 +802,11 @@ impl Transport for VerbsTransport {
         if out.is_empty() {
             return Ok(0);
         }
-        let mode = self.events.wait_mode.get();
-        let cq = self.qp.recv_cq();
-        wait(&self.events.arrivals, mode, deadline, "verbs arrivals", || {
+        let mode = self.lane.events.wait_mode.get();
+        let cq = self.lane.qp.recv_cq();
+        wait(&self.lane.events.arrivals, mode, deadline, "verbs arrivals", || {
             match ready(self.poll_arrivals(out))? {
-                None if mode == WaitMode::Adaptive && self.events.arm_before_sleep(cq, false)? => {
+                None if mode == WaitMode::Adaptive && self.lane.events.arm_before_sleep(cq, false)? => {
                     ready(self.poll_arrivals(out))
                 }
                 found => Ok(found),
@@ -716,6 +818,8 @@ impl Transport for VerbsTransport {
 
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
+        // Out of the lane list first: no other lane's look holds this lane from here on.
+        lock(&self.lanes).retain(|lane| !std::ptr::eq(lane.as_ptr(), Arc::as_ptr(&self.lane)));
         if let Some(stream) = self.oob.get() {
             say_goodbye(stream);
         }

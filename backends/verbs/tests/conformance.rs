@@ -37,6 +37,10 @@ impl Backend for SoftRoce {
         }
     }
 
+    fn open_lane(&self, first: &VerbsTransport) -> Option<VerbsTransport> {
+        Some(first.open_lane().expect("another QP in the protection domain"))
+    }
+
     /// An emulated NIC in a VM moves about 20 MB/s.
     fn scale(&self) -> Scale {
         Scale { ladder_max_bytes: 4 << 20, long_transfer_bytes: 32 << 20, report_within_s: 20 }

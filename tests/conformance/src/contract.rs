@@ -856,6 +856,80 @@ fn engine_over<T: Transport + 'static>(
     (engine, peers)
 }
 
+/// Lanes of one connection share their regions and guard them across lanes (where the backend
+/// opens lanes): a region registered on the first lane is written through the second;
+/// releasing the source on the first lane while the second lane's writes from it are in
+/// flight is refused as busy, or returns once they have landed, never while they still read
+/// it; a target a live lane's peer may write cannot be released on any lane; and the regions
+/// outlive the lane that registered them.
+pub fn lanes_share_their_regions_and_guard_them_across_lanes<B: Backend>(s: &Subject<'_, B>) {
+    let _process = shared();
+    let len = s.backend.scale().ladder_max_bytes.clamp(1 << 20, 16 << 20);
+    let mut c = open_lanes(s.backend, 2, len);
+    if c.senders.len() < 2 {
+        return; // one lane per connection: nothing is shared
+    }
+    let data = random_bytes(len as usize, 31);
+    c.senders[0].write_region(c.source.id, 0, &data).expect("fill the source on the first lane");
+    let (blocks, remote) = (16u64, c.remote[0]);
+    let block = len / blocks;
+    let ops: Vec<WriteOp> = (0..blocks)
+        .map(|i| WriteOp {
+            wr_id: i,
+            local: c.source.id,
+            local_offset: i * block,
+            remote: remote.id,
+            remote_offset: i * block,
+            len: block,
+            signalled: i + 1 == blocks,
+            imm: None,
+        })
+        .collect();
+    c.senders[1].post_writes(&ops).expect("post on the second lane");
+    let mut completions = [Completion::EMPTY; 1];
+    match c.senders[0].deregister(c.source.id) {
+        Ok(()) => {
+            let landed = read_all(&*c.receivers[0], c.target.id, len);
+            assert!(
+                first_mismatch(&landed, &data).is_none(),
+                "the source was released on one lane while another lane's writes still read it"
+            );
+            block_on(c.senders[1].wait_completions(&mut completions, deadline(60))).expect("completion");
+        }
+        Err(TransportError::RegionBusy { .. }) => {
+            block_on(c.senders[1].wait_completions(&mut completions, deadline(60))).expect("completion");
+            c.senders[0].deregister(c.source.id).expect("released once the other lane's writes completed");
+        }
+        Err(other) => panic!("releasing a source another lane reads: {other}"),
+    }
+    assert_eq!(completions[0].status, rdma_hint_core::CompletionStatus::Success, "{:?}", completions[0]);
+    let landed = read_all(&*c.receivers[1], c.target.id, len);
+    assert!(first_mismatch(&landed, &data).is_none(), "the second lane's writes landed");
+    for receiver in &c.receivers {
+        let refused = receiver.deregister(c.target.id);
+        assert!(
+            matches!(refused, Err(TransportError::RegionBusy { .. })),
+            "exposed to live peers: {refused:?}"
+        );
+    }
+    // The first lanes go; the region they registered stays, guarded by the lane left.
+    drop((c.receivers.remove(0), c.senders.remove(0)));
+    let mut tail = [0u8; 64];
+    c.receivers[0].read_region(c.target.id, len - 64, &mut tail).expect("the region outlives its first lane");
+    assert_eq!(&tail[..], &data[data.len() - 64..]);
+    let refused = c.receivers[0].deregister(c.target.id);
+    assert!(
+        matches!(refused, Err(TransportError::RegionBusy { .. })),
+        "still exposed to a live peer: {refused:?}"
+    );
+}
+
+fn read_all<T: Transport + ?Sized>(transport: &T, region: RegionId, len: u64) -> Vec<u8> {
+    let mut landed = vec![0u8; len as usize];
+    transport.read_region(region, 0, &mut landed).expect("read the target");
+    landed
+}
+
 /// The engine keeps transfers of mixed sizes to two peers in flight at once, over two lanes
 /// each where the backend opens lanes: every transfer ends, every byte lands where its
 /// request said, every announced transfer arrives once.

@@ -71,6 +71,7 @@ macro_rules! suite {
                 garbage_hellos_are_typed_errors_and_the_listener_survives,
                 pre_shared_tokens_gate_the_handshake,
                 caller_memory_moves_in_place_and_comes_back_intact,
+                lanes_share_their_regions_and_guard_them_across_lanes,
                 the_engine_moves_mixed_transfers_to_two_peers_over_their_lanes,
                 the_engine_fails_transfers_to_a_peer_that_goes_away_in_time,
                 the_engine_packs_scattered_pages_at_the_hint,
