@@ -152,7 +152,7 @@ enum Command {
         peer: Option<std::net::SocketAddr>,
         /// Stripe each transfer over this many lanes (transports opened together, 1 to 16)
         /// through the transfer engine, in-process: the curve of a connection of N lanes
-        /// (staged shm and tcp open lanes). A curve over several lanes is not recorded.
+        /// (every backend opens lanes). A curve over several lanes is not recorded.
         #[arg(long, default_value = "1", conflicts_with = "peer", value_parser = clap::value_parser!(u16).range(1..=16))]
         lanes: u16,
         /// Loop back inside this process (the default).

@@ -94,10 +94,11 @@ pub(crate) fn ucx_transport(scope: &str) -> Result<SoftwareTransport, String> {
         facts,
         driver: format!("UCX {}", rdma_hint_ucx::version()),
         detail: Some(format!(
-            "UCX_TLS={scope}: UCX estimates {:.3} GB/s and {:.2} µs per message (ucp_ep_evaluate_perf at 64 KiB and 4 MiB); UCX lanes {}; one engine lane per connection; a request gathers up to {} local ranges (one put each){}",
+            "UCX_TLS={scope}: UCX estimates {:.3} GB/s and {:.2} µs per message (ucp_ep_evaluate_perf at 64 KiB and 4 MiB); UCX lanes {}; engine lanes: up to {} per connection (open_lanes: workers of one context over one registration); a request gathers up to {} local ranges (one put each){}",
             estimate.gbps,
             estimate.overhead_us,
             estimate.lanes,
+            rdma_hint_chunker::MAX_LANES,
             ucx.capabilities().max_sges,
             clamped.map(|note| format!("; {note}")).unwrap_or_default()
         )),

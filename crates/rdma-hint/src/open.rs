@@ -160,10 +160,10 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
 /// address). A listener given in `options` serves a single lane only: with two or more, each
 /// lane binds its own.
 ///
-/// One lane opens on every backend; more on the staged backend (`staged:shm`,
-/// `staged:tcp`: sockets or channels over one region table) and on UCX (workers of one
-/// context: on `ucx:tcp` a socket each), up to [`MAX_LANES`](crate::chunker::MAX_LANES);
-/// elsewhere (verbs) [`Error::Lanes`] says to open separate connections.
+/// Every backend opens lanes, up to [`MAX_LANES`](crate::chunker::MAX_LANES): the staged
+/// backend sockets or channels over one region table, UCX workers of one context (on
+/// `ucx:tcp` a socket each), verbs QPs in one protection domain over the same MRs. Zero
+/// lanes, or more than that, is [`Error::Lanes`].
 ///
 /// ```
 /// use rdma_hint::{open_lanes, MemoryKind, OpenOptions, Transport, TransportId};
@@ -210,9 +210,20 @@ pub fn open_lanes(
             }
             Ok(opened)
         }
+        #[cfg(feature = "verbs")]
+        TransportId::Verbs(device) => {
+            let options = OpenOptions { listener: None, ..options.clone() };
+            let first = Arc::new(verbs_transport(id, device, &options)?);
+            first.set_wait_mode(options.wait_mode);
+            let mut opened: Vec<Arc<dyn Transport>> = vec![first.clone()];
+            for _ in 1..lanes {
+                opened.push(Arc::new(first.open_lane().map_err(unavailable(id))?));
+            }
+            Ok(opened)
+        }
         other => {
             compiled_in(other)?;
-            Err(refuse("this backend opens one lane per connection: open separate connections, or use staged:shm, staged:tcp or a ucx transport".into()))
+            Err(refuse("this transport opens one lane per connection: open separate connections".into()))
         }
     }
 }
@@ -268,10 +279,19 @@ fn ucx_transport(id: &TransportId, options: &OpenOptions) -> Result<rdma_hint_uc
 
 #[cfg(feature = "verbs")]
 fn open_verbs(id: &TransportId, device: &str, options: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
+    Ok(Box::new(verbs_transport(id, device, options)?))
+}
+
+#[cfg(feature = "verbs")]
+fn verbs_transport(
+    id: &TransportId,
+    device: &str,
+    options: &OpenOptions,
+) -> Result<rdma_hint_verbs::VerbsTransport, Error> {
     use rdma_hint_verbs::VerbsTransport;
     let transport = VerbsTransport::open(Some(device)).map_err(unavailable(id))?;
     let transport = capped(transport, options, VerbsTransport::with_memory_cap);
-    Ok(Box::new(gated(transport, options)?))
+    gated(transport, options)
 }
 
 /// `transport` with the memory cap of `options` applied, if it sets one.
