@@ -68,6 +68,18 @@ impl Shared {
         self.engine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The engine, unless another thread holds it: a poster (whose post progresses and
+    /// harvests before it returns), the progress thread, or a wait driving progress. A look
+    /// that finds it taken reads the queues instead of waiting behind, say, a put of 1 MiB
+    /// that a shared-memory transport copies inside the call.
+    pub(crate) fn try_engine(&self) -> Option<std::sync::MutexGuard<'_, Engine>> {
+        match self.engine.try_lock() {
+            Ok(engine) => Some(engine),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Wakes the progress thread from its sleep on the event fd.
     pub(crate) fn wake(&self) {
         // SAFETY: ucp_worker_signal is safe from any thread in any thread mode (ucp.h); the
@@ -91,7 +103,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
             // the peer and gives UCX a pass every IDLE_POLL, never waiting for the lock, so
             // nothing stalls for a side that only posts or only polls.
             sleep_on(-1, oob_fd, IDLE_POLL);
-            if let Ok(mut engine) = shared.engine.try_lock() {
+            if let Some(mut engine) = shared.try_engine() {
                 engine.progress();
             }
             check_liveness(&shared);

@@ -219,7 +219,7 @@ impl UcxTransport {
                 return Ok(Some(ready));
             }
             // The progress thread may hold the engine; then it is making progress for us.
-            if let Ok(mut engine) = self.shared.engine.try_lock() {
+            if let Some(mut engine) = self.shared.try_engine() {
                 engine.progress_once();
             }
             match queue.try_drain(out) {
@@ -488,9 +488,10 @@ impl Transport for UcxTransport {
         if ready > 0 {
             return Ok(ready);
         }
-        let mut engine = self.shared.engine();
-        engine.progress();
-        drop(engine);
+        // Never behind another thread's post: see `Shared::try_engine`.
+        if let Some(mut engine) = self.shared.try_engine() {
+            engine.progress();
+        }
         let ready = completions.try_drain(out).unwrap_or(0);
         if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
             return Err(self.gone_error());
@@ -510,7 +511,7 @@ impl Transport for UcxTransport {
         let mut ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
         if ready == 0 {
             // Drive UCX once, unless the progress thread or a waiter is doing so right now.
-            if let Ok(mut engine) = self.shared.engine.try_lock() {
+            if let Some(mut engine) = self.shared.try_engine() {
                 engine.progress();
             }
             ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
