@@ -818,8 +818,6 @@ impl Transport for VerbsTransport {
 
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
-        // Out of the lane list first: no other lane's look holds this lane from here on.
-        lock(&self.lanes).retain(|lane| !std::ptr::eq(lane.as_ptr(), Arc::as_ptr(&self.lane)));
         if let Some(stream) = self.oob.get() {
             say_goodbye(stream);
         }
@@ -833,6 +831,12 @@ impl Drop for VerbsTransport {
         // the verbs objects here, in their declaration order. Dropping such a transport from
         // async code blocks that long.
         self.lending.wait_returned();
+        // The lane guards its regions for other lanes until its QP can neither read nor be
+        // written (ERR), and only then leaves the list.
+        if let Err(error) = self.lane.qp.to_error() {
+            tracing::debug!(%error, "verbs: cannot move the QP to ERR on drop");
+        }
+        lock(&self.lanes).retain(|lane| !std::ptr::eq(lane.as_ptr(), Arc::as_ptr(&self.lane)));
     }
 }
 
