@@ -189,43 +189,45 @@ pub fn open_lanes(
     if lanes == 1 {
         return Ok(vec![Arc::from(open(id, options)?)]);
     }
+    // A listener serves a single lane: with two or more, each lane binds its own.
+    let options = &OpenOptions { listener: None, ..options.clone() };
     match id {
         #[cfg(feature = "staged")]
         TransportId::Staged(channel) => {
-            let options = OpenOptions { listener: None, ..options.clone() };
-            let first = Arc::new(staged_transport(*channel, &options)?);
-            first.set_wait_mode(options.wait_mode);
-            let mut opened: Vec<Arc<dyn Transport>> = vec![first.clone()];
-            opened.extend((1..lanes).map(|_| Arc::new(first.open_lane()) as Arc<dyn Transport>));
-            Ok(opened)
+            lanes_of(staged_transport(*channel, options)?, options, lanes, |first| Ok(first.open_lane()))
         }
         #[cfg(feature = "ucx")]
-        TransportId::Ucx(_) => {
-            let options = OpenOptions { listener: None, ..options.clone() };
-            let first = Arc::new(ucx_transport(id, &options)?);
-            first.set_wait_mode(options.wait_mode);
-            let mut opened: Vec<Arc<dyn Transport>> = vec![first.clone()];
-            for _ in 1..lanes {
-                opened.push(Arc::new(first.open_lane().map_err(unavailable(id))?));
-            }
-            Ok(opened)
-        }
+        TransportId::Ucx(_) => lanes_of(ucx_transport(id, options)?, options, lanes, |first| {
+            first.open_lane().map_err(unavailable(id))
+        }),
         #[cfg(feature = "verbs")]
         TransportId::Verbs(device) => {
-            let options = OpenOptions { listener: None, ..options.clone() };
-            let first = Arc::new(verbs_transport(id, device, &options)?);
-            first.set_wait_mode(options.wait_mode);
-            let mut opened: Vec<Arc<dyn Transport>> = vec![first.clone()];
-            for _ in 1..lanes {
-                opened.push(Arc::new(first.open_lane().map_err(unavailable(id))?));
-            }
-            Ok(opened)
+            lanes_of(verbs_transport(id, device, options)?, options, lanes, |first| {
+                first.open_lane().map_err(unavailable(id))
+            })
         }
         other => {
             compiled_in(other)?;
             Err(refuse("this transport opens one lane per connection: open separate connections".into()))
         }
     }
+}
+
+/// `first` in the wait mode of `options`, and `lanes - 1` more lanes opened off it.
+#[cfg(any(feature = "staged", feature = "ucx", feature = "verbs"))]
+fn lanes_of<T: Transport + 'static>(
+    first: T,
+    options: &OpenOptions,
+    lanes: usize,
+    open_lane: impl Fn(&T) -> Result<T, Error>,
+) -> Result<Vec<Arc<dyn Transport>>, Error> {
+    first.set_wait_mode(options.wait_mode);
+    let mut opened = Vec::with_capacity(lanes);
+    for _ in 1..lanes {
+        opened.push(Arc::new(open_lane(&first)?) as Arc<dyn Transport>);
+    }
+    opened.insert(0, Arc::new(first));
+    Ok(opened)
 }
 
 /// [`Error::FeatureMissing`] naming the cargo feature when `id`'s backend is not compiled into
