@@ -38,7 +38,9 @@ pub(crate) struct Signals {
     pub(crate) arrivals: Mutex<Option<EventSender<Arrival>>>,
     /// Regions this side exposed: `(id, len)`, fixed at connect.
     pub(crate) exposed: OnceLock<Vec<(u32, u64)>>,
-    /// Set once the connection is gone, for lock-free checks by waiters.
+    /// Set once the connection is gone and every signalled op has its completion queued, for
+    /// lock-free checks by waiters: read it before draining, so an empty drain after it is
+    /// final.
     pub(crate) gone: AtomicBool,
 }
 
@@ -271,6 +273,9 @@ impl Engine {
                 self.unflushed = 0;
                 Ok(())
             }
+            // A slow peer (say, one whose worker is not progressing) is not a failed one: the
+            // puts stay counted, so the region stays busy, and the next release flushes again.
+            sys::UCS_INPROGRESS => Ok(()),
             status => {
                 self.fail(format!("flush before deregistering failed: {}", status_text(status)));
                 Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()))
@@ -532,8 +537,12 @@ impl Engine {
             tracing::warn!(why = %loss.why, "ucx: connection lost");
         }
         self.gone = Some(loss.why);
-        self.signals.gone.store(true, Ordering::Release);
         self.close();
+        // This side writes no more: the peer reads it off its socket at once, and may let go of
+        // the regions it exposed (it guards them until it sees this side stop).
+        if let Some(oob) = &self.oob {
+            let _ = oob.shutdown(std::net::Shutdown::Write);
+        }
         // The forced close ends every put: none reads its source any more.
         self.unflushed = 0;
         while let Some(batch) = self.batches.pop_front() {
@@ -553,6 +562,9 @@ impl Engine {
         }
         // Dropping the arrival sender wakes arrival waits; completion waits are woken here.
         self.signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).take();
+        // Only now: a poll that sees `gone` (and so answers PeerGone on an empty queue) finds
+        // every failed completion queued.
+        self.signals.gone.store(true, Ordering::Release);
         self.completions.wake();
     }
 

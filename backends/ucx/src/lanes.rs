@@ -6,23 +6,43 @@ use crate::region::Region;
 use crate::wire::MAX_REGIONS;
 use crate::worker::Context;
 use rdma_hint_core::RegionId;
+use rdma_hint_oob::peer_left;
 use rdma_hint_toolkit::RegionTable;
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 
 /// What the lanes of one connection share: the context their workers belong to, the regions
 /// mapped in it (one id, one memory handle, one packed rkey on every lane) and a view of each
 /// live lane, so a region is busy while a put of any lane may read it or the peer of any lane
-/// may write it.
+/// may write it. A lane that closed while its peer was live leaves its exposure behind: over
+/// shared memory the peer writes the regions directly, and keeps doing so until it has seen
+/// the goodbye.
 #[derive(Debug)]
 pub(crate) struct LaneGroup {
     pub(crate) regions: RwLock<RegionTable<Region>>,
     lanes: Mutex<Vec<Weak<Shared>>>,
+    left: Mutex<Vec<LeftLane>>,
     context: Arc<Context>,
+}
+
+/// What a closed lane leaves behind while its peer may still write: the regions its connect
+/// exposed, and its out-of-band socket, which tells when that peer has stopped.
+#[derive(Debug)]
+struct LeftLane {
+    exposed: Vec<RegionId>,
+    /// `None` when the socket could not be kept: the regions then stay guarded for as long
+    /// as the group lives.
+    oob: Option<TcpStream>,
 }
 
 impl LaneGroup {
     pub(crate) fn new(context: Arc<Context>) -> LaneGroup {
-        LaneGroup { regions: RwLock::new(RegionTable::new(MAX_REGIONS)), lanes: Mutex::default(), context }
+        LaneGroup {
+            regions: RwLock::new(RegionTable::new(MAX_REGIONS)),
+            lanes: Mutex::default(),
+            left: Mutex::default(),
+            context,
+        }
     }
 
     /// The context every lane's worker and every region belongs to.
@@ -42,25 +62,50 @@ impl LaneGroup {
     pub(crate) fn live(&self) -> Vec<Arc<Shared>> {
         self.lanes.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(Weak::upgrade).collect()
     }
+
+    /// `lane` closes: unless its peer has stopped already, the regions it exposed stay guarded
+    /// until the peer is seen to stop (its goodbye, or its socket closing).
+    pub(crate) fn leave(&self, lane: &Shared) {
+        let exposed = lane.exposure.regions();
+        if exposed.is_empty() || lane.peer_stopped() {
+            return;
+        }
+        let oob = lane.oob.get().and_then(|stream| match stream.try_clone() {
+            Ok(oob) => Some(oob),
+            Err(e) => {
+                tracing::warn!(error = %e, "ucx: a closing lane's regions stay guarded until the connection ends");
+                None
+            }
+        });
+        self.left.lock().unwrap_or_else(PoisonError::into_inner).push(LeftLane { exposed, oob });
+    }
+
+    /// Whether the peer of a closed lane may still write `region`.
+    fn left_peer_may_write(&self, region: RegionId) -> bool {
+        let mut left = self.left.lock().unwrap_or_else(PoisonError::into_inner);
+        left.retain(|lane| lane.oob.as_ref().is_none_or(|oob| peer_left(oob).is_none()));
+        left.iter().any(|lane| lane.exposed.contains(&region))
+    }
 }
 
 /// Every lane's engine, locked in the group's order; nothing posts while they are held.
 pub(crate) struct Locked<'a> {
+    group: &'a LaneGroup,
     lanes: &'a [Arc<Shared>],
     engines: Vec<MutexGuard<'a, Engine>>,
 }
 
 impl<'a> Locked<'a> {
-    pub(crate) fn lock(lanes: &'a [Arc<Shared>]) -> Locked<'a> {
-        Locked { lanes, engines: lanes.iter().map(|lane| lane.engine()).collect() }
+    pub(crate) fn lock(group: &'a LaneGroup, lanes: &'a [Arc<Shared>]) -> Locked<'a> {
+        Locked { group, lanes, engines: lanes.iter().map(|lane| lane.engine()).collect() }
     }
 
-    /// Whether the live peer of some lane may write `region` (its connect exposed it).
+    /// Whether the peer of some lane, open or closed, may write `region`: its connect exposed
+    /// it and the peer has not been seen to stop. A lane whose own side failed still counts
+    /// until then: its endpoint is closed, but a peer over shared memory writes without it.
     pub(crate) fn peer_may_write(&self, region: RegionId) -> bool {
-        self.lanes
-            .iter()
-            .zip(&self.engines)
-            .any(|(lane, engine)| lane.exposure.contains(region) && engine.gone().is_none())
+        self.lanes.iter().any(|lane| lane.exposure.contains(region) && !lane.peer_stopped())
+            || self.group.left_peer_may_write(region)
     }
 
     /// Flushes every lane's unsignalled puts out (bounded), so none reads a source any more.

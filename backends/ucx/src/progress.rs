@@ -80,6 +80,12 @@ impl Shared {
         }
     }
 
+    /// Whether the peer is seen to have stopped: it said goodbye (after flushing what it
+    /// sent), or its socket closed or failed. Before the handshake has a socket, it has not.
+    pub(crate) fn peer_stopped(&self) -> bool {
+        self.oob.get().is_some_and(|oob| peer_left(oob).is_some())
+    }
+
     /// Wakes the progress thread from its sleep on the event fd.
     pub(crate) fn wake(&self) {
         // SAFETY: ucp_worker_signal is safe from any thread in any thread mode (ucp.h); the

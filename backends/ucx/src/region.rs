@@ -26,8 +26,9 @@ pub(crate) struct Region {
 // caller memory, which the `CallerMemory` contract keeps mapped until the region is released);
 // every access goes through `copy_in`/`copy_out`, which bound-check and copy with raw pointers
 // (the same bytes may be written by the peer concurrently, as with any RDMA target). `memh` is
-// only passed to UCP calls on its context (created `mt_workers_shared`, so UCX serialises
-// them) or to puts of a lane under that lane's engine lock.
+// only passed to UCP calls on its context (created `mt_workers_shared`: UCX serialises them
+// when built multi-threaded, and a second lane opens only then, see `Context`) or to puts of a
+// lane under that lane's engine lock.
 unsafe impl Send for Region {}
 // SAFETY: see `Send`: shared access only copies bytes through raw pointers.
 unsafe impl Sync for Region {}

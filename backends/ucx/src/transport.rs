@@ -222,14 +222,36 @@ impl UcxTransport {
             if let Some(mut engine) = self.shared.try_engine() {
                 engine.progress_once();
             }
+            // Read before the drain: once `gone` is set, everything the connection will ever
+            // deliver is queued (see `Signals::gone`).
+            let gone = self.signals.gone.load(Ordering::Acquire);
             match queue.try_drain(out) {
-                Ok(0) | Err(_) if self.signals.gone.load(Ordering::Acquire) => Err(self.gone_error()),
+                Ok(0) if gone => Err(self.gone_error()),
                 Ok(0) => Ok(None),
                 Ok(ready) => Ok(Some(ready)),
                 Err(_) => Err(self.gone_error()),
             }
         })
         .await
+    }
+
+    /// What is in `queue` now, after one pass of progress unless another thread is driving
+    /// UCX (see `Shared::try_engine`): a poll never waits behind another thread's put.
+    fn poll_on<T>(&self, queue: &EventQueue<T>, out: &mut [T]) -> Result<usize, TransportError> {
+        let ready = queue.try_drain(out).unwrap_or(0);
+        if ready > 0 {
+            return Ok(ready);
+        }
+        if let Some(mut engine) = self.shared.try_engine() {
+            engine.progress();
+        }
+        // Read before the drain: once `gone` is set, everything is queued (`Signals::gone`).
+        let gone = self.signals.gone.load(Ordering::Acquire);
+        let ready = queue.try_drain(out).unwrap_or(0);
+        if ready == 0 && gone {
+            return Err(self.gone_error());
+        }
+        Ok(ready)
     }
 
     fn gone_error(&self) -> TransportError {
@@ -483,20 +505,7 @@ impl Transport for UcxTransport {
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        let completions = &self.shared.completions;
-        let ready = completions.try_drain(out).unwrap_or(0);
-        if ready > 0 {
-            return Ok(ready);
-        }
-        // Never behind another thread's post: see `Shared::try_engine`.
-        if let Some(mut engine) = self.shared.try_engine() {
-            engine.progress();
-        }
-        let ready = completions.try_drain(out).unwrap_or(0);
-        if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
-            return Err(self.gone_error());
-        }
-        Ok(ready)
+        self.poll_on(&self.shared.completions, out)
     }
 
     async fn wait_completions(
@@ -508,18 +517,7 @@ impl Transport for UcxTransport {
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
-        let mut ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
-        if ready == 0 {
-            // Drive UCX once, unless the progress thread or a waiter is doing so right now.
-            if let Some(mut engine) = self.shared.try_engine() {
-                engine.progress();
-            }
-            ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
-        }
-        if ready == 0 && self.signals.gone.load(Ordering::Acquire) {
-            return Err(self.gone_error());
-        }
-        Ok(ready)
+        self.poll_on(&self.shared.arrivals, out)
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
@@ -529,6 +527,8 @@ impl Transport for UcxTransport {
 
 impl Drop for UcxTransport {
     fn drop(&mut self) {
+        // The other lanes keep guarding what this one exposed until its peer has stopped.
+        self.group.leave(&self.shared);
         // Everything sent reaches the peer first, then the goodbye that says it ends here; a
         // peer that already left gets neither.
         if let Some(stream) = self.shared.oob.get() {
@@ -559,7 +559,7 @@ impl UcxTransport {
         exposed_too: bool,
     ) -> Result<(), TransportError> {
         let lanes = self.group.live();
-        let locked = Locked::lock(&lanes);
+        let locked = Locked::lock(&self.group, &lanes);
         if !exposed_too && locked.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
@@ -584,7 +584,7 @@ impl UcxTransport {
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
         let lanes = self.group.live();
-        let mut locked = Locked::lock(&lanes);
+        let mut locked = Locked::lock(&self.group, &lanes);
         if locked.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
@@ -636,3 +636,6 @@ fn attach(
     let _ = signals.exposed.set(exposed);
     Ok(lanes)
 }
+
+#[cfg(test)]
+mod tests;

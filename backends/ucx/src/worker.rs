@@ -14,15 +14,21 @@ pub(crate) const NOTICE_AM_ID: u32 = 7;
 /// the workers of one connection's lanes share it (and its regions).
 ///
 /// Created with `mt_workers_shared`: lanes drive their workers from different threads, and
-/// UCX then locks its context-wide state (memory maps, rkey packing) itself.
+/// UCX then locks its context-wide state (memory maps, rkey packing, worker creation) itself,
+/// provided it was built with multi-thread support; `thread_safe` says whether it was.
 #[derive(Debug)]
 pub(crate) struct Context {
     pub(crate) handle: sys::ucp_context_h,
+    /// UCX reports the context `UCS_THREAD_MODE_MULTI`: its context-wide calls are locked.
+    /// Without it only one worker (one lane) may use the context.
+    pub(crate) thread_safe: bool,
 }
 
-// SAFETY: the context was created with `mt_workers_shared` (UCX serialises its context-wide
-// calls); the handle is only destroyed in `Drop`, once every worker (each holds an `Arc` of
-// the context) and every region (the lane group holds one too) is gone.
+// SAFETY: the handle is only destroyed in `Drop`, once every worker (each holds an `Arc` of
+// the context) and every region (the lane group holds one too) is gone. Calls on it from
+// several threads happen only between the lanes of one connection, and a second lane is only
+// opened when `thread_safe` (UCX locks its context-wide calls); with one lane, the calls of
+// its application threads are serialised by the lane's region table and engine locks.
 unsafe impl Send for Context {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Context {}
@@ -96,11 +102,21 @@ impl Ucp {
         // SAFETY: the config is no longer needed whatever ucp_init returned.
         unsafe { sys::ucp_config_release(config) };
         setup(status, "ucp_init")?;
-        Ucp::on(Arc::new(Context { handle }), peer_failure_mode)
+        let mut attributes = sys::ucp_context_attr_t {
+            field_mask: u64::from(sys::UCP_ATTR_FIELD_THREAD_MODE),
+            ..Default::default()
+        };
+        // SAFETY: `handle` is the live context just created; `attributes` is valid for the call.
+        let status = unsafe { sys::ucp_context_query(handle, &mut attributes) };
+        let thread_safe = status == sys::UCS_OK && attributes.thread_mode == sys::UCS_THREAD_MODE_MULTI;
+        Ucp::on(Arc::new(Context { handle, thread_safe }), peer_failure_mode)
     }
 
-    /// Another worker of the same context, for another lane of the connection.
+    /// Another worker of the same context, for another lane of the connection. Refused when
+    /// UCX does not lock its context-wide calls (built without multi-thread support): lanes
+    /// drive their workers from different threads.
     pub(crate) fn another(&self) -> Result<Ucp, TransportError> {
+        lanes_allowed(self.context.thread_safe)?;
         Ucp::on(self.context.clone(), self.peer_failure_mode)
     }
 
@@ -275,9 +291,35 @@ impl Drop for Ucp {
     }
 }
 
+/// `Ok` when a context whose thread safety is `thread_safe` may carry a second worker.
+fn lanes_allowed(thread_safe: bool) -> Result<(), TransportError> {
+    if thread_safe {
+        return Ok(());
+    }
+    Err(unavailable(
+        "this UCX was built without multi-thread support, so its context-wide calls are not locked and \
+         lanes on several threads would race: use one lane per connection (or a UCX built with --enable-mt)"
+            .into(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::detects_peer_failure;
+    use super::{detects_peer_failure, lanes_allowed, Ucp};
+    use rdma_hint_core::TransportError;
+
+    #[test]
+    fn a_second_lane_needs_a_context_ucx_locks() {
+        assert!(lanes_allowed(true).is_ok());
+        let refused = lanes_allowed(false).unwrap_err();
+        assert!(
+            matches!(&refused, TransportError::Unavailable { reason, .. } if reason.contains("multi-thread")),
+            "{refused}"
+        );
+        // The system UCX is asked, not assumed: what it answers decides whether lanes open.
+        let first = Ucp::open(Some("self"), false).expect("a UCX context");
+        assert_eq!(first.another().is_ok(), first.context.thread_safe);
+    }
 
     #[test]
     fn peer_failure_mode_only_without_shared_memory() {

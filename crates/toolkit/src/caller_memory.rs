@@ -129,4 +129,9 @@ impl Exposure {
     pub fn contains(&self, region: RegionId) -> bool {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(&region)
     }
+
+    /// The regions exposed, in the order the connect named them.
+    pub fn regions(&self) -> Vec<RegionId> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
 }

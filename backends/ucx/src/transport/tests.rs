@@ -1,0 +1,169 @@
+//! Lanes across their edges, where only a stalled peer shows the hole: these tests hold a
+//! peer lane's engine lock (its worker makes no progress, and it cannot notice a goodbye),
+//! which no test from outside the crate can do. Real UCX on loopback throughout.
+
+use super::UcxTransport;
+use rdma_hint_core::{Completion, CompletionStatus, MemoryKind, PeerEndpoint, RegionId, RemoteRegion};
+use rdma_hint_core::{Transport, TransportError, WriteOp};
+use rdma_hint_toolkit::blocking::block_on;
+use std::time::{Duration, Instant};
+
+const TOKEN: &[u8] = b"rdma-hint ucx lane tests";
+
+fn open(tls: &str) -> UcxTransport {
+    assert!(std::env::var_os("UCX_NET_DEVICES").is_some(), "run the UCX tests with UCX_NET_DEVICES=lo");
+    UcxTransport::open(Some(tls)).expect("UCX").with_token(TOKEN).expect("token")
+}
+
+fn deadline(seconds: u64) -> Instant {
+    Instant::now() + Duration::from_secs(seconds)
+}
+
+/// Connects `dialer` to `listener`, which exposes `expose`; the dialer's view of them.
+fn connect(listener: &UcxTransport, dialer: &UcxTransport, expose: &[RegionId]) -> Vec<RemoteRegion> {
+    let address = listener.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+    std::thread::scope(|scope| {
+        let accepting = scope.spawn(|| {
+            block_on(listener.connect(PeerEndpoint::Listen(address), expose, deadline(20))).expect("accept")
+        });
+        let remote = block_on(dialer.connect(PeerEndpoint::Dial(address), &[], deadline(20))).expect("dial");
+        accepting.join().expect("accepting thread");
+        remote
+    })
+}
+
+/// Retries `attempt` until it is `Ok` or 20 s have passed.
+fn eventually<T>(mut attempt: impl FnMut() -> Result<T, TransportError>) -> T {
+    let until = deadline(20);
+    loop {
+        match attempt() {
+            Ok(value) => return value,
+            Err(e) if Instant::now() > until => panic!("still refused after 20 s: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// A lane closes while its peer, over shared memory, can still write the region that lane
+/// exposed (the peer has not seen the goodbye yet). Another lane of the same connection must
+/// not hand the region back until the peer is seen to stop.
+#[test]
+fn a_closed_lane_keeps_guarding_what_its_peer_may_still_write() {
+    let first_receiver = open("shm,self");
+    let target = first_receiver.register(MemoryKind::Host, 1 << 20).expect("target");
+    let second_receiver = first_receiver.open_lane().expect("lane");
+    let first_sender = open("shm,self");
+    let second_sender = first_sender.open_lane().expect("lane");
+    connect(&first_receiver, &first_sender, &[target.id]);
+    connect(&second_receiver, &second_sender, &[]);
+
+    // The first sender stalls: it cannot see the goodbye, and over shm could still write.
+    let stalled = first_sender.shared.engine();
+    drop(first_receiver);
+    let refused = second_receiver.deregister(target.id);
+    assert!(
+        matches!(refused, Err(TransportError::RegionBusy { .. })),
+        "released while the closed lane's peer may still write it: {refused:?}"
+    );
+    drop(stalled);
+    // Once that peer has seen the goodbye it stops, and says so on its socket.
+    eventually(|| second_receiver.deregister(target.id));
+}
+
+/// Releasing a region on one lane flushes every lane's unsignalled puts. A lane whose peer is
+/// slow (its worker stalled, the flush still running at its bound) is busy, not broken: the
+/// release is refused and the lane keeps working.
+#[test]
+fn a_slow_lane_is_busy_for_another_lanes_release_not_killed() {
+    const LEN: u64 = 32 << 20; // more than loopback's socket buffers hold
+    let first_sender = open("tcp,self");
+    let source = first_sender.register(MemoryKind::Host, LEN).expect("source");
+    let data = pattern(LEN as usize, 7);
+    first_sender.write_region(source.id, 0, &data).expect("fill");
+    let second_sender = first_sender.open_lane().expect("lane");
+    let first_receiver = open("tcp,self");
+    let target = first_receiver.register(MemoryKind::Host, LEN).expect("target");
+    let second_receiver = first_receiver.open_lane().expect("lane");
+    let remote = connect(&first_receiver, &first_sender, &[target.id]);
+    connect(&second_receiver, &second_sender, &[]);
+
+    let put = |wr_id, signalled| WriteOp {
+        wr_id,
+        local: source.id,
+        local_offset: 0,
+        remote: remote[0].id,
+        remote_offset: 0,
+        len: LEN,
+        signalled,
+        imm: None,
+    };
+    let stalled = first_receiver.shared.engine();
+    first_sender.post_writes(&[put(1, false)]).expect("post an unsignalled put");
+    let refused = second_sender.deregister(source.id);
+    assert!(
+        matches!(refused, Err(TransportError::RegionBusy { .. })),
+        "released while a put still reads it: {refused:?}"
+    );
+    drop(stalled);
+    assert!(first_sender.shared.engine().gone().is_none(), "the slow lane was killed");
+    first_sender.post_writes(&[put(2, true)]).expect("the slow lane still posts");
+    let mut completions = [Completion::EMPTY; 1];
+    block_on(first_sender.wait_completions(&mut completions, deadline(60))).expect("completion");
+    assert_eq!((completions[0].wr_id, completions[0].status), (2, CompletionStatus::Success));
+    let mut landed = vec![0u8; LEN as usize];
+    first_receiver.read_region(target.id, 0, &mut landed).expect("read");
+    assert!(landed == data, "the bytes that arrived differ");
+    eventually(|| second_sender.deregister(source.id));
+}
+
+/// A connection that fails with signalled writes in flight fails each of them, and a poll
+/// answers `PeerGone` only once they are all delivered: never in the moment between the engine
+/// marking itself gone and queuing the failed completions.
+#[test]
+fn every_signalled_write_completes_before_peer_gone() {
+    for round in 0..20 {
+        let sender = open("tcp,self");
+        let source = sender.register(MemoryKind::Host, 1 << 20).expect("source");
+        let receiver = open("tcp,self");
+        let target = receiver.register(MemoryKind::Host, 1 << 20).expect("target");
+        let remote = connect(&receiver, &sender, &[target.id]);
+        let stalled = receiver.shared.engine();
+        let ops: Vec<WriteOp> = (0..8)
+            .map(|wr_id| WriteOp {
+                wr_id,
+                local: source.id,
+                local_offset: 0,
+                remote: remote[0].id,
+                remote_offset: 0,
+                len: 1 << 20,
+                signalled: true,
+                imm: None,
+            })
+            .collect();
+        sender.post_writes(&ops).expect("post");
+        let mut seen = 0;
+        std::thread::scope(|scope| {
+            let polling = scope.spawn(|| {
+                let mut out = [Completion::EMPTY; 8];
+                let until = deadline(20);
+                loop {
+                    match sender.poll_completions(&mut out) {
+                        Ok(n) => seen += n,
+                        Err(TransportError::PeerGone(_)) => return,
+                        Err(e) => panic!("{e}"),
+                    }
+                    assert!(Instant::now() < until, "no PeerGone within 20 s");
+                }
+            });
+            // The receiver's process "vanishes": its socket closes under it.
+            receiver.shared.oob.get().expect("socket").shutdown(std::net::Shutdown::Both).expect("shutdown");
+            polling.join().expect("polling thread");
+        });
+        assert_eq!(seen, ops.len(), "round {round}: PeerGone before every signalled write completed");
+        drop(stalled);
+    }
+}
