@@ -14,7 +14,7 @@ use crate::status::{completion_code, status_text};
 use crate::transport::{MAX_SGES, MAX_WRS_PER_POST};
 use crate::worker::{Ucp, NOTICE_AM_ID};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError};
-use rdma_hint_oob::{peer_left, PeerLoss};
+use rdma_hint_oob::{peer_left, say_goodbye, PeerLoss};
 use rdma_hint_toolkit::gather::Pieces;
 use rdma_hint_toolkit::queue::EventSender;
 use rdma_hint_toolkit::region_table::RegionLen;
@@ -539,9 +539,15 @@ impl Engine {
         self.gone = Some(loss.why);
         self.close();
         // This side writes no more: the peer reads it off its socket at once, and may let go of
-        // the regions it exposed (it guards them until it sees this side stop).
+        // the regions it exposed (it guards them until it sees this side stop). A goodbye is
+        // answered with one (an EOF would read as a vanished process to a peer still looking);
+        // a failure closes the socket's write half.
         if let Some(oob) = &self.oob {
-            let _ = oob.shutdown(std::net::Shutdown::Write);
+            if loss.clean {
+                say_goodbye(oob);
+            } else {
+                let _ = oob.shutdown(std::net::Shutdown::Write);
+            }
         }
         // The forced close ends every put: none reads its source any more.
         self.unflushed = 0;
