@@ -155,12 +155,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         let mut floor = 0;
         for (&top, (inside, below, above)) in BINS.iter().zip(by_size) {
-            println!(
-                "{:>14} {}…{} KiB: {inside} inside, {below} below, {above} above",
-                "",
-                floor >> 10,
-                top >> 10
-            );
+            let range = match top {
+                u64::MAX => format!("{} KiB and more", floor >> 10),
+                top => format!("{}…{} KiB", floor >> 10, top >> 10),
+            };
+            println!("{:>14} {range}: {inside} inside, {below} below, {above} above", "");
             floor = top;
         }
     }

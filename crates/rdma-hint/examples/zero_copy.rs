@@ -13,7 +13,7 @@
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open, Arrival, BlockingTransport, CallerMemory, Device, OpenOptions,
-    PeerEndpoint, Transport, TransportError, TransportId, TransportSelector,
+    PeerEndpoint, Transport, TransportId, TransportSelector,
 };
 use std::time::{Duration, Instant};
 
@@ -101,7 +101,7 @@ fn gpu(id: &TransportId) -> Result<(), Box<dyn std::error::Error>> {
     let theirs: CudaSlice<u8> = loop {
         match receiver.release(target.id) {
             Ok(memory) => break memory.take().map_err(|_| "not the slice given")?,
-            Err(TransportError::RegionBusy { .. }) if Instant::now() < until => {
+            Err(rdma_hint::TransportError::RegionBusy { .. }) if Instant::now() < until => {
                 std::thread::sleep(Duration::from_millis(10))
             }
             Err(e) => return Err(e.into()),
