@@ -24,9 +24,13 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Bytes of a notice: imm u32 · region u32 · len u64 (little-endian).
 pub(crate) const NOTICE_BYTES: usize = 16;
+/// How long a closing lane keeps flushing what it sent before it closes by force (and the
+/// peer reads a failure, not a goodbye): a large put over TCP takes its time.
+const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 /// State UCX callbacks write into. They run inside `ucp_worker_progress` (engine lock held),
 /// so they only touch atomics and their own small locks.
@@ -491,34 +495,43 @@ impl Engine {
     }
 
     /// Flushes everything this side sent (the last notice included) to the peer, bounded; done
-    /// before the goodbye, so the goodbye cannot overtake the last notice.
-    pub(crate) fn drain(&mut self) {
+    /// before the goodbye, so the goodbye cannot overtake the last notice. `false` when
+    /// something is still in flight at the bound: the caller then closes by force.
+    #[must_use]
+    pub(crate) fn drain(&mut self) -> bool {
         if self.ep.is_null() || !self.posted_any || self.gone.is_some() {
-            return;
+            return true;
         }
         // Flush until nothing is left in flight (a notice send that finishes late included).
-        for _ in 0..3 {
+        let until = Instant::now() + FINAL_FLUSH_WAIT;
+        let mut flushed = false;
+        while !flushed {
             self.harvest();
             let param = sys::ucp_request_param_t::default();
             // SAFETY: `ep` is live; the request is finished (bounded) and freed by `finish`.
             let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
-            if self.ucp.finish(request, 10_000) == sys::UCS_INPROGRESS {
+            if self.ucp.finish(request, 10_000) != sys::UCS_INPROGRESS {
+                self.harvest();
+                // Unsignalled puts have no request of their own: a finished flush covered them.
+                flushed = self.batches.is_empty() && self.notice_sends.is_empty();
+            }
+            if !flushed && Instant::now() >= until {
                 tracing::warn!("ucx: the final flush did not finish in time");
                 break;
             }
-            self.harvest();
-            if self.batches.is_empty() && self.notice_sends.is_empty() {
-                break;
-            }
+        }
+        if flushed {
+            self.unflushed = 0;
         }
         // Flushed, or given up on: the close that follows does not wait again.
         self.posted_any = false;
+        flushed
     }
 
     /// Marks the connection gone: closes the endpoint by force, fails every signalled op not
     /// yet completed (nothing undelivered is reported delivered) and closes the arrival queue.
     pub(crate) fn fail(&mut self, why: String) {
-        self.lost(PeerLoss { why, clean: false });
+        self.lost(PeerLoss::failure(why));
     }
 
     /// Watches `oob` (the out-of-band socket) to tell a peer's goodbye from a failure.
@@ -581,7 +594,8 @@ impl Engine {
         if self.ep.is_null() {
             return;
         }
-        self.drain();
+        // Unflushed at the bound or not, the close below is forced: it ends every put.
+        let _ = self.drain();
         // A flush that failed inside `drain` has closed the endpoint already (`fail`).
         if self.ep.is_null() {
             return;

@@ -10,6 +10,12 @@ use rdma_hint_oob::peer_left;
 use rdma_hint_toolkit::RegionTable;
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+/// How long the last lane's drop waits for the peers of closed lanes to be seen to stop
+/// before it leaks what they may still write rather than free it under them. A live peer
+/// answers a goodbye at once (its progress thread sleeps on the socket).
+const PEER_STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// What the lanes of one connection share: the context their workers belong to, the regions
 /// mapped in it (one id, one memory handle, one packed rkey on every lane) and a view of each
@@ -35,6 +41,19 @@ struct LeftLane {
     oob: Option<TcpStream>,
 }
 
+impl LeftLane {
+    fn peer_may_write(&self) -> bool {
+        self.oob.as_ref().is_none_or(|oob| !peer_left(oob).is_some_and(|loss| loss.stopped))
+    }
+}
+
+/// The lanes of a group at one moment, with the group's membership held: no lane joins (and
+/// so none exposes a region or posts a put) until this is dropped.
+pub(crate) struct Members<'a> {
+    _joins: MutexGuard<'a, Vec<Weak<Shared>>>,
+    lanes: Vec<Arc<Shared>>,
+}
+
 impl LaneGroup {
     pub(crate) fn new(context: Arc<Context>) -> LaneGroup {
         LaneGroup {
@@ -50,6 +69,12 @@ impl LaneGroup {
         self.context.handle
     }
 
+    /// Whether UCX locks the context's own calls (memory maps, rkey packing); without it the
+    /// group has one lane, whose engine lock serialises them with its worker's progress.
+    pub(crate) fn thread_safe(&self) -> bool {
+        self.context.thread_safe
+    }
+
     /// Enters `lane` in the group.
     pub(crate) fn join(&self, lane: &Arc<Shared>) {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -57,10 +82,12 @@ impl LaneGroup {
         lanes.push(Arc::downgrade(lane));
     }
 
-    /// The lanes still open, in the order they joined: the order their engines are locked in,
-    /// so two lanes releasing regions at once cannot deadlock.
-    pub(crate) fn live(&self) -> Vec<Arc<Shared>> {
-        self.lanes.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(Weak::upgrade).collect()
+    /// The lanes still open, in the order they joined (the order their engines are locked in,
+    /// so two lanes releasing regions at once cannot deadlock), with joins held off.
+    pub(crate) fn members(&self) -> Members<'_> {
+        let joins = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        let lanes = joins.iter().filter_map(Weak::upgrade).collect();
+        Members { _joins: joins, lanes }
     }
 
     /// `lane` closes: unless its peer has stopped already, the regions it exposed stay guarded
@@ -83,12 +110,13 @@ impl LaneGroup {
     /// Whether the peer of a closed lane may still write `region`.
     fn left_peer_may_write(&self, region: RegionId) -> bool {
         let mut left = self.left.lock().unwrap_or_else(PoisonError::into_inner);
-        left.retain(|lane| lane.oob.as_ref().is_none_or(|oob| peer_left(oob).is_none()));
+        left.retain(LeftLane::peer_may_write);
         left.iter().any(|lane| lane.exposed.contains(&region))
     }
 }
 
-/// Every lane's engine, locked in the group's order; nothing posts while they are held.
+/// Every lane's engine, locked in the group's order; nothing posts while they are held, and
+/// no lane joins while the [`Members`] they come from live.
 pub(crate) struct Locked<'a> {
     group: &'a LaneGroup,
     lanes: &'a [Arc<Shared>],
@@ -96,7 +124,8 @@ pub(crate) struct Locked<'a> {
 }
 
 impl<'a> Locked<'a> {
-    pub(crate) fn lock(group: &'a LaneGroup, lanes: &'a [Arc<Shared>]) -> Locked<'a> {
+    pub(crate) fn lock(group: &'a LaneGroup, members: &'a Members<'a>) -> Locked<'a> {
+        let lanes = members.lanes.as_slice();
         Locked { group, lanes, engines: lanes.iter().map(|lane| lane.engine()).collect() }
     }
 
@@ -125,10 +154,39 @@ impl<'a> Locked<'a> {
 
 impl Drop for LaneGroup {
     fn drop(&mut self) {
-        // The last lane is gone: no put can read a region nor a peer write one.
+        // The last lane is gone: no put of ours reads a region any more, but the peer of a lane
+        // that closed may still write what that lane exposed until it has seen the goodbye.
+        let left = self.left.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let until = Instant::now() + PEER_STOP_WAIT;
+        loop {
+            left.retain(LeftLane::peer_may_write);
+            if left.is_empty() || Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let still_written: Vec<RegionId> =
+            left.iter().flat_map(|lane| lane.exposed.iter().copied()).collect();
         let table = self.regions.get_mut().unwrap_or_else(PoisonError::into_inner);
-        for region in table.drain() {
-            region.unmap(self.context.handle);
+        let regions: Vec<(RegionId, Region)> = table.drain().collect();
+        let mut leaked = 0usize;
+        for (id, region) in regions {
+            if still_written.contains(&id) {
+                // Freed memory the peer still writes would be heap corruption; leaked memory is
+                // bounded by the regions exposed to a peer that never said it stopped.
+                leaked += 1;
+                std::mem::forget(region);
+            } else {
+                region.unmap(self.context.handle);
+            }
+        }
+        if leaked > 0 {
+            tracing::warn!(
+                regions = leaked,
+                "ucx: a peer never said it stopped writing what was exposed to it; those regions are leaked, not freed"
+            );
+            // Cleaning the context up would free its memory maps under the peer as well.
+            std::mem::forget(self.context.clone());
         }
     }
 }

@@ -81,9 +81,10 @@ impl Shared {
     }
 
     /// Whether the peer is seen to have stopped: it said goodbye (after flushing what it
-    /// sent), or its socket closed or failed. Before the handshake has a socket, it has not.
+    /// sent), or its socket closed. Stray bytes or a failing socket do not say so. Before the
+    /// handshake has a socket, it has not.
     pub(crate) fn peer_stopped(&self) -> bool {
-        self.oob.get().is_some_and(|oob| peer_left(oob).is_some())
+        self.oob.get().is_some_and(|oob| peer_left(oob).is_some_and(|loss| loss.stopped))
     }
 
     /// Wakes the progress thread from its sleep on the event fd.

@@ -254,6 +254,13 @@ impl UcxTransport {
         Ok(ready)
     }
 
+    /// The lane's engine when UCX does not lock the context's own calls (a memory map, an
+    /// rkey pack): holding it keeps the lane's worker from progressing beside them. With
+    /// locking, `None`: lanes register while others progress.
+    fn serialise_context_calls(&self) -> Option<std::sync::MutexGuard<'_, Engine>> {
+        (!self.group.thread_safe()).then(|| self.shared.engine())
+    }
+
     fn gone_error(&self) -> TransportError {
         let engine = self.shared.engine();
         TransportError::PeerGone(engine.gone().unwrap_or("the connection is closed").to_string())
@@ -400,6 +407,7 @@ impl Transport for UcxTransport {
             // Debian's UCX is built without CUDA: GPU memory goes through the staged backend.
             return Err(TransportError::UnsupportedMemory { kind });
         }
+        let _serial = self.serialise_context_calls();
         let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         let id = table.insert_with(len, || Region::map(self.group.context(), len))?;
         Ok(LocalRegion { id, kind, len })
@@ -412,6 +420,7 @@ impl Transport for UcxTransport {
     fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
         let memory = admit(memory, &self.caps.caller_memory)?;
         let (kind, len) = (memory.kind(), memory.len());
+        let _serial = self.serialise_context_calls();
         let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         let id = table.insert_caller(memory, |memory| Region::map_caller(self.group.context(), memory))?;
         Ok(LocalRegion { id, kind, len })
@@ -527,14 +536,25 @@ impl Transport for UcxTransport {
 
 impl Drop for UcxTransport {
     fn drop(&mut self) {
-        // The other lanes keep guarding what this one exposed until its peer has stopped.
+        // The other lanes (and the group's drop) keep guarding what this one exposed until its
+        // peer has stopped.
         self.group.leave(&self.shared);
-        // Everything sent reaches the peer first, then the goodbye that says it ends here; a
-        // peer that already left gets neither.
+        // Everything sent reaches the peer first, then the goodbye that says it ends here: a
+        // goodbye promises the peer that nothing of ours lands any more. A flush that does not
+        // finish closes the endpoint by force instead (its puts end), and the peer reads a
+        // failure. A peer's goodbye is answered with ours.
         if let Some(stream) = self.shared.oob.get() {
-            if peer_left(stream).is_none() {
-                self.shared.engine().drain();
-                say_goodbye(stream);
+            match peer_left(stream) {
+                None => {
+                    let mut engine = self.shared.engine();
+                    if engine.drain() {
+                        say_goodbye(stream);
+                    } else {
+                        engine.fail("the final flush did not finish in time".into());
+                    }
+                }
+                Some(loss) if loss.clean => say_goodbye(stream),
+                Some(_) => {}
             }
         }
         self.shared.stop.store(true, Ordering::Release);
@@ -544,6 +564,11 @@ impl Drop for UcxTransport {
             let _ = handle.join();
         }
         self.shared.engine().shutdown();
+        // Whatever the progress thread saw or missed before it stopped, the peer now reads this
+        // side's end (after any goodbye) even while a closed lane keeps the socket open.
+        if let Some(stream) = self.shared.oob.get() {
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        }
     }
 }
 
@@ -558,17 +583,19 @@ impl UcxTransport {
         access: &mut dyn FnMut(&mut [u8]),
         exposed_too: bool,
     ) -> Result<(), TransportError> {
-        let lanes = self.group.live();
-        let locked = Locked::lock(&self.group, &lanes);
+        let members = self.group.members();
+        let locked = Locked::lock(&self.group, &members);
         if !exposed_too && locked.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
         if locked.busy() {
             return Err(busy_in_flight(region));
         }
-        // Posts take the table's read lock: none starts while the bytes are lent.
+        // Posts and hellos take the table's read lock: none starts while the bytes are lent.
+        // Lanes may join again before `access` runs (which may open one itself).
         let table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         drop(locked);
+        drop(members);
         // SAFETY: no put of any lane is in flight (checked) and none can be posted while the
         // table is write-locked; no lane's peer can write the region (not exposed to a live
         // connection), or the caller of `access_region_unchecked` vouches that it does not.
@@ -583,8 +610,8 @@ impl UcxTransport {
         region: RegionId,
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
-        let lanes = self.group.live();
-        let mut locked = Locked::lock(&self.group, &lanes);
+        let members = self.group.members();
+        let mut locked = Locked::lock(&self.group, &members);
         if locked.peer_may_write(region) {
             return Err(busy_exposed(region));
         }
@@ -596,8 +623,10 @@ impl UcxTransport {
         let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         admit(table.get(region)?)?;
         let taken = table.remove(region)?;
-        drop(locked);
+        // Unmapped with every engine still held: on a context UCX does not lock, its only
+        // lane's progress must not run beside the unmap.
         taken.unmap(self.group.context());
+        drop(locked);
         Ok(taken)
     }
 }

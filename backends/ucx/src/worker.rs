@@ -13,9 +13,10 @@ pub(crate) const NOTICE_AM_ID: u32 = 7;
 /// A UCP context restricted to some transports: memory maps and packed rkeys live here, so
 /// the workers of one connection's lanes share it (and its regions).
 ///
-/// Created with `mt_workers_shared`: lanes drive their workers from different threads, and
-/// UCX then locks its context-wide state (memory maps, rkey packing, worker creation) itself,
-/// provided it was built with multi-thread support; `thread_safe` says whether it was.
+/// Created with `mt_workers_shared`: lanes drive their workers from different threads, which
+/// UCX documents as requiring its context to be thread safe; it is when UCX reports the
+/// context `UCS_THREAD_MODE_MULTI` (built with multi-thread support), and `thread_safe` says
+/// whether it does.
 #[derive(Debug)]
 pub(crate) struct Context {
     pub(crate) handle: sys::ucp_context_h,
@@ -27,8 +28,9 @@ pub(crate) struct Context {
 // SAFETY: the handle is only destroyed in `Drop`, once every worker (each holds an `Arc` of
 // the context) and every region (the lane group holds one too) is gone. Calls on it from
 // several threads happen only between the lanes of one connection, and a second lane is only
-// opened when `thread_safe` (UCX locks its context-wide calls); with one lane, the calls of
-// its application threads are serialised by the lane's region table and engine locks.
+// opened when `thread_safe` (UCX locks its context-wide calls); with one lane, a memory map or
+// unmap holds that lane's engine lock (as its worker's progress does), so no context call
+// runs beside the worker's.
 unsafe impl Send for Context {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Context {}

@@ -81,7 +81,7 @@ impl Events {
 
     /// Marks the connection gone and wakes every waiter.
     pub(crate) fn fail(&self, why: String) {
-        self.lost(PeerLoss { why, clean: false });
+        self.lost(PeerLoss::failure(why));
     }
 
     /// Marks the connection gone for `loss` (quietly when the peer said goodbye) and wakes

@@ -15,6 +15,17 @@ pub struct PeerLoss {
     pub why: String,
     /// The peer said [`GOODBYE`]: it closed on purpose, nothing went wrong.
     pub clean: bool,
+    /// The peer has stopped using the connection: it said goodbye or its socket closed. Stray
+    /// bytes or a failing socket end the connection too, but say nothing of what the peer's
+    /// process still does (over shared memory it may still write what was exposed to it).
+    pub stopped: bool,
+}
+
+impl PeerLoss {
+    /// A loss this side detected itself (a failed operation): nothing says the peer stopped.
+    pub fn failure(why: String) -> PeerLoss {
+        PeerLoss { why, clean: false, stopped: false }
+    }
 }
 
 /// Tells the peer this side closes on purpose. Best effort: a peer that already left, or a
@@ -27,14 +38,21 @@ pub fn say_goodbye(stream: &TcpStream) {
 /// goodbye, closed without one, sent bytes the protocol does not allow, or the socket failed.
 pub fn peer_left(stream: &TcpStream) -> Option<PeerLoss> {
     let mut byte = [0u8; 1];
-    let (why, clean) = match stream.peek(&mut byte) {
-        Ok(0) => ("the peer's process vanished (its socket closed without a goodbye)".to_string(), false),
-        Ok(_) if byte[0] == GOODBYE => ("the peer closed the connection".to_string(), true),
-        Ok(_) => ("the peer sent unexpected bytes on the out-of-band socket".to_string(), false),
+    let (why, clean, stopped) = match stream.peek(&mut byte) {
+        Ok(0) => {
+            ("the peer's process vanished (its socket closed without a goodbye)".to_string(), false, true)
+        }
+        Ok(_) if byte[0] == GOODBYE => ("the peer closed the connection".to_string(), true, true),
+        Ok(_) => ("the peer sent unexpected bytes on the out-of-band socket".to_string(), false, false),
         Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return None,
-        Err(e) => (format!("out-of-band socket failed: {e}"), false),
+        // A reset is the peer's kernel closing its socket (it closed with our bytes unread, or
+        // its process ended): it has stopped. Other errors say nothing of the peer.
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+            (format!("the peer's socket was reset: {e}"), false, true)
+        }
+        Err(e) => (format!("out-of-band socket failed: {e}"), false, false),
     };
-    Some(PeerLoss { why, clean })
+    Some(PeerLoss { why, clean, stopped })
 }
 
 #[cfg(test)]
@@ -57,17 +75,21 @@ mod tests {
         say_goodbye(&ours);
         drop(ours);
         std::thread::sleep(std::time::Duration::from_millis(20));
-        assert!(peer_left(&theirs).is_some_and(|loss| loss.clean));
+        assert!(peer_left(&theirs).is_some_and(|loss| loss.clean && loss.stopped));
 
         let (ours, theirs) = pair();
         drop(ours);
         std::thread::sleep(std::time::Duration::from_millis(20));
         let loss = peer_left(&theirs).unwrap();
-        assert!(!loss.clean && loss.why.contains("vanished"), "{loss:?}");
+        assert!(!loss.clean && loss.stopped && loss.why.contains("vanished"), "{loss:?}");
 
         let (mut ours, theirs) = pair();
         ours.write_all(b"x").unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
-        assert!(peer_left(&theirs).is_some_and(|loss| !loss.clean));
+        let loss = peer_left(&theirs).unwrap();
+        assert!(
+            !loss.clean && !loss.stopped,
+            "stray bytes say nothing of what the peer still does: {loss:?}"
+        );
     }
 }

@@ -163,10 +163,11 @@ impl<T> RegionTable<T> {
             .filter_map(|(index, slot)| slot.as_ref().map(|(region, _)| (RegionId(index as u32), region)))
     }
 
-    /// Unregisters every region, in id order.
-    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+    /// Unregisters every region, with its id, in id order.
+    pub fn drain(&mut self) -> impl Iterator<Item = (RegionId, T)> + '_ {
         self.held_bytes = 0;
-        self.slots.drain(..).flatten().map(|(region, _)| region)
+        (self.slots.drain(..).enumerate())
+            .filter_map(|(index, slot)| slot.map(|(region, _)| (RegionId(index as u32), region)))
     }
 }
 

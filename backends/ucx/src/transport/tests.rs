@@ -3,9 +3,12 @@
 //! which no test from outside the crate can do. Real UCX on loopback throughout.
 
 use super::UcxTransport;
+use rdma_hint_core::{CallerMemory, ForeignMemory, Transport, TransportError, WriteOp};
 use rdma_hint_core::{Completion, CompletionStatus, MemoryKind, PeerEndpoint, RegionId, RemoteRegion};
-use rdma_hint_core::{Transport, TransportError, WriteOp};
+use rdma_hint_oob::peer_left;
 use rdma_hint_toolkit::blocking::block_on;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TOKEN: &[u8] = b"rdma-hint ucx lane tests";
@@ -42,6 +45,111 @@ fn eventually<T>(mut attempt: impl FnMut() -> Result<T, TransportError>) -> T {
             Err(_) => std::thread::sleep(Duration::from_millis(2)),
         }
     }
+}
+
+/// Caller memory that records when it is freed.
+struct Watched {
+    _buffer: Vec<u8>,
+    freed: Arc<AtomicBool>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.freed.store(true, Ordering::SeqCst);
+    }
+}
+
+fn watched_memory(len: usize) -> (CallerMemory, Arc<AtomicBool>) {
+    let freed = Arc::new(AtomicBool::new(false));
+    let mut buffer = vec![0u8; len];
+    let memory = ForeignMemory::Host { address: buffer.as_mut_ptr() as usize, len: len as u64 };
+    // SAFETY: the Vec's heap bytes stay put while the box owns it; nothing else touches them.
+    let memory =
+        unsafe { CallerMemory::owned(memory, Box::new(Watched { _buffer: buffer, freed: freed.clone() })) };
+    (memory, freed)
+}
+
+/// A receiver of two lanes, the first exposing caller memory to a sender whose first lane
+/// stalls (it cannot see a goodbye, and over shm could still write); the receiver's lanes are
+/// then all dropped, the last on a thread of its own. Whether the memory was freed, `look`
+/// after that drop began, and after the stall ended and the drop returned.
+fn last_lane_dropped_under_a_stalled_peer(look: Duration) -> (bool, bool) {
+    let first_receiver = open("shm,self");
+    let (memory, freed) = watched_memory(64 << 10);
+    let target = first_receiver.register_memory(memory).expect("caller memory");
+    let second_receiver = first_receiver.open_lane().expect("lane");
+    let first_sender = open("shm,self");
+    let second_sender = first_sender.open_lane().expect("lane");
+    connect(&first_receiver, &first_sender, &[target.id]);
+    connect(&second_receiver, &second_sender, &[]);
+
+    let stalled = first_sender.shared.engine();
+    drop(first_receiver);
+    let dropping = std::thread::spawn(move || drop(second_receiver));
+    std::thread::sleep(look);
+    let freed_while_stalled = freed.load(Ordering::SeqCst);
+    drop(stalled);
+    dropping.join().expect("dropping thread");
+    (freed_while_stalled, freed.load(Ordering::SeqCst))
+}
+
+/// The last lane going must not free what the peer of a closed lane may still write: the
+/// drop waits until that peer is seen to stop, and frees the memory then.
+#[test]
+fn the_last_lane_frees_what_a_peer_may_write_only_once_it_stopped() {
+    let (freed_while_stalled, freed_at_the_end) =
+        last_lane_dropped_under_a_stalled_peer(Duration::from_millis(300));
+    assert!(!freed_while_stalled, "caller memory freed while a peer over shm may still write it");
+    assert!(freed_at_the_end, "the memory was not freed once the peer had stopped");
+}
+
+/// A peer that never says it stopped within the drop's bound leaves the memory leaked, not
+/// freed under it.
+#[test]
+fn the_last_lane_leaks_what_a_peer_that_never_stops_may_write() {
+    let (freed_while_stalled, freed_at_the_end) =
+        last_lane_dropped_under_a_stalled_peer(Duration::from_secs(3));
+    assert!(!freed_while_stalled && !freed_at_the_end, "caller memory freed while a peer may still write it");
+}
+
+/// A lane that closes with a put its flush cannot finish must not say goodbye (which promises
+/// the peer nothing of this side lands any more): its endpoint closes by force and the peer
+/// reads a failure.
+#[test]
+fn an_unfinished_final_flush_is_not_a_goodbye() {
+    const LEN: u64 = 32 << 20; // more than loopback's socket buffers hold
+    let sender = open("tcp,self");
+    let source = sender.register(MemoryKind::Host, LEN).expect("source");
+    let receiver = open("tcp,self");
+    let target = receiver.register(MemoryKind::Host, LEN).expect("target");
+    let remote = connect(&receiver, &sender, &[target.id]);
+    let mut stalled = receiver.shared.engine();
+    let put = WriteOp {
+        wr_id: 1,
+        local: source.id,
+        local_offset: 0,
+        remote: remote[0].id,
+        remote_offset: 0,
+        len: LEN,
+        signalled: false,
+        imm: None,
+    };
+    sender.post_writes(&[put]).expect("post");
+    drop(sender);
+    let until = deadline(20);
+    let loss = loop {
+        if let Some(loss) = peer_left(receiver.shared.oob.get().expect("socket")) {
+            break loss;
+        }
+        assert!(Instant::now() < until, "the sender's end never showed");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    // The rest of the put must not be taken in: Debian's UCX (1.13) aborts the process when a
+    // software put arrives whose acknowledgement can no longer be sent (`ucp_request_try_send`
+    // treats the failed endpoint's error as fatal).
+    stalled.fail("the test closes the receiver".into());
+    drop(stalled);
+    assert!(!loss.clean, "a goodbye although the put was still in flight: {loss:?}");
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
