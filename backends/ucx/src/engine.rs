@@ -507,13 +507,27 @@ impl Engine {
         let mut flushed = false;
         while !flushed {
             self.harvest();
+            // A harvest that found the connection failed has closed the endpoint (`fail`).
+            if self.ep.is_null() || self.gone.is_some() {
+                self.posted_any = false;
+                return false;
+            }
             let param = sys::ucp_request_param_t::default();
-            // SAFETY: `ep` is live; the request is finished (bounded) and freed by `finish`.
+            // SAFETY: `ep` is live (checked above); the request is finished (bounded) and
+            // freed by `finish`.
             let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
-            if self.ucp.finish(request, 10_000) != sys::UCS_INPROGRESS {
-                self.harvest();
-                // Unsignalled puts have no request of their own: a finished flush covered them.
-                flushed = self.batches.is_empty() && self.notice_sends.is_empty();
+            match self.ucp.finish(request, 10_000) {
+                sys::UCS_OK => {
+                    self.harvest();
+                    // Unsignalled puts have no request of their own: a finished flush covered them.
+                    flushed = self.gone.is_none() && self.batches.is_empty() && self.notice_sends.is_empty();
+                }
+                sys::UCS_INPROGRESS => {}
+                status => {
+                    self.fail(format!("the final flush failed: {}", status_text(status)));
+                    self.posted_any = false;
+                    return false;
+                }
             }
             if !flushed && Instant::now() >= until {
                 tracing::warn!("ucx: the final flush did not finish in time");

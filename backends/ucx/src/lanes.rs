@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// How long the last lane's drop waits for the peers of closed lanes to be seen to stop
-/// before it leaks what they may still write rather than free it under them. A live peer
-/// answers a goodbye at once (its progress thread sleeps on the socket).
-const PEER_STOP_WAIT: Duration = Duration::from_secs(2);
+/// before it leaks what they may still write rather than free it under them. A peer answers
+/// a goodbye when its progress thread next looks at its socket, or once its own closing
+/// lane's final flush is done (bounded at 2 s): longer than that.
+const PEER_STOP_WAIT: Duration = Duration::from_secs(3);
 
 /// What the lanes of one connection share: the context their workers belong to, the regions
 /// mapped in it (one id, one memory handle, one packed rkey on every lane) and a view of each
@@ -28,6 +29,9 @@ pub(crate) struct LaneGroup {
     pub(crate) regions: RwLock<RegionTable<Region>>,
     lanes: Mutex<Vec<Weak<Shared>>>,
     left: Mutex<Vec<LeftLane>>,
+    /// The scope may carry shared memory, where a peer writes our regions itself; over TCP
+    /// alone its puts land only through our worker, so a closed lane guards nothing.
+    peer_writes_directly: bool,
     context: Arc<Context>,
 }
 
@@ -36,8 +40,8 @@ pub(crate) struct LaneGroup {
 #[derive(Debug)]
 struct LeftLane {
     exposed: Vec<RegionId>,
-    /// `None` when the socket could not be kept: the regions then stay guarded for as long
-    /// as the group lives.
+    /// `None` when the socket could not be kept: the regions then stay guarded while the
+    /// group lives, and are leaked, not freed, when it goes.
     oob: Option<TcpStream>,
 }
 
@@ -55,11 +59,12 @@ pub(crate) struct Members<'a> {
 }
 
 impl LaneGroup {
-    pub(crate) fn new(context: Arc<Context>) -> LaneGroup {
+    pub(crate) fn new(context: Arc<Context>, peer_writes_directly: bool) -> LaneGroup {
         LaneGroup {
             regions: RwLock::new(RegionTable::new(MAX_REGIONS)),
             lanes: Mutex::default(),
             left: Mutex::default(),
+            peer_writes_directly,
             context,
         }
     }
@@ -94,7 +99,9 @@ impl LaneGroup {
     /// until the peer is seen to stop (its goodbye, or its socket closing).
     pub(crate) fn leave(&self, lane: &Shared) {
         let exposed = lane.exposure.regions();
-        if exposed.is_empty() || lane.peer_stopped() {
+        // Until the lane is gone its worker may still land the peer's puts: it stays among
+        // the open lanes (and guards its exposure there) while its transport drops.
+        if !self.peer_writes_directly || exposed.is_empty() || lane.peer_stopped() {
             return;
         }
         let oob = lane.oob.get().and_then(|stream| match stream.try_clone() {

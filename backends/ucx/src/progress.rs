@@ -102,7 +102,7 @@ impl Shared {
 /// and arrivals it harvests wake the tasks waiting for them; waits drive progress themselves
 /// while they spin, so this thread carries the work once they sleep.
 pub(crate) fn run(shared: Arc<Shared>) {
-    let oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
+    let mut oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
     while !shared.stop.load(Ordering::Acquire) {
         if shared.busy_poll.load(Ordering::Relaxed) {
             // BusyPoll: the application's waits drive UCX. This thread does not sleep on the
@@ -113,7 +113,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
             if let Some(mut engine) = shared.try_engine() {
                 engine.progress();
             }
-            check_liveness(&shared);
+            if check_liveness(&shared) {
+                // The peer's last byte stays unread: polling the socket again would return at
+                // once, and this thread would spin.
+                oob_fd = -1;
+            }
             continue;
         }
         let (busy, armed, gone) = {
@@ -129,12 +133,16 @@ pub(crate) fn run(shared: Arc<Shared>) {
             sleep_on(shared.efd, oob_fd, timeout);
             check_liveness(&shared);
         } else {
+            // UCX has events pending: look again at once, and at the peer too, which a busy
+            // worker would otherwise never get to.
+            check_liveness(&shared);
             std::thread::yield_now();
         }
     }
 }
 
-fn check_liveness(shared: &Shared) {
+/// Ends the connection when the peer is seen to have left; whether it has.
+fn check_liveness(shared: &Shared) -> bool {
     if let Some(loss) = shared.oob.get().and_then(peer_left) {
         let mut engine = shared.engine();
         // Whatever the peer sent before leaving (a last notice) is taken in first.
@@ -143,7 +151,9 @@ fn check_liveness(shared: &Shared) {
         drop(engine);
         shared.completions.notifier().notify();
         shared.arrivals.notifier().notify();
+        return true;
     }
+    false
 }
 
 fn sleep_on(efd: RawFd, oob_fd: RawFd, timeout: Duration) {

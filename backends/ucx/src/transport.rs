@@ -113,7 +113,8 @@ impl UcxTransport {
         let id = TransportId::ucx_for_tls(scope)
             .map_err(|e| TransportError::InvalidArgument { what: "UCX_TLS", why: e.to_string() })?;
         let caps = capabilities(id, &estimate);
-        let group = Arc::new(LaneGroup::new(ucp.context.clone()));
+        let peer_writes_directly = !caps.facts.id.to_string().ends_with(":tcp");
+        let group = Arc::new(LaneGroup::new(ucp.context.clone(), peer_writes_directly));
         let transport = UcxTransport::lane(ucp, caps, estimate, group, Rendezvous::default())?;
         tracing::debug!(id = %transport.caps.facts.id, lanes = %transport.estimate.lanes, "ucx: opened");
         Ok(transport)
@@ -542,18 +543,18 @@ impl Drop for UcxTransport {
         // Everything sent reaches the peer first, then the goodbye that says it ends here: a
         // goodbye promises the peer that nothing of ours lands any more. A flush that does not
         // finish closes the endpoint by force instead (its puts end), and the peer reads a
-        // failure. A peer's goodbye is answered with ours.
+        // failure. A peer's goodbye is answered the same way.
         if let Some(stream) = self.shared.oob.get() {
+            let mut engine = self.shared.engine();
             match peer_left(stream) {
-                None => {
-                    let mut engine = self.shared.engine();
-                    if engine.drain() {
-                        say_goodbye(stream);
-                    } else {
-                        engine.fail("the final flush did not finish in time".into());
-                    }
-                }
-                Some(loss) if loss.clean => say_goodbye(stream),
+                None if engine.drain() => say_goodbye(stream),
+                None => engine.fail("the final flush did not finish in time".into()),
+                // Answered only once our own puts are flushed, like any goodbye.
+                Some(loss) if loss.clean && engine.drain() => say_goodbye(stream),
+                Some(loss) if loss.clean => engine.fail("the final flush did not finish in time".into()),
+                // Not closed by force here: UCX 1.13 can crash closing a TCP endpoint by force
+                // while the vanished peer's last bytes are still coming in; the close below
+                // takes them in first.
                 Some(_) => {}
             }
         }
@@ -592,7 +593,8 @@ impl UcxTransport {
             return Err(busy_in_flight(region));
         }
         // Posts and hellos take the table's read lock: none starts while the bytes are lent.
-        // Lanes may join again before `access` runs (which may open one itself).
+        // `access` must not call into the transport (a release or a new lane would wait for
+        // this lock, or for locks a release holds while it waits for this one).
         let table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         drop(locked);
         drop(members);

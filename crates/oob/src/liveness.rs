@@ -15,9 +15,9 @@ pub struct PeerLoss {
     pub why: String,
     /// The peer said [`GOODBYE`]: it closed on purpose, nothing went wrong.
     pub clean: bool,
-    /// The peer has stopped using the connection: it said goodbye or its socket closed. Stray
-    /// bytes or a failing socket end the connection too, but say nothing of what the peer's
-    /// process still does (over shared memory it may still write what was exposed to it).
+    /// The peer has stopped using the connection: it said goodbye, or its socket closed or
+    /// failed. Stray bytes end the connection too, but say nothing of what the peer's process
+    /// still does (over shared memory it may still write what was exposed to it).
     pub stopped: bool,
 }
 
@@ -46,11 +46,9 @@ pub fn peer_left(stream: &TcpStream) -> Option<PeerLoss> {
         Ok(_) => ("the peer sent unexpected bytes on the out-of-band socket".to_string(), false, false),
         Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return None,
         // A reset is the peer's kernel closing its socket (it closed with our bytes unread, or
-        // its process ended): it has stopped. Other errors say nothing of the peer.
-        Err(e) if e.kind() == ErrorKind::ConnectionReset => {
-            (format!("the peer's socket was reset: {e}"), false, true)
-        }
-        Err(e) => (format!("out-of-band socket failed: {e}"), false, false),
+        // its process ended). Any other error counts as a stop too: reading it clears it, and
+        // the next look at the socket (ours or a clone's) reads the end of the stream.
+        Err(e) => (format!("out-of-band socket failed: {e}"), false, true),
     };
     Some(PeerLoss { why, clean, stopped })
 }

@@ -72,8 +72,9 @@ fn watched_memory(len: usize) -> (CallerMemory, Arc<AtomicBool>) {
 /// A receiver of two lanes, the first exposing caller memory to a sender whose first lane
 /// stalls (it cannot see a goodbye, and over shm could still write); the receiver's lanes are
 /// then all dropped, the last on a thread of its own. Whether the memory was freed, `look`
-/// after that drop began, and after the stall ended and the drop returned.
-fn last_lane_dropped_under_a_stalled_peer(look: Duration) -> (bool, bool) {
+/// after that drop began, and after the stall ended and the drop returned; whether the drop
+/// had returned at the look.
+fn last_lane_dropped_under_a_stalled_peer(look: Duration) -> Dropped {
     let first_receiver = open("shm,self");
     let (memory, freed) = watched_memory(64 << 10);
     let target = first_receiver.register_memory(memory).expect("caller memory");
@@ -88,28 +89,38 @@ fn last_lane_dropped_under_a_stalled_peer(look: Duration) -> (bool, bool) {
     let dropping = std::thread::spawn(move || drop(second_receiver));
     std::thread::sleep(look);
     let freed_while_stalled = freed.load(Ordering::SeqCst);
+    let returned_while_stalled = dropping.is_finished();
     drop(stalled);
     dropping.join().expect("dropping thread");
-    (freed_while_stalled, freed.load(Ordering::SeqCst))
+    Dropped { freed_while_stalled, returned_while_stalled, freed_at_the_end: freed.load(Ordering::SeqCst) }
+}
+
+struct Dropped {
+    freed_while_stalled: bool,
+    returned_while_stalled: bool,
+    freed_at_the_end: bool,
 }
 
 /// The last lane going must not free what the peer of a closed lane may still write: the
 /// drop waits until that peer is seen to stop, and frees the memory then.
 #[test]
 fn the_last_lane_frees_what_a_peer_may_write_only_once_it_stopped() {
-    let (freed_while_stalled, freed_at_the_end) =
-        last_lane_dropped_under_a_stalled_peer(Duration::from_millis(300));
-    assert!(!freed_while_stalled, "caller memory freed while a peer over shm may still write it");
-    assert!(freed_at_the_end, "the memory was not freed once the peer had stopped");
+    let dropped = last_lane_dropped_under_a_stalled_peer(Duration::from_millis(300));
+    assert!(!dropped.freed_while_stalled, "caller memory freed while a peer over shm may still write it");
+    assert!(!dropped.returned_while_stalled, "the last lane's drop returned while its peer was stalled");
+    assert!(dropped.freed_at_the_end, "the memory was not freed once the peer had stopped");
 }
 
 /// A peer that never says it stopped within the drop's bound leaves the memory leaked, not
-/// freed under it.
+/// freed under it, and the drop returns at its bound.
 #[test]
 fn the_last_lane_leaks_what_a_peer_that_never_stops_may_write() {
-    let (freed_while_stalled, freed_at_the_end) =
-        last_lane_dropped_under_a_stalled_peer(Duration::from_secs(3));
-    assert!(!freed_while_stalled && !freed_at_the_end, "caller memory freed while a peer may still write it");
+    let dropped = last_lane_dropped_under_a_stalled_peer(Duration::from_secs(4));
+    assert!(dropped.returned_while_stalled, "the last lane's drop outwaited its bound");
+    assert!(
+        !dropped.freed_while_stalled && !dropped.freed_at_the_end,
+        "caller memory freed while a peer may still write it"
+    );
 }
 
 /// A lane that closes with a put its flush cannot finish must not say goodbye (which promises
@@ -274,4 +285,41 @@ fn every_signalled_write_completes_before_peer_gone() {
         assert_eq!(seen, ops.len(), "round {round}: PeerGone before every signalled write completed");
         drop(stalled);
     }
+}
+
+/// CPU time `transport`'s progress thread has used so far.
+fn progress_thread_cpu(transport: &UcxTransport) -> Duration {
+    use std::os::unix::thread::JoinHandleExt;
+    let progress = transport.progress.lock().unwrap();
+    let thread = progress.as_ref().expect("a progress thread").as_pthread_t();
+    let mut clock: libc::clockid_t = 0;
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: the thread is alive (joined only when the transport drops, which the borrow
+    // prevents); both out-pointers are valid.
+    let read = unsafe {
+        libc::pthread_getcpuclockid(thread, &mut clock) == 0 && libc::clock_gettime(clock, &mut now) == 0
+    };
+    assert!(read, "the progress thread's CPU clock");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// A `BusyPoll` transport whose peer has left keeps its progress thread asleep: the peer's
+/// last byte stays unread on the socket, and a thread that polled it again would spin.
+#[test]
+fn a_busy_poll_lane_whose_peer_left_does_not_spin() {
+    let receiver = open("tcp,self");
+    let target = receiver.register(MemoryKind::Host, 4096).expect("target");
+    let sender = open("tcp,self");
+    connect(&receiver, &sender, &[target.id]);
+    receiver.set_wait_mode(rdma_hint_core::WaitMode::BusyPoll);
+    drop(sender);
+    let until = deadline(20);
+    while receiver.shared.engine().gone().is_none() {
+        assert!(Instant::now() < until, "the peer's leaving was never noticed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (cpu, wall) = (progress_thread_cpu(&receiver), Instant::now());
+    std::thread::sleep(Duration::from_millis(500));
+    let share = (progress_thread_cpu(&receiver) - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
+    assert!(share < 0.3, "the idle transport's progress thread used {:.0} % of a core", share * 100.0);
 }
