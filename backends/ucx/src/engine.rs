@@ -504,13 +504,11 @@ impl Engine {
         }
         // Flush until nothing is left in flight (a notice send that finishes late included).
         let until = Instant::now() + FINAL_FLUSH_WAIT;
-        let mut flushed = false;
-        while !flushed {
+        let flushed = loop {
             self.harvest();
             // A harvest that found the connection failed has closed the endpoint (`fail`).
             if self.ep.is_null() || self.gone.is_some() {
-                self.posted_any = false;
-                return false;
+                break false;
             }
             let param = sys::ucp_request_param_t::default();
             // SAFETY: `ep` is live (checked above); the request is finished (bounded) and
@@ -520,20 +518,21 @@ impl Engine {
                 sys::UCS_OK => {
                     self.harvest();
                     // Unsignalled puts have no request of their own: a finished flush covered them.
-                    flushed = self.gone.is_none() && self.batches.is_empty() && self.notice_sends.is_empty();
+                    if self.gone.is_none() && self.batches.is_empty() && self.notice_sends.is_empty() {
+                        break true;
+                    }
                 }
                 sys::UCS_INPROGRESS => {}
                 status => {
                     self.fail(format!("the final flush failed: {}", status_text(status)));
-                    self.posted_any = false;
-                    return false;
+                    break false;
                 }
             }
-            if !flushed && Instant::now() >= until {
+            if Instant::now() >= until {
                 tracing::warn!("ucx: the final flush did not finish in time");
-                break;
+                break false;
             }
-        }
+        };
         if flushed {
             self.unflushed = 0;
         }

@@ -175,9 +175,8 @@ impl Drop for LaneGroup {
         let still_written: Vec<RegionId> =
             left.iter().flat_map(|lane| lane.exposed.iter().copied()).collect();
         let table = self.regions.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let regions: Vec<(RegionId, Region)> = table.drain().collect();
         let mut leaked = 0usize;
-        for (id, region) in regions {
+        for (id, region) in table.drain() {
             if still_written.contains(&id) {
                 // Freed memory the peer still writes would be heap corruption; leaked memory is
                 // bounded by the regions exposed to a peer that never said it stopped.

@@ -113,8 +113,7 @@ impl UcxTransport {
         let id = TransportId::ucx_for_tls(scope)
             .map_err(|e| TransportError::InvalidArgument { what: "UCX_TLS", why: e.to_string() })?;
         let caps = capabilities(id, &estimate);
-        let peer_writes_directly = !caps.facts.id.to_string().ends_with(":tcp");
-        let group = Arc::new(LaneGroup::new(ucp.context.clone(), peer_writes_directly));
+        let group = Arc::new(LaneGroup::new(ucp.context.clone(), !tcp_only(&caps.facts.id)));
         let transport = UcxTransport::lane(ucp, caps, estimate, group, Rendezvous::default())?;
         tracing::debug!(id = %transport.caps.facts.id, lanes = %transport.estimate.lanes, "ucx: opened");
         Ok(transport)
@@ -290,12 +289,18 @@ impl UcxTransport {
     }
 }
 
+/// Whether the scope is TCP alone (`ucx:tcp`): no shared memory, the kernel copies every byte
+/// on both sides and a peer's puts land only through our own worker.
+fn tcp_only(id: &TransportId) -> bool {
+    id.to_string().ends_with(":tcp")
+}
+
 fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
     // Caller memory is mapped in place: rdma-hint copies nothing. Over TCP the kernel copies
     // each byte on both sides; over shared memory UCX reaches memory it did not allocate with
     // one copy (CMA's `process_vm_writev`, or its own copy through the FIFO when CMA is
     // barred).
-    let medium_copies = if id.to_string().ends_with(":tcp") { 2 } else { 1 };
+    let medium_copies = if tcp_only(&id) { 2 } else { 1 };
     let caller_memory = vec![CallerMemoryPath {
         kind: MemoryKind::Host,
         send_copies: 0,
@@ -545,17 +550,15 @@ impl Drop for UcxTransport {
         // finish closes the endpoint by force instead (its puts end), and the peer reads a
         // failure. A peer's goodbye is answered the same way.
         if let Some(stream) = self.shared.oob.get() {
+            // A vanished peer gets nothing, and is not closed by force here: UCX 1.13 can crash
+            // closing a TCP endpoint by force while its last bytes are still coming in; the
+            // close below takes them in first.
+            let goodbye = peer_left(stream).is_none_or(|loss| loss.clean);
             let mut engine = self.shared.engine();
-            match peer_left(stream) {
-                None if engine.drain() => say_goodbye(stream),
-                None => engine.fail("the final flush did not finish in time".into()),
-                // Answered only once our own puts are flushed, like any goodbye.
-                Some(loss) if loss.clean && engine.drain() => say_goodbye(stream),
-                Some(loss) if loss.clean => engine.fail("the final flush did not finish in time".into()),
-                // Not closed by force here: UCX 1.13 can crash closing a TCP endpoint by force
-                // while the vanished peer's last bytes are still coming in; the close below
-                // takes them in first.
-                Some(_) => {}
+            if goodbye && engine.drain() {
+                say_goodbye(stream);
+            } else if goodbye {
+                engine.fail("the final flush did not finish in time".into());
             }
         }
         self.shared.stop.store(true, Ordering::Release);
