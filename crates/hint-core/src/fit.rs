@@ -313,6 +313,21 @@ impl Interval {
         Interval::between(values, tail, 1.0 - tail)
     }
 
+    /// Widened, where it must be, to hold `point`: a percentile interval of resampled fits
+    /// need not hold the fit of all the data, which is the figure it is reported beside.
+    ///
+    /// ```
+    /// use rdma_hint_core::fit::Interval;
+    /// let interval = Interval { low: 0.9, high: 1.2 }.including(0.85);
+    /// assert_eq!((interval.low, interval.high), (0.85, 1.2));
+    /// ```
+    pub fn including(self, point: f64) -> Interval {
+        if !point.is_finite() {
+            return self;
+        }
+        Interval { low: self.low.min(point), high: self.high.max(point) }
+    }
+
     /// The `low_quantile` and `high_quantile` (0…1) of `values`. `None` without finite values.
     pub fn between(values: &[f64], low_quantile: f64, high_quantile: f64) -> Option<Interval> {
         let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();

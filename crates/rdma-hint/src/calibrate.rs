@@ -500,8 +500,8 @@ pub fn calibrate(
                     .collect(),
             );
             let margins = Margins {
-                fixed_cost_us: spread.fixed_cost_us,
-                bandwidth_gbps: spread.bandwidth_gbps,
+                fixed_cost_us: spread.fixed_cost_us.including(fit.fixed_cost_us),
+                bandwidth_gbps: spread.bandwidth_gbps.including(fit.bandwidth_gbps),
                 block_bytes: blocks,
                 ladder: ladder_timings,
                 stream_ratio,
