@@ -314,9 +314,9 @@ const WARM_UP: Duration = Duration::from_millis(1000);
 /// later, whichever block came first), and a curve whose small blocks are measured cold
 /// puts the knee too far. A 250 ms warm-up left a sweep's 16 KiB at 0.75–0.94 of the plateau
 /// over six sweeps, 1 s at 0.89–0.94.
-fn warm_up(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64) -> Result<()> {
-    let mut mover = Mover::new(endpoints, args, block, align, &Marks::default())?;
-    let transfer = streamed(endpoints, args, block);
+fn warm_up(mover: &mut Mover, endpoints: &Endpoints, args: &SweepArgs, block: &Block) -> Result<()> {
+    mover.aim(args, block)?;
+    let transfer = streamed(endpoints, args, block.bytes);
     let started = Instant::now();
     while started.elapsed() < WARM_UP {
         mover.write(endpoints, args, transfer)?;
@@ -343,31 +343,42 @@ fn streamed<'a>(endpoints: &'a Endpoints, args: &SweepArgs, block: u64) -> Trans
     }
 }
 
+/// One block size of the sweep and the hints that sit at it.
+struct Block {
+    bytes: u64,
+    /// Its spec on the ladder (used unless a hint sits here).
+    spec: BlockSpec,
+    marks: Marks,
+}
+
 /// One transfer of `len` bytes, or one block of it: through the chunker over one lane, through
-/// the engine over several.
+/// the engine over several. One mover serves the whole sweep, aimed at each block in turn
+/// (engines on the same lanes would take each other's completions).
 enum Mover {
     Chunker(Chunker),
     Engine(Engine, PeerId),
 }
 
 impl Mover {
-    fn new(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: &Marks) -> Result<Mover> {
+    fn new(endpoints: &Endpoints) -> Result<Mover> {
         if endpoints.lanes.len() == 1 {
-            let mut chunker = Chunker::new(PostPolicy::default(), endpoints.sender.capabilities())?;
-            match &marks.hint {
-                // A hint is measured as the chunker takes it from an embedder.
-                Some(hint) => chunker.set_size_hint(hint)?,
-                None => chunker.set_hint(args.source, ladder_spec(block, align)?),
-            }
-            return Ok(Mover::Chunker(chunker));
+            return Ok(Mover::Chunker(Chunker::new(PostPolicy::default(), endpoints.sender.capabilities())?));
         }
         let engine = Engine::new(EngineConfig::default())?;
-        match &marks.hint {
-            Some(hint) => engine.set_size_hint(hint)?,
-            None => engine.set_hint(args.source, ladder_spec(block, align)?),
-        }
         let peer = engine.add_peer(endpoints.lanes.clone(), &[endpoints.remote])?;
         Ok(Mover::Engine(engine, peer))
+    }
+
+    /// Cuts the next transfers at `block`: in the first hint's own spec where a hint sits there
+    /// (a hint is measured as the chunker takes it from an embedder), else the ladder's.
+    fn aim(&mut self, args: &SweepArgs, block: &Block) -> Result<()> {
+        match (self, &block.marks.hint) {
+            (Mover::Chunker(chunker), Some(hint)) => chunker.set_size_hint(hint)?,
+            (Mover::Chunker(chunker), None) => chunker.set_hint(args.source, block.spec),
+            (Mover::Engine(engine, _), Some(hint)) => engine.set_size_hint(hint)?,
+            (Mover::Engine(engine, _), None) => engine.set_hint(args.source, block.spec),
+        }
+        Ok(())
     }
 
     /// Moves `transfer` (its first `len` bytes) and waits until it is delivered.
@@ -388,50 +399,91 @@ impl Mover {
     }
 }
 
-fn measure(endpoints: &Endpoints, args: &SweepArgs, block: u64, align: u64, marks: Marks) -> Result<Point> {
-    let mut mover = Mover::new(endpoints, args, block, align, &marks)?;
-    let transfer = streamed(endpoints, args, block);
-    let len = transfer.len;
-    // Warm-up, then timed iterations: average = all bytes / all time, median and peak of the
-    // iterations' rates.
-    mover.write(endpoints, args, transfer)?;
-    let (cpu_before, wall) = (CpuTime::now(), Instant::now());
-    let mut rates = Vec::with_capacity(args.iters as usize);
-    for _ in 0..args.iters {
-        let started = Instant::now();
-        mover.write(endpoints, args, transfer)?;
-        rates.push(len as f64 / started.elapsed().as_secs_f64() / 1e9);
-    }
-    let peak = rates.iter().copied().fold(0.0, f64::max);
-    let median_gbps = median(&mut rates).unwrap_or(f64::NAN);
-    let elapsed = wall.elapsed().as_secs_f64();
-    let cpu_util = CpuTime::now().utilisation_since(&cpu_before, elapsed).unwrap_or(f64::NAN);
-    let avg_gbps = len as f64 * f64::from(args.iters) / elapsed / 1e9;
+/// What one block size's timed transfers add up to over the rounds.
+#[derive(Debug, Clone, Default)]
+struct Tally {
+    /// Each transfer's rate, in GB/s.
+    rates: Vec<f64>,
+    wall_s: f64,
+    /// CPU seconds the process used during them (none where one interval could not be read).
+    cpu_s: Option<f64>,
+}
 
-    // Latency: one block at a time, signalled, as ib_write_lat does.
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let single = Transfer::new(&endpoints.source, &endpoints.remote, block);
-    for _ in 0..args.latency_samples {
-        let started = Instant::now();
-        mover.write(endpoints, args, single)?;
-        histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
+/// Times `args.iters` rounds of one streaming transfer of every block, then each block's
+/// single-block latency.
+///
+/// Rounds, not one block size after another: a busy spell of the machine (another tenant, a
+/// page reclaim) then slows one transfer of every size a little instead of every transfer of
+/// one size, and the per-size medians see it as the outlier it is. Measured one size after
+/// another, a 2-core machine's sweeps moved their knee from 8 KiB to 256 KiB between runs of
+/// one binary, and a run's own point at one block read 0.4–1.2 of the median curve. Rounds
+/// alternate their direction so a drift within one favours neither end of the curve.
+fn measure_curve(
+    mover: &mut Mover,
+    endpoints: &Endpoints,
+    args: &SweepArgs,
+    blocks: &[Block],
+    progress: &ProgressBar,
+) -> Result<Vec<Point>> {
+    let transfers: Vec<Transfer<'_>> = blocks.iter().map(|b| streamed(endpoints, args, b.bytes)).collect();
+    // Every size's first transfer is not timed: it pays for what the later ones find warm.
+    for (block, transfer) in blocks.iter().zip(&transfers) {
+        mover.aim(args, block)?;
+        mover.write(endpoints, args, *transfer)?;
     }
-    let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
-    let (p50_us, p99_us) = (us(0.5), us(0.99));
-    Ok(Point {
-        block_bytes: block,
-        avg_gbps,
-        median_gbps,
-        peak_gbps: peak,
-        p50_us,
-        p99_us,
-        p999_us: us(0.999),
-        max_us: histogram.max() as f64 / 1e3,
-        sharpness: if p50_us > 0.0 { p99_us / p50_us } else { f64::NAN },
-        cpu_util,
-        is_hint: marks.answered,
-        hints: marks.hints,
-    })
+    let mut tallies = vec![Tally { cpu_s: Some(0.0), ..Tally::default() }; blocks.len()];
+    for round in 0..args.iters {
+        progress.set_message(format!("round {} of {}", round + 1, args.iters));
+        for step in 0..blocks.len() {
+            let index = if round % 2 == 0 { step } else { blocks.len() - 1 - step };
+            mover.aim(args, &blocks[index])?;
+            let transfer = transfers[index];
+            let (cpu_before, started) = (CpuTime::now(), Instant::now());
+            mover.write(endpoints, args, transfer)?;
+            let wall_s = started.elapsed().as_secs_f64();
+            let cpu = CpuTime::now().utilisation_since(&cpu_before, wall_s);
+            let tally = &mut tallies[index];
+            tally.rates.push(transfer.len as f64 / wall_s / 1e9);
+            tally.wall_s += wall_s;
+            tally.cpu_s = tally.cpu_s.zip(cpu).map(|(sum, share)| sum + share * wall_s);
+        }
+        progress.inc(1);
+    }
+    progress.set_message("latency");
+    let mut points = Vec::with_capacity(blocks.len());
+    for ((block, transfer), mut tally) in blocks.iter().zip(&transfers).zip(tallies) {
+        mover.aim(args, block)?;
+        let peak = tally.rates.iter().copied().fold(0.0, f64::max);
+        let median_gbps = median(&mut tally.rates).unwrap_or(f64::NAN);
+        let avg_gbps = transfer.len as f64 * f64::from(args.iters) / tally.wall_s / 1e9;
+        let cpu_util =
+            tally.cpu_s.filter(|_| tally.wall_s > 0.0).map_or(f64::NAN, |cpu_s| cpu_s / tally.wall_s);
+        // Latency: one block at a time, signalled, as ib_write_lat does.
+        let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+        let single = Transfer::new(&endpoints.source, &endpoints.remote, block.bytes);
+        for _ in 0..args.latency_samples {
+            let started = Instant::now();
+            mover.write(endpoints, args, single)?;
+            histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
+        }
+        let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
+        let (p50_us, p99_us) = (us(0.5), us(0.99));
+        points.push(Point {
+            block_bytes: block.bytes,
+            avg_gbps,
+            median_gbps,
+            peak_gbps: peak,
+            p50_us,
+            p99_us,
+            p999_us: us(0.999),
+            max_us: histogram.max() as f64 / 1e3,
+            sharpness: if p50_us > 0.0 { p99_us / p50_us } else { f64::NAN },
+            cpu_util,
+            is_hint: block.marks.answered,
+            hints: block.marks.hints.clone(),
+        });
+    }
+    Ok(points)
 }
 
 /// Which hints sit at one block.
@@ -490,8 +542,12 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let region_bytes = args.transfer_bytes.max(largest);
     let endpoints = connect(args, region_bytes)?;
 
+    let blocks = blocks
+        .into_iter()
+        .map(|(bytes, marks)| Ok(Block { bytes, spec: ladder_spec(bytes, align)?, marks }))
+        .collect::<Result<Vec<Block>>>()?;
     let progress = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(blocks.len() as u64);
+        let bar = ProgressBar::new(u64::from(args.iters));
         if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
             bar.set_style(style);
         }
@@ -499,13 +555,12 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     } else {
         ProgressBar::hidden()
     };
-    warm_up(&endpoints, args, blocks.first().map_or(align, |b| b.0), align)?;
-    let mut points = Vec::with_capacity(blocks.len());
-    for (block, marks) in blocks {
-        progress.set_message(format_bytes(block));
-        points.push(measure(&endpoints, args, block, align, marks)?);
-        progress.inc(1);
+    let mut mover = Mover::new(&endpoints)?;
+    if let Some(first) = blocks.first() {
+        warm_up(&mut mover, &endpoints, args, first)?;
     }
+    let points = measure_curve(&mut mover, &endpoints, args, &blocks, &progress)?;
+    drop(mover);
     progress.finish_and_clear();
     if args.peer.is_some() {
         endpoints.tell_peer(SWEEP_FINISHED, args.source);

@@ -316,10 +316,29 @@ pub fn calibrate(
             budget_s
         )));
     }
-    let sizes: Vec<(u64, u64)> = ladder
+    let mut sizes: Vec<(u64, u64)> = ladder
         .iter()
         .map(|&block| (block, uniform.max(block * MIN_BLOCKS_PER_RUN).min(region) / block * block))
         .collect();
+    // The first rate is the warm-up's block's; smaller blocks can be far slower per byte (over
+    // a loaded loopback socket, 4 KiB streamed at 0.09 GB/s where 64 KiB ran at 1.2), and at
+    // the uniform length their rounds outlast the budget. A probe of MIN_BLOCKS_PER_RUN blocks
+    // per size tells; where the rounds would not fit the first rounds' share, the slowest
+    // sizes' transfers are cut to a common time (never below MIN_BLOCKS_PER_RUN blocks) and
+    // the rest keep the uniform length.
+    let mut per_block_s = Vec::with_capacity(sizes.len());
+    for &(block, _) in &sizes {
+        per_block_s.push(path.time(block, MIN_BLOCKS_PER_RUN * block)? / MIN_BLOCKS_PER_RUN as f64);
+    }
+    let estimates: Vec<f64> =
+        sizes.iter().zip(&per_block_s).map(|(&(block, len), s)| s * (len / block) as f64).collect();
+    let round_share_s = (budget_s * BASE_SHARE - started.elapsed().as_secs_f64()) / (MIN_ROUNDS + 1) as f64;
+    if let Some(cap_s) = time_cap(&estimates, round_share_s) {
+        for ((block, len), s) in sizes.iter_mut().zip(&per_block_s) {
+            let blocks = ((cap_s / s) as u64).max(MIN_BLOCKS_PER_RUN);
+            *len = (*len).min(blocks * *block);
+        }
+    }
     let mut samples: Vec<BlockSamples> = ladder
         .iter()
         .map(|&block_bytes| BlockSamples { block_bytes, seconds_per_block: Vec::new() })
@@ -587,6 +606,26 @@ pub fn calibrate(
     })
 }
 
+/// The time `cap` that cuts the longest of `estimates` (seconds) so that they add up to
+/// `total` (each becomes `min(estimate, cap)`); none when they fit already. A `total` too small
+/// for anything gives 0 (every transfer then takes its fewest blocks).
+fn time_cap(estimates: &[f64], total: f64) -> Option<f64> {
+    if estimates.iter().sum::<f64>() <= total {
+        return None;
+    }
+    let mut sorted = estimates.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mut left = total.max(0.0);
+    for (index, estimate) in sorted.iter().enumerate() {
+        let cap = left / (sorted.len() - index) as f64;
+        if cap <= *estimate {
+            return Some(cap);
+        }
+        left -= estimate;
+    }
+    None
+}
+
 /// The connected pair calibration times transfers on.
 struct Ladder<'a> {
     transport: &'a dyn Transport,
@@ -746,4 +785,23 @@ pub fn calibrate_loopback(
         ))));
     }
     Ok(calibration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_cap;
+
+    #[test]
+    fn only_the_slowest_transfers_are_cut_and_the_rest_keep_their_length() {
+        assert_eq!(time_cap(&[1.0, 2.0, 3.0], 6.0), None, "they fit");
+        // 1 + 3 × cap = 5: the 2 s one is cut too, to the slow ones' share.
+        let cap = time_cap(&[1.0, 2.0, 30.0, 40.0], 5.0).unwrap();
+        assert!((cap - 4.0 / 3.0).abs() < 1e-12, "{cap}");
+        // 1 + 2 + 2 × cap = 9: the two fast ones keep their time.
+        assert_eq!(time_cap(&[1.0, 2.0, 30.0, 40.0], 9.0), Some(3.0));
+        let cap = time_cap(&[0.5, 0.6, 12.0], 2.0).unwrap();
+        assert!((cap - 0.9).abs() < 1e-12, "{cap}");
+        assert_eq!(time_cap(&[1.0, 1.0], 1.0), Some(0.5), "equal ones are cut alike");
+        assert_eq!(time_cap(&[1.0, 2.0], -1.0), Some(0.0), "no time left: the fewest blocks");
+    }
 }

@@ -1,15 +1,19 @@
 //! The first hint of a process, asked by 16 tokio tasks on 2 workers right before their
 //! transfers: discovery (sysfs, and the CUDA driver's start where there is one) runs off the
 //! executor (`rdma_hint::hint(..).await`), so a 1 ms ticker on the same runtime stays within
-//! 50 ms of the same ticker on a runtime of its own. Alone in its file: the process must not
-//! have discovered the machine before. `RDMA_HINT_EMBEDDER_SYNC_HINT=1` asks the blocking
-//! `get_low_latency_rdma_size_hint_with` instead, for the comparison (reported, not asserted).
+//! 20 ms of the same ticker on a runtime of its own while the hints are asked. The transfers
+//! that follow load both cores with 16 pairs' threads and are not what is judged (a full test
+//! run once saw 57 ms there from preemption alone). On the 2-core machine the blocking hint
+//! holds the ticker 34-38 ms against 4-5 ms on its own runtime, the async one 2.6-2.7 ms.
+//! Alone in its file: the process must not have discovered the machine before.
+//! `RDMA_HINT_EMBEDDER_SYNC_HINT=1` asks the blocking `get_low_latency_rdma_size_hint_with`
+//! instead, for the comparison (reported, not asserted).
 
 mod common;
 use common::tick;
 use rdma_hint::{get_low_latency_rdma_size_hint_with, hint, Device, TransportSelector};
 use rdma_hint_embedder::{ids, Pair};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +28,9 @@ fn the_first_hint_is_discovered_off_the_executor() {
     let id = ids().into_iter().next().expect("a transport this build runs");
     let blocking = std::env::var_os("RDMA_HINT_EMBEDDER_SYNC_HINT").is_some();
     let (late, machine, first_hint) = runtime.block_on(async {
+        // Set once every task has its hint: the tickers judge the discovery, not the transfers.
         let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU32::new(0));
         let ticker = tokio::spawn(tick(stop.clone()));
         let baseline = baseline.spawn(tick(stop.clone()));
         // Let both tickers start before the first hint is asked.
@@ -32,7 +38,7 @@ fn the_first_hint_is_discovered_off_the_executor() {
         let started = Instant::now();
         let tasks: Vec<_> = (0..TASKS)
             .map(|task| {
-                let id = id.clone();
+                let (id, stop, answered) = (id.clone(), stop.clone(), answered.clone());
                 tokio::spawn(async move {
                     let selector = TransportSelector::Id(id.clone());
                     let hint = if blocking {
@@ -41,6 +47,9 @@ fn the_first_hint_is_discovered_off_the_executor() {
                         hint(Device::Host(0), &selector).await
                     };
                     let hinted = started.elapsed();
+                    if answered.fetch_add(1, Ordering::AcqRel) + 1 == TASKS {
+                        stop.store(true, Ordering::Relaxed);
+                    }
                     let hint = hint.map_err(|e| format!("task {task}: hint: {e}"))?;
                     assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
                     // Opening, registering and filling are synchronous: off the workers, as a
@@ -58,11 +67,10 @@ fn the_first_hint_is_discovered_off_the_executor() {
         for task in tasks {
             first_hint = first_hint.min(task.await.expect("task").unwrap_or_else(|e| panic!("{e}")));
         }
-        stop.store(true, Ordering::Relaxed);
         (ticker.await.expect("ticker"), baseline.await.expect("baseline"), first_hint)
     });
     println!(
-        "{id}, {} hint: {TASKS} tasks asked for the first hint (answered after {:.1} ms); 1 ms ticker late by at most {:.1} ms (on a runtime of its own: {:.1} ms)",
+        "{id}, {} hint: {TASKS} tasks asked for the first hint (answered after {:.1} ms); meanwhile a 1 ms ticker late by at most {:.1} ms (on a runtime of its own: {:.1} ms)",
         if blocking { "blocking" } else { "async" },
         first_hint.as_secs_f64() * 1e3,
         late.as_secs_f64() * 1e3,
@@ -74,7 +82,7 @@ fn the_first_hint_is_discovered_off_the_executor() {
         println!("lateness reported, not asserted (emulated CPU)");
     } else {
         assert!(
-            late <= machine + Duration::from_millis(50),
+            late <= machine + Duration::from_millis(20),
             "the ticker was {late:?} late against {machine:?} on its own runtime: discovery blocked a worker"
         );
     }
