@@ -14,7 +14,7 @@ mod process;
 pub use data::{first_mismatch, random_bytes};
 pub use netns::{ip, is_root, netns_available, TwoHosts};
 pub use peer::{env, peer_role, Peer, EXPECT_WITHIN, ROLE_VAR};
-pub use process::{count_entries, open_fds, resident_kib, threads};
+pub use process::{count_entries, held, held_change, open_fds, resident_kib, threads};
 
 use std::path::PathBuf;
 

@@ -35,3 +35,43 @@ pub fn resident_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// What this process holds, by kind: each open descriptor's target (`socket`, `anon_inode:[eventfd]`,
+/// `/dev/infiniband/uverbs0`; socket and pipe inode numbers dropped) and each thread's name,
+/// sorted. A leak check names what changed, not only how many.
+pub fn held() -> Vec<String> {
+    let mut held = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
+        if let Ok(target) = std::fs::read_link(entry.path()) {
+            let target = target.to_string_lossy().into_owned();
+            let kind = match target.split_once(":[") {
+                Some((kind @ ("socket" | "pipe"), _)) => kind.to_owned(),
+                _ => target,
+            };
+            held.push(format!("fd {kind}"));
+        }
+    }
+    for entry in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        if let Ok(name) = std::fs::read_to_string(entry.path().join("comm")) {
+            held.push(format!("thread {}", name.trim_end()));
+        }
+    }
+    held.sort();
+    held
+}
+
+/// What `after` holds beyond `before` (`+`) and what it no longer holds (`-`), from two
+/// [`held`] lists.
+pub fn held_change(before: &[String], after: &[String]) -> Vec<String> {
+    let count = |list: &[String], item: &String| list.iter().filter(|x| *x == item).count();
+    let mut items: Vec<&String> = before.iter().chain(after).collect();
+    items.sort();
+    items.dedup();
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let (was, now) = (count(before, item), count(after, item));
+            (was != now).then(|| format!("{item}: {was} -> {now}"))
+        })
+        .collect()
+}

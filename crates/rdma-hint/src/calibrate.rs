@@ -349,6 +349,10 @@ pub fn calibrate(
         path.time(block, len)?;
     }
     let mut rounds = 0;
+    // What the next round is expected to take: the median of the rounds so far, so that one
+    // stall (a preempted VM) does not end the rounds after it; BUDGET_CEILING's headroom
+    // absorbs a round that runs long.
+    let mut round_times: Vec<f64> = Vec::with_capacity(MAX_ROUNDS);
     let mut round_s = 0.0f64;
     let mut singles: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
     let mut run_rounds = |until_s: f64, samples: &mut Vec<BlockSamples>, path: &mut Ladder<'_>| {
@@ -369,7 +373,8 @@ pub fn calibrate(
             for (index, &(block, _)) in sizes.iter().enumerate() {
                 singles[index].push(path.time(block, block)?);
             }
-            round_s = round_s.max(round_started.elapsed().as_secs_f64());
+            round_times.push(round_started.elapsed().as_secs_f64());
+            round_s = median(&mut round_times);
             rounds += 1;
         }
         Ok::<(), Error>(())

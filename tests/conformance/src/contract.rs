@@ -12,7 +12,7 @@ use rdma_hint_core::{
     RegionId, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_integration_tests::{
-    first_mismatch, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
+    first_mismatch, held, held_change, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
 };
 use rdma_hint_toolkit::blocking::{block_on, BlockingTransport};
 use std::io::{Read, Write};
@@ -250,13 +250,19 @@ fn unchanged_by<B: Backend>(s: &Subject<'_, B>, what: &str, work: impl FnOnce())
         }
     };
     let before = settled();
+    let held_before = held();
     work();
     let until = Instant::now() + Duration::from_secs(5);
     let mut after = settled();
     while after != before && Instant::now() < until {
         after = settled();
     }
-    assert_eq!(before, after, "(descriptors, threads, backend resources) before and after {what}");
+    assert_eq!(
+        before,
+        after,
+        "(descriptors, threads, backend resources) before and after {what}; changed: {:?}",
+        held_change(&held_before, &held())
+    );
 }
 
 /// Region ids are reused and the region limit counts live regions only: 10 000
