@@ -252,10 +252,25 @@ fn unchanged_by<B: Backend>(s: &Subject<'_, B>, what: &str, work: impl FnOnce())
     let before = settled();
     let held_before = held();
     work();
-    let until = Instant::now() + Duration::from_secs(5);
+    // What winds down by a deadline (a handshake's, a transfer's report bound) is given that
+    // long; a run that needed more than the first 5 s says what was held meanwhile, on the
+    // test's stderr itself (the harness keeps a passing test's prints to itself).
+    let started = Instant::now();
+    let until = started + Duration::from_secs(5.max(2 * s.backend.scale().report_within_s));
     let mut after = settled();
+    let mut lingering = None;
     while after != before && Instant::now() < until {
+        if lingering.is_none() && started.elapsed() >= Duration::from_secs(5) {
+            lingering = Some(held_change(&held_before, &held()));
+        }
         after = settled();
+    }
+    if let Some(lingering) = lingering.filter(|_| after == before) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{what}: settled only after {:?}; held 5 s after the work: {lingering:?}",
+            started.elapsed()
+        );
     }
     assert_eq!(
         before,
