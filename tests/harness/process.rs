@@ -60,8 +60,8 @@ pub fn held() -> Vec<String> {
     held
 }
 
-/// What `after` holds beyond `before` (`+`) and what it no longer holds (`-`), from two
-/// [`held`] lists.
+/// Each kind of thing whose count differs between two [`held`] lists, as
+/// `"fd socket: 0 -> 1"` (before -> after).
 pub fn held_change(before: &[String], after: &[String]) -> Vec<String> {
     let count = |list: &[String], item: &String| list.iter().filter(|x| *x == item).count();
     let mut items: Vec<&String> = before.iter().chain(after).collect();

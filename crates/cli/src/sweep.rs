@@ -466,6 +466,11 @@ fn measure_curve(
             mover.write(endpoints, args, single)?;
             histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
         }
+        // A serve peer hears from us after each size's samples too: every size's samples back
+        // to back (gigabytes at the default sizes) could outlast its idle timeout on a slow path.
+        if args.peer.is_some() {
+            mover.write(endpoints, args, single.notify(SWEEP_PROGRESS))?;
+        }
         let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
         let (p50_us, p99_us) = (us(0.5), us(0.99));
         points.push(Point {
@@ -560,6 +565,8 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         warm_up(&mut mover, &endpoints, args, first)?;
     }
     let points = measure_curve(&mut mover, &endpoints, args, &blocks, &progress)?;
+    // The mover's chunker or engine (and its driver thread) is done with the lanes before
+    // `tell_peer` writes on them with a chunker of its own.
     drop(mover);
     progress.finish_and_clear();
     if args.peer.is_some() {

@@ -80,7 +80,7 @@ pub struct Calibration {
     /// Median timings per block size.
     pub points: Vec<CalibrationPoint>,
     /// Time the whole calibration took, in ms (at most `budget_ms`, give or take the last
-    /// transfer).
+    /// round).
     pub elapsed_ms: f64,
     /// The budget it was given, in ms.
     pub budget_ms: f64,
@@ -304,8 +304,9 @@ pub fn calibrate(
     // One round more than the fewest: the first is a warm-up and not kept.
     let slot_s = base_s / ((MIN_ROUNDS + 1) * ladder.len()) as f64;
     // Every size streams the same bytes per transfer (as a sweep does, so all see the same
-    // caches): as many as a slot holds at the first rate, at most UNIFORM_BYTES (and half the
-    // region); sizes whose MIN_BLOCKS_PER_RUN blocks do not fit that are left out.
+    // caches), unless the time cap below cuts the slowest: as many as a slot holds at the
+    // first rate, at most UNIFORM_BYTES (and half the region); sizes whose MIN_BLOCKS_PER_RUN
+    // blocks do not fit that are left out.
     let uniform =
         ((rate_bytes_per_s * slot_s) as u64).clamp(MIN_BLOCKS_PER_RUN * align, UNIFORM_BYTES.min(region / 2));
     ladder.retain(|block| block * MIN_BLOCKS_PER_RUN <= uniform || *block <= warm_block);
@@ -328,16 +329,18 @@ pub fn calibrate(
     // the rest keep the uniform length.
     let mut per_block_s = Vec::with_capacity(sizes.len());
     for &(block, _) in &sizes {
-        per_block_s.push(path.time(block, MIN_BLOCKS_PER_RUN * block)? / MIN_BLOCKS_PER_RUN as f64);
+        // Twice, the faster kept: a size's first transfer pays for pages and caches, and one
+        // slow probe would keep that size cut for the whole calibration.
+        let probe = MIN_BLOCKS_PER_RUN * block;
+        let seconds = path.time(block, probe)?.min(path.time(block, probe)?);
+        per_block_s.push(seconds / MIN_BLOCKS_PER_RUN as f64);
     }
     let estimates: Vec<f64> =
         sizes.iter().zip(&per_block_s).map(|(&(block, len), s)| s * (len / block) as f64).collect();
     let round_share_s = (budget_s * BASE_SHARE - started.elapsed().as_secs_f64()) / (MIN_ROUNDS + 1) as f64;
     if let Some(cap_s) = time_cap(&estimates, round_share_s) {
-        for ((block, len), s) in sizes.iter_mut().zip(&per_block_s) {
-            let blocks = ((cap_s / s) as u64).max(MIN_BLOCKS_PER_RUN);
-            *len = (*len).min(blocks * *block);
-        }
+        tracing::debug!(cap_s, ?estimates, "calibration: the slowest sizes' transfers are cut");
+        cut_to(&mut sizes, &per_block_s, cap_s);
     }
     let mut samples: Vec<BlockSamples> = ladder
         .iter()
@@ -350,16 +353,16 @@ pub fn calibrate(
     }
     let mut rounds = 0;
     // What the next round is expected to take: the median of the rounds so far, so that one
-    // stall (a preempted VM) does not end the rounds after it; BUDGET_CEILING's headroom
-    // absorbs a round that runs long.
+    // stall (a preempted VM) does not end the rounds after it; against the budget's ceiling,
+    // the larger of that and the last round, so a slow spell still going on is not forgotten.
     let mut round_times: Vec<f64> = Vec::with_capacity(MAX_ROUNDS);
-    let mut round_s = 0.0f64;
+    let (mut round_s, mut last_round_s) = (0.0f64, 0.0f64);
     let mut singles: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
     let mut run_rounds = |until_s: f64, samples: &mut Vec<BlockSamples>, path: &mut Ladder<'_>| {
         // The fewest rounds are taken even past `until_s`, but never past the budget itself.
         while rounds < MAX_ROUNDS
             && (rounds < MIN_ROUNDS || started.elapsed().as_secs_f64() + round_s <= until_s)
-            && started.elapsed().as_secs_f64() + round_s <= budget_s * BUDGET_CEILING
+            && started.elapsed().as_secs_f64() + round_s.max(last_round_s) <= budget_s * BUDGET_CEILING
         {
             let round_started = Instant::now();
             for (index, &(block, len)) in sizes.iter().enumerate() {
@@ -373,7 +376,8 @@ pub fn calibrate(
             for (index, &(block, _)) in sizes.iter().enumerate() {
                 singles[index].push(path.time(block, block)?);
             }
-            round_times.push(round_started.elapsed().as_secs_f64());
+            last_round_s = round_started.elapsed().as_secs_f64();
+            round_times.push(last_round_s);
             round_s = median(&mut round_times);
             rounds += 1;
         }
@@ -631,6 +635,18 @@ fn time_cap(estimates: &[f64], total: f64) -> Option<f64> {
     None
 }
 
+/// Cuts each `(block, len)` transfer to the blocks `cap_s` holds at that size's seconds per
+/// block: never below MIN_BLOCKS_PER_RUN blocks, never longer than it was (a size that probed
+/// at 0 s keeps its length).
+fn cut_to(sizes: &mut [(u64, u64)], per_block_s: &[f64], cap_s: f64) {
+    for ((block, len), seconds) in sizes.iter_mut().zip(per_block_s) {
+        let most = *len / *block;
+        // `f64::min` takes the number when the ratio is NaN (0 / 0); infinity is capped too.
+        let blocks = (cap_s / seconds).min(most as f64) as u64;
+        *len = blocks.max(MIN_BLOCKS_PER_RUN).min(most) * *block;
+    }
+}
+
 /// The connected pair calibration times transfers on.
 struct Ladder<'a> {
     transport: &'a dyn Transport,
@@ -794,7 +810,20 @@ pub fn calibrate_loopback(
 
 #[cfg(test)]
 mod tests {
-    use super::time_cap;
+    use super::{cut_to, time_cap, MIN_BLOCKS_PER_RUN};
+
+    #[test]
+    fn a_cut_keeps_the_fewest_blocks_and_never_lengthens_a_transfer() {
+        let per_block = 1.0 / 1024.0;
+        let mut sizes = [(4096, 4096 * 100), (8192, 8192 * 100), (65536, 65536 * 10)];
+        // 20 blocks' time at the first size's rate; the second probed at 0 s, the third fast.
+        cut_to(&mut sizes, &[per_block, 0.0, per_block / 1024.0], 20.0 * per_block);
+        assert_eq!(sizes, [(4096, 4096 * 20), (8192, 8192 * 100), (65536, 65536 * 10)]);
+        // No time at all: a size keeps its fewest blocks, one that costs nothing its length.
+        let mut starved = [(4096, 4096 * 100), (8192, 8192 * 100)];
+        cut_to(&mut starved, &[per_block, 0.0], 0.0);
+        assert_eq!(starved, [(4096, 4096 * MIN_BLOCKS_PER_RUN), (8192, 8192 * 100)]);
+    }
 
     #[test]
     fn only_the_slowest_transfers_are_cut_and_the_rest_keep_their_length() {

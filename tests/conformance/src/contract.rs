@@ -252,11 +252,13 @@ fn unchanged_by<B: Backend>(s: &Subject<'_, B>, what: &str, work: impl FnOnce())
     let before = settled();
     let held_before = held();
     work();
-    // What winds down by a deadline (a handshake's, a transfer's report bound) is given that
-    // long; a run that needed more than the first 5 s says what was held meanwhile, on the
-    // test's stderr itself (the harness keeps a passing test's prints to itself).
+    // What a dropped connection holds goes within the time the backend reports a failure in
+    // (at least 5 s). The look goes on for twice that, so that a failure says whether it went
+    // late or never; a pass that needed more than 5 s says what was held then, on the test's
+    // stderr itself (the harness keeps a passing test's prints to itself).
+    let bound = Duration::from_secs(5.max(s.backend.scale().report_within_s));
     let started = Instant::now();
-    let until = started + Duration::from_secs(5.max(2 * s.backend.scale().report_within_s));
+    let until = started + 2 * bound;
     let mut after = settled();
     let mut lingering = None;
     while after != before && Instant::now() < until {
@@ -265,7 +267,8 @@ fn unchanged_by<B: Backend>(s: &Subject<'_, B>, what: &str, work: impl FnOnce())
         }
         after = settled();
     }
-    if let Some(lingering) = lingering.filter(|_| after == before) {
+    let took = started.elapsed();
+    if let Some(lingering) = lingering.as_ref().filter(|_| after == before && took <= bound) {
         let _ = writeln!(
             std::io::stderr(),
             "{what}: settled only after {:?}; held 5 s after the work: {lingering:?}",
@@ -275,8 +278,12 @@ fn unchanged_by<B: Backend>(s: &Subject<'_, B>, what: &str, work: impl FnOnce())
     assert_eq!(
         before,
         after,
-        "(descriptors, threads, backend resources) before and after {what}; changed: {:?}",
+        "(descriptors, threads, backend resources) before and after {what}; changed: {:?}; 5 s after the work: {lingering:?}",
         held_change(&held_before, &held())
+    );
+    assert!(
+        took <= bound,
+        "{what}: released only after {took:?} (bound {bound:?}); held 5 s after the work: {lingering:?}"
     );
 }
 
