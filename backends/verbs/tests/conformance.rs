@@ -16,6 +16,7 @@ use rdma_hint_verbs::wire::Hello;
 use rdma_hint_verbs::VerbsTransport;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The rxe device the VM harness set up.
@@ -125,11 +126,14 @@ fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
 }
 
 /// Forwards the out-of-band exchange between a dialer and `receiver`, rewriting the rkey the
-/// receiver advertises, then keeps both sockets open (piping the ready bytes).
-fn rkey_rewriting_proxy(receiver: SocketAddr) -> SocketAddr {
+/// receiver advertises, passes the ready bytes, then holds both sockets open until the dialer
+/// closes its end (at most a minute). The test joins it: left running, its thread and three
+/// sockets were counted by a leak rule that ran next (its "before" held them, its "after" did
+/// not, once the old fixed 60 s sleep ran out mid-rule).
+fn rkey_rewriting_proxy(receiver: SocketAddr) -> (SocketAddr, JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
+    let proxy = std::thread::spawn(move || {
         let (mut dialer, _) = listener.accept().unwrap();
         let mut upstream = TcpStream::connect(receiver).unwrap();
         // The proxy holds the token (an insider rewriting rkeys): it authenticates each leg.
@@ -148,9 +152,11 @@ fn rkey_rewriting_proxy(receiver: SocketAddr) -> SocketAddr {
         dialer.write_all(&byte).unwrap();
         dialer.read_exact(&mut byte).unwrap();
         upstream.write_all(&byte).unwrap();
-        std::thread::sleep(Duration::from_secs(60));
+        // The dialer's goodbye and end of stream (or the timeout) end the copy.
+        dialer.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let _ = std::io::copy(&mut dialer, &mut std::io::sink());
     });
-    address
+    (address, proxy)
 }
 
 #[test]
@@ -159,7 +165,7 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     let (mut peer, address) = spawn_receiver("rxe", 1 << 20, 1, "127.0.0.1:0".parse().unwrap());
     let transport = SoftRoce.open(Some(TEST_TOKEN));
     let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
-    let proxy = rkey_rewriting_proxy(address);
+    let (proxy, forwarding) = rkey_rewriting_proxy(address);
     let remote = rdma_hint_toolkit::blocking::block_on(transport.connect(
         PeerEndpoint::Dial(proxy),
         &[],
@@ -195,4 +201,6 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
         "{again:?}"
     );
     drop(peer.child.kill());
+    drop(transport);
+    forwarding.join().expect("the proxy ends once the transport closed its socket");
 }
