@@ -1,12 +1,13 @@
-//! Arbitrary contents of the staged shm ring (the peer writes it at any time: its head, its
-//! consumer count and every slot) into the receiver's `Consumer::take` and the writer's
-//! `Producer::room`: every announcement taken is a placed write inside an exposed region,
-//! non-empty and within the message limit, never more than the ring holds; never a panic.
+//! Arbitrary contents of the staged shm ring (the peer writes it at any time: its consumer
+//! count and every slot, sequence words included) into the receiver's `Consumer::take` and
+//! the writer's `Producer::room`: every announcement taken is a placed write inside an exposed
+//! region, non-empty and within the message limit, never more than the ring holds; never a
+//! panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rdma_hint_staged::protocol::{Inbound, Inbox};
-use rdma_hint_staged::ring::{Consumer, OwnedRing, Producer, RING_SLOTS, SLOT_WORDS};
+use rdma_hint_staged::ring::{Consumer, OwnedRing, Producer, RING_SLOTS, SEQUENCE_WORD, SLOT_WORDS};
 use rdma_hint_staged::wire::ChannelKind;
 
 const EXPOSED: [(u32, u64); 3] = [(0, 4096), (3, 1 << 20), (7, 1)];
@@ -19,22 +20,25 @@ fn word(bytes: &[u8]) -> u64 {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() < 17 {
+    if data.len() < 9 {
         return;
     }
-    let (head, tail, max, slots) = (word(&data[..8]), word(&data[8..16]), data[16] as usize, &data[17..]);
+    let (tail, max, slots) = (word(&data[..8]), data[8] as usize, &data[9..]);
     let ring = OwnedRing::default();
-    // Small heads are the interesting ones: a few slots filled from the input.
-    ring.set_head(if head >> 63 == 1 { head } else { head % (RING_SLOTS + 2) });
     ring.set_tail(tail);
     for (index, chunk) in slots.chunks(SLOT_WORDS * 8).enumerate() {
         let mut words = [0u64; SLOT_WORDS];
         for (slot_word, bytes) in words.iter_mut().zip(chunk.chunks(8)) {
             *slot_word = word(bytes);
         }
+        // Mostly numbered as published (the interesting slots are the ones taken); a set top
+        // bit keeps the input's own number.
+        if words[SEQUENCE_WORD] >> 63 == 0 {
+            words[SEQUENCE_WORD] = index as u64 + 1;
+        }
         ring.set_slot(index as u64, words);
     }
-    let _ = Producer::default().room(&ring.view());
+    let _ = Producer::default().room(&ring.view(), RING_SLOTS);
     let inbox = Inbox::new(ChannelKind::Shm, &EXPOSED, MAX_MSG);
     let mut taken = 0usize;
     let result = Consumer::default().take(&ring.view(), &inbox, max, |write| {

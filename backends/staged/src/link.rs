@@ -282,12 +282,14 @@ impl Shared {
         let rings = self.rings.as_ref().ok_or("the shm channel has no ring")?;
         let outbound = rings.outbound();
         loop {
-            let published =
-                rings.producer.lock().unwrap_or_else(PoisonError::into_inner).publish(&outbound, frame)?;
-            if published.wake {
+            let mut producer = rings.producer.lock().unwrap_or_else(PoisonError::into_inner);
+            let published = producer.publish(&outbound, frame)?;
+            let sleeper = published && producer.sleeper(&outbound);
+            drop(producer);
+            if sleeper {
                 ring::wake(&outbound);
             }
-            if published.published {
+            if published {
                 return Ok(true);
             }
             if Instant::now() >= patience || self.broken.get().is_some() {
@@ -442,11 +444,10 @@ impl Link {
             announced += u64::from(op.imm.is_some() || notify_each_write);
             signalled += usize::from(op.signalled);
         }
-        let room = producer.room(&outbound).map_err(|reason| self.break_with(reason))?;
+        let room = producer.room(&outbound, announced).map_err(|reason| self.break_with(reason))?;
         if room < announced || self.completions.room() < signalled {
             return Ok(false);
         }
-        let mut wake = false;
         for request in ops {
             let op = request.head();
             let (target, notify_each_write) = self.mapped(op.remote)?;
@@ -460,8 +461,7 @@ impl Link {
                 let published = producer
                     .publish(&outbound, &announcement(&op))
                     .map_err(|reason| self.break_with(reason))?;
-                debug_assert!(published.published, "room was checked under the same lock");
-                wake |= published.wake;
+                debug_assert!(published, "room was checked under the same lock");
             }
             if op.signalled {
                 let done = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
@@ -472,8 +472,9 @@ impl Link {
                 })?;
             }
         }
+        let sleeper = announced > 0 && producer.sleeper(&outbound);
         drop(producer);
-        if wake {
+        if sleeper {
             ring::wake(&outbound);
         }
         Ok(true)

@@ -23,8 +23,9 @@ use std::io::Read;
 pub const MAGIC: [u8; 8] = *b"RDMAHINT";
 /// The only protocol version spoken (3: the token moved out of the hello into the
 /// authentication before it, and shm regions travel as descriptors, not file names; 4: regions
-/// carry flags; 5: shm writes are announced on a ring whose memfd follows the regions).
-pub const VERSION: u16 = 5;
+/// carry flags; 5: shm writes are announced on a ring whose memfd follows the regions; 6: each
+/// ring slot carries its own sequence number, and the ring has no head counter).
+pub const VERSION: u16 = 6;
 /// Regions one side may expose (the transport-wide limit).
 pub use rdma_hint_toolkit::MAX_REGIONS;
 /// Size of a frame header in bytes.
