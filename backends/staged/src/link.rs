@@ -217,6 +217,9 @@ struct Shared {
     /// the link runs, so no incoming write needs the table's lock. Let go when the last link
     /// thread ends, so that the regions can be released then.
     targets: RwLock<Vec<Option<LocalEntry>>>,
+    /// Which targets sit behind a bounce (fixed with them): an announcement into any other
+    /// region lands without the targets' lock.
+    bounced: Vec<bool>,
     /// The rules every incoming frame and ring slot passes first.
     inbox: Inbox,
     rings: Option<Rings>,
@@ -345,12 +348,15 @@ impl Link {
         let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
             .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
             .collect();
+        let bounced =
+            targets.iter().map(|entry| entry.as_ref().is_some_and(|e| e.bounce.is_some())).collect();
         let threads = if rings.is_some() { 3 } else { 2 };
         let shared = Arc::new(Shared {
             channel,
             local,
             remote: remote.clone(),
             targets: RwLock::new(targets),
+            bounced,
             inbox: Inbox::new(channel, &exposed, max_msg_bytes),
             rings,
             wait_mode,
@@ -577,7 +583,12 @@ fn land_announced(shared: &Shared, write: Inbound) -> Result<Option<Arrival>, St
     let Inbound::Write { region, offset, len, arrival, .. } = write else {
         return Err("protocol error: a ring slot that is not a write".into());
     };
-    with_target(shared, region, |target| copy_on_from_bounce(shared, target, offset, len))?;
+    if shared.bounced.get(region as usize).copied().unwrap_or(false) {
+        with_target(shared, region, |target| copy_on_from_bounce(shared, target, offset, len))?;
+    } else if shared.running.load(Ordering::Acquire) == 0 {
+        // The targets are let go once every link thread has ended: the region may be released.
+        return Err(format!("region {region} vanished"));
+    }
     Ok(arrival.map(|imm| Arrival { imm, region: RegionId(region), len }))
 }
 

@@ -31,7 +31,7 @@
 //! ```
 
 use crate::protocol::{Inbound, Inbox};
-use crate::wire::{Frame, HEADER_BYTES};
+use crate::wire::{Frame, HEADER_WORDS};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -44,7 +44,6 @@ pub const SLOT_WORDS: usize = 8;
 /// The slot's word that says which announcement it holds: `n + 1` for the `n`-th ever (counted
 /// from 0), written last. A fresh ring is zeros: no slot holds anything yet.
 pub const SEQUENCE_WORD: usize = SLOT_WORDS - 1;
-const HEADER_WORDS: usize = HEADER_BYTES / 8;
 const _: () = assert!(HEADER_WORDS < SEQUENCE_WORD, "a header and its sequence word fit a slot");
 /// Byte offsets of the header fields: the consumer's counter on a cache line of its own (the
 /// writer reads it only when the ring looks full), then the sleeping mark and the futex word.
@@ -97,35 +96,35 @@ impl<'a> RingView<'a> {
     }
 }
 
-/// A ring in this process's heap, for tests, doc examples and the fuzz target.
+/// A ring in this process's heap, for tests, doc examples and the fuzz target: the same bytes,
+/// laid out as in the memfd (header words and slots on cache lines of their own).
 #[derive(Debug)]
 pub struct OwnedRing {
-    tail: AtomicU64,
-    sleeping: AtomicU32,
-    wake: AtomicU32,
-    slots: Box<[AtomicU64]>,
+    lines: Box<[CacheLine]>,
 }
+
+#[derive(Debug)]
+#[repr(C, align(64))]
+struct CacheLine([AtomicU64; 8]);
 
 impl Default for OwnedRing {
     fn default() -> Self {
-        OwnedRing {
-            tail: AtomicU64::new(0),
-            sleeping: AtomicU32::new(0),
-            wake: AtomicU32::new(0),
-            slots: (0..RING_SLOTS as usize * SLOT_WORDS).map(|_| AtomicU64::new(0)).collect(),
-        }
+        let lines = (0..RING_BYTES / 64).map(|_| CacheLine(Default::default())).collect();
+        OwnedRing { lines }
     }
 }
 
 impl OwnedRing {
     /// The ring's view.
     pub fn view(&self) -> RingView<'_> {
-        RingView { tail: &self.tail, sleeping: &self.sleeping, wake: &self.wake, slots: &self.slots }
+        // SAFETY: the lines are RING_BYTES of 64-byte aligned atomics owned by `self`, alive for
+        // the borrow and touched only through atomics.
+        unsafe { RingView::at(self.lines.as_ptr().cast()) }
     }
 
     /// Sets the consumer's taken count, as a peer may.
     pub fn set_tail(&self, tail: u64) {
-        self.tail.store(tail, Ordering::Release);
+        self.view().tail.store(tail, Ordering::Release);
     }
 
     /// Writes the raw words of slot `index` (modulo the ring), sequence word included, as a
@@ -176,9 +175,8 @@ impl Producer {
             return Ok(false);
         }
         let slot = ring.slot(self.head);
-        let bytes = frame.encode();
-        for (word, chunk) in slot.iter().zip(bytes.chunks_exact(8)) {
-            word.store(u64::from_le_bytes(chunk.try_into().expect("8-byte chunks")), Ordering::Relaxed);
+        for (word, value) in slot.iter().zip(frame.to_words()) {
+            word.store(value, Ordering::Relaxed);
         }
         self.head = self.head.wrapping_add(1);
         // Last, and released: a reader that sees the number sees the header before it.
@@ -235,11 +233,9 @@ impl Consumer {
         let max = max.min(RING_SLOTS as usize);
         let mut count = 0;
         while count < max && self.next_published(ring)? {
-            let mut bytes = [0u8; HEADER_BYTES];
-            for (chunk, word) in bytes.chunks_exact_mut(8).zip(ring.slot(self.tail)) {
-                chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
-            }
-            let frame = Frame::decode(&bytes).map_err(|e| format!("protocol error: a ring slot: {e}"))?;
+            let slot = ring.slot(self.tail);
+            let words = std::array::from_fn(|at| slot[at].load(Ordering::Relaxed));
+            let frame = Frame::from_words(words).map_err(|e| format!("protocol error: a ring slot: {e}"))?;
             let write = match inbox.admit(&frame, None)? {
                 write @ Inbound::Write { payload_follows: false, ack: None, .. } => write,
                 other => return Err(format!("protocol error: a ring slot asks for {other:?}")),
@@ -304,7 +300,7 @@ pub fn wake(ring: &RingView<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{ChannelKind, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED};
+    use crate::wire::{ChannelKind, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 
     fn placed(offset: u64, len: u64, imm: u32) -> Frame {
         Frame {

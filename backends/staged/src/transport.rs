@@ -345,15 +345,15 @@ impl StagedTransport {
                 self.check_op(&regions, link, &piece)?;
             }
         }
+        if link.post_in_place(ops, &regions)? || link.post_over_socket(ops, &regions)? {
+            return Ok(());
+        }
         let capacity = link.ops.capacity().unwrap_or(usize::MAX);
         if link.ops.len() + ops.len() > capacity {
             return Err(TransportError::QueueFull {
                 given: ops.len() as u32,
                 max: (capacity - link.ops.len()) as u32,
             });
-        }
-        if link.post_in_place(ops, &regions)? || link.post_over_socket(ops, &regions)? {
-            return Ok(());
         }
         self.counters.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
         for (queued, request) in ops.iter().enumerate() {

@@ -15,7 +15,7 @@
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
 use bytes::{Buf, BufMut};
 use rdma_hint_core::TransportError;
-use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, truncated, WireReader};
+use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, WireReader};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::io::Read;
 
@@ -30,6 +30,8 @@ pub const VERSION: u16 = 6;
 pub use rdma_hint_toolkit::MAX_REGIONS;
 /// Size of a frame header in bytes.
 pub const HEADER_BYTES: usize = 40;
+/// A frame header's 64-bit words.
+pub const HEADER_WORDS: usize = HEADER_BYTES / 8;
 /// Size of one region in a hello in bytes: id u32, len u64, flags u8.
 const REGION_BYTES: usize = 4 + 8 + 1;
 /// Region flag: the writer notifies every write (see [`ExposedRegion::notify_each_write`]).
@@ -218,46 +220,63 @@ impl Frame {
     /// Encodes into a fixed header.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut out = [0u8; HEADER_BYTES];
-        let mut cursor = &mut out[..];
-        cursor.put_u8(self.kind as u8);
-        cursor.put_u8(self.flags);
-        cursor.put_u16_le(self.status);
-        cursor.put_u32_le(self.region);
-        cursor.put_u64_le(self.offset);
-        cursor.put_u64_le(self.len);
-        cursor.put_u64_le(self.wr_id);
-        cursor.put_u32_le(self.imm);
-        cursor.put_u32_le(0); // reserved
-        debug_assert!(cursor.is_empty(), "a frame header fills its {HEADER_BYTES} B");
+        for (chunk, word) in out.chunks_exact_mut(8).zip(self.to_words()) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
         out
+    }
+
+    /// The header as the little-endian words of its bytes: kind u8 · flags u8 · status u16 ·
+    /// region u32 | offset u64 | len u64 | wr_id u64 | imm u32 · reserved u32 (0). The shm ring
+    /// stores these words as they are: no byte array between a frame and a slot.
+    pub fn to_words(&self) -> [u64; HEADER_WORDS] {
+        [
+            u64::from(self.kind as u8)
+                | u64::from(self.flags) << 8
+                | u64::from(self.status) << 16
+                | u64::from(self.region) << 32,
+            self.offset,
+            self.len,
+            self.wr_id,
+            u64::from(self.imm),
+        ]
     }
 
     /// Decodes a header, rejecting unknown kinds, unknown flags and non-zero reserved bytes.
     /// Range checks against regions happen where the regions are known.
     pub fn decode(bytes: &[u8; HEADER_BYTES]) -> Result<Frame, TransportError> {
-        let mut piece = &bytes[..];
-        let kind = match piece.try_get_u8().map_err(truncated)? {
+        let mut words = [0u64; HEADER_WORDS];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            *word = u64::from_le_bytes(chunk.try_into().expect("8-byte chunks"));
+        }
+        Frame::from_words(words)
+    }
+
+    /// [`Frame::decode`] of the header's words (see [`Frame::to_words`]).
+    pub fn from_words(words: [u64; HEADER_WORDS]) -> Result<Frame, TransportError> {
+        let [first, offset, len, wr_id, last] = words;
+        let kind = match first as u8 {
             1 => FrameKind::Write,
             2 => FrameKind::Ack,
             other => return Err(handshake(format!("unknown frame kind {other}"))),
         };
-        let flags = piece.try_get_u8().map_err(truncated)?;
+        let flags = (first >> 8) as u8;
         if flags & !KNOWN_FLAGS != 0 {
             return Err(handshake(format!("unknown frame flags {flags:#04x}")));
+        }
+        if last >> 32 != 0 {
+            return Err(handshake("reserved frame bytes are not zero"));
         }
         let frame = Frame {
             kind,
             flags,
-            status: piece.try_get_u16_le().map_err(truncated)?,
-            region: piece.try_get_u32_le().map_err(truncated)?,
-            offset: piece.try_get_u64_le().map_err(truncated)?,
-            len: piece.try_get_u64_le().map_err(truncated)?,
-            wr_id: piece.try_get_u64_le().map_err(truncated)?,
-            imm: piece.try_get_u32_le().map_err(truncated)?,
+            status: (first >> 16) as u16,
+            region: (first >> 32) as u32,
+            offset,
+            len,
+            wr_id,
+            imm: last as u32,
         };
-        if piece.try_get_u32_le().map_err(truncated)? != 0 {
-            return Err(handshake("reserved frame bytes are not zero"));
-        }
         if kind == FrameKind::Ack && (flags != 0 || frame.len != 0) {
             return Err(handshake("an ack carries no flags and no payload"));
         }

@@ -190,13 +190,17 @@ where
                 return Poll::Ready(Ok(value));
             }
         }
-        let started = *this.started.get_or_insert_with(Instant::now);
+        // One clock read for both on the first poll: a wait that finds nothing at once must
+        // look again soon, and a clock read costs as much as a look.
+        let slice_start = Instant::now();
+        let started = *this.started.get_or_insert(slice_start);
         let spin = match this.mode {
-            WaitMode::Adaptive if started.elapsed() < ADAPTIVE_SPIN => ADAPTIVE_SPIN,
+            WaitMode::Adaptive if slice_start.saturating_duration_since(started) < ADAPTIVE_SPIN => {
+                ADAPTIVE_SPIN
+            }
             WaitMode::Adaptive => Duration::ZERO,
             WaitMode::BusyPoll => BUSY_POLL_SLICE,
         };
-        let slice_start = Instant::now();
         let mut attempts: u32 = 0;
         loop {
             if let Some(value) = (this.attempt)()? {
