@@ -477,8 +477,8 @@ macro_rules! fake_peer_common {
     () => {
         r#"
 import fcntl, os, socket, struct, sys, time
-VERSION = 5
-RING_BYTES = 167936
+VERSION = 6
+RING_BYTES = 266240
 def committed_memfd(size):
     fd = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, size); os.posix_fallocate(fd, 0, size)
@@ -745,8 +745,8 @@ fn fake_sweep_said(script: &Path, args: &[&str], line: &str) -> Child {
 }
 
 /// A fake sweep that completes the shm hand-off with `serve`, then writes into serve's ring
-/// (which it was handed to publish on) by `mode`: a head claiming more announcements than
-/// the ring holds (`wild-head`), or one announcement of a write past the end of the region
+/// (which it was handed to publish on) by `mode`: a first slot numbered as no announcement
+/// it can hold (`wild-sequence`), or one announcement of a write past the end of the region
 /// serve exposed (`outside`). Prints `written`, then waits for stdin to close.
 const FAKE_RING_WRITER: &str = r#"
 import mmap
@@ -758,12 +758,13 @@ unix.sendall(cookie)
 _, theirs, _, _ = socket.recv_fds(unix, 1, 250)
 socket.send_fds(unix, [b"\x02"], [committed_memfd(size), committed_memfd(RING_BYTES)])
 ring = mmap.mmap(theirs[-1], RING_BYTES)
-if mode == "wild-head":
-    ring[0:8] = struct.pack("<Q", 1 << 40)
+# Slot 0 starts at byte 128; its last word (byte 184) numbers the announcement it holds.
+if mode == "wild-sequence":
+    ring[184:192] = struct.pack("<Q", 1 << 40)
 else:
     # kind write, flags placed|imm, region 0, offset: the region's last byte, 2 bytes long.
-    ring[192:232] = struct.pack("<BBHIQQQII", 1, 6, 0, 0, serve_region_len - 1, 2, 0, 7, 0)
-    ring[0:8] = struct.pack("<Q", 1)
+    ring[128:168] = struct.pack("<BBHIQQQII", 1, 6, 0, 0, serve_region_len - 1, 2, 0, 7, 0)
+    ring[184:192] = struct.pack("<Q", 1)
 print("written", flush=True)
 sys.stdin.readline()
 "#;
@@ -789,11 +790,11 @@ fn serve_refuses_a_ring_written_by(name: &str, mode: &str, says: &str) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The ring is memory the peer writes: a head that claims more than the ring holds is a
-/// protocol error, not a walk through memory.
+/// The ring is memory the peer writes: a slot numbered as no announcement it can hold is a
+/// protocol error, not a read of whatever the slot holds.
 #[test]
-fn a_wild_ring_head_from_the_peer_is_a_protocol_error() {
-    serve_refuses_a_ring_written_by("ring-head", "wild-head", "announcements where it holds");
+fn a_wild_ring_sequence_from_the_peer_is_a_protocol_error() {
+    serve_refuses_a_ring_written_by("ring-sequence", "wild-sequence", "where announcement 1 or none belongs");
 }
 
 /// An announcement on the ring passes the same rules as a TCP frame: a write past the end of
