@@ -31,14 +31,20 @@ fuzz_target!(|data: &[u8]| {
         for (slot_word, bytes) in words.iter_mut().zip(chunk.chunks(8)) {
             *slot_word = word(bytes);
         }
-        // Mostly numbered as published (the interesting slots are the ones taken); a set top
-        // bit keeps the input's own number.
-        if words[SEQUENCE_WORD] >> 63 == 0 {
-            words[SEQUENCE_WORD] = index as u64 + 1;
-        }
+        // The input's sequence word picks the slot's number: mostly as published (the slots
+        // taken are the interesting ones), else a near miss, none yet, or the input's own.
+        let published = index as u64 + 1;
+        words[SEQUENCE_WORD] = match words[SEQUENCE_WORD] % 8 {
+            0 => published - 1,
+            1 => published + 1,
+            2 => 0,
+            3 => words[SEQUENCE_WORD],
+            _ => published,
+        };
         ring.set_slot(index as u64, words);
     }
-    let _ = Producer::default().room(&ring.view(), RING_SLOTS);
+    // More than the ring holds: the writer must read the consumer's count the input set.
+    let _ = Producer::default().room(&ring.view(), u64::MAX);
     let inbox = Inbox::new(ChannelKind::Shm, &EXPOSED, MAX_MSG);
     let mut taken = 0usize;
     let result = Consumer::default().take(&ring.view(), &inbox, max, |write| {

@@ -454,35 +454,41 @@ impl Link {
         if room < announced || self.completions.room() < signalled {
             return Ok(false);
         }
-        for request in ops {
-            let op = request.head();
-            let (target, notify_each_write) = self.mapped(op.remote)?;
-            for piece in request.pieces() {
-                let source = regions.get(piece.local)?.memory.host();
-                let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
-                source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len)?;
+        // Moved in a closure so that a batch cut short by an error still wakes a sleeping
+        // reader for what it published before the error.
+        let moved = (|| -> Result<(), TransportError> {
+            for request in ops {
+                let op = request.head();
+                let (target, notify_each_write) = self.mapped(op.remote)?;
+                for piece in request.pieces() {
+                    let source = regions.get(piece.local)?.memory.host();
+                    let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
+                    source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len)?;
+                }
+                shared.counters.copies.in_transit(op.len);
+                if op.imm.is_some() || notify_each_write {
+                    let published = producer
+                        .publish(&outbound, &announcement(&op))
+                        .map_err(|reason| self.break_with(reason))?;
+                    debug_assert!(published, "room was checked under the same lock");
+                }
+                if op.signalled {
+                    let done = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
+                    shared.completions.try_send(done).map_err(|_| {
+                        self.break_with(
+                            "completion queue overflow: the application is not draining completions".into(),
+                        )
+                    })?;
+                }
             }
-            shared.counters.copies.in_transit(op.len);
-            if op.imm.is_some() || notify_each_write {
-                let published = producer
-                    .publish(&outbound, &announcement(&op))
-                    .map_err(|reason| self.break_with(reason))?;
-                debug_assert!(published, "room was checked under the same lock");
-            }
-            if op.signalled {
-                let done = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
-                shared.completions.try_send(done).map_err(|_| {
-                    self.break_with(
-                        "completion queue overflow: the application is not draining completions".into(),
-                    )
-                })?;
-            }
-        }
+            Ok(())
+        })();
         let sleeper = announced > 0 && producer.sleeper(&outbound);
         drop(producer);
         if sleeper {
             ring::wake(&outbound);
         }
+        moved?;
         Ok(true)
     }
 
@@ -587,6 +593,8 @@ fn land_announced(shared: &Shared, write: Inbound) -> Result<Option<Arrival>, St
         with_target(shared, region, |target| copy_on_from_bounce(shared, target, offset, len))?;
     } else if shared.running.load(Ordering::Acquire) == 0 {
         // The targets are let go once every link thread has ended: the region may be released.
+        // As the targets' lock did, this refuses only what comes after that end; no byte of the
+        // region is touched on this path either way.
         return Err(format!("region {region} vanished"));
     }
     Ok(arrival.map(|imm| Arrival { imm, region: RegionId(region), len }))
