@@ -20,7 +20,7 @@ pub fn handshake_error(why: impl Into<String>) -> TransportError {
 
 /// A [`TransportError::Handshake`] for a `Buf::try_get_*` that found too few bytes left: what a
 /// decoder returns instead of panicking when a field runs past the bytes it was given.
-pub(crate) fn truncated(short: TryGetError) -> TransportError {
+pub fn truncated(short: TryGetError) -> TransportError {
     handshake_error(format!(
         "a field of {} B runs past the end ({} B left)",
         short.requested, short.available

@@ -28,7 +28,9 @@ mod liveness;
 mod token;
 
 pub use auth::{authenticate, authenticate_by, Role, AUTH_MAGIC};
-pub use codec::{handshake_error, put_preamble, put_prefixed_u16, put_prefixed_u8, Deadlined, WireReader};
+pub use codec::{
+    handshake_error, put_preamble, put_prefixed_u16, put_prefixed_u8, truncated, Deadlined, WireReader,
+};
 pub use connect::{
     confirm, dial, prepare, BusyGuard, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
     REFUSED_GRACE,
