@@ -155,7 +155,7 @@ fn main() -> Result<(), String> {
                 [("pingpong", &mut pingpong), ("completion", &mut completion), ("wakeup", &mut wakeup)]
             {
                 let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
-                println!("RESULT {name} {p50:.2} {p99:.2}");
+                println!("RESULT {name} {p50:.3} {p99:.3}");
             }
             Ok(())
         }

@@ -142,6 +142,10 @@ pub(crate) type RemoteRegions = Arc<Vec<Option<RemoteEntry>>>;
 pub(crate) struct Rings {
     inbound: Memory,
     consumer: Mutex<Consumer>,
+    /// The consumer's count of announcements taken, as of its last take (stored under its
+    /// lock): a wait peeks at the slot after it without taking the lock. Ours, not the ring's
+    /// count in memory the peer can write.
+    taken: AtomicU64,
     outbound: Memory,
     producer: Mutex<Producer>,
 }
@@ -164,7 +168,13 @@ impl Rings {
                 )));
             }
         }
-        Ok(Rings { inbound, consumer: Mutex::default(), outbound, producer: Mutex::default() })
+        Ok(Rings {
+            inbound,
+            consumer: Mutex::default(),
+            taken: AtomicU64::new(0),
+            outbound,
+            producer: Mutex::default(),
+        })
     }
 
     fn view(memory: &Memory) -> RingView<'_> {
@@ -510,6 +520,15 @@ impl Link {
     /// still on our ring, taken here with no thread in between.
     pub(crate) fn take_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
         let shared = &*self.shared;
+        // Nothing queued and nothing new on the ring: the common look of a spinning wait costs
+        // no lock. The count is read first: the arrivals of everything it counts are queued
+        // by then, so an empty queue after it means they were drained.
+        if let Some(rings) = &shared.rings {
+            let taken = rings.taken.load(Ordering::Acquire);
+            if self.arrivals.is_empty() && ring::nothing_after(&rings.inbound(), taken) {
+                return Ok(0);
+            }
+        }
         // The ring thread queues what it takes under the consumer's lock: drained under it too,
         // the queue holds only arrivals older than any still on the ring.
         let consumer = shared.rings.as_ref().and_then(|rings| rings.consumer.try_lock().ok());
@@ -526,6 +545,7 @@ impl Link {
             }
             Ok(())
         });
+        rings.taken.store(consumer.taken(), Ordering::Release);
         match taken {
             Ok(_) => Ok(ready),
             Err(reason) => Err(self.break_with(reason)),
@@ -585,6 +605,8 @@ fn write_frame(op: &WriteOp) -> Frame {
 
 /// Applies an announcement taken off our ring (its bytes are in place, or in the bounce in
 /// front of the region, copied on here); returns its arrival.
+// Inlined into the takes: its result came back through memory and stalled every slot.
+#[inline(always)]
 fn land_announced(shared: &Shared, write: Inbound) -> Result<Option<Arrival>, String> {
     let Inbound::Write { region, offset, len, arrival, .. } = write else {
         return Err("protocol error: a ring slot that is not a write".into());
@@ -645,6 +667,7 @@ fn ring_loop(shared: &Shared) {
                 None => Ok(()),
             }
         });
+        rings.taken.store(consumer.taken(), Ordering::Release);
         if let Err(reason) = taken {
             shared.fail(reason);
             return;

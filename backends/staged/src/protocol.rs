@@ -2,7 +2,7 @@
 //! the link's reader thread applies only what [`Inbox::admit`] allowed, and the fuzz target
 //! `staged_frames` drives it with arbitrary frame sequences.
 
-use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED};
+use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_WORDS};
 
 /// One admitted frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,51 @@ impl Inbox {
         }
     }
 
+    /// Admits a shm ring slot's header words: the placed write [`Inbox::admit`] admits for
+    /// their frame when it asks for no acknowledgement (the one thing a slot may hold), or
+    /// the protocol error that says why not.
+    ///
+    /// The common slot is checked on the words themselves (the ring's hot path); anything
+    /// else takes the full decode, which gives the verdict and its reason.
+    pub fn admit_slot(&self, words: [u64; HEADER_WORDS]) -> Result<Inbound, String> {
+        let [first, offset, len, _, last] = words;
+        let flags = (first >> 8) as u8;
+        let region = (first >> 32) as u32;
+        let shaped = self.channel == ChannelKind::Shm
+            && first as u8 == FrameKind::Write as u8
+            && flags & !(FLAG_PLACED | FLAG_IMM) == 0
+            && flags & FLAG_PLACED != 0
+            && last >> 32 == 0;
+        let region_len = self.exposed.get(region as usize).copied().flatten();
+        match region_len {
+            Some(region_len)
+                if shaped
+                    && len != 0
+                    && len <= self.max_msg_bytes
+                    && offset.checked_add(len).is_some_and(|end| end <= region_len) =>
+            {
+                Ok(Inbound::Write {
+                    region,
+                    offset,
+                    len,
+                    payload_follows: false,
+                    arrival: (flags & FLAG_IMM != 0).then_some(last as u32),
+                    ack: None,
+                })
+            }
+            _ => self.admit_slot_decoded(words),
+        }
+    }
+
+    #[cold]
+    fn admit_slot_decoded(&self, words: [u64; HEADER_WORDS]) -> Result<Inbound, String> {
+        let frame = Frame::from_words(words).map_err(|e| format!("protocol error: a ring slot: {e}"))?;
+        match self.admit(&frame, None)? {
+            write @ Inbound::Write { payload_follows: false, ack: None, .. } => Ok(write),
+            other => Err(format!("protocol error: a ring slot asks for {other:?}")),
+        }
+    }
+
     fn write(&self, frame: &Frame) -> Result<Inbound, String> {
         let Some(Some(region_len)) = self.exposed.get(frame.region as usize).copied() else {
             return Err(format!("protocol error: write to region {} which is not exposed", frame.region));
@@ -125,5 +170,57 @@ mod tests {
         assert!(inbox.admit(&ack, None).is_err(), "never asked for");
         assert!(inbox.admit(&ack, Some(3)).is_ok());
         assert!(inbox.admit(&ack, Some(4)).is_err(), "not the write that is next");
+    }
+
+    #[test]
+    fn a_ring_slot_checked_on_its_words_gets_the_full_decodes_verdict() {
+        // Near misses of the common slot in every field, and noise: the words' check must
+        // admit exactly what the decode admits, as the same write.
+        let inbox = Inbox::new(ChannelKind::Shm, &[(0, 4096), (2, 1 << 20)], 1 << 16);
+        let tcp = Inbox::new(ChannelKind::Tcp, &[(0, 4096)], 1 << 16);
+        let mut cases = Vec::new();
+        for region in [0, 1, 2, 3, u32::MAX] {
+            for (offset, len) in
+                [(0, 8), (4088, 8), (4089, 8), (0, 0), (0, 1 << 16), (0, (1 << 16) + 1), (u64::MAX, 2)]
+            {
+                for flags in
+                    [FLAG_PLACED, FLAG_PLACED | FLAG_IMM, FLAG_IMM, 0, FLAG_PLACED | FLAG_SIGNALLED, 0x80]
+                {
+                    let mut words = write(region, offset, len, flags).to_words();
+                    cases.push(words);
+                    words[0] |= 3 << 16; // a status
+                    cases.push(words);
+                    words[4] |= 1 << 40; // reserved bytes
+                    cases.push(words);
+                    words[0] = (words[0] & !0xff) | 2; // an ack's kind
+                    cases.push(words);
+                }
+            }
+        }
+        // Random slots around the common one: small regions, offsets and lengths, any flags.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..10_000 {
+            let (a, b) = (next(), next());
+            let frame = write((a % 4) as u32, (a >> 8) % 8192, (a >> 24) % 8192, (a >> 40) as u8 & 0x0f);
+            let mut words = frame.to_words();
+            words[4] |= u64::from(b % 4 == 0) * (b & 0xffff_ffff_0000_0000);
+            words[0] |= (u64::from(b % 3 == 0) * ((b >> 8) & 0xffff)) << 16;
+            cases.push(words);
+        }
+        let mut admitted = 0;
+        for words in cases {
+            for rules in [&inbox, &tcp] {
+                let (fast, full) = (rules.admit_slot(words), rules.admit_slot_decoded(words));
+                assert_eq!(fast, full, "{words:x?}");
+                admitted += usize::from(fast.is_ok());
+            }
+        }
+        assert!(admitted > 100, "the cases reach the common slot ({admitted} admitted)");
     }
 }

@@ -5,6 +5,7 @@ use crate::wait::{wait, Notifier};
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 use rdma_hint_core::TransportError;
 use rdma_hint_core::WaitMode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -52,7 +53,11 @@ pub fn drain<T>(queue: &Receiver<T>, out: &mut [T]) -> usize {
 pub fn event_queue<T>(capacity: usize) -> (EventSender<T>, EventQueue<T>) {
     let (sender, receiver) = crossbeam_channel::bounded(capacity);
     let notifier = Arc::new(Notifier::default());
-    (EventSender { sender: Some(sender), notifier: notifier.clone() }, EventQueue { receiver, notifier })
+    let senders = Arc::new(AtomicUsize::new(1));
+    (
+        EventSender { sender: Some(sender), notifier: notifier.clone(), senders: senders.clone() },
+        EventQueue { receiver, notifier, senders },
+    )
 }
 
 /// The producing side of an [`event_queue`]; dropping the last one wakes waits to see the
@@ -62,11 +67,18 @@ pub struct EventSender<T> {
     /// `None` only while dropping: the channel must close before the waits are woken.
     sender: Option<Sender<T>>,
     notifier: Arc<Notifier>,
+    /// Live senders, counted down after each one's channel handle is gone.
+    senders: Arc<AtomicUsize>,
 }
 
 impl<T> Clone for EventSender<T> {
     fn clone(&self) -> Self {
-        EventSender { sender: self.sender.clone(), notifier: self.notifier.clone() }
+        self.senders.fetch_add(1, Ordering::Relaxed);
+        EventSender {
+            sender: self.sender.clone(),
+            notifier: self.notifier.clone(),
+            senders: self.senders.clone(),
+        }
     }
 }
 
@@ -93,6 +105,8 @@ impl<T> Drop for EventSender<T> {
     fn drop(&mut self) {
         // Close (this handle of) the channel first: a woken wait must see it disconnected.
         drop(self.sender.take());
+        // Released after the handle went: a drain that reads 0 sees every item sent before.
+        self.senders.fetch_sub(1, Ordering::Release);
         self.notifier.notify();
     }
 }
@@ -106,6 +120,7 @@ pub struct Disconnected;
 pub struct EventQueue<T> {
     receiver: Receiver<T>,
     notifier: Arc<Notifier>,
+    senders: Arc<AtomicUsize>,
 }
 
 impl<T> EventQueue<T> {
@@ -114,6 +129,15 @@ impl<T> EventQueue<T> {
     pub fn try_drain(&self, out: &mut [T]) -> Result<usize, Disconnected> {
         let mut ready = 0;
         while ready < out.len() {
+            // A look at the length costs two loads where a receive from an empty queue costs
+            // a full fence (crossbeam's bounded flavour): the common empty poll stays cheap.
+            if self.receiver.is_empty() {
+                let closed = self.senders.load(Ordering::Acquire) == 0;
+                if ready == 0 && closed && self.receiver.is_empty() {
+                    return Err(Disconnected);
+                }
+                break;
+            }
             match self.receiver.try_recv() {
                 Ok(item) => {
                     out[ready] = item;
@@ -168,5 +192,29 @@ impl<T> EventQueue<T> {
             Err(Disconnected) => Err(on_disconnect()),
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drained_queue_reads_disconnected_only_once_every_sender_is_gone() {
+        let (sender, queue) = event_queue::<u32>(4);
+        let mut out = [0u32; 4];
+        assert_eq!(queue.try_drain(&mut out), Ok(0), "empty, a sender alive");
+        let second = sender.clone();
+        sender.try_send(1).unwrap();
+        second.try_send(2).unwrap();
+        drop(sender);
+        assert_eq!(queue.try_drain(&mut out[..1]), Ok(1), "what fits");
+        assert_eq!(queue.try_drain(&mut out), Ok(1), "the rest, a clone alive");
+        assert_eq!(out[0], 2);
+        assert_eq!(queue.try_drain(&mut out), Ok(0), "empty, the clone alive");
+        second.try_send(3).unwrap();
+        drop(second);
+        assert_eq!(queue.try_drain(&mut out), Ok(1), "an item sent before the last sender went");
+        assert_eq!(queue.try_drain(&mut out), Err(Disconnected));
     }
 }
