@@ -466,6 +466,9 @@ impl Link {
         }
         // Moved in a closure so that a batch cut short by an error still wakes a sleeping
         // reader for what it published before the error.
+        // Counted once for the batch, after it: a locked add between a copy and its announcement
+        // would hold the announcement until the copy's stores are out.
+        let mut copied = 0u64;
         let moved = (|| -> Result<(), TransportError> {
             for request in ops {
                 let op = request.head();
@@ -475,7 +478,7 @@ impl Link {
                     let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
                     source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len)?;
                 }
-                shared.counters.copies.in_transit(op.len);
+                copied += op.len;
                 if op.imm.is_some() || notify_each_write {
                     let published = producer
                         .publish(&outbound, &announcement(&op))
@@ -498,6 +501,7 @@ impl Link {
         if sleeper {
             ring::wake(&outbound);
         }
+        shared.counters.copies.in_transit(copied);
         moved?;
         Ok(true)
     }
