@@ -1,12 +1,13 @@
 //! Arbitrary frame sequences into the staged receiver's protocol rules (`Inbox`): every write
 //! it admits lies inside an exposed region, is non-empty and within the message limit, and
-//! every acknowledgement it admits is for the oldest signalled write still waiting; never a
-//! panic.
+//! every acknowledgement it admits is for the oldest signalled write still waiting; a ring
+//! slot's words are admitted (`Inbox::admit_slot`) exactly when their decoded frame is a placed
+//! write asking no ack, as the same write; never a panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rdma_hint_staged::protocol::{Inbound, Inbox};
-use rdma_hint_staged::wire::{ChannelKind, Frame, HEADER_BYTES};
+use rdma_hint_staged::wire::{ChannelKind, Frame, HEADER_BYTES, HEADER_WORDS};
 
 const EXPOSED: [(u32, u64); 3] = [(0, 4096), (3, 1 << 20), (7, 1)];
 const MAX_MSG: u64 = 1 << 16;
@@ -26,6 +27,15 @@ fuzz_target!(|data: &[u8]| {
         }
         let mut header = [0u8; HEADER_BYTES];
         header.copy_from_slice(chunk);
+        let words: [u64; HEADER_WORDS] = std::array::from_fn(|at| {
+            u64::from_le_bytes(header[at * 8..at * 8 + 8].try_into().expect("8 bytes"))
+        });
+        let slot = inbox.admit_slot(words).ok();
+        let placed = Frame::decode(&header).ok().and_then(|frame| match inbox.admit(&frame, None) {
+            Ok(write @ Inbound::Write { payload_follows: false, ack: None, .. }) => Some(write),
+            _ => None,
+        });
+        assert_eq!(slot, placed, "a slot's words and its decoded frame disagree");
         let Ok(frame) = Frame::decode(&header) else { continue };
         match inbox.admit(&frame, awaiting.front().copied()) {
             Ok(Inbound::Write { region, offset, len, payload_follows, .. }) => {
