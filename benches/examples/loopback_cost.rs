@@ -11,19 +11,22 @@
 //! ```
 
 use rdma_hint::{
-    Arrival, Completion, LoopbackPair, OpenOptions, SourceId, Transport, TransportId, WaitMode, WriteOp,
+    Arrival, Completion, CompletionStatus, LoopbackPair, OpenOptions, SourceId, Transport, TransportId,
+    WaitMode, WriteOp,
 };
 use std::time::{Duration, Instant};
 
-/// Polls `poll` until it yields an item, fails, or `deadline` passes.
-fn one(
-    deadline: Instant,
-    mut poll: impl FnMut() -> Result<usize, rdma_hint::TransportError>,
-    what: &str,
-) -> Result<(), String> {
+/// How long one wait may take.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Polls `poll` until it yields an item, fails, or [`PATIENCE`] passes (the clock is read only
+/// once nothing was there at the first look).
+fn one(mut poll: impl FnMut() -> Result<usize, rdma_hint::TransportError>, what: &str) -> Result<(), String> {
+    let mut deadline = None;
     while poll().map_err(|e| format!("{what}: {e}"))? == 0 {
-        if Instant::now() > deadline {
-            return Err(format!("no {what} before the deadline"));
+        let now = Instant::now();
+        if now > *deadline.get_or_insert(now + PATIENCE) {
+            return Err(format!("no {what} within {PATIENCE:?}"));
         }
     }
     Ok(())
@@ -35,7 +38,7 @@ fn main() -> Result<(), String> {
         args.next().unwrap_or_else(|| "staged:shm".into()).parse().map_err(|e| format!("{e}"))?;
     let writes: u64 = args.next().map_or(Ok(2_000_000), |a| a.parse()).map_err(|e| format!("writes: {e}"))?;
     let runs: usize = args.next().map_or(Ok(5), |a| a.parse()).map_err(|e| format!("runs: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let options = OpenOptions::default().token(b"rdma-hint bench").wait_mode(WaitMode::BusyPoll);
     let pair =
         LoopbackPair::open(&id, SourceId::Host(0), 4096, &options, deadline).map_err(|e| e.to_string())?;
@@ -52,17 +55,30 @@ fn main() -> Result<(), String> {
     let (sender, receiver): (&dyn Transport, &dyn Transport) = (&*pair.sender, &*pair.receiver);
     let (mut completions, mut arrivals) = ([Completion::EMPTY; 4], [Arrival::EMPTY; 4]);
     let mut per_write = Vec::with_capacity(runs);
-    for _ in 0..runs.max(1) {
+    let done = Completion { wr_id: 1, status: CompletionStatus::Success };
+    let landed = Arrival { imm: 7, region: pair.target.id, len: 8 };
+    for run in 0..runs.max(1) {
+        // Each run writes its own bytes: the last write of the run must have carried them.
+        let pattern = [run as u8 + 1; 8];
+        sender.write_region(pair.local.id, 0, &pattern).map_err(|e| e.to_string())?;
         let started = Instant::now();
         for _ in 0..writes {
             sender.post_writes(&[op]).map_err(|e| e.to_string())?;
-            one(deadline, || receiver.poll_arrivals(&mut arrivals), "arrival")?;
-            one(deadline, || sender.poll_completions(&mut completions), "completion")?;
-            if arrivals[0].imm != 7 {
-                return Err(format!("arrival {:?}, not the immediate written", arrivals[0]));
+            one(|| receiver.poll_arrivals(&mut arrivals), "arrival")?;
+            one(|| sender.poll_completions(&mut completions), "completion")?;
+            if arrivals[0] != landed || completions[0] != done {
+                return Err(format!(
+                    "{:?} and {:?}, not {landed:?} and {done:?}",
+                    arrivals[0], completions[0]
+                ));
             }
         }
         per_write.push(started.elapsed().as_secs_f64() * 1e9 / writes as f64);
+        let mut arrived = [0u8; 8];
+        receiver.read_region(pair.target.id, 0, &mut arrived).map_err(|e| e.to_string())?;
+        if arrived != pattern {
+            return Err(format!("run {run}: {arrived:?} arrived, {pattern:?} was written"));
+        }
     }
     per_write.sort_by(f64::total_cmp);
     let runs_ns: Vec<String> = per_write.iter().map(|ns| format!("{ns:.1}")).collect();

@@ -467,7 +467,9 @@ impl Link {
         // Moved in a closure so that a batch cut short by an error still wakes a sleeping
         // reader for what it published before the error.
         // Counted once for the batch, after it: a locked add between a copy and its announcement
-        // would hold the announcement until the copy's stores are out.
+        // would hold the announcement until the copy's stores are out. (So the count lands just
+        // after the batch's completions: another thread that drains one may read it a batch
+        // behind.)
         let mut copied = 0u64;
         let moved = (|| -> Result<(), TransportError> {
             for request in ops {

@@ -133,10 +133,13 @@ impl<T> EventQueue<T> {
             // a full fence (crossbeam's bounded flavour): the common empty poll stays cheap.
             if self.receiver.is_empty() {
                 let closed = self.senders.load(Ordering::Acquire) == 0;
-                if ready == 0 && closed && self.receiver.is_empty() {
-                    return Err(Disconnected);
+                if !closed {
+                    break;
                 }
-                break;
+                // Every send is visible now: what the first look missed is taken below.
+                if self.receiver.is_empty() {
+                    return if ready == 0 { Err(Disconnected) } else { Ok(ready) };
+                }
             }
             match self.receiver.try_recv() {
                 Ok(item) => {
