@@ -101,25 +101,26 @@ impl Inbox {
             && flags & !(FLAG_PLACED | FLAG_IMM) == 0
             && flags & FLAG_PLACED != 0
             && last >> 32 == 0;
-        let region_len = self.exposed.get(region as usize).copied().flatten();
-        match region_len {
-            Some(region_len)
-                if shaped
-                    && len != 0
-                    && len <= self.max_msg_bytes
-                    && offset.checked_add(len).is_some_and(|end| end <= region_len) =>
-            {
-                Some(Inbound::Write {
-                    region,
-                    offset,
-                    len,
-                    payload_follows: false,
-                    arrival: (flags & FLAG_IMM != 0).then_some(last as u32),
-                    ack: None,
-                })
-            }
-            _ => None,
-        }
+        let fits = self.region_len(region).is_some_and(|region_len| self.fits(region_len, offset, len));
+        (shaped && fits).then(|| Inbound::Write {
+            region,
+            offset,
+            len,
+            payload_follows: false,
+            arrival: (flags & FLAG_IMM != 0).then_some(last as u32),
+            ack: None,
+        })
+    }
+
+    /// The length of exposed region `region`; `None` when it is not exposed.
+    fn region_len(&self, region: u32) -> Option<u64> {
+        self.exposed.get(region as usize).copied().flatten()
+    }
+
+    /// Whether a write of `len` bytes at `offset` lies in a region of `region_len` bytes, is
+    /// not empty and is no larger than a message may be.
+    fn fits(&self, region_len: u64, offset: u64, len: u64) -> bool {
+        len != 0 && len <= self.max_msg_bytes && offset.checked_add(len).is_some_and(|end| end <= region_len)
     }
 
     #[cold]
@@ -132,11 +133,10 @@ impl Inbox {
     }
 
     fn write(&self, frame: &Frame) -> Result<Inbound, String> {
-        let Some(Some(region_len)) = self.exposed.get(frame.region as usize).copied() else {
+        let Some(region_len) = self.region_len(frame.region) else {
             return Err(format!("protocol error: write to region {} which is not exposed", frame.region));
         };
-        let in_bounds = frame.offset.checked_add(frame.len).is_some_and(|end| end <= region_len);
-        if !in_bounds || frame.len == 0 || frame.len > self.max_msg_bytes {
+        if !self.fits(region_len, frame.offset, frame.len) {
             return Err(format!(
                 "protocol error: write {}+{} B outside region {} ({region_len} B)",
                 frame.offset, frame.len, frame.region
