@@ -8,11 +8,18 @@
 //! endpoint, all posted at once: UCX completes everything issued before a fence before anything
 //! issued after it, so the peer's [`Arrival`] implies its bytes (and all before them) have
 //! landed, with no flush round trip before the notice leaves.
+//!
+//! Where UCX maps every region the peer exposed and the peer's notice ring into this process
+//! (shared memory: `ucp_rkey_ptr`, checked by [`crate::mapping`]), a write is a copy by the
+//! posting thread into that mapping and a notice is a slot on the peer's ring
+//! ([`crate::ring`]): no UCX call, no `process_vm_writev`, and a signalled write completes as
+//! its copy ends, when its bytes are in the peer's memory.
 
 use crate::region::Region;
+use crate::ring::{self, Consumer, Producer, RingView};
 use crate::status::{completion_code, status_text};
 use crate::transport::{MAX_SGES, MAX_WRS_PER_POST};
-use crate::worker::{Ucp, NOTICE_AM_ID};
+use crate::worker::{Context, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError};
 use rdma_hint_oob::{peer_left, say_goodbye, PeerLoss};
 use rdma_hint_toolkit::gather::Pieces;
@@ -22,7 +29,7 @@ use rdma_hint_toolkit::RegionTable;
 use rdma_hint_ucx_sys as sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -46,6 +53,156 @@ pub(crate) struct Signals {
     /// lock-free checks by waiters: read it before draining, so an empty drain after it is
     /// final.
     pub(crate) gone: AtomicBool,
+    /// The ring this side takes the peer's notices on, when it offered one.
+    pub(crate) ring: OnceLock<Arc<NoticeRing>>,
+}
+
+impl Signals {
+    /// Takes the notices on this side's ring into `out`; a broken ring is a protocol error
+    /// (the text says so).
+    pub(crate) fn take_ring(&self, out: &mut [Arrival]) -> Result<usize, String> {
+        match (self.ring.get(), self.exposed.get()) {
+            (Some(ring), Some(exposed)) => ring.take(exposed, out),
+            _ => Ok(0),
+        }
+    }
+
+    /// Moves the notices on this side's ring into the arrival queue, at most `room` of them,
+    /// for tasks that sleep on it (the progress thread's part, and a connection's last word).
+    pub(crate) fn ring_to_queue(&self, room: usize) -> Result<usize, String> {
+        let Some(ring) = self.ring.get() else { return Ok(0) };
+        if room == 0 || ring.nothing_new() {
+            return Ok(0);
+        }
+        let arrivals = self.arrivals.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(sender) = arrivals.as_ref() else { return Ok(0) };
+        let mut taken = [Arrival::EMPTY; 64];
+        let count = self.take_ring(&mut taken[..room.min(64)])?;
+        // Room was counted first by the progress thread, and only this lock's holders send; a
+        // closing connection takes what fits.
+        if taken[..count].iter().any(|arrival| sender.try_send(*arrival).is_err()) {
+            tracing::warn!("ucx: arrival queue full; notices dropped");
+        }
+        Ok(count)
+    }
+}
+
+/// The ring a side takes its peer's notices on: memory UCX allocated (a shared segment over
+/// shared memory, so the peer can map it) and the consumer's state. Unmapped when the last
+/// holder lets go; a lane whose peer may still write it hands it to its lane group (as it does
+/// the regions it exposed), which leaks it rather than free memory a peer still writes.
+#[derive(Debug)]
+pub(crate) struct NoticeRing {
+    region: Region,
+    context: Arc<Context>,
+    consumer: Mutex<Consumer>,
+    /// The consumer's count, stored after each take: a look at an empty ring reads it and the
+    /// next slot's number, and takes no lock.
+    taken: AtomicU64,
+}
+
+impl NoticeRing {
+    /// A zeroed ring of [`ring::RING_BYTES`] on `context`; `None` when UCX's memory is not
+    /// aligned for one.
+    pub(crate) fn new(context: &Arc<Context>) -> Result<Option<NoticeRing>, TransportError> {
+        let region = Region::map(context.handle, ring::RING_BYTES)?;
+        if !region.address(0).is_multiple_of(64) {
+            region.unmap(context.handle);
+            return Ok(None);
+        }
+        Ok(Some(NoticeRing {
+            region,
+            context: context.clone(),
+            consumer: Mutex::new(Consumer::default()),
+            taken: AtomicU64::new(0),
+        }))
+    }
+
+    /// Its address and length here (for the screen of the peer's mappings) and its packed rkey.
+    pub(crate) fn exposed(&self) -> ((u64, u64), Vec<u8>) {
+        ((self.region.address(0), ring::RING_BYTES), self.region.packed_rkey.clone())
+    }
+
+    fn view(&self) -> RingView<'_> {
+        // SAFETY: the region is RING_BYTES of UCX's memory, 64-byte aligned (checked in `new`),
+        // mapped until `self` drops; this side touches it only through the view's atomics.
+        unsafe { RingView::at(self.region.pointer(0)) }
+    }
+
+    fn nothing_new(&self) -> bool {
+        ring::nothing_after(&self.view(), self.taken.load(Ordering::Acquire))
+    }
+
+    fn take(&self, exposed: &[(u32, u64)], out: &mut [Arrival]) -> Result<usize, String> {
+        if out.is_empty() || self.nothing_new() {
+            return Ok(0);
+        }
+        let mut consumer = self.consumer.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = consumer.take(&self.view(), exposed, out);
+        self.taken.store(consumer.taken(), Ordering::Release);
+        taken
+    }
+
+    /// Marks the ring before its waiter sleeps on the worker's event fd; `false`: a notice
+    /// came meanwhile, do not sleep.
+    pub(crate) fn prepare_sleep(&self) -> bool {
+        self.consumer.lock().unwrap_or_else(PoisonError::into_inner).prepare_sleep(&self.view())
+    }
+
+    /// Clears the mark once awake.
+    pub(crate) fn woke(&self) {
+        self.consumer.lock().unwrap_or_else(PoisonError::into_inner).woke(&self.view());
+    }
+}
+
+impl Drop for NoticeRing {
+    fn drop(&mut self) {
+        self.region.unmap(self.context.handle);
+    }
+}
+
+/// The peer's memory mapped into this process: its ring and every region it exposed.
+#[derive(Debug)]
+pub(crate) struct Direct {
+    ring: PeerRing,
+    ring_rkey: sys::ucp_rkey_h,
+    producer: Producer,
+    /// Where each of the peer's regions (by id, as `Engine::remote`) lies here.
+    regions: Vec<Option<*mut u8>>,
+}
+
+impl Direct {
+    /// The peer's mapped ring and regions; `ring_rkey` is destroyed with it.
+    pub(crate) fn new(ring: *mut u8, ring_rkey: sys::ucp_rkey_h, regions: Vec<Option<*mut u8>>) -> Direct {
+        Direct { ring: PeerRing(ring), ring_rkey, producer: Producer::default(), regions }
+    }
+}
+
+/// Where UCX mapped the peer's notice ring here.
+#[derive(Debug)]
+struct PeerRing(*mut u8);
+
+impl PeerRing {
+    fn view(&self) -> RingView<'_> {
+        // SAFETY: this is where UCX mapped the peer's RING_BYTES ring (the screen checked the
+        // whole range lies in one System V segment, which stays attached until the `Direct`'s
+        // rkey is destroyed, after this is dropped, and that it is 64-byte aligned); it is
+        // touched here only through the view's atomics.
+        unsafe { RingView::at(self.0) }
+    }
+}
+
+/// `ucp_am_recv_callback_t` for wake-ups: the message only wakes the worker's event fd, whose
+/// sleeper then takes the ring.
+pub(crate) unsafe extern "C" fn on_wake(
+    _arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: usize,
+    _data: *mut c_void,
+    _length: usize,
+    _param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    sys::UCS_OK
 }
 
 /// `ucp_err_handler_cb_t`: records the endpoint's failure for the engine to act on.
@@ -129,6 +286,8 @@ struct Put {
     memh: sys::ucp_mem_h,
     address: u64,
     rkey: sys::ucp_rkey_h,
+    /// Where the destination lies in this process (`Direct`), or null.
+    target: *mut u8,
     len: u64,
 }
 
@@ -166,6 +325,8 @@ pub(crate) struct Engine {
     /// A clone of the out-of-band socket: tells a peer's goodbye from a failure.
     oob: Option<std::net::TcpStream>,
     pub(crate) signals: Arc<Signals>,
+    /// The peer's memory mapped here, when all of it is.
+    direct: Option<Direct>,
 }
 
 // SAFETY: the raw UCP handles (worker in serialized mode, endpoint, rkeys, requests) are only
@@ -198,6 +359,7 @@ impl Engine {
             posted_any: false,
             gone: None,
             signals,
+            direct: None,
         }
     }
 
@@ -206,10 +368,16 @@ impl Engine {
         !self.ep.is_null() || self.gone.is_some()
     }
 
-    /// Adopts the endpoint and the peer's unpacked regions.
-    pub(crate) fn attach(&mut self, ep: sys::ucp_ep_h, remote: Vec<Option<RemoteEntry>>) {
+    /// Adopts the endpoint and the peer's unpacked regions (and their mappings here).
+    pub(crate) fn attach(
+        &mut self,
+        ep: sys::ucp_ep_h,
+        remote: Vec<Option<RemoteEntry>>,
+        direct: Option<Direct>,
+    ) {
         self.ep = ep;
         self.remote = remote;
+        self.direct = direct;
     }
 
     /// Flushes the new endpoint so UCX finishes its wire-up (lane connections) while the
@@ -290,14 +458,15 @@ impl Engine {
     /// Posts every request (each piece checked against both region tables first) as one
     /// `ucp_put_nbx` per piece (UCP RMA takes no iov: openucx/ucx#6912), followed by a fence
     /// and its notice when it carries an immediate, then one flush for the batch if anything in
-    /// it is signalled.
+    /// it is signalled; or, [`Direct`], as copies and ring slots. Returns the bytes this
+    /// thread copied.
     pub(crate) fn post(
         &mut self,
         ops: &[impl Pieces],
         locals: &RegionTable<Region>,
         max_msg_bytes: u64,
         queued_completions: usize,
-    ) -> Result<(), TransportError> {
+    ) -> Result<u64, TransportError> {
         if let Some(why) = &self.gone {
             return Err(TransportError::PeerGone(why.clone()));
         }
@@ -314,18 +483,26 @@ impl Engine {
             });
         }
         // Check (and look up) every op before the first put: a rejected batch moves nothing.
-        let Engine { puts, remote: remotes, .. } = self;
+        let Engine { puts, remote: remotes, direct, .. } = self;
         puts.clear();
         for op in ops.iter().flat_map(Pieces::pieces) {
             let remote = remotes.get(op.remote.0 as usize).and_then(Option::as_ref);
             let (local, remote) = locals.check_write(&op, remote, max_msg_bytes)?;
+            let target = direct
+                .as_ref()
+                .and_then(|direct| direct.regions.get(op.remote.0 as usize).copied().flatten())
+                .map_or(std::ptr::null_mut(), |base| base.wrapping_add(op.remote_offset as usize));
             puts.push(Put {
                 source: local.pointer(op.local_offset),
                 memh: local.memh,
                 address: remote.address + op.remote_offset,
                 rkey: remote.rkey,
+                target,
                 len: op.len,
             });
+        }
+        if self.direct.is_some() {
+            return self.post_direct(ops, notices as u64);
         }
         let mut next_put = 0;
         for request in ops {
@@ -363,7 +540,54 @@ impl Engine {
         }
         self.ucp.progress();
         self.harvest();
-        Ok(())
+        Ok(0)
+    }
+
+    /// [`Engine::post`] of checked ops into the peer's memory mapped here: each piece one copy,
+    /// each immediate one slot on the peer's ring (room for all of them checked first, so a
+    /// full ring moves nothing), each signalled op completed as its copy ends.
+    fn post_direct(&mut self, ops: &[impl Pieces], notices: u64) -> Result<u64, TransportError> {
+        let room = match self.direct.as_mut() {
+            Some(direct) => direct.producer.room(&direct.ring.view(), notices),
+            None => return Ok(0),
+        };
+        match room {
+            Ok(true) => {}
+            Ok(false) => return Err(TransportError::QueueFull { given: ops.len() as u32, max: 0 }),
+            Err(why) => {
+                self.fail(why.clone());
+                return Err(TransportError::PeerGone(why));
+            }
+        }
+        let Engine { direct: Some(direct), puts, completions, .. } = self else { return Ok(0) };
+        let view = direct.ring.view();
+        let mut copied = 0;
+        let mut puts = puts.iter();
+        for request in ops {
+            let op = request.head();
+            for put in puts.by_ref().take(request.pieces().count()) {
+                // SAFETY: `post` checked the source range against its registered region (mapped
+                // while ops are in flight, and this one ends here) and the destination against
+                // the peer's advertised length, which the screen found inside the System V
+                // segment UCX mapped at `target`'s region (attached until its rkey is
+                // destroyed, under this engine's lock). The peer may touch those bytes
+                // meanwhile, as with any RDMA target; `copy` allows the ranges to overlap.
+                unsafe { std::ptr::copy(put.source, put.target, put.len as usize) };
+                copied += put.len;
+            }
+            if let Some(imm) = op.imm {
+                direct.producer.publish(&view, &Arrival { imm, region: op.remote, len: op.len });
+            }
+            if op.signalled {
+                // Capacity was reserved by `post`'s check.
+                let _ =
+                    completions.try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
+            }
+        }
+        if notices > 0 && direct.producer.sleeper(&view) {
+            self.send_wake();
+        }
+        Ok(copied)
     }
 
     /// One `ucp_put_nbx` of a piece `post` checked (source range inside its registered region,
@@ -460,6 +684,25 @@ impl Engine {
                     status_text(error as sys::ucs_status_t)
                 )),
             }
+        }
+    }
+
+    /// A message with no payload that wakes the peer's worker, whose sleeper takes its ring.
+    fn send_wake(&mut self) {
+        if self.notice_sends.len() >= self.notice_slots.len() {
+            // The sleeper looks again within its poll bound.
+            return;
+        }
+        let param = sys::ucp_request_param_t::default();
+        // SAFETY: `ep` is live (engine lock held); the message has no header and no payload.
+        let request = unsafe {
+            sys::ucp_am_send_nbx(self.ep, WAKE_AM_ID, std::ptr::null(), 0, std::ptr::null(), 0, &param)
+        };
+        if sys::status_ptr_is_err(request) {
+            let status = sys::status_ptr_status(request);
+            self.fail(format!("sending a wake-up failed: {}", status_text(status)));
+        } else if sys::status_ptr_is_ptr(request) {
+            self.notice_sends.push_back(request);
         }
     }
 
@@ -592,6 +835,17 @@ impl Engine {
                 }
             }
         }
+        // The peer's last notices on the ring are its last word too.
+        for _ in 0..ring::RING_SLOTS / 64 {
+            match self.signals.ring_to_queue(usize::MAX) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(why) => {
+                    tracing::warn!(%why, "ucx: the peer's last notices are not taken");
+                    break;
+                }
+            }
+        }
         // Dropping the arrival sender wakes arrival waits; completion waits are woken here.
         self.signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).take();
         // Only now: a poll that sees `gone` (and so answers PeerGone on an empty queue) finds
@@ -627,6 +881,11 @@ impl Engine {
         while let Some(request) = self.notice_sends.pop_front() {
             // SAFETY: freeing hands the request back to UCX whether or not it finished.
             unsafe { sys::ucp_request_free(request) };
+        }
+        if let Some(direct) = self.direct.take() {
+            // SAFETY: unpacked once on the (now closed) endpoint; destroyed once, after the
+            // mappings it keeps attached were dropped with `direct` (nothing copies any more).
+            unsafe { sys::ucp_rkey_destroy(direct.ring_rkey) };
         }
         for entry in self.remote.drain(..).flatten() {
             // SAFETY: each rkey was unpacked once on the (now closed) endpoint; destroyed once.

@@ -1,6 +1,6 @@
 //! The lanes of one connection: workers of one context over one region table.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, NoticeRing};
 use crate::progress::Shared;
 use crate::region::Region;
 use crate::wire::MAX_REGIONS;
@@ -36,10 +36,13 @@ pub(crate) struct LaneGroup {
 }
 
 /// What a closed lane leaves behind while its peer may still write: the regions its connect
-/// exposed, and its out-of-band socket, which tells when that peer has stopped.
+/// exposed, its notice ring, and its out-of-band socket, which tells when that peer has
+/// stopped.
 #[derive(Debug)]
 struct LeftLane {
     exposed: Vec<RegionId>,
+    /// Freed (unmapped) with the lane once its peer stopped; leaked with the regions if never.
+    ring: Option<Arc<NoticeRing>>,
     /// `None` when the socket could not be kept: the regions then stay guarded while the
     /// group lives, and are leaked, not freed, when it goes.
     oob: Option<TcpStream>,
@@ -74,6 +77,11 @@ impl LaneGroup {
         self.context.handle
     }
 
+    /// The context, for what must outlive a lane's transport (its notice ring).
+    pub(crate) fn context_arc(&self) -> &Arc<Context> {
+        &self.context
+    }
+
     /// Whether UCX locks the context's own calls (memory maps, rkey packing); without it the
     /// group has one lane, whose engine lock serialises them with its worker's progress.
     pub(crate) fn thread_safe(&self) -> bool {
@@ -95,9 +103,10 @@ impl LaneGroup {
         Members { _joins: joins, lanes }
     }
 
-    /// `lane` closes: unless its peer has stopped already, the regions it exposed stay guarded
-    /// until the peer is seen to stop (its goodbye, or its socket closing).
-    pub(crate) fn leave(&self, lane: &Shared) {
+    /// `lane` closes: unless its peer has stopped already, the regions it exposed (and its
+    /// notice ring, `ring`) stay guarded until the peer is seen to stop (its goodbye, or its
+    /// socket closing).
+    pub(crate) fn leave(&self, lane: &Shared, ring: Option<Arc<NoticeRing>>) {
         let exposed = lane.exposure.regions();
         // Until the lane is gone its worker may still land the peer's puts: it stays among
         // the open lanes (and guards its exposure there) while its transport drops.
@@ -111,7 +120,7 @@ impl LaneGroup {
                 None
             }
         });
-        self.left.lock().unwrap_or_else(PoisonError::into_inner).push(LeftLane { exposed, oob });
+        self.left.lock().unwrap_or_else(PoisonError::into_inner).push(LeftLane { exposed, ring, oob });
     }
 
     /// Whether the peer of a closed lane may still write `region`.
@@ -176,6 +185,12 @@ impl Drop for LaneGroup {
             left.iter().flat_map(|lane| lane.exposed.iter().copied()).collect();
         let table = self.regions.get_mut().unwrap_or_else(PoisonError::into_inner);
         let mut leaked = 0usize;
+        for ring in left.iter_mut().filter_map(|lane| lane.ring.take()) {
+            // Its peer may still write it: freeing it would be heap corruption where UCX
+            // allocated it from the heap.
+            leaked += 1;
+            std::mem::forget(ring);
+        }
         for (id, region) in table.drain() {
             if still_written.contains(&id) {
                 // Freed memory the peer still writes would be heap corruption; leaked memory is

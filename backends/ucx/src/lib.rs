@@ -21,9 +21,11 @@
 
 mod engine;
 mod lanes;
+mod mapping;
 mod perf;
 mod progress;
 mod region;
+pub mod ring;
 mod status;
 mod transport;
 pub mod wire;

@@ -1,7 +1,7 @@
 //! The progress thread: drives UCX while work is in flight, sleeps on the worker's event fd
 //! (and the out-of-band socket) when idle, and notices a peer that went away.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Signals};
 use rdma_hint_core::{Arrival, Completion};
 use rdma_hint_oob::peer_left;
 use rdma_hint_toolkit::caller_memory::Exposure;
@@ -102,6 +102,7 @@ impl Shared {
 /// and arrivals it harvests wake the tasks waiting for them; waits drive progress themselves
 /// while they spin, so this thread carries the work once they sleep.
 pub(crate) fn run(shared: Arc<Shared>) {
+    let signals = shared.engine().signals.clone();
     let mut oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
     while !shared.stop.load(Ordering::Acquire) {
         if shared.busy_poll.load(Ordering::Relaxed) {
@@ -126,11 +127,21 @@ pub(crate) fn run(shared: Arc<Shared>) {
             let gone = engine.gone().is_some();
             (engine.busy(), !gone && engine.ucp.arm(), gone)
         };
+        ring_to_queue(&shared, &signals);
         if gone {
             std::thread::park_timeout(IDLE_POLL);
         } else if armed {
             let timeout = if busy || shared.awaited() { BUSY_POLL } else { IDLE_POLL };
-            sleep_on(shared.efd, oob_fd, timeout);
+            // A peer that writes this side's memory directly announces on the ring, which no
+            // event fd watches: it sends a wake-up while the ring is marked.
+            let ring = signals.ring.get();
+            if ring.is_none_or(|ring| ring.prepare_sleep()) {
+                sleep_on(shared.efd, oob_fd, timeout);
+                if let Some(ring) = ring {
+                    ring.woke();
+                }
+            }
+            ring_to_queue(&shared, &signals);
             check_liveness(&shared);
         } else {
             // UCX has events pending: look again at once, and at the peer too, which a busy
@@ -138,6 +149,15 @@ pub(crate) fn run(shared: Arc<Shared>) {
             check_liveness(&shared);
             std::thread::yield_now();
         }
+    }
+}
+
+/// Moves the notices on the ring into the arrival queue, for the tasks asleep on it; a broken
+/// ring ends the connection.
+fn ring_to_queue(shared: &Shared, signals: &Signals) {
+    if let Err(why) = signals.ring_to_queue(shared.arrivals.room()) {
+        shared.engine().fail(why);
+        shared.arrivals.notifier().notify();
     }
 }
 

@@ -1,12 +1,15 @@
 //! `UcxTransport`: the `Transport` implementation.
 
-use crate::engine::{on_endpoint_error, on_notice, Engine, RemoteEntry, Signals};
+use crate::engine::{
+    on_endpoint_error, on_notice, on_wake, Direct, Engine, NoticeRing, RemoteEntry, Signals,
+};
 use crate::lanes::{LaneGroup, Locked};
+use crate::mapping::{map_peer, Screen};
 use crate::perf::{self, Estimate};
 use crate::progress::{self, Shared};
 use crate::region::Region;
-use crate::wire::{screen_worker_address, ExposedRegion, Hello, MAX_REGIONS, READY};
-use crate::worker::{detects_peer_failure, Ucp};
+use crate::wire::{screen_worker_address, ExposedRegion, ExposedRing, Hello, MAX_REGIONS, READY, RING_BYTES};
+use crate::worker::{detects_peer_failure, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use async_trait::async_trait;
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
@@ -92,7 +95,11 @@ impl UcxTransport {
             return Err(TransportError::PeerGone(why.to_string()));
         }
         let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
-        engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
+        let copied =
+            engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
+        if copied > 0 {
+            self.copies.in_transit(copied);
+        }
         if engine.busy() {
             self.shared.wake();
         }
@@ -162,7 +169,9 @@ impl UcxTransport {
         let (arrival_tx, arrivals) = event_queue(MAX_OUTSTANDING * 4);
         let signals = Arc::new(Signals::default());
         *signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner) = Some(arrival_tx);
-        ucp.set_notice_handler(Some(on_notice), Arc::as_ptr(&signals).cast_mut().cast())?;
+        let signals_arg = Arc::as_ptr(&signals).cast_mut().cast();
+        ucp.set_am_handler(NOTICE_AM_ID, Some(on_notice), signals_arg)?;
+        ucp.set_am_handler(WAKE_AM_ID, Some(on_wake), signals_arg)?;
         let engine = Engine::new(ucp, completion_tx, MAX_OUTSTANDING, signals.clone());
         let shared = Arc::new(Shared::new(engine, completions, arrivals));
         group.join(&shared);
@@ -203,18 +212,24 @@ impl UcxTransport {
     /// the progress thread is not already doing so, and sleeps on the queue's notifier
     /// ([`WaitMode`]). A peer that goes away is [`TransportError::PeerGone`] at once, not at the
     /// deadline.
+    /// `look` takes what else may be ready before UCX is driven (the notice ring).
     async fn wait_on<T>(
         &self,
         queue: &EventQueue<T>,
         out: &mut [T],
         deadline: Instant,
         what: &'static str,
+        look: impl Fn(&mut [T]) -> Result<usize, TransportError>,
     ) -> Result<usize, TransportError> {
         if out.is_empty() {
             return Ok(0);
         }
         wait(queue.notifier(), self.wait_mode.get(), deadline, what, || {
             let ready = queue.try_drain(out).unwrap_or(0);
+            if ready > 0 {
+                return Ok(Some(ready));
+            }
+            let ready = look(out)?;
             if ready > 0 {
                 return Ok(Some(ready));
             }
@@ -261,6 +276,33 @@ impl UcxTransport {
         (!self.group.thread_safe()).then(|| self.shared.engine())
     }
 
+    /// Takes the notices on this side's ring (see [`crate::ring`]) into `out`; a broken ring
+    /// ends the connection.
+    fn take_ring(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        self.signals.take_ring(out).map_err(|why| {
+            self.shared.engine().fail(why.clone());
+            TransportError::PeerGone(why)
+        })
+    }
+
+    /// This side's notice ring for a connect that exposes `expose`: offered where the peer
+    /// may reach this side's memory directly (not over TCP alone) and has regions to write.
+    fn notice_ring(&self, expose: &[RegionId]) -> Result<Option<ExposedRing>, TransportError> {
+        if expose.is_empty() || tcp_only(&self.caps.facts.id) {
+            return Ok(None);
+        }
+        if self.signals.ring.get().is_none() {
+            let _serial = self.serialise_context_calls();
+            if let Some(ring) = NoticeRing::new(self.group.context_arc())? {
+                let _ = self.signals.ring.set(Arc::new(ring));
+            }
+        }
+        Ok(self.signals.ring.get().map(|ring| {
+            let ((address, _), rkey) = ring.exposed();
+            ExposedRing { address, rkey }
+        }))
+    }
+
     fn gone_error(&self) -> TransportError {
         let engine = self.shared.engine();
         TransportError::PeerGone(engine.gone().unwrap_or("the connection is closed").to_string())
@@ -285,7 +327,8 @@ impl UcxTransport {
         if regions.len() > MAX_REGIONS {
             return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
-        Ok(Hello { worker_address, regions })
+        let ring = self.notice_ring(expose)?;
+        Ok(Hello { worker_address, regions, ring })
     }
 }
 
@@ -528,15 +571,24 @@ impl Transport for UcxTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        self.wait_on(&self.shared.completions, out, deadline, "ucx completions").await
+        self.wait_on(&self.shared.completions, out, deadline, "ucx completions", |_| Ok(0)).await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        // Queued arrivals are older than what is on the ring.
+        let ready = self.shared.arrivals.try_drain(out).unwrap_or(0);
+        if ready > 0 {
+            return Ok(ready);
+        }
+        let ready = self.take_ring(out)?;
+        if ready > 0 {
+            return Ok(ready);
+        }
         self.poll_on(&self.shared.arrivals, out)
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
-        self.wait_on(&self.shared.arrivals, out, deadline, "ucx arrivals").await
+        self.wait_on(&self.shared.arrivals, out, deadline, "ucx arrivals", |out| self.take_ring(out)).await
     }
 }
 
@@ -544,7 +596,7 @@ impl Drop for UcxTransport {
     fn drop(&mut self) {
         // The other lanes (and the group's drop) keep guarding what this one exposed until its
         // peer has stopped.
-        self.group.leave(&self.shared);
+        self.group.leave(&self.shared, self.signals.ring.get().cloned());
         // Everything sent reaches the peer first, then the goodbye that says it ends here: a
         // goodbye promises the peer that nothing of ours lands any more. A flush that does not
         // finish closes the endpoint by force instead (its puts end), and the peer reads a
@@ -652,7 +704,7 @@ fn attach(
         let rkey = match Engine::unpack_rkey(ep, &region.rkey) {
             Ok(rkey) => rkey,
             Err(e) => {
-                engine.attach(ep, remote);
+                engine.attach(ep, remote, None);
                 engine.fail(format!("handshake rejected: {e}"));
                 return Err(e);
             }
@@ -663,12 +715,74 @@ fn attach(
         }
         remote[index] = Some(RemoteEntry { address: region.address, len: region.len, rkey });
     }
-    let lanes = perf::lanes(ep);
-    engine.attach(ep, remote);
     let table = group.regions.read().unwrap_or_else(PoisonError::into_inner);
+    let mut own: Vec<(u64, u64)> =
+        table.iter().map(|(_, region)| (region.address(0), region.len())).collect();
+    own.extend(signals.ring.get().map(|ring| ring.exposed().0));
+    let direct = match map_directly(ep, hello, &remote, &own) {
+        Ok(direct) => direct,
+        Err(e) => {
+            engine.attach(ep, remote, None);
+            engine.fail(format!("handshake rejected: {e}"));
+            return Err(e);
+        }
+    };
+    let lanes = perf::lanes(ep);
+    let lanes = if direct.is_some() {
+        format!("{lanes}; writes: copies into the peer's mapped memory")
+    } else {
+        lanes
+    };
+    engine.attach(ep, remote, direct);
     let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
     let _ = signals.exposed.set(exposed);
     Ok(lanes)
+}
+
+/// The peer's ring and every region it exposed, mapped here by UCX and screened (see
+/// [`crate::mapping`]); `None` unless all of them are (the writes then go through UCX). A
+/// range a lying peer advertised is a handshake error.
+fn map_directly(
+    ep: rdma_hint_ucx_sys::ucp_ep_h,
+    hello: &Hello,
+    remote: &[Option<RemoteEntry>],
+    own: &[(u64, u64)],
+) -> Result<Option<Direct>, TransportError> {
+    let Some(ring) = &hello.ring else { return Ok(None) };
+    if remote.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let ring_rkey = Engine::unpack_rkey(ep, &ring.rkey)?;
+    let mapped = (|| {
+        let screen = Screen::new(own)?;
+        let Some(ring_at) = map_peer(ring_rkey, ring.address, RING_BYTES, &screen, "the peer's notice ring")?
+        else {
+            return Ok(None);
+        };
+        if !(ring_at as usize).is_multiple_of(64) {
+            return Ok(None);
+        }
+        let mut regions = Vec::with_capacity(remote.len());
+        for entry in remote {
+            let Some(entry) = entry else {
+                regions.push(None);
+                continue;
+            };
+            match map_peer(entry.rkey, entry.address, entry.len, &screen, "a region of the peer")? {
+                Some(at) => regions.push(Some(at)),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some((ring_at, regions)))
+    })();
+    match mapped {
+        Ok(Some((ring_at, regions))) => Ok(Some(Direct::new(ring_at, ring_rkey, regions))),
+        other => {
+            // SAFETY: unpacked just above on the live endpoint; nothing refers to it.
+            unsafe { rdma_hint_ucx_sys::ucp_rkey_destroy(ring_rkey) };
+            other.map(|_| None)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Each side sends one hello (little-endian): `b"RDMAHUCX"` · version u16 · worker address
 //! (u16 length, 1 … 16 KiB, opaque UCP bytes) · region count u16 (≤ 1024) · per region: id u32,
-//! address u64, len u64, packed rkey (u16 length, 1 … 4 KiB). It follows the mutual
+//! address u64, len u64, packed rkey (u16 length, 1 … 4 KiB) · notice ring u8 (0: none, 1: one
+//! follows) · its address u64 and packed rkey (as a region's; [`RING_BYTES`] long). It follows the mutual
 //! authentication of `rdma_hint_oob::authenticate`: no worker address or rkey reaches a peer
 //! that has not proven the token. After both hellos were accepted and the endpoint exists, each
 //! side sends one [`READY`] byte; a side that rejected the peer closes the socket instead.
@@ -13,11 +14,13 @@ use rdma_hint_oob::{handshake_error, put_preamble, put_prefixed_u16, WireReader}
 use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::io::Read;
 
+pub use crate::ring::RING_BYTES;
+
 /// Hello magic.
 pub const MAGIC: [u8; 8] = *b"RDMAHUCX";
 /// The only protocol version spoken (2: the token moved out of the hello into the
-/// authentication before it).
-pub const VERSION: u16 = 2;
+/// authentication before it; 3: the notice ring).
+pub const VERSION: u16 = 3;
 /// Regions one side may expose (the transport-wide limit).
 pub use rdma_hint_toolkit::MAX_REGIONS;
 /// Longest UCP worker address accepted, in bytes.
@@ -39,6 +42,16 @@ pub struct ExposedRegion {
     /// Length in bytes.
     pub len: u64,
     /// `ucp_rkey_pack` output for the region.
+    pub rkey: Vec<u8>,
+}
+
+/// The ring a side takes notices on (see [`crate::ring`]): the peer may write it directly when
+/// UCX maps it there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExposedRing {
+    /// Virtual address of its byte 0 on the exposing side.
+    pub address: u64,
+    /// `ucp_rkey_pack` output for it.
     pub rkey: Vec<u8>,
 }
 
@@ -88,6 +101,8 @@ pub struct Hello {
     pub worker_address: Vec<u8>,
     /// Regions the peer may write.
     pub regions: Vec<ExposedRegion>,
+    /// Where the peer may announce its writes, when this side offers a ring.
+    pub ring: Option<ExposedRing>,
 }
 
 impl Hello {
@@ -98,12 +113,15 @@ impl Hello {
     /// let hello = Hello {
     ///     worker_address: vec![1, 2, 3],
     ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0] }],
+    ///     ring: None,
     /// };
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
     pub fn encode(&self) -> Vec<u8> {
         let regions: usize = self.regions.iter().map(|r| REGION_FIELDS_BYTES + 2 + r.rkey.len()).sum();
-        let mut out = Vec::with_capacity(MAGIC.len() + 2 + 2 + self.worker_address.len() + 2 + regions);
+        let ring = self.ring.as_ref().map_or(0, |ring| 8 + 2 + ring.rkey.len());
+        let mut out =
+            Vec::with_capacity(MAGIC.len() + 2 + 2 + self.worker_address.len() + 2 + regions + 1 + ring);
         put_preamble(&mut out, MAGIC, VERSION);
         put_prefixed_u16(&mut out, &self.worker_address);
         out.put_u16_le(self.regions.len() as u16);
@@ -112,6 +130,14 @@ impl Hello {
             out.put_u64_le(region.address);
             out.put_u64_le(region.len);
             put_prefixed_u16(&mut out, &region.rkey);
+        }
+        match &self.ring {
+            None => out.put_u8(0),
+            Some(ring) => {
+                out.put_u8(1);
+                out.put_u64_le(ring.address);
+                put_prefixed_u16(&mut out, &ring.rkey);
+            }
         }
         out
     }
@@ -154,7 +180,20 @@ impl Hello {
             check_packed_rkey(&rkey).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
             regions.push(ExposedRegion { id, address, len, rkey });
         }
-        Ok(Hello { worker_address, regions })
+        let ring = match reader.fields::<1, _>(|piece| piece.try_get_u8())? {
+            0 => None,
+            1 => {
+                let address = reader.fields::<8, _>(|piece| piece.try_get_u64_le())?;
+                let rkey = reader.bytes_u16(MAX_RKEY_BYTES, "the ring's packed rkey")?;
+                if address == 0 || !address.is_multiple_of(64) || address.checked_add(RING_BYTES).is_none() {
+                    return Err(handshake_error(format!("notice ring at {address:#x} is not addressable")));
+                }
+                check_packed_rkey(&rkey).map_err(|why| handshake_error(format!("notice ring: {why}")))?;
+                Some(ExposedRing { address, rkey })
+            }
+            other => return Err(handshake_error(format!("notice ring marker {other} is neither 0 nor 1"))),
+        };
+        Ok(Hello { worker_address, regions, ring })
     }
 }
 
@@ -215,12 +254,17 @@ mod tests {
                     rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 7, 7],
                 },
             ],
+            ring: Some(ExposedRing { address: 0xa000_0000, rkey: RKEY.to_vec() }),
         }
     }
 
     /// [`hello`] with its region's packed rkey replaced.
     fn with_rkey(rkey: Vec<u8>) -> Hello {
         Hello { regions: vec![ExposedRegion { rkey, ..hello().regions[0].clone() }], ..hello() }
+    }
+
+    fn with_ring(address: u64, rkey: Vec<u8>) -> Hello {
+        Hello { ring: Some(ExposedRing { address, rkey }), ..hello() }
     }
 
     fn decode(bytes: &[u8]) -> Result<Hello, TransportError> {
@@ -231,6 +275,8 @@ mod tests {
     fn round_trips() {
         let hello = hello();
         assert_eq!(decode(&hello.encode()).unwrap(), hello);
+        let without_ring = Hello { ring: None, ..hello };
+        assert_eq!(decode(&without_ring.encode()).unwrap(), without_ring);
     }
 
     #[test]
@@ -272,6 +318,10 @@ mod tests {
             (with_rkey(vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1]), "runs past the end"),
             (with_rkey(vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]), "after its last key"),
             (with_rkey(vec![1, 0, 0, 0, 0, 0, 0, 0, 3, 0]), "memory type 3"),
+            (with_ring(0, RKEY.to_vec()), "not addressable"),
+            (with_ring(0xa000_0008, RKEY.to_vec()), "not addressable"),
+            (with_ring(u64::MAX - 63, RKEY.to_vec()), "not addressable"),
+            (with_ring(0xa000_0000, vec![1, 0, 0]), "notice ring: packed rkey"),
             (
                 Hello {
                     regions: vec![ExposedRegion { id: u32::MAX, ..hello().regions[0].clone() }],
@@ -289,6 +339,9 @@ mod tests {
         too_many.push(1);
         too_many.extend_from_slice(&(MAX_REGIONS as u16 + 1).to_le_bytes());
         assert!(decode(&too_many).unwrap_err().to_string().contains("exceed"));
+        let mut bad_marker = Hello { ring: None, ..hello() }.encode();
+        *bad_marker.last_mut().unwrap() = 2;
+        assert!(decode(&bad_marker).unwrap_err().to_string().contains("marker 2"));
     }
 
     /// Every truncated packed rkey is refused with a reason, never a panic.

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 /// Active-message id of the write-with-immediate notice.
 pub(crate) const NOTICE_AM_ID: u32 = 7;
+/// Active-message id of the wake-up for a peer asleep on its notice ring (no payload).
+pub(crate) const WAKE_AM_ID: u32 = 8;
 
 /// A UCP context restricted to some transports: memory maps and packed rkeys live here, so
 /// the workers of one connection's lanes share it (and its regions).
@@ -169,9 +171,10 @@ impl Ucp {
         unsafe { sys::ucp_worker_arm(self.worker) == sys::UCS_OK }
     }
 
-    /// Registers `callback(arg, …)` for the notice active message.
-    pub(crate) fn set_notice_handler(
+    /// Registers `callback(arg, …)` for the active message `id`.
+    pub(crate) fn set_am_handler(
         &self,
+        id: u32,
         callback: sys::ucp_am_recv_callback_t,
         arg: *mut c_void,
     ) -> Result<(), TransportError> {
@@ -182,7 +185,7 @@ impl Ucp {
                     | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG
                     | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
             ),
-            id: NOTICE_AM_ID,
+            id,
             flags: sys::UCP_AM_FLAG_WHOLE_MSG,
             cb: callback,
             arg,

@@ -56,6 +56,7 @@ fn hello() -> Hello {
     Hello {
         worker_address: vec![1; 64],
         regions: vec![ExposedRegion { id: 0, address: 0x10000, len: 4096, rkey: vec![2; 32] }],
+        ring: None,
     }
 }
 
@@ -102,6 +103,7 @@ fn a_garbage_rkey_is_refused_at_connect() {
                 len: 4096,
                 rkey: vec![0xff; 7],
             }],
+            ring: None,
         };
         stream.write_all(&mine.encode()).unwrap();
         std::thread::sleep(Duration::from_millis(500));
