@@ -28,8 +28,9 @@ fn every_hello_seed_decodes_and_round_trips() {
     for name in ["staged_wire/hello-tcp", "staged_wire/hello-shm"] {
         round_trips(name, &seed(name), |r| Staged::decode(r).ok(), Staged::encode);
     }
-    let name = "ucx_wire/one_region";
-    round_trips(name, &seed(name), |r| Ucx::decode(r).ok(), Ucx::encode);
+    for name in ["ucx_wire/one_region", "ucx_wire/one_region_and_ring"] {
+        round_trips(name, &seed(name), |r| Ucx::decode(r).ok(), Ucx::encode);
+    }
     let name = "verbs_wire/one_region";
     round_trips(name, &seed(name), |r| Verbs::decode(r).ok(), Verbs::encode);
 }

@@ -8,7 +8,7 @@
 mod round_trip;
 
 use libfuzzer_sys::fuzz_target;
-use rdma_hint_ucx::wire::{check_packed_rkey, screen_worker_address, Hello, WORKER_ADDRESS_PADDING};
+use rdma_hint_ucx::wire::{check_packed_rkey, screen_worker_address, Hello, RING_BYTES, WORKER_ADDRESS_PADDING};
 
 fuzz_target!(|data: &[u8]| {
     if let Some(hello) = round_trip::hello(data, |reader| Hello::decode(reader), Hello::encode) {
@@ -21,6 +21,10 @@ fuzz_target!(|data: &[u8]| {
         for region in &hello.regions {
             assert!(region.len > 0 && region.address.checked_add(region.len).is_some());
             assert!(check_packed_rkey(&region.rkey).is_ok());
+        }
+        if let Some(ring) = &hello.ring {
+            assert!(ring.address > 0 && ring.address % 64 == 0 && ring.address.checked_add(RING_BYTES).is_some());
+            assert!(check_packed_rkey(&ring.rkey).is_ok());
         }
     }
     let _ = check_packed_rkey(data);

@@ -123,7 +123,7 @@ impl NoticeRing {
         ((self.region.address(0), ring::RING_BYTES), self.region.packed_rkey.clone())
     }
 
-    fn view(&self) -> RingView<'_> {
+    pub(crate) fn view(&self) -> RingView<'_> {
         // SAFETY: the region is RING_BYTES of UCX's memory, 64-byte aligned (checked in `new`),
         // mapped until `self` drops; this side touches it only through the view's atomics.
         unsafe { RingView::at(self.region.pointer(0)) }

@@ -86,6 +86,14 @@ impl<'a> RingView<'a> {
         let at = (index % RING_SLOTS) as usize * SLOT_WORDS;
         &self.slots[at..at + SLOT_WORDS]
     }
+
+    /// Writes the raw words of slot `index` (modulo the ring), sequence word included, as a
+    /// peer may.
+    pub fn set_slot(&self, index: u64, words: [u64; SLOT_WORDS]) {
+        for (word, value) in self.slot(index).iter().zip(words) {
+            word.store(value, Ordering::Release);
+        }
+    }
 }
 
 /// A ring in this process's heap, for tests, doc examples and the fuzz target: the same bytes,
@@ -119,12 +127,9 @@ impl OwnedRing {
         self.view().tail.store(tail, Ordering::Release);
     }
 
-    /// Writes the raw words of slot `index` (modulo the ring), sequence word included, as a
-    /// peer may.
+    /// Writes the raw words of slot `index`, as a peer may (see [`RingView::set_slot`]).
     pub fn set_slot(&self, index: u64, words: [u64; SLOT_WORDS]) {
-        for (word, value) in self.view().slot(index).iter().zip(words) {
-            word.store(value, Ordering::Release);
-        }
+        self.view().set_slot(index, words);
     }
 }
 

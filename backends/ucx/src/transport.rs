@@ -786,4 +786,6 @@ fn map_directly(
 }
 
 #[cfg(test)]
+mod attacks;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,128 @@
+//! A peer that lies about the memory it lets this side write directly, or breaks the notice
+//! ring: the attack is the test, written against the real UCX mappings of two transports on
+//! loopback shared memory (only the hello is forged, as an authenticated insider could).
+
+use super::{attach, UcxTransport};
+use crate::ring::{SEQUENCE_WORD, SLOT_WORDS};
+use crate::wire::Hello;
+use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp};
+use rdma_hint_toolkit::blocking::block_on;
+use rdma_hint_toolkit::BlockingTransport;
+use std::time::{Duration, Instant};
+
+const TOKEN: &[u8] = b"rdma-hint ucx attack tests";
+
+fn open() -> UcxTransport {
+    assert!(std::env::var_os("UCX_NET_DEVICES").is_some(), "run the UCX tests with UCX_NET_DEVICES=lo");
+    UcxTransport::open(Some("shm,self")).expect("UCX").with_token(TOKEN).expect("token")
+}
+
+fn deadline(seconds: u64) -> Instant {
+    Instant::now() + Duration::from_secs(seconds)
+}
+
+/// What `victim` makes of `hello` as its peer's: the attach's verdict, and the lanes it reports.
+fn attach_to(victim: &UcxTransport, hello: &Hello) -> Result<String, TransportError> {
+    attach(&victim.shared, &victim.group, &victim.signals, hello, &[])
+}
+
+/// A peer exposing one 64 KiB region, and its honest hello.
+fn honest_peer() -> (UcxTransport, Hello) {
+    let peer = open();
+    let region = peer.register(MemoryKind::Host, 64 * 1024).unwrap();
+    let hello = peer.hello(&[region.id]).unwrap();
+    assert!(hello.ring.is_some(), "a shared-memory side offers a notice ring");
+    (peer, hello)
+}
+
+#[test]
+fn an_honest_peer_is_written_directly() {
+    let (_peer, hello) = honest_peer();
+    let lanes = attach_to(&open(), &hello).expect("the honest hello is accepted");
+    assert!(lanes.contains("copies into the peer's mapped memory"), "{lanes}");
+}
+
+#[test]
+fn a_region_longer_than_the_segment_behind_it_is_refused() {
+    let (_peer, mut hello) = honest_peer();
+    // The copy would run past the 64 KiB segment, into whatever this process mapped after it.
+    hello.regions[0].len = 1 << 30;
+    let refused = attach_to(&open(), &hello).unwrap_err().to_string();
+    assert!(refused.contains("past the segment"), "{refused}");
+    let (_peer, mut hello) = honest_peer();
+    let ring = hello.ring.as_mut().unwrap();
+    // A ring whose last slots lie past the segment: 4 KiB into it, its end is beyond.
+    ring.address += 4096;
+    let refused = attach_to(&open(), &hello).unwrap_err().to_string();
+    assert!(refused.contains("notice ring") && refused.contains("past the segment"), "{refused}");
+}
+
+#[test]
+fn a_peer_naming_this_sides_own_memory_is_refused() {
+    let victim = open();
+    // Memory the victim never exposed: its packed rkey names the victim's own segment.
+    let private = victim.register(MemoryKind::Host, 64 * 1024).unwrap();
+    let own = victim.hello(&[private.id]).unwrap();
+    let (_peer, honest) = honest_peer();
+    let as_region = Hello { regions: own.regions.clone(), ..honest.clone() };
+    let refused = attach_to(&victim, &as_region).unwrap_err().to_string();
+    assert!(refused.contains("own memory"), "{refused}");
+    let victim = open();
+    victim.register(MemoryKind::Host, 4096).unwrap();
+    let own = victim.hello(&[RegionId(0)]).unwrap();
+    let as_ring = Hello { ring: own.ring.clone(), ..honest };
+    let refused = attach_to(&victim, &as_ring).unwrap_err().to_string();
+    assert!(refused.contains("own memory"), "{refused}");
+}
+
+/// `receiver` exposes a region to `sender`, written directly; the region's id.
+fn connected(receiver: &UcxTransport, sender: &UcxTransport) -> RegionId {
+    let target = receiver.register(MemoryKind::Host, 64 * 1024).unwrap();
+    let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    std::thread::scope(|scope| {
+        let accepting = scope
+            .spawn(|| block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline(20))));
+        block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline(20))).expect("dial");
+        accepting.join().unwrap().expect("accept");
+    });
+    assert!(sender.connected_lanes().unwrap().contains("copies into"), "{:?}", sender.connected_lanes());
+    target.id
+}
+
+#[test]
+fn a_broken_notice_ring_ends_the_connection_with_a_protocol_error() {
+    let slot = |first: u64, len: u64, sequence: u64| {
+        let mut words = [0u64; SLOT_WORDS];
+        (words[0], words[1], words[SEQUENCE_WORD]) = (first, len, sequence);
+        words
+    };
+    // A wild sequence number, a region never exposed, a length past the region.
+    for (what, words) in [
+        ("wild number", slot(0, 8, 77)),
+        ("unexposed region", slot(9 << 32, 8, 1)),
+        ("too long", slot(0, 64 * 1024 + 1, 1)),
+    ] {
+        let (receiver, sender) = (open(), open());
+        let target = connected(&receiver, &sender);
+        // A good write first: it arrives, and its bytes landed.
+        let source = sender.register(MemoryKind::Host, 4096).unwrap();
+        sender.write_region(source.id, 0, &[0x5a; 4096]).unwrap();
+        let write = WriteOp { local: source.id, remote: target, len: 4096, imm: Some(1), ..WriteOp::EMPTY };
+        sender.post_writes(&[write]).unwrap();
+        let mut arrivals = [Arrival::EMPTY; 4];
+        let got = receiver.wait_arrivals_blocking(&mut arrivals, deadline(10)).unwrap();
+        assert_eq!(&arrivals[..got], &[Arrival { imm: 1, region: target, len: 4096 }], "{what}");
+        let mut landed = vec![0u8; 4096];
+        receiver.read_region(target, 0, &mut landed).unwrap();
+        assert!(landed.iter().all(|&b| b == 0x5a), "{what}: the bytes landed");
+        // Then the peer writes the next slot of the receiver's ring itself.
+        receiver.signals.ring.get().unwrap().view().set_slot(1, words);
+        let broken = receiver.poll_arrivals(&mut arrivals).unwrap_err();
+        assert!(
+            matches!(&broken, TransportError::PeerGone(why) if why.starts_with("protocol error")),
+            "{what}: {broken}"
+        );
+        let later = receiver.wait_arrivals_blocking(&mut arrivals, deadline(5)).unwrap_err();
+        assert!(matches!(later, TransportError::PeerGone(_)), "{what}: then gone, not a hang: {later}");
+    }
+}

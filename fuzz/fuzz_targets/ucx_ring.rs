@@ -1,0 +1,57 @@
+//! Arbitrary contents of the UCX notice ring (the peer writes it at any time: its consumer
+//! count and every slot, sequence words included) into the receiver's `Consumer::take` and
+//! the writer's `Producer::room`: every notice taken names an exposed region and a length
+//! within it, never more than the ring holds or `out` takes; never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rdma_hint_core::Arrival;
+use rdma_hint_ucx::ring::{Consumer, OwnedRing, Producer, RING_SLOTS, SEQUENCE_WORD, SLOT_WORDS};
+
+const EXPOSED: [(u32, u64); 3] = [(0, 4096), (3, 1 << 20), (7, 1)];
+
+fn word(bytes: &[u8]) -> u64 {
+    let mut padded = [0u8; 8];
+    padded[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
+    u64::from_le_bytes(padded)
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 9 {
+        return;
+    }
+    let (tail, max, slots) = (word(&data[..8]), data[8] as usize, &data[9..]);
+    let ring = OwnedRing::default();
+    ring.set_tail(tail);
+    for (index, chunk) in slots.chunks(SLOT_WORDS * 8).enumerate() {
+        let mut words = [0u64; SLOT_WORDS];
+        for (slot_word, bytes) in words.iter_mut().zip(chunk.chunks(8)) {
+            *slot_word = word(bytes);
+        }
+        // The input's sequence word picks the slot's number: mostly as published (the slots
+        // taken are the interesting ones), else a near miss, none yet, or the input's own.
+        let published = index as u64 + 1;
+        words[SEQUENCE_WORD] = match words[SEQUENCE_WORD] % 8 {
+            0 => published - 1,
+            1 => published + 1,
+            2 => 0,
+            3 => words[SEQUENCE_WORD],
+            _ => published,
+        };
+        ring.set_slot(index as u64, words);
+    }
+    // More than the ring holds: the writer must read the consumer's count the input set.
+    let _ = Producer::default().room(&ring.view(), u64::MAX);
+    let mut out = vec![Arrival::EMPTY; max];
+    match Consumer::default().take(&ring.view(), &EXPOSED, &mut out) {
+        Ok(count) => {
+            assert!(count <= max && count as u64 <= RING_SLOTS);
+            for notice in &out[..count] {
+                let (_, region_len) =
+                    EXPOSED.iter().find(|(id, _)| *id == notice.region.0).expect("an exposed region");
+                assert!(notice.len <= *region_len);
+            }
+        }
+        Err(reason) => assert!(reason.starts_with("protocol error"), "{reason}"),
+    }
+});
