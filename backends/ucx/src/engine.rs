@@ -38,6 +38,10 @@ pub(crate) const NOTICE_BYTES: usize = 16;
 /// How long a closing lane keeps flushing what it sent before it closes by force (and the
 /// peer reads a failure, not a goodbye): a large put over TCP takes its time.
 const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(2);
+/// How long a direct write waits for room on the peer's notice ring before it answers
+/// `QueueFull` (nothing moved): a ring's worth of notices the peer has not taken in that time
+/// is a peer not taking them.
+const RING_PATIENCE: Duration = Duration::from_millis(5);
 
 /// State UCX callbacks write into. They run inside `ucp_worker_progress` (engine lock held),
 /// so they only touch atomics and their own small locks.
@@ -547,9 +551,15 @@ impl Engine {
     /// each immediate one slot on the peer's ring (room for all of them checked first, so a
     /// full ring moves nothing), each signalled op completed as its copy ends.
     fn post_direct(&mut self, ops: &[impl Pieces], notices: u64) -> Result<u64, TransportError> {
-        let room = match self.direct.as_mut() {
-            Some(direct) => direct.producer.room(&direct.ring.view(), notices),
-            None => return Ok(0),
+        let Some(direct) = self.direct.as_mut() else { return Ok(0) };
+        // A receiver that takes its notices falls behind a writer that only copies: the writer
+        // waits for it a little, as a NIC retries a receiver not ready.
+        let patience = Instant::now() + RING_PATIENCE;
+        let room = loop {
+            match direct.producer.room(&direct.ring.view(), notices) {
+                Ok(false) if Instant::now() < patience => std::thread::yield_now(),
+                room => break room,
+            }
         };
         match room {
             Ok(true) => {}

@@ -2,8 +2,10 @@
 //!
 //! The UCX backend: [`UcxTransport`] moves blocks with UCP RMA (`ucp_put_nbx` per block, one
 //! `ucp_ep_flush_nbx` per posted batch) over whatever transports UCX is allowed to use — shared
-//! memory (`posix`, `sysv`, `cma`), `tcp`, or verbs where an RDMA NIC exists. It links the
-//! system UCX through [`rdma_hint_ucx_sys`] (Debian 12: `libucx0` 1.13.1).
+//! memory (`posix`, `sysv`, `cma`), `tcp`, or verbs where an RDMA NIC exists. Where UCX maps
+//! the peer's memory into this process (shared memory, `ucp_rkey_ptr`), a write is a copy into
+//! that mapping and its notice a slot on the peer's [`ring`], with no UCX call in between. It
+//! links the system UCX through [`rdma_hint_ucx_sys`] (Debian 12: `libucx0` 1.13.1).
 //!
 //! Its capabilities are UCX's own performance estimate for the scope (`ucp_ep_evaluate_perf`
 //! at two message sizes gives the `o + s/B` terms the hint model reads), so

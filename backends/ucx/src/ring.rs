@@ -33,7 +33,7 @@ use rdma_hint_core::{Arrival, RegionId};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Notices the ring holds before a writer must wait for its reader.
-pub const RING_SLOTS: u64 = 1024;
+pub const RING_SLOTS: u64 = 4096;
 /// 64-bit words per slot: the notice (imm and region, then length), then its sequence word,
 /// in one cache line: a published notice costs the reader one line from the writer.
 pub const SLOT_WORDS: usize = 8;

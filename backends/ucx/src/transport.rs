@@ -43,7 +43,9 @@ pub(crate) const MAX_SGES: u32 = 32;
 /// UCX skips the registration lookup) and one `ucp_ep_flush_nbx` per posted batch; a signalled
 /// op completes when its batch's flush completes, i.e. when its bytes are in the peer's memory.
 /// Writes with immediate data are followed by a 16-byte active message the peer turns into an
-/// [`Arrival`]. A progress thread drives UCX while work is in flight and sleeps on the
+/// [`Arrival`]. Where UCX maps all of the peer's exposed memory and its notice ring into this
+/// process (shared memory), a write is instead a copy into that mapping, its notice a slot on
+/// the ring ([`crate::ring`]), and a signalled write completes as its copy ends. A progress thread drives UCX while work is in flight and sleeps on the
 /// worker's event fd when idle; what it harvests wakes the waiting tasks. Waits drive progress
 /// themselves while they spin ([`WaitMode`]) and never block the calling thread.
 ///

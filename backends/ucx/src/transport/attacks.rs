@@ -126,3 +126,35 @@ fn a_broken_notice_ring_ends_the_connection_with_a_protocol_error() {
         assert!(matches!(later, TransportError::PeerGone(_)), "{what}: then gone, not a hang: {later}");
     }
 }
+
+#[test]
+fn a_receiver_that_takes_nothing_fills_its_ring_and_the_writer_is_told_so() {
+    let (receiver, sender) = (open(), open());
+    // Only the receiver's own waits take notices (its progress thread would queue a ring's
+    // worth more for tasks asleep on the arrival queue).
+    receiver.set_wait_mode(rdma_hint_core::WaitMode::BusyPoll);
+    let target = connected(&receiver, &sender);
+    let source = sender.register(MemoryKind::Host, 4096).unwrap();
+    let notify =
+        |imm: u32| WriteOp { local: source.id, remote: target, len: 8, imm: Some(imm), ..WriteOp::EMPTY };
+    for imm in 0..crate::ring::RING_SLOTS as u32 {
+        sender.post_writes(&[notify(imm)]).unwrap_or_else(|e| panic!("notice {imm}: {e}"));
+    }
+    let full = sender.post_writes(&[notify(u32::MAX)]).unwrap_err();
+    assert!(matches!(full, TransportError::QueueFull { .. }), "{full}");
+    // Nothing of the refused write was announced; once the receiver takes, the writer goes on.
+    let mut arrivals = vec![Arrival::EMPTY; 64];
+    let got = receiver.poll_arrivals(&mut arrivals).unwrap();
+    assert_eq!(
+        arrivals[..got].iter().map(|a| a.imm).collect::<Vec<_>>(),
+        (0..got as u32).collect::<Vec<_>>()
+    );
+    sender.post_writes(&[notify(u32::MAX - 1)]).expect("room again");
+    let mut imms = Vec::new();
+    while imms.last() != Some(&(u32::MAX - 1)) {
+        let got = receiver.wait_arrivals_blocking(&mut arrivals, deadline(10)).unwrap();
+        imms.extend(arrivals[..got].iter().map(|a| a.imm));
+    }
+    assert_eq!(imms.len() as u64, crate::ring::RING_SLOTS - 64 + 1);
+    assert!(!imms.contains(&u32::MAX), "the refused write never arrives");
+}
