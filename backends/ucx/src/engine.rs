@@ -62,11 +62,17 @@ pub(crate) struct Signals {
 }
 
 impl Signals {
-    /// Takes the notices on this side's ring into `out`; a broken ring is a protocol error
-    /// (the text says so).
-    pub(crate) fn take_ring(&self, out: &mut [Arrival]) -> Result<usize, String> {
+    /// Takes the notices on this side's ring into `out`, unless `queued` (the arrival queue's
+    /// drain, run under the ring's lock) hands over older ones first: the progress thread moves
+    /// notices into that queue under the same lock, so whatever it holds precedes what is still
+    /// on the ring. A broken ring is a protocol error (the text says so).
+    pub(crate) fn take_ring(
+        &self,
+        out: &mut [Arrival],
+        queued: impl FnOnce(&mut [Arrival]) -> usize,
+    ) -> Result<usize, String> {
         match (self.ring.get(), self.exposed.get()) {
-            (Some(ring), Some(exposed)) => ring.take(exposed, out),
+            (Some(ring), Some(exposed)) => ring.take(exposed, out, queued, |_| {}),
             _ => Ok(0),
         }
     }
@@ -78,16 +84,24 @@ impl Signals {
         if room == 0 || ring.nothing_new() {
             return Ok(0);
         }
+        let Some(exposed) = self.exposed.get() else { return Ok(0) };
         let arrivals = self.arrivals.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(sender) = arrivals.as_ref() else { return Ok(0) };
         let mut taken = [Arrival::EMPTY; 64];
-        let count = self.take_ring(&mut taken[..room.min(64)])?;
-        // Room was counted first by the progress thread, and only this lock's holders send; a
-        // closing connection takes what fits.
-        if taken[..count].iter().any(|arrival| sender.try_send(*arrival).is_err()) {
-            tracing::warn!("ucx: arrival queue full; notices dropped");
-        }
-        Ok(count)
+        // Queued before the ring's lock is let go: a wait that takes the ring next finds them
+        // in the queue first.
+        ring.take(
+            exposed,
+            &mut taken[..room.min(64)],
+            |_| 0,
+            |taken| {
+                // Room was counted first by the progress thread, and only this lock's holders send;
+                // a closing connection takes what fits.
+                if taken.iter().any(|arrival| sender.try_send(*arrival).is_err()) {
+                    tracing::warn!("ucx: arrival queue full; notices dropped");
+                }
+            },
+        )
     }
 }
 
@@ -137,14 +151,28 @@ impl NoticeRing {
         ring::nothing_after(&self.view(), self.taken.load(Ordering::Acquire))
     }
 
-    fn take(&self, exposed: &[(u32, u64)], out: &mut [Arrival]) -> Result<usize, String> {
+    /// Under the ring's lock: `queued` first (older notices, see [`Signals::take_ring`]), else
+    /// the notices on the ring into `out`, handed to `taken` before the lock is let go.
+    fn take(
+        &self,
+        exposed: &[(u32, u64)],
+        out: &mut [Arrival],
+        queued: impl FnOnce(&mut [Arrival]) -> usize,
+        taken: impl FnOnce(&[Arrival]),
+    ) -> Result<usize, String> {
         if out.is_empty() || self.nothing_new() {
             return Ok(0);
         }
         let mut consumer = self.consumer.lock().unwrap_or_else(PoisonError::into_inner);
-        let taken = consumer.take(&self.view(), exposed, out);
+        let older = queued(out);
+        if older > 0 {
+            return Ok(older);
+        }
+        let count = consumer.take(&self.view(), exposed, out);
         self.taken.store(consumer.taken(), Ordering::Release);
-        taken
+        let count = count?;
+        taken(&out[..count]);
+        Ok(count)
     }
 
     /// Marks the ring before its waiter sleeps on the worker's event fd; `false`: a notice

@@ -278,10 +278,11 @@ impl UcxTransport {
         (!self.group.thread_safe()).then(|| self.shared.engine())
     }
 
-    /// Takes the notices on this side's ring (see [`crate::ring`]) into `out`; a broken ring
-    /// ends the connection.
+    /// Takes the notices on this side's ring (see [`crate::ring`]), or older ones the progress
+    /// thread queued meanwhile, into `out`; a broken ring ends the connection.
     fn take_ring(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
-        self.signals.take_ring(out).map_err(|why| {
+        let queued = |out: &mut [Arrival]| self.shared.arrivals.try_drain(out).unwrap_or(0);
+        self.signals.take_ring(out, queued).map_err(|why| {
             self.shared.engine().fail(why.clone());
             TransportError::PeerGone(why)
         })

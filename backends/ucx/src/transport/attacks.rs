@@ -158,3 +158,39 @@ fn a_receiver_that_takes_nothing_fills_its_ring_and_the_writer_is_told_so() {
     assert_eq!(imms.len() as u64, crate::ring::RING_SLOTS - 64 + 1);
     assert!(!imms.contains(&u32::MAX), "the refused write never arrives");
 }
+
+/// An `Adaptive` receiver's waits take notices off the ring themselves while its progress
+/// thread, woken by the writer, moves others into the arrival queue: they still arrive in the
+/// order they were written.
+#[test]
+fn notices_arrive_in_order_while_a_wait_and_the_progress_thread_both_take() {
+    let (receiver, sender) = (open(), open());
+    let target = connected(&receiver, &sender);
+    let source = sender.register(MemoryKind::Host, 4096).unwrap();
+    const WRITES: u32 = 20_000;
+    std::thread::scope(|scope| {
+        let taking = scope.spawn(|| {
+            let mut arrivals = [Arrival::EMPTY; 16];
+            let mut imms = Vec::with_capacity(WRITES as usize);
+            while imms.len() < WRITES as usize {
+                let got = receiver.wait_arrivals_blocking(&mut arrivals, deadline(20)).expect("arrivals");
+                imms.extend(arrivals[..got].iter().map(|a| a.imm));
+            }
+            imms
+        });
+        for imm in 0..WRITES {
+            let write =
+                WriteOp { local: source.id, remote: target, len: 8, imm: Some(imm), ..WriteOp::EMPTY };
+            while let Err(e) = sender.post_writes(&[write]) {
+                assert!(matches!(e, TransportError::QueueFull { .. }), "{e}");
+            }
+            // Pauses let the receiver's wait fall asleep, so its progress thread takes too.
+            if imm % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let imms = taking.join().unwrap();
+        let first_out_of_order = imms.iter().enumerate().find(|&(at, &imm)| imm != at as u32);
+        assert_eq!(first_out_of_order, None, "notices out of order");
+    });
+}
