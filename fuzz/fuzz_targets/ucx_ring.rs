@@ -20,8 +20,19 @@ fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
         return;
     }
-    let (tail, max, slots) = (word(&data[..8]), data[8] as usize, &data[9..]);
+    // The high bit of the count byte: start a lap in, past a ring's worth taken, so the "lap
+    // before" numbers are live ones.
+    let (tail, max, laps, slots) =
+        (word(&data[..8]), (data[8] & 0x7f) as usize, u64::from(data[8] >> 7), &data[9..]);
     let ring = OwnedRing::default();
+    let (mut producer, mut consumer) = (Producer::default(), Consumer::default());
+    if laps > 0 {
+        let mut lap = vec![Arrival::EMPTY; RING_SLOTS as usize];
+        for imm in 0..RING_SLOTS as u32 {
+            producer.publish(&ring.view(), &Arrival { imm, region: rdma_hint_core::RegionId(0), len: 1 });
+        }
+        assert_eq!(consumer.take(&ring.view(), &EXPOSED, &mut lap), Ok(RING_SLOTS as usize));
+    }
     ring.set_tail(tail);
     for (index, chunk) in slots.chunks(SLOT_WORDS * 8).enumerate() {
         let mut words = [0u64; SLOT_WORDS];
@@ -30,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
         }
         // The input's sequence word picks the slot's number: mostly as published (the slots
         // taken are the interesting ones), else a near miss, none yet, or the input's own.
-        let published = index as u64 + 1;
+        let published = laps * RING_SLOTS + index as u64 + 1;
         words[SEQUENCE_WORD] = match words[SEQUENCE_WORD] % 8 {
             0 => published - 1,
             1 => published + 1,
@@ -40,10 +51,12 @@ fuzz_target!(|data: &[u8]| {
         };
         ring.set_slot(index as u64, words);
     }
-    // More than the ring holds: the writer must read the consumer's count the input set.
-    let _ = Producer::default().room(&ring.view(), u64::MAX);
+    // More than the ring holds, then one: the writer must read the consumer's count the input
+    // set.
+    let _ = producer.room(&ring.view(), u64::MAX);
+    let _ = producer.room(&ring.view(), 1);
     let mut out = vec![Arrival::EMPTY; max];
-    match Consumer::default().take(&ring.view(), &EXPOSED, &mut out) {
+    match consumer.take(&ring.view(), &EXPOSED, &mut out) {
         Ok(count) => {
             assert!(count <= max && count as u64 <= RING_SLOTS);
             for notice in &out[..count] {

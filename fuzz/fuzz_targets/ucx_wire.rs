@@ -8,7 +8,9 @@
 mod round_trip;
 
 use libfuzzer_sys::fuzz_target;
-use rdma_hint_ucx::wire::{check_packed_rkey, screen_worker_address, Hello, RING_BYTES, WORKER_ADDRESS_PADDING};
+use rdma_hint_ucx::wire::{
+    check_packed_rkey, screen_worker_address, Hello, RING_BYTES, WORKER_ADDRESS_PADDING,
+};
 
 fuzz_target!(|data: &[u8]| {
     if let Some(hello) = round_trip::hello(data, |reader| Hello::decode(reader), Hello::encode) {
@@ -23,7 +25,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(check_packed_rkey(&region.rkey).is_ok());
         }
         if let Some(ring) = &hello.ring {
-            assert!(ring.address > 0 && ring.address % 64 == 0 && ring.address.checked_add(RING_BYTES).is_some());
+            assert!(
+                ring.address > 0 && ring.address % 64 == 0 && ring.address.checked_add(RING_BYTES).is_some()
+            );
             assert!(check_packed_rkey(&ring.rkey).is_ok());
         }
     }

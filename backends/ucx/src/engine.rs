@@ -38,10 +38,6 @@ pub(crate) const NOTICE_BYTES: usize = 16;
 /// How long a closing lane keeps flushing what it sent before it closes by force (and the
 /// peer reads a failure, not a goodbye): a large put over TCP takes its time.
 const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(2);
-/// How long a direct write waits for room on the peer's notice ring before it answers
-/// `QueueFull` (nothing moved): a ring's worth of notices the peer has not taken in that time
-/// is a peer not taking them.
-const RING_PATIENCE: Duration = Duration::from_millis(5);
 
 /// State UCX callbacks write into. They run inside `ucp_worker_progress` (engine lock held),
 /// so they only touch atomics and their own small locks.
@@ -71,6 +67,11 @@ impl Signals {
         out: &mut [Arrival],
         queued: impl FnOnce(&mut [Arrival]) -> usize,
     ) -> Result<usize, String> {
+        // Once gone, the connection's last notices are in the queue (`Engine::lost`): what the
+        // peer publishes after that is not taken.
+        if self.gone.load(Ordering::Acquire) {
+            return Ok(0);
+        }
         match (self.ring.get(), self.exposed.get()) {
             (Some(ring), Some(exposed)) => ring.take(exposed, out, queued, |_| {}),
             _ => Ok(0),
@@ -395,6 +396,13 @@ impl Engine {
         }
     }
 
+    /// Whether `notices` more would not fit the peer's notice ring now (direct writes only).
+    pub(crate) fn ring_full(&mut self, notices: u64) -> bool {
+        self.direct
+            .as_mut()
+            .is_some_and(|direct| direct.producer.room(&direct.ring.view(), notices) == Ok(false))
+    }
+
     /// Whether `connect` already ran.
     pub(crate) fn is_connected(&self) -> bool {
         !self.ep.is_null() || self.gone.is_some()
@@ -507,7 +515,7 @@ impl Engine {
         let in_flight = self.signalled.len() + queued_completions;
         if in_flight + signalled > self.capacity
             || self.batches.len() >= self.capacity
-            || self.notice_sends.len() + notices > self.notice_slots.len()
+            || (self.direct.is_none() && self.notice_sends.len() + notices > self.notice_slots.len())
         {
             return Err(TransportError::QueueFull {
                 given: ops.len() as u32,
@@ -524,6 +532,8 @@ impl Engine {
                 .as_ref()
                 .and_then(|direct| direct.regions.get(op.remote.0 as usize).copied().flatten())
                 .map_or(std::ptr::null_mut(), |base| base.wrapping_add(op.remote_offset as usize));
+            // `map_directly` maps all of the peer's regions or answers no `Direct` at all.
+            debug_assert!(direct.is_none() || !target.is_null(), "a direct write without a mapping");
             puts.push(Put {
                 source: local.pointer(op.local_offset),
                 memh: local.memh,
@@ -580,17 +590,9 @@ impl Engine {
     /// full ring moves nothing), each signalled op completed as its copy ends.
     fn post_direct(&mut self, ops: &[impl Pieces], notices: u64) -> Result<u64, TransportError> {
         let Some(direct) = self.direct.as_mut() else { return Ok(0) };
-        // A receiver that takes its notices falls behind a writer that only copies: the writer
-        // waits for it a little, as a NIC retries a receiver not ready.
-        let patience = Instant::now() + RING_PATIENCE;
-        let room = loop {
-            match direct.producer.room(&direct.ring.view(), notices) {
-                Ok(false) if Instant::now() < patience => std::thread::yield_now(),
-                room => break room,
-            }
-        };
-        match room {
+        match direct.producer.room(&direct.ring.view(), notices) {
             Ok(true) => {}
+            // The caller waits for room a little, without the engine (`ring_full`).
             Ok(false) => return Err(TransportError::QueueFull { given: ops.len() as u32, max: 0 }),
             Err(why) => {
                 self.fail(why.clone());

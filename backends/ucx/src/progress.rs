@@ -135,7 +135,9 @@ pub(crate) fn run(shared: Arc<Shared>) {
             // A peer that writes this side's memory directly announces on the ring, which no
             // event fd watches: it sends a wake-up while the ring is marked.
             let ring = signals.ring.get();
-            if ring.is_none_or(|ring| ring.prepare_sleep()) {
+            // A full arrival queue leaves notices on the ring: sleep the timeout without the
+            // mark rather than spin on them (the application's next drain makes room).
+            if ring.is_none_or(|ring| shared.arrivals.room() == 0 || ring.prepare_sleep()) {
                 sleep_on(shared.efd, oob_fd, timeout);
                 if let Some(ring) = ring {
                     ring.woke();

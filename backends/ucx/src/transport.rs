@@ -30,6 +30,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+/// How long a direct write waits for room on the peer's notice ring before it answers
+/// `QueueFull` (nothing moved): a ring's worth of notices the peer has not taken in that time
+/// is a peer not taking them.
+const RING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Signalled writes (and notices, and batches) that may be in flight at once.
 const MAX_OUTSTANDING: usize = 1024;
 /// Ops one `post_writes` call accepts (one flush covers them).
@@ -89,23 +93,35 @@ impl UcxTransport {
                 max: self.caps.max_wrs_per_post,
             });
         }
-        let mut engine = self.shared.engine();
-        if !engine.is_connected() {
-            return Err(TransportError::NotConnected);
+        // A receiver that takes its notices falls behind a writer that only copies: the writer
+        // waits for room on its ring a little, as a NIC retries a receiver not ready, with the
+        // engine let go between looks (the receiver's wake-up and this lane's progress need it).
+        let patience = Instant::now() + RING_PATIENCE;
+        let notices = ops.iter().filter(|op| op.head().imm.is_some()).count() as u64;
+        loop {
+            let mut engine = self.shared.engine();
+            if !engine.is_connected() {
+                return Err(TransportError::NotConnected);
+            }
+            if let Some(why) = engine.gone() {
+                return Err(TransportError::PeerGone(why.to_string()));
+            }
+            if engine.ring_full(notices) && Instant::now() < patience {
+                drop(engine);
+                std::thread::yield_now();
+                continue;
+            }
+            let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
+            let copied =
+                engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
+            if copied > 0 {
+                self.copies.in_transit(copied);
+            }
+            if engine.busy() {
+                self.shared.wake();
+            }
+            return Ok(());
         }
-        if let Some(why) = engine.gone() {
-            return Err(TransportError::PeerGone(why.to_string()));
-        }
-        let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
-        let copied =
-            engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
-        if copied > 0 {
-            self.copies.in_transit(copied);
-        }
-        if engine.busy() {
-            self.shared.wake();
-        }
-        Ok(())
     }
 
     /// Opens a UCP context and worker restricted to `tls` (`UCX_TLS` syntax, e.g. `shm,self`
@@ -342,14 +358,15 @@ fn tcp_only(id: &TransportId) -> bool {
 }
 
 fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
-    // Caller memory is mapped in place: rdma-hint copies nothing. Over TCP the kernel copies
-    // each byte on both sides; over shared memory UCX reaches memory it did not allocate with
-    // one copy (CMA's `process_vm_writev`, or its own copy through the FIFO when CMA is
-    // barred).
-    let medium_copies = if tcp_only(&id) { 2 } else { 1 };
+    // Caller memory is mapped in place. Over TCP the kernel copies each byte on both sides and
+    // rdma-hint copies nothing. Over shared memory each byte is copied once: by the posting
+    // thread into the peer's memory where UCX maps it here (a peer region UCX allocated), else
+    // by CMA's `process_vm_writev` (a peer region in its caller's memory); the counts say the
+    // most rdma-hint's code may copy.
+    let (send_copies, medium_copies) = if tcp_only(&id) { (0, 2) } else { (1, 0) };
     let caller_memory = vec![CallerMemoryPath {
         kind: MemoryKind::Host,
-        send_copies: 0,
+        send_copies,
         receive_copies: Some(0),
         medium_copies,
     }];
@@ -702,27 +719,33 @@ fn attach(
     let mut engine = shared.engine();
     let signals_arg = Arc::as_ptr(signals).cast_mut().cast();
     let ep = engine.ucp.connect(&hello.worker_address, Some(on_endpoint_error), signals_arg)?;
-    let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
-    for region in &hello.regions {
-        let rkey = match Engine::unpack_rkey(ep, &region.rkey) {
-            Ok(rkey) => rkey,
-            Err(e) => {
-                engine.attach(ep, remote, None);
-                engine.fail(format!("handshake rejected: {e}"));
-                return Err(e);
-            }
-        };
-        let index = region.id as usize;
-        if remote.len() <= index {
-            remote.resize_with(index + 1, || None);
-        }
-        remote[index] = Some(RemoteEntry { address: region.address, len: region.len, rkey });
-    }
     let table = group.regions.read().unwrap_or_else(PoisonError::into_inner);
-    let mut own: Vec<(u64, u64)> =
-        table.iter().map(|(_, region)| (region.address(0), region.len())).collect();
-    own.extend(signals.ring.get().map(|ring| ring.exposed().0));
-    let direct = match map_directly(ep, hello, &remote, &own) {
+    // What was mapped before any of the peer's keys is unpacked: a range the peer may have
+    // written directly must lie in a mapping its keys made.
+    let screen = (hello.ring.is_some())
+        .then(|| {
+            let mut own: Vec<(u64, u64)> =
+                table.iter().map(|(_, region)| (region.address(0), region.len())).collect();
+            own.extend(signals.ring.get().map(|ring| ring.exposed().0));
+            Screen::before_unpacking(&own)
+        })
+        .transpose();
+    let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
+    let unpacked = screen.and_then(|screen| {
+        for region in &hello.regions {
+            let rkey = Engine::unpack_rkey(ep, &region.rkey)?;
+            let index = region.id as usize;
+            if remote.len() <= index {
+                remote.resize_with(index + 1, || None);
+            }
+            remote[index] = Some(RemoteEntry { address: region.address, len: region.len, rkey });
+        }
+        match (&screen, &hello.ring) {
+            (Some(screen), Some(ring)) => map_directly(ep, ring, &remote, screen),
+            _ => Ok(None),
+        }
+    });
+    let direct = match unpacked {
         Ok(direct) => direct,
         Err(e) => {
             engine.attach(ep, remote, None);
@@ -743,40 +766,41 @@ fn attach(
 }
 
 /// The peer's ring and every region it exposed, mapped here by UCX and screened (see
-/// [`crate::mapping`]); `None` unless all of them are (the writes then go through UCX). A
-/// range a lying peer advertised is a handshake error.
+/// [`crate::mapping`]); `None` unless all of them may be written directly (the writes then go
+/// through UCX). A range a lying peer advertised is a handshake error.
 fn map_directly(
     ep: rdma_hint_ucx_sys::ucp_ep_h,
-    hello: &Hello,
+    ring: &ExposedRing,
     remote: &[Option<RemoteEntry>],
-    own: &[(u64, u64)],
+    screen: &Screen,
 ) -> Result<Option<Direct>, TransportError> {
-    let Some(ring) = &hello.ring else { return Ok(None) };
     if remote.iter().all(Option::is_none) {
         return Ok(None);
     }
     let ring_rkey = Engine::unpack_rkey(ep, &ring.rkey)?;
     let mapped = (|| {
-        let screen = Screen::new(own)?;
-        let Some(ring_at) = map_peer(ring_rkey, ring.address, RING_BYTES, &screen, "the peer's notice ring")?
-        else {
+        let Some(ring_at) = map_peer(ring_rkey, ring.address, "the peer's notice ring") else {
             return Ok(None);
         };
-        if !(ring_at as usize).is_multiple_of(64) {
-            return Ok(None);
-        }
         let mut regions = Vec::with_capacity(remote.len());
         for entry in remote {
-            let Some(entry) = entry else {
-                regions.push(None);
-                continue;
-            };
-            match map_peer(entry.rkey, entry.address, entry.len, &screen, "a region of the peer")? {
-                Some(at) => regions.push(Some(at)),
-                None => return Ok(None),
+            match entry {
+                None => regions.push(None),
+                Some(entry) => match map_peer(entry.rkey, entry.address, "a region of the peer") {
+                    Some(at) => regions.push(Some((at, entry.len))),
+                    None => return Ok(None),
+                },
             }
         }
-        Ok(Some((ring_at, regions)))
+        // Every attachment is made by now: what is new since the screen's first look is the
+        // peer's.
+        let after = screen.after_unpacking()?;
+        let mut direct = after.check(ring_at, RING_BYTES, "the peer's notice ring")?
+            && (ring_at as usize).is_multiple_of(64);
+        for (at, len) in regions.iter().flatten() {
+            direct &= after.check(*at, *len, "a region of the peer")?;
+        }
+        Ok(direct.then(|| (ring_at, regions.iter().map(|r| r.map(|(at, _)| at)).collect())))
     })();
     match mapped {
         Ok(Some((ring_at, regions))) => Ok(Some(Direct::new(ring_at, ring_rkey, regions))),

@@ -124,6 +124,10 @@ fn a_broken_notice_ring_ends_the_connection_with_a_protocol_error() {
         );
         let later = receiver.wait_arrivals_blocking(&mut arrivals, deadline(5)).unwrap_err();
         assert!(matches!(later, TransportError::PeerGone(_)), "{what}: then gone, not a hang: {later}");
+        // A peer that goes on publishing after that is not heard: the end stays the end.
+        receiver.signals.ring.get().unwrap().view().set_slot(1, slot(0, 8, 2));
+        let after = receiver.poll_arrivals(&mut arrivals);
+        assert!(matches!(after, Err(TransportError::PeerGone(_))), "{what}: {after:?}");
     }
 }
 
@@ -193,4 +197,45 @@ fn notices_arrive_in_order_while_a_wait_and_the_progress_thread_both_take() {
         let first_out_of_order = imms.iter().enumerate().find(|&(at, &imm)| imm != at as u32);
         assert_eq!(first_out_of_order, None, "notices out of order");
     });
+}
+
+/// Lanes of one connection unpack the same regions' keys once each: every lane's mapping is
+/// its own, so each is written directly, and the bytes of both land.
+#[test]
+fn every_lane_of_a_connection_is_written_directly() {
+    let (receiver, sender) = (open(), open());
+    let target = connected(&receiver, &sender);
+    let (second_receiver, second_sender) = (receiver.open_lane().unwrap(), sender.open_lane().unwrap());
+    let address = second_receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    std::thread::scope(|scope| {
+        let accepting = scope.spawn(|| {
+            block_on(second_receiver.connect(PeerEndpoint::Listen(address), &[target], deadline(20)))
+        });
+        block_on(second_sender.connect(PeerEndpoint::Dial(address), &[], deadline(20))).expect("dial");
+        accepting.join().unwrap().expect("accept");
+    });
+    let lanes = second_sender.connected_lanes().unwrap();
+    assert!(lanes.contains("copies into"), "{lanes}");
+    let source = sender.register(MemoryKind::Host, 8192).unwrap();
+    sender.write_region(source.id, 0, &[1; 4096]).unwrap();
+    sender.write_region(source.id, 4096, &[2; 4096]).unwrap();
+    let write = |offset: u64, imm: u32| WriteOp {
+        local: source.id,
+        local_offset: offset,
+        remote: target,
+        remote_offset: offset,
+        len: 4096,
+        imm: Some(imm),
+        ..WriteOp::EMPTY
+    };
+    sender.post_writes(&[write(0, 1)]).unwrap();
+    second_sender.post_writes(&[write(4096, 2)]).unwrap();
+    let mut arrivals = [Arrival::EMPTY; 1];
+    assert_eq!(receiver.wait_arrivals_blocking(&mut arrivals, deadline(10)).unwrap(), 1);
+    assert_eq!(arrivals[0].imm, 1);
+    assert_eq!(second_receiver.wait_arrivals_blocking(&mut arrivals, deadline(10)).unwrap(), 1);
+    assert_eq!(arrivals[0].imm, 2);
+    let mut landed = vec![0u8; 8192];
+    receiver.read_region(target, 0, &mut landed).unwrap();
+    assert!(landed[..4096].iter().all(|&b| b == 1) && landed[4096..].iter().all(|&b| b == 2));
 }
