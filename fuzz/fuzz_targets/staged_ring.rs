@@ -1,23 +1,21 @@
 //! Arbitrary contents of the staged shm ring (the peer writes it at any time: its consumer
-//! count and every slot, sequence words included) into the receiver's `Consumer::take` and
+//! count and every slot, sequence words included) into the receiver's `ring::take` and
 //! the writer's `Producer::room`: every announcement taken is a placed write inside an exposed
 //! region, non-empty and within the message limit, never more than the ring holds; never a
 //! panic.
 #![no_main]
 
+#[path = "common/words.rs"]
+mod words;
+
 use libfuzzer_sys::fuzz_target;
 use rdma_hint_staged::protocol::{Inbound, Inbox};
-use rdma_hint_staged::ring::{Consumer, OwnedRing, Producer, RING_SLOTS, SEQUENCE_WORD, SLOT_WORDS};
+use rdma_hint_staged::ring::{take, Consumer, OwnedRing, Producer, RING_SLOTS, SEQUENCE_WORD, SLOT_WORDS};
 use rdma_hint_staged::wire::ChannelKind;
+use words::{sequence, word};
 
 const EXPOSED: [(u32, u64); 3] = [(0, 4096), (3, 1 << 20), (7, 1)];
 const MAX_MSG: u64 = 1 << 16;
-
-fn word(bytes: &[u8]) -> u64 {
-    let mut padded = [0u8; 8];
-    padded[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
-    u64::from_le_bytes(padded)
-}
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
@@ -31,23 +29,14 @@ fuzz_target!(|data: &[u8]| {
         for (slot_word, bytes) in words.iter_mut().zip(chunk.chunks(8)) {
             *slot_word = word(bytes);
         }
-        // The input's sequence word picks the slot's number: mostly as published (the slots
-        // taken are the interesting ones), else a near miss, none yet, or the input's own.
-        let published = index as u64 + 1;
-        words[SEQUENCE_WORD] = match words[SEQUENCE_WORD] % 8 {
-            0 => published - 1,
-            1 => published + 1,
-            2 => 0,
-            3 => words[SEQUENCE_WORD],
-            _ => published,
-        };
+        words[SEQUENCE_WORD] = sequence(words[SEQUENCE_WORD], index as u64 + 1);
         ring.set_slot(index as u64, words);
     }
     // More than the ring holds: the writer must read the consumer's count the input set.
     let _ = Producer::default().room(&ring.view(), u64::MAX);
     let inbox = Inbox::new(ChannelKind::Shm, &EXPOSED, MAX_MSG);
     let mut taken = 0usize;
-    let result = Consumer::default().take(&ring.view(), &inbox, max, |write| {
+    let result = take(&mut Consumer::default(), &ring.view(), &inbox, max, |write| {
         let Inbound::Write { region, offset, len, payload_follows, ack, .. } = write else {
             panic!("an acknowledgement taken off the ring");
         };

@@ -1,20 +1,20 @@
 //! Arbitrary contents of the UCX notice ring (the peer writes it at any time: its consumer
-//! count and every slot, sequence words included) into the receiver's `Consumer::take` and
+//! count and every slot, sequence words included) into the receiver's `ring::take` and
 //! the writer's `Producer::room`: every notice taken names an exposed region and a length
 //! within it, never more than the ring holds or `out` takes; never a panic.
 #![no_main]
 
+#[path = "common/words.rs"]
+mod words;
+
 use libfuzzer_sys::fuzz_target;
 use rdma_hint_core::Arrival;
-use rdma_hint_ucx::ring::{Consumer, OwnedRing, Producer, RING_SLOTS, SEQUENCE_WORD, SLOT_WORDS};
+use rdma_hint_ucx::ring::{
+    publish, take, Consumer, OwnedRing, Producer, RING_SLOTS, SEQUENCE_WORD, SLOT_WORDS,
+};
+use words::{sequence, word};
 
 const EXPOSED: [(u32, u64); 3] = [(0, 4096), (3, 1 << 20), (7, 1)];
-
-fn word(bytes: &[u8]) -> u64 {
-    let mut padded = [0u8; 8];
-    padded[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
-    u64::from_le_bytes(padded)
-}
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
@@ -29,9 +29,13 @@ fuzz_target!(|data: &[u8]| {
     if laps > 0 {
         let mut lap = vec![Arrival::EMPTY; RING_SLOTS as usize];
         for imm in 0..RING_SLOTS as u32 {
-            producer.publish(&ring.view(), &Arrival { imm, region: rdma_hint_core::RegionId(0), len: 1 });
+            publish(
+                &mut producer,
+                &ring.view(),
+                &Arrival { imm, region: rdma_hint_core::RegionId(0), len: 1 },
+            );
         }
-        assert_eq!(consumer.take(&ring.view(), &EXPOSED, &mut lap), Ok(RING_SLOTS as usize));
+        assert_eq!(take(&mut consumer, &ring.view(), &EXPOSED, &mut lap), Ok(RING_SLOTS as usize));
     }
     ring.set_tail(tail);
     for (index, chunk) in slots.chunks(SLOT_WORDS * 8).enumerate() {
@@ -39,16 +43,7 @@ fuzz_target!(|data: &[u8]| {
         for (slot_word, bytes) in words.iter_mut().zip(chunk.chunks(8)) {
             *slot_word = word(bytes);
         }
-        // The input's sequence word picks the slot's number: mostly as published (the slots
-        // taken are the interesting ones), else a near miss, none yet, or the input's own.
-        let published = laps * RING_SLOTS + index as u64 + 1;
-        words[SEQUENCE_WORD] = match words[SEQUENCE_WORD] % 8 {
-            0 => published - 1,
-            1 => published + 1,
-            2 => 0,
-            3 => words[SEQUENCE_WORD],
-            _ => published,
-        };
+        words[SEQUENCE_WORD] = sequence(words[SEQUENCE_WORD], laps * RING_SLOTS + index as u64 + 1);
         ring.set_slot(index as u64, words);
     }
     // More than the ring holds, then one: the writer must read the consumer's count the input
@@ -56,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = producer.room(&ring.view(), u64::MAX);
     let _ = producer.room(&ring.view(), 1);
     let mut out = vec![Arrival::EMPTY; max];
-    match consumer.take(&ring.view(), &EXPOSED, &mut out) {
+    match take(&mut consumer, &ring.view(), &EXPOSED, &mut out) {
         Ok(count) => {
             assert!(count <= max && count as u64 <= RING_SLOTS);
             for notice in &out[..count] {

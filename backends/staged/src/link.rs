@@ -182,7 +182,7 @@ impl Rings {
         // SAFETY: `memory` is a page-aligned mapping of exactly RING_BYTES (checked in `new`)
         // that lives as long as the view's borrow of it, and this side touches a ring's bytes
         // only through the view's atomics.
-        unsafe { RingView::at(base) }
+        unsafe { ring::view_at(base) }
     }
 
     fn inbound(&self) -> RingView<'_> {
@@ -296,7 +296,7 @@ impl Shared {
         let outbound = rings.outbound();
         loop {
             let mut producer = rings.producer.lock().unwrap_or_else(PoisonError::into_inner);
-            let published = producer.publish(&outbound, frame)?;
+            let published = ring::publish(&mut producer, &outbound, frame)?;
             let sleeper = published && producer.sleeper(&outbound);
             drop(producer);
             if sleeper {
@@ -482,8 +482,7 @@ impl Link {
                 }
                 copied += op.len;
                 if op.imm.is_some() || notify_each_write {
-                    let published = producer
-                        .publish(&outbound, &announcement(&op))
+                    let published = ring::publish(&mut producer, &outbound, &announcement(&op))
                         .map_err(|reason| self.break_with(reason))?;
                     debug_assert!(published, "room was checked under the same lock");
                 }
@@ -544,7 +543,7 @@ impl Link {
             return Ok(ready);
         }
         let max = out.len() - ready;
-        let taken = consumer.take(&rings.inbound(), &shared.inbox, max, |write| {
+        let taken = ring::take(&mut consumer, &rings.inbound(), &shared.inbox, max, |write| {
             if let Some(arrival) = land_announced(shared, write)? {
                 out[ready] = arrival;
                 ready += 1;
@@ -665,7 +664,7 @@ fn ring_loop(shared: &Shared) {
     loop {
         let stopping = shared.broken.get().is_some();
         let mut consumer = rings.consumer.lock().unwrap_or_else(PoisonError::into_inner);
-        let taken = consumer.take(&inbound, &shared.inbox, usize::MAX, |write| {
+        let taken = ring::take(&mut consumer, &inbound, &shared.inbox, usize::MAX, |write| {
             match land_announced(shared, write)? {
                 Some(arrival) => shared.arrivals.try_send(arrival).map_err(|_| {
                     "arrival queue overflow: the application is not draining arrivals".to_string()
@@ -684,7 +683,7 @@ fn ring_loop(shared: &Shared) {
         }
         match shared.wait_mode.get() {
             WaitMode::Adaptive => {
-                let seen = consumer.prepare_sleep(&inbound);
+                let seen = ring::prepare_sleep(&consumer, &inbound);
                 drop(consumer);
                 // Looked at after `seen` was read: a stop that wakes the ring after that read
                 // changes the futex value, so the sleep returns at once.

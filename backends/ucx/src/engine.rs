@@ -145,7 +145,7 @@ impl NoticeRing {
     pub(crate) fn view(&self) -> RingView<'_> {
         // SAFETY: the region is RING_BYTES of UCX's memory, 64-byte aligned (checked in `new`),
         // mapped until `self` drops; this side touches it only through the view's atomics.
-        unsafe { RingView::at(self.region.pointer(0)) }
+        unsafe { ring::view_at(self.region.pointer(0)) }
     }
 
     fn nothing_new(&self) -> bool {
@@ -169,7 +169,7 @@ impl NoticeRing {
         if older > 0 {
             return Ok(older);
         }
-        let count = consumer.take(&self.view(), exposed, out);
+        let count = ring::take(&mut consumer, &self.view(), exposed, out);
         self.taken.store(consumer.taken(), Ordering::Release);
         let count = count?;
         taken(&out[..count]);
@@ -184,7 +184,7 @@ impl NoticeRing {
 
     /// Clears the mark once awake.
     pub(crate) fn woke(&self) {
-        self.consumer.lock().unwrap_or_else(PoisonError::into_inner).woke(&self.view());
+        ring::awake(&self.view());
     }
 }
 
@@ -221,7 +221,7 @@ impl PeerRing {
         // whole range lies in one System V segment, which stays attached until the `Direct`'s
         // rkey is destroyed, after this is dropped, and that it is 64-byte aligned); it is
         // touched here only through the view's atomics.
-        unsafe { RingView::at(self.0) }
+        unsafe { ring::view_at(self.0) }
     }
 }
 
@@ -398,9 +398,9 @@ impl Engine {
 
     /// Whether `notices` more would not fit the peer's notice ring now (direct writes only).
     pub(crate) fn ring_full(&mut self, notices: u64) -> bool {
-        self.direct
-            .as_mut()
-            .is_some_and(|direct| direct.producer.room(&direct.ring.view(), notices) == Ok(false))
+        self.direct.as_mut().is_some_and(|direct| {
+            direct.producer.room(&direct.ring.view(), notices).is_ok_and(|free| free < notices)
+        })
     }
 
     /// Whether `connect` already ran.
@@ -590,7 +590,7 @@ impl Engine {
     /// full ring moves nothing), each signalled op completed as its copy ends.
     fn post_direct(&mut self, ops: &[impl Pieces], notices: u64) -> Result<u64, TransportError> {
         let Some(direct) = self.direct.as_mut() else { return Ok(0) };
-        match direct.producer.room(&direct.ring.view(), notices) {
+        match direct.producer.room(&direct.ring.view(), notices).map(|free| free >= notices) {
             Ok(true) => {}
             // The caller waits for room a little, without the engine (`ring_full`).
             Ok(false) => return Err(TransportError::QueueFull { given: ops.len() as u32, max: 0 }),
@@ -616,7 +616,7 @@ impl Engine {
                 copied += put.len;
             }
             if let Some(imm) = op.imm {
-                direct.producer.publish(&view, &Arrival { imm, region: op.remote, len: op.len });
+                ring::publish(&mut direct.producer, &view, &Arrival { imm, region: op.remote, len: op.len });
             }
             if op.signalled {
                 // Capacity was reserved by `post`'s check.

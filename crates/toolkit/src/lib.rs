@@ -29,6 +29,7 @@ pub mod gather;
 pub mod memory_limit;
 pub mod queue;
 pub mod region_table;
+pub mod ring;
 pub mod timer;
 pub mod wait;
 
