@@ -395,6 +395,7 @@ fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
                 len: 4096,
                 rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
             }],
+            ring: None,
         };
         insider.write_all(&hello.encode()).unwrap();
         let mut rest = Vec::new();
