@@ -185,6 +185,18 @@ mod tests {
     }
 
     #[test]
+    fn a_full_ring_publishes_nothing_and_its_announcements_come_off_in_order() {
+        let ring = OwnedRing::default();
+        let mut producer = Producer::default();
+        for imm in 0..RING_SLOTS as u32 {
+            assert!(publish(&mut producer, &ring.view(), &placed(0, 8, imm)).unwrap());
+        }
+        assert!(!publish(&mut producer, &ring.view(), &placed(0, 8, u32::MAX)).unwrap(), "full");
+        let taken = take_all(&mut Consumer::default(), &ring).unwrap();
+        assert_eq!(taken, (0..RING_SLOTS as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn a_sleeper_is_seen_by_the_producer_and_a_pending_slot_keeps_it_awake() {
         let ring = OwnedRing::default();
         let (mut producer, consumer) = (Producer::default(), Consumer::default());

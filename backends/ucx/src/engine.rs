@@ -217,10 +217,10 @@ struct PeerRing(*mut u8);
 
 impl PeerRing {
     fn view(&self) -> RingView<'_> {
-        // SAFETY: this is where UCX mapped the peer's RING_BYTES ring (the screen checked the
-        // whole range lies in one System V segment, which stays attached until the `Direct`'s
-        // rkey is destroyed, after this is dropped, and that it is 64-byte aligned); it is
-        // touched here only through the view's atomics.
+        // SAFETY: this is where UCX mapped the peer's RING_BYTES ring: the screen checked the
+        // whole range lies in one mapping the unpacking of the peer's keys made, 64-byte
+        // aligned, which stays attached until those rkeys are destroyed (`close` does, all of
+        // them, after dropping this); it is touched here only through the view's atomics.
         unsafe { ring::view_at(self.0) }
     }
 }

@@ -8,20 +8,27 @@
 //! peer's segment, which its own rkey may unmap while this side still copies, or UCX's own);
 //! one that packs an rkey naming this side's own segment would aim it into this side's memory.
 //! So the process's mappings are read before the peer's rkeys are unpacked and again after
-//! (`/proc/self/smaps`), and every range must lie inside one mapping that the unpacking made:
-//! new since, of a segment (device and inode) that is none of those behind this side's own
-//! regions and ring. A range that fails is a handshake error. Only a writable shared System V
-//! segment of base pages is written directly: no process can shrink one under the writer, where
-//! a file the peer may truncate would fault the copy (SIGBUS), as would a huge-page segment
-//! whose pages run out. Anything else (a POSIX shared-memory file, an rkey UCX cannot map
-//! directly: TCP, caller memory reached through CMA) leaves the write to `ucp_put_nbx`, whose
-//! copy the kernel checks.
+//! (`/proc/self/smaps`; both reads and the unpacking under one process-wide lock, so no other
+//! handshake of this process attaches a segment in between), and every range must lie inside
+//! one mapping, of a segment (device and inode) that is none of those behind this side's own
+//! regions and ring; a range that fails is a handshake error. Only a range in a mapping the
+//! unpacking made (no attachment of that segment was there before), of a writable shared
+//! System V segment of base pages, is written directly: no process can shrink one under the
+//! writer, where a file the peer may truncate would fault the copy (SIGBUS), as would a
+//! huge-page segment whose pages run out. Anything else (a POSIX shared-memory file, a mapping
+//! that was there before, an rkey UCX cannot map directly: TCP, caller memory) leaves the
+//! write to `ucp_put_nbx` (over these scopes CMA, whose copy the kernel checks).
 
 use crate::status::status_text;
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::handshake_error;
 use rdma_hint_ucx_sys as sys;
 use std::io::BufRead;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Held from the first read of the mappings to the second: this process's other handshakes
+/// attach nothing in between.
+static SCREENING: Mutex<()> = Mutex::new(());
 
 /// Lines of `/proc/self/smaps` read at most (a process has far fewer; the bound keeps a
 /// pathological one from making the handshake slow).
@@ -95,13 +102,15 @@ pub(crate) struct Screen {
     before: Vec<Mapping>,
     own_files: Vec<(String, u64)>,
     page_kib: u64,
+    _screening: Option<MutexGuard<'static, ()>>,
 }
 
 impl Screen {
     /// Reads the mappings now, before any of the peer's rkeys is unpacked; `own` are this
     /// side's regions (and ring): base address and length of each.
     pub(crate) fn before_unpacking(own: &[(u64, u64)]) -> Result<Screen, TransportError> {
-        Ok(Screen::from_maps(mappings()?, own, base_page_kib()))
+        let screening = SCREENING.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(Screen { _screening: Some(screening), ..Screen::from_maps(mappings()?, own, base_page_kib()) })
     }
 
     fn from_maps(before: Vec<Mapping>, own: &[(u64, u64)], page_kib: u64) -> Screen {
@@ -112,7 +121,7 @@ impl Screen {
             })
             .map(|m| m.file.clone())
             .collect();
-        Screen { before, own_files, page_kib }
+        Screen { before, own_files, page_kib, _screening: None }
     }
 
     /// The mappings now, after the peer's rkeys were unpacked and mapped.
@@ -147,12 +156,17 @@ impl Mapped<'_> {
         if self.screen.own_files.contains(&mapping.file) {
             return Err(refuse("the segment is this side's own memory"));
         }
-        if self.screen.before.contains(mapping) {
-            return Err(refuse(
-                "the range lies in a mapping that was there before the peer's keys were unpacked",
-            ));
-        }
-        Ok(mapping.shared_writable && mapping.sysv && mapping.page_kib == self.screen.page_kib)
+        // An attachment of the same segment that was there before (where this one lies) is not
+        // this unpacking's own: its owner may unmap it while this side copies. A mapper that
+        // reuses an attachment puts an honest peer's range there too, so that is the put path,
+        // not an error. (A range another mapping left meanwhile, now holding this segment, is
+        // this unpacking's.)
+        let old = self
+            .screen
+            .before
+            .iter()
+            .any(|m| m.start < mapping.end && mapping.start < m.end && m.file == mapping.file);
+        Ok(!old && mapping.shared_writable && mapping.sysv && mapping.page_kib == self.screen.page_kib)
     }
 }
 
@@ -215,8 +229,11 @@ KernelPageSize:     2048 kB
     fn a_range_in_a_segment_the_unpacking_made_passes_and_only_a_system_v_one_is_written_directly() {
         assert!(check(0x7f00_0001_0000, 0x10000).unwrap());
         assert!(check(0x7f00_0001_f000, 0x1000).unwrap());
-        // A file the peer may truncate, a read-only segment, huge pages: left to UCX's put.
-        for pointer in [0x7f00_0003_0000, 0x7f00_0004_0000, 0x7f00_0020_0000] {
+        // A file the peer may truncate, a read-only segment, huge pages, and mappings that were
+        // there before (another peer's segment, the heap): left to UCX's put.
+        for pointer in
+            [0x7f00_0003_0000, 0x7f00_0004_0000, 0x7f00_0020_0000, 0x7f00_0007_0000, 0x55d0_c000_0000]
+        {
             assert!(!check(pointer, 8).unwrap(), "{pointer:#x}");
         }
     }
@@ -230,9 +247,6 @@ KernelPageSize:     2048 kB
             // The same segment as this side's own, attached a second time, or the original.
             (0x7f00_0002_0000, 8, "own memory"),
             (0x7f00_0000_0000, 8, "own memory"),
-            // Mapped before the unpacking: another peer's segment, the heap.
-            (0x7f00_0007_0000, 8, "there before"),
-            (0x55d0_c000_0000, 8, "there before"),
         ];
         for (pointer, len, why) in cases {
             let refused = check(pointer, len).unwrap_err().to_string();

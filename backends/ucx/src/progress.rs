@@ -131,13 +131,15 @@ pub(crate) fn run(shared: Arc<Shared>) {
         if gone {
             std::thread::park_timeout(IDLE_POLL);
         } else if armed {
-            let timeout = if busy || shared.awaited() { BUSY_POLL } else { IDLE_POLL };
+            // A full arrival queue leaves notices on the ring: sleep without the mark rather
+            // than spin on them, but only briefly (no writer wakes this thread once the
+            // application's drain makes room).
+            let full = shared.arrivals.room() == 0;
+            let timeout = if busy || full || shared.awaited() { BUSY_POLL } else { IDLE_POLL };
             // A peer that writes this side's memory directly announces on the ring, which no
             // event fd watches: it sends a wake-up while the ring is marked.
             let ring = signals.ring.get();
-            // A full arrival queue leaves notices on the ring: sleep the timeout without the
-            // mark rather than spin on them (the application's next drain makes room).
-            if ring.is_none_or(|ring| shared.arrivals.room() == 0 || ring.prepare_sleep()) {
+            if ring.is_none_or(|ring| full || ring.prepare_sleep()) {
                 sleep_on(shared.efd, oob_fd, timeout);
                 if let Some(ring) = ring {
                     ring.woke();

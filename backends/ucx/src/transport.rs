@@ -361,9 +361,9 @@ fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
     // Caller memory is mapped in place. Over TCP the kernel copies each byte on both sides and
     // rdma-hint copies nothing. Over shared memory each byte is copied once: by the posting
     // thread into the peer's memory where UCX maps it here (a peer region UCX allocated), else
-    // by CMA's `process_vm_writev` (a peer region in its caller's memory); the counts say the
-    // most rdma-hint's code may copy.
-    let (send_copies, medium_copies) = if tcp_only(&id) { (0, 2) } else { (1, 0) };
+    // by CMA's `process_vm_writev` (a peer region in its caller's memory). Each count is the
+    // most that side may copy; only one of them copies a given connection's bytes.
+    let (send_copies, medium_copies) = if tcp_only(&id) { (0, 2) } else { (1, 1) };
     let caller_memory = vec![CallerMemoryPath {
         kind: MemoryKind::Host,
         send_copies,

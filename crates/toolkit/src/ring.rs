@@ -52,6 +52,12 @@ pub const SLOTS_AT: usize = 128;
 /// The ring's size in shared memory: header and slots, rounded up to whole pages.
 pub const RING_BYTES: u64 = ((SLOTS_AT + RING_SLOTS as usize * SLOT_WORDS * 8) as u64).div_ceil(4096) * 4096;
 const _: () = assert!(TAIL_AT + 8 <= SLEEPING_AT && SLEEPING_AT + 4 <= WAKE_AT && WAKE_AT + 4 <= SLOTS_AT);
+const _: () = assert!(
+    std::mem::size_of::<Slot>() == SLOT_WORDS * 8
+        && SLOTS_AT.is_multiple_of(std::mem::align_of::<Slot>())
+        && SLOTS_AT + RING_SLOTS as usize * std::mem::size_of::<Slot>() <= RING_BYTES as usize,
+    "the slots lie within the ring's bytes, each on a cache line"
+);
 
 /// One slot: a cache line of words.
 #[derive(Debug, Default)]
@@ -190,6 +196,7 @@ impl Producer {
     #[inline]
     pub fn publish(&mut self, ring: &RingView<'_>, payload: &[u64]) {
         debug_assert!(payload.len() <= PAYLOAD_WORDS, "a payload of {} words", payload.len());
+        debug_assert!(self.head.wrapping_sub(self.known_tail) < RING_SLOTS, "published without room");
         let slot = ring.slot(self.head);
         for (word, value) in slot[..PAYLOAD_WORDS].iter().zip(payload) {
             word.store(*value, Ordering::Relaxed);
