@@ -19,6 +19,7 @@ use crate::region::Region;
 use crate::ring::{self, Consumer, Producer, RingView};
 use crate::status::{completion_code, status_text};
 use crate::transport::{MAX_SGES, MAX_WRS_PER_POST};
+use crate::wire::ExposedRing;
 use crate::worker::{Context, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError};
 use rdma_hint_oob::{peer_left, say_goodbye, PeerLoss};
@@ -137,9 +138,14 @@ impl NoticeRing {
         }))
     }
 
-    /// Its address and length here (for the screen of the peer's mappings) and its packed rkey.
-    pub(crate) fn exposed(&self) -> ((u64, u64), Vec<u8>) {
-        ((self.region.address(0), ring::RING_BYTES), self.region.packed_rkey.clone())
+    /// Its address and length here (for the screen of the peer's mappings).
+    pub(crate) fn range(&self) -> (u64, u64) {
+        (self.region.address(0), ring::RING_BYTES)
+    }
+
+    /// What the hello tells the peer of it.
+    pub(crate) fn exposed(&self) -> ExposedRing {
+        ExposedRing { address: self.region.address(0), rkey: self.region.packed_rkey.clone() }
     }
 
     pub(crate) fn view(&self) -> RingView<'_> {

@@ -96,8 +96,8 @@ impl UcxTransport {
         // A receiver that takes its notices falls behind a writer that only copies: the writer
         // waits for room on its ring a little, as a NIC retries a receiver not ready, with the
         // engine let go between looks (the receiver's wake-up and this lane's progress need it).
-        let patience = Instant::now() + RING_PATIENCE;
-        let notices = ops.iter().filter(|op| op.head().imm.is_some()).count() as u64;
+        // Only a refused post pays for the clock and the count.
+        let mut patience = None;
         loop {
             let mut engine = self.shared.engine();
             if !engine.is_connected() {
@@ -106,21 +106,27 @@ impl UcxTransport {
             if let Some(why) = engine.gone() {
                 return Err(TransportError::PeerGone(why.to_string()));
             }
-            if engine.ring_full(notices) && Instant::now() < patience {
-                drop(engine);
-                std::thread::yield_now();
-                continue;
-            }
             let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
-            let copied =
-                engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len())?;
-            if copied > 0 {
-                self.copies.in_transit(copied);
+            match engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len()) {
+                Err(TransportError::QueueFull { .. })
+                    if *patience.get_or_insert_with(|| Instant::now() + RING_PATIENCE) > Instant::now()
+                        && engine
+                            .ring_full(ops.iter().filter(|op| op.head().imm.is_some()).count() as u64) =>
+                {
+                    drop((table, engine));
+                    std::thread::yield_now();
+                }
+                posted => {
+                    let copied = posted?;
+                    if copied > 0 {
+                        self.copies.in_transit(copied);
+                    }
+                    if engine.busy() {
+                        self.shared.wake();
+                    }
+                    return Ok(());
+                }
             }
-            if engine.busy() {
-                self.shared.wake();
-            }
-            return Ok(());
         }
     }
 
@@ -316,10 +322,7 @@ impl UcxTransport {
                 let _ = self.signals.ring.set(Arc::new(ring));
             }
         }
-        Ok(self.signals.ring.get().map(|ring| {
-            let ((address, _), rkey) = ring.exposed();
-            ExposedRing { address, rkey }
-        }))
+        Ok(self.signals.ring.get().map(|ring| ring.exposed()))
     }
 
     fn gone_error(&self) -> TransportError {
@@ -726,7 +729,7 @@ fn attach(
         .then(|| {
             let mut own: Vec<(u64, u64)> =
                 table.iter().map(|(_, region)| (region.address(0), region.len())).collect();
-            own.extend(signals.ring.get().map(|ring| ring.exposed().0));
+            own.extend(signals.ring.get().map(|ring| ring.range()));
             Screen::before_unpacking(&own)
         })
         .transpose();
