@@ -14,6 +14,7 @@ use crate::socket::{peek, readable, waiting_bytes};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
+use rdma_hint_stream_copy::{self as stream_copy, Run};
 use rdma_hint_toolkit::caller_memory::CopyMeter;
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_toolkit::wait::WaitModeCell;
@@ -147,7 +148,15 @@ pub(crate) struct Rings {
     /// count in memory the peer can write.
     taken: AtomicU64,
     outbound: Memory,
-    producer: Mutex<Producer>,
+    producer: Mutex<Outbound>,
+}
+
+/// What the writing side of a link keeps under one lock: its place on the peer's ring, and
+/// where its direct copies have been landing (whether the next one streams).
+#[derive(Debug, Default)]
+struct Outbound {
+    ring: Producer,
+    run: Run,
 }
 
 impl Rings {
@@ -296,8 +305,8 @@ impl Shared {
         let outbound = rings.outbound();
         loop {
             let mut producer = rings.producer.lock().unwrap_or_else(PoisonError::into_inner);
-            let published = ring::publish(&mut producer, &outbound, frame)?;
-            let sleeper = published && producer.sleeper(&outbound);
+            let published = ring::publish(&mut producer.ring, &outbound, frame)?;
+            let sleeper = published && producer.ring.sleeper(&outbound);
             drop(producer);
             if sleeper {
                 ring::wake(&outbound);
@@ -460,7 +469,7 @@ impl Link {
             announced += u64::from(op.imm.is_some() || notify_each_write);
             signalled += usize::from(op.signalled);
         }
-        let room = producer.room(&outbound, announced).map_err(|reason| self.break_with(reason))?;
+        let room = producer.ring.room(&outbound, announced).map_err(|reason| self.break_with(reason))?;
         if room < announced || self.completions.room() < signalled {
             return Ok(false);
         }
@@ -471,6 +480,9 @@ impl Link {
         // after the batch's completions: another thread that drains one may read it a batch
         // behind.)
         let mut copied = 0u64;
+        // Streamed stores are still in flight until a fence: one before anything says the
+        // bytes are there, and one before the batch lets the lock go.
+        let mut unfenced = false;
         let moved = (|| -> Result<(), TransportError> {
             for request in ops {
                 let op = request.head();
@@ -478,11 +490,18 @@ impl Link {
                 for piece in request.pieces() {
                     let source = regions.get(piece.local)?.memory.host();
                     let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
-                    source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len)?;
+                    let run = Some(&mut producer.run);
+                    unfenced |=
+                        source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len, run)?;
                 }
                 copied += op.len;
-                if op.imm.is_some() || notify_each_write {
-                    let published = ring::publish(&mut producer, &outbound, &announcement(&op))
+                let announce = op.imm.is_some() || notify_each_write;
+                if unfenced && (announce || op.signalled) {
+                    stream_copy::fence();
+                    unfenced = false;
+                }
+                if announce {
+                    let published = ring::publish(&mut producer.ring, &outbound, &announcement(&op))
                         .map_err(|reason| self.break_with(reason))?;
                     debug_assert!(published, "room was checked under the same lock");
                 }
@@ -497,7 +516,10 @@ impl Link {
             }
             Ok(())
         })();
-        let sleeper = announced > 0 && producer.sleeper(&outbound);
+        if unfenced {
+            stream_copy::fence();
+        }
+        let sleeper = announced > 0 && producer.ring.sleeper(&outbound);
         drop(producer);
         if sleeper {
             ring::wake(&outbound);

@@ -3,6 +3,7 @@
 //! mapped here. All access goes through bounds-checked raw copies.
 
 use rdma_hint_core::{CallerMemory, ForeignMemory, TransportError};
+use rdma_hint_stream_copy::{self as stream_copy, Run};
 use rdma_hint_toolkit::MAX_REGION_BYTES;
 use std::alloc::Layout;
 use std::fs::File;
@@ -196,21 +197,30 @@ impl Memory {
     }
 
     /// Copies `len` bytes from `self[from..]` to `target[to..]` (the shm channel's one copy).
+    /// Given the connection's [`Run`], a copy that continues a long run of adjacent writes
+    /// streams past the cache; returns whether it did (then [`stream_copy::fence`] before the
+    /// bytes are announced).
     pub(crate) fn copy_to(
         &self,
         from: u64,
         target: &Memory,
         to: u64,
         len: u64,
-    ) -> Result<(), TransportError> {
+        run: Option<&mut Run>,
+    ) -> Result<bool, TransportError> {
+        let bytes = len;
         let len = usize::try_from(len)
             .map_err(|_| TransportError::MessageTooLarge { len, max_msg_bytes: u64::MAX })?;
         let source = self.check(from, len, "local")?;
         let destination = target.check(to, len, "remote")?;
-        // SAFETY: both ranges are in bounds (checked). `std::ptr::copy` tolerates overlap, which
-        // only arises if a region is written into itself.
-        unsafe { std::ptr::copy(self.ptr.as_ptr().add(source), target.ptr.as_ptr().add(destination), len) };
-        Ok(())
+        let (from, to) =
+            (self.ptr.as_ptr().wrapping_add(source), target.ptr.as_ptr().wrapping_add(destination));
+        // Overlap only arises if a region is written into itself; a streamed copy must not.
+        let overlaps = self.ptr == target.ptr && source < destination + len && destination < source + len;
+        let stream = run.is_some_and(|run| run.streams(to as usize, bytes)) && !overlaps;
+        // SAFETY: both ranges are in bounds (checked), and overlap only with `stream` off.
+        unsafe { stream_copy::copy(from, to, len, stream) };
+        Ok(stream)
     }
 
     /// Sends `offset..offset + len` to `socket` straight from the buffer, or receives exactly
@@ -541,7 +551,7 @@ mod tests {
         let peer = mapping.get().unwrap();
         let source = Memory::host(4096).unwrap();
         source.copy_in(0, &[7; 4096]).unwrap();
-        source.copy_to(0, peer, 4096, 4096).unwrap();
+        source.copy_to(0, peer, 4096, 4096, None).unwrap();
         let mut out = [0u8; 4096];
         owner.copy_out(4096, &mut out).unwrap();
         assert_eq!(out, [7; 4096]);

@@ -69,7 +69,7 @@ pub(crate) fn copy_to_peer(
             if staging.unsettled() {
                 staging.settle()?;
             }
-            host.copy_to(from, target, to, len)
+            host.copy_to(from, target, to, len, None).map(|_| ())
         }
         #[cfg(feature = "cuda")]
         RegionMemory::Gpu(buffer, _) => {
@@ -212,7 +212,7 @@ impl RegionMemory {
         len: u64,
     ) -> Result<bool, TransportError> {
         match self {
-            RegionMemory::Host(memory) => bounce.copy_to(offset, memory, offset, len).map(|()| true),
+            RegionMemory::Host(memory) => bounce.copy_to(offset, memory, offset, len, None).map(|_| true),
             #[cfg(feature = "cuda")]
             RegionMemory::Gpu(buffer, _) => {
                 let source = bounce.range_ptr(offset, len)?;

@@ -23,6 +23,7 @@ use crate::wire::ExposedRing;
 use crate::worker::{Context, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError};
 use rdma_hint_oob::{peer_left, say_goodbye, PeerLoss};
+use rdma_hint_stream_copy::{self as stream_copy, Run};
 use rdma_hint_toolkit::gather::Pieces;
 use rdma_hint_toolkit::queue::EventSender;
 use rdma_hint_toolkit::region_table::RegionLen;
@@ -206,6 +207,8 @@ pub(crate) struct Direct {
     ring: PeerRing,
     ring_rkey: sys::ucp_rkey_h,
     producer: Producer,
+    /// Where this connection's copies have been landing (whether the next one streams).
+    run: Run,
     /// Where each of the peer's regions (by id, as `Engine::remote`) lies here.
     regions: Vec<Option<*mut u8>>,
 }
@@ -213,7 +216,13 @@ pub(crate) struct Direct {
 impl Direct {
     /// The peer's mapped ring and regions; `ring_rkey` is destroyed with it.
     pub(crate) fn new(ring: *mut u8, ring_rkey: sys::ucp_rkey_h, regions: Vec<Option<*mut u8>>) -> Direct {
-        Direct { ring: PeerRing(ring), ring_rkey, producer: Producer::default(), regions }
+        Direct {
+            ring: PeerRing(ring),
+            ring_rkey,
+            producer: Producer::default(),
+            run: Run::default(),
+            regions,
+        }
     }
 }
 
@@ -609,17 +618,29 @@ impl Engine {
         let view = direct.ring.view();
         let mut copied = 0;
         let mut puts = puts.iter();
+        // Streamed stores are in flight until a fence: one before anything says the bytes are
+        // there (a notice, a completion), and one before the post returns.
+        let mut unfenced = false;
         for request in ops {
             let op = request.head();
             for put in puts.by_ref().take(request.pieces().count()) {
+                // A region written into itself (the same segment on both sides) must not stream.
+                let overlaps = put.source < put.target.wrapping_add(put.len as usize)
+                    && put.target < put.source.wrapping_add(put.len as usize);
+                let stream = direct.run.streams(put.target as usize, put.len) && !overlaps;
                 // SAFETY: `post` checked the source range against its registered region (mapped
                 // while ops are in flight, and this one ends here) and the destination against
                 // the peer's advertised length, which the screen found inside the System V
                 // segment UCX mapped at `target`'s region (attached until its rkey is
                 // destroyed, under this engine's lock). The peer may touch those bytes
-                // meanwhile, as with any RDMA target; `copy` allows the ranges to overlap.
-                unsafe { std::ptr::copy(put.source, put.target, put.len as usize) };
+                // meanwhile, as with any RDMA target; the ranges overlap only with `stream` off.
+                unsafe { stream_copy::copy(put.source, put.target, put.len as usize, stream) };
+                unfenced |= stream;
                 copied += put.len;
+            }
+            if unfenced && (op.imm.is_some() || op.signalled) {
+                stream_copy::fence();
+                unfenced = false;
             }
             if let Some(imm) = op.imm {
                 ring::publish(&mut direct.producer, &view, &Arrival { imm, region: op.remote, len: op.len });
@@ -629,6 +650,9 @@ impl Engine {
                 let _ =
                     completions.try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
             }
+        }
+        if unfenced {
+            stream_copy::fence();
         }
         if notices > 0 && direct.producer.sleeper(&view) {
             self.send_wake();
