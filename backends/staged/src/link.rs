@@ -780,6 +780,11 @@ fn send_loop(
             recv(reader_gone) -> _ => break,
         };
         let sent = send_one(shared, &op, &mut staging);
+        // The last op queued lets the direct path take over, whose announcements follow these
+        // stores from another thread: they must be out first.
+        if shared.counters.in_flight.load(Ordering::Acquire) == 1 {
+            staging.fence_host();
+        }
         shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
         if let Err(reason) = sent {
             shared.fail(reason);

@@ -3,6 +3,7 @@
 
 use crate::memory::{Direction, Memory};
 use rdma_hint_core::{CallerMemory, MemoryKind, Refused, TransportError};
+use rdma_hint_stream_copy::{self as stream_copy, Run};
 use std::net::TcpStream;
 
 /// A registered region's memory.
@@ -13,7 +14,8 @@ pub(crate) enum RegionMemory {
     Gpu(crate::gpu::DeviceBuffer, u32),
 }
 
-/// Per-thread staging for GPU regions, created on first use.
+/// Per-thread copy state: staging for GPU regions, created on first use, and where this
+/// thread's host copies into the peer's mappings have been landing.
 #[derive(Debug, Default)]
 pub(crate) struct Staging {
     #[cfg(feature = "cuda")]
@@ -25,11 +27,19 @@ pub(crate) struct Staging {
     /// memory is not freed under the copy engine).
     #[cfg(feature = "cuda")]
     in_flight: Vec<std::sync::Arc<RegionMemory>>,
+    /// Whether the next host copy streams past the cache.
+    run: Run,
+    /// A streamed host copy's stores may still be in flight.
+    unfenced: bool,
 }
 
 impl Staging {
-    /// Whether copies are queued that have not been seen to land.
+    /// Whether copies may still be landing: queued GPU copies, or streamed stores not fenced.
     pub(crate) fn unsettled(&self) -> bool {
+        self.unfenced || self.gpu_queued()
+    }
+
+    fn gpu_queued(&self) -> bool {
         #[cfg(feature = "cuda")]
         {
             self.peer.as_ref().is_some_and(crate::gpu::PeerCopier::is_queued)
@@ -40,8 +50,16 @@ impl Staging {
         }
     }
 
-    /// Returns once every queued copy into the peer's memory has landed.
+    /// Orders this thread's streamed host stores before its next stores.
+    pub(crate) fn fence_host(&mut self) {
+        if std::mem::take(&mut self.unfenced) {
+            stream_copy::fence();
+        }
+    }
+
+    /// Returns once every copy into the peer's memory has landed.
     pub(crate) fn settle(&mut self) -> Result<(), TransportError> {
+        self.fence_host();
         #[cfg(feature = "cuda")]
         {
             if let Some(peer) = self.peer.as_mut() {
@@ -66,14 +84,17 @@ pub(crate) fn copy_to_peer(
     match &**memory {
         RegionMemory::Host(host) => {
             // Queued GPU copies land first: a later write to the same bytes must win.
-            if staging.unsettled() {
+            if staging.gpu_queued() {
                 staging.settle()?;
             }
-            host.copy_to(from, target, to, len, None).map(|_| ())
+            staging.unfenced |= host.copy_to(from, target, to, len, Some(&mut staging.run))?;
+            Ok(())
         }
         #[cfg(feature = "cuda")]
         RegionMemory::Gpu(buffer, _) => {
             let gpu = buffer.gpu();
+            // Streamed host stores land before the copy engine writes: a later write must win.
+            staging.fence_host();
             if staging.peer.as_ref().is_none_or(|p| p.gpu().ordinal() != gpu.ordinal()) {
                 staging.settle()?;
                 staging.peer = Some(crate::gpu::PeerCopier::new(gpu).map_err(gpu_error)?);
