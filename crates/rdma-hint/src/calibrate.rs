@@ -369,12 +369,14 @@ pub fn calibrate(
                 let seconds = path.time(block, len)?;
                 samples[index].seconds_per_block.push(seconds / (len / block) as f64);
                 // One block alone, post to completion: what a transfer's first block costs,
-                // right after a stream here and after other single blocks below (an
-                // application's small transfers follow both).
+                // right after a stream here, and below after other single blocks, away from
+                // where the streams run (an application's small transfers follow both; the
+                // shared-memory paths stream a copy that continues a long run of adjacent
+                // writes past the cache, and copy one elsewhere plainly).
                 singles[index].push(path.time(block, block)?);
             }
             for (index, &(block, _)) in sizes.iter().enumerate() {
-                singles[index].push(path.time(block, block)?);
+                singles[index].push(path.time_apart(block)?);
             }
             last_round_s = round_started.elapsed().as_secs_f64();
             round_times.push(last_round_s);
@@ -673,8 +675,18 @@ impl<'a> Ladder<'a> {
 
     /// Streams `len` bytes in blocks of `block` from the cursor; the seconds it took.
     fn time(&mut self, block: u64, len: u64) -> Result<f64, Error> {
-        self.chunker.set_hint(self.source, BlockSpec::new(block, self.align)?);
         let at = self.cursor.next(len, self.align);
+        self.time_at(block, len, at)
+    }
+
+    /// One block at the region's start (which the first transfer wrote: the same bytes land
+    /// again), away from where the cursor's transfers run; the seconds it took.
+    fn time_apart(&mut self, block: u64) -> Result<f64, Error> {
+        self.time_at(block, block, 0)
+    }
+
+    fn time_at(&mut self, block: u64, len: u64, at: u64) -> Result<f64, Error> {
+        self.chunker.set_hint(self.source, BlockSpec::new(block, self.align)?);
         let transfer = Transfer::new(self.local, self.remote, len).at(at, at);
         let started = Instant::now();
         self.chunker.write_blocking(
