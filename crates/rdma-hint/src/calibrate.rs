@@ -679,10 +679,14 @@ impl<'a> Ladder<'a> {
         self.time_at(block, len, at)
     }
 
-    /// One block at the region's start (which the first transfer wrote: the same bytes land
-    /// again), away from where the cursor's transfers run; the seconds it took.
+    /// One block of host memory at the region's start (which the first transfer wrote: the
+    /// same bytes land again), away from where the cursor's transfers run; GPU memory, which
+    /// the copy engines move whatever came before, from the cursor. The seconds it took.
     fn time_apart(&mut self, block: u64) -> Result<f64, Error> {
-        self.time_at(block, block, 0)
+        match self.source {
+            Device::Host(_) => self.time_at(block, block, 0),
+            Device::Gpu(_) => self.time(block, block),
+        }
     }
 
     fn time_at(&mut self, block: u64, len: u64, at: u64) -> Result<f64, Error> {
