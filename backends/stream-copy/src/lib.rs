@@ -47,7 +47,7 @@ pub struct Run {
 
 /// How far ahead of the previous write's end, in that write's lengths, a write still continues
 /// a run.
-const RUN_GAP_BLOCKS: u64 = 16;
+pub const RUN_GAP_BLOCKS: u64 = 16;
 
 impl Run {
     /// Records a write of `len` bytes to `destination` (its address); whether its copy should
