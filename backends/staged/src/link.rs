@@ -14,7 +14,7 @@ use crate::socket::{peek, readable, waiting_bytes};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
-use rdma_hint_stream_copy::{self as stream_copy, Run};
+use rdma_hint_stream_copy::Run;
 use rdma_hint_toolkit::caller_memory::CopyMeter;
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_toolkit::wait::WaitModeCell;
@@ -480,9 +480,8 @@ impl Link {
         // after the batch's completions: another thread that drains one may read it a batch
         // behind.)
         let mut copied = 0u64;
-        // Streamed stores are still in flight until a fence: one before anything says the
-        // bytes are there, and one before the batch lets the lock go.
-        let mut unfenced = false;
+        // Streamed stores are fenced before anything says the bytes are there, and before the
+        // batch lets the lock go.
         let moved = (|| -> Result<(), TransportError> {
             for request in ops {
                 let op = request.head();
@@ -491,14 +490,12 @@ impl Link {
                     let source = regions.get(piece.local)?.memory.host();
                     let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
                     let run = Some(&mut producer.run);
-                    unfenced |=
-                        source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len, run)?;
+                    source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len, run)?;
                 }
                 copied += op.len;
                 let announce = op.imm.is_some() || notify_each_write;
-                if unfenced && (announce || op.signalled) {
-                    stream_copy::fence();
-                    unfenced = false;
+                if announce || op.signalled {
+                    producer.run.fence();
                 }
                 if announce {
                     let published = ring::publish(&mut producer.ring, &outbound, &announcement(&op))
@@ -516,9 +513,7 @@ impl Link {
             }
             Ok(())
         })();
-        if unfenced {
-            stream_copy::fence();
-        }
+        producer.run.fence();
         let sleeper = announced > 0 && producer.ring.sleeper(&outbound);
         drop(producer);
         if sleeper {
@@ -779,10 +774,15 @@ fn send_loop(
             },
             recv(reader_gone) -> _ => break,
         };
-        let sent = send_one(shared, &op, &mut staging);
-        // The last op queued lets the direct path take over, whose announcements follow these
-        // stores from another thread: they must be out first.
-        if shared.counters.in_flight.load(Ordering::Acquire) == 1 {
+        let mut sent = send_one(shared, &op, &mut staging);
+        // With nothing queued the direct path may take over on another thread, and announce
+        // bytes after these: they land first (streamed stores fenced, GPU copies done). A
+        // poster counts an op in `in_flight` before queueing it, so the queue, not the count,
+        // says whether this was the last.
+        if sent.is_ok() && ops.is_empty() {
+            sent = staging.settle().map_err(|e| format!("copying to the peer: {e}"));
+        }
+        if sent.is_err() {
             staging.fence_host();
         }
         shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);

@@ -198,8 +198,7 @@ impl Memory {
 
     /// Copies `len` bytes from `self[from..]` to `target[to..]` (the shm channel's one copy).
     /// Given the connection's [`Run`], a copy that continues a long run of adjacent writes
-    /// streams past the cache; returns whether it did (then [`stream_copy::fence`] before the
-    /// bytes are announced).
+    /// streams past the cache (then [`Run::fence`] before the bytes are announced).
     pub(crate) fn copy_to(
         &self,
         from: u64,
@@ -207,7 +206,7 @@ impl Memory {
         to: u64,
         len: u64,
         run: Option<&mut Run>,
-    ) -> Result<bool, TransportError> {
+    ) -> Result<(), TransportError> {
         let bytes = len;
         let len = usize::try_from(len)
             .map_err(|_| TransportError::MessageTooLarge { len, max_msg_bytes: u64::MAX })?;
@@ -215,12 +214,21 @@ impl Memory {
         let destination = target.check(to, len, "remote")?;
         let (from, to) =
             (self.ptr.as_ptr().wrapping_add(source), target.ptr.as_ptr().wrapping_add(destination));
-        // Overlap only arises if a region is written into itself; a streamed copy must not.
+        // Overlapping addresses arise only if a mapping is copied into itself, which must not
+        // stream. (A memfd mapped twice, a region written into this side's own mapping of it,
+        // has two addresses: its bytes are then as a concurrent write by a peer leaves them.)
         let overlaps = self.ptr == target.ptr && source < destination + len && destination < source + len;
-        let stream = run.is_some_and(|run| run.streams(to as usize, bytes)) && !overlaps;
+        let stream = match run {
+            Some(run) if !overlaps => run.streams(to as usize, bytes),
+            Some(run) => {
+                run.fence();
+                false
+            }
+            None => false,
+        };
         // SAFETY: both ranges are in bounds (checked), and overlap only with `stream` off.
         unsafe { stream_copy::copy(from, to, len, stream) };
-        Ok(stream)
+        Ok(())
     }
 
     /// Sends `offset..offset + len` to `socket` straight from the buffer, or receives exactly
@@ -526,6 +534,7 @@ impl std::fmt::Debug for Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_hint_stream_copy::STREAM_AFTER_BYTES;
 
     #[test]
     fn bounds_are_checked() {
@@ -557,6 +566,32 @@ mod tests {
         assert_eq!(out, [7; 4096]);
         assert!(PeerMapping::check(duplicate(&owner), 1 << 17).is_err(), "smaller than advertised");
         assert!(PeerMapping::check(duplicate(&owner), 1 << 15).is_err(), "larger than advertised");
+    }
+
+    /// The shm channel's copy: adjacent writes past the threshold stream (and leave a fence
+    /// owed), a write elsewhere does not, and every byte lands either way.
+    #[test]
+    fn a_long_run_of_adjacent_copies_streams_into_the_peer_mapping() {
+        let len = (STREAM_AFTER_BYTES + (1 << 20)) as usize;
+        let owner = Memory::shared(len as u64).unwrap();
+        let mapping = PeerMapping::check(duplicate(&owner), len as u64).unwrap();
+        let peer = mapping.get().unwrap();
+        let source = Memory::host(len as u64).unwrap();
+        let pattern: Vec<u8> = (0..len).map(|i| (i * 31 % 253) as u8).collect();
+        source.copy_in(0, &pattern).unwrap();
+        let (block, mut run, mut streamed) = (16u64 << 10, Run::default(), 0);
+        for at in (0..len as u64).step_by(block as usize) {
+            source.copy_to(at, peer, at, block, Some(&mut run)).unwrap();
+            streamed += u64::from(run.unfenced());
+        }
+        run.fence();
+        let expected = if cfg!(target_arch = "x86_64") { (1 << 20) / block } else { 0 };
+        assert_eq!(streamed, expected, "only the blocks past the threshold stream");
+        let mut landed = vec![0u8; len];
+        owner.copy_out(0, &mut landed).unwrap();
+        assert!(landed == pattern, "a streamed copy lost bytes");
+        source.copy_to(0, peer, 0, block, Some(&mut run)).unwrap();
+        assert!(!run.unfenced(), "a write back at the start begins a new run");
     }
 
     /// A sealed memfd of the advertised size whose pages were never committed: mapping it

@@ -3,7 +3,7 @@
 
 use crate::memory::{Direction, Memory};
 use rdma_hint_core::{CallerMemory, MemoryKind, Refused, TransportError};
-use rdma_hint_stream_copy::{self as stream_copy, Run};
+use rdma_hint_stream_copy::Run;
 use std::net::TcpStream;
 
 /// A registered region's memory.
@@ -27,16 +27,15 @@ pub(crate) struct Staging {
     /// memory is not freed under the copy engine).
     #[cfg(feature = "cuda")]
     in_flight: Vec<std::sync::Arc<RegionMemory>>,
-    /// Whether the next host copy streams past the cache.
+    /// Whether the next host copy streams past the cache, and whether streamed stores are
+    /// still unfenced.
     run: Run,
-    /// A streamed host copy's stores may still be in flight.
-    unfenced: bool,
 }
 
 impl Staging {
     /// Whether copies may still be landing: queued GPU copies, or streamed stores not fenced.
     pub(crate) fn unsettled(&self) -> bool {
-        self.unfenced || self.gpu_queued()
+        self.run.unfenced() || self.gpu_queued()
     }
 
     fn gpu_queued(&self) -> bool {
@@ -52,9 +51,7 @@ impl Staging {
 
     /// Orders this thread's streamed host stores before its next stores.
     pub(crate) fn fence_host(&mut self) {
-        if std::mem::take(&mut self.unfenced) {
-            stream_copy::fence();
-        }
+        self.run.fence();
     }
 
     /// Returns once every copy into the peer's memory has landed.
@@ -87,8 +84,7 @@ pub(crate) fn copy_to_peer(
             if staging.gpu_queued() {
                 staging.settle()?;
             }
-            staging.unfenced |= host.copy_to(from, target, to, len, Some(&mut staging.run))?;
-            Ok(())
+            host.copy_to(from, target, to, len, Some(&mut staging.run))
         }
         #[cfg(feature = "cuda")]
         RegionMemory::Gpu(buffer, _) => {
@@ -233,7 +229,7 @@ impl RegionMemory {
         len: u64,
     ) -> Result<bool, TransportError> {
         match self {
-            RegionMemory::Host(memory) => bounce.copy_to(offset, memory, offset, len, None).map(|_| true),
+            RegionMemory::Host(memory) => bounce.copy_to(offset, memory, offset, len, None).map(|()| true),
             #[cfg(feature = "cuda")]
             RegionMemory::Gpu(buffer, _) => {
                 let source = bounce.range_ptr(offset, len)?;

@@ -12,37 +12,42 @@
 //! adjacent writes past [`STREAM_AFTER_BYTES`] ([`Run`]).
 //!
 //! ```
-//! use rdma_hint_stream_copy::{copy_slice, fence, Run};
+//! use rdma_hint_stream_copy::{copy_slice, Run};
 //!
 //! let (source, mut target) = (vec![7u8; 8 << 20], vec![0u8; 8 << 20]);
 //! let mut run = Run::default();
 //! for (from, to) in source.chunks(16 << 10).zip(target.chunks_mut(16 << 10)) {
-//!     // The first 4 MiB of the run are copied plainly, the rest streamed (and fenced).
+//!     // The first 4 MiB of the run are copied plainly, the rest streamed.
 //!     let stream = run.streams(to.as_ptr() as usize, to.len() as u64);
 //!     copy_slice(from, to, stream);
 //! }
-//! fence(); // before the peer is told
+//! run.fence(); // before the peer is told
+//! assert!(!run.unfenced());
 //! assert_eq!(source, target);
 //! ```
 //!
-//! Streaming stores are weakly ordered: [`fence`] must run before anything tells the peer the
-//! bytes are there.
+//! Streaming stores are weakly ordered: they may be seen after stores that follow them. The
+//! [`Run`] keeps the order. A write it answers "plain" first fences the streamed ones before it,
+//! and [`Run::fence`] must run before anything tells the peer the bytes are there (an
+//! announcement, a completion, a hand-off to another thread).
 
 /// How many bytes of adjacent writes a connection makes before its copies stream: past the
-/// writer's own L2 (2 MiB on the H200 host, 4 MiB on the 2-core VM), the destination is not
-/// cached by the time anyone reads it.
+/// writer's own L2 (2 MiB on the H200 host, 4 MiB on the 2-core VM). A single write longer than
+/// this streams whole: it cannot stay in that cache either.
 pub const STREAM_AFTER_BYTES: u64 = 4 << 20;
 
-/// Smaller copies are not worth the fence.
-const STREAM_MIN_BYTES: usize = 4096;
+/// Smaller copies are not worth their fence.
+pub const STREAM_MIN_BYTES: u64 = 4096;
 
 /// Where a connection's writes have been landing, by destination address: a write that starts
 /// at or after the previous one's end, within [`RUN_GAP_BLOCKS`] of its own length (one lane of
-/// several takes every n-th block), continues the run; any other starts a new one.
+/// several takes every n-th block), continues the run; any other starts a new one. It also
+/// tracks whether streamed stores are still unfenced.
 #[derive(Debug, Default)]
 pub struct Run {
     end: usize,
     bytes: u64,
+    unfenced: bool,
 }
 
 /// How far ahead of the previous write's end, in that write's lengths, a write still continues
@@ -51,25 +56,53 @@ pub const RUN_GAP_BLOCKS: u64 = 16;
 
 impl Run {
     /// Records a write of `len` bytes to `destination` (its address); whether its copy should
-    /// stream.
+    /// stream. A write that is not to stream first fences the streamed stores before it, so its
+    /// plain stores cannot be seen before them.
     pub fn streams(&mut self, destination: usize, len: u64) -> bool {
         let ahead = (destination as u64).checked_sub(self.end as u64);
         let continues = ahead.is_some_and(|gap| gap <= len.saturating_mul(RUN_GAP_BLOCKS));
         self.bytes = if continues { self.bytes.saturating_add(len) } else { len };
         self.end = destination.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
-        self.bytes > STREAM_AFTER_BYTES
+        let stream =
+            cfg!(target_arch = "x86_64") && self.bytes > STREAM_AFTER_BYTES && len >= STREAM_MIN_BYTES;
+        if stream {
+            self.unfenced = true;
+        } else {
+            self.fence();
+        }
+        stream
+    }
+
+    /// Orders the streamed stores so far before every store that follows (call it before the
+    /// bytes are announced, completed or handed to another thread).
+    pub fn fence(&mut self) {
+        if std::mem::take(&mut self.unfenced) {
+            fence();
+        }
+    }
+
+    /// Whether streamed stores may still be unfenced.
+    pub fn unfenced(&self) -> bool {
+        self.unfenced
     }
 }
 
-/// Copies `len` bytes from `source` to `destination`, with streaming stores if `stream` (and the
-/// copy is large enough to gain from them). Call [`fence`] before the bytes are announced.
+impl Drop for Run {
+    /// A connection's stores are ordered before whatever its end tells the peer.
+    fn drop(&mut self) {
+        self.fence();
+    }
+}
+
+/// Copies `len` bytes from `source` to `destination`, with streaming stores if `stream` (x86-64;
+/// elsewhere always plainly). Fence (the [`Run`]'s, or [`fence`]) before the bytes are announced.
 ///
 /// # Safety
 /// `source` must be valid for reads and `destination` for writes of `len` bytes, and the two
 /// ranges may overlap only if `stream` is false.
 pub unsafe fn copy(source: *const u8, destination: *mut u8, len: usize, stream: bool) {
     #[cfg(target_arch = "x86_64")]
-    if stream && len >= STREAM_MIN_BYTES {
+    if stream {
         // SAFETY: the caller's contract; the ranges do not overlap when `stream` is set.
         unsafe { x86::stream(source, destination, len) };
         return;
@@ -79,9 +112,9 @@ pub unsafe fn copy(source: *const u8, destination: *mut u8, len: usize, stream: 
     unsafe { std::ptr::copy(source, destination, len) };
 }
 
-/// [`copy`] between two slices (which cannot overlap). Call [`fence`] before anyone is told the
-/// bytes are there: one fence per batch of copies, not per copy (at 16 KiB pieces a fence after
-/// each cost the 2-core VM a third of the streamed rate).
+/// [`copy`] between two slices (which cannot overlap). Fence ([`Run::fence`] or [`fence`]) before
+/// anyone is told the bytes are there: once per batch of copies, not per copy (at 16 KiB pieces
+/// a fence after each cost the 2-core VM a third of the streamed rate).
 ///
 /// # Panics
 /// If the slices differ in length.
@@ -115,13 +148,24 @@ mod x86 {
     /// As [`super::copy`] with `stream`: valid, non-overlapping ranges of `len` bytes.
     pub(super) unsafe fn stream(source: *const u8, destination: *mut u8, len: usize) {
         static AVX: OnceLock<bool> = OnceLock::new();
+        let avx = *AVX.get_or_init(|| std::arch::is_x86_feature_detected!("avx"));
+        // SAFETY: the caller's contract; `avx` only where the CPU has it.
+        unsafe { stream_using(source, destination, len, avx) };
+    }
+
+    /// [`stream`] with the AVX kernel or the SSE2 one.
+    ///
+    /// # Safety
+    /// As [`stream`]; `avx` only where the CPU has AVX.
+    pub(super) unsafe fn stream_using(source: *const u8, destination: *mut u8, len: usize, avx: bool) {
         let head = destination.align_offset(64).min(len);
         let body = (len - head) / 64 * 64;
-        // SAFETY: head + body + tail == len: every piece lies in the caller's ranges.
+        // SAFETY: head + body + tail == len: every piece lies in the caller's ranges, and the
+        // body starts at a 64-byte boundary of the destination.
         unsafe {
             std::ptr::copy_nonoverlapping(source, destination, head);
             let (from, to) = (source.add(head), destination.add(head));
-            if *AVX.get_or_init(|| std::arch::is_x86_feature_detected!("avx")) {
+            if avx {
                 stream_avx(from, to, body);
             } else {
                 stream_sse2(from, to, body);
@@ -190,15 +234,40 @@ mod tests {
     }
 
     #[test]
+    fn a_run_fences_before_a_plain_write_and_on_request() {
+        let base = 1usize << 40;
+        let mut run = Run::default();
+        // One write past the threshold streams whole; a small one never streams.
+        assert!(run.streams(base, STREAM_AFTER_BYTES + 4096) == cfg!(target_arch = "x86_64"));
+        assert_eq!(run.unfenced(), cfg!(target_arch = "x86_64"));
+        let next = base + STREAM_AFTER_BYTES as usize + 4096;
+        assert!(!run.streams(next, STREAM_MIN_BYTES - 1), "below the smallest streamed copy");
+        assert!(!run.unfenced(), "a plain write fences the streamed ones before it");
+        run.streams(next + 4095, 1 << 20);
+        run.fence();
+        assert!(!run.unfenced());
+    }
+
+    /// Every kernel this CPU has, at every alignment the head and tail logic distinguishes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
     fn a_streamed_copy_moves_every_byte_at_any_alignment() {
         let source: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        for (from, to, len) in [(0, 0, 65_536), (3, 5, 60_001), (17, 0, 4096), (0, 31, 4097), (1, 1, 100)] {
-            let mut destination = vec![0u8; 70_000];
-            // SAFETY: both ranges lie in their own vectors.
-            unsafe { copy(source.as_ptr().add(from), destination.as_mut_ptr().add(to), len, true) };
-            fence();
-            assert_eq!(&destination[to..to + len], &source[from..from + len], "{from} {to} {len}");
-            assert!(destination[..to].iter().chain(&destination[to + len..]).all(|&b| b == 0));
+        let kernels =
+            [false, true].into_iter().filter(|&avx| !avx || std::arch::is_x86_feature_detected!("avx"));
+        for avx in kernels {
+            for (from, to, len) in
+                [(0, 0, 65_536), (3, 5, 60_001), (17, 0, 4096), (0, 31, 4097), (1, 1, 100), (0, 63, 64)]
+            {
+                let mut destination = vec![0u8; 70_000];
+                // SAFETY: both ranges lie in their own vectors; AVX only where detected.
+                unsafe {
+                    x86::stream_using(source.as_ptr().add(from), destination.as_mut_ptr().add(to), len, avx)
+                };
+                fence();
+                assert_eq!(&destination[to..to + len], &source[from..from + len], "{avx} {from} {to} {len}");
+                assert!(destination[..to].iter().chain(&destination[to + len..]).all(|&b| b == 0));
+            }
         }
     }
 }

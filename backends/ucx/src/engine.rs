@@ -618,16 +618,21 @@ impl Engine {
         let view = direct.ring.view();
         let mut copied = 0;
         let mut puts = puts.iter();
-        // Streamed stores are in flight until a fence: one before anything says the bytes are
-        // there (a notice, a completion), and one before the post returns.
-        let mut unfenced = false;
+        // Streamed stores are fenced before anything says the bytes are there (a notice, a
+        // completion), and before the post returns.
         for request in ops {
             let op = request.head();
             for put in puts.by_ref().take(request.pieces().count()) {
-                // A region written into itself (the same segment on both sides) must not stream.
+                // Overlapping addresses would be this side's own region taken for the peer's
+                // (the screen refuses those segments): never streamed.
                 let overlaps = put.source < put.target.wrapping_add(put.len as usize)
                     && put.target < put.source.wrapping_add(put.len as usize);
-                let stream = direct.run.streams(put.target as usize, put.len) && !overlaps;
+                let stream = if overlaps {
+                    direct.run.fence();
+                    false
+                } else {
+                    direct.run.streams(put.target as usize, put.len)
+                };
                 // SAFETY: `post` checked the source range against its registered region (mapped
                 // while ops are in flight, and this one ends here) and the destination against
                 // the peer's advertised length, which the screen found inside the System V
@@ -635,12 +640,10 @@ impl Engine {
                 // destroyed, under this engine's lock). The peer may touch those bytes
                 // meanwhile, as with any RDMA target; the ranges overlap only with `stream` off.
                 unsafe { stream_copy::copy(put.source, put.target, put.len as usize, stream) };
-                unfenced |= stream;
                 copied += put.len;
             }
-            if unfenced && (op.imm.is_some() || op.signalled) {
-                stream_copy::fence();
-                unfenced = false;
+            if op.imm.is_some() || op.signalled {
+                direct.run.fence();
             }
             if let Some(imm) = op.imm {
                 ring::publish(&mut direct.producer, &view, &Arrival { imm, region: op.remote, len: op.len });
@@ -651,9 +654,7 @@ impl Engine {
                     completions.try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
             }
         }
-        if unfenced {
-            stream_copy::fence();
-        }
+        direct.run.fence();
         if notices > 0 && direct.producer.sleeper(&view) {
             self.send_wake();
         }

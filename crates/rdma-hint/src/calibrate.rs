@@ -173,6 +173,10 @@ pub const CURVE_KNEE_SHARE: f64 = 0.97;
 /// past the caches, as a sweep's transfers are.
 const UNIFORM_BYTES: u64 = 16 << 20;
 
+/// How far a run of adjacent writes goes before the shared-memory paths stream its copies
+/// (`rdma_hint_stream_copy::STREAM_AFTER_BYTES`, 4 MiB), and a block more.
+const RUN_REJOIN_BYTES: u64 = (4 << 20) + (64 << 10);
+
 /// How uncertain a calibration's figures are: central [`CONFIDENCE`] intervals from
 /// [`RESAMPLES`] bootstrap resamples of the interleaved timings, and the spread of single
 /// transfers, which [`estimate`](crate::estimate) turns into a time's bounds.
@@ -378,6 +382,7 @@ pub fn calibrate(
             for (index, &(block, _)) in sizes.iter().enumerate() {
                 singles[index].push(path.time_apart(block)?);
             }
+            path.rejoin_run(&sizes)?;
             last_round_s = round_started.elapsed().as_secs_f64();
             round_times.push(last_round_s);
             round_s = median(&mut round_times);
@@ -687,6 +692,20 @@ impl<'a> Ladder<'a> {
             Device::Host(_) => self.time_at(block, block, 0),
             Device::Gpu(_) => self.time(block, block),
         }
+    }
+
+    /// After [`Ladder::time_apart`]: one untimed transfer from the cursor, in the ladder's
+    /// largest blocks, long enough that the next round's first stream continues a run the
+    /// shared-memory paths stream (else its first [`RUN_REJOIN_BYTES`] would be copied plainly,
+    /// in every round, and only that size's).
+    fn rejoin_run(&mut self, sizes: &[(u64, u64)]) -> Result<(), Error> {
+        if let (Device::Host(_), Some(&(block, len))) = (self.source, sizes.last()) {
+            self.time(
+                block,
+                RUN_REJOIN_BYTES.div_ceil(block).max(1).saturating_mul(block).min(len.max(block)),
+            )?;
+        }
+        Ok(())
     }
 
     fn time_at(&mut self, block: u64, len: u64, at: u64) -> Result<f64, Error> {
