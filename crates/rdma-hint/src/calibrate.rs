@@ -237,8 +237,9 @@ pub struct Flatness {
 /// [`MAX_HINT_SPREAD`], the answer is the hint of their median `o` and `B`. When they do not,
 /// calibration runs more rounds (up to 70 % of the budget); if they still disagree,
 /// it answers the robust choice, the smallest block whose lower bound still reaches the target
-/// efficiency (the hint of the resamples' 95th percentile of `o·B`), and says so in the hint's
-/// reasons. Either way the block stays within the model's bounds (the 16 KiB floor among them).
+/// efficiency (the hint of the resamples' 95th percentile of `o·B`) or the measured curve's
+/// knee where that is smaller, never below the hint of the median fit, and says so in the
+/// hint's reasons. Either way the block stays within the model's bounds (the 16 KiB floor among them).
 ///
 /// A good fit is stored in the hint cache (`calibrated.json` beside the measured knees, keyed
 /// like them) and becomes the hint `get_low_latency_rdma_size_hint` answers until a newer
@@ -427,15 +428,9 @@ pub fn calibrate(
     // unless the fits disagree too much to pick a block: then the robust choice.
     let robust = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
     let curve_knee = curve_knee_of(&samples, CURVE_KNEE_SHARE);
-    // The smallest block whose lower bound still reaches the target efficiency (the top of
-    // the resampled fits' interval), or the measured knee where that is smaller: two
-    // conservative answers, the less extreme one.
-    let top = Some(spread.block_bytes.high as u64).filter(|_| spread.block_bytes.high.is_finite());
-    let robust_choice = match (top, curve_knee) {
-        (Some(top), Some(knee)) => Some(top.min(knee)),
-        (top, knee) => top.or(knee),
-    };
     let line = spread.block_bytes_median;
+    let top = Some(spread.block_bytes.high as u64).filter(|_| spread.block_bytes.high.is_finite());
+    let robust_choice = robust_choice(line, top, curve_knee);
     // At most twice the ladder block at or below where the curve reaches 90 % (a sweep reads
     // its knee as a ladder block, at 90 %, and its noise moves it one block down as often as
     // up) and twice the line's block: past that the crossing is a dip or a noisy plateau.
@@ -554,7 +549,7 @@ pub fn calibrate(
                         Some(_) if robust_block_bytes == raised => {
                             "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered (at most twice the ladder block where it reaches 90 %, and twice the line's block)"
                         }
-                        Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller",
+                        Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller, and never below the middle of the fits",
                         None => "; the middle of the fits is answered",
                     }
                 ),
@@ -781,6 +776,20 @@ impl Spread {
     }
 }
 
+/// The block answered when the resampled fits disagree too much to pick one: the smallest
+/// block whose lower bound still reaches the target efficiency (`top`, the top of the fits'
+/// interval), or the measured curve's knee where that is smaller (two conservative answers, the
+/// less extreme one), but never below `line`, the middle of the fits: a knee under the line
+/// answers another estimator than the runs whose fits agree, and the runs' answers then spread
+/// (on loopback tcp one run answered 128 KiB where the rest answered 208 to 316 KiB).
+fn robust_choice(line: f64, top: Option<u64>, curve_knee: Option<u64>) -> Option<u64> {
+    let choice = match (top, curve_knee) {
+        (Some(top), Some(knee)) => Some(top.min(knee)),
+        (top, knee) => top.or(knee),
+    };
+    choice.map(|choice| choice.max(line as u64))
+}
+
 /// Where the median curve crosses `share` of its robust plateau
 /// ([`crossing_at`](rdma_hint_core::fit::crossing_at)), in bytes.
 fn curve_crossing(timings: &[BlockTiming], share: f64) -> Option<f64> {
@@ -845,7 +854,20 @@ pub fn calibrate_loopback(
 
 #[cfg(test)]
 mod tests {
-    use super::{cut_to, time_cap, MIN_BLOCKS_PER_RUN};
+    use super::{cut_to, robust_choice, time_cap, MIN_BLOCKS_PER_RUN};
+
+    #[test]
+    fn the_robust_choice_is_the_smaller_conservative_answer_and_never_below_the_line() {
+        const KIB: u64 = 1024;
+        // A knee between the line and the interval's top is answered.
+        assert_eq!(robust_choice(200e3, Some(440 * KIB), Some(256 * KIB)), Some(256 * KIB));
+        // The top where it is smaller than the knee.
+        assert_eq!(robust_choice(200e3, Some(300 * KIB), Some(512 * KIB)), Some(300 * KIB));
+        // A knee under the line answers the line: the run's answer stays with the others'.
+        assert_eq!(robust_choice(300e3, Some(440 * KIB), Some(128 * KIB)), Some(300_000));
+        assert_eq!(robust_choice(300e3, None, Some(128 * KIB)), Some(300_000));
+        assert_eq!(robust_choice(100e3, None, None), None);
+    }
 
     #[test]
     fn a_cut_keeps_the_fewest_blocks_and_never_lengthens_a_transfer() {
