@@ -4,6 +4,10 @@ sweep of 4K..8M that includes the calibrated block); the median curve over the r
 plateau and the knee; a run meets the rule when its calibrated block reached >= 0.90 of that
 plateau in its own sweep and is <= 2x the knee.
 
+Every path starts from an empty cache, so its runs are consecutive calibrations of one pool:
+the calibrated block of run k is the median of runs 1..k's own blocks (the column "own" is
+each run's answer alone, and its spread is printed too).
+
 usage: calibration-spread.py BINARY RUNS PATH... (PATH like "staged shm", "ucx shm",
 "staged tcp --source gpu:0")"""
 import json, os, subprocess, sys, tempfile, statistics
@@ -50,14 +54,15 @@ for path in paths:
     plateau = robust_plateau([r for _, r in median_curve])
     knee = robust_knee(median_curve, plateau)
     print(f"## {path}: median curve plateau {plateau:.2f} GB/s, knee {kib(knee) if knee else 'none'}")
-    print(" run  calibrated  origin      o us    (interval)         B GB/s  share of plateau  <=2x knee  meets  elapsed ms")
-    meets, blocks = 0, []
+    print(" run  calibrated         own  origin      o us    (interval)         B GB/s  share of plateau  <=2x knee  meets  elapsed ms")
+    meets, blocks, owns = 0, [], []
     for i, (c, s) in enumerate(rows):
         block = c["block_bytes"]; blocks.append(block)
-        own = [p["median_gbps"] for p in s["points"] if p["block_bytes"] == block]
-        share = own[0] / plateau if own else float("nan")
+        own = c.get("own_block_bytes") or block; owns.append(own)
+        at_block = [p["median_gbps"] for p in s["points"] if p["block_bytes"] == block]
+        share = at_block[0] / plateau if at_block else float("nan")
         ok = share >= 0.9 and knee is not None and block <= 2 * knee
         meets += ok
         o_lo, o_hi = c.get("fixed_cost_us_low") or float("nan"), c.get("fixed_cost_us_high") or float("nan")
-        print(f"{i+1:>4}  {kib(block):>10}  {c['origin']:<10} {c['fixed_cost_us']:6.2f}  ({o_lo:5.2f}..{o_hi:5.2f})  {c['bandwidth_gbps']:8.2f}  {share:16.2f}  {str(knee is not None and block <= 2*knee):>9}  {str(ok):>5}  {c['elapsed_ms']:10.0f}")
-    print(f"meets the rule: {meets} of {len(rows)}; calibrated blocks spread {max(blocks)/min(blocks):.2f}x (max/min)\n")
+        print(f"{i+1:>4}  {kib(block):>10}  {kib(own):>10}  {c['origin']:<10} {c['fixed_cost_us']:6.2f}  ({o_lo:5.2f}..{o_hi:5.2f})  {c['bandwidth_gbps']:8.2f}  {share:16.2f}  {str(knee is not None and block <= 2*knee):>9}  {str(ok):>5}  {c['elapsed_ms']:10.0f}")
+    print(f"meets the rule: {meets} of {len(rows)}; calibrated blocks spread {max(blocks)/min(blocks):.2f}x (max/min); own blocks {max(owns)/min(owns):.2f}x\n")

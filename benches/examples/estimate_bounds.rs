@@ -5,7 +5,11 @@
 //! ones inside `[low_seconds, high_seconds]`. The bytes of every 100th transfer are verified
 //! where they landed.
 //!
-//! `estimate_bounds [--ids staged:shm,staged:tcp] [--source host:0] [--transfers 1000] [--max-mib 32] [--budget-ms 1000]`
+//! With `--stored`, it calibrates nothing: the estimates come from the calibrations already
+//! stored in the cache (`RDMA_HINT_CACHE_DIR`, else the user's), as an embedder's would after
+//! `rdma-hint calibrate` ran a few times: the pool of those runs, measured in other processes.
+//!
+//! `estimate_bounds [--ids staged:shm,staged:tcp] [--source host:0] [--transfers 1000] [--max-mib 32] [--budget-ms 1000] [--stored]`
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{calibrate, estimate, LoopbackPair, OpenOptions, SourceId, TransportId};
@@ -17,6 +21,7 @@ struct Args {
     transfers: usize,
     max_bytes: u64,
     budget: Duration,
+    stored: bool,
 }
 
 fn args() -> Args {
@@ -26,6 +31,7 @@ fn args() -> Args {
         transfers: 1000,
         max_bytes: 32 << 20,
         budget: Duration::from_secs(1),
+        stored: false,
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -36,6 +42,7 @@ fn args() -> Args {
             "--transfers" => args.transfers = value().parse().expect("--transfers N"),
             "--max-mib" => args.max_bytes = value().parse::<u64>().expect("--max-mib N") << 20,
             "--budget-ms" => args.budget = Duration::from_millis(value().parse().expect("--budget-ms N")),
+            "--stored" => args.stored = true,
             other => panic!("unknown flag {other}"),
         }
     }
@@ -65,9 +72,11 @@ const WARM_UP: Duration = Duration::from_secs(1);
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args();
     let cache = std::env::temp_dir().join(format!("rdma-hint-estimate-bounds-{}", std::process::id()));
-    std::fs::create_dir_all(&cache)?;
-    // Before any thread reads it: the calibration lands in a cache of this run's own.
-    std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
+    if !args.stored {
+        std::fs::create_dir_all(&cache)?;
+        // Before any thread reads it: the calibration lands in a cache of this run's own.
+        std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
+    }
     println!(
         "# estimate_bounds: {} transfers per path, 4 KiB…{} MiB log-uniform, from {}",
         args.transfers,
@@ -75,15 +84,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.source
     );
     println!(
-        "{:<12} {:>9} {:>8} {:>8} {:>8} {:>10} {:>12}",
-        "path", "hint", "inside", "below", "above", "inside %", "median t/est"
+        "{:<12} {:>9} {:>8} {:>8} {:>8} {:>10} {:>12} {:>12}",
+        "path", "hint", "inside", "below", "above", "inside %", "median t/est", "median hi/lo"
     );
     for id in &args.ids {
         let region = (64u64 << 20).max(args.max_bytes);
         let deadline = Instant::now() + Duration::from_secs(30);
         let options = OpenOptions::default().token(b"estimate-bounds");
         let pair = LoopbackPair::open(id, args.source, region, &options, deadline)?;
-        let calibration = calibrate(&*pair.sender, args.source, &pair.local, &pair.remote, args.budget)?;
+        let calibrated = match args.stored {
+            true => "stored".to_string(),
+            false => {
+                let calibration =
+                    calibrate(&*pair.sender, args.source, &pair.local, &pair.remote, args.budget)?;
+                format!("calibrated in {:.0} ms", calibration.elapsed_ms)
+            }
+        };
         let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities())?;
         let hint = rdma_hint::hint_set(args.source, id)?.chosen().clone();
         chunker.set_size_hint(&hint)?;
@@ -98,6 +114,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut sizes = Sizes(0x9e37_79b9_7f4a_7c15);
         let (mut inside, mut below, mut above) = (0usize, 0usize, 0usize);
         let mut ratios = Vec::with_capacity(args.transfers);
+        // How wide the bounds are, high over low: bounds that hold by being wide say so here.
+        let mut widths = Vec::with_capacity(args.transfers);
         let mut cursor = 0u64;
         let mut by_size = [(0usize, 0usize, 0usize); BINS.len()];
         // Every estimate first: reading the cache between transfers would time its file reads'
@@ -108,6 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 estimate(len, args.source, id).map(|bounds| (len, bounds))
             })
             .collect::<Result<_, _>>()?;
+        let pooled = planned.first().map_or(0, |(_, bounds)| bounds.pooled_calibrations);
         // The checks' buffers, allocated and touched before anything is timed: allocating and
         // freeing tens of MiB between transfers slowed the next few dozen by 1.2–1.5x on the
         // 2-core VM.
@@ -133,6 +152,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             chunker.write_blocking(&*pair.sender, transfer, started + Duration::from_secs(30))?;
             let seconds = started.elapsed().as_secs_f64();
             ratios.push(seconds / bounds.seconds);
+            widths.push(bounds.high_seconds / bounds.low_seconds);
             let bin = BINS.iter().position(|&top| len <= top).unwrap_or(BINS.len() - 1);
             match seconds {
                 s if s < bounds.low_seconds => {
@@ -156,8 +176,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         ratios.sort_by(f64::total_cmp);
+        widths.sort_by(f64::total_cmp);
         println!(
-            "{:<12} {:>6} KiB {:>8} {:>8} {:>8} {:>9.1} % {:>12.2}   (calibrated in {:.0} ms)",
+            "{:<12} {:>6} KiB {:>8} {:>8} {:>8} {:>9.1} % {:>12.2} {:>12.2}   ({calibrated}, {} pooled)",
             id.to_string(),
             hint.block_bytes >> 10,
             inside,
@@ -165,7 +186,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             above,
             100.0 * inside as f64 / args.transfers as f64,
             ratios[ratios.len() / 2],
-            calibration.elapsed_ms
+            widths[widths.len() / 2],
+            pooled,
         );
         let mut floor = 0;
         for (&top, (inside, below, above)) in BINS.iter().zip(by_size) {
@@ -177,6 +199,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             floor = top;
         }
     }
-    let _ = std::fs::remove_dir_all(cache);
+    if !args.stored {
+        let _ = std::fs::remove_dir_all(cache);
+    }
     Ok(())
 }

@@ -25,6 +25,9 @@ pub(crate) struct CalibrationJson<'a> {
     block_bytes_low: Option<f64>,
     block_bytes_high: Option<f64>,
     measured_longer: bool,
+    /// The block this run answered alone; `block_bytes` is the pool's median.
+    own_block_bytes: Option<u64>,
+    pooled_blocks_bytes: &'a [u64],
     elapsed_ms: f64,
     budget_ms: f64,
     stored_in: Option<String>,
@@ -50,6 +53,8 @@ impl<'a> CalibrationJson<'a> {
             block_bytes_low: margins.map(|m| m.block_bytes.low),
             block_bytes_high: margins.map(|m| m.block_bytes.high),
             measured_longer: calibration.measured_longer,
+            own_block_bytes: calibration.own_block_bytes,
+            pooled_blocks_bytes: &calibration.pooled_blocks_bytes,
             elapsed_ms: calibration.elapsed_ms,
             budget_ms: calibration.budget_ms,
             stored_in: calibration.stored_in.as_ref().map(|p| p.display().to_string()),
@@ -124,6 +129,14 @@ pub(crate) fn text(calibration: &Calibration) -> String {
         out.push_str(
             "the curve bends more gradually than o + s/B (sizes left out above): the hint aims further\n",
         );
+    }
+    if calibration.pooled_blocks_bytes.len() > 1 {
+        let blocks: Vec<String> = calibration.pooled_blocks_bytes.iter().map(|b| format_bytes(*b)).collect();
+        out.push_str(&format!(
+            "pooled: the median of the last {} calibrations' blocks ({}, this run's last; --fresh forgets them)\n",
+            blocks.len(),
+            blocks.join(", ")
+        ));
     }
     let hint = &calibration.hint;
     out.push_str(&format!(

@@ -105,6 +105,10 @@ enum Command {
         /// Measuring time in milliseconds (at most 600000).
         #[arg(long, value_parser = units::parse_count, default_value = "1000")]
         budget_ms: u64,
+        /// Forget the path's earlier calibrations first: the hint then answers this run alone
+        /// (by default it answers the median of the last 5 calibrations of the day).
+        #[arg(long)]
+        fresh: bool,
         /// Print one JSON object: block_bytes, align_bytes, origin, fixed_cost_us,
         /// bandwidth_gbps, fit_r2, elapsed_ms, then the whole calibration.
         #[arg(long)]
@@ -403,8 +407,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 count,
             })
         }
-        Command::Calibrate { path, budget_ms, json } => {
+        Command::Calibrate { path, budget_ms, fresh, json } => {
             let (transport, source) = path.resolve("shm")?;
+            if fresh {
+                rdma_hint::forget_calibrations(source, &transport)?;
+            }
             let token = token::ephemeral()?;
             let options = OpenOptions::default().token(&token);
             let calibration = rdma_hint::calibrate_loopback(

@@ -114,6 +114,67 @@ fn calibrate_tcp_stores_the_fit_the_probe_then_answers() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Consecutive calibrations of a path pool their answers: the hint is the median of the runs'
+/// own blocks, the estimate pools their margins, and `--fresh` starts over.
+#[test]
+fn calibrations_pool_until_fresh() {
+    let _alone = measuring_alone();
+    let dir = scratch("pool");
+    let calibrate = |fresh: bool| {
+        let mut args = vec!["calibrate", "--backend", "staged", "--channel", "shm", "--json"];
+        if fresh {
+            args.push("--fresh");
+        }
+        let output = rdma_hint(&dir, &args);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let blocks = |c: &Value| -> Vec<u64> {
+        c["pooled_blocks_bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect()
+    };
+    let first = calibrate(false);
+    if !first["fit_poor"].is_null() {
+        // A machine too busy for a fit stores nothing to pool; the contract test above covers it.
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
+    assert_eq!(blocks(&first), vec![first["own_block_bytes"].as_u64().unwrap()], "{first}");
+    assert_eq!(first["block_bytes"], first["own_block_bytes"], "one run answers itself: {first}");
+    // A poor fit removes the pair's calibration, and the pool starts over after it.
+    let (mut pooled, mut runs, mut good_in_a_row) = (first.clone(), 1, 1);
+    for _ in 0..2 {
+        let next = calibrate(false);
+        if next["fit_poor"].is_null() {
+            good_in_a_row += 1;
+            (pooled, runs) = (next, good_in_a_row);
+        } else {
+            good_in_a_row = 0;
+        }
+    }
+    let pool = blocks(&pooled);
+    assert_eq!(pool.len(), runs, "{pooled}");
+    assert_eq!(pool.last(), pooled["own_block_bytes"].as_u64().as_ref(), "{pooled}");
+    let (block, align) = (pooled["block_bytes"].as_u64().unwrap(), pooled["align_bytes"].as_u64().unwrap());
+    let (low, high) = (*pool.iter().min().unwrap(), *pool.iter().max().unwrap());
+    assert!(block % align == 0 && block >= low && block <= high.next_multiple_of(align), "{pooled}");
+    if runs > 1 {
+        assert!(
+            pooled["calibration"]["hint"]["reasons"].to_string().contains("median of the last"),
+            "{pooled}"
+        );
+        let estimate = rdma_hint(&dir, &["estimate", "--channel", "shm", "--len", "8M", "--json"]);
+        assert!(estimate.status.success(), "{}", String::from_utf8_lossy(&estimate.stderr));
+        let e: Value = serde_json::from_slice(&estimate.stdout).unwrap();
+        assert_eq!(e["pooled_calibrations"].as_u64(), Some(runs as u64), "{e}");
+    }
+    let fresh = calibrate(true);
+    if fresh["fit_poor"].is_null() {
+        assert_eq!(blocks(&fresh).len(), 1, "--fresh forgets the pool: {fresh}");
+        assert_eq!(fresh["block_bytes"], fresh["own_block_bytes"], "{fresh}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn the_sweep_keeps_model_calibrated_and_recorded_hints_apart_and_plots_png() {
     let _alone = measuring_alone();

@@ -77,6 +77,13 @@ pub struct Calibration {
     pub rounds: usize,
     /// Whether the hint's interval was too wide after the first rounds, so more were timed.
     pub measured_longer: bool,
+    /// The block this run answered alone, in bytes (none for a poor fit); `hint` answers the
+    /// median of [`Calibration::pooled_blocks_bytes`].
+    pub own_block_bytes: Option<u64>,
+    /// The blocks of the calibrations the hint pools, oldest first, this run's last: the pair's
+    /// stored calibrations of the last day, at most
+    /// [`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) (empty for a poor fit).
+    pub pooled_blocks_bytes: Vec<u64>,
     /// Median timings per block size.
     pub points: Vec<CalibrationPoint>,
     /// Time the whole calibration took, in ms (at most `budget_ms`, give or take the last
@@ -463,14 +470,24 @@ pub fn calibrate(
         measured_at_unix: now,
         margins: None,
         robust_block_bytes,
+        own_block_bytes: None,
+        earlier: Vec::new(),
     };
     let poor = fit.poor.clone().or_else(|| spread.all_poor()).or_else(|| {
         (robust && robust_block_bytes.is_none()).then(|| {
             format!("the hinted block's interval stays wider than {MAX_HINT_SPREAD}× and no block's lower bound reaches 90 % of the plateau")
         })
     });
-    let (hint, stored, margins, flatness) = match &poor {
+    let (hint, stored, margins, flatness, own_block_bytes, pooled_blocks_bytes) = match &poor {
         None => {
+            // This run's own answer, then the answer of the pool it joins (the pair's stored
+            // calibrations of the last day).
+            let own = measured::calibrated_hint(&profile, &policy, &model, &entry)?.block_bytes;
+            entry.own_block_bytes = Some(own);
+            let previous = file
+                .as_deref()
+                .and_then(|file| measured::lookup_calibration(file, source, &id, &profile.versions));
+            entry = entry.pooled_with(previous);
             let mut hint = measured::calibrated_hint(&profile, &policy, &model, &entry)?;
             let blocks = spread.block_bytes;
             // A stream's blocks after its first: what one more block adds, the stream's median
@@ -556,7 +573,8 @@ pub fn calibrate(
             ));
             let flatness = flatness(&timings, &entry, hint.block_bytes);
             entry.margins = Some(margins.clone());
-            (hint, Some(entry), Some(margins), flatness)
+            let pooled = entry.pooled_blocks(own);
+            (hint, Some(entry), Some(margins), flatness, Some(own), pooled)
         }
         Some(why) => {
             // Without this pair's calibration, the cache answers the recorded knee or the model.
@@ -578,7 +596,7 @@ pub fn calibrate(
                     }
                 ),
             ));
-            (hint, None, None, None)
+            (hint, None, None, None, None, Vec::new())
         }
     };
     let (stored_in, not_stored) = match (stored, &file) {
@@ -608,6 +626,8 @@ pub fn calibrate(
         flatness,
         rounds,
         measured_longer: extended,
+        own_block_bytes,
+        pooled_blocks_bytes,
         points,
         elapsed_ms,
         budget_ms: budget_s * 1e3,

@@ -8,6 +8,14 @@
 //! size; beyond the largest, per byte). The bounds widen each part by how far calibration's
 //! own transfers strayed from their size's median (1st and 99th percentiles): a bound for one
 //! transfer, not for the average of many.
+//!
+//! A machine's level also moves from one process and one minute to the next (the 2-core VM's
+//! UCX shm transfers ran at 0.91 of their calibration's medians in some runs and 0.96–1.04 in
+//! others; the H200 host's shm level moves with a raw `memcpy`'s), which no single
+//! calibration's own spread shows. Where the pair's stored calibration pools earlier ones
+//! ([`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) of the last day), each
+//! predicts the transfer: the estimate is their median, its bounds the lowest low and the
+//! highest high, so they span the levels the pair has been seen at.
 
 use crate::calibrate::{LadderTiming, Margins};
 use crate::error::Error;
@@ -40,6 +48,9 @@ pub struct Estimate {
     pub low_gbps: f64,
     /// The bandwidth of `low_seconds`, in GB/s.
     pub high_gbps: f64,
+    /// Calibrations of the pair the estimate pools (the stored one and the earlier ones it
+    /// pools that have margins).
+    pub pooled_calibrations: usize,
 }
 
 /// The predicted time of a transfer of `len` bytes from `device` over `transport`, cut at the
@@ -75,10 +86,41 @@ pub fn estimate(len: u64, device: Device, transport: &TransportId) -> Result<Est
         .as_deref()
         .and_then(|file| measured::lookup_calibration(file, device, transport, &profile.versions))
         .ok_or_else(not_calibrated)?;
-    let margins = calibration.margins.as_ref().filter(|m| !m.ladder.is_empty()).ok_or_else(not_calibrated)?;
+    let newest = calibration.margins.as_ref().filter(|m| !m.ladder.is_empty()).ok_or_else(not_calibrated)?;
+    let pool: Vec<&Margins> = calibration
+        .earlier
+        .iter()
+        .filter_map(|earlier| earlier.margins.as_ref().filter(|m| !m.ladder.is_empty()))
+        .chain([newest])
+        .collect();
     let hints = measured::hint_set(&profile, &HintPolicy::default(), file.as_deref())?;
     let hint = hints.chosen();
-    Ok(predict(len, hint.block_bytes, hint.origin, margins))
+    Ok(pooled(pool.iter().map(|margins| predict(len, hint.block_bytes, hint.origin, margins)).collect()))
+}
+
+/// The estimate of a pool of calibrations, from each one's (`estimates`, not empty): the
+/// median prediction, the lowest low and the highest high bound.
+fn pooled(mut estimates: Vec<Estimate>) -> Estimate {
+    let count = estimates.len();
+    let low_seconds = estimates.iter().map(|e| e.low_seconds).fold(f64::INFINITY, f64::min);
+    let high_seconds = estimates.iter().map(|e| e.high_seconds).fold(0.0, f64::max);
+    estimates.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let seconds = match count % 2 {
+        1 => estimates[count / 2].seconds,
+        _ => (estimates[count / 2 - 1].seconds + estimates[count / 2].seconds) / 2.0,
+    };
+    let first = estimates.swap_remove(0);
+    let gbps_of = |seconds: f64| first.len_bytes as f64 / seconds / 1e9;
+    Estimate {
+        seconds,
+        low_seconds,
+        high_seconds,
+        gbps: gbps_of(seconds),
+        low_gbps: gbps_of(high_seconds),
+        high_gbps: gbps_of(low_seconds),
+        pooled_calibrations: count,
+        ..first
+    }
 }
 
 /// `value(t)` at `block` bytes on `ladder` (ascending): log-linear between neighbours, the
@@ -132,6 +174,7 @@ fn predict(len: u64, block: u64, origin: Origin, margins: &Margins) -> Estimate 
         gbps: gbps_of(seconds),
         low_gbps: gbps_of(high_seconds),
         high_gbps: gbps_of(low_seconds),
+        pooled_calibrations: 1,
     }
 }
 
@@ -176,6 +219,33 @@ mod tests {
         // Beyond the ladder, per byte: a 256 KiB block streams at 4 × 8 µs.
         let beyond = predict(1 << 20, 256 << 10, Origin::Measured, &margins());
         assert!((beyond.seconds - (80e-6 + 3.0 * 32e-6)).abs() < 1e-9, "{beyond:?}");
+    }
+
+    #[test]
+    fn a_pool_answers_the_median_and_spans_every_bound() {
+        let scaled = |factor: f64| {
+            let mut margins = margins();
+            for step in &mut margins.ladder {
+                step.stream_us_per_block *= factor;
+                step.single_block_us *= factor;
+                for interval in [&mut step.stream_us_per_block_interval, &mut step.single_block_us_interval] {
+                    interval.low *= factor;
+                    interval.high *= factor;
+                }
+            }
+            predict(1 << 20, 65536, Origin::Calibrated, &margins)
+        };
+        let (slow, middle, fast) = (scaled(1.3), scaled(1.0), scaled(0.8));
+        let pool = pooled(vec![slow.clone(), middle.clone(), fast.clone()]);
+        assert_eq!(pool.pooled_calibrations, 3);
+        assert!((pool.seconds - middle.seconds).abs() < 1e-15, "{pool:?}");
+        assert!((pool.low_seconds - fast.low_seconds).abs() < 1e-15, "{pool:?}");
+        assert!((pool.high_seconds - slow.high_seconds).abs() < 1e-15, "{pool:?}");
+        assert!(pool.low_gbps < pool.gbps && pool.gbps < pool.high_gbps);
+        // Two: the middle of the two predictions, and one alone is itself.
+        let two = pooled(vec![slow.clone(), fast.clone()]);
+        assert!((two.seconds - (slow.seconds + fast.seconds) / 2.0).abs() < 1e-15);
+        assert_eq!(pooled(vec![middle.clone()]), middle);
     }
 
     #[test]

@@ -215,6 +215,21 @@ pub fn record_measurement(
     Ok(file)
 }
 
+/// Forgets the stored calibrations of `device` over `transport`, the pooled ones included (the
+/// next calibration starts a new pool): after moving a card or a NIC the driver versions do not
+/// tell. Returns the calibration file, or `None` without a cache directory.
+pub fn forget_calibrations(
+    device: Device,
+    transport: &TransportId,
+) -> Result<Option<std::path::PathBuf>, Error> {
+    let Some(file) = measured::cache_file() else { return Ok(None) };
+    measured::store_calibration(&file, device, transport, None).map_err(|e| Error::Cache {
+        why: format!("writing {}: {e}", measured::calibration_file(&file).display()),
+    })?;
+    HintCache::global().clear();
+    Ok(Some(measured::calibration_file(&file)))
+}
+
 /// The path profile of `device` over the transport with id `transport`, as discovery found it
 /// (UCX scopes the probe did not list are asked about now).
 pub(crate) fn profile_of(device: Device, transport: &TransportId) -> Result<PathProfile, Error> {

@@ -40,6 +40,81 @@ pub struct CalibratedPath {
     /// pick one (the robust choice), in bytes; `None`: the hint follows from `o` and `B`.
     #[serde(default)]
     pub robust_block_bytes: Option<u64>,
+    /// The block this calibration answered alone, before it was pooled with the earlier ones,
+    /// in bytes (none in files written before calibrations were pooled).
+    #[serde(default)]
+    pub own_block_bytes: Option<u64>,
+    /// Earlier calibrations of the pair, oldest first, that the hint and
+    /// [`estimate`](crate::estimate) pool with this one: at most [`POOLED_CALIBRATIONS`] − 1,
+    /// none measured more than [`POOL_MAX_AGE_S`] before it.
+    #[serde(default)]
+    pub earlier: Vec<EarlierCalibration>,
+}
+
+/// How many calibrations of one pair (source, transport, versions) the hint pools, the newest
+/// included. One calibration answers its own second: on the 2-core machine one process fitted
+/// `o` = 4.7–6.4 µs over loopback tcp and the next 7.0–8.9 µs, each with a tight interval of
+/// its own, and calibrated blocks of consecutive runs spread up to 2.5×. The median of the
+/// last few answers the machine instead of one run's spell.
+pub const POOLED_CALIBRATIONS: usize = 5;
+/// Oldest an earlier calibration may be, measured before the newest, to be pooled with it: a
+/// day, in seconds. Older ones are dropped when a calibration is stored.
+pub const POOL_MAX_AGE_S: u64 = 24 * 3600;
+
+/// An earlier calibration of the same pair, as the newest one pools it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EarlierCalibration {
+    /// When it was measured (seconds since the Unix epoch).
+    pub measured_at_unix: u64,
+    /// The block it answered alone, in bytes.
+    pub block_bytes: u64,
+    /// Its margins: [`estimate`](crate::estimate)'s bounds span every pooled calibration's.
+    #[serde(default)]
+    pub margins: Option<crate::calibrate::Margins>,
+}
+
+impl CalibratedPath {
+    /// This calibration pooled with `previous`, the pair's stored one (same key): `previous`
+    /// and the calibrations it pooled become [`CalibratedPath::earlier`], the newest
+    /// [`POOLED_CALIBRATIONS`] − 1 of those measured at most [`POOL_MAX_AGE_S`] before this one
+    /// (and not after it: a clock that went back starts a new pool). Entries without
+    /// [`CalibratedPath::own_block_bytes`] (files from before pooling) are not pooled.
+    pub fn pooled_with(mut self, previous: Option<CalibratedPath>) -> CalibratedPath {
+        let Some(previous) = previous else { return self };
+        let mut earlier = previous.earlier;
+        if let Some(block_bytes) = previous.own_block_bytes {
+            earlier.push(EarlierCalibration {
+                measured_at_unix: previous.measured_at_unix,
+                block_bytes,
+                margins: previous.margins,
+            });
+        }
+        let now = self.measured_at_unix;
+        earlier.retain(|e| e.measured_at_unix <= now && now - e.measured_at_unix <= POOL_MAX_AGE_S);
+        let surplus = earlier.len().saturating_sub(POOLED_CALIBRATIONS - 1);
+        earlier.drain(..surplus);
+        self.earlier = earlier;
+        self
+    }
+
+    /// The blocks the pool answered alone, oldest first, this calibration's last (given its
+    /// own block).
+    pub fn pooled_blocks(&self, own_block_bytes: u64) -> Vec<u64> {
+        self.earlier.iter().map(|e| e.block_bytes).chain([own_block_bytes]).collect()
+    }
+}
+
+/// The median of block sizes, taken in log space (the middle one, or the geometric mean of
+/// the two middle ones): blocks are compared by ratio, 16 and 64 KiB pool to 32 KiB.
+pub fn median_block(blocks: &[u64]) -> Option<u64> {
+    let mut sorted = blocks.to_vec();
+    sorted.sort_unstable();
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[middle]),
+        _ => Some(((sorted[middle - 1] as f64) * (sorted[middle] as f64)).sqrt().round() as u64),
+    }
 }
 
 impl CalibratedPath {
@@ -62,6 +137,8 @@ impl CalibratedPath {
             measured_at_unix: 0,
             margins: None,
             robust_block_bytes: None,
+            own_block_bytes: None,
+            earlier: Vec::new(),
         }
     }
 }
@@ -112,40 +189,71 @@ impl Entry for CalibratedPath {
         if !(self.fixed_cost_us.is_finite() && self.fixed_cost_us >= 0.0) {
             return Err(format!("fixed_cost_us {} is not a time", self.fixed_cost_us));
         }
-        if let Some(block) = self.robust_block_bytes {
+        for block in [self.robust_block_bytes, self.own_block_bytes].into_iter().flatten() {
             if block == 0 || block > MAX_RECORDED_KNEE_BYTES {
+                return Err(format!("a block of {block} B outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B"));
+            }
+        }
+        if self.earlier.len() >= POOLED_CALIBRATIONS {
+            return Err(format!(
+                "{} earlier calibrations pooled, at most {} kept",
+                self.earlier.len(),
+                POOLED_CALIBRATIONS - 1
+            ));
+        }
+        for earlier in &self.earlier {
+            if earlier.block_bytes == 0 || earlier.block_bytes > MAX_RECORDED_KNEE_BYTES {
                 return Err(format!(
-                    "robust_block_bytes {block} outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B"
+                    "an earlier calibration's block of {} B outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B",
+                    earlier.block_bytes
                 ));
             }
-        }
-        let Some(margins) = &self.margins else { return Ok(()) };
-        if margins.ladder.is_empty() || margins.ladder.len() > 64 {
-            return Err(format!("a ladder of {} sizes", margins.ladder.len()));
-        }
-        let interval = |what: &str, i: &rdma_hint_core::fit::Interval| {
-            positive(what, i.low)?;
-            positive(what, i.high)?;
-            match i.low <= i.high {
-                true => Ok(()),
-                false => Err(format!("{what} interval {}…{} is upside down", i.low, i.high)),
+            if earlier.measured_at_unix > self.measured_at_unix {
+                return Err("an earlier calibration measured after the newest".into());
             }
-        };
-        interval("stream_ratio", &margins.stream_ratio)?;
-        interval("single_block_ratio", &margins.single_block_ratio)?;
-        let mut previous = 0;
-        for step in &margins.ladder {
-            if step.block_bytes <= previous || step.block_bytes > MAX_RECORDED_KNEE_BYTES {
-                return Err(format!("ladder block {} B out of order or range", step.block_bytes));
+            if let Some(margins) = &earlier.margins {
+                check_margins(margins)?;
             }
-            previous = step.block_bytes;
-            positive("stream_us_per_block", step.stream_us_per_block)?;
-            positive("single_block_us", step.single_block_us)?;
-            interval("stream_us_per_block", &step.stream_us_per_block_interval)?;
-            interval("single_block_us", &step.single_block_us_interval)?;
         }
-        Ok(())
+        match &self.margins {
+            Some(margins) => check_margins(margins),
+            None => Ok(()),
+        }
     }
+}
+
+/// Whether stored margins can be used: positive, finite, ordered intervals, and a ladder of
+/// ascending sizes no longer than any calibration measures.
+fn check_margins(margins: &crate::calibrate::Margins) -> Result<(), String> {
+    let positive = |what: &str, value: f64| match value.is_finite() && value > 0.0 {
+        true => Ok(()),
+        false => Err(format!("{what} {value} is not a positive number")),
+    };
+    if margins.ladder.is_empty() || margins.ladder.len() > 64 {
+        return Err(format!("a ladder of {} sizes", margins.ladder.len()));
+    }
+    let interval = |what: &str, i: &rdma_hint_core::fit::Interval| {
+        positive(what, i.low)?;
+        positive(what, i.high)?;
+        match i.low <= i.high {
+            true => Ok(()),
+            false => Err(format!("{what} interval {}…{} is upside down", i.low, i.high)),
+        }
+    };
+    interval("stream_ratio", &margins.stream_ratio)?;
+    interval("single_block_ratio", &margins.single_block_ratio)?;
+    let mut previous = 0;
+    for step in &margins.ladder {
+        if step.block_bytes <= previous || step.block_bytes > MAX_RECORDED_KNEE_BYTES {
+            return Err(format!("ladder block {} B out of order or range", step.block_bytes));
+        }
+        previous = step.block_bytes;
+        positive("stream_us_per_block", step.stream_us_per_block)?;
+        positive("single_block_us", step.single_block_us)?;
+        interval("stream_us_per_block", &step.stream_us_per_block_interval)?;
+        interval("single_block_us", &step.single_block_us_interval)?;
+    }
+    Ok(())
 }
 
 fn load_entries<T: Entry>(file: &Path) -> Vec<T> {
@@ -326,6 +434,27 @@ pub fn calibrated_hint(
         format!("R² {:.3}", calibration.fit_r2),
         format!("fitted by `rdma-hint calibrate` on {}", utc_date_time(calibration.measured_at_unix)),
     ));
+    if !calibration.earlier.is_empty() {
+        let blocks = calibration.pooled_blocks(hint.block_bytes);
+        let pooled = median_block(&blocks)
+            .unwrap_or(hint.block_bytes)
+            .clamp(policy.min_block_bytes, policy.max_block_bytes)
+            .checked_next_multiple_of(hint.align_bytes)
+            .unwrap_or(hint.block_bytes);
+        let kib: Vec<String> = blocks.iter().map(|b| format!("{:.0}", *b as f64 / 1024.0)).collect();
+        hint.reasons.push(Reason::new(
+            Factor::Calibrated,
+            format!("{pooled} B"),
+            format!(
+                "the median of the last {} calibrations' blocks ({} KiB, this one's last; first on {}): one run answers its own second",
+                blocks.len(),
+                kib.join(", "),
+                utc_date_time(calibration.earlier[0].measured_at_unix)
+            ),
+        ));
+        let bandwidth = hint.bandwidth_gbps;
+        hint = hint.rescaled(pooled, bandwidth);
+    }
     Ok(hint)
 }
 
@@ -465,6 +594,8 @@ mod tests {
             measured_at_unix: 1,
             margins: Some(margins.clone()),
             robust_block_bytes: Some(1 << 20),
+            own_block_bytes: Some(1 << 20),
+            earlier: Vec::new(),
         };
         assert_eq!(entry.check(), Ok(()));
         let broken = |margins: Margins| CalibratedPath { margins: Some(margins), ..entry.clone() };
@@ -479,7 +610,70 @@ mod tests {
         );
         assert!(broken(Margins { ladder: Vec::new(), ..margins.clone() }).check().is_err());
         assert!(CalibratedPath { robust_block_bytes: Some(u64::MAX), ..entry.clone() }.check().is_err());
-        assert!(CalibratedPath { bandwidth_gbps: f64::INFINITY, ..entry }.check().is_err());
+        assert!(CalibratedPath { own_block_bytes: Some(0), ..entry.clone() }.check().is_err());
+        assert!(CalibratedPath { bandwidth_gbps: f64::INFINITY, ..entry.clone() }.check().is_err());
+        // The pool is input too: its length, its blocks, its dates and its margins.
+        let earlier =
+            EarlierCalibration { measured_at_unix: 0, block_bytes: 65536, margins: Some(margins.clone()) };
+        let pooled = |earlier: Vec<EarlierCalibration>| CalibratedPath { earlier, ..entry.clone() };
+        assert_eq!(pooled(vec![earlier.clone(); POOLED_CALIBRATIONS - 1]).check(), Ok(()));
+        assert!(pooled(vec![earlier.clone(); POOLED_CALIBRATIONS]).check().is_err(), "too many");
+        assert!(pooled(vec![EarlierCalibration { block_bytes: 0, ..earlier.clone() }]).check().is_err());
+        assert!(pooled(vec![EarlierCalibration { block_bytes: u64::MAX, ..earlier.clone() }])
+            .check()
+            .is_err());
+        assert!(pooled(vec![EarlierCalibration { measured_at_unix: 2, ..earlier.clone() }]).check().is_err());
+        let upside_down = Margins { stream_ratio: Interval { low: 2.0, high: 1.0 }, ..margins };
+        assert!(pooled(vec![EarlierCalibration { margins: Some(upside_down), ..earlier }]).check().is_err());
+    }
+
+    #[test]
+    fn the_median_of_blocks_is_taken_by_ratio() {
+        assert_eq!(median_block(&[]), None);
+        assert_eq!(median_block(&[20_000]), Some(20_000));
+        assert_eq!(median_block(&[16 << 10, 64 << 10]), Some(32 << 10));
+        assert_eq!(median_block(&[300 << 10, 128 << 10, 200 << 10, 316 << 10, 208 << 10]), Some(208 << 10));
+    }
+
+    #[test]
+    fn calibrations_pool_the_last_few_of_the_day_and_the_hint_answers_their_median() {
+        let profile = PathProfile::example_host_nic();
+        let policy = HintPolicy::default();
+        let model = compute_hint(&profile, &policy).unwrap();
+        let run = |at: u64, fixed_cost_us: f64| {
+            let mut entry = CalibratedPath::fitted(&profile, fixed_cost_us, 10.0, false);
+            entry.measured_at_unix = at;
+            entry.own_block_bytes =
+                Some(calibrated_hint(&profile, &policy, &model, &entry).unwrap().block_bytes);
+            entry
+        };
+        // o = 1, 2 and 4 µs alone answer blocks in that ratio; pooled, the middle one.
+        let (first, second, third) = (run(1000, 1.0), run(2000, 4.0), run(3000, 2.0));
+        let own = |entry: &CalibratedPath| entry.own_block_bytes.unwrap();
+        assert!(own(&first) < own(&third) && own(&third) < own(&second));
+        let pooled = third.clone().pooled_with(Some(second.clone().pooled_with(Some(first.clone()))));
+        assert_eq!(pooled.pooled_blocks(own(&third)), vec![own(&first), own(&second), own(&third)]);
+        let hint = calibrated_hint(&profile, &policy, &model, &pooled).unwrap();
+        assert_eq!(hint.block_bytes, own(&third), "the median of the three");
+        assert!(hint.reasons.last().unwrap().why.contains("median of the last 3 calibrations"), "{hint:?}");
+        let alone = calibrated_hint(&profile, &policy, &model, &second).unwrap();
+        assert_eq!(alone.block_bytes, own(&second), "one calibration answers itself");
+        assert!(!alone.reasons.iter().any(|r| r.why.contains("median of the last")));
+        // At most POOLED_CALIBRATIONS, the newest kept.
+        let mut pool = first.clone();
+        for at in 1..=10 {
+            pool = run(1000 + at * 100, 1.0 + at as f64).pooled_with(Some(pool));
+        }
+        assert_eq!(pool.earlier.len(), POOLED_CALIBRATIONS - 1);
+        assert_eq!(pool.earlier[0].measured_at_unix, 1600, "the oldest dropped first");
+        // A day later the pool starts again, and so does a clock that went back; an entry
+        // from before pooling (no own block) is not pooled.
+        assert!(run(3000 + POOL_MAX_AGE_S + 1, 1.0).pooled_with(Some(pooled.clone())).earlier.is_empty());
+        let next = run(3000 + POOL_MAX_AGE_S, 1.0).pooled_with(Some(pooled.clone()));
+        assert_eq!(next.earlier.len(), 1, "only the newest is within a day: {:?}", next.earlier);
+        assert!(run(500, 1.0).pooled_with(Some(pooled)).earlier.is_empty());
+        let legacy = CalibratedPath { own_block_bytes: None, ..first };
+        assert!(run(2000, 1.0).pooled_with(Some(legacy)).earlier.is_empty());
     }
 
     #[test]
@@ -552,6 +746,8 @@ mod tests {
             measured_at_unix: at,
             margins: None,
             robust_block_bytes: None,
+            own_block_bytes: None,
+            earlier: Vec::new(),
         };
         let policy = HintPolicy::default();
         assert_eq!(hint_set(&profile, &policy, Some(&file)).unwrap().chosen, Origin::Model);
