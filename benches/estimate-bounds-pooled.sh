@@ -19,7 +19,7 @@ for path in "$@"; do
     blocks=()
     for _ in $(seq 1 "$calibrations"); do
         blocks+=("$("$rdma_hint" calibrate --backend "${id%%:*}" --channel "${id#*:}" --source "$source" --json |
-            python3 -c 'import json, sys; c = json.load(sys.stdin); print(f"{c[\"own_block_bytes\"] or 0}->{c[\"block_bytes\"]}")')")
+            python3 -c 'import json, sys; c = json.load(sys.stdin); print(c["own_block_bytes"] or 0, c["block_bytes"], sep="->")')")
     done
     echo "# $id from $source: $calibrations calibrations, own->pooled blocks (B): ${blocks[*]}"
     "$estimate_bounds" --stored --ids "$id" --source "$source"
