@@ -453,10 +453,20 @@ pub fn calibrate(
         }
         _ => None,
     };
-    let robust_block_bytes = match (raised, robust) {
-        (Some(raised), _) => Some(raised),
-        (None, true) => robust_choice,
-        (None, false) => None,
+    // Where the line promises more at its block than any measured block delivered (its `B`
+    // lies above the curve's plateau), the curve's own crossing answers: over loopback tcp on
+    // the 2-core machine the fits put `B` at 5.0-6.4 GB/s over a ladder whose plateau read
+    // 3.7-5.5 and answered 600-800 KiB, where the curve reached 97 % near 240 KiB and the
+    // sweeps' median knee sat at 256 KiB.
+    let lowered = curve_crossing(&timings, CURVE_KNEE_SHARE)
+        .filter(|crossing| *crossing < line)
+        .filter(|_| overshoots(&timings, spread.fixed_cost_us_median, spread.bandwidth_gbps_median, line))
+        .map(|crossing| crossing as u64);
+    let robust_block_bytes = match (raised, lowered, robust) {
+        (Some(raised), _, _) => Some(raised),
+        (None, Some(lowered), _) => Some(lowered),
+        (None, None, true) => robust_choice,
+        (None, None, false) => None,
     };
     let (fixed_cost_us, bandwidth_gbps) = (spread.fixed_cost_us_median, spread.bandwidth_gbps_median);
     let mut entry = CalibratedPath {
@@ -565,6 +575,9 @@ pub fn calibrate(
                     match robust_block_bytes {
                         Some(_) if robust_block_bytes == raised => {
                             "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered (at most twice the ladder block where it reaches 90 %, and twice the line's block)"
+                        }
+                        Some(_) if robust_block_bytes == lowered => {
+                            "; the line promises more at its block than the measured curve's plateau, so the block where the curve reaches 97 % of that plateau is answered"
                         }
                         Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller, and never below the middle of the fits",
                         None => "; the middle of the fits is answered",
@@ -810,6 +823,14 @@ fn robust_choice(line: f64, top: Option<u64>, curve_knee: Option<u64>) -> Option
     choice.map(|choice| choice.max(line as u64))
 }
 
+/// Whether the line `o + s/B` (µs, GB/s) moves more at `block` bytes than the measured curve's
+/// robust plateau: its `B` is not a rate this path reached.
+fn overshoots(timings: &[BlockTiming], fixed_cost_us: f64, bandwidth_gbps: f64, block: f64) -> bool {
+    let curve: Vec<(u64, f64)> = timings.iter().map(|t| (t.block_bytes, t.gbps())).collect();
+    let line_gbps = block / (fixed_cost_us * 1e3 + block / bandwidth_gbps);
+    robust_plateau(&curve).is_some_and(|plateau| line_gbps > plateau)
+}
+
 /// Where the median curve crosses `share` of its robust plateau
 /// ([`crossing_at`](rdma_hint_core::fit::crossing_at)), in bytes.
 fn curve_crossing(timings: &[BlockTiming], share: f64) -> Option<f64> {
@@ -874,7 +895,36 @@ pub fn calibrate_loopback(
 
 #[cfg(test)]
 mod tests {
-    use super::{cut_to, robust_choice, time_cap, MIN_BLOCKS_PER_RUN};
+    use super::{
+        curve_crossing, cut_to, overshoots, robust_choice, time_cap, CURVE_KNEE_SHARE, MIN_BLOCKS_PER_RUN,
+    };
+    use rdma_hint_core::fit::BlockTiming;
+
+    /// The loopback tcp ladder of one 2-core calibration (GB/s per block size): it flattens at
+    /// 5.2-5.5 GB/s, where its fit put `B` at 6.3 GB/s and the block at 784 KiB.
+    fn tcp_ladder() -> Vec<BlockTiming> {
+        [(4u64, 0.33), (8, 0.65), (16, 1.24), (32, 2.19), (64, 2.79), (128, 4.17), (256, 5.21), (512, 5.47)]
+            .iter()
+            .map(|&(kib, gbps)| BlockTiming {
+                block_bytes: kib << 10,
+                seconds_per_block: (kib << 10) as f64 / (gbps * 1e9),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_line_above_the_measured_plateau_yields_to_the_curve() {
+        let ladder = tcp_ladder();
+        let line = (784u64 << 10) as f64;
+        // That fit's line moves 5.8 GB/s at its block, more than any measured block.
+        assert!(overshoots(&ladder, 11.04, 6.32, line));
+        let crossing = curve_crossing(&ladder, CURVE_KNEE_SHARE).unwrap();
+        assert!(crossing > (128 << 10) as f64 && crossing < (256 << 10) as f64, "{crossing}");
+        // A line that stays under the plateau at its block (the GPU paths', which is the curve)
+        // keeps its block.
+        assert!(!overshoots(&ladder, 11.04, 5.5, (256u64 << 10) as f64));
+        assert!(!overshoots(&[], 11.04, 6.32, line), "no curve, no verdict");
+    }
 
     #[test]
     fn the_robust_choice_is_the_smaller_conservative_answer_and_never_below_the_line() {
