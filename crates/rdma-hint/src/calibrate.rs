@@ -919,7 +919,7 @@ mod tests {
         // That fit's line moves 5.8 GB/s at its block, more than any measured block.
         assert!(overshoots(&ladder, 11.04, 6.32, line));
         let crossing = curve_crossing(&ladder, CURVE_KNEE_SHARE).unwrap();
-        assert!(crossing > (128 << 10) as f64 && crossing < (256 << 10) as f64, "{crossing}");
+        assert!(crossing > f64::from(128 << 10) && crossing < f64::from(256 << 10), "{crossing}");
         // A line that stays under the plateau at its block (the GPU paths', which is the curve)
         // keeps its block.
         assert!(!overshoots(&ladder, 11.04, 5.5, (256u64 << 10) as f64));
