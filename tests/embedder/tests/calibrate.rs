@@ -20,7 +20,8 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     let calibration =
         calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, DEFAULT_BUDGET).unwrap();
     assert!(calibration.elapsed_ms > 0.0 && calibration.points.len() >= 3);
-    let hint = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id)).unwrap();
+    let hint =
+        get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone())).unwrap();
     if calibration.fit.poor.is_none() {
         assert_eq!(hint.origin, Origin::Calibrated);
         assert_eq!(hint.block_bytes, calibration.hint.block_bytes);
@@ -41,5 +42,21 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     let mut landed = vec![0u8; len as usize];
     pair.receiver.read_region(pair.target.id, 0, &mut landed).unwrap();
     assert!(landed == data);
+    // A second calibration pools with the first: the hint answers the median of both runs' own
+    // blocks. Forgetting the pair's calibrations leaves none behind.
+    let second =
+        calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, DEFAULT_BUDGET).unwrap();
+    if calibration.fit.poor.is_none() && second.fit.poor.is_none() {
+        assert_eq!(
+            second.pooled_blocks_bytes,
+            [calibration.own_block_bytes.unwrap(), second.own_block_bytes.unwrap()]
+        );
+        let pooled =
+            get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone())).unwrap();
+        assert_eq!(pooled.block_bytes, second.hint.block_bytes);
+    }
+    assert!(rdma_hint::forget_calibrations(Device::Host(0), &id).unwrap().is_some());
+    let forgotten = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id)).unwrap();
+    assert_ne!(forgotten.origin, Origin::Calibrated, "forgotten: {forgotten:?}");
     let _ = std::fs::remove_dir_all(cache);
 }
