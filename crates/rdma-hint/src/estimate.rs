@@ -109,17 +109,26 @@ fn pooled(mut estimates: Vec<Estimate>) -> Estimate {
         1 => estimates[count / 2].seconds,
         _ => (estimates[count / 2 - 1].seconds + estimates[count / 2].seconds) / 2.0,
     };
-    let first = estimates.swap_remove(0);
-    let gbps_of = |seconds: f64| first.len_bytes as f64 / seconds / 1e9;
-    Estimate {
+    Estimate { pooled_calibrations: count, ..estimates.swap_remove(0) }.timed(
         seconds,
         low_seconds,
         high_seconds,
-        gbps: gbps_of(seconds),
-        low_gbps: gbps_of(high_seconds),
-        high_gbps: gbps_of(low_seconds),
-        pooled_calibrations: count,
-        ..first
+    )
+}
+
+impl Estimate {
+    /// This estimate with these times (seconds) and the bandwidths they imply.
+    fn timed(self, seconds: f64, low_seconds: f64, high_seconds: f64) -> Estimate {
+        let gbps_of = |seconds: f64| self.len_bytes as f64 / seconds / 1e9;
+        Estimate {
+            seconds,
+            low_seconds,
+            high_seconds,
+            gbps: gbps_of(seconds),
+            low_gbps: gbps_of(high_seconds),
+            high_gbps: gbps_of(low_seconds),
+            ..self
+        }
     }
 }
 
@@ -162,20 +171,20 @@ fn predict(len: u64, block: u64, origin: Origin, margins: &Margins) -> Estimate 
         part(|t| t.single_block_us_interval.high, |t| t.stream_us_per_block_interval.high);
     let low_seconds = (first_low * single.low + stream_low * streams.low).min(seconds);
     let high_seconds = (first_high * single.high + stream_high * streams.high).max(seconds);
-    let gbps_of = |seconds: f64| len as f64 / seconds / 1e9;
-    Estimate {
+    let untimed = Estimate {
         len_bytes: len,
         block_bytes: block,
         origin,
         blocks,
-        seconds,
-        low_seconds,
-        high_seconds,
-        gbps: gbps_of(seconds),
-        low_gbps: gbps_of(high_seconds),
-        high_gbps: gbps_of(low_seconds),
+        seconds: 0.0,
+        low_seconds: 0.0,
+        high_seconds: 0.0,
+        gbps: 0.0,
+        low_gbps: 0.0,
+        high_gbps: 0.0,
         pooled_calibrations: 1,
-    }
+    };
+    untimed.timed(seconds, low_seconds, high_seconds)
 }
 
 #[cfg(test)]
