@@ -430,12 +430,7 @@ fn block_for(
         target = upper;
     }
 
-    // Round up to the alignment; if that overflows or passes the upper bound, round down.
-    let block_bytes = target
-        .div_ceil(align_bytes)
-        .checked_mul(align_bytes)
-        .filter(|block| *block <= upper)
-        .unwrap_or(upper / align_bytes * align_bytes);
+    let block_bytes = round_to_alignment(target, align_bytes, upper);
     if block_bytes == 0 {
         return Err(HintError::Unsupported {
             reason: format!(
@@ -637,6 +632,42 @@ fn alignment(profile: &PathProfile, reasons: &mut Vec<Reason>) -> u64 {
 }
 
 /// The largest block allowed and why.
+/// `target` rounded up to a multiple of `align_bytes`, or down where up would overflow or pass
+/// `upper` (0 where no multiple fits).
+fn round_to_alignment(target: u64, align_bytes: u64, upper: u64) -> u64 {
+    target
+        .div_ceil(align_bytes)
+        .checked_mul(align_bytes)
+        .filter(|block| *block <= upper)
+        .unwrap_or(upper / align_bytes * align_bytes)
+}
+
+/// `block` bytes within the bounds every hint of `profile` keeps under `policy` (the policy's
+/// smallest and largest block, the transport's largest message, the source's memory), rounded
+/// to `align_bytes` as a computed hint is: up, or down where up would pass the largest. `None`
+/// where no multiple of the alignment fits. For blocks chosen from measurements (a calibrated
+/// curve's crossing, the median of pooled calibrations), which must not leave those bounds.
+///
+/// ```
+/// use rdma_hint_core::model::bounded_block;
+/// use rdma_hint_core::{HintPolicy, PathProfile};
+/// let profile = PathProfile::example_host_nic();
+/// let policy = HintPolicy::default();
+/// assert_eq!(bounded_block(&profile, &policy, 1, 4096), Some(policy.min_block_bytes));
+/// assert_eq!(bounded_block(&profile, &policy, u64::MAX, 4096), Some(policy.max_block_bytes));
+/// assert_eq!(bounded_block(&profile, &policy, 20_000, 4096), Some(20_480));
+/// ```
+pub fn bounded_block(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    block: u64,
+    align_bytes: u64,
+) -> Option<u64> {
+    let (upper, _) = upper_bound(profile, policy);
+    let target = block.clamp(policy.min_block_bytes.min(upper), upper);
+    Some(round_to_alignment(target, align_bytes.max(1), upper)).filter(|block| *block > 0)
+}
+
 fn upper_bound(profile: &PathProfile, policy: &HintPolicy) -> (u64, String) {
     let mut bounds = vec![
         (policy.max_block_bytes, format!("policy maximum block {} B", policy.max_block_bytes)),

@@ -249,9 +249,11 @@ pub struct Flatness {
 /// hint's reasons. Either way the block stays within the model's bounds (the 16 KiB floor among them).
 ///
 /// A good fit is stored in the hint cache (`calibrated.json` beside the measured knees, keyed
-/// like them) and becomes the hint `get_low_latency_rdma_size_hint` answers until a newer
-/// sweep records a knee. A poor fit removes any stored calibration of the pair and answers the
-/// recorded knee or the model's hint, with the reason.
+/// like them), pooled with the pair's calibrations of the last day
+/// ([`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) at most): the hint
+/// `get_low_latency_rdma_size_hint` answers, until a newer sweep records a knee, is the median
+/// of their own blocks. A poor fit stores nothing, leaves the pool as it was and answers it,
+/// the recorded knee or the model's hint, with the reason.
 ///
 /// ```
 /// use rdma_hint::{calibrate, LoopbackPair, OpenOptions, SourceId, TransportId};
@@ -483,6 +485,8 @@ pub fn calibrate(
         own_block_bytes: None,
         earlier: Vec::new(),
     };
+    // A curve's own crossing (raised or lowered) answers even where the fits disagree: the
+    // measured curve vouches for it.
     let poor = fit.poor.clone().or_else(|| spread.all_poor()).or_else(|| {
         (robust && robust_block_bytes.is_none()).then(|| {
             format!("the hinted block's interval stays wider than {MAX_HINT_SPREAD}× and no block's lower bound reaches 90 % of the plateau")
@@ -565,7 +569,9 @@ pub fn calibrate(
                 single_block_ratio,
                 poor_resamples: spread.poor,
             };
-            hint.reasons.push(Reason::new(
+            // Before the pool's reason, which `calibrated_hint` gave last: the pool answers.
+            let before_pool = hint.reasons.len() - usize::from(!entry.earlier.is_empty());
+            hint.reasons.insert(before_pool, Reason::new(
                 Factor::Calibrated,
                 format!("{:.0}…{:.0} KiB", blocks.low / 1024.0, blocks.high / 1024.0),
                 format!(
@@ -580,7 +586,7 @@ pub fn calibrate(
                             "; the line promises more at its block than the measured curve's plateau, so the block where the curve reaches 97 % of that plateau is answered"
                         }
                         Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller, and never below the middle of the fits",
-                        None => "; the middle of the fits is answered",
+                        None => "; this run alone answers the middle of the fits",
                     }
                 ),
             ));
@@ -590,10 +596,8 @@ pub fn calibrate(
             (hint, Some(entry), Some(margins), flatness, Some(own), pooled)
         }
         Some(why) => {
-            // Without this pair's calibration, the cache answers the recorded knee or the model.
-            if let Some(file) = &file {
-                let _ = measured::store_calibration(file, source, &id, None);
-            }
+            // Nothing of this run is kept; the pair's pooled calibrations of the day (if any)
+            // stay, and the cache answers them, a newer recorded knee or the model.
             let mut hint = measured::hint(&profile, &policy, file.as_deref())?;
             hint.reasons.push(Reason::new(
                 Factor::Calibrated,
@@ -605,6 +609,8 @@ pub fn calibrate(
                     fit.r2,
                     match hint.origin {
                         rdma_hint_core::Origin::Measured => "the recorded knee",
+                        rdma_hint_core::Origin::Calibrated =>
+                            "the earlier calibrations' (kept, not pooled with this run)",
                         _ => "the model's",
                     }
                 ),

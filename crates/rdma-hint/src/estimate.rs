@@ -27,6 +27,7 @@ use serde::Serialize;
 
 /// The predicted time of one transfer, with its bounds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Estimate {
     /// Bytes of the transfer.
     pub len_bytes: u64,

@@ -3,7 +3,7 @@
 //! versions are the ones they were measured under. Of a recorded knee and a calibration, the
 //! newer one wins.
 
-use rdma_hint_core::model::{compute_hint_fitted, rate, Factor, FittedCosts, Reason};
+use rdma_hint_core::model::{bounded_block, compute_hint_fitted, rate, Factor, FittedCosts, Reason};
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
     compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
@@ -63,10 +63,12 @@ pub const POOL_MAX_AGE_S: u64 = 24 * 3600;
 
 /// An earlier calibration of the same pair, as the newest one pools it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EarlierCalibration {
     /// When it was measured (seconds since the Unix epoch).
     pub measured_at_unix: u64,
-    /// The block it answered alone, in bytes.
+    /// The block it answered alone (under the default policy, as `rdma-hint calibrate`
+    /// computes it), in bytes.
     pub block_bytes: u64,
     /// Its margins: [`estimate`](crate::estimate)'s bounds span every pooled calibration's.
     #[serde(default)]
@@ -80,7 +82,11 @@ impl CalibratedPath {
     /// (and not after it: a clock that went back starts a new pool). Entries without
     /// [`CalibratedPath::own_block_bytes`] (files from before pooling) are not pooled.
     pub fn pooled_with(mut self, previous: Option<CalibratedPath>) -> CalibratedPath {
-        let Some(previous) = previous else { return self };
+        let now = self.measured_at_unix;
+        // A stored calibration from after this one: the clock went back, and a new pool starts.
+        let Some(previous) = previous.filter(|previous| previous.measured_at_unix <= now) else {
+            return self;
+        };
         let mut earlier = previous.earlier;
         if let Some(block_bytes) = previous.own_block_bytes {
             earlier.push(EarlierCalibration {
@@ -89,7 +95,6 @@ impl CalibratedPath {
                 margins: previous.margins,
             });
         }
-        let now = self.measured_at_unix;
         earlier.retain(|e| e.measured_at_unix <= now && now - e.measured_at_unix <= POOL_MAX_AGE_S);
         let surplus = earlier.len().saturating_sub(POOLED_CALIBRATIONS - 1);
         earlier.drain(..surplus);
@@ -201,6 +206,9 @@ impl Entry for CalibratedPath {
                 POOLED_CALIBRATIONS - 1
             ));
         }
+        if self.earlier.windows(2).any(|pair| pair[0].measured_at_unix > pair[1].measured_at_unix) {
+            return Err("earlier calibrations out of order".into());
+        }
         for earlier in &self.earlier {
             if earlier.block_bytes == 0 || earlier.block_bytes > MAX_RECORDED_KNEE_BYTES {
                 return Err(format!(
@@ -208,8 +216,10 @@ impl Entry for CalibratedPath {
                     earlier.block_bytes
                 ));
             }
-            if earlier.measured_at_unix > self.measured_at_unix {
-                return Err("an earlier calibration measured after the newest".into());
+            if earlier.measured_at_unix > self.measured_at_unix
+                || self.measured_at_unix - earlier.measured_at_unix > POOL_MAX_AGE_S
+            {
+                return Err("an earlier calibration measured after the newest or a day before it".into());
             }
             if let Some(margins) = &earlier.margins {
                 check_margins(margins)?;
@@ -222,12 +232,19 @@ impl Entry for CalibratedPath {
     }
 }
 
-/// Whether stored margins can be used: positive, finite, ordered intervals, and a ladder of
+/// Smallest figure (µs, GB/s or a ratio) a stored calibration's margins may hold.
+const MIN_STORED_FIGURE: f64 = 1e-6;
+/// Largest: a million (µs: a second per block; GB/s; a ratio).
+const MAX_STORED_FIGURE: f64 = 1e6;
+
+/// Whether stored margins can be used: plausible figures, ordered intervals, and a ladder of
 /// ascending sizes no longer than any calibration measures.
 fn check_margins(margins: &crate::calibrate::Margins) -> Result<(), String> {
-    let positive = |what: &str, value: f64| match value.is_finite() && value > 0.0 {
+    // Plausible, not only positive: a time of 1e-320 µs reads back as 0 s and an estimate of
+    // infinite GB/s, one of 1e308 µs as infinite seconds.
+    let positive = |what: &str, value: f64| match (MIN_STORED_FIGURE..=MAX_STORED_FIGURE).contains(&value) {
         true => Ok(()),
-        false => Err(format!("{what} {value} is not a positive number")),
+        false => Err(format!("{what} {value} outside {MIN_STORED_FIGURE}..={MAX_STORED_FIGURE}")),
     };
     if margins.ladder.is_empty() || margins.ladder.len() > 64 {
         return Err(format!("a ladder of {} sizes", margins.ladder.len()));
@@ -344,7 +361,7 @@ pub fn store(file: &Path, entry: MeasuredHint) -> std::io::Result<()> {
 }
 
 /// Stores a calibration in the calibration file beside `file`, replacing the one of the same
-/// source and transport; `None` removes it (a poor fit leaves no stale calibration behind).
+/// source and transport; `None` removes it (and the calibrations it pools).
 pub fn store_calibration(
     file: &Path,
     source: SourceId,
@@ -417,10 +434,7 @@ pub fn calibrated_hint(
     let policy = calibrated_policy(policy, model, calibration.gradual);
     let mut hint = compute_hint_fitted(profile, &policy, costs)?;
     if let Some(block) = calibration.robust_block_bytes {
-        let bounded = block
-            .clamp(policy.min_block_bytes, policy.max_block_bytes)
-            .checked_next_multiple_of(hint.align_bytes)
-            .unwrap_or(hint.block_bytes);
+        let bounded = bounded_block(profile, &policy, block, hint.align_bytes).unwrap_or(hint.block_bytes);
         let bandwidth = hint.bandwidth_gbps;
         hint = hint.rescaled(bounded, bandwidth);
         hint.reasons.push(Reason::new(
@@ -437,9 +451,7 @@ pub fn calibrated_hint(
     if !calibration.earlier.is_empty() {
         let blocks = calibration.pooled_blocks(hint.block_bytes);
         let pooled = median_block(&blocks)
-            .unwrap_or(hint.block_bytes)
-            .clamp(policy.min_block_bytes, policy.max_block_bytes)
-            .checked_next_multiple_of(hint.align_bytes)
+            .and_then(|median| bounded_block(profile, &policy, median, hint.align_bytes))
             .unwrap_or(hint.block_bytes);
         let kib: Vec<String> = blocks.iter().map(|b| format!("{:.0}", *b as f64 / 1024.0)).collect();
         hint.reasons.push(Reason::new(
@@ -623,6 +635,20 @@ mod tests {
             .check()
             .is_err());
         assert!(pooled(vec![EarlierCalibration { measured_at_unix: 2, ..earlier.clone() }]).check().is_err());
+        let out_of_order =
+            vec![EarlierCalibration { measured_at_unix: 1, ..earlier.clone() }, earlier.clone()];
+        assert!(pooled(out_of_order).check().is_err(), "oldest first");
+        let stale = CalibratedPath {
+            measured_at_unix: POOL_MAX_AGE_S + 1,
+            earlier: vec![earlier.clone()],
+            ..entry.clone()
+        };
+        assert!(stale.check().is_err(), "more than a day before the newest");
+        // Figures that read back as 0 s or infinite seconds.
+        for absurd in [1e-320, 1e308] {
+            let ladder = vec![LadderTiming { stream_us_per_block: absurd, ..step }];
+            assert!(broken(Margins { ladder, ..margins.clone() }).check().is_err(), "{absurd}");
+        }
         let upside_down = Margins { stream_ratio: Interval { low: 2.0, high: 1.0 }, ..margins };
         assert!(pooled(vec![EarlierCalibration { margins: Some(upside_down), ..earlier }]).check().is_err());
     }
@@ -671,7 +697,8 @@ mod tests {
         assert!(run(3000 + POOL_MAX_AGE_S + 1, 1.0).pooled_with(Some(pooled.clone())).earlier.is_empty());
         let next = run(3000 + POOL_MAX_AGE_S, 1.0).pooled_with(Some(pooled.clone()));
         assert_eq!(next.earlier.len(), 1, "only the newest is within a day: {:?}", next.earlier);
-        assert!(run(500, 1.0).pooled_with(Some(pooled)).earlier.is_empty());
+        assert!(run(500, 1.0).pooled_with(Some(pooled.clone())).earlier.is_empty());
+        assert!(run(1500, 1.0).pooled_with(Some(pooled)).earlier.is_empty(), "back between two of the pool");
         let legacy = CalibratedPath { own_block_bytes: None, ..first };
         assert!(run(2000, 1.0).pooled_with(Some(legacy)).earlier.is_empty());
     }
