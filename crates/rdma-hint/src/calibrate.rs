@@ -459,15 +459,14 @@ pub fn calibrate(
         }
         _ => None,
     };
-    // Where the line promises more at its block than any measured block delivered (its `B`
-    // lies above the curve's plateau), the curve's own crossing answers: over loopback tcp on
-    // the 2-core machine the fits put `B` at 5.0-6.4 GB/s over a ladder whose plateau read
-    // 3.7-5.5 and answered 600-800 KiB, where the curve reached 97 % near 240 KiB and the
-    // sweeps' median knee sat at 256 KiB.
-    // Host memory only: a GPU source's curve is the copy engines' line itself, and its ladder
-    // reads under it at the largest blocks only because a 16 MiB transfer of 2-4 MiB blocks
-    // pays its first block's latency unhidden; lowered there, an H100 host's GPU shm answer
-    // fell from the line's 1.5 MiB to 896 KiB, which read 0.88 of the sweeps' plateau.
+    // Where the line promises more at its block than the curve's robust plateau (its `B` is
+    // not a rate the path reached), the curve's own crossing answers: over loopback tcp on the
+    // 2-core machine the fits put `B` at 5.0-6.4 GB/s over a ladder whose plateau read 3.7-5.5
+    // and answered 600-800 KiB, where the curve reached 97 % near 240 KiB and the sweeps'
+    // median knee sat at 256 KiB. Host memory only: a GPU source's curve is the copy engines'
+    // line itself, read under it at the largest blocks only because a 16 MiB transfer of 2-4
+    // MiB blocks pays its first block's latency unhidden; lowered there, an H100 host's GPU shm
+    // answer fell from the line's 1.5 MiB to 896 KiB, which read 0.88 of the sweeps' plateau.
     let lowered = curve_crossing(&timings, CURVE_KNEE_SHARE)
         .filter(|_| matches!(source, Device::Host(_)))
         .filter(|crossing| *crossing < line)

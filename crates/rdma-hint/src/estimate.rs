@@ -88,15 +88,16 @@ pub fn estimate(len: u64, device: Device, transport: &TransportId) -> Result<Est
         .and_then(|file| measured::lookup_calibration(file, device, transport, &profile.versions))
         .ok_or_else(not_calibrated)?;
     let newest = calibration.margins.as_ref().filter(|m| !m.ladder.is_empty()).ok_or_else(not_calibrated)?;
-    let pool: Vec<&Margins> = calibration
+    let hints = measured::hint_set(&profile, &HintPolicy::default(), file.as_deref())?;
+    let hint = hints.chosen();
+    let estimates = calibration
         .earlier
         .iter()
         .filter_map(|earlier| earlier.margins.as_ref().filter(|m| !m.ladder.is_empty()))
         .chain([newest])
+        .map(|margins| predict(len, hint.block_bytes, hint.origin, margins))
         .collect();
-    let hints = measured::hint_set(&profile, &HintPolicy::default(), file.as_deref())?;
-    let hint = hints.chosen();
-    Ok(pooled(pool.iter().map(|margins| predict(len, hint.block_bytes, hint.origin, margins)).collect()))
+    Ok(pooled(estimates))
 }
 
 /// The estimate of a pool of calibrations, from each one's (`estimates`, not empty): the
@@ -105,11 +106,8 @@ fn pooled(mut estimates: Vec<Estimate>) -> Estimate {
     let count = estimates.len();
     let low_seconds = estimates.iter().map(|e| e.low_seconds).fold(f64::INFINITY, f64::min);
     let high_seconds = estimates.iter().map(|e| e.high_seconds).fold(0.0, f64::max);
-    estimates.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-    let seconds = match count % 2 {
-        1 => estimates[count / 2].seconds,
-        _ => (estimates[count / 2 - 1].seconds + estimates[count / 2].seconds) / 2.0,
-    };
+    let mut predictions: Vec<f64> = estimates.iter().map(|e| e.seconds).collect();
+    let seconds = rdma_hint_core::fit::median(&mut predictions).unwrap_or(f64::NAN);
     Estimate { pooled_calibrations: count, ..estimates.swap_remove(0) }.timed(
         seconds,
         low_seconds,

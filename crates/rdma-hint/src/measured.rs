@@ -194,7 +194,10 @@ impl Entry for CalibratedPath {
         if !(self.fixed_cost_us.is_finite() && self.fixed_cost_us >= 0.0) {
             return Err(format!("fixed_cost_us {} is not a time", self.fixed_cost_us));
         }
-        for block in [self.robust_block_bytes, self.own_block_bytes].into_iter().flatten() {
+        let earlier_blocks = self.earlier.iter().map(|e| e.block_bytes);
+        for block in
+            [self.robust_block_bytes, self.own_block_bytes].into_iter().flatten().chain(earlier_blocks)
+        {
             if block == 0 || block > MAX_RECORDED_KNEE_BYTES {
                 return Err(format!("a block of {block} B outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B"));
             }
@@ -210,12 +213,6 @@ impl Entry for CalibratedPath {
             return Err("earlier calibrations out of order".into());
         }
         for earlier in &self.earlier {
-            if earlier.block_bytes == 0 || earlier.block_bytes > MAX_RECORDED_KNEE_BYTES {
-                return Err(format!(
-                    "an earlier calibration's block of {} B outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B",
-                    earlier.block_bytes
-                ));
-            }
             if earlier.measured_at_unix > self.measured_at_unix
                 || self.measured_at_unix - earlier.measured_at_unix > POOL_MAX_AGE_S
             {
@@ -242,7 +239,7 @@ const MAX_STORED_FIGURE: f64 = 1e6;
 fn check_margins(margins: &crate::calibrate::Margins) -> Result<(), String> {
     // Plausible, not only positive: a time of 1e-320 µs reads back as 0 s and an estimate of
     // infinite GB/s, one of 1e308 µs as infinite seconds.
-    let positive = |what: &str, value: f64| match (MIN_STORED_FIGURE..=MAX_STORED_FIGURE).contains(&value) {
+    let plausible = |what: &str, value: f64| match (MIN_STORED_FIGURE..=MAX_STORED_FIGURE).contains(&value) {
         true => Ok(()),
         false => Err(format!("{what} {value} outside {MIN_STORED_FIGURE}..={MAX_STORED_FIGURE}")),
     };
@@ -250,8 +247,8 @@ fn check_margins(margins: &crate::calibrate::Margins) -> Result<(), String> {
         return Err(format!("a ladder of {} sizes", margins.ladder.len()));
     }
     let interval = |what: &str, i: &rdma_hint_core::fit::Interval| {
-        positive(what, i.low)?;
-        positive(what, i.high)?;
+        plausible(what, i.low)?;
+        plausible(what, i.high)?;
         match i.low <= i.high {
             true => Ok(()),
             false => Err(format!("{what} interval {}…{} is upside down", i.low, i.high)),
@@ -265,8 +262,8 @@ fn check_margins(margins: &crate::calibrate::Margins) -> Result<(), String> {
             return Err(format!("ladder block {} B out of order or range", step.block_bytes));
         }
         previous = step.block_bytes;
-        positive("stream_us_per_block", step.stream_us_per_block)?;
-        positive("single_block_us", step.single_block_us)?;
+        plausible("stream_us_per_block", step.stream_us_per_block)?;
+        plausible("single_block_us", step.single_block_us)?;
         interval("stream_us_per_block", &step.stream_us_per_block_interval)?;
         interval("single_block_us", &step.single_block_us_interval)?;
     }
