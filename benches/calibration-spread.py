@@ -39,6 +39,8 @@ for path in paths:
         if cal.returncode != 0:
             print(f"{path}: calibrate failed: {cal.stderr.strip()}"); break
         c = json.loads(cal.stdout)
+        with open(os.path.join(cache, f"calibration{run}.json"), "w") as f:
+            f.write(cal.stdout)
         out = os.path.join(cache, f"sweep{run}.json")
         sizes = "64K..8M" if "gpu:" in path else "4K..8M"
         sw = subprocess.run([binary, "sweep", *flags, "--sizes", sizes, "--transfer", "64M",

@@ -447,15 +447,18 @@ pub fn calibrate(
     // 2-core VM the shm sweeps' median knees sat at or above it in every batch, and with the
     // block above, alternating batches met 5, 4 and 4, 5 of 5 (staged shm, UCX shm) where the
     // block below met 3, 3 and 4, 3.
+    //
+    // The crossing is then answered as the ladder block nearest to it (by ratio): the curve was
+    // measured at ladder blocks only, and a crossing a few per cent past one is interpolation
+    // noise. Unsnapped, 2-core pools answered 33-40 KiB over shm where the sweeps' knee sat at
+    // 16 KiB, just past twice it, in 6 of 50 runs.
     let raised = match (curve_crossing(&timings, CURVE_KNEE_SHARE), curve_crossing(&timings, KNEE_SHARE)) {
         (Some(crossing), Some(knee)) if crossing > line => {
-            let knee_block = timings
-                .iter()
-                .map(|t| t.block_bytes as f64)
-                .filter(|block| *block >= knee)
-                .reduce(f64::min)
-                .unwrap_or(knee);
-            Some(crossing.min(2.0 * knee_block).min(2.0 * line).max(line) as u64)
+            let ladder = || timings.iter().map(|t| t.block_bytes as f64);
+            let knee_block = ladder().filter(|block| *block >= knee).reduce(f64::min).unwrap_or(knee);
+            let cap = 2.0 * knee_block;
+            let answer = crossing.min(cap).min(2.0 * line).max(line);
+            Some(nearest_ladder_block(ladder().filter(|block| *block <= cap), answer).unwrap_or(answer) as u64)
         }
         _ => None,
     };
@@ -463,12 +466,16 @@ pub fn calibrate(
     // not a rate the path reached), the curve's own crossing answers: over loopback tcp on the
     // 2-core machine the fits put `B` at 5.0-6.4 GB/s over a ladder whose plateau read 3.7-5.5
     // and answered 600-800 KiB, where the curve reached 97 % near 240 KiB and the sweeps'
-    // median knee sat at 256 KiB. Host memory only: a GPU source's curve is the copy engines'
-    // line itself, read under it at the largest blocks only because a 16 MiB transfer of 2-4
-    // MiB blocks pays its first block's latency unhidden; lowered there, an H100 host's GPU shm
-    // answer fell from the line's 1.5 MiB to 896 KiB, which read 0.88 of the sweeps' plateau.
+    // median knee sat at 256 KiB. Not for GPU memory over shared memory: that curve is the copy
+    // engines' line itself, read under it at the largest blocks only because a 16 MiB transfer
+    // of 2-4 MiB blocks pays its first block's latency unhidden; lowered there, an H100 host's
+    // GPU shm answer fell from the line's 1.5 MiB to 896 KiB, which read 0.88 of the sweeps'
+    // plateau. GPU memory over tcp is the socket's curve, as host memory's is: unlowered, the
+    // same host answered 896-960 KiB against the sweeps' 256 KiB knee (0 of 5), lowered 448-832
+    // KiB against a 512 KiB one (5 of 5).
+    let copy_engines_line = matches!(source, Device::Gpu(_)) && id == TransportId::STAGED_SHM;
     let lowered = curve_crossing(&timings, CURVE_KNEE_SHARE)
-        .filter(|_| matches!(source, Device::Host(_)))
+        .filter(|_| !copy_engines_line)
         .filter(|crossing| *crossing < line)
         .filter(|_| overshoots(&timings, spread.fixed_cost_us_median, spread.bandwidth_gbps_median, line))
         .map(|crossing| crossing as u64);
@@ -588,7 +595,7 @@ pub fn calibrate(
                     if extended { ", after measuring longer because it was wider than 2×" } else { "" },
                     match robust_block_bytes {
                         Some(_) if robust_block_bytes == raised => {
-                            "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered (at most twice the ladder block where it reaches 90 %, and twice the line's block)"
+                            "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered as the ladder block nearest to it (at most twice the ladder block where it reaches 90 %, and twice the line's block)"
                         }
                         Some(_) if robust_block_bytes == lowered => {
                             "; the line promises more at its block than the measured curve's plateau, so the block where the curve reaches 97 % of that plateau is answered"
@@ -837,6 +844,22 @@ fn robust_choice(line: f64, top: Option<u64>, curve_knee: Option<u64>) -> Option
     choice.map(|choice| choice.max(line as u64))
 }
 
+/// The block of `ladder` nearest to `block` by ratio (the smaller of two as near).
+fn nearest_ladder_block(ladder: impl Iterator<Item = f64>, block: f64) -> Option<f64> {
+    let distance = |rung: f64| (rung / block).log2().abs();
+    ladder.reduce(|best, rung| {
+        let (from_best, from_rung) = (distance(best), distance(rung));
+        // Half-way by ratio differs in the last bits only.
+        if (from_best - from_rung).abs() < 1e-9 {
+            best.min(rung)
+        } else if from_best < from_rung {
+            best
+        } else {
+            rung
+        }
+    })
+}
+
 /// Whether the line `o + s/B` (µs, GB/s) moves more at `block` bytes than the measured curve's
 /// robust plateau: its `B` is not a rate this path reached.
 fn overshoots(timings: &[BlockTiming], fixed_cost_us: f64, bandwidth_gbps: f64, block: f64) -> bool {
@@ -910,7 +933,8 @@ pub fn calibrate_loopback(
 #[cfg(test)]
 mod tests {
     use super::{
-        curve_crossing, cut_to, overshoots, robust_choice, time_cap, CURVE_KNEE_SHARE, MIN_BLOCKS_PER_RUN,
+        curve_crossing, cut_to, nearest_ladder_block, overshoots, robust_choice, time_cap, CURVE_KNEE_SHARE,
+        MIN_BLOCKS_PER_RUN,
     };
     use rdma_hint_core::fit::BlockTiming;
 
@@ -937,6 +961,18 @@ mod tests {
         // A line that stays under the plateau at its block keeps its block.
         assert!(!overshoots(&ladder, 11.04, 5.5, (256u64 << 10) as f64));
         assert!(!overshoots(&[], 11.04, 6.32, line), "no curve, no verdict");
+    }
+
+    #[test]
+    fn a_crossing_is_answered_as_the_nearest_ladder_block_by_ratio() {
+        let ladder = || [16.0, 32.0, 64.0, 128.0].into_iter().map(|kib: f64| kib * 1024.0);
+        let kib = |block: Option<f64>| block.map(|b| b / 1024.0);
+        assert_eq!(kib(nearest_ladder_block(ladder(), 38.0 * 1024.0)), Some(32.0));
+        assert_eq!(kib(nearest_ladder_block(ladder(), 46.0 * 1024.0)), Some(64.0));
+        // Half-way by ratio (the geometric mean) goes to the smaller block.
+        assert_eq!(kib(nearest_ladder_block(ladder(), 32.0 * 1024.0 * 2f64.sqrt())), Some(32.0));
+        assert_eq!(kib(nearest_ladder_block(ladder(), 1e9)), Some(128.0));
+        assert_eq!(nearest_ladder_block(std::iter::empty(), 1e6), None);
     }
 
     #[test]

@@ -109,17 +109,14 @@ impl CalibratedPath {
     }
 }
 
-/// The median of block sizes, taken in log space (the middle one, or the geometric mean of
-/// the two middle ones): blocks are compared by ratio, 16 and 64 KiB pool to 32 KiB.
+/// The median of block sizes, the smaller of the two middle ones for an even count: a block one
+/// of the runs answered, never a blend none did (16 and 64 KiB pool to 16 KiB, not to the 32
+/// KiB neither measured), and the smaller because a block too small costs a share of the
+/// bandwidth where one too large holds the link for longer than its latency promised.
 pub fn median_block(blocks: &[u64]) -> Option<u64> {
     let mut sorted = blocks.to_vec();
     sorted.sort_unstable();
-    let middle = sorted.len() / 2;
-    match sorted.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(sorted[middle]),
-        _ => Some(((sorted[middle - 1] as f64) * (sorted[middle] as f64)).sqrt().round() as u64),
-    }
+    sorted.get(sorted.len().saturating_sub(1) / 2).copied()
 }
 
 impl CalibratedPath {
@@ -437,7 +434,7 @@ pub fn calibrated_hint(
         hint.reasons.push(Reason::new(
             Factor::Calibrated,
             format!("{bounded} B"),
-            "chosen by calibration from its margins: where the resampled fits' interval was too wide to pick a block, its top or the measured curve's knee (97 % of its plateau), the smaller; where the measured curve reaches 97 % of its plateau only past the line's block, that crossing, at most twice the ladder block where it reaches 90 % and twice the line's block",
+            "chosen by calibration from its margins: where the resampled fits' interval was too wide to pick a block, its top or the measured curve's knee (97 % of its plateau), the smaller; where the measured curve reaches 97 % of its plateau only past the line's block, that crossing, at most twice the ladder block where it reaches 90 % and twice the line's block, as the ladder block nearest to it",
         ));
     }
     hint.reasons.push(Reason::new(
@@ -651,10 +648,11 @@ mod tests {
     }
 
     #[test]
-    fn the_median_of_blocks_is_taken_by_ratio() {
+    fn the_median_of_blocks_is_one_of_them_and_the_smaller_middle_one() {
         assert_eq!(median_block(&[]), None);
         assert_eq!(median_block(&[20_000]), Some(20_000));
-        assert_eq!(median_block(&[16 << 10, 64 << 10]), Some(32 << 10));
+        assert_eq!(median_block(&[64 << 10, 16 << 10]), Some(16 << 10));
+        assert_eq!(median_block(&[64 << 10, 16 << 10, 32 << 10, 128 << 10]), Some(32 << 10));
         assert_eq!(median_block(&[300 << 10, 128 << 10, 200 << 10, 316 << 10, 208 << 10]), Some(208 << 10));
     }
 
