@@ -109,14 +109,28 @@ impl CalibratedPath {
     }
 }
 
-/// The median of block sizes, the smaller of the two middle ones for an even count: a block one
-/// of the runs answered, never a blend none did (16 and 64 KiB pool to 16 KiB, not to the 32
-/// KiB neither measured), and the smaller because a block too small costs a share of the
-/// bandwidth where one too large holds the link for longer than its latency promised.
+/// The median of block sizes, taken by ratio: the middle one, or for an even count the
+/// geometric mean of the two middle ones (200 and 288 KiB pool to 240 KiB), except where both
+/// are ladder blocks (powers of two, as calibration's ladder is): then the smaller, because
+/// their blend is a block no run measured, and 32 and 64 KiB pooled to 45 KiB fell past twice
+/// a 16 KiB knee over the 2-core VM's shm. The smaller, because a block too small costs a share
+/// of the bandwidth where one too large holds the link for longer than its latency promised.
 pub fn median_block(blocks: &[u64]) -> Option<u64> {
     let mut sorted = blocks.to_vec();
     sorted.sort_unstable();
-    sorted.get(sorted.len().saturating_sub(1) / 2).copied()
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[middle]),
+        _ => {
+            let (below, above) = (sorted[middle - 1], sorted[middle]);
+            if below.is_power_of_two() && above.is_power_of_two() {
+                Some(below)
+            } else {
+                Some(((below as f64) * (above as f64)).sqrt().round() as u64)
+            }
+        }
+    }
 }
 
 impl CalibratedPath {
@@ -648,11 +662,13 @@ mod tests {
     }
 
     #[test]
-    fn the_median_of_blocks_is_one_of_them_and_the_smaller_middle_one() {
+    fn the_median_of_blocks_is_taken_by_ratio_and_never_blends_two_ladder_blocks() {
         assert_eq!(median_block(&[]), None);
         assert_eq!(median_block(&[20_000]), Some(20_000));
+        assert_eq!(median_block(&[288 << 10, 200 << 10]), Some(240 << 10));
         assert_eq!(median_block(&[64 << 10, 16 << 10]), Some(16 << 10));
         assert_eq!(median_block(&[64 << 10, 16 << 10, 32 << 10, 128 << 10]), Some(32 << 10));
+        assert_eq!(median_block(&[64 << 10, 36 << 10]), Some(48 << 10));
         assert_eq!(median_block(&[300 << 10, 128 << 10, 200 << 10, 316 << 10, 208 << 10]), Some(208 << 10));
     }
 
