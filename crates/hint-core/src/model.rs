@@ -631,7 +631,6 @@ fn alignment(profile: &PathProfile, reasons: &mut Vec<Reason>) -> u64 {
     align
 }
 
-/// The largest block allowed and why.
 /// `target` rounded up to a multiple of `align_bytes`, or down where up would overflow or pass
 /// `upper` (0 where no multiple fits).
 fn round_to_alignment(target: u64, align_bytes: u64, upper: u64) -> u64 {
@@ -668,6 +667,7 @@ pub fn bounded_block(
     Some(round_to_alignment(target, align_bytes.max(1), upper)).filter(|block| *block > 0)
 }
 
+/// The largest block allowed and why.
 fn upper_bound(profile: &PathProfile, policy: &HintPolicy) -> (u64, String) {
     let mut bounds = vec![
         (policy.max_block_bytes, format!("policy maximum block {} B", policy.max_block_bytes)),

@@ -451,8 +451,9 @@ pub fn calibrate(
     // The crossing is then answered as the ladder block nearest to it (by ratio): the curve was
     // measured at ladder blocks only, and a crossing a few per cent past one is interpolation
     // noise. Unsnapped, 2-core pools answered 33-40 KiB over shm where the sweeps' knee sat at
-    // 16 KiB, just past twice it, in 6 of 50 runs.
-    let raised = match (curve_crossing(&timings, CURVE_KNEE_SHARE), curve_crossing(&timings, KNEE_SHARE)) {
+    // 16 KiB, just past twice it, in 6 of 200 runs.
+    let crossing_97 = curve_crossing(&timings, CURVE_KNEE_SHARE);
+    let raised = match (crossing_97, curve_crossing(&timings, KNEE_SHARE)) {
         (Some(crossing), Some(knee)) if crossing > line => {
             let ladder = || timings.iter().map(|t| t.block_bytes as f64);
             let knee_block = ladder().filter(|block| *block >= knee).reduce(f64::min).unwrap_or(knee);
@@ -474,7 +475,7 @@ pub fn calibrate(
     // same host answered 896-960 KiB against the sweeps' 256 KiB knee (0 of 5), lowered 448-832
     // KiB against a 512 KiB one (5 of 5).
     let copy_engines_line = matches!(source, Device::Gpu(_)) && id == TransportId::STAGED_SHM;
-    let lowered = curve_crossing(&timings, CURVE_KNEE_SHARE)
+    let lowered = crossing_97
         .filter(|_| !copy_engines_line)
         .filter(|crossing| *crossing < line)
         .filter(|_| overshoots(&timings, spread.fixed_cost_us_median, spread.bandwidth_gbps_median, line))

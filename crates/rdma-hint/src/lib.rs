@@ -223,11 +223,11 @@ pub fn forget_calibrations(
     transport: &TransportId,
 ) -> Result<Option<std::path::PathBuf>, Error> {
     let Some(file) = measured::cache_file() else { return Ok(None) };
-    measured::store_calibration(&file, device, transport, None).map_err(|e| Error::Cache {
-        why: format!("writing {}: {e}", measured::calibration_file(&file).display()),
-    })?;
+    let calibrations = measured::calibration_file(&file);
+    measured::store_calibration(&file, device, transport, None)
+        .map_err(|e| Error::Cache { why: format!("writing {}: {e}", calibrations.display()) })?;
     HintCache::global().clear();
-    Ok(Some(measured::calibration_file(&file)))
+    Ok(Some(calibrations))
 }
 
 /// The path profile of `device` over the transport with id `transport`, as discovery found it

@@ -76,6 +76,30 @@ pub struct EarlierCalibration {
 }
 
 impl CalibratedPath {
+    /// An entry for `profile`'s path with the fitted `o` (µs) and `B` (GB/s), measured now,
+    /// without margins: what a hint is computed from.
+    pub fn fitted(
+        profile: &PathProfile,
+        fixed_cost_us: f64,
+        bandwidth_gbps: f64,
+        gradual: bool,
+    ) -> CalibratedPath {
+        CalibratedPath {
+            source: profile.source.id,
+            transport: profile.transport.id.clone(),
+            versions: profile.versions.clone(),
+            fixed_cost_us,
+            bandwidth_gbps,
+            fit_r2: 1.0,
+            gradual,
+            measured_at_unix: 0,
+            margins: None,
+            robust_block_bytes: None,
+            own_block_bytes: None,
+            earlier: Vec::new(),
+        }
+    }
+
     /// This calibration pooled with `previous`, the pair's stored one (same key): `previous`
     /// and the calibrations it pooled become [`CalibratedPath::earlier`], the newest
     /// [`POOLED_CALIBRATIONS`] − 1 of those measured at most [`POOL_MAX_AGE_S`] before this one
@@ -129,32 +153,6 @@ pub fn median_block(blocks: &[u64]) -> Option<u64> {
             } else {
                 Some(((below as f64) * (above as f64)).sqrt().round() as u64)
             }
-        }
-    }
-}
-
-impl CalibratedPath {
-    /// An entry for `profile`'s path with the fitted `o` (µs) and `B` (GB/s), measured now,
-    /// without margins: what a hint is computed from.
-    pub fn fitted(
-        profile: &PathProfile,
-        fixed_cost_us: f64,
-        bandwidth_gbps: f64,
-        gradual: bool,
-    ) -> CalibratedPath {
-        CalibratedPath {
-            source: profile.source.id,
-            transport: profile.transport.id.clone(),
-            versions: profile.versions.clone(),
-            fixed_cost_us,
-            bandwidth_gbps,
-            fit_r2: 1.0,
-            gradual,
-            measured_at_unix: 0,
-            margins: None,
-            robust_block_bytes: None,
-            own_block_bytes: None,
-            earlier: Vec::new(),
         }
     }
 }
