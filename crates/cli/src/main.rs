@@ -105,8 +105,9 @@ enum Command {
         /// Measuring time in milliseconds (at most 600000).
         #[arg(long, value_parser = units::parse_count, default_value = "1000")]
         budget_ms: u64,
-        /// Forget the path's earlier calibrations first: the hint then answers this run alone
-        /// (by default it answers the median of the last 5 calibrations of the day).
+        /// Start a new pool: the hint answers this run alone, and the path's earlier
+        /// calibrations are replaced once it is stored (a run that fails keeps them; by default
+        /// the hint answers the median of the last 5 calibrations of the day).
         #[arg(long)]
         fresh: bool,
         /// Print one JSON object: block_bytes, align_bytes, origin, fixed_cost_us,
@@ -409,17 +410,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Calibrate { path, budget_ms, fresh, json } => {
             let (transport, source) = path.resolve("shm")?;
-            if fresh {
-                rdma_hint::forget_calibrations(source, &transport)?;
-            }
             let token = token::ephemeral()?;
             let options = OpenOptions::default().token(&token);
-            let calibration = rdma_hint::calibrate_loopback(
-                &transport,
-                source,
-                &options,
-                std::time::Duration::from_millis(budget_ms),
-            )?;
+            let calibrate =
+                if fresh { rdma_hint::recalibrate_loopback } else { rdma_hint::calibrate_loopback };
+            let calibration =
+                calibrate(&transport, source, &options, std::time::Duration::from_millis(budget_ms))?;
             if json {
                 output::print_line(&serde_json::to_string_pretty(&calibrate::CalibrationJson::new(
                     &calibration,

@@ -152,13 +152,15 @@ fn calibrations_pool_until_fresh() {
     assert_eq!(pool.len(), runs, "{pooled}");
     assert_eq!(pool.last(), pooled["own_block_bytes"].as_u64().as_ref(), "{pooled}");
     let (block, align) = (pooled["block_bytes"].as_u64().unwrap(), pooled["align_bytes"].as_u64().unwrap());
-    // The median by ratio (the geometric mean of the middle two of an even pool), aligned up.
+    // The median by ratio (for an even pool the geometric mean of the middle two, or the
+    // smaller where both are ladder blocks), aligned up.
     let mut sorted = pool.clone();
     sorted.sort_unstable();
     let middle = sorted.len() / 2;
-    let median = match sorted.len() % 2 {
-        1 => sorted[middle],
-        _ => ((sorted[middle - 1] as f64) * (sorted[middle] as f64)).sqrt().round() as u64,
+    let median = match (sorted.len() % 2, sorted.get(middle.wrapping_sub(1))) {
+        (1, _) | (_, None) => sorted[middle],
+        (_, Some(&below)) if below.is_power_of_two() && sorted[middle].is_power_of_two() => below,
+        (_, Some(&below)) => ((below as f64) * (sorted[middle] as f64)).sqrt().round() as u64,
     };
     assert_eq!(block, median.next_multiple_of(align), "{pooled}");
     if runs > 1 {
@@ -171,10 +173,25 @@ fn calibrations_pool_until_fresh() {
         let e: Value = serde_json::from_slice(&estimate.stdout).unwrap();
         assert_eq!(e["pooled_calibrations"].as_u64(), Some(runs as u64), "{e}");
     }
+    // A fresh run that fails loses nothing: the pool is replaced only by a stored calibration.
+    let failed = rdma_hint(&dir, &["calibrate", "--channel", "shm", "--fresh", "--budget-ms", "1"]);
+    assert!(!failed.status.success());
+    let estimate = rdma_hint(&dir, &["estimate", "--channel", "shm", "--len", "1M", "--json"]);
+    assert!(
+        estimate.status.success(),
+        "a failed --fresh kept the pool: {}",
+        String::from_utf8_lossy(&estimate.stderr)
+    );
+    let e: Value = serde_json::from_slice(&estimate.stdout).unwrap();
+    assert_eq!(e["pooled_calibrations"].as_u64(), Some(runs as u64), "{e}");
     let fresh = calibrate(true);
     if fresh["fit_poor"].is_null() {
-        assert_eq!(blocks(&fresh).len(), 1, "--fresh forgets the pool: {fresh}");
+        assert_eq!(blocks(&fresh).len(), 1, "--fresh starts a new pool: {fresh}");
         assert_eq!(fresh["block_bytes"], fresh["own_block_bytes"], "{fresh}");
+        let next = calibrate(false);
+        if next["fit_poor"].is_null() {
+            assert_eq!(blocks(&next).len(), 2, "the new pool holds the fresh run and this one: {next}");
+        }
     }
     let _ = std::fs::remove_dir_all(dir);
 }

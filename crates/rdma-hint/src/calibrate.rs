@@ -179,6 +179,9 @@ pub const CURVE_KNEE_SHARE: f64 = 0.97;
 /// Bytes a timed transfer streams at most (fewer where the budget or the region is short):
 /// past the caches, as a sweep's transfers are.
 const UNIFORM_BYTES: u64 = 16 << 20;
+/// The share of a first round's time that one transfer of a ladder block larger than the
+/// uniform length may take at the first rate (it streams MIN_BLOCKS_PER_RUN blocks).
+const LARGE_BLOCK_SHARE: f64 = 1.0 / 3.0;
 
 /// How far a run of adjacent writes goes before the shared-memory paths stream its copies
 /// (`rdma_hint_stream_copy::STREAM_AFTER_BYTES`, 4 MiB), and a block more.
@@ -277,6 +280,27 @@ pub fn calibrate(
     remote: &RemoteRegion,
     budget: Duration,
 ) -> Result<Calibration, Error> {
+    let (calibration, entry) = measure(transport, source, local, remote, budget, Pool::Join)?;
+    Ok(keep(calibration, entry))
+}
+
+/// Whether a calibration joins the pair's stored calibrations of the day or starts anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    Join,
+    Restart,
+}
+
+/// Everything [`calibrate`] does but store: the calibration, and the entry to store (none for
+/// a poor fit), so that a caller can check the bytes that arrived before anything is kept.
+fn measure(
+    transport: &dyn Transport,
+    source: Device,
+    local: &LocalRegion,
+    remote: &RemoteRegion,
+    budget: Duration,
+    pool: Pool,
+) -> Result<(Calibration, Option<CalibratedPath>), Error> {
     if budget.is_zero() || budget > MAX_BUDGET {
         return Err(invalid(format!(
             "a budget of {budget:?}: give more than 0 s and at most {MAX_BUDGET:?}"
@@ -320,10 +344,26 @@ pub fn calibrate(
     // Every size streams the same bytes per transfer (as a sweep does, so all see the same
     // caches), unless the time cap below cuts the slowest: as many as a slot holds at the
     // first rate, at most UNIFORM_BYTES (and half the region); sizes whose MIN_BLOCKS_PER_RUN
-    // blocks do not fit that are left out.
+    // blocks do not fit that are left out. Where the first rate was taken at the ladder's
+    // smallest block (GPU memory's 64 KiB page), on the curve's steepest part, larger blocks
+    // join while their fewest blocks take at most LARGE_BLOCK_SHARE of a first round's share at
+    // that rate: over loopback tcp from GPU memory on an H100 host that rate (1.7 GB/s, under
+    // half the plateau) cut the ladder at 512 KiB-1 MiB where the sweeps still rose to 2 MiB,
+    // and calibration answered 256-448 KiB against their 512 KiB-1 MiB knee (4, 1 and 2 of 5
+    // met the rule; 5 and 5 with the longer ladder). Host memory's first rate, at the ladder's
+    // fifth block, is near its plateau already; a longer ladder there reads the loopback tcp
+    // curve's fall past 512 KiB and its noisy recovery at 2-4 MiB, and the 2-core machine's
+    // answers spread 4.3x.
     let uniform =
         ((rate_bytes_per_s * slot_s) as u64).clamp(MIN_BLOCKS_PER_RUN * align, UNIFORM_BYTES.min(region / 2));
-    ladder.retain(|block| block * MIN_BLOCKS_PER_RUN <= uniform || *block <= warm_block);
+    let large_s = budget_s * BASE_SHARE / (MIN_ROUNDS + 1) as f64 * LARGE_BLOCK_SHARE;
+    let steep_first_rate = warm_block <= align;
+    ladder.retain(|block| {
+        let fewest = block * MIN_BLOCKS_PER_RUN;
+        fewest <= uniform
+            || *block <= warm_block
+            || (steep_first_rate && fewest as f64 / rate_bytes_per_s <= large_s)
+    });
     if ladder.len() < 3 {
         return Err(invalid(format!(
             "the path moves {:.3} GB/s: {:.2} s is too short for {MIN_ROUNDS} rounds of three block sizes; give a longer budget",
@@ -516,6 +556,7 @@ pub fn calibrate(
             entry.own_block_bytes = Some(own);
             let previous = file
                 .as_deref()
+                .filter(|_| pool == Pool::Join)
                 .and_then(|file| measured::lookup_calibration(file, source, &id, &profile.versions));
             entry = entry.pooled_with(previous);
             let mut hint = measured::calibrated_hint(&profile, &policy, &model, &entry)?;
@@ -634,25 +675,11 @@ pub fn calibrate(
             (hint, None, None, None, None, Vec::new())
         }
     };
-    let (stored_in, not_stored) = match (stored, &file) {
-        (Some(entry), Some(file)) => match measured::store_calibration(file, source, &id, Some(entry)) {
-            Ok(()) => (Some(measured::calibration_file(file)), None),
-            Err(e) => {
-                let target = measured::calibration_file(file);
-                (None, Some(format!("cannot write {}: {e}", target.display())))
-            }
-        },
-        (None, _) => (None, Some("a poor fit is not kept".to_string())),
-        (Some(_), None) => {
-            (None, Some("no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".to_string()))
-        }
-    };
-    HintCache::global().clear();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     // A fit refused for its spread (every resample poor, or no block the margins can vouch for)
     // is reported as poor too: its `poor` says why the hint is not the fit's.
     let fit = PathFit { poor, ..fit };
-    Ok(Calibration {
+    let calibration = Calibration {
         source,
         transport: id,
         hint,
@@ -666,10 +693,32 @@ pub fn calibrate(
         points,
         elapsed_ms,
         budget_ms: budget_s * 1e3,
-        stored_in,
-        not_stored,
+        stored_in: None,
+        not_stored: None,
         written_bytes: path.cursor.written,
-    })
+    };
+    Ok((calibration, stored))
+}
+
+/// Stores `entry` (the pair's new pool) and says in `calibration` where, or why not.
+fn keep(mut calibration: Calibration, entry: Option<CalibratedPath>) -> Calibration {
+    let file = measured::cache_file();
+    let (source, id) = (calibration.source, &calibration.transport);
+    (calibration.stored_in, calibration.not_stored) = match (entry, &file) {
+        (Some(entry), Some(file)) => match measured::store_calibration(file, source, id, Some(entry)) {
+            Ok(()) => (Some(measured::calibration_file(file)), None),
+            Err(e) => {
+                let target = measured::calibration_file(file);
+                (None, Some(format!("cannot write {}: {e}", target.display())))
+            }
+        },
+        (None, _) => (None, Some("a poor fit is not kept".to_string())),
+        (Some(_), None) => {
+            (None, Some("no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".to_string()))
+        }
+    };
+    HintCache::global().clear();
+    calibration
 }
 
 /// The time `cap` that cuts the longest of `estimates` (seconds) so that they add up to
@@ -906,12 +955,38 @@ fn flatness(timings: &[BlockTiming], entry: &CalibratedPath, hint_bytes: u64) ->
 
 /// [`calibrate`] over both ends of `id` in this process ([`LoopbackPair`], regions of
 /// [`LOOPBACK_REGION_BYTES`]), then checks that the bytes arrived: a path that corrupts data
-/// is not calibrated.
+/// is not calibrated, and nothing of it is stored.
+///
+/// The calibration joins the pair's pool: the hint answers the median block of the last
+/// [`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) calibrations of the day.
 pub fn calibrate_loopback(
     id: &TransportId,
     source: Device,
     options: &OpenOptions,
     budget: Duration,
+) -> Result<Calibration, Error> {
+    loopback(id, source, options, budget, Pool::Join)
+}
+
+/// [`calibrate_loopback`], but this calibration starts a new pool and the hint answers it
+/// alone (after moving a card or a NIC, which the driver versions do not tell). The pair's
+/// earlier calibrations are replaced only once this one is stored: a run that fails, or fits
+/// poorly, leaves them as they were.
+pub fn recalibrate_loopback(
+    id: &TransportId,
+    source: Device,
+    options: &OpenOptions,
+    budget: Duration,
+) -> Result<Calibration, Error> {
+    loopback(id, source, options, budget, Pool::Restart)
+}
+
+fn loopback(
+    id: &TransportId,
+    source: Device,
+    options: &OpenOptions,
+    budget: Duration,
+    pool: Pool,
 ) -> Result<Calibration, Error> {
     // An unknown device or transport is named before any memory is registered.
     crate::profile_of(source, id)?;
@@ -919,7 +994,7 @@ pub fn calibrate_loopback(
     let pair = LoopbackPair::open(id, source, LOOPBACK_REGION_BYTES, options, deadline)?;
     let pattern: Vec<u8> = (0..LOOPBACK_REGION_BYTES).map(|i| (i * 7 % 251) as u8).collect();
     pair.sender.write_region(pair.local.id, 0, &pattern)?;
-    let calibration = calibrate(&*pair.sender, source, &pair.local, &pair.remote, budget)?;
+    let (calibration, entry) = measure(&*pair.sender, source, &pair.local, &pair.remote, budget, pool)?;
     let moved = calibration.written_bytes as usize;
     let mut landed = vec![0u8; moved];
     pair.receiver.read_region(pair.target.id, 0, &mut landed)?;
@@ -928,7 +1003,7 @@ pub fn calibrate_loopback(
             "{id}: the bytes that arrived during calibration differ from those sent"
         ))));
     }
-    Ok(calibration)
+    Ok(keep(calibration, entry))
 }
 
 #[cfg(test)]

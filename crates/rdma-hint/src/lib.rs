@@ -87,7 +87,7 @@ mod profiles;
 
 pub use backends::{Absence, BackendDetail};
 pub use cache::{HintCache, HintKey};
-pub use calibrate::{calibrate, calibrate_loopback, Calibration};
+pub use calibrate::{calibrate, calibrate_loopback, recalibrate_loopback, Calibration};
 pub use error::Error;
 pub use estimate::{estimate, Estimate};
 pub use loopback::{LoopbackLanes, LoopbackPair};

@@ -55,6 +55,14 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
             get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone())).unwrap();
         assert_eq!(pooled.block_bytes, second.hint.block_bytes);
     }
+    // A recalibration (after moving a card) starts a new pool of its own run.
+    let fresh =
+        rdma_hint::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), DEFAULT_BUDGET)
+            .unwrap();
+    if fresh.fit.poor.is_none() {
+        assert_eq!(fresh.pooled_blocks_bytes, [fresh.own_block_bytes.unwrap()]);
+        assert_eq!(Some(fresh.hint.block_bytes), fresh.own_block_bytes);
+    }
     assert!(rdma_hint::forget_calibrations(Device::Host(0), &id).unwrap().is_some());
     let forgotten = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id)).unwrap();
     assert_ne!(forgotten.origin, Origin::Calibrated, "forgotten: {forgotten:?}");
