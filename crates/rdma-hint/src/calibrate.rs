@@ -480,18 +480,6 @@ fn measure(
     let line = spread.block_bytes_median;
     let top = Some(spread.block_bytes.high as u64).filter(|_| spread.block_bytes.high.is_finite());
     let robust_choice = robust_choice(line, top, curve_knee);
-    // At most twice the first ladder block at or above where the curve reaches 90 % (a sweep
-    // reads its knee as that ladder block, and a run meets the rule up to twice its knee) and
-    // twice the line's block: past that the crossing is a dip or a noisy plateau. The block
-    // below the crossing was tried first, against a sweep's knee moving down a block: on the
-    // 2-core VM the shm sweeps' median knees sat at or above it in every batch, and with the
-    // block above, alternating batches met 5, 4 and 4, 5 of 5 (staged shm, UCX shm) where the
-    // block below met 3, 3 and 4, 3.
-    //
-    // The crossing is then answered as the ladder block nearest to it (by ratio): the curve was
-    // measured at ladder blocks only, and a crossing a few per cent past one is interpolation
-    // noise. Unsnapped, 2-core pools answered 33-40 KiB over shm where the sweeps' knee sat at
-    // 16 KiB, just past twice it, in 6 of 200 runs.
     let crossing_97 = curve_crossing(&timings, CURVE_KNEE_SHARE);
     let raised = raised_block(&timings, line, crossing_97);
     // Where the line promises more at its block than the curve's robust plateau (its `B` is
@@ -886,10 +874,22 @@ fn robust_choice(line: f64, top: Option<u64>, curve_knee: Option<u64>) -> Option
 }
 
 /// The raised answer, where the curve reaches 97 % of its plateau (`crossing_97`, bytes) only
-/// past the line's block `line`: the ladder block nearest that crossing, at most twice the
-/// ladder block where the curve reaches 90 % and at most twice `line`, snapped as well: a
-/// 48 KiB bound taken to 64 KiB past a 24 KiB line answered twice the 2-core VM's 16 KiB shm
-/// knee in the first run of two batches in a row.
+/// past the line's block `line`: the ladder block nearest that crossing (by ratio), at most
+/// twice the first ladder block at or above where the curve reaches 90 % and at most twice
+/// `line`.
+///
+/// The first bound because a sweep reads its knee as that ladder block and a run meets the
+/// rule up to twice its knee; past both bounds the crossing is a dip or a noisy plateau. The
+/// block below the crossing was tried first, against a sweep's knee moving down a block: on the
+/// 2-core VM the shm sweeps' median knees sat at or above it in every batch, and with the block
+/// above, alternating batches met 5, 4 and 4, 5 of 5 (staged shm, UCX shm) where the block
+/// below met 3, 3 and 4, 3.
+///
+/// Snapped, because the curve was measured at ladder blocks only and a crossing a few per cent
+/// past one is interpolation noise: unsnapped, 2-core pools answered 33-40 KiB over shm where
+/// the sweeps' knee sat at 16 KiB, just past twice it, in 6 of 200 runs. The bounds hold for
+/// the snapped block too: a 48 KiB bound taken to 64 KiB past a 24 KiB line answered twice the
+/// 2-core VM's 16 KiB shm knee in the first run of two batches in a row.
 fn raised_block(timings: &[BlockTiming], line: f64, crossing_97: Option<f64>) -> Option<u64> {
     let (crossing, knee) = (crossing_97?, curve_crossing(timings, KNEE_SHARE)?);
     if crossing <= line {
