@@ -224,6 +224,7 @@ impl StagedTransport {
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         let entry = regions.get(region)?;
         admit(entry)?;
+        regions.check_unheld(region)?;
         if self.peer_may_write(entry) {
             return Err(busy_exposed(region));
         }
@@ -469,6 +470,14 @@ impl Transport for StagedTransport {
             false => Err(not_caller_memory()),
         };
         self.take_region(region, caller_only)?.into_caller().map_err(|_| not_caller_memory())
+    }
+
+    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).hold(region)
+    }
+
+    fn unhold(&self, region: RegionId) {
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).unhold(region);
     }
 
     fn access_region(

@@ -504,6 +504,14 @@ impl Transport for UcxTransport {
         region.into_caller().ok_or_else(not_caller_memory)
     }
 
+    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
+        self.group.regions.write().unwrap_or_else(PoisonError::into_inner).hold(region)
+    }
+
+    fn unhold(&self, region: RegionId) {
+        self.group.regions.write().unwrap_or_else(PoisonError::into_inner).unhold(region);
+    }
+
     fn access_region(
         &self,
         region: RegionId,
@@ -702,6 +710,7 @@ impl UcxTransport {
         }
         let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         admit(table.get(region)?)?;
+        table.check_unheld(region)?;
         let taken = table.remove(region)?;
         // Unmapped with every engine still held: on a context UCX does not lock, its only
         // lane's progress must not run beside the unmap.

@@ -534,6 +534,7 @@ impl VerbsTransport {
         // posting lock) between the in-flight check and the removal.
         let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         admit(table.get(region)?)?;
+        table.check_unheld(region)?;
         self.check_idle(region)?;
         table.remove(region)
     }
@@ -649,6 +650,14 @@ impl Transport for VerbsTransport {
         let region =
             self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller_memory()) })?;
         region.into_caller().ok_or_else(not_caller_memory)
+    }
+
+    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).hold(region)
+    }
+
+    fn unhold(&self, region: RegionId) {
+        self.regions.write().unwrap_or_else(PoisonError::into_inner).unhold(region);
     }
 
     fn access_region(

@@ -11,6 +11,7 @@ use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
 use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
 use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_toolkit::region_table::busy_held;
 use rdma_hint_toolkit::wait::WaitModeCell;
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -26,6 +27,8 @@ struct Regions {
     exposed: Vec<bool>,
     /// Whether the buffer is the caller's (a `Vec<u8>` given to `register_memory`).
     caller: Vec<bool>,
+    /// Transfers queued or in flight that name the region ([`Transport::hold`]).
+    holds: Vec<u32>,
 }
 
 /// Two (or more) regions in one process, connected to itself.
@@ -123,6 +126,7 @@ impl LoopbackTransport {
         regions.buffers.push(Some(buffer));
         regions.exposed.push(false);
         regions.caller.push(caller);
+        regions.holds.push(0);
         LocalRegion { id, kind: MemoryKind::Host, len }
     }
 
@@ -219,8 +223,24 @@ impl Transport for LoopbackTransport {
         if regions.exposed[index] {
             return Err(busy_exposed(region));
         }
+        if regions.holds[index] > 0 {
+            return Err(busy_held(region));
+        }
         let taken = regions.buffers[index].take().ok_or(TransportError::UnregisteredRegion(region))?;
         Ok(CallerMemory::from(taken))
+    }
+
+    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
+        let mut regions = self.regions();
+        buffer(&regions, region)?;
+        regions.holds[region.0 as usize] += 1;
+        Ok(())
+    }
+
+    fn unhold(&self, region: RegionId) {
+        if let Some(holds) = self.regions().holds.get_mut(region.0 as usize) {
+            *holds = holds.saturating_sub(1);
+        }
     }
 
     /// Posts copy at once, so nothing is ever in flight.
@@ -247,6 +267,9 @@ impl Transport for LoopbackTransport {
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
         let mut regions = self.regions();
         let index = region.0 as usize;
+        if regions.holds.get(index).is_some_and(|holds| *holds > 0) {
+            return Err(busy_held(region));
+        }
         match regions.buffers.get_mut(index) {
             Some(slot @ Some(_)) => {
                 *slot = None;

@@ -133,6 +133,10 @@ impl Pipeline {
         deadline: Instant,
     ) -> Result<TransferReport, TransferError> {
         self.check_remote(plan, transfer.remote, transfer.remote_offset)?;
+        // Held until this returns or is dropped: the source can be neither released nor its
+        // id reused for other memory while blocks of it are still to be posted.
+        let _held = SourceHold::take(transport, transfer.local.id)
+            .map_err(|source| TransferError::Transport { source, confirmed_bytes: 0 })?;
         self.sequence = self.sequence.wrapping_add(1);
         let job = Job {
             plan: *plan,
@@ -311,4 +315,23 @@ struct Progress {
     retired: u64,
     doorbells: u64,
     schedule: SignalSchedule,
+}
+
+/// A transfer's hold on its source region ([`Transport::hold`]), ended when dropped.
+struct SourceHold<'t, T: Transport + ?Sized> {
+    transport: &'t T,
+    region: RegionId,
+}
+
+impl<'t, T: Transport + ?Sized> SourceHold<'t, T> {
+    fn take(transport: &'t T, region: RegionId) -> Result<Self, TransportError> {
+        transport.hold(region)?;
+        Ok(SourceHold { transport, region })
+    }
+}
+
+impl<T: Transport + ?Sized> Drop for SourceHold<'_, T> {
+    fn drop(&mut self) {
+        self.transport.unhold(self.region);
+    }
 }

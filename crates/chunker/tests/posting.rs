@@ -23,6 +23,8 @@ mock! {
         fn wait_mode(&self) -> WaitMode;
         fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;
         fn deregister(&self, region: RegionId) -> Result<(), TransportError>;
+        fn hold(&self, region: RegionId) -> Result<(), TransportError>;
+        fn unhold(&self, region: RegionId);
         fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError>;
         fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError>;
         fn copied_bytes(&self) -> rdma_hint_core::CopiedBytes;
@@ -69,6 +71,8 @@ struct Wire {
 
 fn nic_with_wire(caps: Capabilities, wire: Arc<Mutex<Wire>>, fail_wr: Option<u64>) -> MockNic {
     let mut nic = MockNic::new();
+    nic.expect_hold().returning(|_| Ok(()));
+    nic.expect_unhold().return_const(());
     nic.expect_capabilities().return_const(caps);
     let posting = wire.clone();
     nic.expect_post_writes().returning(move |ops| {
@@ -182,6 +186,8 @@ fn failed_completion_reports_confirmed_prefix() {
 #[test]
 fn silent_transport_hits_the_deadline_instead_of_hanging() {
     let mut nic = MockNic::new();
+    nic.expect_hold().returning(|_| Ok(()));
+    nic.expect_unhold().return_const(());
     nic.expect_capabilities().return_const(caps(64, 16));
     nic.expect_post_writes().returning(|_| Ok(()));
     nic.expect_poll_completions().returning(|_| Ok(0));
@@ -211,6 +217,8 @@ fn silent_transport_hits_the_deadline_instead_of_hanging() {
 #[test]
 fn post_error_stops_the_transfer() {
     let mut nic = MockNic::new();
+    nic.expect_hold().returning(|_| Ok(()));
+    nic.expect_unhold().return_const(());
     nic.expect_capabilities().return_const(caps(64, 16));
     nic.expect_post_writes().times(1).returning(|_| Err(TransportError::PeerGone("reset".into())));
     let result = run(&nic, PostPolicy::default(), 1 << 20, 65536);
@@ -223,6 +231,8 @@ fn post_error_stops_the_transfer() {
 #[test]
 fn bad_remote_ranges_fail_before_posting() {
     let mut nic = MockNic::new();
+    nic.expect_hold().returning(|_| Ok(()));
+    nic.expect_unhold().return_const(());
     nic.expect_capabilities().return_const(caps(64, 16));
     nic.expect_post_writes().never();
     let mut pipeline = Pipeline::new(PostPolicy::default(), nic.capabilities()).unwrap();

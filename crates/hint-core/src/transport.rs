@@ -602,6 +602,16 @@ pub trait Transport: Send + Sync {
         Err(TransportError::UnregisteredRegion(region))
     }
 
+    /// Marks `region` as named by a transfer that is queued or in flight (a transfer engine
+    /// calls it when it takes the transfer): until as many [`unhold`](Transport::unhold)s,
+    /// [`release`](Transport::release) and [`deregister`](Transport::deregister) answer
+    /// [`TransportError::RegionBusy`], so the memory cannot go, nor its id be handed to other
+    /// memory, while something may still post from it. Counted: every hold needs its unhold.
+    fn hold(&self, region: RegionId) -> Result<(), TransportError>;
+
+    /// Ends one [`hold`](Transport::hold) of `region`.
+    fn unhold(&self, region: RegionId);
+
     /// Lends `access` the bytes of a host region in place (no copy), to fill before sending or
     /// read once the peer is done. [`TransportError::RegionBusy`] while an op this transport
     /// posted may still read the region, and while the region is exposed to a connected (or

@@ -34,10 +34,21 @@ pub trait RegionLen {
 #[derive(Debug)]
 pub struct RegionTable<T> {
     /// Each live region with the bytes the transport allocated for it (0 for caller memory).
-    slots: Vec<Option<(T, u64)>>,
+    slots: Vec<Option<Slot<T>>>,
     max: usize,
     memory_cap: Option<u64>,
     held_bytes: u64,
+}
+
+/// One live region of a [`RegionTable`].
+#[derive(Debug)]
+struct Slot<T> {
+    region: T,
+    /// Bytes the transport allocated for it (0 for caller memory).
+    held_bytes: u64,
+    /// Queued transfers that name it ([`RegionTable::hold`]): while any does, it cannot be
+    /// removed, so its id cannot be handed to other memory under them.
+    holds: u32,
 }
 
 impl<T> RegionTable<T> {
@@ -125,49 +136,99 @@ impl<T> RegionTable<T> {
                 self.slots.len() - 1
             }
         };
-        self.slots[index] = Some((region, held_bytes));
+        self.slots[index] = Some(Slot { region, held_bytes, holds: 0 });
         RegionId(index as u32)
+    }
+
+    /// Marks `id` as named by a transfer that is queued or in flight: until as many
+    /// [`unhold`](RegionTable::unhold)s, [`remove`](RegionTable::remove) answers
+    /// [`TransportError::RegionBusy`], so neither the memory nor the id can change under it.
+    ///
+    /// ```
+    /// use rdma_hint_core::TransportError;
+    /// use rdma_hint_toolkit::RegionTable;
+    /// let mut table = RegionTable::new(4);
+    /// let id = table.insert_with(4096, || Ok("a")).unwrap();
+    /// table.hold(id).unwrap();
+    /// assert!(matches!(table.remove(id), Err(TransportError::RegionBusy { .. })));
+    /// table.unhold(id);
+    /// assert_eq!(table.remove(id).unwrap(), "a");
+    /// ```
+    pub fn hold(&mut self, id: RegionId) -> Result<(), TransportError> {
+        let slot = self.slot_mut(id)?;
+        slot.holds = slot.holds.checked_add(1).ok_or(TransportError::RegionBusy {
+            region: id,
+            why: "4 294 967 295 transfers already name it",
+        })?;
+        Ok(())
+    }
+
+    /// Ends one [`hold`](RegionTable::hold) of `id` (none held, or not registered: nothing).
+    pub fn unhold(&mut self, id: RegionId) {
+        if let Ok(slot) = self.slot_mut(id) {
+            slot.holds = slot.holds.saturating_sub(1);
+        }
+    }
+
+    fn slot_mut(&mut self, id: RegionId) -> Result<&mut Slot<T>, TransportError> {
+        match self.slots.get_mut(id.0 as usize) {
+            Some(Some(slot)) => Ok(slot),
+            _ => Err(TransportError::UnregisteredRegion(id)),
+        }
     }
 
     /// The region registered as `id`.
     #[inline]
     pub fn get(&self, id: RegionId) -> Result<&T, TransportError> {
         match self.slots.get(id.0 as usize) {
-            Some(Some((region, _))) => Ok(region),
+            Some(Some(slot)) => Ok(&slot.region),
             _ => Err(TransportError::UnregisteredRegion(id)),
         }
     }
 
     /// The region registered as `id`, mutably.
     pub fn get_mut(&mut self, id: RegionId) -> Result<&mut T, TransportError> {
-        match self.slots.get_mut(id.0 as usize) {
-            Some(Some((region, _))) => Ok(region),
+        self.slot_mut(id).map(|slot| &mut slot.region)
+    }
+
+    /// `Ok` unless a queued transfer holds `id` ([`hold`](RegionTable::hold)); an
+    /// unregistered id is [`TransportError::UnregisteredRegion`].
+    pub fn check_unheld(&self, id: RegionId) -> Result<(), TransportError> {
+        match self.slots.get(id.0 as usize) {
+            Some(Some(slot)) if slot.holds > 0 => Err(busy_held(id)),
+            Some(Some(_)) => Ok(()),
             _ => Err(TransportError::UnregisteredRegion(id)),
         }
     }
 
-    /// Unregisters `id` and hands its region back.
+    /// Unregisters `id` and hands its region back; [`TransportError::RegionBusy`] while a
+    /// queued transfer holds it.
     pub fn remove(&mut self, id: RegionId) -> Result<T, TransportError> {
-        let (region, held) = self
-            .slots
-            .get_mut(id.0 as usize)
-            .and_then(Option::take)
-            .ok_or(TransportError::UnregisteredRegion(id))?;
-        self.held_bytes -= held;
-        Ok(region)
+        self.check_unheld(id)?;
+        let slot = self.slots[id.0 as usize].take().ok_or(TransportError::UnregisteredRegion(id))?;
+        self.held_bytes -= slot.held_bytes;
+        Ok(slot.region)
     }
 
     /// The live regions with their ids, in id order.
     pub fn iter(&self) -> impl Iterator<Item = (RegionId, &T)> + '_ {
         (self.slots.iter().enumerate())
-            .filter_map(|(index, slot)| slot.as_ref().map(|(region, _)| (RegionId(index as u32), region)))
+            .filter_map(|(index, slot)| slot.as_ref().map(|slot| (RegionId(index as u32), &slot.region)))
     }
 
     /// Unregisters every region, with its id, in id order.
     pub fn drain(&mut self) -> impl Iterator<Item = (RegionId, T)> + '_ {
         self.held_bytes = 0;
         (self.slots.drain(..).enumerate())
-            .filter_map(|(index, slot)| slot.map(|(region, _)| (RegionId(index as u32), region)))
+            .filter_map(|(index, slot)| slot.map(|slot| (RegionId(index as u32), slot.region)))
+    }
+}
+
+/// `RegionBusy`: a queued or running transfer names `region`.
+pub fn busy_held(region: RegionId) -> TransportError {
+    TransportError::RegionBusy {
+        region,
+        why: "a transfer queued or in flight names it; wait for the transfer (or cancel it and wait) first",
     }
 }
 

@@ -26,6 +26,7 @@
 
 mod backend;
 pub mod contract;
+mod lanes;
 mod pair;
 pub mod peer;
 
@@ -75,6 +76,7 @@ macro_rules! suite {
                 the_engine_moves_mixed_transfers_to_two_peers_over_their_lanes,
                 the_engine_fails_transfers_to_a_peer_that_goes_away_in_time,
                 the_engine_packs_scattered_pages_at_the_hint,
+                a_source_an_engine_transfer_names_is_held_until_collected,
             );
         }
     };

@@ -77,6 +77,12 @@ impl Transport for TimedPosts {
     fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
         self.inner.deregister(region)
     }
+    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
+        self.inner.hold(region)
+    }
+    fn unhold(&self, region: RegionId) {
+        self.inner.unhold(region)
+    }
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
         self.inner.write_region(region, offset, data)
     }

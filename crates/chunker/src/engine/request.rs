@@ -192,6 +192,15 @@ pub enum RequestError {
     /// A peer with no lane, too many lanes, or too many peers.
     #[error("invalid peer: {0}")]
     InvalidPeer(String),
+    /// The local region cannot be held for the transfer on the peer's lanes (not registered
+    /// there, say).
+    #[error("local region {id:?}: {why}")]
+    LocalRegion {
+        /// The region named.
+        id: RegionId,
+        /// What the lane answered.
+        why: String,
+    },
     /// Every lane of the peer's connection has failed: open a new connection.
     #[error("every lane to the peer has failed ({0}); add a new connection")]
     PeerGone(String),

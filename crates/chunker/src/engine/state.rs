@@ -112,6 +112,8 @@ struct Slot {
     cancelled: bool,
     /// Lanes its blocks went to, a bit each.
     lanes_used: u16,
+    /// Whether it holds its local region on every lane of its peer ([`Transport::hold`]).
+    holds_source: bool,
 }
 
 impl Lane {
@@ -177,6 +179,7 @@ impl Slot {
             in_flight: 0,
             cancelled: false,
             lanes_used: 0,
+            holds_source: false,
         }
     }
 
@@ -509,6 +512,13 @@ impl State {
                     let max_transfers = self.max_transfers();
                     return Err((RequestError::Full { max_transfers }, Box::new(request)));
                 };
+                // Held from here until the slot is freed: the source can be neither released
+                // nor its id reused for other memory while a block of it may still be posted.
+                if let Err(error) = self.hold_source(peer, request.local.id) {
+                    self.free.push(index);
+                    let (id, why) = (request.local.id, error.to_string());
+                    return Err((RequestError::LocalRegion { id, why }, Box::new(request)));
+                }
                 let slot = &mut self.slots[index as usize];
                 slot.generation += 1;
                 *slot = Slot {
@@ -530,6 +540,7 @@ impl State {
                     in_flight: 0,
                     cancelled: false,
                     lanes_used: 0,
+                    holds_source: true,
                 };
                 let peer = &mut self.peers[peer as usize];
                 match request.class {
@@ -657,9 +668,32 @@ impl State {
     /// Frees a slot whose result was collected and whose last block retired, and wakes the
     /// submitters waiting for room.
     fn release(&mut self, index: u32) {
+        self.unhold_source(index);
         self.slots[index as usize].phase = Phase::Free;
         self.free.push(index);
         self.room_waiters.drain(..).for_each(Waker::wake);
+    }
+
+    /// Holds `region` on every lane of `peer` (lanes may share one region table, or not:
+    /// holds are counted either way); all or none.
+    fn hold_source(&self, peer: u32, region: RegionId) -> Result<(), TransportError> {
+        let lanes = &self.peers[peer as usize].lanes;
+        for (index, lane) in lanes.iter().enumerate() {
+            if let Err(error) = lane.transport.hold(region) {
+                lanes[..index].iter().for_each(|lane| lane.transport.unhold(region));
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the hold a transfer took on its source at submit (once).
+    fn unhold_source(&mut self, index: u32) {
+        let slot = &mut self.slots[index as usize];
+        if std::mem::take(&mut slot.holds_source) {
+            let (peer, region) = (slot.peer as usize, slot.local);
+            self.peers[peer].lanes.iter().for_each(|lane| lane.transport.unhold(region));
+        }
     }
 
     /// Has `waker` woken when `id` ends (`false`: it already has, or is unknown).
@@ -1198,6 +1232,9 @@ impl State {
                 let confirmed_bytes = slot.confirmed;
                 self.finish(index as u32, Err(EngineError::Cancelled { confirmed_bytes }));
             }
+            // Nothing is posted or retired after this: the transports' own in-flight checks
+            // guard what is still posted.
+            self.unhold_source(index as u32);
         }
         self.room_waiters.drain(..).for_each(Waker::wake);
         for peer in &mut self.peers {
