@@ -81,6 +81,49 @@ fn a_planted_link_is_never_written_through() {
     let _ = std::fs::remove_dir_all(cache);
 }
 
+/// A cache directory that is a link (to a directory of this user, mode 0700: what the old
+/// check, which followed links, accepted) is not used: calibrate stores nothing through it
+/// and says why (before, it stored `calibrated.json` wherever the link pointed).
+#[test]
+fn a_linked_cache_directory_is_not_used() {
+    let base = scratch("linked-dir");
+    let (real, link) = (base.join("real"), base.join("link"));
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let calibrate = bounded(&link, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
+    assert!(calibrate.status.success(), "{}", stderr(&calibrate));
+    assert!(stderr(&calibrate).contains("a symbolic link"), "{}", stderr(&calibrate));
+    assert!(!real.join("calibrated.json").exists(), "stored through a linked cache directory");
+    let _ = std::fs::remove_dir_all(base);
+}
+
+/// A calibration entry whose figures are numbers but lie past what the model takes (`o` of
+/// 2 s, `B` of 2 PB/s) is ignored with a warning naming the file: probe answers every path
+/// (before, the path's hint failed with "invalid path profile" in probe, estimate and sweep).
+#[test]
+fn an_out_of_range_calibration_is_ignored_with_a_warning() {
+    let cache = scratch("calibration-range");
+    let calibrate = bounded(&cache, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
+    assert!(calibrate.status.success(), "{}", stderr(&calibrate));
+    let file = cache.join("calibrated.json");
+    let stored = std::fs::read(&file).unwrap();
+    for (field, value) in [("fixed_cost_us", 2e6), ("bandwidth_gbps", 2e6)] {
+        let mut entries: Value = serde_json::from_slice(&stored).unwrap();
+        for entry in entries.as_array_mut().unwrap() {
+            entry[field] = Value::from(value);
+        }
+        std::fs::write(&file, serde_json::to_vec(&entries).unwrap()).unwrap();
+        let probe = bounded(&cache, &["probe"], Duration::from_secs(60));
+        assert!(probe.status.success(), "{field} {value}: {}", stderr(&probe));
+        let report = String::from_utf8_lossy(&probe.stdout).into_owned();
+        assert!(!report.contains("invalid path profile"), "{field} {value}: {report}");
+        assert!(stderr(&probe).contains("invalid hint cache entry"), "{field} {value}: {}", stderr(&probe));
+        assert!(probe_hint(&cache)["block_bytes"].as_u64().is_some_and(|b| b > 0), "{field} {value}");
+    }
+    let _ = std::fs::remove_dir_all(cache);
+}
+
 #[test]
 fn a_fifo_or_an_endless_file_is_not_read() {
     let cache = scratch("fifo");

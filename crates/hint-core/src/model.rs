@@ -318,6 +318,37 @@ pub struct FittedCosts {
     pub bandwidth_gbps: f64,
 }
 
+impl FittedCosts {
+    /// Whether the model can take them: `B` in (0, 10⁶] GB/s, `o` in [0, 10⁶] µs (the bounds
+    /// of a path profile's own figures). A stored calibration is checked with this before it
+    /// is used, so one out-of-range entry is ignored rather than failing every hint.
+    ///
+    /// ```
+    /// use rdma_hint_core::model::FittedCosts;
+    /// assert!(FittedCosts { fixed_cost_us: 1.5, bandwidth_gbps: 20.0 }.check().is_ok());
+    /// assert!(FittedCosts { fixed_cost_us: 2e6, bandwidth_gbps: 20.0 }.check().is_err());
+    /// assert!(FittedCosts { fixed_cost_us: 1.5, bandwidth_gbps: 2e6 }.check().is_err());
+    /// ```
+    pub fn check(&self) -> Result<(), HintError> {
+        let FittedCosts { fixed_cost_us, bandwidth_gbps } = *self;
+        if !(bandwidth_gbps.is_finite() && bandwidth_gbps > 0.0 && bandwidth_gbps <= MAX_WIRE_GBPS) {
+            return Err(HintError::InvalidProfile {
+                field: "bandwidth_gbps",
+                value: bandwidth_gbps.to_string(),
+                why: "a fitted bandwidth must be in (0, 10⁶] GB/s",
+            });
+        }
+        if !(fixed_cost_us.is_finite() && (0.0..=MAX_PER_OP_US).contains(&fixed_cost_us)) {
+            return Err(HintError::InvalidProfile {
+                field: "fixed_cost_us",
+                value: fixed_cost_us.to_string(),
+                why: "a fitted fixed cost must be in [0, 10⁶] µs",
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The hint for one path from `o` and `B` fitted on it instead of the model's constants: the
 /// alignment, the bounds and the route checks (GPUDirect, NUMA) stay the model's.
 ///
@@ -337,21 +368,8 @@ pub fn compute_hint_fitted(
 ) -> Result<SizeHint, HintError> {
     policy.validate()?;
     check_profile(profile)?;
+    fitted.check()?;
     let FittedCosts { fixed_cost_us, bandwidth_gbps } = fitted;
-    if !(bandwidth_gbps.is_finite() && bandwidth_gbps > 0.0 && bandwidth_gbps <= MAX_WIRE_GBPS) {
-        return Err(HintError::InvalidProfile {
-            field: "bandwidth_gbps",
-            value: bandwidth_gbps.to_string(),
-            why: "a fitted bandwidth must be in (0, 10⁶] GB/s",
-        });
-    }
-    if !(fixed_cost_us.is_finite() && (0.0..=MAX_PER_OP_US).contains(&fixed_cost_us)) {
-        return Err(HintError::InvalidProfile {
-            field: "fixed_cost_us",
-            value: fixed_cost_us.to_string(),
-            why: "a fitted fixed cost must be in [0, 10⁶] µs",
-        });
-    }
     // The model's own B and o are computed for its route checks, then replaced.
     let mut model_reasons = Vec::new();
     let (model_bandwidth, model_cost) = bandwidth_and_cost(profile, &mut model_reasons)?;

@@ -195,14 +195,10 @@ impl Entry for CalibratedPath {
     }
 
     fn check(&self) -> Result<(), String> {
-        let positive = |what: &str, value: f64| match value.is_finite() && value > 0.0 {
-            true => Ok(()),
-            false => Err(format!("{what} {value} is not a positive number")),
-        };
-        positive("bandwidth_gbps", self.bandwidth_gbps)?;
-        if !(self.fixed_cost_us.is_finite() && self.fixed_cost_us >= 0.0) {
-            return Err(format!("fixed_cost_us {} is not a time", self.fixed_cost_us));
-        }
+        // The model's own bounds: an entry it would refuse must be ignored here, not fail
+        // every hint of its path later.
+        let fitted = FittedCosts { fixed_cost_us: self.fixed_cost_us, bandwidth_gbps: self.bandwidth_gbps };
+        fitted.check().map_err(|error| error.to_string())?;
         let earlier_blocks = self.earlier.iter().map(|e| e.block_bytes);
         for block in
             [self.robust_block_bytes, self.own_block_bytes].into_iter().flatten().chain(earlier_blocks)
@@ -630,6 +626,10 @@ mod tests {
         assert!(CalibratedPath { robust_block_bytes: Some(u64::MAX), ..entry.clone() }.check().is_err());
         assert!(CalibratedPath { own_block_bytes: Some(0), ..entry.clone() }.check().is_err());
         assert!(CalibratedPath { bandwidth_gbps: f64::INFINITY, ..entry.clone() }.check().is_err());
+        // Finite but past what the model takes: refused here, not at every hint (#51).
+        assert!(CalibratedPath { bandwidth_gbps: 2e6, ..entry.clone() }.check().is_err());
+        assert!(CalibratedPath { fixed_cost_us: 2e6, ..entry.clone() }.check().is_err());
+        assert!(CalibratedPath { fixed_cost_us: -1.0, ..entry.clone() }.check().is_err());
         // The pool is input too: its length, its blocks, its dates and its margins.
         let earlier =
             EarlierCalibration { measured_at_unix: 0, block_bytes: 65536, margins: Some(margins.clone()) };
