@@ -2,7 +2,10 @@
 
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+mod common;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/sysfs").join(name)
@@ -140,4 +143,45 @@ fn without_libibverbs_the_binary_starts_and_says_so() {
     assert!(output.status.success(), "{stderr}");
     assert!(stdout.contains("no libibverbs"), "{stdout}");
     assert!(stdout.contains("staged:tcp"), "host hints still there: {stdout}");
+}
+
+/// A hostile `--sysfs-root`: a PCI function whose `class` is a fifo nobody writes and whose
+/// `config` links to `/dev/zero`. Probe skips the function and answers within seconds under a
+/// 1 GiB address-space limit (before, the fifo blocked probe for ever and `/dev/zero` was read
+/// until memory ran out).
+#[test]
+fn a_hostile_sysfs_tree_neither_blocks_nor_exhausts_probe() {
+    let root = common::scratch("probe", "hostile-sysfs");
+    let function = root.join("devices/pci0000:00/0000:00:01.0");
+    std::fs::create_dir_all(&function).unwrap();
+    assert!(Command::new("mkfifo").arg(function.join("class")).status().unwrap().success());
+    std::fs::write(function.join("vendor"), "0x15b3").unwrap();
+    std::fs::write(function.join("device"), "0x1021").unwrap();
+    std::os::unix::fs::symlink("/dev/zero", function.join("config")).unwrap();
+    let second = root.join("devices/pci0000:00/0000:00:02.0");
+    std::fs::create_dir_all(&second).unwrap();
+    for (name, value) in [("class", "0x020000"), ("vendor", "0x15b3"), ("device", "0x1021")] {
+        std::fs::write(second.join(name), value).unwrap();
+    }
+    std::os::unix::fs::symlink("/dev/zero", second.join("config")).unwrap();
+    std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+    for name in ["0000:00:01.0", "0000:00:02.0"] {
+        let target = format!("../../../devices/pci0000:00/{name}");
+        std::os::unix::fs::symlink(target, root.join("bus/pci/devices").join(name)).unwrap();
+    }
+    let probe = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_rdma-hint"))
+        .args(["probe", "--json", "--sysfs-root", root.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = common::output_within(probe, "probe over a hostile sysfs tree", Duration::from_secs(30));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let text = report.to_string();
+    assert!(text.contains("skipped PCI function 0000:00:01.0"), "{text}");
+    let _ = std::fs::remove_dir_all(root);
 }

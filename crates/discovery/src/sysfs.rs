@@ -173,12 +173,28 @@ impl SysfsSnapshot {
     }
 }
 
-fn read_trimmed(path: &Path) -> Option<String> {
-    // sysfs attributes are small; cap reads so a hostile tree cannot exhaust memory.
+/// The most bytes read from one sysfs file: a page, what an attribute (or a PCI function's
+/// extended configuration space) holds.
+const MAX_ATTRIBUTE_BYTES: u64 = 4096;
+
+/// At most [`MAX_ATTRIBUTE_BYTES`] of a regular file: opened without blocking (a fifo in a
+/// `--sysfs-root` tree must not hang discovery) and refused if it is not a regular file (a
+/// link to `/dev/zero` must not be read without end).
+fn read_capped(path: &Path) -> Option<Vec<u8>> {
     use std::io::Read;
-    let mut text = String::new();
-    fs::File::open(path).ok()?.take(4096).read_to_string(&mut text).ok()?;
-    Some(text.trim().to_string())
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_ATTRIBUTE_BYTES).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    let bytes = read_capped(path)?;
+    Some(String::from_utf8(bytes).ok()?.trim().to_string())
 }
 
 fn parse_hex(text: &str) -> Option<u64> {
@@ -318,7 +334,7 @@ fn read_pci(root: &Path, snapshot: &mut SysfsSnapshot) {
         let link = |speed: &str, width: &str| {
             PcieLink::from_sysfs(&attr(speed).unwrap_or_default(), &attr(width).unwrap_or_default())
         };
-        let config = fs::read(entry.join("config")).unwrap_or_default();
+        let config = read_capped(&entry.join("config")).unwrap_or_default();
         snapshot.pci.push(PciFunction {
             path,
             class,
