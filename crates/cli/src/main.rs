@@ -3,6 +3,7 @@
 
 mod backend;
 mod calibrate;
+mod cpu_share;
 mod deepep;
 mod output;
 mod plan;

@@ -21,8 +21,6 @@ use std::time::{Duration, Instant};
 /// Above this share of one core busy per GB/s-path, a path that should bypass the CPU is
 /// flagged (the seed's "CPU copy suspected").
 const CPU_COPY_THRESHOLD: f64 = 0.5;
-/// The shortest interval whose CPU use is read from 10 ms ticks (2 % rounding at most).
-const COARSE_CPU_MIN_WALL_S: f64 = 1.0;
 /// Alignment the sweep's blocks keep (staged ring slots; GPU blocks use 64 KiB).
 const HOST_ALIGN: u64 = 4096;
 
@@ -166,57 +164,6 @@ pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
         return Err(format!("`{text}`: every size must be at least 1 byte"));
     }
     Ok(sizes)
-}
-
-/// CPU time this process has used, two ways: each live thread's
-/// `/proc/self/task/*/schedstat` run time by thread id (nanosecond resolution, but a thread that
-/// exits takes its time with it) and `/proc/self/stat`'s utime + stime (10 ms ticks, exited
-/// threads included).
-#[derive(Debug, Clone)]
-struct CpuTime {
-    threads_s: Option<std::collections::BTreeMap<std::ffi::OsString, f64>>,
-    process_ticks_s: Option<f64>,
-}
-
-impl CpuTime {
-    fn now() -> CpuTime {
-        let threads_s = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
-            tasks
-                .filter_map(|task| task.ok())
-                .filter_map(|task| {
-                    let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
-                    let ns = stat.split_whitespace().next()?.parse::<f64>().ok()?;
-                    Some((task.file_name(), ns / 1e9))
-                })
-                .collect()
-        });
-        let process_ticks_s = std::fs::read_to_string("/proc/self/stat").ok().and_then(|stat| {
-            // utime and stime are fields 14 and 15, counted after the parenthesised command name.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-            Some(ticks / 100.0)
-        });
-        let threads_s = threads_s.filter(|threads: &std::collections::BTreeMap<_, _>| !threads.is_empty());
-        CpuTime { threads_s, process_ticks_s }
-    }
-
-    /// Share of one core used since `earlier`, `wall_s` seconds ago: the fine count (threads
-    /// born meanwhile count whole), unless a thread exited in between (its time left with it):
-    /// then the coarse one over an interval long enough for 10 ms ticks (two ticks of rounding
-    /// over 20 ms read as 100 % too much: the 211–346 % once seen on two cores), else the fine
-    /// count of the threads that stayed, a lower bound.
-    fn utilisation_since(&self, earlier: &CpuTime, wall_s: f64) -> Option<f64> {
-        let (now, then) = (self.threads_s.as_ref()?, earlier.threads_s.as_ref()?);
-        let fine: f64 = now.iter().map(|(tid, s)| (s - then.get(tid).copied().unwrap_or(0.0)).max(0.0)).sum();
-        let exited = then.keys().any(|tid| !now.contains_key(tid));
-        let used = match (self.process_ticks_s, earlier.process_ticks_s) {
-            (Some(ticks), Some(ticks_then)) if exited && wall_s >= COARSE_CPU_MIN_WALL_S => {
-                ticks - ticks_then
-            }
-            _ => fine,
-        };
-        (wall_s > 0.0).then(|| used / wall_s)
-    }
 }
 
 struct Endpoints {
@@ -405,8 +352,6 @@ struct Tally {
     /// Each transfer's rate, in GB/s.
     rates: Vec<f64>,
     wall_s: f64,
-    /// CPU seconds the process used during them (none where one interval could not be read).
-    cpu_s: Option<f64>,
 }
 
 /// Times `args.iters` rounds of one streaming transfer of every block, then each block's
@@ -431,21 +376,19 @@ fn measure_curve(
         mover.aim(args, block)?;
         mover.write(endpoints, args, *transfer)?;
     }
-    let mut tallies = vec![Tally { cpu_s: Some(0.0), ..Tally::default() }; blocks.len()];
+    let mut tallies = vec![Tally::default(); blocks.len()];
     for round in 0..args.iters {
         progress.set_message(format!("round {} of {}", round + 1, args.iters));
         for step in 0..blocks.len() {
             let index = if round % 2 == 0 { step } else { blocks.len() - 1 - step };
             mover.aim(args, &blocks[index])?;
             let transfer = transfers[index];
-            let (cpu_before, started) = (CpuTime::now(), Instant::now());
+            let started = Instant::now();
             mover.write(endpoints, args, transfer)?;
             let wall_s = started.elapsed().as_secs_f64();
-            let cpu = CpuTime::now().utilisation_since(&cpu_before, wall_s);
             let tally = &mut tallies[index];
             tally.rates.push(transfer.len as f64 / wall_s / 1e9);
             tally.wall_s += wall_s;
-            tally.cpu_s = tally.cpu_s.zip(cpu).map(|(sum, share)| sum + share * wall_s);
         }
         progress.inc(1);
     }
@@ -456,8 +399,9 @@ fn measure_curve(
         let peak = tally.rates.iter().copied().fold(0.0, f64::max);
         let median_gbps = median(&mut tally.rates).unwrap_or(f64::NAN);
         let avg_gbps = transfer.len as f64 * f64::from(args.iters) / tally.wall_s / 1e9;
-        let cpu_util =
-            tally.cpu_s.filter(|_| tally.wall_s > 0.0).map_or(f64::NAN, |cpu_s| cpu_s / tally.wall_s);
+        // Apart from the timed rounds: one interval long enough for the process clock to count
+        // every thread (see `cpu_share`).
+        let cpu_util = crate::cpu_share::share_while(|| mover.write(endpoints, args, *transfer))?;
         // Latency: one block at a time, signalled, as ib_write_lat does.
         let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
         let single = Transfer::new(&endpoints.source, &endpoints.remote, block.bytes);
@@ -743,25 +687,6 @@ fn origin_of(label: &str) -> rdma_hint::Origin {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn cpu_use_is_never_read_from_ticks_over_a_short_interval() {
-        use super::CpuTime;
-        let threads = |list: &[(&str, f64)]| Some(list.iter().map(|(tid, s)| (tid.into(), *s)).collect());
-        let then = CpuTime { threads_s: threads(&[("1", 0.5), ("2", 0.5)]), process_ticks_s: Some(1.00) };
-        // Thread 2 exited and two ticks landed in 10 ms: the staying thread's 4 ms, not 200 %.
-        let now = CpuTime { threads_s: threads(&[("1", 0.504)]), process_ticks_s: Some(1.02) };
-        assert!((now.utilisation_since(&then, 0.010).unwrap() - 0.4).abs() < 1e-9, "rounding, not use");
-        // Over a long interval the ticks count the exited thread's time too.
-        let later = CpuTime { threads_s: threads(&[("1", 0.9)]), process_ticks_s: Some(2.5) };
-        assert!((later.utilisation_since(&then, 1.5).unwrap() - 1.0).abs() < 1e-9);
-        // No thread left: the fine count, a thread born meanwhile counted whole.
-        let fine = CpuTime {
-            threads_s: threads(&[("1", 0.502), ("2", 0.501), ("3", 0.001)]),
-            process_ticks_s: Some(1.02),
-        };
-        assert!((fine.utilisation_since(&then, 0.010).unwrap() - 0.4).abs() < 1e-9);
-    }
-
     /// The recorded block: the knee, or the calibrated hint this curve confirms below it.
     #[test]
     fn a_confirmed_calibrated_hint_is_recorded_instead_of_a_knee_past_a_dip() {
@@ -785,13 +710,5 @@ mod tests {
         assert!(parse_sizes("lots").is_err());
         assert!(parse_sizes("3K..5K").unwrap_err().contains("powers of two"));
         assert_eq!(parse_sizes("48K,96K").unwrap(), vec![48 << 10, 96 << 10]);
-    }
-
-    #[test]
-    fn cpu_time_never_runs_backwards() {
-        let before = CpuTime::now();
-        // A thread that burns a little CPU and exits: its time leaves the live-thread sum.
-        std::thread::spawn(|| (0..2_000_000u64).fold(0u64, |a, b| a.wrapping_add(b * b))).join().unwrap();
-        assert!(CpuTime::now().utilisation_since(&before, 1.5).is_some_and(|used| used >= 0.0));
     }
 }
