@@ -115,11 +115,58 @@ pub(crate) fn connect(
         return Err(handshake(format!("{name:?} is not an rdma-hint socket")));
     }
     let started = Instant::now();
-    let address = SocketAddr::from_abstract_name(name.as_bytes())?;
-    let stream = UnixStream::connect_addr(&address).map_err(|e| handshake(format!("connecting: {e}")))?;
+    let stream = dial_abstract(name.as_bytes(), deadline, started)?;
     bound(&stream, deadline, started)?;
     same_user(&stream)?;
     (&stream).write_all(cookie)?;
+    Ok(stream)
+}
+
+/// Connects to the abstract socket `name` without ever blocking past `deadline`: a blocking
+/// `connect` to a listener whose backlog is full sleeps in the kernel with no timeout of its
+/// own (a peer that keeps its backlog full held a sweep for good), so the socket is
+/// non-blocking and a full backlog (`EAGAIN`) is retried until the deadline.
+fn dial_abstract(name: &[u8], deadline: Instant, started: Instant) -> Result<UnixStream, TransportError> {
+    // SAFETY: socket(2) with constant arguments; no pointers.
+    let raw = unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+    };
+    if raw < 0 {
+        return Err(TransportError::Io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `raw` is a descriptor socket(2) just returned, owned by nothing else.
+    let socket = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: an all-zero sockaddr_un is a valid value (family and path filled in below).
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // An abstract name: a leading NUL, then the name (no terminator; the length says where
+    // it ends).
+    if name.len() + 1 > address.sun_path.len() {
+        return Err(handshake(format!("a socket name of {} bytes is too long", name.len())));
+    }
+    for (slot, byte) in address.sun_path[1..].iter_mut().zip(name) {
+        *slot = *byte as libc::c_char;
+    }
+    let len = (std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + name.len()) as libc::socklen_t;
+    loop {
+        // SAFETY: `address` is a sockaddr_un on this stack frame, `len` bytes of it are
+        // initialised and within its size; the descriptor is ours.
+        let status =
+            unsafe { libc::connect(socket.as_raw_fd(), (&address as *const libc::sockaddr_un).cast(), len) };
+        if status == 0 {
+            break;
+        }
+        let error = std::io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Some(libc::EAGAIN | libc::EINTR) => return Err(expired(started)),
+            _ => return Err(handshake(format!("connecting: {error}"))),
+        }
+    }
+    let stream = UnixStream::from(socket);
+    stream.set_nonblocking(false)?;
     Ok(stream)
 }
 

@@ -156,6 +156,9 @@ enum Command {
         /// Send to a peer running `rdma-hint serve` (TCP) instead of an in-process receiver.
         #[arg(long, conflicts_with = "loopback")]
         peer: Option<std::net::SocketAddr>,
+        /// Seconds connecting may take, the peer's handshake and the shm hand-off included.
+        #[arg(long, value_parser = units::parse_seconds, default_value = "30")]
+        connect_timeout_s: u64,
         /// Stripe each transfer over this many lanes (transports opened together, 1 to 16)
         /// through the transfer engine, in-process: the curve of a connection of N lanes
         /// (every backend opens lanes). A curve over several lanes is not recorded.
@@ -303,6 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             plot,
             peer,
+            connect_timeout_s,
             lanes,
             loopback: _,
             no_record,
@@ -346,6 +350,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 transfer_bytes: transfer,
                 latency_samples,
                 peer,
+                connect_timeout: std::time::Duration::from_secs(connect_timeout_s.max(1)),
                 lanes: usize::from(lanes),
                 record: !no_record,
             };

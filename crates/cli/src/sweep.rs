@@ -35,6 +35,8 @@ pub(crate) struct SweepArgs {
     pub(crate) transfer_bytes: u64,
     pub(crate) latency_samples: u32,
     pub(crate) peer: Option<std::net::SocketAddr>,
+    /// How long connecting may take, handshake and hand-off included.
+    pub(crate) connect_timeout: Duration,
     /// Lanes each transfer stripes over (1: one transport, through the chunker).
     pub(crate) lanes: usize,
     pub(crate) record: bool,
@@ -176,7 +178,7 @@ struct Endpoints {
 }
 
 fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + args.connect_timeout;
     let endpoints = match args.peer {
         Some(address) => {
             let sender = open(&args.transport, &args.options)?;

@@ -163,7 +163,7 @@ impl Rendezvous {
     {
         let listener = self.listener_for(peer)?;
         let token = self.token.clone();
-        off_thread("oob", move || {
+        off_thread("oob", "the connection's handshake", deadline, move || {
             let (ours, setup) = hello()?;
             let hello = Arc::new(Greeting { token, ours, decode });
             let (mut stream, theirs) = match (peer, listener) {

@@ -242,16 +242,29 @@ where
     }
 }
 
+/// How long past its deadline an [`off_thread`] wait gives the work to answer for itself (its
+/// own error says more than "deadline passed") before the wait ends without it.
+pub const OFF_THREAD_GRACE: Duration = Duration::from_millis(250);
+
 /// Runs blocking work on a thread of its own and lets a task await its result without
 /// blocking the task's thread (used for the out-of-band exchange of `connect`).
 ///
+/// The wait has a timer of its own: work that is stuck in a system call past `deadline` (plus
+/// [`OFF_THREAD_GRACE`]) ends the wait with [`TransportError::DeadlineExceeded`] naming
+/// `what`; the thread is left to finish (its result is dropped).
+///
 /// ```
+/// use rdma_hint_core::TransportError;
 /// use rdma_hint_toolkit::blocking::block_on;
 /// use rdma_hint_toolkit::wait::off_thread;
-/// let answer = block_on(off_thread("example", || 6 * 7)).unwrap();
+/// use std::time::{Duration, Instant};
+/// let soon = Instant::now() + Duration::from_secs(5);
+/// let answer = block_on(off_thread("example", "an answer", soon, || 6 * 7)).unwrap();
 /// assert_eq!(answer, 42);
+/// let stuck = off_thread("stuck", "the stuck work", Instant::now(), || std::thread::sleep(Duration::from_secs(2)));
+/// assert!(matches!(block_on(stuck), Err(TransportError::DeadlineExceeded { what: "the stuck work", .. })));
 /// ```
-pub fn off_thread<R, F>(name: &str, work: F) -> OffThread<R>
+pub fn off_thread<R, F>(name: &str, what: &'static str, deadline: Instant, work: F) -> OffThread<R>
 where
     R: Send + 'static,
     F: FnOnce() -> R + Send + 'static,
@@ -264,7 +277,15 @@ where
         *done.result.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
         done.notifier.notify();
     });
-    OffThread { shared, spawn_error: spawned.err() }
+    let (started, timer) = (Instant::now(), None);
+    OffThread {
+        shared,
+        spawn_error: spawned.err(),
+        what,
+        deadline: deadline + OFF_THREAD_GRACE,
+        started,
+        timer,
+    }
 }
 
 struct Handoff<R> {
@@ -279,6 +300,11 @@ struct Handoff<R> {
 pub struct OffThread<R> {
     shared: Arc<Handoff<R>>,
     spawn_error: Option<std::io::Error>,
+    what: &'static str,
+    /// The work's deadline and its grace: the wait ends here with or without the work.
+    deadline: Instant,
+    started: Instant,
+    timer: Option<DeadlineTimer>,
 }
 
 impl<R> std::fmt::Debug for OffThread<R> {
@@ -304,7 +330,15 @@ impl<R> Future for OffThread<R> {
         if let Some(result) = take(&this.shared) {
             return Poll::Ready(result);
         }
+        if Instant::now() >= this.deadline {
+            let waited_ms = u64::try_from(this.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            return Poll::Ready(Err(TransportError::DeadlineExceeded { what: this.what, waited_ms }));
+        }
         this.shared.notifier.register(cx.waker());
+        match &mut this.timer {
+            Some(timer) => timer.update(cx.waker()),
+            None => this.timer = Some(DeadlineTimer::new(this.deadline, cx.waker())),
+        }
         match take(&this.shared) {
             Some(result) => Poll::Ready(result),
             None => Poll::Pending,
@@ -338,7 +372,10 @@ mod tests {
 
     #[test]
     fn a_panic_off_thread_is_an_error_not_a_hang() {
-        let result = block_on(off_thread("panics", || -> u32 { panic!("boom") }));
+        let result =
+            block_on(off_thread("panics", "x", Instant::now() + Duration::from_secs(5), || -> u32 {
+                panic!("boom")
+            }));
         assert!(matches!(result, Err(TransportError::Io(_))), "{result:?}");
     }
 

@@ -3,8 +3,9 @@
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 /// Runs `rdma-hint ARGS` with `cache` as its hint cache.
@@ -42,4 +43,37 @@ pub(crate) fn output_within(child: Child, what: &str, limit: Duration) -> Output
     });
     waiter.join().unwrap();
     output
+}
+
+/// `rdma-hint serve --listen ADDRESS --bytes 4M` (and `--timeout-s 60` unless `extra` sets
+/// one) with `dir` as its cache, once it listens (its first line of output says so).
+pub(crate) fn serve(dir: &Path, address: &str, extra: &[&str]) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
+        .env("RDMA_HINT_CACHE_DIR", dir)
+        .args(["serve", "--listen", address, "--bytes", "4M"])
+        .args(if extra.contains(&"--timeout-s") { &[][..] } else { &["--timeout-s", "60"][..] })
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    child
+}
+
+/// Bytes a process printed, as text.
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Whether this test runs as root; if not, says it skipped (and fails where CI requires root).
+pub(crate) fn running_as_root(needs: &str) -> bool {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")));
+    if !is_root {
+        assert!(std::env::var_os("RDMA_HINT_REQUIRE_NETNS").is_none(), "{needs} needs root");
+        eprintln!("skipped: {needs} needs root (CI runs it as root)");
+    }
+    is_root
 }
