@@ -400,3 +400,58 @@ sys.stdin.readline()
     assert!(shared_kib < 32 * 1024, "serve maps {shared_kib} KiB of shared memory");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A fake `serve` (another user where the test runs as root) names in its hello a hand-off
+/// socket whose backlog it keeps full and never accepts: the sweep's dial ends by its
+/// `--connect-timeout-s` with a typed error (before, `connect` slept in the kernel with no
+/// timeout and the sweep was still stuck at 70 s against its 30 s deadline).
+#[test]
+fn a_hand_off_socket_with_a_full_backlog_cannot_hold_a_sweep_past_its_deadline() {
+    let dir = scratch("full-backlog");
+    let fake = dir.join("fake_serve.py");
+    std::fs::write(
+        &fake,
+        FAKE_SERVE_PRELUDE.to_string()
+            + r#"
+name = b"rdma-hint-" + os.urandom(8).hex().encode()
+unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(0)
+squatters = []
+for _ in range(4):
+    squatter = socket.socket(socket.AF_UNIX); squatter.setblocking(False)
+    try:
+        squatter.connect(b"\0" + name)
+    except OSError:
+        pass
+    squatters.append(squatter)
+hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + os.urandom(32)
+victim.sendall(hello)
+read(8 + 2 + 1 + 2 + 1 + 32)
+time.sleep(40)
+"#,
+    )
+    .unwrap();
+    let mut launcher = if running_as_root("running the fake server as another user") {
+        let mut as_nobody = Command::new("setpriv");
+        as_nobody.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
+        as_nobody
+    } else {
+        Command::new("python3")
+    };
+    let mut server = launcher.arg(&fake).stdout(Stdio::piped()).spawn().unwrap();
+    let address = fake_server_address(&mut server);
+    let started = std::time::Instant::now();
+    let swept = shm_sweep_against(&dir, &address)
+        .args(["--connect-timeout-s", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let swept = common::output_within(swept, "a sweep dialling a full backlog", Duration::from_secs(20));
+    let _ = server.kill();
+    let _ = server.wait();
+    let stderr = text(&swept.stderr);
+    assert_eq!(swept.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("deadline"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(8), "the sweep ended after {:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(dir);
+}
