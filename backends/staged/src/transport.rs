@@ -703,9 +703,12 @@ impl LinkSetup {
     /// hands us the same way (its regions are mapped when this side first writes them, its
     /// ring now), over the hand-off socket (offered by the accepting side, dialled by the other).
     fn swap_regions(&self, peer: &Hello) -> Result<(Vec<PeerMapping>, Rings), TransportError> {
+        // Part of the handshake, under its limit: a peer that never dials the hand-off (or
+        // never accepts ours) holds this side 5 s, not for the whole connect's deadline.
+        let deadline = self.deadline.min(Instant::now() + rdma_hint_oob::HANDSHAKE_TIMEOUT);
         let stream = match (&self.offer, &peer.handoff) {
-            (Some(offer), _) => offer.accept(self.deadline)?,
-            (None, Some(theirs)) => handoff::connect(&theirs.socket, &theirs.cookie, self.deadline)?,
+            (Some(offer), _) => offer.accept(deadline)?,
+            (None, Some(theirs)) => handoff::connect(&theirs.socket, &theirs.cookie, deadline)?,
             (None, None) => {
                 return Err(TransportError::Handshake("the peer offered no shm hand-off socket".into()))
             }
@@ -728,7 +731,7 @@ impl LinkSetup {
         let ring_fd =
             inbound.shm_fd().ok_or_else(|| TransportError::Handshake("the ring has no memfd".into()))?;
         let fds: Vec<_> = fds.into_iter().chain([ring_fd]).collect();
-        let mut theirs = handoff::exchange(&stream, &fds, peer.regions.len() + 1, self.deadline)?;
+        let mut theirs = handoff::exchange(&stream, &fds, peer.regions.len() + 1, deadline)?;
         let their_ring =
             theirs.pop().ok_or_else(|| TransportError::Handshake("the peer sent no ring".into()))?;
         let outbound = PeerMapping::check(their_ring, crate::ring::RING_BYTES)?;

@@ -57,6 +57,9 @@ pub(crate) fn run(args: &ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::from)
         .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
     let address = listener.local_addr();
+    // Anyone who dials while a peer's handshake (a shm hand-off above all) is still under way
+    // is told serve is busy too, not only once the run has begun.
+    listener.serve_one_at_a_time();
     let listener = Arc::new(listener);
     let options = args.options.clone().listener(listener.clone());
     let mut failed = 0u64;

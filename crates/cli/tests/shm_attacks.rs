@@ -455,3 +455,42 @@ time.sleep(40)
     assert!(started.elapsed() < Duration::from_secs(8), "the sweep ended after {:?}", started.elapsed());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A fake sweep passes the handshake with `serve --channel shm` (600 s run deadline) and never
+/// dials the hand-off socket: a real sweep that dials meanwhile is told at once that serve is
+/// busy, the fake's run ends within the handshake's 5 s, and the next sweep is served (before,
+/// serve waited the run's whole deadline and the real sweep failed after 31 s on "deadline
+/// passed … waiting for the peer's handshake").
+#[test]
+fn a_peer_that_never_dials_the_hand_off_holds_serve_for_the_handshake_limit_only() {
+    let dir = scratch("no-hand-off");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "2", "--channel", "shm", "--timeout-s", "600"]);
+    let fake = dir.join("fake_sweep.py");
+    std::fs::write(
+        &fake,
+        FAKE_SWEEP_PRELUDE.to_string()
+            + r#"
+meet(b"", 0)
+print("met", flush=True)
+sys.stdin.readline()
+"#,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let mut holder = fake_sweep_said(&fake, &[&address], "met");
+    let turned_away = shm_sweep_against(&dir, &address).output().unwrap();
+    let stderr = text(&turned_away.stderr);
+    assert_eq!(turned_away.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is busy with another peer"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(4), "told after {:?}", started.elapsed());
+    // The holder's run ends by the handshake's limit; then the next sweep is served.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(started.elapsed()));
+    let served_next = shm_sweep_against(&dir, &address).output().unwrap();
+    assert!(served_next.status.success(), "{}", text(&served_next.stderr));
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let served = common::output_within(server, "serve", Duration::from_secs(30));
+    assert!(text(&served.stderr).contains("1 of 2 runs failed"), "{}", text(&served.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}

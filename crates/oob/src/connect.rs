@@ -166,6 +166,8 @@ impl Rendezvous {
         off_thread("oob", "the connection's handshake", deadline, move || {
             let (ours, setup) = hello()?;
             let hello = Arc::new(Greeting { token, ours, decode });
+            // Held until the setup below is done (a listener serving one peer at a time).
+            let mut busy = None;
             let (mut stream, theirs) = match (peer, listener) {
                 (PeerEndpoint::Dial(address), _) => {
                     let stream = dial(address, deadline)?;
@@ -173,7 +175,13 @@ impl Rendezvous {
                     let theirs = hello.greet(&stream, Role::Dialer, deadline)?;
                     (stream, theirs)
                 }
-                (PeerEndpoint::Listen(_), Some(listener)) => accept_first(&listener, &hello, deadline)?,
+                (PeerEndpoint::Listen(_), Some(listener)) => {
+                    let picked = accept_first(&listener, &hello, deadline)?;
+                    if listener.one_at_a_time.load(Ordering::Acquire) {
+                        busy = Some(listener.turn_away_while_busy());
+                    }
+                    picked
+                }
                 (PeerEndpoint::Listen(address), None) => {
                     return Err(TransportError::InvalidArgument {
                         what: "listen address",
@@ -183,6 +191,7 @@ impl Rendezvous {
             };
             prepare(&stream, deadline)?;
             let result = setup(&mut stream, theirs)?;
+            drop(busy);
             Ok((stream, result))
         })
         .await?
@@ -307,6 +316,9 @@ where
 pub struct Listener {
     inner: TcpListener,
     address: SocketAddr,
+    /// Whether a connect on it turns everyone else away from the moment it picked its peer
+    /// ([`Listener::serve_one_at_a_time`]).
+    one_at_a_time: AtomicBool,
 }
 
 impl Listener {
@@ -315,7 +327,16 @@ impl Listener {
         let inner = TcpListener::bind(address)?;
         let address = inner.local_addr()?;
         inner.set_nonblocking(true)?;
-        Ok(Listener { inner, address })
+        Ok(Listener { inner, address, one_at_a_time: AtomicBool::new(false) })
+    }
+
+    /// For a server that serves one peer at a time on this listener: from the moment a
+    /// connect has picked its authenticated peer until the connect returns (the rest of the
+    /// handshake, a shm hand-off), anyone else who dials is told at once that the listener is
+    /// busy ([`Listener::turn_away_while_busy`]), instead of waiting in the backlog while
+    /// that peer takes its time. The server arms its own guard once the connect returns.
+    pub fn serve_one_at_a_time(&self) {
+        self.one_at_a_time.store(true, Ordering::Release);
     }
 
     /// The bound address (with the port the kernel picked).
