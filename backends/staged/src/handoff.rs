@@ -218,17 +218,13 @@ fn same_user(stream: &UnixStream) -> Result<(), TransportError> {
     Ok(())
 }
 
-/// Sends `ours` (in order) and receives exactly `expected` descriptors from the peer, all
-/// before `deadline` (one deadline for the whole exchange, however the peer paces it). The
-/// peer's messages must be the ones our own side sends: full messages of [`FDS_PER_MESSAGE`]
-/// descriptors, then the rest; one empty message when there is nothing to send. Anything else
-/// is refused at once.
-pub(crate) fn exchange(
+/// Sends `ours` (in order) before `deadline`: full messages of [`FDS_PER_MESSAGE`]
+/// descriptors, then the rest; one empty message when there is nothing to send.
+pub(crate) fn send(
     stream: &UnixStream,
     ours: &[BorrowedFd<'_>],
-    expected: usize,
     deadline: Instant,
-) -> Result<Vec<OwnedFd>, TransportError> {
+) -> Result<(), TransportError> {
     let started = Instant::now();
     let mut chunks: Vec<&[BorrowedFd<'_>]> = ours.chunks(FDS_PER_MESSAGE).collect();
     if chunks.is_empty() {
@@ -238,6 +234,18 @@ pub(crate) fn exchange(
         bound(stream, deadline, started)?;
         send_fds(stream, chunk).map_err(|e| if Instant::now() >= deadline { expired(started) } else { e })?;
     }
+    Ok(())
+}
+
+/// Receives exactly `expected` descriptors from the peer before `deadline` (one deadline for
+/// the whole exchange, however the peer paces it). The peer's messages must be the ones
+/// [`send`] sends; anything else is refused at once.
+pub(crate) fn receive(
+    stream: &UnixStream,
+    expected: usize,
+    deadline: Instant,
+) -> Result<Vec<OwnedFd>, TransportError> {
+    let started = Instant::now();
     let mut theirs = Vec::with_capacity(expected);
     loop {
         let due = (expected - theirs.len()).min(FDS_PER_MESSAGE);
@@ -362,11 +370,13 @@ mod tests {
             let files: Vec<std::fs::File> =
                 (0..300).map(|_| std::fs::File::open("/proc/self/exe").unwrap()).collect();
             let fds: Vec<BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
-            exchange(&stream, &fds, 1, deadline).unwrap().len()
+            send(&stream, &fds, deadline).unwrap();
+            receive(&stream, 1, deadline).unwrap().len()
         });
         let accepted = offer.accept(deadline).unwrap();
         let file = std::fs::File::open("/proc/self/exe").unwrap();
-        let theirs = exchange(&accepted, &[file.as_fd()], 300, deadline).unwrap();
+        let theirs = receive(&accepted, 300, deadline).unwrap();
+        send(&accepted, &[file.as_fd()], deadline).unwrap();
         assert_eq!(theirs.len(), 300);
         assert_eq!(peer.join().unwrap(), 1);
         drop(intruder);

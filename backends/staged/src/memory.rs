@@ -512,9 +512,27 @@ impl Drop for Memory {
         match &self.backing {
             // SAFETY: allocated in `host` with exactly this layout, freed once here.
             Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
-            // The mapping and the descriptor close themselves; an anonymous memfd leaves nothing;
-            // the caller's buffer drops with its owner.
-            Backing::SharedOwned { .. } | Backing::SharedPeer { .. } | Backing::Caller(_) => {}
+            // A peer may keep the descriptor we handed it (and leave): its pages are given back
+            // now, or they would stay committed, and charged to us, for as long as it keeps it.
+            // Our seals include F_SEAL_SEAL, so no peer can have sealed the punch away.
+            Backing::SharedOwned { file, .. } => {
+                let len = i64::try_from(self.len).unwrap_or(i64::MAX);
+                // SAFETY: fallocate on our own memfd, over its own length; no pointers.
+                let punched = unsafe {
+                    libc::fallocate(
+                        file.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        0,
+                        len,
+                    )
+                };
+                if punched != 0 {
+                    tracing::warn!(error = %std::io::Error::last_os_error(), "staged: could not give back a shared region's pages");
+                }
+            }
+            // The mapping and the descriptor close themselves; the caller's buffer drops with
+            // its owner.
+            Backing::SharedPeer { .. } | Backing::Caller(_) => {}
         }
     }
 }

@@ -20,6 +20,7 @@ use rdma_hint_toolkit::gather::gathered;
 use rdma_hint_toolkit::wait::{wait, WaitModeCell};
 use rdma_hint_toolkit::RegionTable;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -617,6 +618,18 @@ impl Transport for StagedTransport {
     }
 }
 
+/// The peer's region descriptors (in its hello's order) and its ring's, last, each checked
+/// for what the hello says it is.
+fn check_peer_descriptors(
+    mut theirs: Vec<OwnedFd>,
+    peer: &Hello,
+) -> Result<(Vec<PeerMapping>, PeerMapping), TransportError> {
+    let their_ring = theirs.pop().ok_or_else(|| TransportError::Handshake("the peer sent no ring".into()))?;
+    let outbound = PeerMapping::check(their_ring, crate::ring::RING_BYTES)?;
+    let mapped = theirs.into_iter().zip(&peer.regions).map(|(fd, region)| PeerMapping::check(fd, region.len));
+    Ok((mapped.collect::<Result<_, _>>()?, outbound))
+}
+
 /// A poll's count as a wait attempt: nothing yet is `None`.
 fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
     found.map(|n| (n > 0).then_some(n))
@@ -731,12 +744,18 @@ impl LinkSetup {
         let ring_fd =
             inbound.shm_fd().ok_or_else(|| TransportError::Handshake("the ring has no memfd".into()))?;
         let fds: Vec<_> = fds.into_iter().chain([ring_fd]).collect();
-        let mut theirs = handoff::exchange(&stream, &fds, peer.regions.len() + 1, deadline)?;
-        let their_ring =
-            theirs.pop().ok_or_else(|| TransportError::Handshake("the peer sent no ring".into()))?;
-        let outbound = PeerMapping::check(their_ring, crate::ring::RING_BYTES)?;
-        let mapped =
-            theirs.into_iter().zip(&peer.regions).map(|(fd, region)| PeerMapping::check(fd, region.len));
-        Ok((mapped.collect::<Result<_, _>>()?, Rings::new(inbound, outbound)?))
+        let expected = peer.regions.len() + 1;
+        // The side that offered the socket (serve, to whoever dials it) hands nothing of its
+        // own over before the peer's descriptors have passed every check: a peer that sends
+        // bad ones leaves with none of our memory. The dialling side sends first.
+        let (mapped, outbound) = if self.offer.is_some() {
+            let checked = check_peer_descriptors(handoff::receive(&stream, expected, deadline)?, peer)?;
+            handoff::send(&stream, &fds, deadline)?;
+            checked
+        } else {
+            handoff::send(&stream, &fds, deadline)?;
+            check_peer_descriptors(handoff::receive(&stream, expected, deadline)?, peer)?
+        };
+        Ok((mapped, Rings::new(inbound, outbound)?))
     }
 }

@@ -270,8 +270,8 @@ size = 4 << 20
 name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
 unix.sendall(cookie)
-_, theirs, _, _ = socket.recv_fds(unix, 1, 250)
 socket.send_fds(unix, [b"\x02"], [committed_memfd(size), committed_memfd(RING_BYTES)])
+_, theirs, _, _ = socket.recv_fds(unix, 1, 250)
 ring = mmap.mmap(theirs[-1], RING_BYTES)
 # Slot 0 starts at byte 128; its last word (byte 184) numbers the announcement it holds.
 if mode == "wild-sequence":
@@ -377,8 +377,8 @@ name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
 unix.sendall(cookie)
 fd = committed_memfd(size)
-unix.recvmsg(1, socket.CMSG_SPACE(4 * 250))
 socket.send_fds(unix, [b"\x02"], [fd, committed_memfd(RING_BYTES)])
+unix.recvmsg(1, socket.CMSG_SPACE(4 * 250))
 time.sleep(1)
 print("handed over", flush=True)
 sys.stdin.readline()
@@ -492,5 +492,53 @@ sys.stdin.readline()
     let _ = holder.wait();
     let served = common::output_within(server, "serve", Duration::from_secs(30));
     assert!(text(&served.stderr).contains("1 of 2 runs failed"), "{}", text(&served.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A fake sweep of our own user dials the hand-off with the right cookie and sends a message
+/// without its descriptors: serve checks the peer's descriptors before it hands over its own,
+/// so the fake leaves with none of serve's memory (before, serve sent its region's and ring's
+/// memfds first; a peer that kept them pinned 256 MiB per run until serve could register
+/// nothing). A second fake completes the exchange, keeps serve's region memfd and leaves:
+/// once serve's run has ended, nothing of that region is committed any more.
+#[test]
+fn a_peer_keeps_none_of_serves_memory() {
+    let dir = scratch("kept-memfds");
+    let address = free_address();
+    let server = serve(&dir, &address, &["--count", "2", "--channel", "shm"]);
+    let fake = dir.join("fake_sweep.py");
+    std::fs::write(
+        &fake,
+        FAKE_SWEEP_PRELUDE.to_string()
+            + r#"
+mode = sys.argv[2]
+name, cookie = meet(b"", 0)
+unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
+unix.sendall(cookie)
+if mode == "bad":
+    unix.sendmsg([b"\0"])
+    try:
+        _, fds, _, _ = socket.recv_fds(unix, 1, 250)
+    except OSError:
+        fds = []
+    print("got", len(fds), flush=True)
+    sys.exit(0)
+socket.send_fds(unix, [b"\x01"], [committed_memfd(RING_BYTES)])
+_, fds, _, _ = socket.recv_fds(unix, 1, 250)
+unix.close(); serve.close()
+print("kept", len(fds), flush=True)
+sys.stdin.readline()
+print("committed", os.fstat(fds[0]).st_blocks * 512, flush=True)
+"#,
+    )
+    .unwrap();
+    let bad = Command::new("python3").arg(&fake).args([&address, "bad"]).output().unwrap();
+    assert_eq!(text(&bad.stdout).trim(), "got 0", "{}", text(&bad.stderr));
+    let mut keeper = fake_sweep_said(&fake, &[&address, "keep"], "kept 2");
+    let served = common::output_within(server, "serve", Duration::from_secs(30));
+    assert!(text(&served.stderr).contains("2 of 2 runs failed"), "{}", text(&served.stderr));
+    drop(keeper.stdin.take());
+    let kept = keeper.wait_with_output().unwrap();
+    assert_eq!(text(&kept.stdout).trim(), "committed 0", "serve's region stayed committed for the peer");
     let _ = std::fs::remove_dir_all(dir);
 }
