@@ -350,6 +350,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 transfer_bytes: transfer,
                 latency_samples,
                 peer,
+                memory_cap,
                 connect_timeout: std::time::Duration::from_secs(connect_timeout_s.max(1)),
                 lanes: usize::from(lanes),
                 record: !no_record,

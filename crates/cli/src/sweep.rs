@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 /// Above this share of one core busy per GB/s-path, a path that should bypass the CPU is
 /// flagged (the seed's "CPU copy suspected").
 const CPU_COPY_THRESHOLD: f64 = 0.5;
+/// The piece the source region is filled with at a time.
+const FILL_PIECE_BYTES: u64 = 4 << 20;
 /// Alignment the sweep's blocks keep (staged ring slots; GPU blocks use 64 KiB).
 const HOST_ALIGN: u64 = 4096;
 
@@ -35,6 +37,8 @@ pub(crate) struct SweepArgs {
     pub(crate) transfer_bytes: u64,
     pub(crate) latency_samples: u32,
     pub(crate) peer: Option<std::net::SocketAddr>,
+    /// `--memory-cap`: what every region the sweep registers may add up to.
+    pub(crate) memory_cap: Option<u64>,
     /// How long connecting may take, handshake and hand-off included.
     pub(crate) connect_timeout: Duration,
     /// Lanes each transfer stripes over (1: one transport, through the chunker).
@@ -168,6 +172,23 @@ pub(crate) fn parse_sizes(text: &str) -> std::result::Result<Vec<u64>, String> {
     Ok(sizes)
 }
 
+/// `--memory-cap` bounds the sweep as a whole: every region it registers (a source, and the
+/// target too where the receiver runs in this process) together, checked before any is.
+fn check_memory_cap(args: &SweepArgs, region_bytes: u64) -> Result<()> {
+    let Some(cap) = args.memory_cap else { return Ok(()) };
+    let regions = if args.peer.is_some() { 1 } else { 2 };
+    let needed = region_bytes.saturating_mul(regions);
+    if needed > cap {
+        bail!(
+            "--memory-cap {}: this sweep registers {regions} region(s) of {} ({} in all); raise the cap or lower --transfer",
+            format_bytes(cap),
+            format_bytes(region_bytes),
+            format_bytes(needed)
+        );
+    }
+    Ok(())
+}
+
 struct Endpoints {
     sender: Arc<dyn Transport>,
     /// Every sending lane, `sender` first (only it, over one lane).
@@ -221,7 +242,12 @@ fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
         }
     };
     let (source, remote) = (endpoints.source, endpoints.remote);
-    endpoints.sender.write_region(source.id, 0, &vec![0x5a; region_bytes as usize])?;
+    // Filled a piece at a time: a buffer of the region's size would be memory no check saw.
+    let piece = vec![0x5a; region_bytes.min(FILL_PIECE_BYTES) as usize];
+    for offset in (0..region_bytes).step_by(piece.len()) {
+        let len = (region_bytes - offset).min(piece.len() as u64) as usize;
+        endpoints.sender.write_region(source.id, offset, &piece[..len])?;
+    }
     if remote.len < region_bytes {
         if args.peer.is_some() {
             endpoints.tell_peer(SWEEP_REGION_TOO_SMALL, args.source);
@@ -491,6 +517,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     blocks.sort_unstable_by_key(|b| b.0);
     let largest = blocks.iter().map(|b| b.0).max().unwrap_or(align);
     let region_bytes = args.transfer_bytes.max(largest);
+    check_memory_cap(args, region_bytes)?;
     let endpoints = connect(args, region_bytes)?;
 
     let blocks = blocks

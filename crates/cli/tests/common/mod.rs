@@ -3,6 +3,8 @@
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+pub(crate) mod cgroup;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
