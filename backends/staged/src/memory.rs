@@ -490,6 +490,22 @@ impl PeerMapping {
         let refuse = |why: String| TransportError::Handshake(format!("the peer's shm region: {why}"));
         let file = self.file.lock().unwrap_or_else(PoisonError::into_inner).take();
         let file = file.ok_or_else(|| refuse("its mapping failed before".into()))?;
+        // Its seals keep its size, not its pages: a peer may punch holes after `check`, and the
+        // population below (or any write) would commit them here, charged to us.
+        // SAFETY: lseek on a descriptor we own; no pointers. SEEK_HOLE answers the first hole
+        // at or after 0, or the file's end where there is none.
+        let hole = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(refuse(format!("cannot look for holes: {}", std::io::Error::last_os_error())));
+        }
+        if (hole as u64) < self.len {
+            return Err(refuse(format!(
+                "the peer punched a hole at byte {hole} after handing it over: writing it would commit that memory here"
+            )));
+        }
+        // Whatever the peer does from now on, writing its region commits at most its length
+        // here: a region is taken only if that much could be committed.
+        rdma_hint_toolkit::memory_limit::check_commit(self.len, None, 0)?;
         let mut map = map(&file, Populate::Yes).map_err(|e| refuse(e.to_string()))?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| refuse("mmap returned null".into()))?;
         let size = checked_len(self.len)?;
@@ -584,6 +600,23 @@ mod tests {
         assert_eq!(out, [7; 4096]);
         assert!(PeerMapping::check(duplicate(&owner), 1 << 17).is_err(), "smaller than advertised");
         assert!(PeerMapping::check(duplicate(&owner), 1 << 15).is_err(), "larger than advertised");
+    }
+
+    /// Holes the peer punches after its region passed `check` are refused when the region is
+    /// first mapped, before anything is populated (before, the mapping's population committed
+    /// the whole region here).
+    #[test]
+    fn holes_punched_after_the_check_are_refused_at_mapping() {
+        let owner = Memory::shared(1 << 20).unwrap();
+        let mapping = PeerMapping::check(duplicate(&owner), 1 << 20).unwrap();
+        let fd = owner.shm_fd().unwrap().as_raw_fd();
+        // SAFETY: fallocate on a memfd this test owns, within its length; no pointers.
+        let punched = unsafe {
+            libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 65_536, 4096)
+        };
+        assert_eq!(punched, 0, "{}", std::io::Error::last_os_error());
+        let refused = mapping.get().map(|_| ()).unwrap_err();
+        assert!(refused.to_string().contains("punched a hole at byte 65536"), "{refused}");
     }
 
     /// The shm channel's copy: adjacent writes past the threshold stream (and leave a fence

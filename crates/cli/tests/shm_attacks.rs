@@ -10,6 +10,7 @@ use std::time::Duration;
 
 mod common;
 
+use common::cgroup::small_cgroup;
 use common::{free_address, running_as_root, serve, text};
 
 fn scratch(name: &str) -> PathBuf {
@@ -133,10 +134,11 @@ except socket.timeout:
 /// After [`FAKE_SERVE_PRELUDE`]: a fake `serve` on the shm channel, as our own user (so the
 /// hand-off's owner check passes), that advertises one 4 MiB region and then, by `mode`, hands over a sealed memfd that is
 /// larger than advertised (`big`), one of the right size with no page committed (`sparse`),
-/// or nothing but messages without descriptors (`empty`). Prints its port, then `done`.
+/// or nothing but messages without descriptors (`empty`), or a committed 512 MiB one that it
+/// punches into one hole right after handing it over (`punched`). Prints its port, then `done`.
 const FAKE_SHM_SERVE: &str = r#"
 mode = sys.argv[1]
-advertised = 4 << 20
+advertised = 512 << 20 if mode == "punched" else 4 << 20
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
 hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, advertised, 0) + bytes([len(name)]) + name + os.urandom(32)
@@ -149,7 +151,7 @@ conn.recvmsg(1, socket.CMSG_SPACE(4 * 250))
 fd = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
 size = 64 << 20 if mode == "big" else advertised
 os.ftruncate(fd, size)
-if mode == "big":
+if mode in ("big", "punched"):
     os.posix_fallocate(fd, 0, size)
 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
 try:
@@ -159,6 +161,10 @@ try:
             time.sleep(0.1)
     else:
         socket.send_fds(conn, [b"\x02"], [fd, committed_memfd(RING_BYTES)])
+        if mode == "punched":
+            import ctypes
+            # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: allowed under the size seals.
+            ctypes.CDLL(None, use_errno=True).fallocate(fd, 3, ctypes.c_long(0), ctypes.c_long(size))
         time.sleep(3)
 except OSError:
     pass
@@ -540,5 +546,38 @@ print("committed", os.fstat(fds[0]).st_blocks * 512, flush=True)
     drop(keeper.stdin.take());
     let kept = keeper.wait_with_output().unwrap();
     assert_eq!(text(&kept.stdout).trim(), "committed 0", "serve's region stayed committed for the peer");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A fake serve hands over a committed, sealed 512 MiB memfd and punches it into one hole at
+/// once (the seals allow it): a sweep in a 256 MiB memory cgroup refuses the region with a
+/// typed error (the hole seen before the mapping, or the region more than this side could
+/// commit) and the OOM killer never runs (before, the mapping's population committed the
+/// whole region again on the sweep's side, charged to it: OOM-killed).
+#[test]
+fn a_region_punched_after_the_hand_off_commits_nothing_here() {
+    let Some(cgroup) = small_cgroup("punched", 256 << 20) else { return };
+    let dir = scratch("shm-punched");
+    let fake = dir.join("fake_shm_serve.py");
+    std::fs::write(&fake, FAKE_SERVE_PRELUDE.to_string() + FAKE_SHM_SERVE).unwrap();
+    let mut server = Command::new("python3")
+        .arg(&fake)
+        .arg("punched")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let address = fake_server_address(&mut server);
+    let args = ["sweep", "--channel", "shm", "--peer", &address, "--sizes", "64K", "--transfer", "1M"];
+    let swept =
+        cgroup.run(&dir, &[&args[..], &["--iters", "1", "--latency-samples", "3", "--no-record"]].concat());
+    let _ = common::output_within(server, "the fake shm serve", Duration::from_secs(20));
+    let stderr = text(&swept.stderr);
+    assert_eq!(cgroup.oom_kills(), 0, "the OOM killer ran in the sweep's cgroup: {stderr}");
+    assert_eq!(swept.status.code(), Some(1), "{stderr}");
+    assert!(
+        ["punched a hole", "can be committed", "are committed"].iter().any(|why| stderr.contains(why)),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
