@@ -571,7 +571,7 @@ impl Transport for UcxTransport {
         if !self.rendezvous.has_token() {
             return Err(TransportError::InvalidArgument {
                 what: "token",
-                why: "the UCX backend hands the peer's worker address to UCX, whose parser trusts it: set a token (with_token) so only an authenticated peer can send one".into(),
+                why: "the UCX backend hands the peer's worker address to UCX, whose parser trusts it: set a token (OpenOptions::token through the facade, UcxTransport::with_token here; the CLI's --token-file or $RDMA_HINT_TOKEN) so only an authenticated peer can send one".into(),
             });
         }
         // Exposed from here on: the hello names the regions with their keys.

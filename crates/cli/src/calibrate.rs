@@ -117,6 +117,12 @@ pub(crate) fn text(calibration: &Calibration) -> String {
             }
         ));
     }
+    if calibration.fit.poor.is_none() {
+        let (fixed_cost_us, bandwidth_gbps) = hint_costs(calibration);
+        out.push_str(&format!(
+            "the hint uses o = {fixed_cost_us:.2} µs, B = {bandwidth_gbps:.3} GB/s: the resampled fits' medians, as stored\n"
+        ));
+    }
     if let Some(flat) = &calibration.flatness {
         out.push_str(&format!(
             "flatness: plateau {:.3} GB/s; the smallest block moves {:.2} of it, the hinted block {:.2}\n",
@@ -157,6 +163,16 @@ pub(crate) fn text(calibration: &Calibration) -> String {
     out
 }
 
+/// The `o` and `B` the calibrated hint is computed from (and the cache keeps): the resampled
+/// fits' medians, which can differ from the one direct fit by a few percent; a poor fit's
+/// own, where nothing is kept.
+fn hint_costs(calibration: &rdma_hint::Calibration) -> (f64, f64) {
+    match &calibration.fit.poor {
+        None => (calibration.hint.fixed_cost_us, calibration.hint.bandwidth_gbps),
+        Some(_) => (calibration.fit.fixed_cost_us, calibration.fit.bandwidth_gbps),
+    }
+}
+
 /// Calibrates every (source, transport) pair of `report` this process can open, one after
 /// another; returns one line per pair (what it found, or why it could not).
 pub(crate) fn every_path(report: &rdma_hint::ProbeReport, options: &OpenOptions) -> Vec<String> {
@@ -164,11 +180,12 @@ pub(crate) fn every_path(report: &rdma_hint::ProbeReport, options: &OpenOptions)
     for hint in &report.hints {
         let line = match calibrate_loopback(&hint.transport, hint.source, options, DEFAULT_BUDGET) {
             Ok(c) => format!(
-                "calibrated {} over {}: o = {:.2} µs, B = {:.3} GB/s, R² {:.3} in {:.0} ms → {} ({}){}",
+                "calibrated {} over {}: o = {:.2} µs, B = {:.3} GB/s{}, R² {:.3} in {:.0} ms → {} ({}){}",
                 c.source,
                 c.transport,
-                c.fit.fixed_cost_us,
-                c.fit.bandwidth_gbps,
+                hint_costs(&c).0,
+                hint_costs(&c).1,
+                if c.fit.poor.is_none() { " (the resampled fits' medians, as stored)" } else { "" },
                 c.fit.r2,
                 c.elapsed_ms,
                 format_bytes(c.hint.block_bytes),

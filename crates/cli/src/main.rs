@@ -329,7 +329,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let plot = plot.map(|path| output::OutputFile::reserve(&path, "--plot")).transpose()?;
             // Both ends of the in-process loopback get a fresh token: the pair is authenticated
             // like any other (and the UCX backend connects only to authenticated peers).
-            let token = match (token::load(token_file.as_deref())?, peer) {
+            let loaded = token::load(token_file.as_deref())?;
+            if peer.is_some() {
+                token::required_by(&transport, loaded.is_some())?;
+            }
+            let token = match (loaded, peer) {
                 (Some(token), _) => Some(token),
                 (None, None) => Some(token::ephemeral()?),
                 (None, Some(_)) => None,
@@ -399,7 +403,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             insecure,
         } => {
             let transport = transport.resolve("tcp")?;
-            let options = match token::load(token_file.as_deref())? {
+            let token = token::load(token_file.as_deref())?;
+            token::required_by(&transport, token.is_some())?;
+            let options = match token {
                 Some(token) => OpenOptions::default().token(&token),
                 None => OpenOptions::default(),
             }

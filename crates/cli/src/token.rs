@@ -66,6 +66,18 @@ pub(crate) fn ephemeral() -> Result<Vec<u8>> {
     Ok(token)
 }
 
+/// Refuses at once, in one line, a command that would talk to another process over UCX
+/// without a token: UCX connects only to authenticated peers, so every run would fail (serve
+/// used to print "serving" and then one error a run, dozens a second).
+pub(crate) fn required_by(transport: &rdma_hint::TransportId, have_token: bool) -> Result<()> {
+    if transport.backend() == "ucx" && !have_token {
+        bail!(
+            "--backend ucx needs a pre-shared token (UCX connects only to authenticated peers): give --token-file PATH or set ${TOKEN_VARIABLE}, the same on both sides"
+        );
+    }
+    Ok(())
+}
+
 fn warn_if_readable_by_others(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(metadata) = std::fs::metadata(path) {

@@ -285,6 +285,36 @@ fn probe_calibrate_fits_every_path_and_shows_it() {
     }
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("## Hints"), "{text}");
+    // One fit per calibration: the line's o and B are the ones stored and answered (before,
+    // the line showed the direct fit, o = 14.82 µs, where the cache and the reasons held the
+    // resampled fits' medians, 12.48 µs).
+    let stored: Value = serde_json::from_slice(&std::fs::read(dir.join("calibrated.json")).unwrap()).unwrap();
+    for entry in stored.as_array().unwrap() {
+        let (source, transport) = (entry["source"].as_str().unwrap(), entry["transport"].as_str().unwrap());
+        let line = log
+            .lines()
+            .find(|line| line.contains(&format!("calibrated {source} over {transport}: ")))
+            .unwrap_or_else(|| panic!("no line for {source} over {transport}: {log}"));
+        let figure = |after: &str| -> f64 {
+            line.split(after).nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+        };
+        let (o, b) = (entry["fixed_cost_us"].as_f64().unwrap(), entry["bandwidth_gbps"].as_f64().unwrap());
+        assert!((figure("o = ") - o).abs() <= 0.006, "{line} against the stored o {o}");
+        assert!((figure("B = ") - b).abs() <= 0.0006, "{line} against the stored B {b}");
+    }
+    // The reason for a block chosen from the curve names the one rule that chose it.
+    let probe = rdma_hint(&dir, &["probe", "--json"]);
+    let report: Value = serde_json::from_slice(&probe.stdout).unwrap();
+    for hint in report["hints"].as_array().unwrap() {
+        for reason in hint["reasons"].as_array().unwrap() {
+            let why = reason["why"].as_str().unwrap_or_default();
+            if why.starts_with("chosen by calibration") {
+                let rules =
+                    ["only at a larger block", "promises more at its block", "disagree by more than 2×"];
+                assert_eq!(rules.iter().filter(|rule| why.contains(*rule)).count(), 1, "{why}");
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -228,6 +228,36 @@ fn serve_ends_at_once_when_it_cannot_listen() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--backend ucx` talks only to authenticated peers: `serve` and `sweep --peer` without a
+/// token end at once with one line naming where a token comes from (before, serve printed
+/// "serving" and then "run N: invalid token" dozens of times a second).
+#[test]
+fn ucx_without_a_token_is_refused_at_start_in_one_line() {
+    if !cfg!(feature = "ucx") {
+        return; // `--backend ucx` is refused as not compiled in (CI builds every feature)
+    }
+    let dir = scratch("ucx-token");
+    let address = free_address();
+    let serve = ["serve", "--listen", address.as_str(), "--backend", "ucx", "--count", "1"];
+    let sweep =
+        ["sweep", "--backend", "ucx", "--peer", address.as_str(), "--sizes", "64K", "--transfer", "1M"];
+    for args in [&serve[..], &sweep[..]] {
+        let output = command(&dir, args)
+            .env_remove("RDMA_HINT_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let output = output_within(output, &format!("{args:?}"), Duration::from_secs(20));
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {text}");
+        assert_eq!(text.trim_end().lines().count(), 1, "{args:?}: one line: {text}");
+        assert!(text.contains("--token-file") && text.contains("RDMA_HINT_TOKEN"), "{args:?}: {text}");
+        assert!(output.stdout.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&output.stdout));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A token file both sides of a serve/sweep pair read, in `dir`.
 fn shared_token(dir: &std::path::Path) -> String {
     let token = dir.join("token");

@@ -11,7 +11,7 @@
 
 use crate::error::Error;
 use crate::loopback::LoopbackPair;
-use crate::measured::{self, CalibratedPath};
+use crate::measured::{self, BlockRule, CalibratedPath};
 use crate::open::{OpenOptions, TransportId};
 use crate::Device;
 use crate::HintCache;
@@ -499,11 +499,11 @@ fn measure(
         .filter(|crossing| *crossing < line)
         .filter(|_| overshoots(&timings, spread.fixed_cost_us_median, spread.bandwidth_gbps_median, line))
         .map(|crossing| crossing as u64);
-    let robust_block_bytes = match (raised, lowered, robust) {
-        (Some(raised), _, _) => Some(raised),
-        (None, Some(lowered), _) => Some(lowered),
-        (None, None, true) => robust_choice,
-        (None, None, false) => None,
+    let (robust_block_bytes, block_rule) = match (raised, lowered, robust) {
+        (Some(raised), _, _) => (Some(raised), Some(BlockRule::Raised)),
+        (None, Some(lowered), _) => (Some(lowered), Some(BlockRule::Lowered)),
+        (None, None, true) => (robust_choice, robust_choice.map(|_| BlockRule::Robust)),
+        (None, None, false) => (None, None),
     };
     let (fixed_cost_us, bandwidth_gbps) = (spread.fixed_cost_us_median, spread.bandwidth_gbps_median);
     let mut entry = CalibratedPath {
@@ -517,6 +517,7 @@ fn measure(
         measured_at_unix: now,
         margins: None,
         robust_block_bytes,
+        block_rule,
         own_block_bytes: None,
         earlier: Vec::new(),
     };
@@ -607,25 +608,22 @@ fn measure(
             };
             // Before the pool's reason, which `calibrated_hint` gave last: the pool answers.
             let before_pool = hint.reasons.len() - usize::from(!entry.earlier.is_empty());
-            hint.reasons.insert(before_pool, Reason::new(
-                Factor::Calibrated,
-                format!("{:.0}…{:.0} KiB", blocks.low / 1024.0, blocks.high / 1024.0),
-                format!(
-                    "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval{}){}",
-                    CONFIDENCE * 100.0,
-                    if extended { ", after measuring longer because it was wider than 2×" } else { "" },
-                    match robust_block_bytes {
-                        Some(_) if robust_block_bytes == raised => {
-                            "; the measured curve reaches 97 % of its plateau only at a larger block, which is answered as the ladder block nearest to it (at most twice the ladder block where it reaches 90 %, and twice the line's block)"
+            hint.reasons.insert(
+                before_pool,
+                Reason::new(
+                    Factor::Calibrated,
+                    format!("{:.0}…{:.0} KiB", blocks.low / 1024.0, blocks.high / 1024.0),
+                    format!(
+                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval{}){}",
+                        CONFIDENCE * 100.0,
+                        if extended { ", after measuring longer because it was wider than 2×" } else { "" },
+                        match block_rule {
+                            Some(rule) => format!("; {}", rule.why()),
+                            None => "; this run alone answers the middle of the fits".to_string(),
                         }
-                        Some(_) if robust_block_bytes == lowered => {
-                            "; the line promises more at its block than the measured curve's plateau, so the block where the curve reaches 97 % of that plateau is answered"
-                        }
-                        Some(_) => "; wider than 2× even so: the robust choice is answered, the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller, and never below the middle of the fits",
-                        None => "; this run alone answers the middle of the fits",
-                    }
+                    ),
                 ),
-            ));
+            );
             let flatness = flatness(&timings, &entry, hint.block_bytes);
             entry.margins = Some(margins.clone());
             let pooled = entry.pooled_blocks(own);

@@ -40,6 +40,10 @@ pub struct CalibratedPath {
     /// pick one (the robust choice), in bytes; `None`: the hint follows from `o` and `B`.
     #[serde(default)]
     pub robust_block_bytes: Option<u64>,
+    /// The rule that chose `robust_block_bytes` (none in files written before it was kept:
+    /// their reason names every rule).
+    #[serde(default)]
+    pub block_rule: Option<BlockRule>,
     /// The block this calibration answered alone, before it was pooled with the earlier ones,
     /// in bytes (none in files written before calibrations were pooled).
     #[serde(default)]
@@ -49,6 +53,31 @@ pub struct CalibratedPath {
     /// none measured more than [`POOL_MAX_AGE_S`] before it.
     #[serde(default)]
     pub earlier: Vec<EarlierCalibration>,
+}
+
+/// Which rule chose a calibration's block from its measured curve, instead of the block the
+/// fitted line gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockRule {
+    /// The resampled fits disagreed by more than 2×: the smallest block whose lower bound
+    /// still reaches the target efficiency, or the measured knee where that is smaller.
+    Robust,
+    /// The curve reaches 97 % of its plateau only past the line's block.
+    Raised,
+    /// The line promises more at its block than the curve's plateau.
+    Lowered,
+}
+
+impl BlockRule {
+    /// Why the block was chosen, in the words of a hint's reason.
+    pub fn why(self) -> &'static str {
+        match self {
+            BlockRule::Raised => "the measured curve reaches 97 % of its plateau only at a larger block, which is answered as the ladder block nearest to it (at most twice the ladder block where it reaches 90 %, and twice the line's block)",
+            BlockRule::Lowered => "the line promises more at its block than the measured curve's plateau, so the block where the curve reaches 97 % of that plateau is answered",
+            BlockRule::Robust => "the resampled fits disagree by more than 2×, so the robust choice is answered: the smallest block whose lower bound still reaches the target efficiency (the top of the interval), or the measured knee where that is smaller, and never below the middle of the fits",
+        }
+    }
 }
 
 /// How many calibrations of one pair (source, transport, versions) the hint pools, the newest
@@ -95,6 +124,7 @@ impl CalibratedPath {
             measured_at_unix: 0,
             margins: None,
             robust_block_bytes: None,
+            block_rule: None,
             own_block_bytes: None,
             earlier: Vec::new(),
         }
@@ -439,11 +469,11 @@ pub fn calibrated_hint(
         let bounded = bounded_block(profile, &policy, block, hint.align_bytes).unwrap_or(hint.block_bytes);
         let bandwidth = hint.bandwidth_gbps;
         hint = hint.rescaled(bounded, bandwidth);
-        hint.reasons.push(Reason::new(
-            Factor::Calibrated,
-            format!("{bounded} B"),
-            "chosen by calibration from its margins: where the resampled fits' interval was too wide to pick a block, its top or the measured curve's knee (97 % of its plateau), the smaller; where the measured curve reaches 97 % of its plateau only past the line's block, that crossing, at most twice the ladder block where it reaches 90 % and twice the line's block, as the ladder block nearest to it",
-        ));
+        let why = match calibration.block_rule {
+            Some(rule) => format!("chosen by calibration from its curve: {}", rule.why()),
+            None => "chosen by calibration from its margins: where the resampled fits' interval was too wide to pick a block, its top or the measured curve's knee (97 % of its plateau), the smaller; where the measured curve reaches 97 % of its plateau only past the line's block, that crossing, at most twice the ladder block where it reaches 90 % and twice the line's block, as the ladder block nearest to it".to_string(),
+        };
+        hint.reasons.push(Reason::new(Factor::Calibrated, format!("{bounded} B"), why));
     }
     hint.reasons.push(Reason::new(
         Factor::Calibrated,
@@ -527,8 +557,11 @@ pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> 
 }
 
 /// The model's hint with the measured knee as its block (rounded up to the alignment) and the
-/// measured plateau as its bandwidth `B`; efficiency and latency follow from the model's fixed
-/// cost `o` with that `B`.
+/// measured plateau as its bandwidth `B`. Efficiency and latency follow from the curve, not
+/// from the model's constants: the knee is where the curve reached 90 % of its plateau, so
+/// the fixed cost `o` is the one that puts the knee there (`o = knee/B · (1/0.9 − 1)`). The
+/// model's own `B`, `o` and efficiency reasons go: mixed with a measured `B` they predicted
+/// a quarter of the plateau at a knee the sweep measured at 90 %.
 pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
     // Checked: `lookup` bounds the knee, but `apply` is public and a knee near u64::MAX
     // wrapped to a zero block here once.
@@ -539,8 +572,22 @@ pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
         .unwrap_or(hint.block_bytes);
     let plateau = measured.plateau_gbps;
     let bandwidth = if plateau.is_finite() && plateau > 0.0 { plateau } else { hint.bandwidth_gbps };
+    let knee = measured.knee_bytes.clamp(1, MAX_RECORDED_KNEE_BYTES) as f64;
+    // Bytes per µs at B GB/s: B · 10³.
+    hint.fixed_cost_us = knee / (bandwidth * 1e3) * (1.0 / KNEE_SHARE - 1.0);
+    hint.reasons.retain(|reason| {
+        !matches!(reason.factor, Factor::Bandwidth | Factor::FixedCost | Factor::Efficiency)
+    });
     hint = hint.rescaled(block, bandwidth);
     hint.origin = Origin::Measured;
+    hint.reasons.push(Reason::new(
+        Factor::Measured,
+        format!("{:.2} µs", hint.fixed_cost_us),
+        format!(
+            "o implied by the measured curve: the knee reaches {:.0} % of the plateau",
+            KNEE_SHARE * 100.0
+        ),
+    ));
     hint.reasons.push(Reason::new(
         Factor::Measured,
         format!("{block} B"),
@@ -553,6 +600,9 @@ pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
     ));
     hint
 }
+
+/// The share of its plateau a measured curve reaches at its knee (sweep's robust knee).
+const KNEE_SHARE: f64 = 0.9;
 
 /// `2026-12-01 09:20 UTC` for seconds since the Unix epoch (the proleptic Gregorian calendar,
 /// Howard Hinnant's days-to-civil algorithm; no time-zone database needed).
@@ -608,6 +658,7 @@ mod tests {
             measured_at_unix: 1,
             margins: Some(margins.clone()),
             robust_block_bytes: Some(1 << 20),
+            block_rule: Some(BlockRule::Robust),
             own_block_bytes: Some(1 << 20),
             earlier: Vec::new(),
         };
@@ -747,6 +798,15 @@ mod tests {
         assert_eq!(measured.block_bytes % measured.align_bytes, 0);
         assert!(measured.block_bytes >= 70_000);
         assert_eq!(measured.bandwidth_gbps, 9.5, "the measured plateau is B");
+        // The curve's efficiency, not the model's o with the measured B (#52: a knee measured
+        // at 90 % was shown at η 0.243).
+        assert!((0.9..1.0).contains(&measured.efficiency), "η {} at the knee", measured.efficiency);
+        assert!(measured.predicted_gbps <= 9.5 && measured.predicted_gbps >= 0.9 * 9.5);
+        assert!(
+            !measured.reasons.iter().any(|r| matches!(r.factor, Factor::FixedCost | Factor::Bandwidth)),
+            "the model's o and B are not the measured hint's reasons: {:?}",
+            measured.reasons
+        );
         assert!(
             measured.reasons.last().unwrap().why.contains("1970-01-01 00:00 UTC"),
             "a date, not a raw epoch"
@@ -782,6 +842,7 @@ mod tests {
             measured_at_unix: at,
             margins: None,
             robust_block_bytes: None,
+            block_rule: None,
             own_block_bytes: None,
             earlier: Vec::new(),
         };
