@@ -1,6 +1,7 @@
 //! The transfer engine: many transfers in flight over connections to many peers (see
 //! [`Engine`]).
 
+mod hints;
 mod request;
 mod state;
 
@@ -249,14 +250,18 @@ impl Engine {
         Ok(Engine { shared, driver: Some(driver) })
     }
 
-    /// Sets the block spec transfers from `source` are cut with.
+    /// Sets the block spec transfers from `source` are cut with, over lanes of every transport
+    /// (it replaces the specs [`set_size_hint`](Engine::set_size_hint) set per transport).
     pub fn set_hint(&self, source: SourceId, spec: BlockSpec) {
-        self.shared.lock().set_hint(source, spec);
+        self.shared.lock().set_hint(source, None, spec);
     }
 
-    /// Sets the block spec of `hint.source` from the hint.
+    /// Sets the block spec of `hint.source` from the hint, for lanes of the transport it was
+    /// computed for (`hint.transport`): a peer over another transport takes its own hint, and
+    /// a transfer to one with none is refused with
+    /// [`RequestError::HintForAnotherTransport`] rather than cut at a block that is not its.
     pub fn set_size_hint(&self, hint: &SizeHint) -> Result<(), PlanError> {
-        self.set_hint(hint.source, BlockSpec::from_hint(hint)?);
+        self.shared.lock().set_hint(hint.source, Some(hint.transport.clone()), BlockSpec::from_hint(hint)?);
         Ok(())
     }
 

@@ -581,3 +581,30 @@ fn bulk_goes_over_the_control_lane_once_every_other_lane_failed() {
     control.read_region(dst.id, 0, &mut landed).unwrap();
     assert!(landed == pattern(len, 23));
 }
+
+/// A hint carries the transport it was computed for: over lanes of another transport the
+/// engine refuses the transfer naming both (before, a shm hint of 16 KiB cut tcp lanes'
+/// transfers silently, at a third of their plateau); the lanes' own hint then answers.
+#[test]
+fn a_hint_for_another_transport_is_refused_naming_both() {
+    use rdma_hint_core::{compute_hint, HintPolicy, PathProfile, TransportId};
+    let connection = connection(1, 1 << 20, 5);
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let mut hint = compute_hint(&PathProfile::example_host_nic(), &HintPolicy::default()).unwrap();
+    hint.source = SourceId::Host(0);
+    hint.transport = TransportId::STAGED_SHM;
+    engine.set_size_hint(&hint).unwrap();
+    let peer = add(&engine, &connection);
+    let request = || TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, 200_000);
+    let refused = engine.submit(peer, request(), soon());
+    assert!(
+        matches!(&refused, Err(RequestError::HintForAnotherTransport { hinted, lanes, .. })
+            if hinted == "staged:shm" && lanes == &TransportId::Loopback.to_string()),
+        "{refused:?}"
+    );
+    hint.transport = TransportId::Loopback;
+    engine.set_size_hint(&hint).unwrap();
+    let id = engine.submit(peer, request(), soon()).unwrap();
+    assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, 200_000);
+    assert!(landed(&connection, 0, 200_000) == pattern(1 << 20, 5)[..200_000]);
+}

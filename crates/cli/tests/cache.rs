@@ -65,7 +65,7 @@ fn a_planted_link_is_never_written_through() {
     }
     let output = bounded(&cache, &SWEEP, Duration::from_secs(120));
     assert!(output.status.success(), "{}", stderr(&output));
-    let calibrate = bounded(&cache, &["calibrate", "--budget-ms", "300"], Duration::from_secs(60));
+    let calibrate = bounded(&cache, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
     assert!(calibrate.status.success(), "{}", stderr(&calibrate));
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "a write went through a planted link");
     let measured = cache.join("measured.json");

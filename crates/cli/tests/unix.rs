@@ -507,13 +507,15 @@ fn a_successful_ucx_sweep_warns_about_nothing() {
 #[test]
 fn ucx_warnings_stay_out_of_json_on_stdout() {
     let dir = scratch("ucx-json");
-    let output =
-        command(&dir, &["calibrate", "--backend", "ucx", "--channel", "shm", "--budget-ms", "200", "--json"])
-            .env("UCX_RDMA_HINT_TEST_UNUSED", "1")
-            .env("UCX_NET_DEVICES", "lo")
-            .env_remove("UCX_LOG_FILE")
-            .output()
-            .unwrap();
+    let output = command(
+        &dir,
+        &["calibrate", "--backend", "ucx", "--channel", "shm", "--budget-ms", "3000", "--json"],
+    )
+    .env("UCX_RDMA_HINT_TEST_UNUSED", "1")
+    .env("UCX_NET_DEVICES", "lo")
+    .env_remove("UCX_LOG_FILE")
+    .output()
+    .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!("stdout is not one JSON object ({e}): {}", String::from_utf8_lossy(&output.stdout))

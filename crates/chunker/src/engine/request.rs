@@ -201,6 +201,17 @@ pub enum RequestError {
         /// What the lane answered.
         why: String,
     },
+    /// The source's hint was set for another transport than the peer's lanes
+    /// ([`Engine::set_size_hint`](crate::Engine::set_size_hint)).
+    #[error("the hint for {memory} was set for {hinted}, and this peer's lanes are {lanes}: set the {lanes} hint too (or one for any transport with Engine::set_hint)")]
+    HintForAnotherTransport {
+        /// The transfer's source.
+        memory: SourceId,
+        /// A transport the source has a hint for.
+        hinted: String,
+        /// The peer's lanes' transport.
+        lanes: String,
+    },
     /// Every lane of the peer's connection has failed: open a new connection.
     #[error("every lane to the peer has failed ({0}); add a new connection")]
     PeerGone(String),

@@ -2,15 +2,16 @@
 //! posting and the routing of completions back to their transfers. The driver thread and the
 //! API calls take turns on it under one lock.
 
+use super::hints::Hints;
 use super::request::{Class, RequestError, Segment, Segments, TransferRequest};
 use super::{Delivered, EngineError, TransferId};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use rdma_hint_core::{
     Completion, CompletionStatus, GatherEntry, GatherOp, MemoryKind, RegionId, RemoteRegion, SourceId,
-    Transport, TransportError, WriteOp,
+    Transport, TransportError, TransportId, WriteOp,
 };
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -71,6 +72,8 @@ struct Posted {
 
 pub(crate) struct Peer {
     pub(crate) lanes: Vec<Lane>,
+    /// Its lanes' transport (the first lane's): which transport's hint its transfers take.
+    transport: TransportId,
     remote: Vec<RemoteRegion>,
     max_block: u64,
     /// The lane the last doorbell went to.
@@ -282,7 +285,7 @@ pub(crate) struct State {
     pub(crate) peers: Vec<Peer>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    hints: BTreeMap<SourceId, BlockSpec>,
+    hints: Hints,
     host_node: u32,
     policy: PostPolicy,
     lane_bytes_in_flight: u64,
@@ -393,7 +396,7 @@ impl State {
             peers: Vec::new(),
             slots: (0..max_transfers).map(|_| Slot::free()).collect(),
             free: (0..max_transfers).rev().collect(),
-            hints: BTreeMap::new(),
+            hints: Hints::default(),
             host_node: 0,
             policy,
             lane_bytes_in_flight,
@@ -408,8 +411,8 @@ impl State {
         }
     }
 
-    pub(crate) fn set_hint(&mut self, source: SourceId, spec: BlockSpec) {
-        self.hints.insert(source, spec);
+    pub(crate) fn set_hint(&mut self, source: SourceId, transport: Option<TransportId>, spec: BlockSpec) {
+        self.hints.set(source, transport, spec);
     }
 
     pub(crate) fn set_host_node(&mut self, node: u32) {
@@ -486,8 +489,10 @@ impl State {
             lanes[count - 1].control = true;
         }
         let slots = self.slots.len();
+        let transport = lanes[0].transport.capabilities().facts.id.clone();
         self.peers.push(Peer {
             lanes,
+            transport,
             remote: remote.to_vec(),
             max_block,
             last_lane: 0,
@@ -581,8 +586,9 @@ impl State {
                 MemoryKind::DmaBuf => return Err((RequestError::UnknownSource, Box::new(request))),
             },
         };
-        let Some(spec) = self.hints.get(&source) else {
-            return Err((RequestError::NoHint(source), Box::new(request)));
+        let spec = match self.hints.spec(source, &peer_state.transport) {
+            Ok(spec) => spec,
+            Err(error) => return Err((error, Box::new(request))),
         };
         let block_bytes = spec.block_bytes().min(peer_state.max_block);
         let local_len = request.local.len;
