@@ -153,8 +153,9 @@ enum Command {
         /// Write a plot to this file: SVG or PNG, as its name ends.
         #[arg(long, value_name = "FILE.svg|FILE.png", value_parser = plot::parse_plot_path)]
         plot: Option<PathBuf>,
-        /// Send to a peer running `rdma-hint serve` (TCP) instead of an in-process receiver.
-        #[arg(long, conflicts_with = "loopback")]
+        /// Send to a peer running `rdma-hint serve` (TCP) instead of an in-process receiver:
+        /// IP:PORT or HOST:PORT.
+        #[arg(long, conflicts_with = "loopback", value_parser = units::parse_address)]
         peer: Option<std::net::SocketAddr>,
         /// Seconds connecting may take, the peer's handshake and the shm hand-off included.
         #[arg(long, value_parser = units::parse_seconds, default_value = "30")]
@@ -183,8 +184,8 @@ enum Command {
     /// Receive for `sweep --peer` on another host: expose a region and serve peers one after
     /// another on one listener, until stopped (or --count peers).
     Serve {
-        /// Address to listen on (loopback unless told otherwise).
-        #[arg(long, default_value = "127.0.0.1:7470")]
+        /// Address to listen on, IP:PORT or HOST:PORT (loopback unless told otherwise).
+        #[arg(long, default_value = "127.0.0.1:7470", value_parser = units::parse_address)]
         listen: std::net::SocketAddr,
         #[command(flatten)]
         transport: TransportArgs,

@@ -189,6 +189,26 @@ fn check_memory_cap(args: &SweepArgs, region_bytes: u64) -> Result<()> {
     Ok(())
 }
 
+/// A registration the machine (or the cap) refused is about `--transfer`: the refusal says
+/// so, like every refusal of an argument.
+fn name_the_size_flag(error: anyhow::Error, region_bytes: u64) -> anyhow::Error {
+    use rdma_hint::TransportError;
+    let about_size = |e: &TransportError| {
+        matches!(e, TransportError::OutOfMemory { .. } | TransportError::Registration { .. })
+    };
+    let refused = error.chain().any(|cause| {
+        cause.downcast_ref::<TransportError>().is_some_and(about_size)
+            || matches!(cause.downcast_ref::<rdma_hint::Error>(), Some(rdma_hint::Error::Transport(e)) if about_size(e))
+    });
+    match refused {
+        true => error.context(format!(
+            "--transfer {}: a region of that size cannot be registered",
+            format_bytes(region_bytes)
+        )),
+        false => error,
+    }
+}
+
 struct Endpoints {
     sender: Arc<dyn Transport>,
     /// Every sending lane, `sender` first (only it, over one lane).
@@ -518,7 +538,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let largest = blocks.iter().map(|b| b.0).max().unwrap_or(align);
     let region_bytes = args.transfer_bytes.max(largest);
     check_memory_cap(args, region_bytes)?;
-    let endpoints = connect(args, region_bytes)?;
+    let endpoints = connect(args, region_bytes).map_err(|error| name_the_size_flag(error, region_bytes))?;
 
     let blocks = blocks
         .into_iter()

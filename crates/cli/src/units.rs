@@ -65,6 +65,42 @@ pub(crate) fn parse_count_u32(text: &str) -> Result<u32, String> {
     u32::try_from(count).map_err(|_| format!("`{text}` is larger than {}", u32::MAX))
 }
 
+/// How long a host name may take to resolve.
+const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `HOST:PORT` as an address: an IP literal as it is, or a host name resolved (its first IPv4
+/// address, else its first; `localhost` from `/etc/hosts`) on a thread of its own within 5 s,
+/// so a resolver that never answers cannot hold the command.
+pub(crate) fn parse_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let (host, port) = text.rsplit_once(':').ok_or_else(|| format!("`{text}`: give HOST:PORT or IP:PORT"))?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("`{text}`: give HOST:PORT or IP:PORT (a port is 0…65535)"));
+    }
+    let (answer, answered) = std::sync::mpsc::channel();
+    let owned = text.to_string();
+    std::thread::Builder::new()
+        .name("resolve".into())
+        .spawn(move || {
+            let found = std::net::ToSocketAddrs::to_socket_addrs(&owned.as_str())
+                .map(|found| found.collect::<Vec<_>>());
+            let _ = answer.send(found);
+        })
+        .map_err(|e| format!("`{text}`: cannot resolve it: {e}"))?;
+    match answered.recv_timeout(RESOLVE_TIMEOUT) {
+        Ok(Ok(found)) => found
+            .iter()
+            .find(|address| address.is_ipv4())
+            .or(found.first())
+            .copied()
+            .ok_or_else(|| format!("`{text}`: {host} has no address")),
+        Ok(Err(error)) => Err(format!("`{text}`: cannot resolve {host}: {error}")),
+        Err(_) => Err(format!("`{text}`: {host} did not resolve within {} s", RESOLVE_TIMEOUT.as_secs())),
+    }
+}
+
 /// `1 block`, `2 blocks`: a count with its noun in the right number.
 pub(crate) fn plural(count: u64, noun: &str) -> String {
     if count == 1 {

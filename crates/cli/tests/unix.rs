@@ -91,6 +91,15 @@ fn meaningless_arguments_are_refused_naming_the_flag() {
         (vec!["sweep", "--sizes", "3K..5K"], vec!["--sizes", "powers of two"]),
         (vec!["sweep", "--sizes", "6K"], vec!["--sizes", "multiple of the 4 KiB alignment"]),
         (vec!["sweep", "--transfer", "1M", "--sizes", "16M"], vec!["--transfer", "16 MiB"]),
+        // Past what any registration takes (1 TiB): the refusal names the flag (#52).
+        (
+            vec!["sweep", "--transfer", "64T", "--sizes", "64K"],
+            vec!["--transfer 65536 GiB", "cannot register"],
+        ),
+        (
+            vec!["sweep", "--memory-cap", "1M", "--sizes", "64K", "--transfer", "1M"],
+            vec!["--memory-cap 1 MiB"],
+        ),
         (vec!["sweep", "--source", "gpu:x"], vec!["--source"]),
         (vec!["sweep", "--backend", "nccl"], vec!["--backend", "staged, ucx, verbs"]),
         (vec!["sweep", "--channel", "carrier-pigeon"], vec!["--channel", "shm or tcp"]),
@@ -255,6 +264,23 @@ fn ucx_without_a_token_is_refused_at_start_in_one_line() {
         assert!(text.contains("--token-file") && text.contains("RDMA_HINT_TOKEN"), "{args:?}: {text}");
         assert!(output.stdout.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&output.stdout));
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Host names resolve: `serve --listen localhost:PORT` and `sweep --peer localhost:PORT` meet
+/// (before, both were refused as "invalid socket address syntax"); a name that does not
+/// resolve is refused naming the flag.
+#[test]
+fn serve_and_sweep_take_host_names() {
+    let dir = scratch("host-names");
+    let port = free_address().rsplit_once(':').unwrap().1.to_string();
+    let named = format!("localhost:{port}");
+    let server = spawned(&dir, &["serve", "--listen", &named, "--bytes", "4M", "--count", "1"]);
+    let swept = run(&dir, &[&["sweep", "--peer", &named, "--no-record"][..], &QUICK[..]].concat());
+    assert!(swept.status.success(), "{}", stderr(&swept));
+    let served = output_within(server, "serve on localhost", Duration::from_secs(30));
+    assert!(served.status.success(), "{}", stderr(&served));
+    refused(&["sweep", "--peer", "localhost:notaport"], &["--peer", "HOST:PORT"]);
     let _ = std::fs::remove_dir_all(dir);
 }
 
