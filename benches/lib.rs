@@ -1,8 +1,10 @@
 //! Helpers for the criterion benches in `benches/`: a null transport (posting costs only), the
 //! library's `block_on`, and the [`write_bw`] measurement the backend-vs-peer-tool scripts
-//! run. Run the benches with `cargo bench -p rdma-hint-benches`.
+//! run, and the examples' command lines ([`flags`]). Run the benches with `cargo bench -p rdma-hint-benches`.
 #![forbid(unsafe_code)]
 
+#[path = "flags.rs"]
+pub mod flags;
 #[path = "write_bw.rs"]
 pub mod write_bw;
 

@@ -48,6 +48,28 @@ done
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked -q
 echo "== cargo test (all features)"
 cargo test --workspace --all-features --locked
+echo "== the CLI's tests again beside two busy loops: no verdict may depend on an idle machine"
+# Bounded in time whatever happens here; killed as soon as the tests end.
+busy=()
+for _ in 1 2; do
+    timeout 1800 sh -c 'while :; do :; done' &
+    busy+=($!)
+done
+under_load=0
+cargo test --locked -p rdma-hint-cli --all-features -q || under_load=$?
+kill "${busy[@]}" 2>/dev/null || true
+wait "${busy[@]}" 2>/dev/null || true
+if [ "$under_load" != 0 ]; then
+    echo "the CLI's tests failed beside two busy loops" >&2
+    exit 1
+fi
+echo "== every bench example answers --help with its usage (no panic)"
+cargo build -q --locked -p rdma-hint-benches --examples --all-features
+for source in benches/examples/*.rs; do
+    example=$(basename "$source" .rs)
+    target/debug/examples/"$example" --help | grep -q "^usage: $example" ||
+        { echo "bench example $example does not answer --help" >&2; exit 1; }
+done
 echo "== the shared contract's two-host rule (network namespaces, root only; ignored otherwise)"
 if [ "$(id -u)" = 0 ]; then
     cargo test --locked -p rdma-hint-staged -p rdma-hint-ucx --all-features --test conformance -- --ignored two_hosts

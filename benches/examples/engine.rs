@@ -21,6 +21,7 @@ use rdma_hint::{
     block_on, get_low_latency_rdma_size_hint_with, open_lanes, Device, Error, LocalRegion, MemoryKind,
     OpenOptions, PeerEndpoint, RemoteRegion, SizeHint, Transport, TransportId, TransportSelector,
 };
+use rdma_hint_benches::flags::Flags;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,20 +46,19 @@ fn args() -> Args {
         queue_time: None,
         rows,
     };
-    let mut given = std::env::args().skip(1);
-    while let Some(flag) = given.next() {
-        let mut value = || given.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+    let mut given = Flags::from_env(
+        "usage: engine [--mib N] [--bulk-mib N] [--lane-kib N] [--runs N] [--queue-us N] [--rows lanes,paged,behind] [--ids ID,ID]",
+    );
+    while let Some(flag) = given.next_arg() {
         match flag.as_str() {
-            "--mib" => args.bytes = value().parse::<u64>().expect("--mib N") << 20,
-            "--bulk-mib" => args.bulk_bytes = value().parse::<u64>().expect("--bulk-mib N") << 20,
-            "--lane-kib" => args.lane_bytes = Some(value().parse::<u64>().expect("--lane-kib N") << 10),
-            "--runs" => args.runs = value().parse().expect("--runs N"),
-            "--queue-us" => {
-                args.queue_time = Some(Duration::from_micros(value().parse().expect("--queue-us N")))
-            }
-            "--rows" => args.rows = value().split(',').map(String::from).collect(),
-            "--ids" => args.ids = value().split(',').map(|id| id.parse().expect("a transport id")).collect(),
-            other => panic!("unknown argument {other}"),
+            "--mib" => args.bytes = given.value::<u64>(&flag) << 20,
+            "--bulk-mib" => args.bulk_bytes = given.value::<u64>(&flag) << 20,
+            "--lane-kib" => args.lane_bytes = Some(given.value::<u64>(&flag) << 10),
+            "--runs" => args.runs = given.value(&flag),
+            "--queue-us" => args.queue_time = Some(Duration::from_micros(given.value(&flag))),
+            "--rows" => args.rows = given.value::<String>(&flag).split(',').map(String::from).collect(),
+            "--ids" => args.ids = ids(&mut given, &flag),
+            other => given.fail(&format!("unknown argument {other}")),
         }
     }
     if args.ids.is_empty() {
@@ -387,4 +387,10 @@ fn main() {
             behind_bulk_row(id, &hint, &args);
         }
     }
+}
+
+/// `--ids a,b`: transport ids.
+fn ids(given: &mut Flags, flag: &str) -> Vec<TransportId> {
+    let text: String = given.value(flag);
+    text.split(',').map(|id| id.parse().unwrap_or_else(|e| given.fail(&format!("{flag}: {e}")))).collect()
 }

@@ -13,6 +13,7 @@
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{calibrate, estimate, LoopbackPair, OpenOptions, SourceId, TransportId};
+use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
 
 struct Args {
@@ -33,17 +34,24 @@ fn args() -> Args {
         budget: Duration::from_secs(1),
         stored: false,
     };
-    let mut given = std::env::args().skip(1);
-    while let Some(flag) = given.next() {
-        let mut value = || given.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+    let mut given = Flags::from_env(
+        "usage: estimate_bounds [--ids ID,ID] [--source host:N|gpu:N] [--transfers N] [--max-mib N] [--budget-ms N] [--stored]",
+    );
+    while let Some(flag) = given.next_arg() {
         match flag.as_str() {
-            "--ids" => args.ids = value().split(',').map(|id| id.parse().expect("a transport id")).collect(),
-            "--source" => args.source = value().parse().expect("--source host:N|gpu:N"),
-            "--transfers" => args.transfers = value().parse().expect("--transfers N"),
-            "--max-mib" => args.max_bytes = value().parse::<u64>().expect("--max-mib N") << 20,
-            "--budget-ms" => args.budget = Duration::from_millis(value().parse().expect("--budget-ms N")),
+            "--ids" => {
+                let text: String = given.value(&flag);
+                args.ids = text
+                    .split(',')
+                    .map(|id| id.parse().unwrap_or_else(|e| given.fail(&format!("{e}"))))
+                    .collect()
+            }
+            "--source" => args.source = given.value(&flag),
+            "--transfers" => args.transfers = given.value(&flag),
+            "--max-mib" => args.max_bytes = given.value::<u64>(&flag) << 20,
+            "--budget-ms" => args.budget = Duration::from_millis(given.value(&flag)),
             "--stored" => args.stored = true,
-            other => panic!("unknown flag {other}"),
+            other => given.fail(&format!("unknown flag {other}")),
         }
     }
     args

@@ -10,6 +10,7 @@ use rdma_hint::hint_core::{
     TransportKind,
 };
 use rdma_hint::staged::gpu::{CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
+use rdma_hint_benches::flags::Flags;
 use std::time::Instant;
 
 const BLOCKS: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -52,7 +53,13 @@ fn model_hint() -> Option<u64> {
 }
 
 fn main() {
-    let total: usize = std::env::args().nth(1).map_or(1024, |a| a.parse().expect("TOTAL_MIB")) << 20;
+    let mut given = Flags::from_env("usage: gpu_staging [TOTAL_MIB] (default 1024)");
+    let total: usize = match given.next_arg() {
+        None => 1024 << 20,
+        Some(text) => {
+            text.parse::<usize>().unwrap_or_else(|e| given.fail(&format!("TOTAL_MIB {text}: {e}"))) << 20
+        }
+    };
     let gpu = match Gpu::open(0) {
         Ok(gpu) => gpu,
         Err(e) => {

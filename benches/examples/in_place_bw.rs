@@ -21,6 +21,7 @@ use rdma_hint::{
     LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, SizeHint, Transport, TransportId,
     TransportSelector,
 };
+use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
 
 struct Args {
@@ -32,15 +33,20 @@ struct Args {
 
 fn args() -> Args {
     let mut args = Args { bytes: 1 << 30, runs: 5, ids: Vec::new(), gpu: false };
-    let mut given = std::env::args().skip(1);
-    while let Some(flag) = given.next() {
-        let mut value = || given.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+    let mut given = Flags::from_env("usage: in_place_bw [--mib N] [--runs N] [--ids ID,ID] [--gpu]");
+    while let Some(flag) = given.next_arg() {
         match flag.as_str() {
-            "--mib" => args.bytes = value().parse::<u64>().expect("--mib N") << 20,
-            "--runs" => args.runs = value().parse().expect("--runs N"),
-            "--ids" => args.ids = value().split(',').map(|id| id.parse().expect("a transport id")).collect(),
+            "--mib" => args.bytes = given.value::<u64>(&flag) << 20,
+            "--runs" => args.runs = given.value(&flag),
+            "--ids" => {
+                let text: String = given.value(&flag);
+                args.ids = text
+                    .split(',')
+                    .map(|id| id.parse().unwrap_or_else(|e| given.fail(&format!("{e}"))))
+                    .collect()
+            }
             "--gpu" => args.gpu = true,
-            other => panic!("unknown argument {other}"),
+            other => given.fail(&format!("unknown argument {other}")),
         }
     }
     if args.ids.is_empty() {

@@ -14,6 +14,7 @@ use rdma_hint::{
     Arrival, Completion, CompletionStatus, LoopbackPair, OpenOptions, SourceId, Transport, TransportId,
     WaitMode, WriteOp,
 };
+use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
 
 /// How long one wait may take.
@@ -33,7 +34,7 @@ fn one(mut poll: impl FnMut() -> Result<usize, rdma_hint::TransportError>, what:
 }
 
 fn main() -> Result<(), String> {
-    let mut args = std::env::args().skip(1);
+    let mut args = Flags::from_env("usage: loopback_cost [TRANSPORT_ID [WRITES [RUNS]]]").rest().into_iter();
     let id: TransportId =
         args.next().unwrap_or_else(|| "staged:shm".into()).parse().map_err(|e| format!("{e}"))?;
     let writes: u64 = args.next().map_or(Ok(2_000_000), |a| a.parse()).map_err(|e| format!("writes: {e}"))?;

@@ -6,20 +6,17 @@
 use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint::hint_core::SourceId;
 use rdma_hint::{RemoteRegion, Transport};
+use rdma_hint_benches::flags::Flags;
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
 use std::time::{Duration, Instant};
 
 const TRANSFER: u64 = 64 << 20;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: posting_cost chunker|hand BLOCK_BYTES TRANSFERS";
-    let (Some(mode), Some(block), Some(transfers)) = (args.get(1), args.get(2), args.get(3)) else {
-        eprintln!("{usage}");
-        std::process::exit(2);
-    };
-    let block: u64 = block.parse().expect(usage);
-    let transfers: u64 = transfers.parse().expect(usage);
+    let mut given = Flags::from_env("usage: posting_cost chunker|hand BLOCK_BYTES TRANSFERS");
+    let Some(mode) = given.next_arg() else { given.fail("no mode given") };
+    let block: u64 = given.value("BLOCK_BYTES");
+    let transfers: u64 = given.value("TRANSFERS");
     let policy = PostPolicy::default();
     let transport = NullTransport::new(256);
     let mut blocks = 0;
@@ -42,10 +39,7 @@ fn main() {
                 blocks += hand_written_loop(&transport, TRANSFER, block, &policy);
             }
         }
-        _ => {
-            eprintln!("{usage}");
-            std::process::exit(2);
-        }
+        other => given.fail(&format!("unknown mode {other}")),
     }
     println!("{blocks}");
 }

@@ -9,6 +9,7 @@
 //!  for run in 1 2 3 4 5; do target/release/examples/stream_copy; done`
 #![forbid(unsafe_code)]
 
+use rdma_hint_benches::flags::Flags;
 use rdma_hint_stream_copy::{copy_slice, fence};
 use std::time::Instant;
 
@@ -16,12 +17,15 @@ const REGION_BYTES: usize = 64 << 20;
 const PIECES: [usize; 2] = [16 << 10, 1 << 20];
 
 fn main() {
-    let passes: usize = match std::env::args().skip(1).collect::<Vec<_>>().as_slice() {
-        [] => 9,
-        [flag, n] if flag == "--passes" => n.parse().expect("--passes N (1..=100)"),
-        _ => panic!("usage: stream_copy [--passes N]"),
+    let mut given = Flags::from_env("usage: stream_copy [--passes N] (1..=100, default 9)");
+    let passes: usize = match given.next_arg().as_deref() {
+        None => 9,
+        Some("--passes") => given.value("--passes"),
+        Some(other) => given.fail(&format!("unknown argument {other}")),
     };
-    assert!((1..=100).contains(&passes), "--passes takes 1..=100");
+    if !(1..=100).contains(&passes) {
+        given.fail("--passes takes 1..=100");
+    }
     let source: Vec<u8> = (0..REGION_BYTES).map(|i| (i % 251) as u8).collect();
     let mut target = vec![0u8; REGION_BYTES];
     let mut line = String::new();

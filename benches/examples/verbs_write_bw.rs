@@ -8,10 +8,12 @@
 //! ```
 
 use rdma_hint::{open, OpenOptions, TransportId};
+use rdma_hint_benches::flags::Flags;
 use rdma_hint_benches::write_bw::{run, Role};
 
 fn main() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> =
+        Flags::from_env("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES").rest();
     let (Some(device), Some(bytes)) = (args.first(), args.get(1)) else {
         return Err("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES".into());
     };

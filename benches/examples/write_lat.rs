@@ -20,6 +20,7 @@ use rdma_hint::{
     open, Arrival, BlockingTransport, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint,
     RemoteRegion, Transport, TransportId, WaitMode, WriteOp,
 };
+use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
 
 /// Warm-up round trips before timing.
@@ -74,7 +75,8 @@ fn percentile(samples: &mut [f64], quantile: f64) -> f64 {
 }
 
 fn main() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> =
+        Flags::from_env("usage: write_lat TRANSPORT_ID BYTES serve|run ADDRESS ITERATIONS").rest();
     let [id, bytes, role, address, iterations] = args.as_slice() else {
         return Err("usage: write_lat TRANSPORT_ID BYTES serve|run ADDRESS ITERATIONS".into());
     };
