@@ -11,6 +11,10 @@ system_state() {
         dpkg-query -W -f='package ${Package} ${Version}\n' 2>/dev/null
         ls -1 /boot /lib/modules 2>/dev/null | sed 's/^/boot /'
         ls -1 /dev/shm 2>/dev/null | sed 's/^/shm /'
+        # What the tests and scripts name under /tmp (their scratch folders, mktemp's).
+        # (The suite's own hint cache goes when the script exits, after this check.)
+        ls -1 /tmp 2>/dev/null | grep -E '^(rdma-hint-|tmp\.|rxe-vm-job\.)' |
+            grep -vxF "$(basename "${suite_cache:-/none}")" | sed 's/^/tmp /' || true
     } | sort
 }
 system_before=$(system_state)
@@ -96,6 +100,11 @@ if [ "$(id -u)" = 0 ]; then
 else
     echo "skipped: the Soft-RoCE VM needs root (CI runs as root)"
 fi
+echo "== docs/testing.md names every fuzz target that runs"
+for target in fuzz/fuzz_targets/*.rs; do
+    grep -q "\`$(basename "$target" .rs)\`" docs/testing.md ||
+        { echo "docs/testing.md does not name the fuzz target $(basename "$target" .rs)" >&2; exit 1; }
+done
 echo "== fuzz smoke (20 s per target)"
 ./fuzz/smoke.sh 20
 echo "== rdma-hint probe --json on this machine"
@@ -110,13 +119,13 @@ for file in target/rdma-hint-main/sweep.json target/rdma-hint-main/sweep.svg; do
     [ -s "$file" ] || { echo "main job: $file missing" >&2; exit 1; }
     grep -q "$file" <<<"$main_log" || { echo "main job: does not say it wrote $file" >&2; exit 1; }
 done
-echo "== nothing removed, changed, put into /boot or left in /dev/shm by the suite; the checkout is as it was"
+echo "== nothing removed, changed, put into /boot or left in /dev/shm or /tmp by the suite; the checkout is as it was"
 removed=$(comm -23 <(echo "$system_before") <(system_state))
-added=$(comm -13 <(echo "$system_before") <(system_state) | grep -E '^(boot|shm) ' || true)
+added=$(comm -13 <(echo "$system_before") <(system_state) | grep -E '^(boot|shm|tmp) ' || true)
 if [ -n "$removed$added" ]; then
     echo "the test suite changed the machine:" >&2
     [ -z "$removed" ] || echo "removed or changed: $removed" >&2
-    [ -z "$added" ] || echo "added under /boot, /lib/modules or /dev/shm: $added" >&2
+    [ -z "$added" ] || echo "added under /boot, /lib/modules, /dev/shm or /tmp: $added" >&2
     exit 1
 fi
 checkout_after=$(git status --porcelain --untracked-files=all 2>/dev/null || true)

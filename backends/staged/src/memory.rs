@@ -110,7 +110,7 @@ impl Memory {
         // Mapped first, then committed through the mapping: the pages count in this process's
         // resident set, so were memory short after all, the OOM killer would see whose they are
         // (pages committed to a file nobody maps are charged to nobody it can pick).
-        let mut map = map(&file, Populate::No).map_err(|e| fail("mapping the memfd", e))?;
+        let mut map = map(&file).map_err(|e| fail("mapping the memfd", e))?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| registration(len, "mmap returned null"))?;
         commit(&map).map_err(|e| fail("committing the memory", e))?;
         Ok(Memory { ptr, len: size, backing: Backing::SharedOwned { _map: map, file } })
@@ -421,18 +421,10 @@ fn commit(map: &memmap2::MmapMut) -> std::io::Result<()> {
     Ok(())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Populate {
-    Yes,
-    No,
-}
-
-fn map(file: &File, populate: Populate) -> std::io::Result<memmap2::MmapMut> {
-    let mut options = memmap2::MmapOptions::new();
-    if populate == Populate::Yes {
-        // The page tables are filled now, not by faults during transfers.
-        options.populate();
-    }
+/// Maps `file` whole, without populating it: a page is committed only where it is written
+/// (ours are committed at registration, through the mapping; a peer's were by the peer).
+fn map(file: &File) -> std::io::Result<memmap2::MmapMut> {
+    let options = memmap2::MmapOptions::new();
     // SAFETY: the file is a sealed memfd shared on purpose with one peer (its size cannot change,
     // so the mapping stays backed); concurrent modification
     // through the peer's mapping is the transport's RDMA-WRITE semantics, and every access from
@@ -490,23 +482,20 @@ impl PeerMapping {
         let refuse = |why: String| TransportError::Handshake(format!("the peer's shm region: {why}"));
         let file = self.file.lock().unwrap_or_else(PoisonError::into_inner).take();
         let file = file.ok_or_else(|| refuse("its mapping failed before".into()))?;
-        // Its seals keep its size, not its pages: a peer may punch holes after `check`, and the
-        // population below (or any write) would commit them here, charged to us.
-        // SAFETY: lseek on a descriptor we own; no pointers. SEEK_HOLE answers the first hole
-        // at or after 0, or the file's end where there is none.
-        let hole = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
-        if hole < 0 {
-            return Err(refuse(format!("cannot look for holes: {}", std::io::Error::last_os_error())));
-        }
-        if (hole as u64) < self.len {
+        // Its seals keep its size, not its pages: a peer may punch holes after `check`, and a
+        // write into a hole commits that page here, charged to us. So its pages are counted
+        // again now, and the mapping is not populated: a hole punched after this count costs
+        // us the pages our own writes cover, never the whole region at once (populating a
+        // 1 GiB region punched after its hand-off OOM-killed a sweep in a 600 MiB cgroup).
+        // (`SEEK_HOLE` cannot tell: it reports a peer's `fallocate`d pages as holes.)
+        let committed = file.metadata().map_err(|e| refuse(e.to_string()))?.blocks().saturating_mul(512);
+        if committed < self.len {
             return Err(refuse(format!(
-                "the peer punched a hole at byte {hole} after handing it over: writing it would commit that memory here"
+                "only {committed} B of its {} B are committed now: the peer punched holes after handing it over, and writing them would commit that memory here",
+                self.len
             )));
         }
-        // Whatever the peer does from now on, writing its region commits at most its length
-        // here: a region is taken only if that much could be committed.
-        rdma_hint_toolkit::memory_limit::check_commit(self.len, None, 0)?;
-        let mut map = map(&file, Populate::Yes).map_err(|e| refuse(e.to_string()))?;
+        let mut map = map(&file).map_err(|e| refuse(e.to_string()))?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| refuse("mmap returned null".into()))?;
         let size = checked_len(self.len)?;
         Ok(self.mapped.get_or_init(|| Memory { ptr, len: size, backing: Backing::SharedPeer { _map: map } }))
@@ -616,7 +605,7 @@ mod tests {
         };
         assert_eq!(punched, 0, "{}", std::io::Error::last_os_error());
         let refused = mapping.get().map(|_| ()).unwrap_err();
-        assert!(refused.to_string().contains("punched a hole at byte 65536"), "{refused}");
+        assert!(refused.to_string().contains("punched holes after handing it over"), "{refused}");
     }
 
     /// The shm channel's copy: adjacent writes past the threshold stream (and leave a fence

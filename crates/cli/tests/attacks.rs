@@ -14,7 +14,7 @@ use common::{free_address, running_as_root, serve, text};
 
 const TOKEN: &[u8] = b"correct horse battery staple";
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("attack", name)
 }
 

@@ -5,13 +5,13 @@
 //! cache variable is ignored.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("cache", name)
 }
 
@@ -104,10 +104,16 @@ fn a_linked_cache_directory_is_not_used() {
 #[test]
 fn an_out_of_range_calibration_is_ignored_with_a_warning() {
     let cache = scratch("calibration-range");
-    let calibrate = bounded(&cache, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
-    assert!(calibrate.status.success(), "{}", stderr(&calibrate));
     let file = cache.join("calibrated.json");
-    let stored = std::fs::read(&file).unwrap();
+    // A busy machine can make a fit poor, and a poor fit is not kept: calibrate until one is.
+    for _ in 0..5 {
+        let calibrate = bounded(&cache, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
+        assert!(calibrate.status.success(), "{}", stderr(&calibrate));
+        if file.exists() {
+            break;
+        }
+    }
+    let stored = std::fs::read(&file).expect("five calibrations in a row fitted poorly");
     for (field, value) in [("fixed_cost_us", 2e6), ("bandwidth_gbps", 2e6)] {
         let mut entries: Value = serde_json::from_slice(&stored).unwrap();
         for entry in entries.as_array_mut().unwrap() {

@@ -3,13 +3,13 @@
 //! the hint the library then answers, and the PNG plot.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 mod common;
 
 use common::rdma_hint;
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("calibrate", name)
 }
 

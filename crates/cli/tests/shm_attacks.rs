@@ -4,7 +4,7 @@
 //! socket whose backlog is kept full, a peer's ring written wild, holes punched into a region
 //! after it was handed over, and a peer that keeps what serve handed it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ mod common;
 use common::cgroup::small_cgroup;
 use common::{free_address, running_as_root, serve, text};
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("attack", name)
 }
 
@@ -550,10 +550,10 @@ print("committed", os.fstat(fds[0]).st_blocks * 512, flush=True)
 }
 
 /// A fake serve hands over a committed, sealed 512 MiB memfd and punches it into one hole at
-/// once (the seals allow it): a sweep in a 256 MiB memory cgroup refuses the region with a
-/// typed error (the hole seen before the mapping, or the region more than this side could
-/// commit) and the OOM killer never runs (before, the mapping's population committed the
-/// whole region again on the sweep's side, charged to it: OOM-killed).
+/// once (the seals allow it): a sweep in a 256 MiB memory cgroup is never OOM-killed (before,
+/// the mapping's population committed the whole region again on the sweep's side, charged to
+/// it). Where the punch came before the first write, the region is refused with a typed error;
+/// where it came after, the sweep's writes commit only the pages they cover.
 #[test]
 fn a_region_punched_after_the_hand_off_commits_nothing_here() {
     let Some(cgroup) = small_cgroup("punched", 256 << 20) else { return };
@@ -574,10 +574,10 @@ fn a_region_punched_after_the_hand_off_commits_nothing_here() {
     let _ = common::output_within(server, "the fake shm serve", Duration::from_secs(20));
     let stderr = text(&swept.stderr);
     assert_eq!(cgroup.oom_kills(), 0, "the OOM killer ran in the sweep's cgroup: {stderr}");
-    assert_eq!(swept.status.code(), Some(1), "{stderr}");
-    assert!(
-        ["punched a hole", "can be committed", "are committed"].iter().any(|why| stderr.contains(why)),
-        "{stderr}"
-    );
+    match swept.status.code() {
+        Some(0) => {}
+        Some(1) => assert!(stderr.contains("punched holes") || stderr.contains("are committed"), "{stderr}"),
+        other => panic!("the sweep ended with {other:?}: {stderr}"),
+    }
     let _ = std::fs::remove_dir_all(dir);
 }

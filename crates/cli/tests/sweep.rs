@@ -2,14 +2,13 @@
 //! (not its speed), a well-formed SVG, and the measured knee reaching `probe` and the hint API.
 
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
 
 use common::rdma_hint;
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("sweep", name)
 }
 
@@ -24,11 +23,11 @@ fn sweep_report(dir: &std::path::Path, args: &[&str]) -> Value {
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
 
-fn short_sweep(channel: &str) -> (PathBuf, Value, String) {
+fn short_sweep(channel: &str) -> (common::Scratch, Value, String) {
     short_sweep_on("staged", channel)
 }
 
-fn short_sweep_on(backend: &str, channel: &str) -> (PathBuf, Value, String) {
+fn short_sweep_on(backend: &str, channel: &str) -> (common::Scratch, Value, String) {
     let dir = scratch(&format!("{backend}-{channel}"));
     let svg = dir.join("out.svg");
     let report = sweep_report(
@@ -382,4 +381,5 @@ fn a_sweep_over_two_lanes_stripes_every_transfer_and_records_nothing() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success() && stderr.contains(says), "{extra:?}: {stderr}");
     }
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -13,11 +13,8 @@ mod common;
 
 use common::{free_address, output_within};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdma-hint-unix-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("unix", name)
 }
 
 fn command(cache: &PathBuf, args: &[&str]) -> Command {

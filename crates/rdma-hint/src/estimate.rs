@@ -63,13 +63,15 @@ pub struct Estimate {
 /// ```
 /// use rdma_hint::{calibrate_loopback, estimate, OpenOptions, SourceId, TransportId};
 /// use std::time::Duration;
-/// # std::env::set_var("RDMA_HINT_CACHE_DIR", std::env::temp_dir().join("rdma-hint-doc-estimate"));
+/// # let cache = std::env::temp_dir().join(format!("rdma-hint-doc-estimate-{}", std::process::id()));
+/// # std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
 /// let id = TransportId::STAGED_SHM;
 /// calibrate_loopback(&id, SourceId::Host(0), &OpenOptions::default(), Duration::from_secs(2))?;
 /// let one_gib = estimate(1 << 30, SourceId::Host(0), &id)?;
 /// assert!(one_gib.low_seconds <= one_gib.seconds && one_gib.seconds <= one_gib.high_seconds);
 /// println!("1 GiB: {:.1} ms ({:.1}…{:.1}), {:.2} GB/s", one_gib.seconds * 1e3,
 ///          one_gib.low_seconds * 1e3, one_gib.high_seconds * 1e3, one_gib.gbps);
+/// # let _ = std::fs::remove_dir_all(&cache);
 /// # Ok::<(), rdma_hint::Error>(())
 /// ```
 pub fn estimate(len: u64, device: Device, transport: &TransportId) -> Result<Estimate, Error> {

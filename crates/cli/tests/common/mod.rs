@@ -19,12 +19,42 @@ pub(crate) fn rdma_hint(cache: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// An empty directory `rdma-hint-SUITE-NAME-PID` under the temp directory.
-pub(crate) fn scratch(suite: &str, name: &str) -> PathBuf {
+/// An empty directory `rdma-hint-SUITE-NAME-PID` under the temp directory, removed when the
+/// guard goes, a failing test's included (a panic unwinds through it).
+pub(crate) fn scratch(suite: &str, name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("rdma-hint-{suite}-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
+}
+
+/// A test's scratch directory (see [`scratch`]).
+#[derive(Debug)]
+pub(crate) struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A loopback address with a port nobody listens on now.
