@@ -41,6 +41,17 @@ impl Flags {
         text.parse().unwrap_or_else(|error| self.fail(&format!("{flag} {text}: {error}")))
     }
 
+    /// The comma-separated list after `flag`, each item parsed (`--ids staged:shm,ucx:shm`).
+    pub fn list<T: FromStr>(&mut self, flag: &str) -> Vec<T>
+    where
+        T::Err: Display,
+    {
+        let text: String = self.value(flag);
+        text.split(',')
+            .map(|item| item.parse().unwrap_or_else(|e| self.fail(&format!("{flag} {item}: {e}"))))
+            .collect()
+    }
+
     /// The arguments not taken yet.
     pub fn rest(self) -> Vec<String> {
         self.given.collect()

@@ -57,7 +57,7 @@ fn args() -> Args {
             "--runs" => args.runs = given.value(&flag),
             "--queue-us" => args.queue_time = Some(Duration::from_micros(given.value(&flag))),
             "--rows" => args.rows = given.value::<String>(&flag).split(',').map(String::from).collect(),
-            "--ids" => args.ids = ids(&mut given, &flag),
+            "--ids" => args.ids = given.list(&flag),
             other => given.fail(&format!("unknown argument {other}")),
         }
     }
@@ -387,10 +387,4 @@ fn main() {
             behind_bulk_row(id, &hint, &args);
         }
     }
-}
-
-/// `--ids a,b`: transport ids.
-fn ids(given: &mut Flags, flag: &str) -> Vec<TransportId> {
-    let text: String = given.value(flag);
-    text.split(',').map(|id| id.parse().unwrap_or_else(|e| given.fail(&format!("{flag}: {e}")))).collect()
 }

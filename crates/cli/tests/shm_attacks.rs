@@ -4,7 +4,7 @@
 //! socket whose backlog is kept full, a peer's ring written wild, holes punched into a region
 //! after it was handed over, and a peer that keeps what serve handed it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -248,6 +248,13 @@ def meet(regions, count):
 "#
 );
 
+/// `dir/fake_sweep.py`: [`FAKE_SWEEP_PRELUDE`], then `body`.
+fn fake_sweep_script(dir: &Path, body: &str) -> PathBuf {
+    let fake = dir.join("fake_sweep.py");
+    std::fs::write(&fake, FAKE_SWEEP_PRELUDE.to_string() + body).unwrap();
+    fake
+}
+
 /// Starts the fake sweep `script` with `args` (stdin kept open: it waits for it to close) and
 /// returns it once it printed `line`.
 fn fake_sweep_said(script: &Path, args: &[&str], line: &str) -> Child {
@@ -334,11 +341,9 @@ fn a_trickled_hand_off_cookie_is_cut_off_by_the_runs_deadline() {
     let dir = scratch("shm-trickle");
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "1", "--channel", "shm", "--timeout-s", "5"]);
-    let fake = dir.join("fake_sweep.py");
-    std::fs::write(
-        &fake,
-        FAKE_SWEEP_PRELUDE.to_string()
-            + r#"
+    let fake = fake_sweep_script(
+        &dir,
+        r#"
 name, _ = meet(b"", 0)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name)
 started = time.monotonic()
@@ -352,8 +357,7 @@ except OSError:
     cut = True
 print("cut off" if cut else "held", round(time.monotonic() - started, 1), flush=True)
 "#,
-    )
-    .unwrap();
+    );
     let trickle = Command::new("python3").arg(&fake).arg(&address).output().unwrap();
     let said = text(&trickle.stdout);
     let seconds: f64 = said.split_whitespace().nth(2).and_then(|s| s.parse().ok()).unwrap_or(f64::MAX);
@@ -373,11 +377,9 @@ fn serve_does_not_map_a_region_it_never_writes() {
     let dir = scratch("shm-unwritten");
     let address = free_address();
     let mut server = serve(&dir, &address, &["--count", "1", "--channel", "shm"]);
-    let fake = dir.join("fake_sweep.py");
-    std::fs::write(
-        &fake,
-        FAKE_SWEEP_PRELUDE.to_string()
-            + r#"
+    let fake = fake_sweep_script(
+        &dir,
+        r#"
 size = 64 << 20
 name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
@@ -389,8 +391,7 @@ time.sleep(1)
 print("handed over", flush=True)
 sys.stdin.readline()
 "#,
-    )
-    .unwrap();
+    );
     let mut peer = fake_sweep_said(&fake, &[&address], "handed over");
     let status = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
     let shared_kib: u64 = status
@@ -472,17 +473,14 @@ fn a_peer_that_never_dials_the_hand_off_holds_serve_for_the_handshake_limit_only
     let dir = scratch("no-hand-off");
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "2", "--channel", "shm", "--timeout-s", "600"]);
-    let fake = dir.join("fake_sweep.py");
-    std::fs::write(
-        &fake,
-        FAKE_SWEEP_PRELUDE.to_string()
-            + r#"
+    let fake = fake_sweep_script(
+        &dir,
+        r#"
 meet(b"", 0)
 print("met", flush=True)
 sys.stdin.readline()
 "#,
-    )
-    .unwrap();
+    );
     let started = std::time::Instant::now();
     let mut holder = fake_sweep_said(&fake, &[&address], "met");
     let turned_away = shm_sweep_against(&dir, &address).output().unwrap();
@@ -512,11 +510,9 @@ fn a_peer_keeps_none_of_serves_memory() {
     let dir = scratch("kept-memfds");
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "2", "--channel", "shm"]);
-    let fake = dir.join("fake_sweep.py");
-    std::fs::write(
-        &fake,
-        FAKE_SWEEP_PRELUDE.to_string()
-            + r#"
+    let fake = fake_sweep_script(
+        &dir,
+        r#"
 mode = sys.argv[2]
 name, cookie = meet(b"", 0)
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
@@ -536,8 +532,7 @@ print("kept", len(fds), flush=True)
 sys.stdin.readline()
 print("committed", os.fstat(fds[0]).st_blocks * 512, flush=True)
 "#,
-    )
-    .unwrap();
+    );
     let bad = Command::new("python3").arg(&fake).args([&address, "bad"]).output().unwrap();
     assert_eq!(text(&bad.stdout).trim(), "got 0", "{}", text(&bad.stderr));
     let mut keeper = fake_sweep_said(&fake, &[&address, "keep"], "kept 2");
@@ -552,8 +547,9 @@ print("committed", os.fstat(fds[0]).st_blocks * 512, flush=True)
 /// A fake serve hands over a committed, sealed 512 MiB memfd and punches it into one hole at
 /// once (the seals allow it): a sweep in a 256 MiB memory cgroup is never OOM-killed (before,
 /// the mapping's population committed the whole region again on the sweep's side, charged to
-/// it). Where the punch came before the first write, the region is refused with a typed error;
-/// where it came after, the sweep's writes commit only the pages they cover.
+/// it). Where the punch came before the first write, the region is refused with a typed error
+/// (`holes_punched_after_the_check_are_refused_at_mapping` pins that message); where it came
+/// after, the sweep's writes commit only the pages they cover.
 #[test]
 fn a_region_punched_after_the_hand_off_commits_nothing_here() {
     let Some(cgroup) = small_cgroup("punched", 256 << 20) else { return };
@@ -574,10 +570,9 @@ fn a_region_punched_after_the_hand_off_commits_nothing_here() {
     let _ = common::output_within(server, "the fake shm serve", Duration::from_secs(20));
     let stderr = text(&swept.stderr);
     assert_eq!(cgroup.oom_kills(), 0, "the OOM killer ran in the sweep's cgroup: {stderr}");
-    match swept.status.code() {
-        Some(0) => {}
-        Some(1) => assert!(stderr.contains("punched holes") || stderr.contains("are committed"), "{stderr}"),
-        other => panic!("the sweep ended with {other:?}: {stderr}"),
-    }
+    // Refused, or failed when the fake left (it stays 3 s), or finished: a status, never a
+    // signal.
+    assert!(matches!(swept.status.code(), Some(0 | 1)), "the sweep ended with {:?}: {stderr}", swept.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -489,7 +489,7 @@ fn recorded_hints_carry_the_measured_bandwidth_and_a_date() {
         (hint["bandwidth_gbps"].as_f64().unwrap(), sweep["plateau_gbps"].as_f64().unwrap());
     assert!((bandwidth - plateau).abs() < 1e-9, "B {bandwidth} is not the measured plateau {plateau}");
     let text = String::from_utf8(run(&dir, &["probe"]).stdout).unwrap();
-    let line = text.lines().find(|l| l.contains("Measured:")).unwrap();
+    let line = text.lines().find(|l| l.contains("Measured:") && l.contains("measured knee")).unwrap();
     assert!(line.contains(" UTC") && !line.contains("unix time"), "{line}");
     let _ = std::fs::remove_dir_all(dir);
 }
