@@ -382,4 +382,26 @@ mod tests {
         drop(intruder);
         assert!(connect("../../etc", &cookie, deadline).is_err());
     }
+
+    /// A listener whose backlog is full and never accepts cannot hold a dial past its
+    /// deadline (a blocking `connect` slept in the kernel with no timeout of its own).
+    #[test]
+    fn a_full_backlog_ends_the_dial_at_its_deadline() {
+        let offer = Offer::new().unwrap();
+        // SAFETY: listen(2) on the offer's own bound socket, shrinking its backlog; no pointers.
+        assert_eq!(unsafe { libc::listen(offer.listener.as_raw_fd(), 0) }, 0);
+        let address = SocketAddr::from_abstract_name(offer.name.as_bytes()).unwrap();
+        // Fill the backlog: non-blocking dials until the kernel answers EAGAIN.
+        let mut squatters = Vec::new();
+        let soon = Instant::now() + Duration::from_millis(1);
+        while let Ok(stream) = dial_abstract(offer.name.as_bytes(), soon, Instant::now()) {
+            squatters.push(stream);
+            assert!(squatters.len() < 64, "the backlog never filled");
+        }
+        let started = Instant::now();
+        let dialled = connect(&offer.name, &offer.cookie, Instant::now() + Duration::from_millis(300));
+        assert!(matches!(dialled, Err(TransportError::DeadlineExceeded { .. })), "{dialled:?}");
+        assert!(started.elapsed() < Duration::from_secs(2), "held for {:?}", started.elapsed());
+        drop((squatters, address));
+    }
 }

@@ -460,6 +460,20 @@ impl PeerMapping {
                 "seals {seals:#x} lack {REQUIRED_SEALS:#x}: its size could change under us"
             )));
         }
+        // A memfd of shared memory only: a hugetlbfs one can be sealed too, but a write into a
+        // page the peer punched out of it, with the huge-page pool empty, is a SIGBUS here.
+        // SAFETY: fstatfs fills the zeroed `statfs` on this stack frame for a descriptor we own.
+        let mut filesystem: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above: the pointer is to `filesystem`, valid for the call.
+        if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut filesystem) } != 0 {
+            return Err(refuse(format!("cannot tell its filesystem: {}", std::io::Error::last_os_error())));
+        }
+        if filesystem.f_type != libc::TMPFS_MAGIC {
+            return Err(refuse(format!(
+                "a file of filesystem {:#x}, not a memfd of shared memory (tmpfs)",
+                filesystem.f_type
+            )));
+        }
         let file = File::from(fd);
         let metadata = file.metadata().map_err(|e| refuse(e.to_string()))?;
         if metadata.len() != len {
@@ -589,6 +603,31 @@ mod tests {
         assert_eq!(out, [7; 4096]);
         assert!(PeerMapping::check(duplicate(&owner), 1 << 17).is_err(), "smaller than advertised");
         assert!(PeerMapping::check(duplicate(&owner), 1 << 15).is_err(), "larger than advertised");
+    }
+
+    /// A hugetlbfs memfd is refused even sealed and committed: a write into a huge page the
+    /// peer punched out, with the pool empty, would be a SIGBUS here.
+    #[test]
+    fn a_hugetlb_memfd_is_not_taken() {
+        // SAFETY: the name is a NUL-terminated literal; the result is checked below.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"huge".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB,
+            )
+        };
+        if fd < 0 {
+            eprintln!("skipped: no hugetlb memfds here ({})", std::io::Error::last_os_error());
+            return;
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = 2u64 << 20;
+        let _ = File::from(fd.try_clone().unwrap()).set_len(len);
+        // SAFETY: F_ADD_SEALS on a memfd this test owns; an int argument, no pointers.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) };
+        let refused = PeerMapping::check(fd, len).map(drop).unwrap_err();
+        assert!(refused.to_string().contains("not a memfd of shared memory"), "{refused}");
     }
 
     /// Holes the peer punches after its region passed `check` are refused when the region is

@@ -474,11 +474,11 @@ impl Transport for StagedTransport {
     }
 
     fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.regions.write().unwrap_or_else(PoisonError::into_inner).hold(region)
+        self.regions.read().unwrap_or_else(PoisonError::into_inner).hold(region)
     }
 
     fn unhold(&self, region: RegionId) {
-        self.regions.write().unwrap_or_else(PoisonError::into_inner).unhold(region);
+        self.regions.read().unwrap_or_else(PoisonError::into_inner).unhold(region);
     }
 
     fn access_region(

@@ -505,11 +505,11 @@ impl Transport for UcxTransport {
     }
 
     fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.group.regions.write().unwrap_or_else(PoisonError::into_inner).hold(region)
+        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).hold(region)
     }
 
     fn unhold(&self, region: RegionId) {
-        self.group.regions.write().unwrap_or_else(PoisonError::into_inner).unhold(region);
+        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).unhold(region);
     }
 
     fn access_region(
@@ -698,6 +698,8 @@ impl UcxTransport {
         region: RegionId,
         admit: impl FnOnce(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
+        // A held region is refused before anything waits on its puts.
+        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).check_unheld(region)?;
         let members = self.group.members();
         let mut locked = Locked::lock(&self.group, &members);
         if locked.peer_may_write(region) {
@@ -710,7 +712,6 @@ impl UcxTransport {
         }
         let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
         admit(table.get(region)?)?;
-        table.check_unheld(region)?;
         let taken = table.remove(region)?;
         // Unmapped with every engine still held: on a context UCX does not lock, its only
         // lane's progress must not run beside the unmap.

@@ -233,7 +233,10 @@ impl Transport for LoopbackTransport {
     fn hold(&self, region: RegionId) -> Result<(), TransportError> {
         let mut regions = self.regions();
         buffer(&regions, region)?;
-        regions.holds[region.0 as usize] += 1;
+        let holds = &mut regions.holds[region.0 as usize];
+        *holds = holds
+            .checked_add(1)
+            .ok_or(TransportError::RegionBusy { region, why: "4 294 967 295 transfers already name it" })?;
         Ok(())
     }
 

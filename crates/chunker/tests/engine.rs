@@ -314,6 +314,36 @@ fn a_wait_that_times_out_leaves_the_transfer_running() {
 struct Wrapper {
     inner: LoopbackTransport,
     silent: bool,
+    gate: Option<Arc<Gate>>,
+}
+
+/// Holds a [`Wrapper`]'s posts until opened, and breaks its completions on demand: a doorbell
+/// still ringing outside the engine's lock while the lane fails.
+#[derive(Default)]
+struct Gate {
+    /// Posts that pass before the gate closes.
+    passes: std::sync::atomic::AtomicU32,
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    waiting: std::sync::atomic::AtomicBool,
+    broken: std::sync::atomic::AtomicBool,
+}
+
+impl Gate {
+    fn pass(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.passes.fetch_update(SeqCst, SeqCst, |left| left.checked_sub(1)).is_ok() {
+            return;
+        }
+        self.waiting.store(true, SeqCst);
+        let open = self.open.lock().unwrap();
+        let _open = self.opened.wait_timeout_while(open, Duration::from_secs(20), |open| !*open).unwrap();
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
 }
 
 #[async_trait::async_trait]
@@ -373,6 +403,9 @@ impl Transport for Wrapper {
         self.inner.connect(peer, expose, deadline).await
     }
     fn post_writes(&self, ops: &[rdma_hint_core::WriteOp]) -> Result<(), rdma_hint_core::TransportError> {
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
         self.inner.post_writes(ops)
     }
     fn poll_completions(
@@ -381,6 +414,9 @@ impl Transport for Wrapper {
     ) -> Result<usize, rdma_hint_core::TransportError> {
         if self.silent {
             return Ok(0);
+        }
+        if self.gate.as_ref().is_some_and(|gate| gate.broken.load(std::sync::atomic::Ordering::SeqCst)) {
+            return Err(rdma_hint_core::TransportError::PeerGone("the gate broke the lane".into()));
         }
         self.inner.poll_completions(out)
     }
@@ -411,7 +447,7 @@ impl Transport for Wrapper {
 
 #[test]
 fn a_lane_that_promises_gathers_it_does_not_take_stops_packing_and_loses_nothing() {
-    let lane = Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false });
+    let lane = Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false, gate: None });
     let len = 4 << 20;
     let src = lane.register(MemoryKind::Host, len).unwrap();
     let dst = lane.register(MemoryKind::Host, len).unwrap();
@@ -442,7 +478,7 @@ fn a_lane_that_promises_gathers_it_does_not_take_stops_packing_and_loses_nothing
 
 #[test]
 fn a_lane_that_stops_answering_fails_its_transfers_and_frees_their_slots() {
-    let silent = Arc::new(Wrapper { inner: LoopbackTransport::new(64), silent: true });
+    let silent = Arc::new(Wrapper { inner: LoopbackTransport::new(64), silent: true, gate: None });
     let src = silent.register(MemoryKind::Host, 1 << 20).unwrap();
     let dst = silent.register(MemoryKind::Host, 1 << 20).unwrap();
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
@@ -477,8 +513,19 @@ fn a_request_the_transport_refuses_fails_alone_and_the_lane_goes_on() {
     let bad =
         engine.submit(peer, TransferRequest::single(&forged, 0, &connection.remote[0], 0, 4096), soon());
     assert!(matches!(bad, Err(RequestError::LocalRegion { id: RegionId(77), .. })), "{bad:?}");
+    // A real region given with a forged length passes the engine's checks and the hold: only
+    // the transport's own bounds check at post time can catch it.
+    let stretched = LocalRegion { len: 4 << 20, ..connection.src };
+    let bad = TransferRequest::single(&stretched, 2 << 20, &connection.remote[0], 0, 4096);
+    let bad = engine.submit(peer, bad, soon()).unwrap();
     let good = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, 200_000);
     let good = engine.submit(peer, good, soon()).unwrap();
+    match engine.wait_blocking(bad, soon()) {
+        Err(EngineError::Transport {
+            source: rdma_hint_core::TransportError::OutOfBounds { .. }, ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
     assert_eq!(engine.wait_blocking(good, soon()).unwrap().bytes, 200_000);
     assert!(engine.lane_stats(peer).unwrap()[0].failed.is_none());
     assert!(landed(&connection, 0, 200_000) == pattern(1 << 20, 8)[..200_000]);
@@ -557,7 +604,7 @@ fn bulk_goes_over_the_control_lane_once_every_other_lane_failed() {
     let dst = first.register(MemoryKind::Host, len).unwrap();
     first.write_region(src.id, 0, &pattern(len, 23)).unwrap();
     let control = Arc::new(first.open_lane());
-    let silent = Arc::new(Wrapper { inner: first, silent: true });
+    let silent = Arc::new(Wrapper { inner: first, silent: true, gate: None });
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
     let remote = block_on(silent.connect(listen, &[dst.id], soon())).unwrap();
     block_on(control.connect(listen, &[dst.id], soon())).unwrap();
@@ -607,4 +654,44 @@ fn a_hint_for_another_transport_is_refused_naming_both() {
     let id = engine.submit(peer, request(), soon()).unwrap();
     assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, 200_000);
     assert!(landed(&connection, 0, 200_000) == pattern(1 << 20, 5)[..200_000]);
+}
+
+/// A lane that fails while the driver still rings a doorbell of a transfer outside the
+/// engine's lock: the transfer ends and is collected, but its source stays held until that
+/// doorbell has rung (before, the hold ended with the transfer: the source could be released
+/// and its id given to other memory while its blocks were on their way into `post_writes`).
+#[test]
+fn a_source_stays_held_until_its_last_ringing_doorbell_has_rung() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let gate = Arc::new(Gate::default());
+    let lane =
+        Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false, gate: Some(gate.clone()) });
+    let len = 16u64 << 20;
+    let src = lane.register(MemoryKind::Host, len).unwrap();
+    let dst = lane.register(MemoryKind::Host, len).unwrap();
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    let engine = engine(16);
+    let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
+    // The submit's own doorbell passes; the driver's next one blocks in `post_writes`.
+    gate.passes.store(1, SeqCst);
+    let id = engine.submit(peer, TransferRequest::single(&src, 0, &remote[0], 0, len), soon()).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !gate.waiting.load(SeqCst) {
+        assert!(Instant::now() < until, "the driver never rang a second doorbell");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    gate.broken.store(true, SeqCst);
+    assert!(matches!(engine.wait_blocking(id, soon()), Err(EngineError::Transport { .. })));
+    let busy = lane.deregister(src.id);
+    assert!(
+        matches!(busy, Err(rdma_hint_core::TransportError::RegionBusy { .. })),
+        "deregistered while a doorbell of its transfer still rang: {busy:?}"
+    );
+    gate.open();
+    let until = Instant::now() + Duration::from_secs(10);
+    while lane.deregister(src.id).is_err() {
+        assert!(Instant::now() < until, "still held after the doorbell rang");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

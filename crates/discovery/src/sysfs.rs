@@ -178,12 +178,15 @@ impl SysfsSnapshot {
 const MAX_ATTRIBUTE_BYTES: u64 = 4096;
 
 /// At most [`MAX_ATTRIBUTE_BYTES`] of a regular file: opened without blocking (a fifo in a
-/// `--sysfs-root` tree must not hang discovery) and refused if it is not a regular file (a
-/// link to `/dev/zero` must not be read without end).
+/// `--sysfs-root` tree must not hang discovery), not through a link, and refused if it is not
+/// a regular file (`/dev/zero` must not be read without end).
 fn read_capped(path: &Path) -> Option<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).ok()?;
+    // Never through a link (a real attribute is none) nor as a terminal: opening some devices
+    // has effects of its own.
+    let flags = libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY;
+    let file = fs::OpenOptions::new().read(true).custom_flags(flags).open(path).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;
     }
@@ -497,5 +500,20 @@ mod tests {
         let snapshot = read_sysfs(root).unwrap();
         assert!(snapshot.pci.is_empty());
         assert_eq!(snapshot.warnings.len(), 2, "{:?}", snapshot.warnings);
+    }
+
+    /// An attribute that is a link (to a device node, or to any file) is not opened: a real
+    /// sysfs attribute never is one, and opening some devices has effects of its own.
+    #[test]
+    fn attributes_behind_links_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        fs::write(&real, "0x020000").unwrap();
+        let link = dir.path().join("class");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(read_trimmed(&real).as_deref(), Some("0x020000"));
+        assert_eq!(read_trimmed(&link), None, "read through a link");
+        std::os::unix::fs::symlink("/dev/tty", dir.path().join("tty")).unwrap();
+        assert_eq!(read_trimmed(&dir.path().join("tty")), None);
     }
 }

@@ -10,8 +10,9 @@
 //!   (`O_DIRECTORY | O_NOFOLLOW`), and its owner and mode are checked on that descriptor
 //!   (`fstat`); its files are opened relative to it (`openat`), so a path flipped between the
 //!   check and the open (a link swapped in by whoever owns a parent) is never followed;
-//! * a file is read only if it is a regular file of this user (opened without following a
-//!   link, and without blocking on a fifo) of at most [`MAX_CACHE_FILE_BYTES`];
+//! * a file is read only if it is a regular file of this user that nobody else can write
+//!   (opened without following a link, and without blocking on a fifo) of at most
+//!   [`MAX_CACHE_FILE_BYTES`];
 //! * a file is written through a fresh temporary file of a random name, created exclusively
 //!   without following links, mode 0600, then renamed over the old one in the same directory.
 
@@ -140,6 +141,9 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
     if stat.st_uid != me {
         return refuse(&format!("owned by uid {}, not by this user (uid {me})", stat.st_uid));
     }
+    if stat.st_mode & 0o022 != 0 {
+        return refuse(&format!("writable by others (mode {:o})", stat.st_mode & 0o7777));
+    }
     let len = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
     if len > MAX_CACHE_FILE_BYTES {
         return refuse(&format!("{len} bytes, more than the {MAX_CACHE_FILE_BYTES} a cache file may hold"));
@@ -217,6 +221,11 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
         assert!(read(&zero).is_none());
         assert!(read(Path::new("/dev/zero")).is_none(), "a device is not a regular file");
+        // A file others can write (left by an older version, say) is not read.
+        let open = dir.join("open.json");
+        std::fs::write(&open, b"[]").unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        assert!(read(&open).is_none(), "read a file others can write");
         let large = dir.join("large.json");
         std::fs::write(&large, vec![b' '; (MAX_CACHE_FILE_BYTES + 1) as usize]).unwrap();
         assert!(read(&large).is_none());

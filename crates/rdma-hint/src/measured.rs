@@ -3,7 +3,9 @@
 //! versions are the ones they were measured under. Of a recorded knee and a calibration, the
 //! newer one wins.
 
-use rdma_hint_core::model::{bounded_block, compute_hint_fitted, rate, Factor, FittedCosts, Reason};
+use rdma_hint_core::model::{
+    bounded_block, compute_hint_fitted, rate, Factor, FittedCosts, Reason, MAX_PER_OP_US,
+};
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
     compute_hint, DriverVersions, HintError, HintPolicy, Origin, PathProfile, SizeHint, SourceId,
@@ -206,12 +208,9 @@ impl Entry for MeasuredHint {
         if self.knee_bytes == 0 || self.knee_bytes > MAX_RECORDED_KNEE_BYTES {
             return Err(format!("knee {} B outside 1 B ..= {MAX_RECORDED_KNEE_BYTES} B", self.knee_bytes));
         }
-        if !(self.plateau_gbps.is_finite()
-            && self.plateau_gbps > 0.0
-            && self.plateau_gbps <= MAX_RECORDED_PLATEAU_GBPS)
-        {
+        if !(MIN_RECORDED_PLATEAU_GBPS..=MAX_RECORDED_PLATEAU_GBPS).contains(&self.plateau_gbps) {
             return Err(format!(
-                "plateau {} GB/s outside (0, {MAX_RECORDED_PLATEAU_GBPS}]",
+                "plateau {} GB/s outside [{MIN_RECORDED_PLATEAU_GBPS}, {MAX_RECORDED_PLATEAU_GBPS}]",
                 self.plateau_gbps
             ));
         }
@@ -376,6 +375,9 @@ pub fn cache_file() -> Option<PathBuf> {
 pub const MAX_RECORDED_KNEE_BYTES: u64 = 1 << 30;
 /// The largest plateau a record may hold, in GB/s (a hundred times any link today).
 pub const MAX_RECORDED_PLATEAU_GBPS: f64 = 10_000.0;
+/// The smallest, in GB/s (a kilobyte a second): below it the fixed cost a knee implies runs
+/// off every bound (a denormal plateau made it infinite).
+pub const MIN_RECORDED_PLATEAU_GBPS: f64 = 1e-6;
 
 /// The calibration file beside the measured-knee file `file`: `calibrated.json`.
 pub fn calibration_file(file: &Path) -> PathBuf {
@@ -574,7 +576,8 @@ pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
     let bandwidth = if plateau.is_finite() && plateau > 0.0 { plateau } else { hint.bandwidth_gbps };
     let knee = measured.knee_bytes.clamp(1, MAX_RECORDED_KNEE_BYTES) as f64;
     // Bytes per µs at B GB/s: B · 10³.
-    hint.fixed_cost_us = knee / (bandwidth * 1e3) * (1.0 / KNEE_SHARE - 1.0);
+    // Within the model's bounds whatever the plateau (a denormal one would make it infinite).
+    hint.fixed_cost_us = (knee / (bandwidth * 1e3) * (1.0 / KNEE_SHARE - 1.0)).min(MAX_PER_OP_US);
     hint.reasons.retain(|reason| {
         !matches!(reason.factor, Factor::Bandwidth | Factor::FixedCost | Factor::Efficiency)
     });
@@ -801,6 +804,11 @@ mod tests {
         // The curve's efficiency, not the model's o with the measured B (#52: a knee measured
         // at 90 % was shown at η 0.243).
         assert!((0.9..1.0).contains(&measured.efficiency), "η {} at the knee", measured.efficiency);
+        // A plateau that is positive but denormal is refused as a record, and `apply` (public)
+        // bounds the o it would imply rather than answer infinity.
+        let crawling = MeasuredHint { plateau_gbps: 5e-321, ..found.clone() };
+        assert!(crawling.check().is_err(), "a denormal plateau passed as a record");
+        assert!(apply(model.clone(), &crawling).fixed_cost_us <= rdma_hint_core::model::MAX_PER_OP_US);
         assert!(measured.predicted_gbps <= 9.5 && measured.predicted_gbps >= 0.9 * 9.5);
         assert!(
             !measured.reasons.iter().any(|r| matches!(r.factor, Factor::FixedCost | Factor::Bandwidth)),

@@ -2,6 +2,7 @@
 //! reused, and looking up an id that is not registered is a typed error.
 
 use rdma_hint_core::{CallerMemory, Refused, RegionId, TransportError, WriteOp};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Regions one transport holds at once, and the most one side may expose to its peer (a
 /// hello announcing more is malformed).
@@ -47,8 +48,10 @@ struct Slot<T> {
     /// Bytes the transport allocated for it (0 for caller memory).
     held_bytes: u64,
     /// Queued transfers that name it ([`RegionTable::hold`]): while any does, it cannot be
-    /// removed, so its id cannot be handed to other memory under them.
-    holds: u32,
+    /// removed, so its id cannot be handed to other memory under them. Counted through `&self`
+    /// (a transport's read lock): a transfer engine holds and unholds under its own lock, which
+    /// must never wait for a post holding the read lock across a socket send.
+    holds: AtomicU32,
 }
 
 impl<T> RegionTable<T> {
@@ -136,7 +139,7 @@ impl<T> RegionTable<T> {
                 self.slots.len() - 1
             }
         };
-        self.slots[index] = Some(Slot { region, held_bytes, holds: 0 });
+        self.slots[index] = Some(Slot { region, held_bytes, holds: AtomicU32::new(0) });
         RegionId(index as u32)
     }
 
@@ -149,24 +152,33 @@ impl<T> RegionTable<T> {
     /// use rdma_hint_toolkit::RegionTable;
     /// let mut table = RegionTable::new(4);
     /// let id = table.insert_with(4096, || Ok("a")).unwrap();
-    /// table.hold(id).unwrap();
+    /// table.hold(id).unwrap(); // `&self`: under a transport's read lock
     /// assert!(matches!(table.remove(id), Err(TransportError::RegionBusy { .. })));
     /// table.unhold(id);
     /// assert_eq!(table.remove(id).unwrap(), "a");
     /// ```
-    pub fn hold(&mut self, id: RegionId) -> Result<(), TransportError> {
-        let slot = self.slot_mut(id)?;
-        slot.holds = slot.holds.checked_add(1).ok_or(TransportError::RegionBusy {
+    pub fn hold(&self, id: RegionId) -> Result<(), TransportError> {
+        let slot = self.slot(id)?;
+        let counted =
+            slot.holds.fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| holds.checked_add(1));
+        counted.map(drop).map_err(|_| TransportError::RegionBusy {
             region: id,
             why: "4 294 967 295 transfers already name it",
-        })?;
-        Ok(())
+        })
     }
 
     /// Ends one [`hold`](RegionTable::hold) of `id` (none held, or not registered: nothing).
-    pub fn unhold(&mut self, id: RegionId) {
-        if let Ok(slot) = self.slot_mut(id) {
-            slot.holds = slot.holds.saturating_sub(1);
+    pub fn unhold(&self, id: RegionId) {
+        if let Ok(slot) = self.slot(id) {
+            let _ =
+                slot.holds.fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| holds.checked_sub(1));
+        }
+    }
+
+    fn slot(&self, id: RegionId) -> Result<&Slot<T>, TransportError> {
+        match self.slots.get(id.0 as usize) {
+            Some(Some(slot)) => Ok(slot),
+            _ => Err(TransportError::UnregisteredRegion(id)),
         }
     }
 
@@ -180,10 +192,7 @@ impl<T> RegionTable<T> {
     /// The region registered as `id`.
     #[inline]
     pub fn get(&self, id: RegionId) -> Result<&T, TransportError> {
-        match self.slots.get(id.0 as usize) {
-            Some(Some(slot)) => Ok(&slot.region),
-            _ => Err(TransportError::UnregisteredRegion(id)),
-        }
+        self.slot(id).map(|slot| &slot.region)
     }
 
     /// The region registered as `id`, mutably.
@@ -194,10 +203,9 @@ impl<T> RegionTable<T> {
     /// `Ok` unless a queued transfer holds `id` ([`hold`](RegionTable::hold)); an
     /// unregistered id is [`TransportError::UnregisteredRegion`].
     pub fn check_unheld(&self, id: RegionId) -> Result<(), TransportError> {
-        match self.slots.get(id.0 as usize) {
-            Some(Some(slot)) if slot.holds > 0 => Err(busy_held(id)),
-            Some(Some(_)) => Ok(()),
-            _ => Err(TransportError::UnregisteredRegion(id)),
+        match self.slot(id)?.holds.load(Ordering::Acquire) {
+            0 => Ok(()),
+            _ => Err(busy_held(id)),
         }
     }
 

@@ -282,7 +282,7 @@ where
         shared,
         spawn_error: spawned.err(),
         what,
-        deadline: deadline + OFF_THREAD_GRACE,
+        deadline: deadline.checked_add(OFF_THREAD_GRACE).unwrap_or(deadline),
         started,
         timer,
     }

@@ -283,6 +283,8 @@ pub enum TransferStatus {
 
 pub(crate) struct State {
     pub(crate) peers: Vec<Peer>,
+    /// Source holds of freed slots whose peer had a doorbell ringing (see `unhold_source`).
+    deferred_unholds: Vec<(usize, RegionId)>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     hints: Hints,
@@ -405,6 +407,7 @@ impl State {
             lane_queue_time,
             control_lane,
             room_waiters: Vec::new(),
+            deferred_unholds: Vec::with_capacity(max_transfers as usize),
             next_peer: 0,
             stopping: false,
             next_deadline_scan: Instant::now(),
@@ -693,13 +696,37 @@ impl State {
         Ok(())
     }
 
-    /// Ends the hold a transfer took on its source at submit (once).
+    /// Ends the hold a transfer took on its source at submit (once). While a doorbell of its
+    /// peer rings outside the lock, its blocks may still be on their way into `post_writes`
+    /// (a lane failed meanwhile counts them out early): the hold then ends when the doorbell
+    /// has rung.
     fn unhold_source(&mut self, index: u32) {
         let slot = &mut self.slots[index as usize];
         if std::mem::take(&mut slot.holds_source) {
             let (peer, region) = (slot.peer as usize, slot.local);
-            self.peers[peer].lanes.iter().for_each(|lane| lane.transport.unhold(region));
+            let lanes = &self.peers[peer].lanes;
+            if lanes.iter().any(|lane| lane.posting) {
+                // At most one a slot: the capacity reserved for them is never outgrown.
+                self.deferred_unholds.push((peer, region));
+            } else {
+                lanes.iter().for_each(|lane| lane.transport.unhold(region));
+            }
         }
+    }
+
+    /// Ends the holds deferred while `peer`'s doorbells rang, once none rings.
+    fn end_deferred_unholds(&mut self, peer: usize) {
+        let lanes = &self.peers[peer].lanes;
+        if self.deferred_unholds.is_empty() || lanes.iter().any(|lane| lane.posting) {
+            return;
+        }
+        self.deferred_unholds.retain(|(of, region)| {
+            let done = *of == peer;
+            if done {
+                lanes.iter().for_each(|lane| lane.transport.unhold(*region));
+            }
+            !done
+        });
     }
 
     /// Has `waker` woken when `id` ends (`false`: it already has, or is unknown).
@@ -993,6 +1020,7 @@ impl State {
             // The lane failed while the doorbell rang (a poll or the stall watch): its
             // requests left the in-flight queue with their transfers, nothing is left to count.
             lane.entries = entries;
+            self.end_deferred_unholds(peer_index);
             return;
         }
         match rung {
@@ -1015,6 +1043,7 @@ impl State {
             }
         }
         self.peers[peer_index].lanes[lane_index].entries = entries;
+        self.end_deferred_unholds(peer_index);
     }
 
     /// After the transport refused a doorbell of `count` requests whole, posts them one at a
@@ -1241,6 +1270,9 @@ impl State {
             // Nothing is posted or retired after this: the transports' own in-flight checks
             // guard what is still posted.
             self.unhold_source(index as u32);
+        }
+        for (peer, region) in self.deferred_unholds.drain(..) {
+            self.peers[peer].lanes.iter().for_each(|lane| lane.transport.unhold(region));
         }
         self.room_waiters.drain(..).for_each(Waker::wake);
         for peer in &mut self.peers {
