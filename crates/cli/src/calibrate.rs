@@ -2,7 +2,6 @@
 //! calibrated hint; `probe --calibrate` does it for every path it can open.
 
 use crate::units::format_bytes;
-use rdma_hint::calibrate::DEFAULT_BUDGET;
 use rdma_hint::{calibrate_loopback, Calibration, OpenOptions};
 use serde::Serialize;
 
@@ -175,10 +174,14 @@ fn hint_costs(calibration: &rdma_hint::Calibration) -> (f64, f64) {
 
 /// Calibrates every (source, transport) pair of `report` this process can open, one after
 /// another; returns one line per pair (what it found, or why it could not).
-pub(crate) fn every_path(report: &rdma_hint::ProbeReport, options: &OpenOptions) -> Vec<String> {
+pub(crate) fn every_path(
+    report: &rdma_hint::ProbeReport,
+    options: &OpenOptions,
+    budget: std::time::Duration,
+) -> Vec<String> {
     let mut lines = Vec::new();
     for hint in &report.hints {
-        let line = match calibrate_loopback(&hint.transport, hint.source, options, DEFAULT_BUDGET) {
+        let line = match calibrate_loopback(&hint.transport, hint.source, options, budget) {
             Ok(c) => format!(
                 "calibrated {} over {}: o = {:.2} µs, B = {:.3} GB/s{}, R² {:.3} in {:.0} ms → {} ({}){}",
                 c.source,

@@ -97,6 +97,9 @@ enum Command {
         /// loopback) and show the fitted o and B in the reasons.
         #[arg(long)]
         calibrate: bool,
+        /// With --calibrate: measuring time per path in milliseconds (at most 600000).
+        #[arg(long, value_parser = units::parse_count, default_value = "1000", requires = "calibrate")]
+        budget_ms: u64,
     },
     /// Fit the path's fixed cost per block o and bandwidth B on the live transport (about a
     /// second, in-process loopback), store them and print the calibrated hint.
@@ -278,7 +281,7 @@ fn capped(options: OpenOptions, memory_cap: Option<u64>) -> OpenOptions {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Probe { json, sysfs_root, calibrate } => {
+        Command::Probe { json, sysfs_root, calibrate, budget_ms } => {
             let options = match sysfs_root {
                 Some(root) => ProbeOptions::for_tree(root),
                 None => ProbeOptions::default(),
@@ -286,7 +289,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if calibrate {
                 let token = token::ephemeral()?;
                 let options = OpenOptions::default().token(&token);
-                for line in calibrate::every_path(&probe(&ProbeOptions::default())?, &options) {
+                let budget = std::time::Duration::from_millis(budget_ms);
+                for line in calibrate::every_path(&probe(&ProbeOptions::default())?, &options, budget) {
                     eprintln!("{line}");
                 }
             }
