@@ -261,16 +261,18 @@ pub struct Flatness {
 /// ```
 /// use rdma_hint::{calibrate, LoopbackPair, OpenOptions, SourceId, TransportId};
 /// use std::time::{Duration, Instant};
-/// # std::env::set_var("RDMA_HINT_CACHE_DIR", std::env::temp_dir().join("rdma-hint-doc-calibrate"));
+/// # let cache = std::env::temp_dir().join(format!("rdma-hint-doc-calibrate-{}", std::process::id()));
+/// # std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
 /// let deadline = Instant::now() + Duration::from_secs(30);
 /// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, SourceId::Host(0), 16 << 20, &OpenOptions::default(), deadline)?;
-/// let calibration = calibrate(&*pair.sender, SourceId::Host(0), &pair.local, &pair.remote, Duration::from_millis(500))?;
-/// assert!(calibration.hint.block_bytes > 0 && calibration.budget_ms == 500.0);
+/// let calibration = calibrate(&*pair.sender, SourceId::Host(0), &pair.local, &pair.remote, Duration::from_secs(2))?;
+/// assert!(calibration.hint.block_bytes > 0 && calibration.budget_ms == 2000.0);
 /// println!("o = {:.2} µs, B = {:.1} GB/s, R² = {:.3}", calibration.fit.fixed_cost_us,
 ///          calibration.fit.bandwidth_gbps, calibration.fit.r2);
 /// if let Some(margins) = &calibration.margins {
 ///     println!("o within {:.2}…{:.2} µs", margins.fixed_cost_us.low, margins.fixed_cost_us.high);
 /// }
+/// # let _ = std::fs::remove_dir_all(&cache);
 /// # Ok::<(), rdma_hint::Error>(())
 /// ```
 pub fn calibrate(
