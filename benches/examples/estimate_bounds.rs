@@ -39,13 +39,7 @@ fn args() -> Args {
     );
     while let Some(flag) = given.next_arg() {
         match flag.as_str() {
-            "--ids" => {
-                let text: String = given.value(&flag);
-                args.ids = text
-                    .split(',')
-                    .map(|id| id.parse().unwrap_or_else(|e| given.fail(&format!("{e}"))))
-                    .collect()
-            }
+            "--ids" => args.ids = given.list(&flag),
             "--source" => args.source = given.value(&flag),
             "--transfers" => args.transfers = given.value(&flag),
             "--max-mib" => args.max_bytes = given.value::<u64>(&flag) << 20,

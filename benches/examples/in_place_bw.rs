@@ -38,13 +38,7 @@ fn args() -> Args {
         match flag.as_str() {
             "--mib" => args.bytes = given.value::<u64>(&flag) << 20,
             "--runs" => args.runs = given.value(&flag),
-            "--ids" => {
-                let text: String = given.value(&flag);
-                args.ids = text
-                    .split(',')
-                    .map(|id| id.parse().unwrap_or_else(|e| given.fail(&format!("{e}"))))
-                    .collect()
-            }
+            "--ids" => args.ids = given.list(&flag),
             "--gpu" => args.gpu = true,
             other => given.fail(&format!("unknown argument {other}")),
         }
