@@ -63,6 +63,20 @@ fn the_fake_peers_speak_this_builds_protocol() {
     }
 }
 
+/// `dir/fake_serve.py`: [`FAKE_SERVE_PRELUDE`], then `body`.
+fn fake_serve_script(dir: &Path, body: &str) -> PathBuf {
+    let fake = dir.join("fake_serve.py");
+    std::fs::write(&fake, FAKE_SERVE_PRELUDE.to_string() + body).unwrap();
+    fake
+}
+
+/// Python run as `nobody` (another local user, as root can start one).
+fn python_as_nobody() -> Command {
+    let mut as_nobody = Command::new("setpriv");
+    as_nobody.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
+    as_nobody
+}
+
 /// The loopback address a fake server printed as its first line (its port).
 fn fake_server_address(server: &mut Child) -> String {
     let mut port = String::new();
@@ -91,11 +105,9 @@ fn another_users_fake_serve_gets_no_shm_mapping() {
         return;
     }
     let dir = scratch("other-user");
-    let fake = dir.join("fake_serve.py");
-    std::fs::write(
-        &fake,
-        FAKE_SERVE_PRELUDE.to_string()
-            + r#"
+    let fake = fake_serve_script(
+        &dir,
+        r#"
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
 hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + bytes(32)
@@ -109,19 +121,8 @@ try:
 except socket.timeout:
     pass
 "#,
-    )
-    .unwrap();
-    let mut server = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            fake.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    );
+    let mut server = python_as_nobody().arg(&fake).stdout(Stdio::piped()).spawn().unwrap();
     let address = fake_server_address(&mut server);
     let swept = shm_sweep_against(&dir, &address).output().unwrap();
     let served = server.wait_with_output().unwrap();
@@ -415,11 +416,9 @@ sys.stdin.readline()
 #[test]
 fn a_hand_off_socket_with_a_full_backlog_cannot_hold_a_sweep_past_its_deadline() {
     let dir = scratch("full-backlog");
-    let fake = dir.join("fake_serve.py");
-    std::fs::write(
-        &fake,
-        FAKE_SERVE_PRELUDE.to_string()
-            + r#"
+    let fake = fake_serve_script(
+        &dir,
+        r#"
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(0)
 squatters = []
@@ -435,14 +434,10 @@ victim.sendall(hello)
 read(8 + 2 + 1 + 2 + 1 + 32)
 time.sleep(40)
 "#,
-    )
-    .unwrap();
-    let mut launcher = if running_as_root("running the fake server as another user") {
-        let mut as_nobody = Command::new("setpriv");
-        as_nobody.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
-        as_nobody
-    } else {
-        Command::new("python3")
+    );
+    let mut launcher = match running_as_root("running the fake server as another user") {
+        true => python_as_nobody(),
+        false => Command::new("python3"),
     };
     let mut server = launcher.arg(&fake).stdout(Stdio::piped()).spawn().unwrap();
     let address = fake_server_address(&mut server);
