@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 /// The library's own blocking executor (allocation-free after its first call on a thread).
-pub use rdma_hint::toolkit::blocking::block_on;
+pub use rdma_hint::backend_core::blocking::block_on;
 
 /// A transport that moves no bytes: every signalled op completes at once. Measures what the
 /// posting machinery itself costs per block.
@@ -112,7 +112,7 @@ impl Transport for NullTransport {
         Ok(())
     }
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        Ok(rdma_hint::toolkit::queue::drain(&self.completions, out))
+        Ok(rdma_hint::backend_core::queue::drain(&self.completions, out))
     }
     async fn wait_completions(
         &self,

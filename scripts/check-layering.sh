@@ -11,7 +11,7 @@ import json, sys
 floors = {
     "rdma-hint-core": 0, "rdma-hint-ucx-sys": 0,
     "rdma-hint-cuda": 1, "rdma-hint-stream-copy": 1,
-    "rdma-hint-toolkit": 2, "rdma-hint-discovery": 2,
+    "rdma-hint-backend-core": 2, "rdma-hint-discovery": 2,
     "rdma-hint-oob": 3, "rdma-hint-chunker": 3,
     "rdma-hint-verbs": 4, "rdma-hint-ucx": 4, "rdma-hint-staged": 4,
     "rdma-hint": 5,

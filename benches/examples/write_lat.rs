@@ -54,7 +54,7 @@ fn complete(transport: &dyn Transport, deadline: Instant) {
     let mut completions = [Completion::EMPTY; 4];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::toolkit::blocking::block_on(transport.wait_completions(&mut completions, deadline))
+        got = rdma_hint::backend_core::blocking::block_on(transport.wait_completions(&mut completions, deadline))
             .expect("completion");
     }
 }
@@ -64,7 +64,7 @@ fn arrive(transport: &dyn Transport, deadline: Instant) {
     let mut arrivals = [Arrival::EMPTY; 1];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::toolkit::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
+        got = rdma_hint::backend_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
             .expect("arrival");
     }
 }

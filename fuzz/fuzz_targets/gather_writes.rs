@@ -11,7 +11,7 @@ use rdma_hint_core::{
     Transport,
 };
 use rdma_hint_staged::{StagedChannel, StagedTransport};
-use rdma_hint_toolkit::blocking::{block_on, BlockingTransport};
+use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 

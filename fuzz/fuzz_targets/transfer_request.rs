@@ -36,7 +36,7 @@ fn rig() -> &'static Rig {
         let deadline = Instant::now() + Duration::from_secs(5);
         let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
         let remote =
-            rdma_hint_toolkit::blocking::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap()[0];
+            rdma_hint_backend_core::blocking::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap()[0];
         let engine = Engine::new(EngineConfig::default()).unwrap();
         engine.set_hint(SourceId::Host(0), BlockSpec::new(4096, 64).unwrap());
         let peer = engine.add_peer(vec![transport.clone() as Arc<dyn Transport>], &[remote]).unwrap();

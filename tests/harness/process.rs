@@ -20,7 +20,7 @@ pub fn open_fds() -> usize {
 /// Threads of this process. The library's one deadline-timer thread is started first: it lives
 /// for the whole process, so counting it only after its first use would read as a leak.
 pub fn threads() -> usize {
-    rdma_hint_toolkit::timer::ensure_started();
+    rdma_hint_backend_core::timer::ensure_started();
     count_entries("/proc/self/task", "")
 }
 

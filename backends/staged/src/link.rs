@@ -15,10 +15,10 @@ use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIG
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
 use rdma_hint_stream_copy::Run;
-use rdma_hint_toolkit::caller_memory::CopyMeter;
-use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
-use rdma_hint_toolkit::wait::WaitModeCell;
-use rdma_hint_toolkit::RegionTable;
+use rdma_hint_backend_core::caller_memory::CopyMeter;
+use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_backend_core::wait::WaitModeCell;
+use rdma_hint_backend_core::RegionTable;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -78,7 +78,7 @@ impl Bounce {
     /// A new shared mapping for `region`.
     pub(crate) fn new(region: &RegionMemory) -> Result<Bounce, TransportError> {
         // Allocated behind the region table's back: checked against the machine here.
-        rdma_hint_toolkit::memory_limit::check_commit(region.len(), None, 0)?;
+        rdma_hint_backend_core::memory_limit::check_commit(region.len(), None, 0)?;
         let memory = Memory::shared(region.len())?;
         #[cfg(feature = "cuda")]
         if let RegionMemory::Gpu(buffer, _) = region {

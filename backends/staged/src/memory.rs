@@ -4,7 +4,7 @@
 
 use rdma_hint_core::{CallerMemory, ForeignMemory, TransportError};
 use rdma_hint_stream_copy::{self as stream_copy, Run};
-use rdma_hint_toolkit::MAX_REGION_BYTES;
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::alloc::Layout;
 use std::fs::File;
 use std::marker::PhantomData;
@@ -116,7 +116,7 @@ impl Memory {
         Ok(Memory { ptr, len: size, backing: Backing::SharedOwned { _map: map, file } })
     }
 
-    /// The caller's host memory, used in place (admitted by the toolkit's `caller_memory::admit`,
+    /// The caller's host memory, used in place (admitted by the backend core's `caller_memory::admit`,
     /// so it is non-empty, bounded and aligned).
     pub(crate) fn caller(memory: CallerMemory) -> Result<Memory, CallerMemory> {
         let ForeignMemory::Host { address, len } = memory.memory() else { return Err(memory) };

@@ -1,10 +1,10 @@
 //! A work request on its way to the sender thread: a plain write, or a gather of up to
 //! [`MAX_SGES`] local ranges landing back to back in the peer's region, copied whole into one
 //! fixed-size [`Request`] (posting allocates nothing). The posting paths read requests through
-//! the toolkit's [`Pieces`].
+//! the backend core's [`Pieces`].
 
 use rdma_hint_core::{GatherEntry, GatherOp, WriteOp};
-pub(crate) use rdma_hint_toolkit::gather::{Gathered, Pieces};
+pub(crate) use rdma_hint_backend_core::gather::{Gathered, Pieces};
 
 /// Local ranges one gather write takes, at most.
 pub(crate) const MAX_SGES: u32 = 32;

@@ -1,5 +1,5 @@
-//! The shm channel's announcements: the toolkit's single-producer single-consumer ring
-//! ([`rdma_hint_toolkit::ring`]) of frame headers in a sealed memfd that the receiving side
+//! The shm channel's announcements: the backend core's single-producer single-consumer ring
+//! ([`rdma_hint_backend_core::ring`]) of frame headers in a sealed memfd that the receiving side
 //! owns and hands its peer with its regions. The
 //! writer copies straight into the peer's mapping and publishes one slot per write the peer
 //! must hear of (an immediate, a bounce to copy on); the receiver takes slots off the ring in
@@ -34,11 +34,11 @@
 
 use crate::protocol::{Inbound, Inbox};
 use crate::wire::{Frame, HEADER_WORDS};
-pub use rdma_hint_toolkit::ring::{
+pub use rdma_hint_backend_core::ring::{
     awake, nothing_after, Consumer, OwnedRing, Producer, RingView, PAYLOAD_WORDS, RING_BYTES, RING_SLOTS,
     SEQUENCE_WORD, SLOT_WORDS,
 };
-use rdma_hint_toolkit::ring::{Slot, SLEEPING_AT, SLOTS_AT, TAIL_AT, WAKE_AT};
+use rdma_hint_backend_core::ring::{Slot, SLEEPING_AT, SLOTS_AT, TAIL_AT, WAKE_AT};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 

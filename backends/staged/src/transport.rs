@@ -15,10 +15,10 @@ use rdma_hint_core::{
     MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_oob::Rendezvous;
-use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
-use rdma_hint_toolkit::gather::gathered;
-use rdma_hint_toolkit::wait::{wait, WaitModeCell};
-use rdma_hint_toolkit::RegionTable;
+use rdma_hint_backend_core::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
+use rdma_hint_backend_core::gather::gathered;
+use rdma_hint_backend_core::wait::{wait, WaitModeCell};
+use rdma_hint_backend_core::RegionTable;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 ///
 /// ```no_run
 /// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
-/// use rdma_hint_toolkit::BlockingTransport;
+/// use rdma_hint_backend_core::BlockingTransport;
 /// use rdma_hint_staged::{StagedChannel, StagedTransport};
 /// use std::time::{Duration, Instant};
 ///

@@ -16,7 +16,7 @@ use crate::handoff::{is_handoff_name, COOKIE_BYTES};
 use bytes::{Buf, BufMut};
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, WireReader};
-use rdma_hint_toolkit::MAX_REGION_BYTES;
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::io::Read;
 
 /// Handshake magic.
@@ -27,7 +27,7 @@ pub const MAGIC: [u8; 8] = *b"RDMAHINT";
 /// ring slot carries its own sequence number, and the ring has no head counter).
 pub const VERSION: u16 = 6;
 /// Regions one side may expose (the transport-wide limit).
-pub use rdma_hint_toolkit::MAX_REGIONS;
+pub use rdma_hint_backend_core::MAX_REGIONS;
 /// Size of a frame header in bytes.
 pub const HEADER_BYTES: usize = 40;
 /// A frame header's 64-bit words.

@@ -69,7 +69,7 @@ mod transport {
         let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         let listening = std::thread::spawn(move || {
-            rdma_hint_toolkit::blocking::block_on(receiver.connect(
+            rdma_hint_backend_core::blocking::block_on(receiver.connect(
                 PeerEndpoint::Listen(address),
                 &[target.id],
                 deadline,
@@ -80,7 +80,7 @@ mod transport {
         let sender = StagedTransport::new(channel);
         let sources = sources.iter().map(|kind| sender.register(*kind, len).unwrap()).collect();
         let remote =
-            rdma_hint_toolkit::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
+            rdma_hint_backend_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
                 .unwrap()[0];
         Pair { sender, receiver: listening.join().unwrap(), sources, target, remote, deadline }
     }
@@ -93,7 +93,7 @@ mod transport {
             self.sender.write_region(source.id, 0, data).unwrap();
             let mut chunker = Chunker::new(PostPolicy::default(), self.sender.capabilities()).unwrap();
             chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
-            rdma_hint_toolkit::blocking::block_on(chunker.write(
+            rdma_hint_backend_core::blocking::block_on(chunker.write(
                 &self.sender,
                 Transfer::new(source, &self.remote, len).notify(1),
                 self.deadline,
@@ -104,7 +104,7 @@ mod transport {
 
         fn landed_after_arrival(&self, offset: u64, len: u64) -> Vec<u8> {
             let mut arrivals = [Arrival::EMPTY; 1];
-            let got = rdma_hint_toolkit::blocking::block_on(
+            let got = rdma_hint_backend_core::blocking::block_on(
                 self.receiver.wait_arrivals(&mut arrivals, self.deadline),
             );
             assert_eq!(got.unwrap(), 1);
@@ -222,7 +222,7 @@ mod caller_memory {
     use rdma_hint_staged::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
     use rdma_hint_staged::gpu::cuda_slice_memory;
     use rdma_hint_staged::{StagedChannel, StagedTransport};
-    use rdma_hint_toolkit::blocking::block_on;
+    use rdma_hint_backend_core::blocking::block_on;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 

@@ -64,7 +64,7 @@ fn sender_killed_mid_write_never_reports_the_region_complete() {
     let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut peer = Peer::spawn("raw-half-writer", &[("DIAL", address.to_string())]);
-    rdma_hint_toolkit::blocking::block_on(transport.connect(
+    rdma_hint_backend_core::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(30),
@@ -74,7 +74,7 @@ fn sender_killed_mid_write_never_reports_the_region_complete() {
     peer.child.kill().unwrap();
     let started = Instant::now();
     let mut arrivals = [Arrival::EMPTY; 1];
-    let result = rdma_hint_toolkit::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)));
+    let result = rdma_hint_backend_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)));
     assert!(matches!(result, Err(TransportError::PeerGone(_))), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(matches!(transport.poll_arrivals(&mut arrivals), Err(TransportError::PeerGone(_))));
@@ -94,7 +94,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
         let _ = stream.read(&mut sink);
         std::thread::sleep(Duration::from_millis(500));
     });
-    let connected = rdma_hint_toolkit::blocking::block_on(transport.connect(
+    let connected = rdma_hint_backend_core::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(2),
@@ -103,7 +103,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
         Err(e) => e,
         Ok(_) => {
             let mut arrivals = [Arrival::EMPTY; 1];
-            rdma_hint_toolkit::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(10)))
+            rdma_hint_backend_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(10)))
                 .unwrap_err()
         }
     };

@@ -7,7 +7,7 @@ use crate::wire::MAX_REGIONS;
 use crate::worker::Context;
 use rdma_hint_core::RegionId;
 use rdma_hint_oob::peer_left;
-use rdma_hint_toolkit::RegionTable;
+use rdma_hint_backend_core::RegionTable;
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};

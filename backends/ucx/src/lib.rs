@@ -34,7 +34,7 @@ pub mod wire;
 mod worker;
 
 pub use perf::Estimate;
-pub use rdma_hint_toolkit::MAX_REGION_BYTES;
+pub use rdma_hint_backend_core::MAX_REGION_BYTES;
 pub use transport::UcxTransport;
 
 /// Backend name used in transport ids (`ucx:<transports>`).

@@ -1,6 +1,6 @@
 //! The notice ring: where a peer that reaches this side's memory directly (UCX maps the
 //! segment, `ucp_rkey_ptr`) announces its writes with immediate, instead of an active message.
-//! The toolkit's single-producer single-consumer ring ([`rdma_hint_toolkit::ring`]) in memory
+//! The backend core's single-producer single-consumer ring ([`rdma_hint_backend_core::ring`]) in memory
 //! this side allocated with `ucp_mem_map` and exposed (its packed rkey in the hello); a slot
 //! holds a notice: imm and region in its first word, the length in its second. The writer
 //! copies its bytes into the peer's mapping, then publishes a slot; the receiver takes slots
@@ -30,11 +30,11 @@
 //! ```
 
 use rdma_hint_core::{Arrival, RegionId};
-pub use rdma_hint_toolkit::ring::{
+pub use rdma_hint_backend_core::ring::{
     awake, nothing_after, Consumer, OwnedRing, Producer, RingView, PAYLOAD_WORDS, RING_BYTES, RING_SLOTS,
     SEQUENCE_WORD, SLOT_WORDS,
 };
-use rdma_hint_toolkit::ring::{Slot, SLEEPING_AT, SLOTS_AT, TAIL_AT, WAKE_AT};
+use rdma_hint_backend_core::ring::{Slot, SLEEPING_AT, SLOTS_AT, TAIL_AT, WAKE_AT};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// The view of a ring at `base`.

@@ -19,11 +19,11 @@ use rdma_hint_core::{
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
-use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
-use rdma_hint_toolkit::queue::{event_queue, EventQueue};
-use rdma_hint_toolkit::wait::{wait, WaitModeCell};
-use rdma_hint_toolkit::MAX_REGION_BYTES;
+use rdma_hint_backend_core::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
+use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::queue::{event_queue, EventQueue};
+use rdma_hint_backend_core::wait::{wait, WaitModeCell};
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -58,7 +58,7 @@ pub(crate) const MAX_SGES: u32 = 32;
 ///
 /// ```no_run
 /// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
-/// use rdma_hint_toolkit::BlockingTransport;
+/// use rdma_hint_backend_core::BlockingTransport;
 /// use rdma_hint_ucx::UcxTransport;
 /// use std::time::{Duration, Instant};
 ///

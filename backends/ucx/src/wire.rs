@@ -11,7 +11,7 @@
 use bytes::{Buf, BufMut};
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error, put_preamble, put_prefixed_u16, WireReader};
-use rdma_hint_toolkit::MAX_REGION_BYTES;
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::io::Read;
 
 pub use crate::ring::RING_BYTES;
@@ -22,7 +22,7 @@ pub const MAGIC: [u8; 8] = *b"RDMAHUCX";
 /// authentication before it; 3: the notice ring).
 pub const VERSION: u16 = 3;
 /// Regions one side may expose (the transport-wide limit).
-pub use rdma_hint_toolkit::MAX_REGIONS;
+pub use rdma_hint_backend_core::MAX_REGIONS;
 /// Longest UCP worker address accepted, in bytes.
 pub const MAX_WORKER_ADDRESS_BYTES: usize = 16 * 1024;
 /// Longest packed rkey accepted, in bytes.

@@ -43,7 +43,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
         // Keep the socket open until the transport has judged the bytes.
         std::thread::sleep(Duration::from_millis(500));
     });
-    let result = rdma_hint_toolkit::blocking::block_on(transport.connect(
+    let result = rdma_hint_backend_core::blocking::block_on(transport.connect(
         PeerEndpoint::Listen(address),
         &[region.id],
         deadline(2),
@@ -108,7 +108,7 @@ fn a_garbage_rkey_is_refused_at_connect() {
         stream.write_all(&mine.encode()).unwrap();
         std::thread::sleep(Duration::from_millis(500));
     });
-    let err = rdma_hint_toolkit::blocking::block_on(receiver.connect(
+    let err = rdma_hint_backend_core::blocking::block_on(receiver.connect(
         PeerEndpoint::Listen(address),
         &[],
         deadline(5),

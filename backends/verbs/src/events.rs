@@ -13,7 +13,7 @@ use crate::lending::Lent;
 use rdma_hint_core::TransportError;
 use rdma_hint_core::WaitMode;
 use rdma_hint_oob::{peer_left, PeerLoss};
-use rdma_hint_toolkit::wait::{Notifier, WaitModeCell};
+use rdma_hint_backend_core::wait::{Notifier, WaitModeCell};
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

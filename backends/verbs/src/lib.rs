@@ -34,7 +34,7 @@ mod transport;
 pub mod wire;
 
 pub use device::{devices, library_loaded, DeviceFacts};
-pub use rdma_hint_toolkit::MAX_REGION_BYTES;
+pub use rdma_hint_backend_core::MAX_REGION_BYTES;
 pub use transport::{VerbsTransport, UNKNOWN_REGION};
 
 /// Backend name used in transport ids (`verbs:<device>`).

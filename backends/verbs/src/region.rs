@@ -8,8 +8,8 @@ use crate::wire::ExposedRegion;
 use memmap2::MmapMut;
 use rdma_hint_core::transport::check_range;
 use rdma_hint_core::{CallerMemory, ForeignMemory, MemoryKind, Refused, TransportError};
-use rdma_hint_toolkit::region_table::RegionLen;
-use rdma_hint_toolkit::MAX_REGION_BYTES;
+use rdma_hint_backend_core::region_table::RegionLen;
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_mummy_sys as ibv;
 use std::sync::Arc;
 

@@ -17,12 +17,12 @@ use rdma_hint_core::{
     TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_toolkit::caller_memory::{
+use rdma_hint_backend_core::caller_memory::{
     admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
 };
-use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
-use rdma_hint_toolkit::wait::wait;
-use rdma_hint_toolkit::RegionTable;
+use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::wait::wait;
+use rdma_hint_backend_core::RegionTable;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -130,7 +130,7 @@ impl Lane {
 ///
 /// ```no_run
 /// use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
-/// use rdma_hint_toolkit::BlockingTransport;
+/// use rdma_hint_backend_core::BlockingTransport;
 /// use rdma_hint_verbs::VerbsTransport;
 /// use std::time::{Duration, Instant};
 ///

@@ -10,7 +10,7 @@
 use bytes::{Buf, BufMut};
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error, put_preamble, WireReader};
-use rdma_hint_toolkit::MAX_REGION_BYTES;
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::io::Read;
 
 /// Hello magic.
@@ -19,7 +19,7 @@ pub const MAGIC: [u8; 8] = *b"RDMAHVRB";
 /// authentication before it).
 pub const VERSION: u16 = 2;
 /// Regions one side may expose (the transport-wide limit).
-pub use rdma_hint_toolkit::MAX_REGIONS;
+pub use rdma_hint_backend_core::MAX_REGIONS;
 /// The byte each side sends once its QP is ready to send.
 pub const READY: u8 = 0x56;
 /// Size of one region in a hello in bytes: id u32, address u64, len u64, rkey u32.

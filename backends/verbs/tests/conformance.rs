@@ -106,7 +106,7 @@ fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
         link
     });
     let started = Instant::now();
-    let result = rdma_hint_toolkit::blocking::block_on(chunker(&p.sender, 64 * 1024).write(
+    let result = rdma_hint_backend_core::blocking::block_on(chunker(&p.sender, 64 * 1024).write(
         &p.sender,
         Transfer::new(&p.source, &p.remote, len),
         started + Duration::from_secs(20),
@@ -166,14 +166,14 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     let transport = SoftRoce.open(Some(TEST_TOKEN));
     let source = transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let (proxy, forwarding) = rkey_rewriting_proxy(address);
-    let remote = rdma_hint_toolkit::blocking::block_on(transport.connect(
+    let remote = rdma_hint_backend_core::blocking::block_on(transport.connect(
         PeerEndpoint::Dial(proxy),
         &[],
         deadline(60),
     ))
     .unwrap()[0];
     let started = Instant::now();
-    let result = rdma_hint_toolkit::blocking::block_on(chunker(&transport, 64 * 1024).write(
+    let result = rdma_hint_backend_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
         &transport,
         Transfer::new(&source, &remote, 1 << 20),
         deadline(30),
@@ -191,7 +191,7 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     }
     assert!(started.elapsed() < Duration::from_secs(30));
     // The QP is in error now: later posts fail at once with a typed error.
-    let again = rdma_hint_toolkit::blocking::block_on(chunker(&transport, 4096).write(
+    let again = rdma_hint_backend_core::blocking::block_on(chunker(&transport, 4096).write(
         &transport,
         Transfer::new(&source, &remote, 4096),
         deadline(5),

@@ -111,7 +111,7 @@ impl Chunker {
         transfer: Transfer<'_>,
         deadline: Instant,
     ) -> Result<TransferReport, TransferError> {
-        rdma_hint_toolkit::blocking::block_on(self.write(transport, transfer, deadline))
+        rdma_hint_backend_core::blocking::block_on(self.write(transport, transfer, deadline))
     }
 }
 

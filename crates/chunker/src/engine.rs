@@ -12,8 +12,8 @@ use crate::error::PlanError;
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use rdma_hint_core::{Arrival, Completion, RemoteRegion, SizeHint, SourceId, Transport, TransportError};
-use rdma_hint_toolkit::timer::DeadlineTimer;
-use rdma_hint_toolkit::wait::ADAPTIVE_SPIN;
+use rdma_hint_backend_core::timer::DeadlineTimer;
+use rdma_hint_backend_core::wait::ADAPTIVE_SPIN;
 use state::State;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,7 +178,7 @@ impl Shared {
 /// transport.write_region(src.id, 0, &[7u8; 300_000]).unwrap();
 /// let deadline = Instant::now() + Duration::from_secs(5);
 /// let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-/// let remote = rdma_hint_toolkit::blocking::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap();
+/// let remote = rdma_hint_backend_core::blocking::block_on(transport.connect(listen, &[dst.id], deadline)).unwrap();
 ///
 /// let engine = Engine::new(EngineConfig::default()).unwrap();
 /// engine.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
@@ -408,7 +408,7 @@ impl Engine {
 
     /// [`wait`](Engine::wait), parking the calling thread.
     pub fn wait_blocking(&self, id: TransferId, deadline: Instant) -> Result<Delivered, EngineError> {
-        rdma_hint_toolkit::blocking::block_on(self.wait(id, deadline))
+        rdma_hint_backend_core::blocking::block_on(self.wait(id, deadline))
     }
 
     /// Receiver side: writes-with-immediate that arrived from `peer` on any of its lanes, at
@@ -480,7 +480,7 @@ const NAP: Duration = Duration::from_millis(1);
 /// The driver thread: turns until nothing is left, then sleeps on the lanes' completion
 /// events (and on `submit`'s unpark).
 fn drive(shared: &Shared) {
-    let waker = rdma_hint_toolkit::blocking::thread_waker();
+    let waker = rdma_hint_backend_core::blocking::thread_waker();
     let mut cx = Context::from_waker(&waker);
     let mut waiting = Vec::new();
     let mut scratch = vec![Completion::EMPTY; 1024];

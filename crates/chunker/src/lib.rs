@@ -27,13 +27,13 @@
 //! let dst = transport.register(MemoryKind::Host, 1 << 20).unwrap();
 //! transport.write_region(src.id, 0, &[7u8; 100_000]).unwrap();
 //! let deadline = Instant::now() + Duration::from_secs(5);
-//! let remote = rdma_hint_toolkit::blocking::block_on(transport.connect(
+//! let remote = rdma_hint_backend_core::blocking::block_on(transport.connect(
 //!     PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap()), &[dst.id], deadline)).unwrap()[0];
 //!
 //! let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
 //! chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
 //! let transfer = Transfer::new(&src, &remote, 100_000).notify(42);
-//! let report = rdma_hint_toolkit::blocking::block_on(chunker.write(&transport, transfer, deadline)).unwrap();
+//! let report = rdma_hint_backend_core::blocking::block_on(chunker.write(&transport, transfer, deadline)).unwrap();
 //! assert_eq!(report.payload_bytes, 100_000);
 //! assert_eq!(report.blocks, 2);
 //! // The receiver side learns that the whole transfer landed.

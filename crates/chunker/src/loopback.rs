@@ -8,11 +8,11 @@ use rdma_hint_core::{
     TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
-use rdma_hint_toolkit::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
-use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
-use rdma_hint_toolkit::queue::{event_queue, EventQueue, EventSender};
-use rdma_hint_toolkit::region_table::busy_held;
-use rdma_hint_toolkit::wait::WaitModeCell;
+use rdma_hint_backend_core::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
+use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_backend_core::region_table::busy_held;
+use rdma_hint_backend_core::wait::WaitModeCell;
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -181,7 +181,7 @@ impl Transport for LoopbackTransport {
                 reason: format!("length must be 1 B … {MAX_REGION_BYTES} B"),
             });
         }
-        rdma_hint_toolkit::memory_limit::check_commit(len, None, 0)?;
+        rdma_hint_backend_core::memory_limit::check_commit(len, None, 0)?;
         let mut buffer = Vec::new();
         buffer
             .try_reserve_exact(len as usize)

@@ -4,7 +4,7 @@
 use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
-use rdma_hint_toolkit::blocking::block_on;
+use rdma_hint_backend_core::blocking::block_on;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

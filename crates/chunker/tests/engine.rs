@@ -8,7 +8,7 @@ use rdma_hint_chunker::{
 use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion, SourceId, Transport,
 };
-use rdma_hint_toolkit::blocking::block_on;
+use rdma_hint_backend_core::blocking::block_on;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -21,7 +21,7 @@ fn setup(region_len: u64) -> Setup {
     let src = transport.register(MemoryKind::Host, region_len).unwrap();
     let dst_local = transport.register(MemoryKind::Host, region_len).unwrap();
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-    let dst = rdma_hint_toolkit::blocking::block_on(transport.connect(listen, &[dst_local.id], deadline()))
+    let dst = rdma_hint_backend_core::blocking::block_on(transport.connect(listen, &[dst_local.id], deadline()))
         .unwrap()[0];
     Setup { transport, src, dst }
 }
@@ -52,12 +52,12 @@ fn random_sizes_arrive_byte_exact() {
             let imm = i as u32 * 10 + (local_offset / 4096) as u32;
             let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset).notify(imm);
             let report =
-                rdma_hint_toolkit::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
+                rdma_hint_backend_core::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
                     .unwrap();
             assert_eq!(report.payload_bytes, len);
             let mut arrivals = [Arrival::EMPTY; 2];
             assert_eq!(
-                rdma_hint_toolkit::blocking::block_on(s.transport.wait_arrivals(&mut arrivals, deadline()))
+                rdma_hint_backend_core::blocking::block_on(s.transport.wait_arrivals(&mut arrivals, deadline()))
                     .unwrap(),
                 1
             );
@@ -91,14 +91,14 @@ fn each_source_gets_its_own_hint() {
     chunker.set_hint(SourceId::Gpu(3), BlockSpec::new(512 * 1024, 65536).unwrap());
     let data = random_bytes(1 << 20, 5);
     s.transport.write_region(s.src.id, 0, &data).unwrap();
-    let node0 = rdma_hint_toolkit::blocking::block_on(chunker.write(
+    let node0 = rdma_hint_backend_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &s.dst, 1 << 20),
         deadline(),
     ))
     .unwrap();
     chunker.set_host_node(1);
-    let node1 = rdma_hint_toolkit::blocking::block_on(chunker.write(
+    let node1 = rdma_hint_backend_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &s.dst, 1 << 20),
         deadline(),
@@ -109,7 +109,7 @@ fn each_source_gets_its_own_hint() {
     assert_eq!(chunker.source_of(gpu.kind), Some(SourceId::Gpu(3)));
     assert_eq!(chunker.plan_as(SourceId::Gpu(3), &gpu, 0, 1 << 20).unwrap().block_count(), 2);
     chunker.set_latency_first(Some(0.5));
-    let shrunk = rdma_hint_toolkit::blocking::block_on(chunker.write(
+    let shrunk = rdma_hint_backend_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &s.dst, 1 << 20),
         deadline(),
@@ -129,7 +129,7 @@ fn bad_requests_are_typed_and_move_nothing() {
     s.transport.write_region(s.dst.id, 0, &marker).unwrap();
     let write = |chunker: &mut Chunker, local_offset, remote_offset, len| {
         let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset);
-        rdma_hint_toolkit::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
+        rdma_hint_backend_core::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
     };
     assert!(matches!(write(&mut chunker, 0, 0, 0), Err(TransferError::Plan(PlanError::ZeroLength))));
     assert!(matches!(
@@ -159,7 +159,7 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
     let mut chunker = chunker(&s.transport, 65536, 4096);
     let private = s.transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let not_exposed = RemoteRegion { id: private.id, len: private.len };
-    let result = rdma_hint_toolkit::blocking::block_on(chunker.write(
+    let result = rdma_hint_backend_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &not_exposed, 4096),
         deadline(),
@@ -169,7 +169,7 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
         Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), confirmed_bytes: 0 })
     ));
     s.transport.deregister(s.src.id).unwrap();
-    let result = rdma_hint_toolkit::blocking::block_on(chunker.write(
+    let result = rdma_hint_backend_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &s.dst, 4096),
         deadline(),
@@ -195,7 +195,7 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
 fn a_deadline_passes_even_when_completions_are_always_ready() {
     let s = setup(64 << 20);
     let mut chunker = chunker(&s.transport, 4096, 4096);
-    let result = rdma_hint_toolkit::blocking::block_on(chunker.write(
+    let result = rdma_hint_backend_core::blocking::block_on(chunker.write(
         &s.transport,
         Transfer::new(&s.src, &s.dst, 64 << 20),
         Instant::now(),

@@ -118,7 +118,7 @@ fn run(
     let remote = RemoteRegion { id: RegionId(1), len: len + block };
     let deadline = Instant::now() + Duration::from_secs(5);
     let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: len + block };
-    rdma_hint_toolkit::blocking::block_on(pipeline.run(
+    rdma_hint_backend_core::blocking::block_on(pipeline.run(
         nic,
         &plan,
         &Transfer::new(&local, &remote, len).notify(9),
@@ -201,7 +201,7 @@ fn silent_transport_hits_the_deadline_instead_of_hanging() {
     let started = Instant::now();
     let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
     let transfer = Transfer::new(&local, &remote, 1 << 20);
-    let result = rdma_hint_toolkit::blocking::block_on(pipeline.run(
+    let result = rdma_hint_backend_core::blocking::block_on(pipeline.run(
         &nic,
         &plan,
         &transfer,
@@ -244,7 +244,7 @@ fn bad_remote_ranges_fail_before_posting() {
         let remote = RemoteRegion { id: RegionId(1), len: remote_len };
         let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
         let transfer = Transfer::new(&local, &remote, 100_000).at(0, remote_offset);
-        let result = rdma_hint_toolkit::blocking::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
+        let result = rdma_hint_backend_core::blocking::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
         assert!(matches!(result, Err(TransferError::Plan(_))), "{remote_len} {remote_offset}: {result:?}");
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! The pure core of rdma-hint: the size/alignment computation and the [`Transport`] contract
 //! every backend implements, with the plain data it moves ([`WriteOp`], [`Completion`],
-//! [`Arrival`], regions). The toolkit that helps backends meet the contract (region tables,
-//! queues, deadline waits) is `rdma-hint-toolkit`.
+//! [`Arrival`], regions). The backend core that helps backends meet the contract (region tables,
+//! queues, deadline waits) is `rdma-hint-backend-core`.
 //!
 //! The model answers, from facts about one data path, *which transfer block size sits in the sweet spot*
 //! (near-peak bandwidth without per-message latency blowing up) and *what alignment the path

@@ -152,7 +152,7 @@ impl WriteOp {
 
     /// The one check an op gets before it is posted: not empty, within the transport's max
     /// message, and inside both regions (`local_len`, `remote_len` bytes) without overflow.
-    /// Backends call it through the toolkit's `RegionTable::check_write`,
+    /// Backends call it through the backend core's `RegionTable::check_write`,
     /// which also looks both regions up.
     ///
     /// ```
@@ -552,9 +552,9 @@ pub enum TransportError {
 /// [`wait_completions`](Transport::wait_completions). Posting and polling never allocate.
 ///
 /// The async methods never block the calling thread: a pending wait stores its waker and is
-/// woken by the backend's event (see the toolkit's `wait`); each wait has a deadline.
+/// woken by the backend's event (see the backend core's `wait`); each wait has a deadline.
 /// Without an async runtime, use the `*_blocking` twins of
-/// the toolkit's `BlockingTransport`.
+/// the backend core's `BlockingTransport`.
 #[async_trait]
 pub trait Transport: Send + Sync {
     /// What this transport can do; feeds the hint model.

@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WaitMode {
-    /// Poll for a few microseconds (the toolkit's `ADAPTIVE_SPIN`), then sleep until the event wakes the task: near zero CPU
+    /// Poll for a few microseconds (the backend core's `ADAPTIVE_SPIN`), then sleep until the event wakes the task: near zero CPU
     /// while a peer is silent. The default.
     #[default]
     Adaptive,
     /// Never sleep: poll the completion source until it yields or the deadline passes,
-    /// yielding to the executor every slice of a few hundred microseconds (the toolkit's `BUSY_POLL_SLICE`). For latency-critical threads (as
+    /// yielding to the executor every slice of a few hundred microseconds (the backend core's `BUSY_POLL_SLICE`). For latency-critical threads (as
     /// perftest and DeepEP poll their CQs); burns a core while waiting.
     BusyPoll,
 }

@@ -4,7 +4,7 @@ use crate::auth::{authenticate_by, Role};
 use crate::codec::Deadlined;
 use crate::token::Token;
 use rdma_hint_core::{PeerEndpoint, TransportError};
-use rdma_hint_toolkit::wait::off_thread;
+use rdma_hint_backend_core::wait::off_thread;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -124,7 +124,7 @@ impl Rendezvous {
     ///
     /// ```
     /// use rdma_hint_core::{PeerEndpoint, TransportError};
-    /// use rdma_hint_toolkit::blocking::block_on;
+    /// use rdma_hint_backend_core::blocking::block_on;
     /// use rdma_hint_oob::Rendezvous;
     /// use std::io::Read;
     /// use std::time::{Duration, Instant};

@@ -123,11 +123,11 @@ pub use rdma_hint_staged::cudarc;
 /// handed back by [`Transport::release`] (`take::<CudaSlice<u8>>()`).
 #[cfg(all(feature = "cuda", feature = "staged"))]
 pub use rdma_hint_staged::gpu::cuda_slice_memory;
-/// The toolkit backends share to meet the `Transport` contract: region tables, event queues,
+/// The backend core backends share to meet the `Transport` contract: region tables, event queues,
 /// deadline waits, blocking adapters.
-pub use rdma_hint_toolkit as toolkit;
-pub use rdma_hint_toolkit::blocking::block_on;
-pub use rdma_hint_toolkit::BlockingTransport;
+pub use rdma_hint_backend_core as backend_core;
+pub use rdma_hint_backend_core::blocking::block_on;
+pub use rdma_hint_backend_core::BlockingTransport;
 /// The UCX backend's own API (UCX's estimate, the lanes it chose).
 #[cfg(feature = "ucx")]
 pub use rdma_hint_ucx as ucx;

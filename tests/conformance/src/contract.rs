@@ -14,7 +14,7 @@ use rdma_hint_core::{
 use rdma_hint_integration_tests::{
     first_mismatch, held, held_change, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
 };
-use rdma_hint_toolkit::blocking::{block_on, BlockingTransport};
+use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};

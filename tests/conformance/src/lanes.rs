@@ -10,7 +10,7 @@ use rdma_hint_core::{
     TransportError, WriteOp,
 };
 use rdma_hint_integration_tests::{first_mismatch, random_bytes};
-use rdma_hint_toolkit::blocking::{block_on, BlockingTransport};
+use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
 use std::time::{Duration, Instant};
 
 /// Lanes opened together on both sides: `lanes` transports each (fewer where the backend opens

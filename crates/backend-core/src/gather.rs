@@ -27,7 +27,7 @@ impl Pieces for WriteOp {
 ///
 /// ```
 /// use rdma_hint_core::{GatherEntry, GatherOp, RegionId};
-/// use rdma_hint_toolkit::gather::{gathered, Gathered, Pieces};
+/// use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
 /// let entries = [GatherEntry { local: RegionId(0), offset: 4096, len: 100 },
 ///                GatherEntry { local: RegionId(0), offset: 0, len: 50 }];
 /// let ops = [GatherOp { wr_id: 1, first: 0, count: 2, remote: RegionId(3), remote_offset: 8,

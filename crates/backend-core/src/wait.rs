@@ -52,7 +52,7 @@ impl WaitModeCell {
 /// nobody sleeps, `notify` is one fence and one load.
 ///
 /// ```
-/// use rdma_hint_toolkit::wait::Notifier;
+/// use rdma_hint_backend_core::wait::Notifier;
 /// let notifier = Notifier::default();
 /// notifier.register(std::task::Waker::noop());
 /// assert!(notifier.has_waiters());
@@ -117,8 +117,8 @@ pub type Attempt<R> = Result<Option<R>, TransportError>;
 /// [`TransportError::DeadlineExceeded`] naming `what`.
 ///
 /// ```
-/// use rdma_hint_toolkit::blocking::block_on;
-/// use rdma_hint_toolkit::wait::{wait, Notifier};
+/// use rdma_hint_backend_core::blocking::block_on;
+/// use rdma_hint_backend_core::wait::{wait, Notifier};
 /// use rdma_hint_core::{TransportError, WaitMode};
 /// use std::sync::atomic::{AtomicU32, Ordering};
 /// use std::sync::Arc;
@@ -255,8 +255,8 @@ pub const OFF_THREAD_GRACE: Duration = Duration::from_millis(250);
 ///
 /// ```
 /// use rdma_hint_core::TransportError;
-/// use rdma_hint_toolkit::blocking::block_on;
-/// use rdma_hint_toolkit::wait::off_thread;
+/// use rdma_hint_backend_core::blocking::block_on;
+/// use rdma_hint_backend_core::wait::off_thread;
 /// use std::time::{Duration, Instant};
 /// let soon = Instant::now() + Duration::from_secs(5);
 /// let answer = block_on(off_thread("example", "an answer", soon, || 6 * 7)).unwrap();

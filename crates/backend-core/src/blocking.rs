@@ -41,7 +41,7 @@ pub fn thread_waker() -> Waker {
 /// them instead.
 ///
 /// ```
-/// let answer = rdma_hint_toolkit::blocking::block_on(async { 6 * 7 });
+/// let answer = rdma_hint_backend_core::blocking::block_on(async { 6 * 7 });
 /// assert_eq!(answer, 42);
 /// ```
 pub fn block_on<F: Future>(future: F) -> F::Output {
@@ -60,7 +60,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 /// Blocking twins of the async [`Transport`] methods, for every transport.
 ///
 /// ```
-/// use rdma_hint_toolkit::blocking::BlockingTransport;
+/// use rdma_hint_backend_core::blocking::BlockingTransport;
 /// use rdma_hint_core::{Completion, Transport};
 /// use std::time::{Duration, Instant};
 ///

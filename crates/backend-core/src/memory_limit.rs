@@ -30,7 +30,7 @@ pub struct Committable {
 /// Bytes kept free for the rest of the machine out of `free` bytes: 1/16 of it, at least 64 MiB.
 ///
 /// ```
-/// use rdma_hint_toolkit::memory_limit::margin_bytes;
+/// use rdma_hint_backend_core::memory_limit::margin_bytes;
 /// assert_eq!(margin_bytes(1 << 30), 64 << 20);
 /// assert_eq!(margin_bytes(16 << 30), 1 << 30);
 /// ```
@@ -56,7 +56,7 @@ pub fn committable() -> Option<Committable> {
 ///
 /// ```
 /// use rdma_hint_core::TransportError;
-/// use rdma_hint_toolkit::memory_limit::check_commit;
+/// use rdma_hint_backend_core::memory_limit::check_commit;
 /// assert!(check_commit(4096, None, 0).is_ok());
 /// let refused = check_commit(4096, Some(8192), 6144).unwrap_err();
 /// assert!(matches!(refused, TransportError::OutOfMemory { available: 2048, .. }), "{refused}");

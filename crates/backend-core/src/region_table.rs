@@ -22,7 +22,7 @@ pub trait RegionLen {
 ///
 /// ```
 /// use rdma_hint_core::{RegionId, TransportError};
-/// use rdma_hint_toolkit::RegionTable;
+/// use rdma_hint_backend_core::RegionTable;
 /// let mut table = RegionTable::new(2);
 /// let a = table.insert_with(4096, || Ok("a")).unwrap();
 /// let b = table.insert_with(4096, || Ok("b")).unwrap();
@@ -79,7 +79,7 @@ impl<T> RegionTable<T> {
     ///
     /// ```
     /// use rdma_hint_core::TransportError;
-    /// use rdma_hint_toolkit::RegionTable;
+    /// use rdma_hint_backend_core::RegionTable;
     /// let mut table = RegionTable::new(8);
     /// table.set_memory_cap(Some(8192));
     /// let first = table.insert_with(4096, || Ok(())).unwrap();
@@ -149,7 +149,7 @@ impl<T> RegionTable<T> {
     ///
     /// ```
     /// use rdma_hint_core::TransportError;
-    /// use rdma_hint_toolkit::RegionTable;
+    /// use rdma_hint_backend_core::RegionTable;
     /// let mut table = RegionTable::new(4);
     /// let id = table.insert_with(4096, || Ok("a")).unwrap();
     /// table.hold(id).unwrap(); // `&self`: under a transport's read lock
@@ -246,9 +246,9 @@ impl<T: RegionLen> RegionTable<T> {
     /// wire. Hands both regions back for posting.
     ///
     /// ```
-    /// use rdma_hint_toolkit::region_table::RegionLen;
+    /// use rdma_hint_backend_core::region_table::RegionLen;
     /// use rdma_hint_core::{CallerMemory, Refused, RegionId, TransportError, WriteOp};
-    /// use rdma_hint_toolkit::RegionTable;
+    /// use rdma_hint_backend_core::RegionTable;
     /// struct Bytes(u64);
     /// impl RegionLen for Bytes { fn region_len(&self) -> u64 { self.0 } }
     /// let mut table = RegionTable::new(4);

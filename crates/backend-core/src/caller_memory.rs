@@ -13,7 +13,7 @@ use std::sync::{Mutex, PoisonError};
 ///
 /// ```
 /// use rdma_hint_core::{CallerMemory, CallerMemoryPath, MemoryKind, TransportError};
-/// use rdma_hint_toolkit::caller_memory::admit;
+/// use rdma_hint_backend_core::caller_memory::admit;
 /// let host = [CallerMemoryPath { kind: MemoryKind::Host, send_copies: 0, receive_copies: Some(0), medium_copies: 0 }];
 /// assert!(admit(CallerMemory::from(vec![0u8; 4096]), &host).is_ok());
 /// let refused = admit(CallerMemory::from(Vec::new()), &host).unwrap_err();
@@ -35,7 +35,7 @@ pub fn admit(memory: CallerMemory, paths: &[CallerMemoryPath]) -> Result<CallerM
 /// not a synchronisation point).
 ///
 /// ```
-/// use rdma_hint_toolkit::caller_memory::CopyMeter;
+/// use rdma_hint_backend_core::caller_memory::CopyMeter;
 /// let meter = CopyMeter::default();
 /// meter.write_region(4096);
 /// meter.in_transit(4096);
@@ -102,7 +102,7 @@ pub fn busy_exposed(region: RegionId) -> TransportError {
 ///
 /// ```
 /// use rdma_hint_core::RegionId;
-/// use rdma_hint_toolkit::caller_memory::Exposure;
+/// use rdma_hint_backend_core::caller_memory::Exposure;
 /// let exposure = Exposure::default();
 /// exposure.expose(&[RegionId(2)]);
 /// assert!(exposure.contains(RegionId(2)) && !exposure.contains(RegionId(0)));

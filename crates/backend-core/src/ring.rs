@@ -11,7 +11,7 @@
 //! whose text starts with `protocol error`.
 //!
 //! ```
-//! use rdma_hint_toolkit::ring::{Consumer, OwnedRing, Producer};
+//! use rdma_hint_backend_core::ring::{Consumer, OwnedRing, Producer};
 //!
 //! let ring = OwnedRing::default();
 //! let mut producer = Producer::default();

@@ -72,7 +72,7 @@ pub fn ensure_started() {
 /// A registered deadline wake-up; dropping it cancels the wake-up.
 ///
 /// ```
-/// use rdma_hint_toolkit::timer::DeadlineTimer;
+/// use rdma_hint_backend_core::timer::DeadlineTimer;
 /// use std::time::{Duration, Instant};
 ///
 /// let deadline = Instant::now() + Duration::from_millis(20);

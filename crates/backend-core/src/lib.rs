@@ -1,4 +1,4 @@
-//! # rdma-hint-toolkit
+//! # rdma-hint-backend-core
 //!
 //! What rdma-hint backends share to meet the [`Transport`](rdma_hint_core::Transport) contract
 //! (which lives, with its plain types, in `rdma-hint-core`): a bounds-checked [`RegionTable`],
@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use rdma_hint_core::{RegionId, TransportError, WriteOp};
-//! use rdma_hint_toolkit::{region_table::RegionLen, RegionTable};
+//! use rdma_hint_backend_core::{region_table::RegionLen, RegionTable};
 //! struct Bytes(u64);
 //! impl RegionLen for Bytes { fn region_len(&self) -> u64 { self.0 } }
 //! // The one lookup and length check an op gets on its way to the wire.

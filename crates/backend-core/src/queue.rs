@@ -15,7 +15,7 @@ use std::time::Instant;
 /// let (tx, rx) = crossbeam_channel::bounded(4);
 /// tx.send(7u32).unwrap();
 /// let mut out = [0u32; 4];
-/// assert_eq!(rdma_hint_toolkit::queue::drain(&rx, &mut out), 1);
+/// assert_eq!(rdma_hint_backend_core::queue::drain(&rx, &mut out), 1);
 /// assert_eq!(out[0], 7);
 /// ```
 pub fn drain<T>(queue: &Receiver<T>, out: &mut [T]) -> usize {
@@ -35,9 +35,9 @@ pub fn drain<T>(queue: &Receiver<T>, out: &mut [T]) -> usize {
 /// A bounded queue of `capacity` items whose sender wakes sleeping waits.
 ///
 /// ```
-/// use rdma_hint_toolkit::blocking::block_on;
+/// use rdma_hint_backend_core::blocking::block_on;
 /// use rdma_hint_core::{TransportError, WaitMode};
-/// use rdma_hint_toolkit::queue::event_queue;
+/// use rdma_hint_backend_core::queue::event_queue;
 /// use std::time::{Duration, Instant};
 ///
 /// let (sender, queue) = event_queue::<u32>(8);
