@@ -54,8 +54,10 @@ fn complete(transport: &dyn Transport, deadline: Instant) {
     let mut completions = [Completion::EMPTY; 4];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::backend_core::blocking::block_on(transport.wait_completions(&mut completions, deadline))
-            .expect("completion");
+        got = rdma_hint::backend_core::blocking::block_on(
+            transport.wait_completions(&mut completions, deadline),
+        )
+        .expect("completion");
     }
 }
 

@@ -1,7 +1,7 @@
 //! The two channels of the staged backend and what the model may assume about them.
 
 use rdma_hint_core::TransportId;
-use rdma_hint_core::{CallerMemoryPath, Capabilities, MemoryKind};
+use rdma_hint_core::{CallerMemoryPath, Capabilities, MemoryKind, MAX_OPS_PER_POST};
 use rdma_hint_core::{TransportFacts, TransportKind};
 use std::fmt;
 
@@ -80,7 +80,7 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
             rate_note: None,
         },
         max_outstanding_wrs: 256,
-        max_wrs_per_post: crate::transport::MAX_WRS_PER_POST as u32,
+        max_wrs_per_post: MAX_OPS_PER_POST as u32,
         // A gather write's pieces leave from their sources: one `sendmsg` on TCP, copies
         // straight into the peer's mapping on shm.
         max_sges: crate::request::MAX_SGES,

@@ -18,6 +18,7 @@
 pub mod channel;
 pub mod gpu;
 pub mod handoff;
+mod lane;
 mod link;
 mod memory;
 pub mod protocol;

@@ -5,6 +5,7 @@
 //! says when the peer is gone, and a ring thread takes announcements off our ring while the
 //! application does not (it sleeps on the ring's futex in `Adaptive` mode).
 
+use crate::lane::{SenderDone, StagedLane};
 use crate::memory::{Direction, GatherSend, Memory, PeerMapping};
 use crate::protocol::{Inbound, Inbox};
 use crate::region::{copy_to_peer, RegionMemory, Staging};
@@ -13,17 +14,16 @@ use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
 use crate::socket::{peek, readable, waiting_bytes};
 use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
 use crossbeam_channel::{select, Receiver, Sender};
-use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
-use rdma_hint_stream_copy::Run;
-use rdma_hint_backend_core::caller_memory::CopyMeter;
 use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_backend_core::wait::WaitModeCell;
-use rdma_hint_backend_core::RegionTable;
+use rdma_hint_backend_core::{Domain, RegionTable};
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
+use rdma_hint_stream_copy::Run;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -53,11 +53,10 @@ const PUMP_FRAMES: usize = 64;
 /// TCP in `BusyPoll`: writes up to this size are sent by the posting thread itself.
 const DIRECT_SEND_MAX: u64 = 64 << 10;
 
-/// A registered local region and whether the peer may write it.
+/// A registered local region.
 #[derive(Debug, Clone)]
 pub(crate) struct LocalEntry {
     pub(crate) memory: Arc<RegionMemory>,
-    pub(crate) exposed: bool,
     /// shm channel, a region the peer cannot map (caller host memory, GPU memory) exposed to
     /// it: the shared mapping the peer writes instead, whose bytes the reader copies on into
     /// `memory` as each write is announced.
@@ -99,9 +98,9 @@ impl Bounce {
 }
 
 impl LocalEntry {
-    /// A newly registered region: not exposed, no bounce.
+    /// A newly registered region: no bounce.
     pub(crate) fn new(memory: RegionMemory) -> LocalEntry {
-        LocalEntry { memory: Arc::new(memory), exposed: false, bounce: None }
+        LocalEntry { memory: Arc::new(memory), bounce: None }
     }
 
     /// The descriptor the peer maps on the shm channel: the bounce's, or the region's own.
@@ -113,16 +112,8 @@ impl LocalEntry {
     }
 }
 
-/// What the link reports back to its transport: the bytes its code copies, and the posted
-/// ops the sender thread has not finished with (their source regions are busy until then).
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) copies: CopyMeter,
-    pub(crate) in_flight: AtomicUsize,
-}
-
-/// The local region table, shared with the link threads.
-pub(crate) type LocalRegions = Arc<RwLock<RegionTable<LocalEntry>>>;
+/// The local regions and the lanes over them, shared with the link threads.
+pub(crate) type LocalRegions = Arc<Domain<LocalEntry, StagedLane>>;
 
 /// A region the peer exposed: its length and, on the shm channel, its mapping here (made at
 /// the first write into it) and
@@ -204,18 +195,15 @@ impl Rings {
 }
 
 pub(crate) fn local(regions: &LocalRegions, id: RegionId) -> Option<LocalEntry> {
-    regions.read().unwrap_or_else(PoisonError::into_inner).get(id).ok().cloned()
+    regions.regions().get(id).ok().cloned()
 }
-
-/// Why the link stopped; first reason wins.
-pub(crate) type Broken = Arc<OnceLock<String>>;
 
 /// A running link.
 pub(crate) struct Link {
     pub(crate) ops: Sender<Request>,
     pub(crate) completions: EventQueue<Completion>,
     pub(crate) arrivals: EventQueue<Arrival>,
-    pub(crate) broken: Broken,
+    pub(crate) lane: Arc<StagedLane>,
     pub(crate) remote: RemoteRegions,
     shared: Arc<Shared>,
     socket: TcpStream,
@@ -224,7 +212,7 @@ pub(crate) struct Link {
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Link").field("broken", &self.broken.get()).finish()
+        f.debug_struct("Link").field("gone", &self.lane.gone.why()).finish()
     }
 }
 
@@ -264,16 +252,15 @@ struct Shared {
     reader_needed: AtomicBool,
     born: Instant,
     max_outstanding: usize,
-    broken: Broken,
+    lane: Arc<StagedLane>,
     /// Tags of the signalled writes sent and not yet acknowledged, oldest first: acks must
     /// come back for exactly these, in this order (TCP keeps frames in order).
     awaiting_ack: Mutex<VecDeque<u64>>,
-    counters: Arc<Counters>,
 }
 
 impl Shared {
     fn fail(&self, reason: String) {
-        if self.broken.set(reason.clone()).is_ok() {
+        if self.lane.gone.set(reason.clone()) {
             // A peer that leaves is ordinary at the end of a session; a protocol violation is not.
             if reason.starts_with("protocol error") {
                 tracing::warn!(%reason, "staged link broken");
@@ -314,7 +301,7 @@ impl Shared {
             if published {
                 return Ok(true);
             }
-            if Instant::now() >= patience || self.broken.get().is_some() {
+            if Instant::now() >= patience || self.lane.gone.is_gone() {
                 return Ok(false);
             }
             std::thread::sleep(Duration::from_micros(20));
@@ -333,7 +320,7 @@ pub(crate) struct LinkParts {
     pub(crate) remote: RemoteRegions,
     /// Queued writes and the largest message.
     pub(crate) limits: (usize, u64),
-    pub(crate) counters: Arc<Counters>,
+    pub(crate) lane: Arc<StagedLane>,
     /// shm channel: the rings (TCP: none).
     pub(crate) rings: Option<Rings>,
     pub(crate) wait_mode: Arc<WaitModeCell>,
@@ -350,7 +337,7 @@ impl Link {
             local,
             remote,
             limits: (max_outstanding, max_msg_bytes),
-            counters,
+            lane,
             rings,
             wait_mode,
             expose,
@@ -362,7 +349,6 @@ impl Link {
         // Acks go out through the sender thread, so a reader never waits on the socket's write
         // side: two links writing to each other at once cannot deadlock.
         let (ack_tx, acks) = crossbeam_channel::bounded(MAX_PENDING_ACKS);
-        let broken: Broken = Arc::new(OnceLock::new());
         let targets = exposed_targets(&local, &expose);
         let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
             .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
@@ -390,9 +376,8 @@ impl Link {
             reader_needed: AtomicBool::new(false),
             born: Instant::now(),
             max_outstanding,
-            broken: broken.clone(),
+            lane: lane.clone(),
             awaiting_ack: Mutex::new(VecDeque::with_capacity(max_outstanding)),
-            counters,
         });
         let spawn = |name: &str, body: Box<dyn FnOnce(&Shared) + Send>| {
             let shared = shared.clone();
@@ -415,17 +400,15 @@ impl Link {
         )?];
         handles.push(spawn(
             "staged-sender",
-            Box::new(move |shared| send_loop(shared, &ops_rx, &acks, &reader_gone)),
+            Box::new(move |shared| {
+                let _done = SenderDone(&shared.lane);
+                send_loop(shared, &ops_rx, &acks, &reader_gone)
+            }),
         )?);
         if threads == 3 {
             handles.push(spawn("staged-ring", Box::new(ring_loop))?);
         }
-        Ok(Link { ops: ops_tx, completions, arrivals, broken, remote, shared, socket, threads: handles })
-    }
-
-    /// Whether the sender thread has ended (nothing it was handed will be read any more).
-    pub(crate) fn sender_finished(&self) -> bool {
-        self.threads.get(1).is_none_or(JoinHandle::is_finished)
+        Ok(Link { ops: ops_tx, completions, arrivals, lane, remote, shared, socket, threads: handles })
     }
 
     /// Whether every link thread has ended: nothing more will be queued.
@@ -435,7 +418,7 @@ impl Link {
 
     /// The reason the link broke, as an error.
     pub(crate) fn gone(&self) -> TransportError {
-        TransportError::PeerGone(self.broken.get().cloned().unwrap_or_else(|| "connection closed".into()))
+        self.lane.gone.error()
     }
 
     /// shm channel: moves `ops` (checked by the caller, with the region table read-locked) in
@@ -451,7 +434,7 @@ impl Link {
     ) -> Result<bool, TransportError> {
         let shared = &*self.shared;
         let Some(rings) = &shared.rings else { return Ok(false) };
-        if shared.counters.in_flight.load(Ordering::Acquire) > 0 {
+        if shared.lane.in_flight.load(Ordering::Acquire) > 0 {
             return Ok(false);
         }
         let outbound = rings.outbound();
@@ -519,7 +502,7 @@ impl Link {
         if sleeper {
             ring::wake(&outbound);
         }
-        shared.counters.copies.in_transit(copied);
+        shared.lane.copies.in_transit(copied);
         moved?;
         Ok(true)
     }
@@ -577,7 +560,7 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        let _ = self.broken.set("transport dropped".into());
+        self.lane.gone.set("transport dropped");
         let _ = self.socket.shutdown(Shutdown::Both);
         if let Some(rings) = &self.shared.rings {
             ring::wake(&rings.inbound());
@@ -593,11 +576,11 @@ impl Drop for Link {
     }
 }
 
-/// The regions `expose` names, by id (each marked exposed).
+/// The regions `expose` names, by id.
 fn exposed_targets(local: &LocalRegions, expose: &[RegionId]) -> Vec<Option<LocalEntry>> {
-    let regions = local.read().unwrap_or_else(PoisonError::into_inner);
+    let regions = local.regions();
     let mut targets = Vec::new();
-    for (id, entry) in regions.iter().filter(|(id, entry)| entry.exposed && expose.contains(id)) {
+    for (id, entry) in regions.iter().filter(|(id, _)| expose.contains(id)) {
         let index = id.0 as usize;
         targets.resize_with(targets.len().max(index + 1), || None);
         targets[index] = Some(entry.clone());
@@ -668,7 +651,7 @@ fn copy_on_from_bounce(shared: &Shared, target: &LocalEntry, offset: u64, len: u
         .copy_from_bounce(&bounce.memory, offset, len)
         .map_err(|e| format!("copying out of the channel: {e}"))?;
     if by_cpu {
-        shared.counters.copies.in_transit(len);
+        shared.lane.copies.in_transit(len);
     }
     Ok(())
 }
@@ -679,7 +662,7 @@ fn ring_loop(shared: &Shared) {
     let Some(rings) = &shared.rings else { return };
     let inbound = rings.inbound();
     loop {
-        let stopping = shared.broken.get().is_some();
+        let stopping = shared.lane.gone.is_gone();
         let mut consumer = rings.consumer.lock().unwrap_or_else(PoisonError::into_inner);
         let taken = ring::take(&mut consumer, &inbound, &shared.inbox, usize::MAX, |write| {
             match land_announced(shared, write)? {
@@ -704,7 +687,7 @@ fn ring_loop(shared: &Shared) {
                 drop(consumer);
                 // Looked at after `seen` was read: a stop that wakes the ring after that read
                 // changes the futex value, so the sleep returns at once.
-                if let (Some(seen), None) = (seen, shared.broken.get()) {
+                if let (Some(seen), None) = (seen, shared.lane.gone.why()) {
                     ring::sleep(&inbound, seen, RING_NAP);
                 }
             }
@@ -785,7 +768,7 @@ fn send_loop(
         if sent.is_err() {
             staging.fence_host();
         }
-        shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
+        shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
         if let Err(reason) = sent {
             shared.fail(reason);
             flush(&op, &shared.completions);
@@ -795,7 +778,7 @@ fn send_loop(
     // The link is down: every queued signalled op completes with a flush error, and writes
     // that fully landed before it still announce themselves.
     while let Ok(op) = ops.try_recv() {
-        shared.counters.in_flight.fetch_sub(1, Ordering::AcqRel);
+        shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
         flush(&op, &shared.completions);
     }
     while let Ok(outgoing) = acks.try_recv() {
@@ -814,7 +797,7 @@ fn flush(request: &Request, completions: &EventSender<Completion>) {
 }
 
 fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result<(), String> {
-    if shared.broken.get().is_some() {
+    if shared.lane.gone.is_gone() {
         return Err("link already broken".into());
     }
     let op = request.head();
@@ -874,7 +857,7 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
                 copy_to_peer(memory, piece.local_offset, target, (piece.remote_offset, piece.len), staging)
                     .map_err(|e| e.to_string())?;
                 if memory.host().is_some() {
-                    shared.counters.copies.in_transit(piece.len);
+                    shared.lane.copies.in_transit(piece.len);
                 }
             }
             let announce = op.imm.is_some() || notify_each_write;
@@ -917,8 +900,8 @@ fn watch_shm_socket(mut socket: TcpStream) -> String {
 fn read_loop(shared: &Shared, watched: &TcpStream) -> String {
     let mut staging = Staging::default();
     loop {
-        if let Some(reason) = shared.broken.get() {
-            return reason.clone();
+        if let Some(reason) = shared.lane.gone.why() {
+            return reason.to_string();
         }
         if shared.wait_mode.get() == WaitMode::BusyPoll {
             // Woken early by a wait that found a frame it leaves to this thread.
@@ -1010,7 +993,7 @@ impl Link {
     /// on the peer.
     pub(crate) fn pump(&self) -> Result<(), TransportError> {
         let shared = &*self.shared;
-        if shared.channel != ChannelKind::Tcp || shared.broken.get().is_some() {
+        if shared.channel != ChannelKind::Tcp || shared.lane.gone.is_gone() {
             return Ok(());
         }
         shared.app_polled_us.store(shared.born.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -1075,7 +1058,7 @@ impl Link {
         let shared = &*self.shared;
         if shared.channel != ChannelKind::Tcp
             || shared.wait_mode.get() != WaitMode::BusyPoll
-            || shared.counters.in_flight.load(Ordering::Acquire) > 0
+            || shared.lane.in_flight.load(Ordering::Acquire) > 0
         {
             return Ok(false);
         }
@@ -1142,12 +1125,11 @@ mod lane_tests {
     /// region another lane exposed.
     #[test]
     fn a_link_admits_writes_only_to_the_regions_its_own_connect_exposed() {
-        let local: LocalRegions = Arc::new(RwLock::new(RegionTable::new(8)));
+        let local: LocalRegions = Arc::new(Domain::new(8));
         for _ in 0..2 {
             let memory = RegionMemory::allocate(MemoryKind::Host, 4096, false).unwrap();
-            let mut entry = LocalEntry::new(memory);
-            entry.exposed = true; // both exposed, by two lanes' connects
-            local.write().unwrap().insert_with(4096, || Ok::<_, TransportError>(entry)).unwrap();
+            let entry = LocalEntry::new(memory);
+            local.regions_mut().insert_with(4096, || Ok::<_, TransportError>(entry)).unwrap();
         }
         let targets = exposed_targets(&local, &[RegionId(1)]);
         assert!(targets.first().is_none_or(Option::is_none), "region 0 was exposed by another lane");

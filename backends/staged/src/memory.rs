@@ -2,9 +2,9 @@
 //! through a descriptor we hand it (never a name in a shared directory), and the peer's regions
 //! mapped here. All access goes through bounds-checked raw copies.
 
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::{CallerMemory, ForeignMemory, TransportError};
 use rdma_hint_stream_copy::{self as stream_copy, Run};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::alloc::Layout;
 use std::fs::File;
 use std::marker::PhantomData;

@@ -3,8 +3,8 @@
 //! fixed-size [`Request`] (posting allocates nothing). The posting paths read requests through
 //! the backend core's [`Pieces`].
 
-use rdma_hint_core::{GatherEntry, GatherOp, WriteOp};
 pub(crate) use rdma_hint_backend_core::gather::{Gathered, Pieces};
+use rdma_hint_core::{GatherEntry, GatherOp, WriteOp};
 
 /// Local ranges one gather write takes, at most.
 pub(crate) const MAX_SGES: u32 = 32;

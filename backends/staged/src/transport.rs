@@ -2,27 +2,29 @@
 
 use crate::channel::{capabilities, StagedChannel};
 use crate::handoff::{self, Offer};
+use crate::lane::StagedLane;
 use crate::link::{
-    local, Bounce, Counters, Link, LinkParts, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions, Rings,
+    local, Bounce, Link, LinkParts, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions, Rings,
 };
 use crate::memory::PeerMapping;
 use crate::region::RegionMemory;
 use crate::request::{Gathered, Pieces, Request};
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
+use rdma_hint_backend_core::caller_memory::{admit, not_caller_memory};
+use rdma_hint_backend_core::gather::gathered;
+use rdma_hint_backend_core::wait::{wait, WaitModeCell};
+use rdma_hint_backend_core::{Domain, RegionTable};
 use rdma_hint_core::{
     Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp, LocalRegion,
     MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::Rendezvous;
-use rdma_hint_backend_core::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory};
-use rdma_hint_backend_core::gather::gathered;
-use rdma_hint_backend_core::wait::{wait, WaitModeCell};
-use rdma_hint_backend_core::RegionTable;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Host-staged transport over shared memory (same host) or TCP (any host).
@@ -53,42 +55,13 @@ use std::time::{Duration, Instant};
 pub struct StagedTransport {
     channel: StagedChannel,
     caps: Capabilities,
+    /// The regions, and every lane opened together with this one (this one included).
     regions: LocalRegions,
     rendezvous: Rendezvous,
-    link: Arc<OnceLock<Link>>,
-    /// Every lane opened together with this one, this one included.
-    lanes: Arc<Lanes>,
+    link: OnceLock<Link>,
+    lane: Arc<StagedLane>,
     /// Shared with the link's ring thread, which sleeps only in `Adaptive` mode.
     wait_mode: Arc<WaitModeCell>,
-    counters: Arc<Counters>,
-}
-
-/// The lanes of one connection (see [`StagedTransport::open_lane`]); a dropped lane's entry
-/// no longer upgrades, and its link has told its peer it left.
-#[derive(Debug, Default)]
-struct Lanes(std::sync::Mutex<Vec<Lane>>);
-
-#[derive(Debug)]
-struct Lane {
-    link: std::sync::Weak<OnceLock<Link>>,
-    counters: std::sync::Weak<Counters>,
-}
-
-impl Lanes {
-    /// Lanes still open, this one included.
-    fn open(&self) -> usize {
-        let lanes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        lanes.iter().filter(|lane| lane.link.strong_count() > 0).count()
-    }
-
-    /// Whether `test` holds for a lane still open.
-    fn any(&self, mut test: impl FnMut(&OnceLock<Link>, &Counters) -> bool) -> bool {
-        let lanes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        lanes.iter().any(|lane| match (lane.link.upgrade(), lane.counters.upgrade()) {
-            (Some(link), Some(counters)) => test(&link, &counters),
-            _ => false,
-        })
-    }
 }
 
 fn wire_channel(channel: StagedChannel) -> ChannelKind {
@@ -106,12 +79,11 @@ impl StagedTransport {
         StagedTransport {
             channel,
             caps: capabilities(channel),
-            regions: Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS))),
+            regions: Arc::new(Domain::new(MAX_REGIONS)),
             rendezvous: Rendezvous::default(),
-            link: Arc::default(),
-            lanes: Arc::default(),
+            link: OnceLock::new(),
+            lane: Arc::default(),
             wait_mode: Arc::default(),
-            counters: Arc::default(),
         }
         .joined()
     }
@@ -121,13 +93,9 @@ impl StagedTransport {
         self
     }
 
-    /// Enters this transport's link and counters in its lane group.
+    /// Enters this transport's lane in its domain's group.
     fn joined(self) -> StagedTransport {
-        let lane = Lane { link: Arc::downgrade(&self.link), counters: Arc::downgrade(&self.counters) };
-        let mut lanes = self.lanes.0.lock().unwrap_or_else(PoisonError::into_inner);
-        lanes.retain(|open| open.link.strong_count() > 0);
-        lanes.push(lane);
-        drop(lanes);
+        self.regions.lanes().join(&self.lane);
         self
     }
 
@@ -154,10 +122,9 @@ impl StagedTransport {
             caps: self.caps.clone(),
             regions: self.regions.clone(),
             rendezvous: self.rendezvous.for_lane(),
-            link: Arc::default(),
-            lanes: self.lanes.clone(),
+            link: OnceLock::new(),
+            lane: Arc::default(),
             wait_mode: Arc::new(WaitModeCell::default()),
-            counters: Arc::default(),
         }
         .joined()
         .in_mode(self.wait_mode.get())
@@ -168,7 +135,7 @@ impl StagedTransport {
     /// still refused past what the machine and this process's memory cgroups can spare
     /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
     pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
+        self.regions.regions_mut().set_memory_cap(Some(cap_bytes));
         self
     }
 
@@ -183,7 +150,7 @@ impl StagedTransport {
         if self.channel != StagedChannel::SharedMemory {
             return Ok(());
         }
-        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut regions = self.regions.regions_mut();
         for id in expose {
             let Ok(entry) = regions.get_mut(*id) else { continue };
             let mappable = entry.memory.host().is_some_and(|memory| memory.shm_fd().is_some());
@@ -194,55 +161,23 @@ impl StagedTransport {
         Ok(())
     }
 
-    /// Refuses while the sender thread has posted ops left (their regions are read until
-    /// then). Called with the region table write-locked: posts count under its read lock.
-    fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
-        let busy = self.lanes.any(|link, counters| {
-            // Ops queued after the sender thread ended are never read: a finished link is idle.
-            let sender_done = link.get().is_some_and(Link::sender_finished);
-            counters.in_flight.load(Ordering::Acquire) > 0 && !sender_done
-        });
-        if busy {
-            return Err(busy_in_flight(region));
-        }
-        Ok(())
-    }
-
-    /// Whether the peer may write `entry`: it is exposed (from the start of `connect`) and
-    /// the link has not gone down.
-    fn peer_may_write(&self, entry: &LocalEntry) -> bool {
-        entry.exposed && self.lanes.any(|link, _| link.get().is_none_or(|link| link.broken.get().is_none()))
-    }
-
-    /// Unregisters `region` and hands its memory back once `admit` accepts it (all under the
-    /// table's write lock), unless the peer may still write it or an op of ours may still read
-    /// it.
+    /// Unregisters `region` and hands its memory back once `admit` accepts it (the domain's
+    /// rules), unless a link thread still holds it.
     fn take_region(
         &self,
         region: RegionId,
-        admit: impl FnOnce(&LocalEntry) -> Result<(), TransportError>,
+        admit: impl Fn(&LocalEntry) -> Result<(), TransportError>,
     ) -> Result<RegionMemory, TransportError> {
-        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let entry = regions.get(region)?;
-        admit(entry)?;
-        regions.check_unheld(region)?;
-        if self.peer_may_write(entry) {
-            return Err(busy_exposed(region));
-        }
-        self.check_idle(region)?;
-        // A link thread that was placing or sending may hold the memory a moment longer (a
-        // queued GPU copy until it lands). New holders take it under the read lock, which the
-        // write lock held here keeps out, so a count of one stays one.
-        if Arc::strong_count(&entry.memory) > 1 {
-            return Err(TransportError::RegionBusy {
-                region,
-                why: "a link thread still holds it; try again",
-            });
-        }
-        let entry = regions.remove(region)?;
-        Arc::try_unwrap(entry.memory).map_err(|_| TransportError::RegionBusy {
-            region,
-            why: "a link thread still holds it; try again",
+        let still_held =
+            || TransportError::RegionBusy { region, why: "a link thread still holds it; try again" };
+        self.regions.take(region, admit, |table, region| {
+            // A link thread that was placing or sending may hold the memory a moment longer (a
+            // queued GPU copy until it lands). New holders take it under the read lock, which
+            // the write lock held here keeps out, so a count of one stays one.
+            if Arc::strong_count(&table.get(region)?.memory) > 1 {
+                return Err(still_held());
+            }
+            Arc::try_unwrap(table.remove(region)?.memory).map_err(|_| still_held())
         })
     }
 
@@ -254,22 +189,17 @@ impl StagedTransport {
         access: &mut dyn FnMut(&mut [u8]),
         exposed_too: bool,
     ) -> Result<(), TransportError> {
-        // The write lock: a post counts its ops in flight under the read lock, so none can
-        // start while the bytes are lent.
-        let regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let entry = regions.get(region)?;
-        let Some(host) = entry.memory.host() else {
-            return Err(TransportError::UnsupportedMemory { kind: entry.memory.kind() });
-        };
-        if !exposed_too && self.peer_may_write(entry) {
-            return Err(busy_exposed(region));
-        }
-        self.check_idle(region)?;
-        // SAFETY: no op of this transport is in flight (checked) and none can be posted while
-        // the write lock is held; the peer cannot write the region (it is not exposed to a
-        // live link), or the caller of `access_region_unchecked` vouches that it does not.
-        unsafe { host.lend(access) };
-        Ok(())
+        self.regions.lend(region, exposed_too, |entry| {
+            let Some(host) = entry.memory.host() else {
+                return Err(TransportError::UnsupportedMemory { kind: entry.memory.kind() });
+            };
+            // SAFETY: no op of any lane is in flight (the domain checked) and none can be
+            // posted while it holds the table write-locked; the peer cannot write the region
+            // (not exposed to a live link), or the caller of `access_region_unchecked` vouches
+            // that it does not.
+            unsafe { host.lend(access) };
+            Ok(())
+        })
     }
 
     fn link(&self) -> Result<&Link, TransportError> {
@@ -321,16 +251,13 @@ impl StagedTransport {
     }
 }
 
-/// Work requests one post takes, at most.
-pub(crate) const MAX_WRS_PER_POST: usize = 64;
-
 impl StagedTransport {
     /// Posts plain or gather writes: every piece is checked first, then the batch is moved in
     /// the calling thread where it can be ([`Link::post_in_place`], [`Link::post_over_socket`])
     /// or queued for the sender thread.
     fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
         let link = self.link()?;
-        if link.broken.get().is_some() {
+        if self.lane.gone.is_gone() {
             return Err(link.gone());
         }
         if ops.len() > self.caps.max_wrs_per_post as usize {
@@ -341,7 +268,7 @@ impl StagedTransport {
         }
         // Held until the ops are queued and counted: a region cannot be released (nor lent)
         // between the check and the count.
-        let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        let regions = self.regions.regions();
         for request in ops {
             for piece in request.pieces() {
                 self.check_op(&regions, link, &piece)?;
@@ -357,10 +284,10 @@ impl StagedTransport {
                 max: (capacity - link.ops.len()) as u32,
             });
         }
-        self.counters.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
+        self.lane.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
         for (queued, request) in ops.iter().enumerate() {
             if link.ops.try_send(Request::of(request)).is_err() {
-                self.counters.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
+                self.lane.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
                 return Err(link.gone());
             }
         }
@@ -370,16 +297,6 @@ impl StagedTransport {
 }
 
 impl StagedTransport {
-    /// Marks `expose` as exposed to the peer, or not.
-    fn mark_exposed(&self, expose: &[RegionId], exposed: bool) {
-        let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        for id in expose {
-            if let Ok(entry) = regions.get_mut(*id) {
-                entry.exposed = exposed;
-            }
-        }
-    }
-
     /// `connect` after the checks and the bounces: the hello, the handshake, the link.
     async fn finish_connect(
         &self,
@@ -398,7 +315,7 @@ impl StagedTransport {
             max_msg_bytes: self.caps.facts.max_msg_bytes,
             offer,
             deadline,
-            counters: self.counters.clone(),
+            lane: self.lane.clone(),
             wait_mode: self.wait_mode.clone(),
         };
         // Mapping the peer's regions and starting the link threads happen on the rendezvous
@@ -447,7 +364,7 @@ impl Transport for StagedTransport {
 
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         let shared = self.channel == StagedChannel::SharedMemory;
-        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.regions.regions_mut();
         let id = table.insert_with(len, || RegionMemory::allocate(kind, len, shared).map(LocalEntry::new))?;
         Ok(LocalRegion { id, kind, len })
     }
@@ -459,7 +376,7 @@ impl Transport for StagedTransport {
     fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
         let memory = admit(memory, &self.caps.caller_memory)?;
         let (kind, len) = (memory.kind(), memory.len());
-        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.regions.regions_mut();
         let id =
             table.insert_caller(memory, |memory| RegionMemory::from_caller(memory).map(LocalEntry::new))?;
         Ok(LocalRegion { id, kind, len })
@@ -474,11 +391,11 @@ impl Transport for StagedTransport {
     }
 
     fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).hold(region)
+        self.regions.hold(region)
     }
 
     fn unhold(&self, region: RegionId) {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).unhold(region);
+        self.regions.unhold(region);
     }
 
     fn access_region(
@@ -503,7 +420,7 @@ impl Transport for StagedTransport {
     }
 
     fn copied_bytes(&self) -> CopiedBytes {
-        self.counters.copies.copied()
+        self.lane.copies.copied()
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
@@ -511,7 +428,7 @@ impl Transport for StagedTransport {
             .ok_or(TransportError::UnregisteredRegion(region))?
             .memory
             .copy_in(offset, data)?;
-        self.counters.copies.write_region(data.len());
+        self.lane.copies.write_region(data.len());
         Ok(())
     }
 
@@ -520,7 +437,7 @@ impl Transport for StagedTransport {
             .ok_or(TransportError::UnregisteredRegion(region))?
             .memory
             .copy_out(offset, out)?;
-        self.counters.copies.read_region(out.len());
+        self.lane.copies.read_region(out.len());
         Ok(())
     }
 
@@ -540,16 +457,13 @@ impl Transport for StagedTransport {
         };
         // Exposed from here on: the hello names the regions, and the peer may write them as
         // soon as the link runs, which may be before this call returns.
-        self.mark_exposed(expose, true);
+        self.lane.exposure.expose(expose);
         let connected = match self.bounce_unmappable_regions(expose) {
             Ok(()) => self.finish_connect(peer, expose, offer, deadline).await,
             Err(error) => Err(error),
         };
-        // With other lanes over the table, a region stays marked: another lane's connect may
-        // be exposing it right now, before its link is set (the region stays busy until this
-        // lane is dropped or links).
-        if connected.is_err() && self.lanes.open() == 1 {
-            self.mark_exposed(expose, false);
+        if connected.is_err() {
+            self.lane.exposure.withdraw();
         }
         connected
     }
@@ -565,7 +479,7 @@ impl Transport for StagedTransport {
                 max: self.caps.max_wrs_per_post,
             });
         }
-        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST];
+        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
         let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
         self.post(views)
     }
@@ -666,13 +580,12 @@ struct LinkSetup {
     /// The shm hand-off socket this (accepting) side offered.
     offer: Option<Offer>,
     deadline: Instant,
-    counters: Arc<Counters>,
+    lane: Arc<StagedLane>,
     wait_mode: Arc<WaitModeCell>,
 }
 
 impl LinkSetup {
-    /// Swaps shm regions with the peer and maps its, marks ours exposed and starts the link
-    /// threads.
+    /// Swaps shm regions with the peer and maps its, and starts the link threads.
     fn start(self, stream: TcpStream, hello: &Hello) -> Result<Link, TransportError> {
         let (mut mapped, rings) = match self.channel {
             ChannelKind::Shm => {
@@ -691,20 +604,12 @@ impl LinkSetup {
             remote[index] =
                 Some(RemoteEntry { len: region.len, mapped, notify_each_write: region.notify_each_write });
         }
-        {
-            let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-            for id in &self.expose {
-                if let Ok(entry) = regions.get_mut(*id) {
-                    entry.exposed = true;
-                }
-            }
-        }
         let parts = LinkParts {
             channel: self.channel,
             local: self.regions,
             remote: Arc::new(remote) as RemoteRegions,
             limits: (self.max_outstanding, self.max_msg_bytes),
-            counters: self.counters,
+            lane: self.lane,
             rings,
             wait_mode: self.wait_mode,
             expose: self.expose.clone(),
@@ -727,7 +632,7 @@ impl LinkSetup {
             }
         };
         let ours: Vec<LocalEntry> = {
-            let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+            let regions = self.regions.regions();
             self.expose.iter().map(|id| regions.get(*id).cloned()).collect::<Result<_, _>>()?
         };
         let fds = ours

@@ -14,9 +14,9 @@
 
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
 use bytes::{Buf, BufMut};
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, WireReader};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::io::Read;
 
 /// Handshake magic.

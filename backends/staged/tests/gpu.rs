@@ -79,9 +79,12 @@ mod transport {
         });
         let sender = StagedTransport::new(channel);
         let sources = sources.iter().map(|kind| sender.register(*kind, len).unwrap()).collect();
-        let remote =
-            rdma_hint_backend_core::blocking::block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline))
-                .unwrap()[0];
+        let remote = rdma_hint_backend_core::blocking::block_on(sender.connect(
+            PeerEndpoint::Dial(address),
+            &[],
+            deadline,
+        ))
+        .unwrap()[0];
         Pair { sender, receiver: listening.join().unwrap(), sources, target, remote, deadline }
     }
 
@@ -217,12 +220,12 @@ mod transport {
 /// transport-owned GPU region in between, bytes verified where they land, the slice handed
 /// back intact, and device memory the driver does not vouch for refused.
 mod caller_memory {
+    use rdma_hint_backend_core::blocking::block_on;
     use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
     use rdma_hint_core::{Arrival, CallerMemory, PeerEndpoint, SourceId, Transport, TransportError, WriteOp};
     use rdma_hint_staged::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
     use rdma_hint_staged::gpu::cuda_slice_memory;
     use rdma_hint_staged::{StagedChannel, StagedTransport};
-    use rdma_hint_backend_core::blocking::block_on;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 

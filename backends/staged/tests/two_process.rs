@@ -74,7 +74,8 @@ fn sender_killed_mid_write_never_reports_the_region_complete() {
     peer.child.kill().unwrap();
     let started = Instant::now();
     let mut arrivals = [Arrival::EMPTY; 1];
-    let result = rdma_hint_backend_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)));
+    let result =
+        rdma_hint_backend_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline(20)));
     assert!(matches!(result, Err(TransportError::PeerGone(_))), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(matches!(transport.poll_arrivals(&mut arrivals), Err(TransportError::PeerGone(_))));

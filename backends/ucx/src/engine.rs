@@ -18,16 +18,16 @@
 use crate::region::Region;
 use crate::ring::{self, Consumer, Producer, RingView};
 use crate::status::{completion_code, status_text};
-use crate::transport::{MAX_SGES, MAX_WRS_PER_POST};
+use crate::transport::MAX_SGES;
 use crate::wire::ExposedRing;
 use crate::worker::{Context, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
-use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError};
-use rdma_hint_oob::{peer_left, say_goodbye, PeerLoss};
-use rdma_hint_stream_copy::{self as stream_copy, Run};
 use rdma_hint_backend_core::gather::Pieces;
 use rdma_hint_backend_core::queue::EventSender;
 use rdma_hint_backend_core::region_table::RegionLen;
-use rdma_hint_backend_core::RegionTable;
+use rdma_hint_backend_core::{PeerGone, RegionTable};
+use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, MAX_OPS_PER_POST};
+use rdma_hint_oob::{peer_left, say_goodbye, PeerLoss};
+use rdma_hint_stream_copy::{self as stream_copy, Run};
 use rdma_hint_ucx_sys as sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -51,10 +51,12 @@ pub(crate) struct Signals {
     pub(crate) arrivals: Mutex<Option<EventSender<Arrival>>>,
     /// Regions this side exposed: `(id, len)`, fixed at connect.
     pub(crate) exposed: OnceLock<Vec<(u32, u64)>>,
+    /// Why the connection is gone, set first thing when it goes (under the engine's lock).
+    pub(crate) gone: PeerGone,
     /// Set once the connection is gone and every signalled op has its completion queued, for
     /// lock-free checks by waiters: read it before draining, so an empty drain after it is
     /// final.
-    pub(crate) gone: AtomicBool,
+    pub(crate) all_queued: AtomicBool,
     /// The ring this side takes the peer's notices on, when it offered one.
     pub(crate) ring: OnceLock<Arc<NoticeRing>>,
 }
@@ -71,7 +73,7 @@ impl Signals {
     ) -> Result<usize, String> {
         // Once gone, the connection's last notices are in the queue (`Engine::lost`): what the
         // peer publishes after that is not taken.
-        if self.gone.load(Ordering::Acquire) {
+        if self.all_queued.load(Ordering::Acquire) {
             return Ok(0);
         }
         match (self.ring.get(), self.exposed.get()) {
@@ -366,7 +368,6 @@ pub(crate) struct Engine {
     completions: EventSender<Completion>,
     capacity: usize,
     posted_any: bool,
-    gone: Option<String>,
     /// Puts posted since the last flush was posted: their requests are freed at once, so only
     /// a flush tells when they stopped reading their source.
     unflushed: usize,
@@ -399,13 +400,12 @@ impl Engine {
             notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
             notice_sends: VecDeque::with_capacity(capacity),
             next_slot: 0,
-            puts: Vec::with_capacity((MAX_WRS_PER_POST * MAX_SGES) as usize),
+            puts: Vec::with_capacity(MAX_OPS_PER_POST * MAX_SGES as usize),
             unflushed: 0,
             oob: None,
             completions,
             capacity,
             posted_any: false,
-            gone: None,
             signals,
             direct: None,
         }
@@ -420,7 +420,7 @@ impl Engine {
 
     /// Whether `connect` already ran.
     pub(crate) fn is_connected(&self) -> bool {
-        !self.ep.is_null() || self.gone.is_some()
+        !self.ep.is_null() || self.signals.gone.is_gone()
     }
 
     /// Adopts the endpoint and the peer's unpacked regions (and their mappings here).
@@ -473,7 +473,7 @@ impl Engine {
 
     /// Why the connection is gone, if it is.
     pub(crate) fn gone(&self) -> Option<&str> {
-        self.gone.as_deref()
+        self.signals.gone.why()
     }
 
     /// Work that still needs progress: flushes or notice sends in flight.
@@ -505,7 +505,7 @@ impl Engine {
             sys::UCS_INPROGRESS => Ok(()),
             status => {
                 self.fail(format!("flush before deregistering failed: {}", status_text(status)));
-                Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()))
+                Err(self.signals.gone.error())
             }
         }
     }
@@ -522,8 +522,8 @@ impl Engine {
         max_msg_bytes: u64,
         queued_completions: usize,
     ) -> Result<u64, TransportError> {
-        if let Some(why) = &self.gone {
-            return Err(TransportError::PeerGone(why.clone()));
+        if let Some(why) = self.signals.gone.why() {
+            return Err(TransportError::PeerGone(why.to_string()));
         }
         let signalled = ops.iter().filter(|op| op.head().signalled).count();
         let notices = ops.iter().filter(|op| op.head().imm.is_some()).count();
@@ -578,7 +578,7 @@ impl Engine {
                 let status = unsafe { sys::ucp_worker_fence(self.ucp.worker) };
                 if status != sys::UCS_OK {
                     self.fail(format!("ucp_worker_fence failed: {}", status_text(status)));
-                    return Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()));
+                    return Err(self.signals.gone.error());
                 }
                 self.send_notice(encode_notice(imm, op.remote.0, op.len));
             }
@@ -679,7 +679,7 @@ impl Engine {
         if sys::status_ptr_is_err(request) {
             let status = sys::status_ptr_status(request);
             self.fail(format!("ucp_put_nbx failed: {}", status_text(status)));
-            return Err(TransportError::PeerGone(self.gone.clone().unwrap_or_default()));
+            return Err(self.signals.gone.error());
         }
         if sys::status_ptr_is_ptr(request) {
             // Completion is tracked by the batch's flush; UCX releases the request when done.
@@ -745,7 +745,7 @@ impl Engine {
             unsafe { sys::ucp_request_free(request) };
         }
         let error = self.signals.peer_error.load(Ordering::Acquire);
-        if error != 0 && self.gone.is_none() {
+        if error != 0 && !self.signals.gone.is_gone() {
             // A peer that closed on purpose also fails the endpoint (UCX's keepalive times
             // out); its goodbye on the out-of-band socket says it was not an error.
             match self.oob.as_ref().and_then(peer_left) {
@@ -813,7 +813,7 @@ impl Engine {
     /// something is still in flight at the bound: the caller then closes by force.
     #[must_use]
     pub(crate) fn drain(&mut self) -> bool {
-        if self.ep.is_null() || !self.posted_any || self.gone.is_some() {
+        if self.ep.is_null() || !self.posted_any || self.signals.gone.is_gone() {
             return true;
         }
         // Flush until nothing is left in flight (a notice send that finishes late included).
@@ -821,7 +821,7 @@ impl Engine {
         let flushed = loop {
             self.harvest();
             // A harvest that found the connection failed has closed the endpoint (`fail`).
-            if self.ep.is_null() || self.gone.is_some() {
+            if self.ep.is_null() || self.signals.gone.is_gone() {
                 break false;
             }
             let param = sys::ucp_request_param_t::default();
@@ -832,7 +832,8 @@ impl Engine {
                 sys::UCS_OK => {
                     self.harvest();
                     // Unsignalled puts have no request of their own: a finished flush covered them.
-                    if self.gone.is_none() && self.batches.is_empty() && self.notice_sends.is_empty() {
+                    if !self.signals.gone.is_gone() && self.batches.is_empty() && self.notice_sends.is_empty()
+                    {
                         break true;
                     }
                 }
@@ -868,7 +869,7 @@ impl Engine {
 
     /// [`Engine::fail`] for `loss`, logged quietly when the peer said goodbye.
     pub(crate) fn lost(&mut self, loss: PeerLoss) {
-        if self.gone.is_some() {
+        if self.signals.gone.is_gone() {
             return;
         }
         if loss.clean {
@@ -876,7 +877,7 @@ impl Engine {
         } else {
             tracing::warn!(why = %loss.why, "ucx: connection lost");
         }
-        self.gone = Some(loss.why);
+        self.signals.gone.set(loss.why);
         self.close();
         // This side writes no more: the peer reads it off its socket at once, and may let go of
         // the regions it exposed (it guards them until it sees this side stop). A goodbye is
@@ -921,7 +922,7 @@ impl Engine {
         self.signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).take();
         // Only now: a poll that sees `gone` (and so answers PeerGone on an empty queue) finds
         // every failed completion queued.
-        self.signals.gone.store(true, Ordering::Release);
+        self.signals.all_queued.store(true, Ordering::Release);
         self.completions.wake();
     }
 
@@ -968,7 +969,7 @@ impl Engine {
     /// stay mapped until the last lane of the connection goes ([`crate::lanes::LaneGroup`]).
     pub(crate) fn shutdown(&mut self) {
         for _ in 0..10_000 {
-            if !self.busy() || self.gone.is_some() {
+            if !self.busy() || self.signals.gone.is_gone() {
                 break;
             }
             self.progress();

@@ -2,10 +2,10 @@
 //! (and the out-of-band socket) when idle, and notices a peer that went away.
 
 use crate::engine::{Engine, Signals};
+use rdma_hint_backend_core::lanes::Exposure;
+use rdma_hint_backend_core::queue::EventQueue;
 use rdma_hint_core::{Arrival, Completion};
 use rdma_hint_oob::peer_left;
-use rdma_hint_backend_core::caller_memory::Exposure;
-use rdma_hint_backend_core::queue::EventQueue;
 use rdma_hint_ucx_sys as sys;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};

@@ -1,10 +1,10 @@
 //! Host memory the transport allocates and maps with `ucp_mem_map`.
 
 use crate::status::status_text;
-use rdma_hint_core::transport::check_range;
-use rdma_hint_core::{CallerMemory, ForeignMemory, Refused, TransportError};
 use rdma_hint_backend_core::region_table::RegionLen;
 use rdma_hint_backend_core::MAX_REGION_BYTES;
+use rdma_hint_core::transport::check_range;
+use rdma_hint_core::{CallerMemory, ForeignMemory, Refused, TransportError};
 use rdma_hint_ucx_sys as sys;
 
 /// Memory UCP allocated and mapped (`UCP_MEM_MAP_ALLOCATE`), or the caller's mapped in place

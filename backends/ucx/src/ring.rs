@@ -29,12 +29,12 @@
 //! assert_eq!(taken[0], notice);
 //! ```
 
-use rdma_hint_core::{Arrival, RegionId};
 pub use rdma_hint_backend_core::ring::{
     awake, nothing_after, Consumer, OwnedRing, Producer, RingView, PAYLOAD_WORDS, RING_BYTES, RING_SLOTS,
     SEQUENCE_WORD, SLOT_WORDS,
 };
 use rdma_hint_backend_core::ring::{Slot, SLEEPING_AT, SLOTS_AT, TAIL_AT, WAKE_AT};
+use rdma_hint_core::{Arrival, RegionId};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// The view of a ring at `base`.

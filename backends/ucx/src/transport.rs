@@ -3,7 +3,7 @@
 use crate::engine::{
     on_endpoint_error, on_notice, on_wake, Direct, Engine, NoticeRing, RemoteEntry, Signals,
 };
-use crate::lanes::{LaneGroup, Locked};
+use crate::lanes::LaneGroup;
 use crate::mapping::{map_peer, Screen};
 use crate::perf::{self, Estimate};
 use crate::progress::{self, Shared};
@@ -11,19 +11,19 @@ use crate::region::Region;
 use crate::wire::{screen_worker_address, ExposedRegion, ExposedRing, Hello, MAX_REGIONS, READY, RING_BYTES};
 use crate::worker::{detects_peer_failure, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use async_trait::async_trait;
-use rdma_hint_core::TransportId;
-use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp,
-    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
-    WaitMode, WriteOp,
-};
-use rdma_hint_core::{TransportFacts, TransportKind};
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_backend_core::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
+use rdma_hint_backend_core::caller_memory::{admit, not_caller_memory, CopyMeter};
 use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue};
 use rdma_hint_backend_core::wait::{wait, WaitModeCell};
 use rdma_hint_backend_core::MAX_REGION_BYTES;
+use rdma_hint_core::TransportId;
+use rdma_hint_core::{
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp,
+    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
+    WaitMode, WriteOp, MAX_OPS_PER_POST,
+};
+use rdma_hint_core::{TransportFacts, TransportKind};
+use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,7 +37,6 @@ const RING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Signalled writes (and notices, and batches) that may be in flight at once.
 const MAX_OUTSTANDING: usize = 1024;
 /// Ops one `post_writes` call accepts (one flush covers them).
-pub(crate) const MAX_WRS_PER_POST: u32 = 64;
 /// Local ranges one gather write takes, at most (one put each: UCP RMA has no iov).
 pub(crate) const MAX_SGES: u32 = 32;
 
@@ -106,7 +105,7 @@ impl UcxTransport {
             if let Some(why) = engine.gone() {
                 return Err(TransportError::PeerGone(why.to_string()));
             }
-            let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
+            let table = self.group.domain.regions();
             match engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len()) {
                 Err(TransportError::QueueFull { .. })
                     if *patience.get_or_insert_with(|| Instant::now() + RING_PATIENCE) > Instant::now()
@@ -198,7 +197,7 @@ impl UcxTransport {
         ucp.set_am_handler(WAKE_AM_ID, Some(on_wake), signals_arg)?;
         let engine = Engine::new(ucp, completion_tx, MAX_OUTSTANDING, signals.clone());
         let shared = Arc::new(Shared::new(engine, completions, arrivals));
-        group.join(&shared);
+        group.domain.lanes().join(&shared);
         Ok(UcxTransport {
             caps,
             estimate,
@@ -218,7 +217,7 @@ impl UcxTransport {
     /// still refused past what the machine and this process's memory cgroups can spare
     /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
     pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.group.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
+        self.group.domain.regions_mut().set_memory_cap(Some(cap_bytes));
         self
     }
 
@@ -261,9 +260,9 @@ impl UcxTransport {
             if let Some(mut engine) = self.shared.try_engine() {
                 engine.progress_once();
             }
-            // Read before the drain: once `gone` is set, everything the connection will ever
-            // deliver is queued (see `Signals::gone`).
-            let gone = self.signals.gone.load(Ordering::Acquire);
+            // Read before the drain: once it is set, everything the connection will ever
+            // deliver is queued (see `Signals::all_queued`).
+            let gone = self.signals.all_queued.load(Ordering::Acquire);
             match queue.try_drain(out) {
                 Ok(0) if gone => Err(self.gone_error()),
                 Ok(0) => Ok(None),
@@ -284,8 +283,8 @@ impl UcxTransport {
         if let Some(mut engine) = self.shared.try_engine() {
             engine.progress();
         }
-        // Read before the drain: once `gone` is set, everything is queued (`Signals::gone`).
-        let gone = self.signals.gone.load(Ordering::Acquire);
+        // Read before the drain: once it is set, everything is queued (`Signals::all_queued`).
+        let gone = self.signals.all_queued.load(Ordering::Acquire);
         let ready = queue.try_drain(out).unwrap_or(0);
         if ready == 0 && gone {
             return Err(self.gone_error());
@@ -326,8 +325,7 @@ impl UcxTransport {
     }
 
     fn gone_error(&self) -> TransportError {
-        let engine = self.shared.engine();
-        TransportError::PeerGone(engine.gone().unwrap_or("the connection is closed").to_string())
+        self.signals.gone.error()
     }
 
     /// This side's hello: the worker address and the exposed regions with packed rkeys.
@@ -335,7 +333,7 @@ impl UcxTransport {
         let worker_address = self.shared.engine().ucp.address()?;
         let mut regions = Vec::with_capacity(expose.len());
         {
-            let table = self.group.regions.read().unwrap_or_else(PoisonError::into_inner);
+            let table = self.group.domain.regions();
             for id in expose {
                 let region = table.get(*id)?;
                 regions.push(ExposedRegion {
@@ -388,7 +386,7 @@ fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
             rate_note: None,
         },
         max_outstanding_wrs: MAX_OUTSTANDING as u32,
-        max_wrs_per_post: MAX_WRS_PER_POST,
+        max_wrs_per_post: MAX_OPS_PER_POST as u32,
         max_sges: MAX_SGES,
         memory_kinds: vec![MemoryKind::Host],
         caller_memory,
@@ -480,7 +478,7 @@ impl Transport for UcxTransport {
             return Err(TransportError::UnsupportedMemory { kind });
         }
         let _serial = self.serialise_context_calls();
-        let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.group.domain.regions_mut();
         let id = table.insert_with(len, || Region::map(self.group.context(), len))?;
         Ok(LocalRegion { id, kind, len })
     }
@@ -493,7 +491,7 @@ impl Transport for UcxTransport {
         let memory = admit(memory, &self.caps.caller_memory)?;
         let (kind, len) = (memory.kind(), memory.len());
         let _serial = self.serialise_context_calls();
-        let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.group.domain.regions_mut();
         let id = table.insert_caller(memory, |memory| Region::map_caller(self.group.context(), memory))?;
         Ok(LocalRegion { id, kind, len })
     }
@@ -505,11 +503,11 @@ impl Transport for UcxTransport {
     }
 
     fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).hold(region)
+        self.group.domain.hold(region)
     }
 
     fn unhold(&self, region: RegionId) {
-        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).unhold(region);
+        self.group.domain.unhold(region);
     }
 
     fn access_region(
@@ -529,7 +527,7 @@ impl Transport for UcxTransport {
     }
 
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?;
+        self.group.domain.regions().get(region)?;
         Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
     }
 
@@ -538,23 +536,13 @@ impl Transport for UcxTransport {
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.group
-            .regions
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(region)?
-            .copy_in(offset, data)?;
+        self.group.domain.regions().get(region)?.copy_in(offset, data)?;
         self.copies.write_region(data.len());
         Ok(())
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.group
-            .regions
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(region)?
-            .copy_out(offset, out)?;
+        self.group.domain.regions().get(region)?.copy_out(offset, out)?;
         self.copies.read_region(out.len());
         Ok(())
     }
@@ -588,7 +576,7 @@ impl Transport for UcxTransport {
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST as usize];
+        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
         let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
         self.post(views)
     }
@@ -663,61 +651,37 @@ impl UcxTransport {
     /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
     /// peer of a lane may write (`access_region_unchecked`, whose caller vouches the peer is
     /// not). Puts still in flight on any lane, unsignalled ones included, make it busy:
-    /// nothing here waits for them.
+    /// nothing here waits for them. `access` must not call into the transport (a release or a
+    /// new lane would wait for the table's lock).
     fn lend(
         &self,
         region: RegionId,
         access: &mut dyn FnMut(&mut [u8]),
         exposed_too: bool,
     ) -> Result<(), TransportError> {
-        let members = self.group.members();
-        let locked = Locked::lock(&self.group, &members);
-        if !exposed_too && locked.peer_may_write(region) {
-            return Err(busy_exposed(region));
-        }
-        if locked.busy() {
-            return Err(busy_in_flight(region));
-        }
-        // Posts and hellos take the table's read lock: none starts while the bytes are lent.
-        // `access` must not call into the transport (a release or a new lane would wait for
-        // this lock, or for locks a release holds while it waits for this one).
-        let table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
-        drop(locked);
-        drop(members);
-        // SAFETY: no put of any lane is in flight (checked) and none can be posted while the
-        // table is write-locked; no lane's peer can write the region (not exposed to a live
-        // connection), or the caller of `access_region_unchecked` vouches that it does not.
-        unsafe { table.get(region)?.lend(access) };
-        Ok(())
+        self.group.domain.lend(region, exposed_too, |lent| {
+            // SAFETY: no put of any lane is in flight (the domain checked) and none can be
+            // posted while it holds the table write-locked; no lane's peer can write the region
+            // (not exposed to a live connection), or the caller of `access_region_unchecked`
+            // vouches that it does not.
+            unsafe { lent.lend(access) };
+            Ok(())
+        })
     }
 
-    /// Unmaps `region` and hands it back once `admit` accepts it, unless the peer of a lane
-    /// may still write it or a put of a lane may still read it.
+    /// Unmaps `region` and hands it back once `admit` accepts it (the domain's rules).
     fn take_region(
         &self,
         region: RegionId,
-        admit: impl FnOnce(&Region) -> Result<(), TransportError>,
+        admit: impl Fn(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
-        // A held region is refused before anything waits on its puts.
-        self.group.regions.read().unwrap_or_else(PoisonError::into_inner).check_unheld(region)?;
-        let members = self.group.members();
-        let mut locked = Locked::lock(&self.group, &members);
-        if locked.peer_may_write(region) {
-            return Err(busy_exposed(region));
-        }
-        // Unsignalled puts have no request to watch: flush them out (bounded) before the unmap.
-        locked.flush_unsignalled();
-        if locked.busy() {
-            return Err(busy_in_flight(region));
-        }
-        let mut table = self.group.regions.write().unwrap_or_else(PoisonError::into_inner);
-        admit(table.get(region)?)?;
-        let taken = table.remove(region)?;
-        // Unmapped with every engine still held: on a context UCX does not lock, its only
-        // lane's progress must not run beside the unmap.
-        taken.unmap(self.group.context());
-        drop(locked);
-        Ok(taken)
+        self.group.domain.take(region, admit, |table, region| {
+            let taken = table.remove(region)?;
+            // Unmapped with every engine still held: on a context UCX does not lock, its only
+            // lane's progress must not run beside the unmap.
+            taken.unmap(self.group.context());
+            Ok(taken)
+        })
     }
 }
 
@@ -732,7 +696,7 @@ fn attach(
     let mut engine = shared.engine();
     let signals_arg = Arc::as_ptr(signals).cast_mut().cast();
     let ep = engine.ucp.connect(&hello.worker_address, Some(on_endpoint_error), signals_arg)?;
-    let table = group.regions.read().unwrap_or_else(PoisonError::into_inner);
+    let table = group.domain.regions();
     // What was mapped before any of the peer's keys is unpacked: a range the peer may have
     // written directly must lie in a mapping its keys made.
     let screen = (hello.ring.is_some())

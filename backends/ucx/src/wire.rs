@@ -9,9 +9,9 @@
 //! side sends one [`READY`] byte; a side that rejected the peer closes the socket instead.
 
 use bytes::{Buf, BufMut};
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error, put_preamble, put_prefixed_u16, WireReader};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::io::Read;
 
 pub use crate::ring::RING_BYTES;

@@ -10,15 +10,16 @@
 
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::lending::Lent;
+use rdma_hint_backend_core::wait::{Notifier, WaitModeCell};
+use rdma_hint_backend_core::PeerGone;
 use rdma_hint_core::TransportError;
 use rdma_hint_core::WaitMode;
 use rdma_hint_oob::{peer_left, PeerLoss};
-use rdma_hint_backend_core::wait::{Notifier, WaitModeCell};
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// What the transport and its event thread share.
@@ -29,7 +30,7 @@ pub(crate) struct Events {
     /// Woken when the receive CQ has an event.
     pub(crate) arrivals: Notifier,
     /// Why the connection is gone; first reason wins.
-    pub(crate) broken: OnceLock<String>,
+    pub(crate) gone: PeerGone,
     /// How the transport's waits wait (the event thread re-arms in `Adaptive` only).
     pub(crate) wait_mode: WaitModeCell,
     /// Whether the send CQ is armed (or about to be): cleared when its event is taken.
@@ -53,7 +54,7 @@ impl Events {
         Ok(Events {
             completions: Notifier::default(),
             arrivals: Notifier::default(),
-            broken: OnceLock::new(),
+            gone: PeerGone::default(),
             wait_mode: WaitModeCell::default(),
             // Both CQs are armed when they are created.
             send_armed: AtomicBool::new(true),
@@ -87,7 +88,7 @@ impl Events {
     /// Marks the connection gone for `loss` (quietly when the peer said goodbye) and wakes
     /// every waiter.
     pub(crate) fn lost(&self, loss: PeerLoss) {
-        if self.broken.set(loss.why.clone()).is_ok() {
+        if self.gone.set(loss.why.clone()) {
             if loss.clean {
                 tracing::debug!(why = %loss.why, "verbs: connection closed");
             } else {

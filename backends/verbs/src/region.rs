@@ -6,10 +6,10 @@ use crate::mr::MemoryRegion;
 use crate::pd::ProtectionDomain;
 use crate::wire::ExposedRegion;
 use memmap2::MmapMut;
-use rdma_hint_core::transport::check_range;
-use rdma_hint_core::{CallerMemory, ForeignMemory, MemoryKind, Refused, TransportError};
 use rdma_hint_backend_core::region_table::RegionLen;
 use rdma_hint_backend_core::MAX_REGION_BYTES;
+use rdma_hint_core::transport::check_range;
+use rdma_hint_core::{CallerMemory, ForeignMemory, MemoryKind, Refused, TransportError};
 use rdma_mummy_sys as ibv;
 use std::sync::Arc;
 

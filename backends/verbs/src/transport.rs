@@ -11,30 +11,27 @@ use crate::region::Region;
 use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
+use rdma_hint_backend_core::caller_memory::{admit, not_caller_memory, CopyMeter};
+use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::lanes::Exposure;
+use rdma_hint_backend_core::wait::wait;
+use rdma_hint_backend_core::Domain;
 use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
     GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
-    TransportError, WaitMode, WriteOp,
+    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
-use rdma_hint_backend_core::caller_memory::{
-    admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter, Exposure,
-};
-use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
-use rdma_hint_backend_core::wait::wait;
-use rdma_hint_backend_core::RegionTable;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Send-queue depth asked for (bounded by the device's `max_qp_wr`).
 const SQ_DEPTH: u32 = 1024;
 /// Receive WRs kept posted for writes with immediate (each consumes one).
 const RQ_DEPTH: u32 = 256;
-/// Work requests chained into one `ibv_post_send`.
-const MAX_WRS_PER_POST: u32 = 64;
 /// Scatter/gather entries per WR asked of the QP (below the device's `max_sge`).
 const SGES_WANTED: u32 = 16;
 /// How often polls look at the out-of-band socket for a peer that went away (the event
@@ -83,17 +80,7 @@ struct Lane {
 
 impl Lane {
     fn broken(&self) -> bool {
-        self.events.broken.get().is_some()
-    }
-
-    /// Whether work requests of this lane are in flight (their regions may still be read).
-    fn busy(&self) -> bool {
-        lock(&self.posting).in_flight > 0 && !(self.broken() && self.flushed_after_loss())
-    }
-
-    /// Whether this lane's live peer may write `region`.
-    fn peer_may_write(&self, region: RegionId) -> bool {
-        self.exposure.contains(region) && !self.broken()
+        self.events.gone.is_gone()
     }
 
     /// Once the link is gone, WRs that were never signalled can never be retired by a
@@ -114,6 +101,31 @@ impl Lane {
         true
     }
 }
+
+impl rdma_hint_backend_core::lanes::Lane for Lane {
+    // Posts count their WRs under the region table's read lock (then the posting lock).
+    type Quiet<'a> = ();
+
+    fn quiet(&self) {}
+
+    /// Whether work requests of this lane are in flight (their regions may still be read).
+    fn busy(&self, _: &mut ()) -> bool {
+        lock(&self.posting).in_flight > 0 && !(self.broken() && self.flushed_after_loss())
+    }
+
+    fn exposure(&self) -> &Exposure {
+        &self.exposure
+    }
+
+    /// Once the link is gone, the QP is (or is being) moved to ERR: the peer's writes are
+    /// refused by this side's NIC.
+    fn peer_may_write(&self) -> bool {
+        !self.broken()
+    }
+}
+
+/// The domain the lanes of one connection share: one protection domain's regions.
+type VerbsDomain = Domain<Region, Lane>;
 
 /// Raw ibverbs RC transport over one device port.
 ///
@@ -147,11 +159,10 @@ pub struct VerbsTransport {
     // what it shares with its other lanes, by the last lane to go: the regions' MRs; the PD;
     // the completion channel and the context as the last fields.
     lane: Arc<Lane>,
-    regions: Arc<RwLock<RegionTable<Region>>>,
+    /// The regions and lanes of this connection (this lane included): a region is busy while
+    /// a WR of any lane may read it or the peer of any lane may write it.
+    domain: Arc<VerbsDomain>,
     pd: Arc<ProtectionDomain>,
-    /// The lanes of this connection (this one included): a region is busy while a WR of any
-    /// lane may read it or the peer of any lane may write it.
-    lanes: Arc<Mutex<Vec<Weak<Lane>>>>,
     caps: Capabilities,
     device: DeviceFacts,
     lending: Arc<Lending>,
@@ -174,8 +185,7 @@ pub struct VerbsTransport {
 struct Connection {
     context: Arc<Context>,
     pd: Arc<ProtectionDomain>,
-    regions: Arc<RwLock<RegionTable<Region>>>,
-    lanes: Arc<Mutex<Vec<Weak<Lane>>>>,
+    domain: Arc<VerbsDomain>,
     facts: DeviceFacts,
     port: Port,
 }
@@ -227,7 +237,7 @@ impl VerbsTransport {
         if ops.is_empty() {
             return Ok(());
         }
-        let table = self.regions.read().unwrap_or_else(PoisonError::into_inner);
+        let table = self.domain.regions();
         let mut posting = lock(&self.lane.posting);
         let room = self.caps.max_outstanding_wrs as usize - posting.in_flight;
         if ops.len() > room {
@@ -235,7 +245,7 @@ impl VerbsTransport {
         }
         let max_inline = self.lane.qp.max_inline();
         let Posting { wrs, sges, .. } = &mut *posting;
-        let (mut used_sges, mut firsts) = (0, [0usize; MAX_WRS_PER_POST as usize]);
+        let (mut used_sges, mut firsts) = (0, [0usize; MAX_OPS_PER_POST]);
         for (index, request) in ops.iter().enumerate() {
             let op = request.head();
             firsts[index] = used_sges;
@@ -312,11 +322,8 @@ impl VerbsTransport {
         let (gid_index, gid) = device::choose_gid(&context, facts.port, port_attr.gid_tbl_len)?;
         let port = Port { number: facts.port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 };
         let pd = Arc::new(ProtectionDomain::alloc(&context)?);
-        let regions = Arc::new(RwLock::new(RegionTable::new(MAX_REGIONS)));
-        VerbsTransport::lane_of(
-            Connection { context, pd, regions, lanes: Arc::default(), facts, port },
-            Rendezvous::default(),
-        )
+        let domain = Arc::new(Domain::new(MAX_REGIONS));
+        VerbsTransport::lane_of(Connection { context, pd, domain, facts, port }, Rendezvous::default())
     }
 
     /// Another lane of the same connection: a QP of its own (with its CQs, completion channel
@@ -341,8 +348,7 @@ impl VerbsTransport {
         let connection = Connection {
             context: self._context.clone(),
             pd: self.pd.clone(),
-            regions: self.regions.clone(),
-            lanes: self.lanes.clone(),
+            domain: self.domain.clone(),
             facts: self.device.clone(),
             port: self.port,
         };
@@ -353,7 +359,7 @@ impl VerbsTransport {
 
     /// A lane of `connection`: its completion channel, CQs and RC QP, sized from the device caps.
     fn lane_of(connection: Connection, rendezvous: Rendezvous) -> Result<VerbsTransport, TransportError> {
-        let Connection { context, pd, regions, lanes, facts, port } = connection;
+        let Connection { context, pd, domain, facts, port } = connection;
         let sq_depth = SQ_DEPTH.min(facts.max_qp_wr);
         let rq_depth = RQ_DEPTH.min(facts.max_qp_wr);
         let events = Arc::new(Events::new()?);
@@ -375,7 +381,7 @@ impl VerbsTransport {
             // the connection's other lanes do not hold: the PD, the context.
             return Err(unavailable("ibv_create_cq / ibv_req_notify_cq / ibv_create_qp"));
         };
-        let max_wrs_per_post = MAX_WRS_PER_POST.min(sq_depth);
+        let max_wrs_per_post = (MAX_OPS_PER_POST as u32).min(sq_depth);
         let caps = Capabilities {
             facts: facts.facts.clone(),
             max_outstanding_wrs: sq_depth,
@@ -405,16 +411,11 @@ impl VerbsTransport {
             events,
             exposure: Exposure::default(),
         });
-        {
-            let mut open = lock(&lanes);
-            open.retain(|lane| lane.strong_count() > 0);
-            open.push(Arc::downgrade(&lane));
-        }
+        domain.lanes().join(&lane);
         Ok(VerbsTransport {
             lane,
-            regions,
+            domain,
             pd,
-            lanes,
             caps,
             device: facts,
             lending: Arc::new(Lending::default()),
@@ -437,9 +438,7 @@ impl VerbsTransport {
     }
 
     fn gone(&self) -> TransportError {
-        TransportError::PeerGone(
-            self.lane.events.broken.get().cloned().unwrap_or_else(|| "the connection is closed".into()),
-        )
+        self.lane.events.gone.error()
     }
 
     fn broken(&self) -> bool {
@@ -474,28 +473,8 @@ impl VerbsTransport {
     /// still refused past what the machine and this process's memory cgroups can spare
     /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
     pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.regions.write().unwrap_or_else(PoisonError::into_inner).set_memory_cap(Some(cap_bytes));
+        self.domain.regions_mut().set_memory_cap(Some(cap_bytes));
         self
-    }
-    /// Refuses while work requests of any lane are in flight (their regions may still be
-    /// read). Called with the region table write-locked: posts count under its read lock.
-    fn check_idle(&self, region: RegionId) -> Result<(), TransportError> {
-        if self.any_lane(Lane::busy) {
-            return Err(busy_in_flight(region));
-        }
-        Ok(())
-    }
-
-    /// Whether the live peer of some lane may write `region` (its connect exposed it).
-    fn peer_may_write(&self, region: RegionId) -> bool {
-        self.any_lane(|lane| lane.peer_may_write(region))
-    }
-
-    /// Whether `test` holds for a lane of the connection. Each lane is held only under the
-    /// list's lock, so a lane that leaves the list in its `Drop` is never kept alive (and its
-    /// QP destroyed) past its own CQs' channel by another lane's look.
-    fn any_lane(&self, test: impl Fn(&Lane) -> bool) -> bool {
-        lock(&self.lanes).iter().filter_map(Weak::upgrade).any(|lane| test(&lane))
     }
 
     /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
@@ -507,36 +486,22 @@ impl VerbsTransport {
         access: &mut dyn FnMut(&mut [u8]),
         exposed_too: bool,
     ) -> Result<(), TransportError> {
-        if !exposed_too && self.peer_may_write(region) {
-            return Err(busy_exposed(region));
-        }
-        // The table's write lock: posts hold its read lock, so none starts while lent.
-        let table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        let lent = table.get(region)?;
-        self.check_idle(region)?;
-        // SAFETY: no work request is in flight (checked) and none can be posted while the
-        // table is write-locked; the peer cannot write the region (not exposed to a live
-        // link), or the caller of `access_region_unchecked` vouches that it does not.
-        unsafe { lent.lend(access) }
+        self.domain.lend(region, exposed_too, |lent| {
+            // SAFETY: no work request is in flight (the domain checked) and none can be posted
+            // while it holds the table write-locked; the peer cannot write the region (not
+            // exposed to a live link), or the caller of `access_region_unchecked` vouches that
+            // it does not.
+            unsafe { lent.lend(access) }
+        })
     }
 
-    /// Unregisters `region` and hands it back once `admit` accepts it, unless the peer of a
-    /// lane may still write it or a work request of a lane may still read it.
+    /// Unregisters `region` and hands it back once `admit` accepts it (the domain's rules).
     fn take_region(
         &self,
         region: RegionId,
-        admit: impl FnOnce(&Region) -> Result<(), TransportError>,
+        admit: impl Fn(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
-        if self.peer_may_write(region) {
-            return Err(busy_exposed(region));
-        }
-        // The table's write lock first: no post can start (posts hold its read lock, then the
-        // posting lock) between the in-flight check and the removal.
-        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
-        admit(table.get(region)?)?;
-        table.check_unheld(region)?;
-        self.check_idle(region)?;
-        table.remove(region)
+        self.domain.take(region, admit, |table, region| table.remove(region))
     }
 }
 
@@ -566,7 +531,7 @@ impl VerbsTransport {
         let setup = Setup {
             qp: self.lane.qp.clone(),
             pd: self.pd.clone(),
-            regions: self.regions.clone(),
+            domain: self.domain.clone(),
             expose: expose.to_vec(),
             port: self.port,
             rq_depth: self.rq_depth,
@@ -629,7 +594,7 @@ impl Transport for VerbsTransport {
             // GPU memory would go through ibv_reg_dmabuf_mr; not implemented (no NIC here to test it on).
             return Err(TransportError::UnsupportedMemory { kind });
         }
-        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.domain.regions_mut();
         let id = table.insert_with(len, || Region::register(&self.pd, len))?;
         Ok(LocalRegion { id, kind, len })
     }
@@ -641,7 +606,7 @@ impl Transport for VerbsTransport {
     fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
         let memory = admit(memory, &self.caps.caller_memory)?;
         let (kind, len) = (memory.kind(), memory.len());
-        let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.domain.regions_mut();
         let id = table.insert_caller(memory, |memory| Region::register_caller(&self.pd, memory))?;
         Ok(LocalRegion { id, kind, len })
     }
@@ -653,11 +618,11 @@ impl Transport for VerbsTransport {
     }
 
     fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).hold(region)
+        self.domain.hold(region)
     }
 
     fn unhold(&self, region: RegionId) {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).unhold(region);
+        self.domain.unhold(region);
     }
 
     fn access_region(
@@ -677,7 +642,7 @@ impl Transport for VerbsTransport {
     }
 
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        let kind = self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.kind();
+        let kind = self.domain.regions().get(region)?.kind();
         Err(TransportError::UnsupportedMemory { kind })
     }
 
@@ -686,13 +651,13 @@ impl Transport for VerbsTransport {
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_in(offset, data)?;
+        self.domain.regions().get(region)?.copy_in(offset, data)?;
         self.copies.write_region(data.len());
         Ok(())
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.regions.read().unwrap_or_else(PoisonError::into_inner).get(region)?.copy_out(offset, out)?;
+        self.domain.regions().get(region)?.copy_out(offset, out)?;
         self.copies.read_region(out.len());
         Ok(())
     }
@@ -723,7 +688,7 @@ impl Transport for VerbsTransport {
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST as usize];
+        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
         let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
         self.post(views)
     }
@@ -845,7 +810,7 @@ impl Drop for VerbsTransport {
         if let Err(error) = self.lane.qp.to_error() {
             tracing::debug!(%error, "verbs: cannot move the QP to ERR on drop");
         }
-        lock(&self.lanes).retain(|lane| !std::ptr::eq(lane.as_ptr(), Arc::as_ptr(&self.lane)));
+        self.domain.lanes().remove(&self.lane);
     }
 }
 
@@ -854,7 +819,7 @@ impl Drop for VerbsTransport {
 struct Setup {
     qp: Arc<QueuePair>,
     pd: Arc<ProtectionDomain>,
-    regions: Arc<RwLock<RegionTable<Region>>>,
+    domain: Arc<VerbsDomain>,
     expose: Vec<RegionId>,
     port: Port,
     rq_depth: u32,
@@ -870,7 +835,7 @@ impl Setup {
     fn hello(&self) -> Result<(Hello, u32), TransportError> {
         let mut regions = Vec::with_capacity(self.expose.len());
         {
-            let mut table = self.regions.write().unwrap_or_else(PoisonError::into_inner);
+            let mut table = self.domain.regions_mut();
             for id in &self.expose {
                 let region = table.get_mut(*id)?;
                 let rkey = region.expose(&self.pd)?;

@@ -8,9 +8,9 @@
 //! that rejected the peer closes the socket instead.
 
 use bytes::{Buf, BufMut};
+use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{handshake_error, put_preamble, WireReader};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
 use std::io::Read;
 
 /// Hello magic.

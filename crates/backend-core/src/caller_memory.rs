@@ -4,7 +4,6 @@
 use crate::MAX_REGION_BYTES;
 use rdma_hint_core::{CallerMemory, CallerMemoryPath, CopiedBytes, Refused, RegionId, TransportError};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 /// Admits `memory` for registration on a transport whose caller-memory paths are `paths`: its
 /// kind must be one of them, and it must pass
@@ -93,45 +92,5 @@ pub fn busy_exposed(region: RegionId) -> TransportError {
     TransportError::RegionBusy {
         region,
         why: "exposed to the connected peer; it comes back once the peer has gone (or drop the transport)",
-    }
-}
-
-/// The regions a transport exposes (or is exposing) to its peer, from the start of `connect`:
-/// the hello names them before the handshake ends, so from then on the peer may learn their
-/// keys and write them, and none may be released or lent until the peer has gone.
-///
-/// ```
-/// use rdma_hint_core::RegionId;
-/// use rdma_hint_backend_core::caller_memory::Exposure;
-/// let exposure = Exposure::default();
-/// exposure.expose(&[RegionId(2)]);
-/// assert!(exposure.contains(RegionId(2)) && !exposure.contains(RegionId(0)));
-/// exposure.withdraw(); // the connect failed: nothing was exposed after all
-/// assert!(!exposure.contains(RegionId(2)));
-/// ```
-#[derive(Debug, Default)]
-pub struct Exposure(Mutex<Vec<RegionId>>);
-
-impl Exposure {
-    /// `regions` are being exposed (called before the hello is built).
-    pub fn expose(&self, regions: &[RegionId]) {
-        let mut exposed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        exposed.clear();
-        exposed.extend_from_slice(regions);
-    }
-
-    /// The connect that exposed them failed.
-    pub fn withdraw(&self) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
-    }
-
-    /// Whether `region` is exposed.
-    pub fn contains(&self, region: RegionId) -> bool {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(&region)
-    }
-
-    /// The regions exposed, in the order the connect named them.
-    pub fn regions(&self) -> Vec<RegionId> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }

@@ -1,7 +1,9 @@
 //! # rdma-hint-backend-core
 //!
 //! What rdma-hint backends share to meet the [`Transport`](rdma_hint_core::Transport) contract
-//! (which lives, with its plain types, in `rdma-hint-core`): a bounds-checked [`RegionTable`],
+//! (which lives, with its plain types, in `rdma-hint-core`), written once: a memory
+//! [`Domain`] (its bounds-checked [`RegionTable`], its [`lanes`], and the rules for lending,
+//! holding and taking a region back), the [`PeerGone`] state,
 //! the event [`queue`], [`wait`]s that always have a deadline and never block an async
 //! runtime's thread, the deadline [`timer`] they sleep on, the [`blocking`] adapters, and the checks and copy
 //! counter of [`caller_memory`], and the [`memory_limit`] every allocation is checked against.
@@ -25,8 +27,11 @@
 
 pub mod blocking;
 pub mod caller_memory;
+pub mod domain;
 pub mod gather;
+pub mod lanes;
 pub mod memory_limit;
+pub mod peer_gone;
 pub mod queue;
 pub mod region_table;
 pub mod ring;
@@ -34,4 +39,6 @@ pub mod timer;
 pub mod wait;
 
 pub use blocking::BlockingTransport;
+pub use domain::Domain;
+pub use peer_gone::PeerGone;
 pub use region_table::{RegionTable, MAX_REGIONS, MAX_REGION_BYTES};

@@ -11,9 +11,11 @@ pub use state::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
 use crate::error::PlanError;
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
-use rdma_hint_core::{Arrival, Completion, RemoteRegion, SizeHint, SourceId, Transport, TransportError};
 use rdma_hint_backend_core::timer::DeadlineTimer;
 use rdma_hint_backend_core::wait::ADAPTIVE_SPIN;
+use rdma_hint_core::{
+    Arrival, Completion, RemoteRegion, SizeHint, SourceId, Transport, TransportError, MAX_OPS_PER_POST,
+};
 use state::State;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -205,11 +207,10 @@ impl Engine {
     /// An engine with no peers and no hints; starts its driver thread.
     pub fn new(config: EngineConfig) -> Result<Engine, PlanError> {
         config.policy.validate()?;
-        if config.policy.wrs_per_doorbell as usize > state::MAX_DOORBELL {
+        if config.policy.wrs_per_doorbell as usize > MAX_OPS_PER_POST {
             return Err(PlanError::InvalidPolicy(format!(
                 "wrs_per_doorbell {} exceeds the engine's {}",
-                config.policy.wrs_per_doorbell,
-                state::MAX_DOORBELL
+                config.policy.wrs_per_doorbell, MAX_OPS_PER_POST
             )));
         }
         if config.gather_entries == 0 || config.gather_entries > state::MAX_PIECES {

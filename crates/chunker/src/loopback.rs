@@ -2,17 +2,17 @@
 //! through a bounded crossbeam queue. Real data movement for tests and benches, not a mock.
 
 use async_trait::async_trait;
-use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
-    GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
-    TransportError, WaitMode, WriteOp,
-};
-use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_backend_core::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
 use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_backend_core::region_table::busy_held;
 use rdma_hint_backend_core::wait::WaitModeCell;
+use rdma_hint_core::{
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
+    GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
+    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
+};
+use rdma_hint_core::{TransportFacts, TransportKind};
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -51,8 +51,6 @@ pub struct LoopbackTransport {
 
 /// Local ranges one gather write takes, at most.
 const MAX_SGES: u32 = 32;
-/// Work requests one post takes, at most.
-const MAX_WRS_PER_POST: usize = 64;
 
 /// Writes-with-immediate the receiver side has not drained yet, at most.
 const MAX_PENDING_ARRIVALS: usize = 4096;
@@ -78,7 +76,7 @@ impl LoopbackTransport {
                     rate_note: None,
                 },
                 max_outstanding_wrs: max_outstanding,
-                max_wrs_per_post: MAX_WRS_PER_POST as u32,
+                max_wrs_per_post: MAX_OPS_PER_POST as u32,
                 max_sges: MAX_SGES,
                 memory_kinds: vec![MemoryKind::Host],
                 // A post is one memcpy between the two buffers, the medium's copy.
@@ -324,7 +322,7 @@ impl Transport for LoopbackTransport {
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        let mut views = [Gathered::EMPTY; MAX_WRS_PER_POST];
+        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
         let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
         self.post(views)
     }

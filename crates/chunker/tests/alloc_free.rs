@@ -1,10 +1,10 @@
 //! The posting path allocates nothing: a whole chunked transfer on the loopback transport,
 //! counted by a global allocator.
 
+use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
-use rdma_hint_backend_core::blocking::block_on;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! The engine over the in-process transport: many peers and lanes, scatter lists, fairness,
 //! back-pressure, cancel and deadlines, every byte checked where it landed.
 
+use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_chunker::{
     BlockSpec, Engine, EngineConfig, EngineError, LoopbackTransport, RequestError, Segment, TransferRequest,
     TransferStatus,
@@ -8,7 +9,6 @@ use rdma_hint_chunker::{
 use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion, SourceId, Transport,
 };
-use rdma_hint_backend_core::blocking::block_on;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -21,8 +21,9 @@ fn setup(region_len: u64) -> Setup {
     let src = transport.register(MemoryKind::Host, region_len).unwrap();
     let dst_local = transport.register(MemoryKind::Host, region_len).unwrap();
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-    let dst = rdma_hint_backend_core::blocking::block_on(transport.connect(listen, &[dst_local.id], deadline()))
-        .unwrap()[0];
+    let dst =
+        rdma_hint_backend_core::blocking::block_on(transport.connect(listen, &[dst_local.id], deadline()))
+            .unwrap()[0];
     Setup { transport, src, dst }
 }
 
@@ -57,8 +58,10 @@ fn random_sizes_arrive_byte_exact() {
             assert_eq!(report.payload_bytes, len);
             let mut arrivals = [Arrival::EMPTY; 2];
             assert_eq!(
-                rdma_hint_backend_core::blocking::block_on(s.transport.wait_arrivals(&mut arrivals, deadline()))
-                    .unwrap(),
+                rdma_hint_backend_core::blocking::block_on(
+                    s.transport.wait_arrivals(&mut arrivals, deadline())
+                )
+                .unwrap(),
                 1
             );
             assert_eq!(

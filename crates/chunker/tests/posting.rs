@@ -244,7 +244,8 @@ fn bad_remote_ranges_fail_before_posting() {
         let remote = RemoteRegion { id: RegionId(1), len: remote_len };
         let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
         let transfer = Transfer::new(&local, &remote, 100_000).at(0, remote_offset);
-        let result = rdma_hint_backend_core::blocking::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
+        let result =
+            rdma_hint_backend_core::blocking::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
         assert!(matches!(result, Err(TransferError::Plan(_))), "{remote_len} {remote_offset}: {result:?}");
     }
 }

@@ -58,7 +58,7 @@ pub use profile::{
 };
 pub use transport::{
     Arrival, Capabilities, Completion, CompletionStatus, GatherEntry, GatherOp, LocalRegion, MemoryKind,
-    PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, WriteOp,
+    PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, WriteOp, MAX_OPS_PER_POST,
 };
 pub use transport_id::{StagedChannelId, TransportId, TransportIdError};
 pub use validate::{validate_hint, HintLimits};

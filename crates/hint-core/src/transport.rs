@@ -52,7 +52,8 @@ pub struct Capabilities {
     pub facts: TransportFacts,
     /// Work requests that may be outstanding at once (`max_qp_wr`, bounded by the CQ depth).
     pub max_outstanding_wrs: u32,
-    /// Work requests accepted by one [`Transport::post_writes`] call (one doorbell).
+    /// Work requests accepted by one [`Transport::post_writes`] call (one doorbell): at most
+    /// [`MAX_OPS_PER_POST`], fewer where the device's queue is shorter.
     pub max_wrs_per_post: u32,
     /// Scatter/gather entries per work request (`max_sge`).
     pub max_sges: u32,
@@ -81,6 +82,10 @@ impl Capabilities {
         self.caller_memory.iter().find(|path| path.kind == kind)
     }
 }
+
+/// The most ops one post takes on any backend (one doorbell, one chain of work requests):
+/// posting buffers are arrays of this size, so a post allocates nothing.
+pub const MAX_OPS_PER_POST: usize = 64;
 
 /// Index of a registered region inside one transport instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -3,8 +3,8 @@
 use crate::auth::{authenticate_by, Role};
 use crate::codec::Deadlined;
 use crate::token::Token;
-use rdma_hint_core::{PeerEndpoint, TransportError};
 use rdma_hint_backend_core::wait::off_thread;
+use rdma_hint_core::{PeerEndpoint, TransportError};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

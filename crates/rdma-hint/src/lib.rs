@@ -95,6 +95,11 @@ pub use measured::HintSet;
 pub use open::{open, open_lanes, OpenOptions, StagedChannelId, TransportId};
 pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
 pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US, STAGED_SHM_GPU_PER_BLOCK_US};
+/// The backend core backends share to meet the `Transport` contract: region tables, event queues,
+/// deadline waits, blocking adapters.
+pub use rdma_hint_backend_core as backend_core;
+pub use rdma_hint_backend_core::blocking::block_on;
+pub use rdma_hint_backend_core::BlockingTransport;
 pub use rdma_hint_chunker as chunker;
 /// The pure core: the path model (profiles, hints, fits) and the `Transport` contract with its
 /// plain types (no I/O).
@@ -123,11 +128,6 @@ pub use rdma_hint_staged::cudarc;
 /// handed back by [`Transport::release`] (`take::<CudaSlice<u8>>()`).
 #[cfg(all(feature = "cuda", feature = "staged"))]
 pub use rdma_hint_staged::gpu::cuda_slice_memory;
-/// The backend core backends share to meet the `Transport` contract: region tables, event queues,
-/// deadline waits, blocking adapters.
-pub use rdma_hint_backend_core as backend_core;
-pub use rdma_hint_backend_core::blocking::block_on;
-pub use rdma_hint_backend_core::BlockingTransport;
 /// The UCX backend's own API (UCX's estimate, the lanes it chose).
 #[cfg(feature = "ucx")]
 pub use rdma_hint_ucx as ucx;

@@ -3,9 +3,9 @@
 
 use crate::error::Error;
 use crate::open::{open, open_lanes, OpenOptions, TransportId};
+use rdma_hint_backend_core::BlockingTransport;
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport};
-use rdma_hint_backend_core::BlockingTransport;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;

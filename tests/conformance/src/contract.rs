@@ -5,6 +5,7 @@ use crate::backend::{Backend, TEST_TOKEN};
 use crate::pair::{chunker, deadline, pair, round_trip, Pair};
 use crate::peer::{spawn, spawn_receiver};
 use crate::Subject;
+use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
 use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{
@@ -14,7 +15,6 @@ use rdma_hint_core::{
 use rdma_hint_integration_tests::{
     first_mismatch, held, held_change, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
 };
-use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -4,13 +4,13 @@ use crate::backend::Backend;
 use crate::contract::shared;
 use crate::pair::deadline;
 use crate::Subject;
+use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
 use rdma_hint_chunker::BlockSpec;
 use rdma_hint_core::{
     Arrival, CallerMemory, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, SourceId, Transport,
     TransportError, WriteOp,
 };
 use rdma_hint_integration_tests::{first_mismatch, random_bytes};
-use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
 use std::time::{Duration, Instant};
 
 /// Lanes opened together on both sides: `lanes` transports each (fewer where the backend opens

@@ -5,9 +5,9 @@
 use super::{attach, UcxTransport};
 use crate::ring::{SEQUENCE_WORD, SLOT_WORDS};
 use crate::wire::Hello;
-use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp};
 use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_backend_core::BlockingTransport;
+use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, RegionId, Transport, TransportError, WriteOp};
 use std::time::{Duration, Instant};
 
 const TOKEN: &[u8] = b"rdma-hint ucx attack tests";

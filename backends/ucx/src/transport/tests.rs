@@ -3,10 +3,10 @@
 //! which no test from outside the crate can do. Real UCX on loopback throughout.
 
 use super::UcxTransport;
+use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_core::{CallerMemory, ForeignMemory, Transport, TransportError, WriteOp};
 use rdma_hint_core::{Completion, CompletionStatus, MemoryKind, PeerEndpoint, RegionId, RemoteRegion};
 use rdma_hint_oob::peer_left;
-use rdma_hint_backend_core::blocking::block_on;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

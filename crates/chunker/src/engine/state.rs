@@ -9,7 +9,7 @@ use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use rdma_hint_core::{
     Completion, CompletionStatus, GatherEntry, GatherOp, MemoryKind, RegionId, RemoteRegion, SourceId,
-    Transport, TransportError, TransportId, WriteOp,
+    Transport, TransportError, TransportId, WriteOp, MAX_OPS_PER_POST,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -307,9 +307,6 @@ pub(crate) struct State {
 /// Work requests a lane posts (through the driver) before callers post on it themselves.
 const WARM_WRS: u64 = 256;
 
-/// Work requests one doorbell carries, at most.
-pub(crate) const MAX_DOORBELL: usize = 64;
-
 /// Local ranges one packed work request gathers, at most (below the transport's `max_sges`).
 pub(crate) const MAX_PIECES: u32 = 64;
 
@@ -324,9 +321,9 @@ pub(crate) struct Doorbell {
     pub(crate) transport: Arc<dyn Transport>,
     /// A packed request's entry here holds its first piece's local range and its whole
     /// remote range and length.
-    ops: [WriteOp; MAX_DOORBELL],
+    ops: [WriteOp; MAX_OPS_PER_POST],
     /// Per request, its local ranges in `entries` (on lanes that pack).
-    pieces: [u32; MAX_DOORBELL],
+    pieces: [u32; MAX_OPS_PER_POST],
     /// The gather entries of every request, in order; empty on lanes that do not pack.
     entries: Vec<GatherEntry>,
 }
@@ -342,7 +339,7 @@ impl Doorbell {
         if self.pieces[..self.count].iter().all(|pieces| *pieces == 1) {
             return self.transport.post_writes(self.ops());
         }
-        let mut gathers = [GatherOp::EMPTY; MAX_DOORBELL];
+        let mut gathers = [GatherOp::EMPTY; MAX_OPS_PER_POST];
         let mut first = 0;
         for (index, op) in self.ops().iter().enumerate() {
             gathers[index] = gather_op(op, first, self.pieces[index]);
@@ -455,7 +452,7 @@ impl State {
                 max_block = max_block.min(caps.facts.max_msg_bytes.max(1));
                 let max_pieces = caps.max_sges.clamp(1, self.gather_entries);
                 let entries = if max_pieces > 1 {
-                    Vec::with_capacity(MAX_DOORBELL * max_pieces as usize)
+                    Vec::with_capacity(MAX_OPS_PER_POST * max_pieces as usize)
                 } else {
                     Vec::new()
                 };
@@ -905,8 +902,8 @@ impl State {
             let peer = &mut self.peers[peer_index];
             let lane = &mut peer.lanes[lane_index];
             let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
-            let mut ops = [WriteOp::EMPTY; MAX_DOORBELL];
-            let mut pieces = [1u32; MAX_DOORBELL];
+            let mut ops = [WriteOp::EMPTY; MAX_OPS_PER_POST];
+            let mut pieces = [1u32; MAX_OPS_PER_POST];
             let mut entries = std::mem::take(&mut lane.entries);
             entries.clear();
             let packs = lane.max_pieces > 1;
