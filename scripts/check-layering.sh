@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The floors hold (docs/architecture.md), keyed on crate names: each workspace crate's normal
 # dependencies on other workspace crates point down only, backends never depend on one another,
-# the CLI and the benches depend on the facade alone, and hint-core does no I/O and no FFI.
+# the CLI and the benches depend on the facade alone, hint-core does no I/O and no FFI, and no
+# crate's modules use each other in a cycle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo metadata --format-version 1 --no-deps --locked | python3 -c '
@@ -58,3 +59,6 @@ if grep -rnE 'std::(fs|process|env|thread)|std::\{[^}]*\b(fs|process|net|env|thr
 fi
 grep -q '^#!\[deny(unsafe_code)\]' crates/hint-core/src/lib.rs || { echo "hint-core's lib.rs must deny unsafe_code" >&2; exit 1; }
 echo "hint-core is pure"
+# Inside each crate, no two modules use each other (directly or round a ring): a constant or type
+# in the wrong file is the usual cause.
+python3 scripts/module-cycles.py

@@ -18,7 +18,6 @@
 use crate::region::Region;
 use crate::ring::{self, Consumer, Producer, RingView};
 use crate::status::{completion_code, status_text};
-use crate::transport::MAX_SGES;
 use crate::wire::ExposedRing;
 use crate::worker::{Context, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use rdma_hint_backend_core::gather::Pieces;
@@ -34,6 +33,9 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Local ranges one gather write takes, at most (one put each: UCP RMA has no iov).
+pub(crate) const MAX_SGES: u32 = 32;
 
 /// Bytes of a notice: imm u32 · region u32 · len u64 (little-endian).
 pub(crate) const NOTICE_BYTES: usize = 16;

@@ -1,7 +1,7 @@
 //! `UcxTransport`: the `Transport` implementation.
 
 use crate::engine::{
-    on_endpoint_error, on_notice, on_wake, Direct, Engine, NoticeRing, RemoteEntry, Signals,
+    on_endpoint_error, on_notice, on_wake, Direct, Engine, NoticeRing, RemoteEntry, Signals, MAX_SGES,
 };
 use crate::lanes::LaneGroup;
 use crate::mapping::{map_peer, Screen};
@@ -36,9 +36,6 @@ use std::time::Instant;
 const RING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Signalled writes (and notices, and batches) that may be in flight at once.
 const MAX_OUTSTANDING: usize = 1024;
-/// Ops one `post_writes` call accepts (one flush covers them).
-/// Local ranges one gather write takes, at most (one put each: UCP RMA has no iov).
-pub(crate) const MAX_SGES: u32 = 32;
 
 /// UCX UCP transport: one context and worker per instance, one endpoint to one peer.
 ///

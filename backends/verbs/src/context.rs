@@ -1,7 +1,7 @@
 //! The opened device context (`ibv_open_device` / `ibv_close_device`): every other verbs object
 //! is created on it and holds an `Arc` of it, so it closes after the last of them.
 
-use crate::device::ListedDevice;
+use crate::device_list::ListedDevice;
 use crate::handle::Owned;
 use crate::status::unavailable;
 use rdma_hint_core::TransportError;

@@ -22,6 +22,7 @@
 mod context;
 mod cq;
 mod device;
+mod device_list;
 mod events;
 mod handle;
 mod lending;
@@ -33,7 +34,8 @@ mod status;
 mod transport;
 pub mod wire;
 
-pub use device::{devices, library_loaded, DeviceFacts};
+pub use device::{devices, DeviceFacts};
+pub use device_list::library_loaded;
 pub use rdma_hint_backend_core::MAX_REGION_BYTES;
 pub use transport::{VerbsTransport, UNKNOWN_REGION};
 

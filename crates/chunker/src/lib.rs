@@ -53,8 +53,9 @@ mod loopback;
 mod pipeline;
 mod plan;
 mod policy;
+mod transfer;
 
-pub use chunker::{Chunker, Transfer};
+pub use chunker::Chunker;
 pub use engine::{
     validate_segments, Class, Delivered, Engine, EngineConfig, EngineError, LaneStats, PeerId, RequestError,
     Segment, TransferId, TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS, MAX_SEGMENTS, MAX_TRANSFERS,
@@ -64,6 +65,7 @@ pub use loopback::LoopbackTransport;
 pub use pipeline::{Pipeline, TransferReport};
 pub use plan::{Block, BlockSpec, Blocks, ChunkPlan};
 pub use policy::{PostPolicy, SignalSchedule};
+pub use transfer::Transfer;
 
 #[doc(no_inline)]
 pub use rdma_hint_core::Transport;

@@ -1,10 +1,10 @@
 //! The posting engine: batches per doorbell, selective signalling, a bounded window refilled
 //! as completions arrive. Buffers are sized once; a transfer allocates nothing.
 
-use crate::chunker::Transfer;
 use crate::error::{PlanError, TransferError};
 use crate::plan::{Blocks, ChunkPlan};
 use crate::policy::{PostPolicy, SignalSchedule};
+use crate::transfer::Transfer;
 use rdma_hint_core::{
     Capabilities, Completion, CompletionStatus, RegionId, RemoteRegion, Transport, TransportError, WriteOp,
 };

@@ -498,7 +498,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let set = rdma_hint::hint_set(args.source, &transport_id)
         .with_context(|| format!("no model hint for {} over {transport_id}", args.source))?;
     let answered = set.chosen().clone();
-    let align = rdma_hint::calibrate::ladder_alignment(&set.model);
+    let align = rdma_hint::measured::ladder_alignment(&set.model);
     if let Some(odd) = args.sizes.iter().find(|size| *size % align != 0) {
         bail!(
             "--sizes: {} is not a multiple of the {} alignment {} needs over {transport_id}",

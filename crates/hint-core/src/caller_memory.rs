@@ -30,7 +30,8 @@
 // `ibv_reg_mr` wrappers document theirs. Everything else in this crate stays free of it.
 #![allow(unsafe_code)]
 
-use crate::transport::{MemoryKind, TransportError};
+use crate::region::MemoryKind;
+use crate::transport_error::TransportError;
 use std::any::Any;
 use std::fmt;
 

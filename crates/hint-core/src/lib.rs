@@ -43,7 +43,9 @@ pub mod fit;
 pub mod model;
 pub mod pcie;
 pub mod profile;
+pub mod region;
 pub mod transport;
+pub mod transport_error;
 pub mod transport_id;
 pub mod validate;
 pub mod wait_mode;
@@ -56,10 +58,12 @@ pub use profile::{
     DriverVersions, GpuFacts, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
     TransportKind,
 };
+pub use region::{LocalRegion, MemoryKind, RegionId, RemoteRegion};
 pub use transport::{
-    Arrival, Capabilities, Completion, CompletionStatus, GatherEntry, GatherOp, LocalRegion, MemoryKind,
-    PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, WriteOp, MAX_OPS_PER_POST,
+    Arrival, Capabilities, Completion, CompletionStatus, GatherEntry, GatherOp, PeerEndpoint, Transport,
+    WriteOp, MAX_OPS_PER_POST,
 };
+pub use transport_error::TransportError;
 pub use transport_id::{StagedChannelId, TransportId, TransportIdError};
 pub use validate::{validate_hint, HintLimits};
 pub use wait_mode::WaitMode;

@@ -7,43 +7,13 @@
 
 use crate::caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, Refused};
 use crate::profile::TransportFacts;
+use crate::region::{LocalRegion, MemoryKind, RegionId, RemoteRegion};
+use crate::transport_error::TransportError;
 use crate::wait_mode::WaitMode;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::time::Instant;
-use thiserror::Error;
-
-/// Which kinds of memory a transport can register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum MemoryKind {
-    /// Host memory.
-    Host,
-    /// CUDA device memory of the GPU with this ordinal.
-    CudaDevice {
-        /// CUDA device ordinal.
-        ordinal: u32,
-    },
-    /// Memory exported as a dma-buf file descriptor (GPU memory through `ibv_reg_dmabuf_mr`).
-    DmaBuf,
-}
-
-impl MemoryKind {
-    /// The memory a source's regions are registered in: host memory for `host:N`, the GPU's
-    /// device memory for `gpu:N`.
-    ///
-    /// ```
-    /// use rdma_hint_core::MemoryKind;
-    /// use rdma_hint_core::SourceId;
-    /// assert_eq!(MemoryKind::of(SourceId::Gpu(1)), MemoryKind::CudaDevice { ordinal: 1 });
-    /// ```
-    pub fn of(source: crate::profile::SourceId) -> MemoryKind {
-        match source {
-            crate::profile::SourceId::Host(_) => MemoryKind::Host,
-            crate::profile::SourceId::Gpu(ordinal) => MemoryKind::CudaDevice { ordinal },
-        }
-    }
-}
 
 /// What a transport can do, as the backend reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,30 +56,6 @@ impl Capabilities {
 /// The most ops one post takes on any backend (one doorbell, one chain of work requests):
 /// posting buffers are arrays of this size, so a post allocates nothing.
 pub const MAX_OPS_PER_POST: usize = 64;
-
-/// Index of a registered region inside one transport instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct RegionId(pub u32);
-
-/// A region registered on this side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LocalRegion {
-    /// Handle for [`WriteOp::local`].
-    pub id: RegionId,
-    /// Memory kind.
-    pub kind: MemoryKind,
-    /// Length in bytes.
-    pub len: u64,
-}
-
-/// A region the peer exposed during [`Transport::connect`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteRegion {
-    /// Handle for [`WriteOp::remote`].
-    pub id: RegionId,
-    /// Length in bytes the peer advertised.
-    pub len: u64,
-}
 
 /// Who opens the out-of-band connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,170 +328,6 @@ pub struct Arrival {
 impl Arrival {
     /// A placeholder to pre-fill arrival buffers with.
     pub const EMPTY: Arrival = Arrival { imm: 0, region: RegionId(0), len: 0 };
-}
-
-/// Errors of any transport. Every wait has a deadline, so a dead peer ends in
-/// [`TransportError::DeadlineExceeded`] or [`TransportError::PeerGone`], never a hang.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum TransportError {
-    /// The backend cannot run here (library or device missing).
-    #[error("the {backend} backend is unavailable: {reason}")]
-    Unavailable {
-        /// Backend name.
-        backend: &'static str,
-        /// Why (e.g. "libibverbs.so.1 not found").
-        reason: String,
-    },
-    /// The transport cannot register this memory kind.
-    #[error("memory kind {kind:?} cannot be registered on this transport")]
-    UnsupportedMemory {
-        /// The kind asked for.
-        kind: MemoryKind,
-    },
-    /// Memory could not be registered (zero or absurd length, allocation refused).
-    #[error("cannot register {len} B: {reason}")]
-    Registration {
-        /// Length asked for.
-        len: u64,
-        /// Why.
-        reason: String,
-    },
-    /// Registering `len` bytes would commit more memory than can be spared: by the machine
-    /// (`MemAvailable` less a margin), this process's memory cgroup, or the transport's own cap.
-    /// Nothing was allocated; register less, raise the cap or free memory.
-    #[error("cannot register {len} B: only {available} B can be committed ({limited_by})")]
-    OutOfMemory {
-        /// Length asked for, in bytes.
-        len: u64,
-        /// Bytes that could be committed now, in bytes.
-        available: u64,
-        /// What sets `available`: the machine, a cgroup (with its path), or the cap.
-        limited_by: String,
-    },
-    /// An op names a region that is not registered (or was deregistered).
-    #[error("region {0:?} is not registered")]
-    UnregisteredRegion(RegionId),
-    /// An op runs past the end of a region.
-    #[error("{side} range {offset}+{len} B exceeds the region's {region_len} B")]
-    OutOfBounds {
-        /// `local` or `remote`.
-        side: &'static str,
-        /// Offset in bytes.
-        offset: u64,
-        /// Length in bytes.
-        len: u64,
-        /// Region length in bytes.
-        region_len: u64,
-    },
-    /// An op of zero bytes.
-    #[error("work request {wr_id} has zero length")]
-    ZeroLength {
-        /// The op's tag.
-        wr_id: u64,
-    },
-    /// An op larger than the transport's max message.
-    #[error("message of {len} B exceeds max_msg {max_msg_bytes} B")]
-    MessageTooLarge {
-        /// Length in bytes.
-        len: u64,
-        /// Largest message in bytes.
-        max_msg_bytes: u64,
-    },
-    /// A gather op with more entries than the transport's [`Capabilities::max_sges`].
-    #[error("a gather of {given} entries exceeds the transport's max_sges of {max_sges}")]
-    TooManyEntries {
-        /// Entries given.
-        given: u32,
-        /// Entries one work request may gather.
-        max_sges: u32,
-    },
-    /// More ops in one post, or outstanding, than the queue allows.
-    #[error("{given} work requests exceed the limit of {max}")]
-    QueueFull {
-        /// Requested.
-        given: u32,
-        /// Allowed.
-        max: u32,
-    },
-    /// A deadline passed before the operation finished.
-    #[error("deadline passed after {waited_ms} ms waiting for {what}")]
-    DeadlineExceeded {
-        /// What was awaited.
-        what: &'static str,
-        /// How long it waited.
-        waited_ms: u64,
-    },
-    /// The peer closed the connection or stopped answering.
-    #[error("peer gone: {0}")]
-    PeerGone(String),
-    /// The dialled address refused every attempt for the dial's grace period (3 s) or until
-    /// the deadline: nobody listens there. Retry later if the peer may still start.
-    #[error("connection refused by {address}: no peer listens there (retried for 3 s)")]
-    Refused {
-        /// The dialled address.
-        address: SocketAddr,
-    },
-    /// The listener at `peer` is busy with another peer and turned this connection away
-    /// before any hello: nothing was exchanged. Try again when it is done.
-    #[error("the peer at {peer} is busy with another peer; try again when it is done")]
-    PeerBusy {
-        /// The peer's address.
-        peer: String,
-    },
-    /// The peer did not present the pre-shared token this side expects.
-    #[error("peer {peer} rejected: wrong or missing token")]
-    Unauthorized {
-        /// The peer's address.
-        peer: String,
-    },
-    /// The out-of-band exchange carried something we do not accept (malformed, wrong version,
-    /// other channel), or the peer refused ours.
-    #[error("handshake rejected: {0}")]
-    Handshake(String),
-    /// An operation that needs a connection ran before [`Transport::connect`] succeeded.
-    #[error("not connected: call connect first")]
-    NotConnected,
-    /// [`Transport::connect`] ran on a transport that is already connected (one peer each).
-    #[error("already connected: a transport has one peer; open another transport")]
-    AlreadyConnected,
-    /// Caller memory whose first byte (or dma-buf offset) is not aligned as the path needs.
-    #[error("{what} {value:#x} is not {align_bytes}-byte aligned")]
-    Misaligned {
-        /// What was misaligned (`host address`, `device pointer`, `dma-buf offset`).
-        what: &'static str,
-        /// The value given.
-        value: u64,
-        /// The alignment needed, in bytes.
-        align_bytes: u64,
-    },
-    /// A region cannot be released now.
-    #[error("region {region:?} is busy: {why}")]
-    RegionBusy {
-        /// The region.
-        region: RegionId,
-        /// Why (exposed to the connected peer, writes in flight).
-        why: &'static str,
-    },
-    /// An argument is out of its range (a token's length, a bind address).
-    #[error("invalid {what}: {why}")]
-    InvalidArgument {
-        /// What was invalid.
-        what: &'static str,
-        /// Why, with the accepted range.
-        why: String,
-    },
-    /// A signalled op completed with an error status.
-    #[error("work request {wr_id} failed with status {code}")]
-    Completion {
-        /// The op's tag.
-        wr_id: u64,
-        /// Backend status code.
-        code: u32,
-    },
-    /// I/O error of the out-of-band channel or a software transport.
-    #[error("I/O: {0}")]
-    Io(#[from] std::io::Error),
 }
 
 /// A data mover with RDMA WRITE semantics.

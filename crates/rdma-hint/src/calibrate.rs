@@ -11,7 +11,8 @@
 
 use crate::error::Error;
 use crate::loopback::LoopbackPair;
-use crate::measured::{self, BlockRule, CalibratedPath};
+pub use crate::margins::{LadderTiming, Margins};
+use crate::measured::{self, ladder_alignment, BlockRule, CalibratedPath};
 use crate::open::{OpenOptions, TransportId};
 use crate::Device;
 use crate::HintCache;
@@ -23,7 +24,7 @@ use rdma_hint_core::fit::{
 use rdma_hint_core::model::{Factor, Reason};
 use rdma_hint_core::{HintPolicy, SizeHint, SourceId};
 use rdma_hint_core::{LocalRegion, RemoteRegion, Transport, TransportError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -108,15 +109,6 @@ impl Calibration {
     }
 }
 
-/// The alignment a measured ladder keeps on this path: the model's, at least 4 KiB for host
-/// memory (a page, the staged ring's slot) and 64 KiB for GPU memory (a GPUDirect page).
-pub fn ladder_alignment(hint: &SizeHint) -> u64 {
-    match hint.source {
-        SourceId::Gpu(_) => hint.align_bytes.max(64 << 10),
-        SourceId::Host(_) => hint.align_bytes.max(4 << 10),
-    }
-}
-
 fn invalid(why: String) -> Error {
     Error::Transport(TransportError::InvalidArgument { what: "calibration", why })
 }
@@ -186,44 +178,6 @@ const LARGE_BLOCK_SHARE: f64 = 1.0 / 3.0;
 /// How far a run of adjacent writes goes before the shared-memory paths stream its copies
 /// (`rdma_hint_stream_copy::STREAM_AFTER_BYTES`, 4 MiB), and a block more.
 const RUN_REJOIN_BYTES: u64 = (4 << 20) + (64 << 10);
-
-/// How uncertain a calibration's figures are: central [`CONFIDENCE`] intervals from
-/// [`RESAMPLES`] bootstrap resamples of the interleaved timings, and the spread of single
-/// transfers, which [`estimate`](crate::estimate) turns into a time's bounds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Margins {
-    /// Fixed cost per block `o`, in µs.
-    pub fixed_cost_us: Interval,
-    /// Bandwidth `B`, in GB/s.
-    pub bandwidth_gbps: Interval,
-    /// The hinted block the resampled fits give, in bytes.
-    pub block_bytes: Interval,
-    /// What every ladder size took, measured: the table [`estimate`](crate::estimate)
-    /// interpolates, by block size.
-    pub ladder: Vec<LadderTiming>,
-    /// A streaming transfer's time over its size's median, pooled over the sizes: the
-    /// [`PREDICTION_TAIL`] and `1 − PREDICTION_TAIL` quantiles (unitless).
-    pub stream_ratio: Interval,
-    /// The same for the one-block transfers: how far a transfer's first block strays.
-    pub single_block_ratio: Interval,
-    /// Resamples whose fit was poor (left out of the intervals).
-    pub poor_resamples: usize,
-}
-
-/// One ladder size as calibration timed it, medians over the rounds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct LadderTiming {
-    /// Block size in bytes.
-    pub block_bytes: u64,
-    /// What each block after a stream's first adds to its time, in µs.
-    pub stream_us_per_block: f64,
-    /// One signalled transfer of one block, post to completion, in µs.
-    pub single_block_us: f64,
-    /// The bootstrap interval of `stream_us_per_block`, in µs.
-    pub stream_us_per_block_interval: Interval,
-    /// The bootstrap interval of `single_block_us`, in µs.
-    pub single_block_us_interval: Interval,
-}
 
 /// How flat the measured curve is near the hint: shares of the robust plateau.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

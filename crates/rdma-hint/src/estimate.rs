@@ -17,8 +17,8 @@
 //! predicts the transfer: the estimate is their median, its bounds the lowest low and the
 //! highest high, so they span the levels the pair has been seen at.
 
-use crate::calibrate::{LadderTiming, Margins};
 use crate::error::Error;
+use crate::margins::{LadderTiming, Margins};
 use crate::measured;
 use crate::open::TransportId;
 use crate::Device;

@@ -80,6 +80,7 @@ mod discovered;
 mod error;
 mod estimate;
 mod loopback;
+mod margins;
 pub mod measured;
 mod open;
 mod probe;

@@ -37,7 +37,7 @@ pub struct CalibratedPath {
     /// The figures' intervals, for [`estimate`](crate::estimate) (none in files written
     /// before calibrations had margins).
     #[serde(default)]
-    pub margins: Option<crate::calibrate::Margins>,
+    pub margins: Option<crate::margins::Margins>,
     /// The block calibration chose from its curve when the fit's interval stayed too wide to
     /// pick one (the robust choice), in bytes; `None`: the hint follows from `o` and `B`.
     #[serde(default)]
@@ -103,7 +103,7 @@ pub struct EarlierCalibration {
     pub block_bytes: u64,
     /// Its margins: [`estimate`](crate::estimate)'s bounds span every pooled calibration's.
     #[serde(default)]
-    pub margins: Option<crate::calibrate::Margins>,
+    pub margins: Option<crate::margins::Margins>,
 }
 
 impl CalibratedPath {
@@ -270,7 +270,7 @@ const MAX_STORED_FIGURE: f64 = 1e6;
 
 /// Whether stored margins can be used: plausible figures, ordered intervals, and a ladder of
 /// ascending sizes no longer than any calibration measures.
-fn check_margins(margins: &crate::calibrate::Margins) -> Result<(), String> {
+fn check_margins(margins: &crate::margins::Margins) -> Result<(), String> {
     // Plausible, not only positive: a time of 1e-320 µs reads back as 0 s and an estimate of
     // infinite GB/s, one of 1e308 µs as infinite seconds.
     let plausible = |what: &str, value: f64| match (MIN_STORED_FIGURE..=MAX_STORED_FIGURE).contains(&value) {
@@ -450,7 +450,7 @@ pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -
     let margin = if gradual { GRADUAL_CALIBRATION_MARGIN } else { CALIBRATION_MARGIN };
     HintPolicy {
         target_efficiency: (eta + margin * (1.0 - eta)).min(0.999),
-        min_block_bytes: policy.min_block_bytes.max(crate::calibrate::ladder_alignment(model)),
+        min_block_bytes: policy.min_block_bytes.max(ladder_alignment(model)),
         ..policy.clone()
     }
 }
@@ -624,6 +624,15 @@ pub fn utc_date_time(unix_seconds: u64) -> String {
     format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
 }
 
+/// The alignment a measured ladder keeps on this path: the model's, at least 4 KiB for host
+/// memory (a page, the staged ring's slot) and 64 KiB for GPU memory (a GPUDirect page).
+pub fn ladder_alignment(hint: &SizeHint) -> u64 {
+    match hint.source {
+        SourceId::Gpu(_) => hint.align_bytes.max(64 << 10),
+        SourceId::Host(_) => hint.align_bytes.max(4 << 10),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -631,7 +640,7 @@ mod tests {
     /// A calibration entry is input like any cache file: impossible margins are refused.
     #[test]
     fn calibration_entries_with_impossible_margins_are_refused() {
-        use crate::calibrate::{LadderTiming, Margins};
+        use crate::margins::{LadderTiming, Margins};
         use rdma_hint_core::fit::Interval;
         let fine = Interval { low: 1.0, high: 2.0 };
         let step = LadderTiming {
