@@ -41,7 +41,7 @@ pub struct RegionId(pub u32);
 /// A region registered on this side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalRegion {
-    /// Handle for [`WriteOp::local`].
+    /// Handle for [`WriteOp::local`](crate::WriteOp::local).
     pub id: RegionId,
     /// Memory kind.
     pub kind: MemoryKind,
@@ -49,10 +49,10 @@ pub struct LocalRegion {
     pub len: u64,
 }
 
-/// A region the peer exposed during [`Transport::connect`]./// A region the peer exposed during [`Transport::connect`](crate::Transport::connect).
+/// A region the peer exposed during [`Transport::connect`](crate::Transport::connect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RemoteRegion {
-    /// Handle for [`WriteOp::remote`].
+    /// Handle for [`WriteOp::remote`](crate::WriteOp::remote).
     pub id: RegionId,
     /// Length in bytes the peer advertised.
     pub len: u64,

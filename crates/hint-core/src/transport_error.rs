@@ -72,7 +72,7 @@ pub enum TransportError {
         /// Largest message in bytes.
         max_msg_bytes: u64,
     },
-    /// A gather op with more entries than the transport's [`Capabilities::max_sges`].
+    /// A gather op with more entries than the transport's [`Capabilities::max_sges`](crate::Capabilities::max_sges).
     #[error("a gather of {given} entries exceeds the transport's max_sges of {max_sges}")]
     TooManyEntries {
         /// Entries given.
@@ -123,10 +123,10 @@ pub enum TransportError {
     /// other channel), or the peer refused ours.
     #[error("handshake rejected: {0}")]
     Handshake(String),
-    /// An operation that needs a connection ran before [`Transport::connect`] succeeded.
+    /// An operation that needs a connection ran before [`Transport::connect`](crate::Transport::connect) succeeded.
     #[error("not connected: call connect first")]
     NotConnected,
-    /// [`Transport::connect`] ran on a transport that is already connected (one peer each).
+    /// [`Transport::connect`](crate::Transport::connect) ran on a transport that is already connected (one peer each).
     #[error("already connected: a transport has one peer; open another transport")]
     AlreadyConnected,
     /// Caller memory whose first byte (or dma-buf offset) is not aligned as the path needs.
