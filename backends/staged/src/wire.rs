@@ -1,43 +1,41 @@
-//! The out-of-band handshake and the data frames, with strict decoding.
+//! The staged backend's part of the one hello, and its data frames, with strict decoding.
 //!
-//! Handshake (each side sends one `Hello`, little-endian):
-//! `b"RDMAHINT"` · version u16 · channel u8 · region count u16 · per region: id u32, len u64,
-//! flags u8 (bit 0: notify every write, see [`ExposedRegion::notify_each_write`]) ·
-//! on the shm channel only, the hand-off socket: name length u8 and abstract socket name (empty
-//! from the dialling side) and a 32-byte one-time cookie (see `handoff`). It follows the mutual
-//! authentication of `rdma_hint_oob::authenticate`: no hello reaches a peer that has not
-//! proven the token. The regions' memfds then cross the hand-off socket in hello order.
+//! The hello is the shared one ([`rdma_hint_oob::Hello`], after the mutual authentication of
+//! `rdma_hint_oob::authenticate`: no hello reaches a peer that has not proven the token). Its
+//! connection blob: channel u8 · on the shm channel only, the hand-off socket: name length u8
+//! and abstract socket name (empty from the dialling side) and a 32-byte one-time cookie (see
+//! `handoff`). Each region's descriptor carries no address and no key; flag bit 0 says notify
+//! every write (see [`ExposedRegion::notify_each_write`]). The regions' memfds then cross the
+//! hand-off socket in hello order.
 //!
 //! Frames (fixed 40-byte header, then `len` payload bytes for `Write` on the TCP channel):
 //! kind u8 · flags u8 · status u16 · region u32 · offset u64 · len u64 · wr_id u64 · imm u32 ·
 //! reserved u32 (zero).
 
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
-use bytes::{Buf, BufMut};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
+use bytes::BufMut;
 use rdma_hint_core::TransportError;
-use rdma_hint_oob::{handshake_error as handshake, put_preamble, put_prefixed_u8, WireReader};
+use rdma_hint_oob::{
+    handshake_error as handshake, put_prefixed_u8, Backend, HelloLimits, RegionDescriptor, WireReader,
+};
 use std::io::Read;
 
-/// Handshake magic.
-pub const MAGIC: [u8; 8] = *b"RDMAHINT";
-/// The only protocol version spoken (3: the token moved out of the hello into the
-/// authentication before it, and shm regions travel as descriptors, not file names; 4: regions
-/// carry flags; 5: shm writes are announced on a ring whose memfd follows the regions; 6: each
-/// ring slot carries its own sequence number, and the ring has no head counter).
-pub const VERSION: u16 = 6;
 /// Regions one side may expose (the transport-wide limit).
 pub use rdma_hint_backend_core::MAX_REGIONS;
 /// Size of a frame header in bytes.
 pub const HEADER_BYTES: usize = 40;
 /// A frame header's 64-bit words.
 pub const HEADER_WORDS: usize = HEADER_BYTES / 8;
-/// Size of one region in a hello in bytes: id u32, len u64, flags u8.
-const REGION_BYTES: usize = 4 + 8 + 1;
 /// Region flag: the writer notifies every write (see [`ExposedRegion::notify_each_write`]).
 const REGION_NOTIFY_EACH_WRITE: u8 = 1;
 /// Longest hand-off socket name accepted, in bytes.
 const MAX_HANDOFF_NAME_BYTES: usize = 64;
+/// What a staged hello may carry: the channel and a hand-off socket, no region keys.
+const LIMITS: HelloLimits = HelloLimits {
+    max_connection_bytes: 1 + 1 + MAX_HANDOFF_NAME_BYTES + COOKIE_BYTES,
+    max_key_bytes: 0,
+    known_flags: REGION_NOTIFY_EACH_WRITE,
+};
 
 /// How payloads travel after the handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,87 +81,85 @@ pub struct Hello {
 impl Hello {
     /// Encodes the hello.
     pub fn encode(&self) -> Vec<u8> {
-        let handoff_bytes = 1 + MAX_HANDOFF_NAME_BYTES + COOKIE_BYTES;
-        let mut out =
-            Vec::with_capacity(MAGIC.len() + 2 + 1 + 2 + self.regions.len() * REGION_BYTES + handoff_bytes);
-        put_preamble(&mut out, MAGIC, VERSION);
-        out.put_u8(self.channel as u8);
-        out.put_u16_le(self.regions.len() as u16);
-        for region in &self.regions {
-            out.put_u32_le(region.id);
-            out.put_u64_le(region.len);
-            out.put_u8(if region.notify_each_write { REGION_NOTIFY_EACH_WRITE } else { 0 });
-        }
+        let mut connection = Vec::with_capacity(LIMITS.max_connection_bytes);
+        connection.put_u8(self.channel as u8);
         if self.channel == ChannelKind::Shm {
             match &self.handoff {
                 Some(handoff) => {
-                    put_prefixed_u8(&mut out, handoff.socket.as_bytes());
-                    out.put_slice(&handoff.cookie);
+                    put_prefixed_u8(&mut connection, handoff.socket.as_bytes());
+                    connection.put_slice(&handoff.cookie);
                 }
                 None => {
-                    put_prefixed_u8(&mut out, &[]);
-                    out.put_bytes(0, COOKIE_BYTES);
+                    put_prefixed_u8(&mut connection, &[]);
+                    connection.put_bytes(0, COOKIE_BYTES);
                 }
             }
         }
-        out
+        let regions = (self.regions.iter())
+            .map(|region| RegionDescriptor {
+                id: region.id,
+                len: region.len,
+                address: 0,
+                flags: if region.notify_each_write { REGION_NOTIFY_EACH_WRITE } else { 0 },
+                key: Vec::new(),
+            })
+            .collect();
+        rdma_hint_oob::Hello { backend: Backend::Staged, connection, regions }.encode()
     }
 
-    /// Reads and validates a hello: magic, version, channel, region count and every region
-    /// field. Reads at most what the counts announce, each bounded.
+    /// Reads and validates a hello: the shared checks, then the channel and the hand-off
+    /// socket, every byte of the blob accounted for.
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
-        let mut reader = WireReader::new(reader);
-        reader.preamble(MAGIC, VERSION, "an rdma-hint staged transport")?;
-        let channel = match reader.u8()? {
-            0 => ChannelKind::Tcp,
-            1 => ChannelKind::Shm,
-            other => return Err(handshake(format!("unknown channel kind {other}"))),
-        };
-        let count = usize::from(reader.fields::<2, _>(|piece| piece.try_get_u16_le())?);
-        if count > MAX_REGIONS {
-            return Err(handshake(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
+        let hello = rdma_hint_oob::Hello::decode(reader, Backend::Staged, &LIMITS)?;
+        let mut blob = &hello.connection[..];
+        let (channel, handoff) = connection(&mut blob).map_err(|error| match error {
+            TransportError::PeerGone(_) => handshake("the connection blob ends early"),
+            other => other,
+        })?;
+        if !blob.is_empty() {
+            return Err(handshake(format!("{} B after the connection blob's fields", blob.len())));
         }
-        let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
-        for _ in 0..count {
-            let (id, len, flags) = reader.fields::<REGION_BYTES, _>(|piece| {
-                Ok((piece.try_get_u32_le()?, piece.try_get_u64_le()?, piece.try_get_u8()?))
-            })?;
-            if flags & !REGION_NOTIFY_EACH_WRITE != 0 {
-                return Err(handshake(format!("region {id} carries unknown flags {flags:#x}")));
-            }
-            if len == 0 || len > MAX_REGION_BYTES {
-                return Err(handshake(format!(
-                    "region {id} length {len} B is outside 1 B … {MAX_REGION_BYTES} B"
-                )));
-            }
-            if id as usize >= MAX_REGIONS * 64 {
-                return Err(handshake(format!("region id {id} is out of range")));
-            }
-            if regions.iter().any(|r| r.id == id) {
-                return Err(handshake(format!("region {id} advertised twice")));
-            }
-            regions.push(ExposedRegion { id, len, notify_each_write: flags & REGION_NOTIFY_EACH_WRITE != 0 });
-        }
-        let mut handoff = None;
-        if channel == ChannelKind::Shm {
-            let socket = reader.bytes_u8(MAX_HANDOFF_NAME_BYTES, "hand-off socket name")?;
-            let mut cookie = [0u8; COOKIE_BYTES];
-            reader.exact(&mut cookie)?;
-            if socket.is_empty() {
-                if cookie != [0; COOKIE_BYTES] {
-                    return Err(handshake("a cookie without a hand-off socket"));
+        let regions = (hello.regions.into_iter())
+            .map(|region| match region.address {
+                0 => Ok(ExposedRegion {
+                    id: region.id,
+                    len: region.len,
+                    notify_each_write: region.flags & REGION_NOTIFY_EACH_WRITE != 0,
+                }),
+                _ => {
+                    Err(handshake(format!("region {} names an address; staged regions have none", region.id)))
                 }
-            } else {
-                let socket =
-                    String::from_utf8(socket).map_err(|_| handshake("hand-off socket name is not UTF-8"))?;
-                if !is_handoff_name(&socket) {
-                    return Err(handshake(format!("hand-off socket {socket:?} is not an rdma-hint socket")));
-                }
-                handoff = Some(Handoff { socket, cookie });
-            }
-        }
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Hello { channel, regions, handoff })
     }
+}
+
+/// The connection blob's channel and, on shm, its hand-off socket.
+fn connection(blob: &mut &[u8]) -> Result<(ChannelKind, Option<Handoff>), TransportError> {
+    let mut reader = WireReader::new(blob);
+    let channel = match reader.u8()? {
+        0 => ChannelKind::Tcp,
+        1 => ChannelKind::Shm,
+        other => return Err(handshake(format!("unknown channel kind {other}"))),
+    };
+    if channel == ChannelKind::Tcp {
+        return Ok((channel, None));
+    }
+    let socket = reader.bytes_u8(MAX_HANDOFF_NAME_BYTES, "hand-off socket name")?;
+    let mut cookie = [0u8; COOKIE_BYTES];
+    reader.exact(&mut cookie)?;
+    if socket.is_empty() {
+        if cookie != [0; COOKIE_BYTES] {
+            return Err(handshake("a cookie without a hand-off socket"));
+        }
+        return Ok((channel, None));
+    }
+    let socket = String::from_utf8(socket).map_err(|_| handshake("hand-off socket name is not UTF-8"))?;
+    if !is_handoff_name(&socket) {
+        return Err(handshake(format!("hand-off socket {socket:?} is not an rdma-hint socket")));
+    }
+    Ok((channel, Some(Handoff { socket, cookie })))
 }
 
 /// Frame kinds.
@@ -308,12 +304,28 @@ mod tests {
         }
     }
 
+    /// Where the fields of an encoded hello sit: after the preamble (10 B), the backend (1 B)
+    /// and the blob's length (2 B) comes the blob, then the region count, then descriptors of
+    /// 23 B each (id, len, address, flags, an empty key's length).
+    fn blob_at() -> usize {
+        8 + 2 + 1 + 2
+    }
+
+    fn count_at(hello: &Hello) -> usize {
+        let blob = match hello.channel {
+            ChannelKind::Tcp => 1,
+            ChannelKind::Shm => 1 + 1 + hello.handoff.as_ref().map_or(0, |h| h.socket.len()) + COOKIE_BYTES,
+        };
+        blob_at() + blob
+    }
+
     /// A peer setting region flags this version does not define is refused, not ignored: the
     /// bits could mean a placement this side would not do.
     #[test]
     fn unknown_region_flags_are_rejected() {
-        let mut bytes = hello(ChannelKind::Tcp).encode();
-        let first_flags = MAGIC.len() + 2 + 1 + 2 + 4 + 8;
+        let hello = hello(ChannelKind::Tcp);
+        let mut bytes = hello.encode();
+        let first_flags = count_at(&hello) + 2 + 4 + 8 + 8;
         assert_eq!(bytes[first_flags], 0);
         bytes[first_flags] = 0x80;
         let error = Hello::decode(&mut bytes.as_slice()).unwrap_err();
@@ -322,34 +334,44 @@ mod tests {
 
     #[test]
     fn malformed_hellos_are_rejected() {
-        let good = hello(ChannelKind::Shm).encode();
-        let mut cases: Vec<Vec<u8>> = Vec::new();
+        let shm = hello(ChannelKind::Shm);
+        let good = shm.encode();
+        let count = count_at(&shm);
+        let mut cases: Vec<(Vec<u8>, &str)> = Vec::new();
         let mut bad_magic = good.clone();
         bad_magic[0] = b'X';
-        cases.push(bad_magic);
+        cases.push((bad_magic, "magic"));
         let mut bad_version = good.clone();
         bad_version[8] = 9;
-        cases.push(bad_version);
+        cases.push((bad_version, "version"));
         let mut bad_channel = good.clone();
-        bad_channel[10] = 7;
-        cases.push(bad_channel);
+        bad_channel[blob_at()] = 7;
+        cases.push((bad_channel, "channel"));
         let mut too_many = good.clone();
-        too_many[11..13].copy_from_slice(&u16::MAX.to_le_bytes());
-        cases.push(too_many);
+        too_many[count..count + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+        cases.push((too_many, "count"));
         let mut zero_len = good.clone();
-        zero_len[17..25].copy_from_slice(&0u64.to_le_bytes());
-        cases.push(zero_len);
+        zero_len[count + 2 + 4..count + 2 + 12].copy_from_slice(&0u64.to_le_bytes());
+        cases.push((zero_len, "zero length"));
+        let mut with_address = good.clone();
+        with_address[count + 2 + 12] = 1;
+        cases.push((with_address, "an address"));
         let mut evil_name = good.clone();
-        let at = 13 + 2 * 12 + 1;
+        let at = blob_at() + 2;
         evil_name[at..at + 3].copy_from_slice(b"../");
-        cases.push(evil_name);
-        cases.push(good[..good.len() - 1].to_vec());
-        cases.push(Vec::new());
+        cases.push((evil_name, "socket name"));
+        cases.push((good[..good.len() - 1].to_vec(), "truncated"));
+        cases.push((Vec::new(), "empty"));
         let mut duplicate = hello(ChannelKind::Tcp);
         duplicate.regions[1].id = 0;
-        cases.push(duplicate.encode());
-        for (i, case) in cases.iter().enumerate() {
-            assert!(Hello::decode(&mut case.as_slice()).is_err(), "case {i} accepted");
+        cases.push((duplicate.encode(), "duplicate"));
+        let tcp = hello(ChannelKind::Tcp);
+        let mut long_blob = tcp.encode();
+        long_blob[blob_at() - 2..blob_at()].copy_from_slice(&2u16.to_le_bytes());
+        long_blob.insert(blob_at() + 1, 0);
+        cases.push((long_blob, "a byte after the blob's fields"));
+        for (case, what) in &cases {
+            assert!(Hello::decode(&mut case.as_slice()).is_err(), "{what} accepted");
         }
     }
 

@@ -1,26 +1,20 @@
-//! The out-of-band hello of the UCX backend, with strict decoding.
+//! The UCX backend's part of the one hello ([`rdma_hint_oob::Hello`]), with strict decoding.
 //!
-//! Each side sends one hello (little-endian): `b"RDMAHUCX"` · version u16 · worker address
-//! (u16 length, 1 … 16 KiB, opaque UCP bytes) · region count u16 (≤ 1024) · per region: id u32,
-//! address u64, len u64, packed rkey (u16 length, 1 … 4 KiB) · notice ring u8 (0: none, 1: one
-//! follows) · its address u64 and packed rkey (as a region's; [`RING_BYTES`] long). It follows the mutual
-//! authentication of `rdma_hint_oob::authenticate`: no worker address or rkey reaches a peer
-//! that has not proven the token. After both hellos were accepted and the endpoint exists, each
-//! side sends one [`READY`] byte; a side that rejected the peer closes the socket instead.
+//! Its connection blob: the worker address (u16 length, 1 … 16 KiB, opaque UCP bytes) · notice
+//! ring u8 (0: none, 1: one follows) · its address u64 and packed rkey (u16 length, 1 … 4 KiB;
+//! [`RING_BYTES`] long). Each region's descriptor carries its address and its packed rkey as
+//! the key. The hello follows the mutual authentication of `rdma_hint_oob::authenticate`: no
+//! worker address or rkey reaches a peer that has not proven the token. After both hellos were
+//! accepted and the endpoint exists, each side sends one [`READY`] byte; a side that rejected
+//! the peer closes the socket instead.
 
 use bytes::{Buf, BufMut};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
-use rdma_hint_oob::{handshake_error, put_preamble, put_prefixed_u16, WireReader};
+use rdma_hint_oob::{handshake_error, put_prefixed_u16, Backend, HelloLimits, RegionDescriptor, WireReader};
 use std::io::Read;
 
 pub use crate::ring::RING_BYTES;
 
-/// Hello magic.
-pub const MAGIC: [u8; 8] = *b"RDMAHUCX";
-/// The only protocol version spoken (2: the token moved out of the hello into the
-/// authentication before it; 3: the notice ring).
-pub const VERSION: u16 = 3;
 /// Regions one side may expose (the transport-wide limit).
 pub use rdma_hint_backend_core::MAX_REGIONS;
 /// Longest UCP worker address accepted, in bytes.
@@ -29,8 +23,12 @@ pub const MAX_WORKER_ADDRESS_BYTES: usize = 16 * 1024;
 pub const MAX_RKEY_BYTES: usize = 4 * 1024;
 /// The byte each side sends once its endpoint to the peer is ready.
 pub const READY: u8 = 0x52;
-/// Size of a region's fixed fields in a hello in bytes: id u32, address u64, len u64.
-const REGION_FIELDS_BYTES: usize = 4 + 8 + 8;
+/// What a UCX hello may carry: a worker address and a ring in the blob, packed rkeys as keys.
+const LIMITS: HelloLimits = HelloLimits {
+    max_connection_bytes: 2 + MAX_WORKER_ADDRESS_BYTES + 1 + 8 + 2 + MAX_RKEY_BYTES,
+    max_key_bytes: MAX_RKEY_BYTES,
+    known_flags: 0,
+};
 
 /// A region one side exposes for remote writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,83 +116,75 @@ impl Hello {
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
     pub fn encode(&self) -> Vec<u8> {
-        let regions: usize = self.regions.iter().map(|r| REGION_FIELDS_BYTES + 2 + r.rkey.len()).sum();
         let ring = self.ring.as_ref().map_or(0, |ring| 8 + 2 + ring.rkey.len());
-        let mut out =
-            Vec::with_capacity(MAGIC.len() + 2 + 2 + self.worker_address.len() + 2 + regions + 1 + ring);
-        put_preamble(&mut out, MAGIC, VERSION);
-        put_prefixed_u16(&mut out, &self.worker_address);
-        out.put_u16_le(self.regions.len() as u16);
-        for region in &self.regions {
-            out.put_u32_le(region.id);
-            out.put_u64_le(region.address);
-            out.put_u64_le(region.len);
-            put_prefixed_u16(&mut out, &region.rkey);
-        }
+        let mut connection = Vec::with_capacity(2 + self.worker_address.len() + 1 + ring);
+        put_prefixed_u16(&mut connection, &self.worker_address);
         match &self.ring {
-            None => out.put_u8(0),
+            None => connection.put_u8(0),
             Some(ring) => {
-                out.put_u8(1);
-                out.put_u64_le(ring.address);
-                put_prefixed_u16(&mut out, &ring.rkey);
+                connection.put_u8(1);
+                connection.put_u64_le(ring.address);
+                put_prefixed_u16(&mut connection, &ring.rkey);
             }
         }
-        out
+        let regions = (self.regions.iter())
+            .map(|region| RegionDescriptor {
+                id: region.id,
+                len: region.len,
+                address: region.address,
+                flags: 0,
+                key: region.rkey.clone(),
+            })
+            .collect();
+        rdma_hint_oob::Hello { backend: Backend::Ucx, connection, regions }.encode()
     }
 
-    /// Reads and validates a hello: magic, version, every length and count bounded before it is
-    /// read, region ids unique, address ranges non-empty and not wrapping.
+    /// Reads and validates a hello: the shared checks, then the worker address, every region's
+    /// address and packed rkey, and the ring, every byte of the blob accounted for.
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
-        let mut reader = WireReader::new(reader);
-        reader.preamble(MAGIC, VERSION, "an rdma-hint UCX transport")?;
-        let worker_address = reader.bytes_u16(MAX_WORKER_ADDRESS_BYTES, "worker address")?;
-        if worker_address.is_empty() {
-            return Err(handshake_error("empty worker address"));
+        let hello = rdma_hint_oob::Hello::decode(reader, Backend::Ucx, &LIMITS)?;
+        let mut blob = &hello.connection[..];
+        let (worker_address, ring) = connection(&mut blob).map_err(|error| match error {
+            TransportError::PeerGone(_) => handshake_error("the connection blob ends early"),
+            other => other,
+        })?;
+        if !blob.is_empty() {
+            return Err(handshake_error(format!("{} B after the connection blob's fields", blob.len())));
         }
-        let count = usize::from(reader.fields::<2, _>(|piece| piece.try_get_u16_le())?);
-        if count > MAX_REGIONS {
-            return Err(handshake_error(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
+        let mut regions = Vec::with_capacity(hello.regions.len());
+        for region in hello.regions {
+            let id = region.id;
+            if region.address == 0 {
+                return Err(handshake_error(format!("region {id} at address 0 is not addressable")));
+            }
+            check_packed_rkey(&region.key).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
+            regions.push(ExposedRegion { id, address: region.address, len: region.len, rkey: region.key });
         }
-        let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
-        for _ in 0..count {
-            let (id, address, len) = reader.fields::<REGION_FIELDS_BYTES, _>(|piece| {
-                Ok((piece.try_get_u32_le()?, piece.try_get_u64_le()?, piece.try_get_u64_le()?))
-            })?;
-            let rkey = reader.bytes_u16(MAX_RKEY_BYTES, "packed rkey")?;
-            if id as usize >= MAX_REGIONS * 64 {
-                return Err(handshake_error(format!("region id {id} is out of range")));
-            }
-            if regions.iter().any(|r| r.id == id) {
-                return Err(handshake_error(format!("region {id} advertised twice")));
-            }
-            if len == 0 || len > MAX_REGION_BYTES {
-                return Err(handshake_error(format!(
-                    "region {id} length {len} B is outside 1 B … {MAX_REGION_BYTES} B"
-                )));
-            }
-            if address == 0 || address.checked_add(len).is_none() {
-                return Err(handshake_error(format!(
-                    "region {id} range {address:#x}+{len} is not addressable"
-                )));
-            }
-            check_packed_rkey(&rkey).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
-            regions.push(ExposedRegion { id, address, len, rkey });
-        }
-        let ring = match reader.fields::<1, _>(|piece| piece.try_get_u8())? {
-            0 => None,
-            1 => {
-                let address = reader.fields::<8, _>(|piece| piece.try_get_u64_le())?;
-                let rkey = reader.bytes_u16(MAX_RKEY_BYTES, "the ring's packed rkey")?;
-                if address == 0 || !address.is_multiple_of(64) || address.checked_add(RING_BYTES).is_none() {
-                    return Err(handshake_error(format!("notice ring at {address:#x} is not addressable")));
-                }
-                check_packed_rkey(&rkey).map_err(|why| handshake_error(format!("notice ring: {why}")))?;
-                Some(ExposedRing { address, rkey })
-            }
-            other => return Err(handshake_error(format!("notice ring marker {other} is neither 0 nor 1"))),
-        };
         Ok(Hello { worker_address, regions, ring })
     }
+}
+
+/// The connection blob's worker address and notice ring.
+fn connection(blob: &mut &[u8]) -> Result<(Vec<u8>, Option<ExposedRing>), TransportError> {
+    let mut reader = WireReader::new(blob);
+    let worker_address = reader.bytes_u16(MAX_WORKER_ADDRESS_BYTES, "worker address")?;
+    if worker_address.is_empty() {
+        return Err(handshake_error("empty worker address"));
+    }
+    let ring = match reader.fields::<1, _>(|piece| piece.try_get_u8())? {
+        0 => None,
+        1 => {
+            let address = reader.fields::<8, _>(|piece| piece.try_get_u64_le())?;
+            let rkey = reader.bytes_u16(MAX_RKEY_BYTES, "the ring's packed rkey")?;
+            if address == 0 || !address.is_multiple_of(64) || address.checked_add(RING_BYTES).is_none() {
+                return Err(handshake_error(format!("notice ring at {address:#x} is not addressable")));
+            }
+            check_packed_rkey(&rkey).map_err(|why| handshake_error(format!("notice ring: {why}")))?;
+            Some(ExposedRing { address, rkey })
+        }
+        other => return Err(handshake_error(format!("notice ring marker {other} is neither 0 nor 1"))),
+    };
+    Ok((worker_address, ring))
 }
 
 /// Checks a packed rkey's layout before UCX sees it: `ucp_ep_rkey_unpack` takes no length and
@@ -311,6 +301,13 @@ mod tests {
                     regions: vec![ExposedRegion { address: u64::MAX - 10, ..hello().regions[0].clone() }],
                     ..hello()
                 },
+                "wraps around",
+            ),
+            (
+                Hello {
+                    regions: vec![ExposedRegion { address: 0, ..hello().regions[0].clone() }],
+                    ..hello()
+                },
                 "not addressable",
             ),
             (with_rkey(vec![]), "shorter than its md map"),
@@ -334,14 +331,23 @@ mod tests {
             let err = decode(&hello.encode()).unwrap_err().to_string();
             assert!(err.contains(expected), "{err} does not mention {expected}");
         }
-        let mut too_many = good[..8 + 2].to_vec();
-        too_many.extend_from_slice(&1u16.to_le_bytes());
-        too_many.push(1);
-        too_many.extend_from_slice(&(MAX_REGIONS as u16 + 1).to_le_bytes());
+        let mut too_many =
+            rdma_hint_oob::Hello { backend: Backend::Ucx, connection: vec![1, 0, 1, 0], regions: Vec::new() }
+                .encode();
+        let count_at = too_many.len() - 2;
+        too_many[count_at..].copy_from_slice(&(MAX_REGIONS as u16 + 1).to_le_bytes());
         assert!(decode(&too_many).unwrap_err().to_string().contains("exceed"));
-        let mut bad_marker = Hello { ring: None, ..hello() }.encode();
-        *bad_marker.last_mut().unwrap() = 2;
+        let bad_marker =
+            rdma_hint_oob::Hello { backend: Backend::Ucx, connection: vec![1, 0, 1, 2], regions: Vec::new() }
+                .encode();
         assert!(decode(&bad_marker).unwrap_err().to_string().contains("marker 2"));
+        let trailing = rdma_hint_oob::Hello {
+            backend: Backend::Ucx,
+            connection: vec![1, 0, 1, 0, 9],
+            regions: Vec::new(),
+        }
+        .encode();
+        assert!(decode(&trailing).unwrap_err().to_string().contains("after the connection blob"));
     }
 
     /// Every truncated packed rkey is refused with a reason, never a panic.

@@ -1,29 +1,27 @@
-//! The out-of-band hello of the verbs backend (the QP exchange), with strict decoding.
+//! The verbs backend's part of the one hello ([`rdma_hint_oob::Hello`]: the QP exchange), with
+//! strict decoding.
 //!
-//! Each side sends one hello (little-endian): `b"RDMAHVRB"` · version u16 · LID u16 · QP number
-//! u32 (< 2²⁴) · starting PSN u32 (< 2²⁴) · GID (16 bytes) · path MTU u8 (`ibv_mtu`, 1…5) ·
-//! region count u16 (≤ 1024) · per region: id u32, address u64, len u64, rkey u32. It follows
-//! the mutual authentication of `rdma_hint_oob::authenticate`: no rkey reaches a peer that has
-//! not proven the token. After both QPs reach RTS each side sends one [`READY`] byte; a side
-//! that rejected the peer closes the socket instead.
+//! Its connection blob (27 B, little-endian): LID u16 · QP number u32 (< 2²⁴) · starting PSN
+//! u32 (< 2²⁴) · GID (16 bytes) · path MTU u8 (`ibv_mtu`, 1…5). Each region's descriptor
+//! carries its address and its rkey (u32, 4 B) as the key. The hello follows the mutual
+//! authentication of `rdma_hint_oob::authenticate`: no rkey reaches a peer that has not proven
+//! the token. After both QPs reach RTS each side sends one [`READY`] byte; a side that rejected
+//! the peer closes the socket instead.
 
 use bytes::{Buf, BufMut};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::TransportError;
-use rdma_hint_oob::{handshake_error, put_preamble, WireReader};
+use rdma_hint_oob::{handshake_error, Backend, HelloLimits, RegionDescriptor, WireReader};
 use std::io::Read;
 
-/// Hello magic.
-pub const MAGIC: [u8; 8] = *b"RDMAHVRB";
-/// The only protocol version spoken (2: the token moved out of the hello into the
-/// authentication before it).
-pub const VERSION: u16 = 2;
 /// Regions one side may expose (the transport-wide limit).
 pub use rdma_hint_backend_core::MAX_REGIONS;
 /// The byte each side sends once its QP is ready to send.
 pub const READY: u8 = 0x56;
-/// Size of one region in a hello in bytes: id u32, address u64, len u64, rkey u32.
-const REGION_BYTES: usize = 4 + 8 + 8 + 4;
+/// The connection blob's bytes: LID, QP number, PSN, GID, MTU.
+const CONNECTION_BYTES: usize = 2 + 4 + 4 + 16 + 1;
+/// What a verbs hello may carry: the QP's addressing in the blob, a 4-byte rkey per region.
+const LIMITS: HelloLimits =
+    HelloLimits { max_connection_bytes: CONNECTION_BYTES, max_key_bytes: 4, known_flags: 0 };
 
 /// A region one side exposes for RDMA WRITE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,29 +63,35 @@ impl Hello {
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
     pub fn encode(&self) -> Vec<u8> {
-        let mut out =
-            Vec::with_capacity(MAGIC.len() + 2 + 2 + 4 + 4 + 16 + 1 + 2 + self.regions.len() * REGION_BYTES);
-        put_preamble(&mut out, MAGIC, VERSION);
-        out.put_u16_le(self.lid);
-        out.put_u32_le(self.qpn);
-        out.put_u32_le(self.psn);
-        out.put_slice(&self.gid);
-        out.put_u8(self.mtu);
-        out.put_u16_le(self.regions.len() as u16);
-        for region in &self.regions {
-            out.put_u32_le(region.id);
-            out.put_u64_le(region.address);
-            out.put_u64_le(region.len);
-            out.put_u32_le(region.rkey);
-        }
-        out
+        let mut connection = Vec::with_capacity(CONNECTION_BYTES);
+        connection.put_u16_le(self.lid);
+        connection.put_u32_le(self.qpn);
+        connection.put_u32_le(self.psn);
+        connection.put_slice(&self.gid);
+        connection.put_u8(self.mtu);
+        let regions = (self.regions.iter())
+            .map(|region| RegionDescriptor {
+                id: region.id,
+                len: region.len,
+                address: region.address,
+                flags: 0,
+                key: region.rkey.to_le_bytes().to_vec(),
+            })
+            .collect();
+        rdma_hint_oob::Hello { backend: Backend::Verbs, connection, regions }.encode()
     }
 
-    /// Reads and validates a hello: magic, version, 24-bit QPN and PSN, MTU code, region count
-    /// and every region (unique ids, non-empty, non-wrapping ranges).
+    /// Reads and validates a hello: the shared checks, then the QP's addressing and a 4-byte
+    /// rkey per region.
     pub fn decode(reader: &mut impl Read) -> Result<Hello, TransportError> {
-        let mut reader = WireReader::new(reader);
-        reader.preamble(MAGIC, VERSION, "an rdma-hint verbs transport")?;
+        let hello = rdma_hint_oob::Hello::decode(reader, Backend::Verbs, &LIMITS)?;
+        if hello.connection.len() != CONNECTION_BYTES {
+            return Err(handshake_error(format!(
+                "the connection blob is {} B where a QP's addressing takes {CONNECTION_BYTES} B",
+                hello.connection.len()
+            )));
+        }
+        let mut reader = WireReader::new(&hello.connection[..]);
         let (lid, qpn, psn) = reader.fields::<{ 2 + 4 + 4 }, _>(|piece| {
             Ok((piece.try_get_u16_le()?, piece.try_get_u32_le()?, piece.try_get_u32_le()?))
         })?;
@@ -103,37 +107,17 @@ impl Hello {
         if !(1..=5).contains(&mtu) {
             return Err(handshake_error(format!("MTU code {mtu} is not an ibv_mtu (1…5)")));
         }
-        let count = usize::from(reader.fields::<2, _>(|piece| piece.try_get_u16_le())?);
-        if count > MAX_REGIONS {
-            return Err(handshake_error(format!("{count} regions exceed the limit of {MAX_REGIONS}")));
-        }
-        let mut regions: Vec<ExposedRegion> = Vec::with_capacity(count);
-        for _ in 0..count {
-            let region = reader.fields::<REGION_BYTES, _>(|piece| {
-                Ok(ExposedRegion {
-                    id: piece.try_get_u32_le()?,
-                    address: piece.try_get_u64_le()?,
-                    len: piece.try_get_u64_le()?,
-                    rkey: piece.try_get_u32_le()?,
-                })
+        let mut regions = Vec::with_capacity(hello.regions.len());
+        for region in hello.regions {
+            let rkey: [u8; 4] = region.key.as_slice().try_into().map_err(|_| {
+                handshake_error(format!("region {}: an rkey of {} B, not 4", region.id, region.key.len()))
             })?;
-            let id = region.id;
-            if id as usize >= MAX_REGIONS * 64 {
-                return Err(handshake_error(format!("region id {id} is out of range")));
-            }
-            if regions.iter().any(|r| r.id == id) {
-                return Err(handshake_error(format!("region {id} advertised twice")));
-            }
-            if region.len == 0 || region.len > MAX_REGION_BYTES {
-                return Err(handshake_error(format!(
-                    "region {id} length {} B is outside 1 B … {MAX_REGION_BYTES} B",
-                    region.len
-                )));
-            }
-            if region.address.checked_add(region.len).is_none() {
-                return Err(handshake_error(format!("region {id} range wraps around")));
-            }
-            regions.push(region);
+            regions.push(ExposedRegion {
+                id: region.id,
+                address: region.address,
+                len: region.len,
+                rkey: u32::from_le_bytes(rkey),
+            });
         }
         Ok(Hello { lid, qpn, psn, gid, mtu, regions })
     }
@@ -188,15 +172,23 @@ mod tests {
         let mut bad_magic = good.clone();
         bad_magic[3] ^= 0x20;
         assert!(decode(&bad_magic).unwrap_err().to_string().contains("magic"));
+        let connection = hello().encode()[13..13 + CONNECTION_BYTES].to_vec();
+        let short_key = RegionDescriptor { id: 0, len: 4096, address: 0x1000, flags: 0, key: vec![1, 2, 3] };
+        let shared = rdma_hint_oob::Hello { backend: Backend::Verbs, connection, regions: vec![short_key] };
+        assert!(decode(&shared.encode()).unwrap_err().to_string().contains("not 4"));
+        let short_blob = rdma_hint_oob::Hello { connection: vec![0; 26], regions: vec![], ..shared };
+        assert!(decode(&short_blob.encode()).unwrap_err().to_string().contains("26 B"));
     }
 
-    /// The hello's byte layout, field by field (what older peers read), and the decoder reads
+    /// The hello's byte layout, field by field (what peers read), and the decoder reads
     /// exactly one hello: the ready byte behind it on the socket stays there.
     #[test]
     fn layout_is_fixed_and_decoding_reads_no_further() {
         let hello = hello();
-        let mut expected = b"RDMAHVRB".to_vec();
-        expected.extend_from_slice(&VERSION.to_le_bytes());
+        let mut expected = b"RDMAHINT".to_vec();
+        expected.extend_from_slice(&rdma_hint_oob::WIRE_VERSION.to_le_bytes());
+        expected.push(Backend::Verbs as u8);
+        expected.extend_from_slice(&(CONNECTION_BYTES as u16).to_le_bytes());
         expected.extend_from_slice(&hello.lid.to_le_bytes());
         expected.extend_from_slice(&hello.qpn.to_le_bytes());
         expected.extend_from_slice(&hello.psn.to_le_bytes());
@@ -205,8 +197,10 @@ mod tests {
         expected.extend_from_slice(&1u16.to_le_bytes());
         let region = hello.regions[0];
         expected.extend_from_slice(&region.id.to_le_bytes());
-        expected.extend_from_slice(&region.address.to_le_bytes());
         expected.extend_from_slice(&region.len.to_le_bytes());
+        expected.extend_from_slice(&region.address.to_le_bytes());
+        expected.push(0);
+        expected.extend_from_slice(&4u16.to_le_bytes());
         expected.extend_from_slice(&region.rkey.to_le_bytes());
         assert_eq!(hello.encode(), expected);
         let both = [expected, vec![READY]].concat();

@@ -17,15 +17,31 @@ fn scratch(name: &str) -> common::Scratch {
     common::scratch("attack", name)
 }
 
-/// What every fake peer's Python starts with: the protocol version and ring size it speaks
-/// (checked against this build below) and `committed_memfd(size)`, a sealed memfd every page
+/// What every fake peer's Python starts with: the wire version and ring size it speaks
+/// (checked against this build below), `staged_hello(regions, name, cookie)` and `read_hello()`
+/// (the staged part of the one hello), and `committed_memfd(size)`, a sealed memfd every page
 /// of which is committed, as our own regions and rings are.
 macro_rules! fake_peer_common {
     () => {
         r#"
 import fcntl, os, socket, struct, sys, time
-VERSION = 6
+VERSION = 7
 RING_BYTES = 266240
+def staged_hello(regions, name=b"", cookie=bytes(32)):
+    """A staged hello on the shm channel exposing `regions`, each (id, len, flags)."""
+    blob = bytes([1, len(name)]) + name + cookie
+    body = b"".join(struct.pack("<IQQBH", i, n, 0, f, 0) for i, n, f in regions)
+    return b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, len(blob)) + blob + struct.pack("<H", len(regions)) + body
+def read_hello():
+    """Reads the peer's staged hello with `read`: (regions it exposes, hand-off name, cookie)."""
+    read(8 + 2 + 1)
+    blob = read(struct.unpack("<H", read(2))[0])
+    count = struct.unpack("<H", read(2))[0]
+    for _ in range(count):
+        read(4 + 8 + 8 + 1)
+        read(struct.unpack("<H", read(2))[0])
+    name = blob[2:2 + blob[1]]
+    return count, name, blob[2 + len(name):]
 def committed_memfd(size):
     fd = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, size); os.posix_fallocate(fd, 0, size)
@@ -58,7 +74,7 @@ read(41)
 #[test]
 fn the_fake_peers_speak_this_builds_protocol() {
     for prelude in [FAKE_SERVE_PRELUDE, FAKE_SWEEP_PRELUDE] {
-        assert!(prelude.contains(&format!("VERSION = {}\n", rdma_hint::staged::wire::VERSION)));
+        assert!(prelude.contains(&format!("VERSION = {}\n", rdma_hint::oob::WIRE_VERSION)));
         assert!(prelude.contains(&format!("RING_BYTES = {}\n", rdma_hint::staged::ring::RING_BYTES)));
     }
 }
@@ -110,9 +126,8 @@ fn another_users_fake_serve_gets_no_shm_mapping() {
         r#"
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
-hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + bytes(32)
-victim.sendall(hello)
-read(8 + 2 + 1 + 2 + 1 + 32)
+victim.sendall(staged_hello([(0, 4 << 20, 0)], name))
+read_hello()
 unix.settimeout(10)
 try:
     conn, _ = unix.accept()
@@ -142,9 +157,8 @@ mode = sys.argv[1]
 advertised = 512 << 20 if mode == "punched" else 4 << 20
 name = b"rdma-hint-" + os.urandom(8).hex().encode()
 unix = socket.socket(socket.AF_UNIX); unix.bind(b"\0" + name); unix.listen(1)
-hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, advertised, 0) + bytes([len(name)]) + name + os.urandom(32)
-victim.sendall(hello)
-read(8 + 2 + 1 + 2 + 1 + 32)
+victim.sendall(staged_hello([(0, advertised, 0)], name, os.urandom(32)))
+read_hello()
 unix.settimeout(10)
 conn, _ = unix.accept(); conn.settimeout(10)
 conn.recv(32)
@@ -225,8 +239,8 @@ fn a_hand_off_message_without_its_descriptors_is_refused_at_once() {
 }
 
 /// What the fake sweeps on the shm channel share: connect to `serve` (its address in argv[1]),
-/// the token-less preamble, and `meet(regions, count)`, which sends a shm hello exposing
-/// `count` packed regions and returns serve's hand-off socket name and cookie.
+/// the token-less preamble, and `meet(regions)`, which sends a shm hello exposing `regions`
+/// (each `(id, len, flags)`) and returns serve's hand-off socket name and cookie.
 const FAKE_SWEEP_PRELUDE: &str = concat!(
     fake_peer_common!(),
     r#"host, port = sys.argv[1].rsplit(":", 1)
@@ -240,12 +254,10 @@ def read(n):
         data += chunk
     return data
 read(41)
-def meet(regions, count):
-    serve.sendall(b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, count) + regions + b"\0" + bytes(32))
-    _, _, theirs = struct.unpack("<HBH", read(8 + 5)[8:])
-    read(13 * theirs)
-    name = read(read(1)[0])
-    return name, read(32)
+def meet(regions):
+    serve.sendall(staged_hello(regions))
+    _, name, cookie = read_hello()
+    return name, cookie
 "#
 );
 
@@ -281,7 +293,7 @@ const FAKE_RING_WRITER: &str = r#"
 import mmap
 mode = sys.argv[2]
 size = 4 << 20
-name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
+name, cookie = meet([(0, size, 0)])
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
 unix.sendall(cookie)
 socket.send_fds(unix, [b"\x02"], [committed_memfd(size), committed_memfd(RING_BYTES)])
@@ -345,7 +357,7 @@ fn a_trickled_hand_off_cookie_is_cut_off_by_the_runs_deadline() {
     let fake = fake_sweep_script(
         &dir,
         r#"
-name, _ = meet(b"", 0)
+name, _ = meet([])
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name)
 started = time.monotonic()
 try:
@@ -382,7 +394,7 @@ fn serve_does_not_map_a_region_it_never_writes() {
         &dir,
         r#"
 size = 64 << 20
-name, cookie = meet(struct.pack("<IQB", 0, size, 0), 1)
+name, cookie = meet([(0, size, 0)])
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
 unix.sendall(cookie)
 fd = committed_memfd(size)
@@ -429,9 +441,8 @@ for _ in range(4):
     except OSError:
         pass
     squatters.append(squatter)
-hello = b"RDMAHINT" + struct.pack("<HBH", VERSION, 1, 1) + struct.pack("<IQB", 0, 4 << 20, 0) + bytes([len(name)]) + name + os.urandom(32)
-victim.sendall(hello)
-read(8 + 2 + 1 + 2 + 1 + 32)
+victim.sendall(staged_hello([(0, 4 << 20, 0)], name, os.urandom(32)))
+read_hello()
 time.sleep(40)
 "#,
     );
@@ -471,7 +482,7 @@ fn a_peer_that_never_dials_the_hand_off_holds_serve_for_the_handshake_limit_only
     let fake = fake_sweep_script(
         &dir,
         r#"
-meet(b"", 0)
+meet([])
 print("met", flush=True)
 sys.stdin.readline()
 "#,
@@ -509,7 +520,7 @@ fn a_peer_keeps_none_of_serves_memory() {
         &dir,
         r#"
 mode = sys.argv[2]
-name, cookie = meet(b"", 0)
+name, cookie = meet([])
 unix = socket.socket(socket.AF_UNIX); unix.connect(b"\0" + name); unix.settimeout(10)
 unix.sendall(cookie)
 if mode == "bad":

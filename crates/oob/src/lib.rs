@@ -24,6 +24,7 @@
 mod auth;
 mod codec;
 mod connect;
+mod hello;
 mod liveness;
 mod token;
 
@@ -35,6 +36,7 @@ pub use connect::{
     confirm, dial, prepare, BusyGuard, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
     REFUSED_GRACE,
 };
+pub use hello::{Backend, Hello, HelloLimits, RegionDescriptor, HELLO_MAGIC, MAX_REGION_ID, WIRE_VERSION};
 pub use liveness::{peer_left, say_goodbye, PeerLoss, GOODBYE};
 pub use token::{Token, MAX_TOKEN_BYTES};
 
