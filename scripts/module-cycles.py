@@ -3,9 +3,10 @@
 
 Each .rs file under a crate's src/ belongs to its top-level module (src/engine.rs and
 src/engine/state.rs both to `engine`); a reference to `crate::other` outside a comment is an
-edge to `other` (a file's `#[cfg(test)] mod` at its end is left out: it is not part of the
-crate's build). A strongly connected set of two or more modules is a cycle: some constant or
-type lives in the wrong file. Prints each cycle and exits 1 if there is one.
+edge to `other` (unit tests are left out, a file's `#[cfg(test)] mod` at its end or in a file
+of its own: they are not part of the crate's build). A strongly connected set of two or more
+modules is a cycle: some constant or type lives in the wrong file. Prints each cycle and exits
+1 if there is one.
 """
 import pathlib
 import re
@@ -23,11 +24,18 @@ def top_module(src: pathlib.Path, file: pathlib.Path) -> str | None:
     return parts[0]
 
 
+def test_only(file: pathlib.Path) -> bool:
+    """Whether `file` is a module its parent declares under `#[cfg(test)]` (`mod tests;`)."""
+    parents = [file.parent.with_suffix(".rs"), file.parent / "mod.rs"]
+    declaration = f"#[cfg(test)]\nmod {file.stem};"
+    return any(parent.is_file() and declaration in parent.read_text() for parent in parents)
+
+
 def edges_of(src: pathlib.Path) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for file in sorted(src.rglob("*.rs")):
         module = top_module(src, file)
-        if module is None:
+        if module is None or test_only(file):
             continue
         lines = file.read_text().splitlines()
         for number, line in enumerate(lines):

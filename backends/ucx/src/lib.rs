@@ -21,9 +21,10 @@
 //!          facts.per_op_overhead_us, transport.estimate().lanes);
 //! ```
 
+mod domain;
 mod engine;
-mod lanes;
 mod mapping;
+mod notices;
 mod perf;
 mod progress;
 mod region;

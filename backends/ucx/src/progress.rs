@@ -1,7 +1,8 @@
 //! The progress thread: drives UCX while work is in flight, sleeps on the worker's event fd
 //! (and the out-of-band socket) when idle, and notices a peer that went away.
 
-use crate::engine::{Engine, Signals};
+use crate::engine::Engine;
+use crate::notices::Signals;
 use rdma_hint_backend_core::lanes::Exposure;
 use rdma_hint_backend_core::queue::EventQueue;
 use rdma_hint_core::{Arrival, Completion};

@@ -1,10 +1,9 @@
 //! `UcxTransport`: the `Transport` implementation.
 
-use crate::engine::{
-    on_endpoint_error, on_notice, on_wake, Direct, Engine, NoticeRing, RemoteEntry, Signals, MAX_SGES,
-};
-use crate::lanes::LaneGroup;
+use crate::domain::UcxDomain;
+use crate::engine::{Engine, RemoteEntry, MAX_SGES};
 use crate::mapping::{map_peer, Screen};
+use crate::notices::{on_endpoint_error, on_notice, on_wake, Direct, NoticeRing, Signals};
 use crate::perf::{self, Estimate};
 use crate::progress::{self, Shared};
 use crate::region::Region;
@@ -75,7 +74,7 @@ pub struct UcxTransport {
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
     copies: CopyMeter,
-    group: Arc<LaneGroup>,
+    domain: Arc<UcxDomain>,
 }
 
 rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
@@ -102,7 +101,7 @@ impl UcxTransport {
             if let Some(why) = engine.gone() {
                 return Err(TransportError::PeerGone(why.to_string()));
             }
-            let table = self.group.domain.regions();
+            let table = self.domain.core.regions();
             match engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len()) {
                 Err(TransportError::QueueFull { .. })
                     if *patience.get_or_insert_with(|| Instant::now() + RING_PATIENCE) > Instant::now()
@@ -140,8 +139,8 @@ impl UcxTransport {
         let id = TransportId::ucx_for_tls(scope)
             .map_err(|e| TransportError::InvalidArgument { what: "UCX_TLS", why: e.to_string() })?;
         let caps = capabilities(id, &estimate);
-        let group = Arc::new(LaneGroup::new(ucp.context.clone(), !tcp_only(&caps.facts.id)));
-        let transport = UcxTransport::lane(ucp, caps, estimate, group, Rendezvous::default())?;
+        let domain = Arc::new(UcxDomain::new(ucp.context.clone(), !tcp_only(&caps.facts.id)));
+        let transport = UcxTransport::lane(ucp, caps, estimate, domain, Rendezvous::default())?;
         tracing::debug!(id = %transport.caps.facts.id, lanes = %transport.estimate.lanes, "ucx: opened");
         Ok(transport)
     }
@@ -170,19 +169,19 @@ impl UcxTransport {
             ucp,
             self.caps.clone(),
             self.estimate.clone(),
-            self.group.clone(),
+            self.domain.clone(),
             self.rendezvous.for_lane(),
         )?;
         lane.set_wait_mode(self.wait_mode.get());
         Ok(lane)
     }
 
-    /// A transport over `ucp`'s worker in `group`, not connected.
+    /// A transport over `ucp`'s worker in `domain`, not connected.
     fn lane(
         ucp: Ucp,
         caps: Capabilities,
         estimate: Estimate,
-        group: Arc<LaneGroup>,
+        domain: Arc<UcxDomain>,
         rendezvous: Rendezvous,
     ) -> Result<UcxTransport, TransportError> {
         let (completion_tx, completions) = event_queue(MAX_OUTSTANDING);
@@ -194,7 +193,7 @@ impl UcxTransport {
         ucp.set_am_handler(WAKE_AM_ID, Some(on_wake), signals_arg)?;
         let engine = Engine::new(ucp, completion_tx, MAX_OUTSTANDING, signals.clone());
         let shared = Arc::new(Shared::new(engine, completions, arrivals));
-        group.domain.lanes().join(&shared);
+        domain.core.lanes().join(&shared);
         Ok(UcxTransport {
             caps,
             estimate,
@@ -205,7 +204,7 @@ impl UcxTransport {
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
             copies: CopyMeter::default(),
-            group,
+            domain,
         })
     }
 
@@ -214,7 +213,7 @@ impl UcxTransport {
     /// still refused past what the machine and this process's memory cgroups can spare
     /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
     pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.group.domain.regions_mut().set_memory_cap(Some(cap_bytes));
+        self.domain.core.regions_mut().set_memory_cap(Some(cap_bytes));
         self
     }
 
@@ -293,7 +292,7 @@ impl UcxTransport {
     /// rkey pack): holding it keeps the lane's worker from progressing beside them. With
     /// locking, `None`: lanes register while others progress.
     fn serialise_context_calls(&self) -> Option<std::sync::MutexGuard<'_, Engine>> {
-        (!self.group.thread_safe()).then(|| self.shared.engine())
+        (!self.domain.thread_safe()).then(|| self.shared.engine())
     }
 
     /// Takes the notices on this side's ring (see [`crate::ring`]), or older ones the progress
@@ -314,7 +313,7 @@ impl UcxTransport {
         }
         if self.signals.ring.get().is_none() {
             let _serial = self.serialise_context_calls();
-            if let Some(ring) = NoticeRing::new(self.group.context_arc())? {
+            if let Some(ring) = NoticeRing::new(self.domain.context_arc())? {
                 let _ = self.signals.ring.set(Arc::new(ring));
             }
         }
@@ -330,7 +329,7 @@ impl UcxTransport {
         let worker_address = self.shared.engine().ucp.address()?;
         let mut regions = Vec::with_capacity(expose.len());
         {
-            let table = self.group.domain.regions();
+            let table = self.domain.core.regions();
             for id in expose {
                 let region = table.get(*id)?;
                 regions.push(ExposedRegion {
@@ -401,11 +400,11 @@ impl UcxTransport {
         let ours = self.hello(expose)?;
         let our_address = ours.worker_address.clone();
         let (shared, signals, exposed) = (self.shared.clone(), self.signals.clone(), expose.to_vec());
-        let group = self.group.clone();
+        let domain = self.domain.clone();
         // The whole set-up (endpoint creation, rkey unpacking, the ready exchange, the progress
         // thread) runs on the rendezvous thread, not on the awaiting task's.
         let connected = move |stream: &mut std::net::TcpStream, hello: Hello| {
-            let lanes = attach(&shared, &group, &signals, &hello, &exposed)?;
+            let lanes = attach(&shared, &domain, &signals, &hello, &exposed)?;
             if let Err(why) = confirm(stream, READY) {
                 shared.engine().fail(why.to_string());
                 return Err(why);
@@ -475,8 +474,8 @@ impl Transport for UcxTransport {
             return Err(TransportError::UnsupportedMemory { kind });
         }
         let _serial = self.serialise_context_calls();
-        let mut table = self.group.domain.regions_mut();
-        let id = table.insert_with(len, || Region::map(self.group.context(), len))?;
+        let mut table = self.domain.core.regions_mut();
+        let id = table.insert_with(len, || Region::map(self.domain.context(), len))?;
         Ok(LocalRegion { id, kind, len })
     }
 
@@ -488,8 +487,8 @@ impl Transport for UcxTransport {
         let memory = admit(memory, &self.caps.caller_memory)?;
         let (kind, len) = (memory.kind(), memory.len());
         let _serial = self.serialise_context_calls();
-        let mut table = self.group.domain.regions_mut();
-        let id = table.insert_caller(memory, |memory| Region::map_caller(self.group.context(), memory))?;
+        let mut table = self.domain.core.regions_mut();
+        let id = table.insert_caller(memory, |memory| Region::map_caller(self.domain.context(), memory))?;
         Ok(LocalRegion { id, kind, len })
     }
 
@@ -500,11 +499,11 @@ impl Transport for UcxTransport {
     }
 
     fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.group.domain.hold(region)
+        self.domain.core.hold(region)
     }
 
     fn unhold(&self, region: RegionId) {
-        self.group.domain.unhold(region);
+        self.domain.core.unhold(region);
     }
 
     fn access_region(
@@ -524,7 +523,7 @@ impl Transport for UcxTransport {
     }
 
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        self.group.domain.regions().get(region)?;
+        self.domain.core.regions().get(region)?;
         Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
     }
 
@@ -533,13 +532,13 @@ impl Transport for UcxTransport {
     }
 
     fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.group.domain.regions().get(region)?.copy_in(offset, data)?;
+        self.domain.core.regions().get(region)?.copy_in(offset, data)?;
         self.copies.write_region(data.len());
         Ok(())
     }
 
     fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.group.domain.regions().get(region)?.copy_out(offset, out)?;
+        self.domain.core.regions().get(region)?.copy_out(offset, out)?;
         self.copies.read_region(out.len());
         Ok(())
     }
@@ -610,9 +609,9 @@ impl Transport for UcxTransport {
 
 impl Drop for UcxTransport {
     fn drop(&mut self) {
-        // The other lanes (and the group's drop) keep guarding what this one exposed until its
+        // The other lanes (and the domain's drop) keep guarding what this one exposed until its
         // peer has stopped.
-        self.group.leave(&self.shared, self.signals.ring.get().cloned());
+        self.domain.leave(&self.shared, self.signals.ring.get().cloned());
         // Everything sent reaches the peer first, then the goodbye that says it ends here: a
         // goodbye promises the peer that nothing of ours lands any more. A flush that does not
         // finish closes the endpoint by force instead (its puts end), and the peer reads a
@@ -656,7 +655,7 @@ impl UcxTransport {
         access: &mut dyn FnMut(&mut [u8]),
         exposed_too: bool,
     ) -> Result<(), TransportError> {
-        self.group.domain.lend(region, exposed_too, |lent| {
+        self.domain.core.lend(region, exposed_too, |lent| {
             // SAFETY: no put of any lane is in flight (the domain checked) and none can be
             // posted while it holds the table write-locked; no lane's peer can write the region
             // (not exposed to a live connection), or the caller of `access_region_unchecked`
@@ -672,11 +671,11 @@ impl UcxTransport {
         region: RegionId,
         admit: impl Fn(&Region) -> Result<(), TransportError>,
     ) -> Result<Region, TransportError> {
-        self.group.domain.take(region, admit, |table, region| {
+        self.domain.core.take(region, admit, |table, region| {
             let taken = table.remove(region)?;
             // Unmapped with every engine still held: on a context UCX does not lock, its only
             // lane's progress must not run beside the unmap.
-            taken.unmap(self.group.context());
+            taken.unmap(self.domain.context());
             Ok(taken)
         })
     }
@@ -685,7 +684,7 @@ impl UcxTransport {
 /// Creates the endpoint and unpacks every rkey; on any failure nothing stays attached.
 fn attach(
     shared: &Shared,
-    group: &LaneGroup,
+    domain: &UcxDomain,
     signals: &Arc<Signals>,
     hello: &Hello,
     expose: &[RegionId],
@@ -693,7 +692,7 @@ fn attach(
     let mut engine = shared.engine();
     let signals_arg = Arc::as_ptr(signals).cast_mut().cast();
     let ep = engine.ucp.connect(&hello.worker_address, Some(on_endpoint_error), signals_arg)?;
-    let table = group.domain.regions();
+    let table = domain.core.regions();
     // What was mapped before any of the peer's keys is unpacked: a range the peer may have
     // written directly must lie in a mapping its keys made.
     let screen = (hello.ring.is_some())

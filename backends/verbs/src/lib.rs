@@ -25,6 +25,7 @@ mod device;
 mod device_list;
 mod events;
 mod handle;
+mod lane;
 mod lending;
 mod mr;
 mod pd;

@@ -9,7 +9,7 @@ use memmap2::MmapMut;
 use rdma_hint_backend_core::region_table::RegionLen;
 use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::transport::check_range;
-use rdma_hint_core::{CallerMemory, ForeignMemory, MemoryKind, Refused, TransportError};
+use rdma_hint_core::{CallerMemory, CallerMemoryPath, ForeignMemory, MemoryKind, Refused, TransportError};
 use rdma_mummy_sys as ibv;
 use std::sync::Arc;
 
@@ -206,4 +206,17 @@ impl RegionLen for ExposedRegion {
     fn region_len(&self) -> u64 {
         self.len
     }
+}
+/// Host memory is registered in place everywhere; dma-bufs where the provider implements
+/// `ibv_reg_dmabuf_mr`, which a probe with no descriptor tells apart: a provider without it
+/// answers `EOPNOTSUPP` (rxe does), one with it rejects the descriptor.
+pub(crate) fn caller_memory_paths(pd: &Arc<ProtectionDomain>) -> Vec<CallerMemoryPath> {
+    let path = |kind| CallerMemoryPath { kind, send_copies: 0, receive_copies: Some(0), medium_copies: 0 };
+    let mut paths = vec![path(MemoryKind::Host)];
+    // SAFETY: fd -1 is never a descriptor: the call fails before anything is registered.
+    let probe = unsafe { MemoryRegion::register_dmabuf(pd, (-1, 0), 4096, 0, 0) };
+    if !matches!(probe, Err(TransportError::UnsupportedMemory { .. })) {
+        paths.push(path(MemoryKind::DmaBuf));
+    }
+    paths
 }

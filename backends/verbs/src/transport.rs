@@ -4,6 +4,7 @@ use crate::context::Context;
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::device::{self, DeviceFacts};
 use crate::events::{EventThread, Events, Watched};
+use crate::lane::{lock, Lane, Polling, Posting, VerbsDomain};
 use crate::lending::Lending;
 use crate::pd::ProtectionDomain;
 use crate::qp::{PeerPath, QueuePair};
@@ -17,15 +18,15 @@ use rdma_hint_backend_core::lanes::Exposure;
 use rdma_hint_backend_core::wait::wait;
 use rdma_hint_backend_core::Domain;
 use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
-    GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
-    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
+    Arrival, CallerMemory, Capabilities, Completion, CompletionStatus, CopiedBytes, GatherEntry, GatherOp,
+    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
+    WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Send-queue depth asked for (bounded by the device's `max_qp_wr`).
@@ -43,89 +44,6 @@ const POLLS_PER_CLOCK: u32 = 64;
 /// `Arrival::region` when the receiver exposed several regions: RDMA WRITE WITH IMM does not
 /// say which one was written.
 pub const UNKNOWN_REGION: RegionId = RegionId(u32::MAX);
-
-/// The pre-sized work requests one post fills and chains (nothing allocates per post), and the
-/// send queue's accounting.
-struct Posting {
-    wrs: Vec<ibv::ibv_send_wr>,
-    sges: Vec<ibv::ibv_sge>,
-    /// Work requests posted and not yet retired by a signalled completion.
-    in_flight: usize,
-    /// For each signalled WR in posting order: how many WRs its completion retires.
-    retires: VecDeque<usize>,
-    since_signal: usize,
-}
-
-// SAFETY: the only pointers are the chain links (`sg_list`, `next`) into `wrs` and `sges`
-// themselves; they are set and handed to `ibv_post_send` only while the `posting` lock is
-// held, and are never read otherwise.
-unsafe impl Send for Posting {}
-
-/// The completion array polls fill, and when the out-of-band socket was last looked at.
-struct Polling {
-    wcs: Vec<ibv::ibv_wc>,
-    checked: Instant,
-    empty_polls: u32,
-}
-
-/// What is one lane's own: its QP (and CQs), the send queue's accounting, the completion
-/// array, the link's state and what its connect exposed.
-struct Lane {
-    qp: Arc<QueuePair>,
-    posting: Mutex<Posting>,
-    polling: Mutex<Polling>,
-    events: Arc<Events>,
-    exposure: Exposure,
-}
-
-impl Lane {
-    fn broken(&self) -> bool {
-        self.events.gone.is_gone()
-    }
-
-    /// Once the link is gone, WRs that were never signalled can never be retired by a
-    /// completion: moves the QP to ERR (the device reads no more memory for it), drains the
-    /// send CQ of its flush completions and counts nothing in flight. False if the QP cannot
-    /// be moved.
-    fn flushed_after_loss(&self) -> bool {
-        if let Err(error) = self.qp.to_error() {
-            tracing::debug!(%error, "verbs: cannot move the QP to ERR");
-            return false;
-        }
-        let mut polling = lock(&self.polling);
-        while self.qp.send_cq().poll(&mut polling.wcs).is_ok_and(|found| found > 0) {}
-        let mut posting = lock(&self.posting);
-        posting.in_flight = 0;
-        posting.retires.clear();
-        posting.since_signal = 0;
-        true
-    }
-}
-
-impl rdma_hint_backend_core::lanes::Lane for Lane {
-    // Posts count their WRs under the region table's read lock (then the posting lock).
-    type Quiet<'a> = ();
-
-    fn quiet(&self) {}
-
-    /// Whether work requests of this lane are in flight (their regions may still be read).
-    fn busy(&self, _: &mut ()) -> bool {
-        lock(&self.posting).in_flight > 0 && !(self.broken() && self.flushed_after_loss())
-    }
-
-    fn exposure(&self) -> &Exposure {
-        &self.exposure
-    }
-
-    /// Once the link is gone, the QP is (or is being) moved to ERR: the peer's writes are
-    /// refused by this side's NIC.
-    fn peer_may_write(&self) -> bool {
-        !self.broken()
-    }
-}
-
-/// The domain the lanes of one connection share: one protection domain's regions.
-type VerbsDomain = Domain<Region, Lane>;
 
 /// Raw ibverbs RC transport over one device port.
 ///
@@ -206,10 +124,6 @@ impl std::fmt::Debug for VerbsTransport {
             .field("port", &self.port.number)
             .finish()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn initial_psn() -> u32 {
@@ -388,7 +302,7 @@ impl VerbsTransport {
             max_wrs_per_post,
             max_sges: qp.max_sges(),
             memory_kinds: vec![MemoryKind::Host],
-            caller_memory: caller_memory_paths(&pd),
+            caller_memory: crate::region::caller_memory_paths(&pd),
         };
         // SAFETY: ibv_send_wr, ibv_sge and ibv_wc are plain C structs; all-zero is valid.
         let (wrs, sges, wcs) = unsafe {
@@ -503,20 +417,6 @@ impl VerbsTransport {
     ) -> Result<Region, TransportError> {
         self.domain.take(region, admit, |table, region| table.remove(region))
     }
-}
-
-/// Host memory is registered in place everywhere; dma-bufs where the provider implements
-/// `ibv_reg_dmabuf_mr`, which a probe with no descriptor tells apart: a provider without it
-/// answers `EOPNOTSUPP` (rxe does), one with it rejects the descriptor.
-fn caller_memory_paths(pd: &Arc<ProtectionDomain>) -> Vec<CallerMemoryPath> {
-    let path = |kind| CallerMemoryPath { kind, send_copies: 0, receive_copies: Some(0), medium_copies: 0 };
-    let mut paths = vec![path(MemoryKind::Host)];
-    // SAFETY: fd -1 is never a descriptor: the call fails before anything is registered.
-    let probe = unsafe { crate::mr::MemoryRegion::register_dmabuf(pd, (-1, 0), 4096, 0, 0) };
-    if !matches!(probe, Err(TransportError::UnsupportedMemory { .. })) {
-        paths.push(path(MemoryKind::DmaBuf));
-    }
-    paths
 }
 
 impl VerbsTransport {

@@ -23,7 +23,7 @@ fn deadline(seconds: u64) -> Instant {
 
 /// What `victim` makes of `hello` as its peer's: the attach's verdict, and the lanes it reports.
 fn attach_to(victim: &UcxTransport, hello: &Hello) -> Result<String, TransportError> {
-    attach(&victim.shared, &victim.group, &victim.signals, hello, &[])
+    attach(&victim.shared, &victim.domain, &victim.signals, hello, &[])
 }
 
 /// A peer exposing one 64 KiB region, and its honest hello.

@@ -1,6 +1,7 @@
 //! The lanes of one connection: workers of one context over one domain's regions.
 
-use crate::engine::{Engine, NoticeRing};
+use crate::engine::Engine;
+use crate::notices::NoticeRing;
 use crate::progress::Shared;
 use crate::region::Region;
 use crate::wire::MAX_REGIONS;
@@ -53,17 +54,17 @@ impl Lane for Shared {
 /// while its peer was live leaves its exposure behind: over shared memory the peer writes the
 /// regions directly, and keeps doing so until it has seen the goodbye.
 #[derive(Debug)]
-pub(crate) struct LaneGroup {
-    pub(crate) domain: Domain<Region, Shared>,
+pub(crate) struct UcxDomain {
+    pub(crate) core: Domain<Region, Shared>,
     /// The scope may carry shared memory, where a peer writes our regions itself; over TCP
     /// alone its puts land only through our worker, so a closed lane guards nothing.
     peer_writes_directly: bool,
     context: Arc<Context>,
 }
 
-impl LaneGroup {
-    pub(crate) fn new(context: Arc<Context>, peer_writes_directly: bool) -> LaneGroup {
-        LaneGroup { domain: Domain::new(MAX_REGIONS), peer_writes_directly, context }
+impl UcxDomain {
+    pub(crate) fn new(context: Arc<Context>, peer_writes_directly: bool) -> UcxDomain {
+        UcxDomain { core: Domain::new(MAX_REGIONS), peer_writes_directly, context }
     }
 
     /// The context every lane's worker and every region belongs to.
@@ -104,20 +105,20 @@ impl LaneGroup {
         let still_writes =
             move || oob.as_ref().is_none_or(|oob| !peer_left(oob).is_some_and(|loss| loss.stopped));
         let ring = ring.map(|ring| Box::new(ring) as Box<dyn Send>);
-        self.domain.lanes().leave(LeftLane::new(exposed, still_writes, ring));
+        self.core.lanes().leave(LeftLane::new(exposed, still_writes, ring));
     }
 }
 
-impl Drop for LaneGroup {
+impl Drop for UcxDomain {
     fn drop(&mut self) {
         // The last lane is gone: no put of ours reads a region any more, but the peer of a lane
         // that closed may still write what that lane exposed until it has seen the goodbye.
-        let still = self.domain.lanes_owned().settle_left(PEER_STOP_WAIT);
+        let still = self.core.lanes_owned().settle_left(PEER_STOP_WAIT);
         // Its peer may still write a kept notice ring: freeing it would be heap corruption
         // where UCX allocated it from the heap.
         let mut leaked = still.kept.len();
         still.kept.into_iter().for_each(std::mem::forget);
-        for (id, region) in self.domain.regions_owned().drain() {
+        for (id, region) in self.core.regions_owned().drain() {
             if still.regions.contains(&id) {
                 // Freed memory the peer still writes would be heap corruption; leaked memory is
                 // bounded by the regions exposed to a peer that never said it stopped.
