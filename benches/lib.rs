@@ -103,6 +103,15 @@ impl Transport for NullTransport {
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         Ok(expose.iter().map(|id| RemoteRegion { id: *id, len: u64::MAX }).collect())
     }
+    fn post_reads(&self, ops: &[rdma_hint::ReadOp]) -> Result<(), TransportError> {
+        for op in ops.iter().filter(|op| op.signalled) {
+            self.completed
+                .try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success })
+                .map_err(|_| TransportError::QueueFull { given: 1, max: self.caps.max_outstanding_wrs })?;
+        }
+        Ok(())
+    }
+
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         for op in ops.iter().filter(|op| op.signalled) {
             self.completed

@@ -21,7 +21,7 @@ fn main() {
         .allowlist_function("ucp_(init_version|cleanup|config_read|config_release|config_modify|context_query|get_version_string)")
         .allowlist_function("ucp_worker_(create|destroy|get_address|release_address|progress|get_efd|arm|signal|set_am_recv_handler|print_info|query|fence)")
         .allowlist_function("ucp_ep_(create|close_nbx|flush_nbx|rkey_unpack|evaluate_perf|print_info)")
-        .allowlist_function("ucp_(mem_map|mem_unmap|mem_query|rkey_pack|rkey_buffer_release|rkey_destroy|rkey_ptr|put_nbx|am_send_nbx|request_check_status|request_free)")
+        .allowlist_function("ucp_(mem_map|mem_unmap|mem_query|rkey_pack|rkey_buffer_release|rkey_destroy|rkey_ptr|put_nbx|get_nbx|am_send_nbx|request_check_status|request_free)")
         .allowlist_function("ucs_status_string|ucs_global_opts_set_value|ucs_log_init|ucs_log_cleanup")
         .allowlist_function("open_memstream|fclose")
         .allowlist_type("ucp_.*")

@@ -22,6 +22,7 @@ mod lane;
 mod link;
 mod memory;
 pub mod protocol;
+mod reads;
 mod region;
 mod request;
 pub mod ring;

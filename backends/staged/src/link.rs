@@ -7,7 +7,8 @@
 
 use crate::lane::{SenderDone, StagedLane};
 use crate::memory::{Direction, GatherSend, Memory, PeerMapping};
-use crate::protocol::{Inbound, Inbox};
+use crate::protocol::{Awaited, Inbound, Inbox};
+use crate::reads::{answer_frame, request_frame, PendingRead, Reads};
 use crate::region::{copy_to_peer, RegionMemory, Staging};
 use crate::request::{Pieces, Request};
 use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
@@ -17,7 +18,9 @@ use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_backend_core::wait::WaitModeCell;
 use rdma_hint_backend_core::{Domain, RegionTable};
-use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId, TransportError, WaitMode, WriteOp};
+use rdma_hint_core::{
+    Arrival, Completion, CompletionStatus, ReadOp, RegionId, TransportError, WaitMode, WriteOp,
+};
 use rdma_hint_stream_copy::Run;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -256,6 +259,8 @@ struct Shared {
     /// Tags of the signalled writes sent and not yet acknowledged, oldest first: acks must
     /// come back for exactly these, in this order (TCP keeps frames in order).
     awaiting_ack: Mutex<VecDeque<u64>>,
+    /// TCP: our reads waiting for their bytes, oldest first.
+    reads: Reads,
 }
 
 impl Shared {
@@ -378,6 +383,7 @@ impl Link {
             max_outstanding,
             lane: lane.clone(),
             awaiting_ack: Mutex::new(VecDeque::with_capacity(max_outstanding)),
+            reads: Reads::new(max_outstanding),
         });
         let spawn = |name: &str, body: Box<dyn FnOnce(&Shared) + Send>| {
             let shared = shared.clone();
@@ -396,6 +402,10 @@ impl Link {
                     ChannelKind::Shm => watch_shm_socket(watched),
                 };
                 shared.fail(reason);
+                // No answer is placed after this thread: the reads still waiting never complete.
+                for read in shared.reads.drain() {
+                    unanswered(shared, &read);
+                }
             }),
         )?];
         handles.push(spawn(
@@ -505,6 +515,52 @@ impl Link {
         shared.lane.copies.in_transit(copied);
         moved?;
         Ok(true)
+    }
+
+    /// shm channel: moves `ops` (reads, checked by the caller with the region table
+    /// read-locked) in the calling thread: copies each out of the peer's mapping into local
+    /// memory and completes it. `Ok(false)`: the reads go the sender thread's way (TCP, where
+    /// the peer answers them; or that thread has ops queued, which go first), or the completion
+    /// queue lacks room for the batch.
+    pub(crate) fn read_in_place(
+        &self,
+        ops: &[ReadOp],
+        regions: &RegionTable<LocalEntry>,
+    ) -> Result<bool, TransportError> {
+        let shared = &*self.shared;
+        if shared.rings.is_none() || shared.lane.in_flight.load(Ordering::Acquire) > 0 {
+            return Ok(false);
+        }
+        if self.completions.room() < ops.iter().filter(|op| op.signalled).count() {
+            return Ok(false);
+        }
+        let mut copied = 0u64;
+        let moved = (|| -> Result<(), TransportError> {
+            for op in ops {
+                let (source, _) = self.mapped(op.remote)?;
+                let local = &regions.get(op.local)?.memory;
+                let target = local.host().ok_or(TransportError::UnsupportedMemory { kind: local.kind() })?;
+                source.copy_to(op.remote_offset, target, op.local_offset, op.len, None)?;
+                copied += op.len;
+                if op.signalled {
+                    let done = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
+                    shared.completions.try_send(done).map_err(|_| {
+                        self.break_with(
+                            "completion queue overflow: the application is not draining completions".into(),
+                        )
+                    })?;
+                }
+            }
+            Ok(())
+        })();
+        shared.lane.copies.in_transit(copied);
+        moved?;
+        Ok(true)
+    }
+
+    /// TCP: reads that may still be asked before the peer's window of answers is full.
+    pub(crate) fn read_room(&self) -> usize {
+        self.shared.reads.room()
     }
 
     /// The peer's region `id`, mapped (on its first write), and whether it wants every write
@@ -702,19 +758,39 @@ fn ring_loop(shared: &Shared) {
 /// What the reader hands the sender thread, in arrival order: an acknowledgement to write
 /// (and the arrival to publish once it is on the wire), or an arrival alone.
 pub(crate) enum Outgoing {
-    Ack { ack: Frame, then: Option<Arrival> },
+    Ack {
+        ack: Frame,
+        then: Option<Arrival>,
+    },
     Arrival(Arrival),
+    /// The answer to the peer's read: `len` bytes at `offset` of our exposed `region`.
+    Answer {
+        region: u32,
+        offset: u64,
+        len: u64,
+        wr_id: u64,
+    },
 }
 
 /// Writes an ack before publishing the arrival it precedes: an application that exits as soon
 /// as it sees the arrival must not strand the writer's completions.
-fn deliver(shared: &Shared, outgoing: Outgoing) -> Result<(), String> {
+fn deliver(shared: &Shared, outgoing: Outgoing, staging: &mut Staging) -> Result<(), String> {
     let arrival = match outgoing {
         Outgoing::Ack { ack, then } => {
             shared.send_frame(&ack).map_err(|e| format!("sending an ack: {e}"))?;
             then
         }
         Outgoing::Arrival(arrival) => Some(arrival),
+        Outgoing::Answer { region, offset, len, wr_id } => {
+            let writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            with_target(shared, region, |target| {
+                (&*writer)
+                    .write_all(&answer_frame(region, wr_id, len).encode())
+                    .and_then(|()| target.memory.over_socket(Direction::Send, offset, len, &writer, staging))
+                    .map_err(|e| format!("answering a read: {e}"))
+            })?;
+            None
+        }
     };
     match arrival {
         Some(arrival) => shared
@@ -745,7 +821,7 @@ fn send_loop(
             recv(ops) -> op => match op { Ok(op) => op, Err(_) => return },
             recv(acks) -> outgoing => match outgoing {
                 Ok(outgoing) => {
-                    let delivered = deliver(shared, outgoing);
+                    let delivered = deliver(shared, outgoing, &mut staging);
                     shared.queued_deliveries.fetch_sub(1, Ordering::AcqRel);
                     if let Err(reason) = delivered {
                         shared.fail(reason);
@@ -758,20 +834,29 @@ fn send_loop(
             recv(reader_gone) -> _ => break,
         };
         let mut sent = send_one(shared, &op, &mut staging);
+        // A read over TCP stays in flight until its bytes are placed (or the link ends).
+        let answered_later = matches!(sent, Ok(Sent::Asked));
         // With nothing queued the direct path may take over on another thread, and announce
         // bytes after these: they land first (streamed stores fenced, GPU copies done). A
         // poster counts an op in `in_flight` before queueing it, so the queue, not the count,
         // says whether this was the last.
         if sent.is_ok() && ops.is_empty() {
-            sent = staging.settle().map_err(|e| format!("copying to the peer: {e}"));
+            if let Err(e) = staging.settle() {
+                sent = Err(format!("copying to the peer: {e}"));
+            }
         }
         if sent.is_err() {
             staging.fence_host();
         }
-        shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if !answered_later {
+            shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
         if let Err(reason) = sent {
             shared.fail(reason);
-            flush(&op, &shared.completions);
+            // An asked read waits with the reader, whose end flushes it.
+            if !answered_later {
+                flush(&op, &shared.completions);
+            }
             break;
         }
     }
@@ -796,9 +881,20 @@ fn flush(request: &Request, completions: &EventSender<Completion>) {
     }
 }
 
-fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result<(), String> {
+/// What became of a request the sender thread took.
+enum Sent {
+    /// It is done with: its source may be reused (a write sent or copied, a read copied).
+    Done,
+    /// A read asked over TCP: in flight until its answer is placed.
+    Asked,
+}
+
+fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result<Sent, String> {
     if shared.lane.gone.is_gone() {
         return Err("link already broken".into());
+    }
+    if request.is_read() {
+        return read_one(shared, &request.head());
     }
     let op = request.head();
     // The sources, each looked up once (a gather's pieces usually share one region).
@@ -877,6 +973,71 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
             }
         }
     }
+    Ok(Sent::Done)
+}
+
+/// A read the sender thread took: over shm copied out of the peer's mapping at once; over TCP
+/// recorded, then asked for.
+fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
+    let local =
+        local(&shared.local, op.local).ok_or_else(|| format!("local region {:?} vanished", op.local))?;
+    match shared.channel {
+        ChannelKind::Shm => {
+            let remote = shared.remote.get(op.remote.0 as usize).and_then(Option::as_ref);
+            let mapping = remote
+                .and_then(|remote| remote.mapped.as_ref())
+                .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
+            let target = local.memory.host().ok_or("a read into GPU memory over shm was refused at post")?;
+            mapping
+                .get()
+                .and_then(|source| source.copy_to(op.remote_offset, target, op.local_offset, op.len, None))
+                .map_err(|e| format!("reading the peer's region: {e}"))?;
+            shared.lane.copies.in_transit(op.len);
+            if op.signalled {
+                let _ = shared
+                    .completions
+                    .try_send(Completion { wr_id: op.wr_id, status: CompletionStatus::Success });
+            }
+            Ok(Sent::Done)
+        }
+        ChannelKind::Tcp => {
+            let read = PendingRead {
+                wr_id: op.wr_id,
+                local: local.memory,
+                local_offset: op.local_offset,
+                len: op.len,
+                signalled: op.signalled,
+            };
+            shared.reads.ask(read);
+            shared.send_frame(&request_frame(op)).map_err(|e| format!("asking for a read: {e}"))?;
+            Ok(Sent::Asked)
+        }
+    }
+}
+
+/// A read whose answer will never come (the link ended): no longer in flight, and flushed if
+/// it was to complete.
+fn unanswered(shared: &Shared, read: &PendingRead) {
+    shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
+    if read.signalled {
+        let flushed = Completion { wr_id: read.wr_id, status: CompletionStatus::Failed { code: FLUSHED } };
+        let _ = shared.completions.try_send(flushed);
+    }
+}
+
+/// Places the answer to our oldest read (admitted: its tag and length are that read's), then
+/// completes it.
+fn place_answer(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) -> Result<(), String> {
+    let read = shared.reads.take().ok_or("an answer was admitted with no read waiting")?;
+    let placed = read.local.over_socket(Direction::Receive, read.local_offset, read.len, socket, staging);
+    shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
+    placed.map_err(|e| format!("the peer vanished mid-answer: {e}"))?;
+    if read.signalled {
+        let done = Completion { wr_id: read.wr_id, status: CompletionStatus::Success };
+        shared.completions.try_send(done).map_err(|_| {
+            "completion queue overflow: the application is not draining completions".to_string()
+        })?;
+    }
     Ok(())
 }
 
@@ -938,7 +1099,7 @@ fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) ->
         });
     }
     let frame = Frame::decode(&header).map_err(|e| format!("protocol error: {e}"))?;
-    match shared.inbox.admit(&frame, expected_ack(shared, &frame))? {
+    match shared.inbox.admit(&frame, awaited(shared, &frame))? {
         Inbound::Write { region, offset, len, arrival, ack, .. } => {
             with_target(shared, region, |target| {
                 (target.memory.over_socket(Direction::Receive, offset, len, socket, staging))
@@ -947,15 +1108,24 @@ fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) ->
             hand_over(shared, outgoing(region, len, arrival, ack))
         }
         Inbound::Ack { wr_id, status } => acknowledge(shared, wr_id, status),
+        Inbound::ReadRequest { region, offset, len, wr_id } => {
+            hand_over(shared, Some(Outgoing::Answer { region, offset, len, wr_id }))
+        }
+        Inbound::ReadData { .. } => place_answer(shared, socket, staging),
     }
 }
 
-/// The tag an ack frame must carry: the oldest signalled write of ours still waiting for one
-/// (only an ack needs the queue: writes, the common frame, take no lock).
-fn expected_ack(shared: &Shared, frame: &Frame) -> Option<u64> {
+/// What `frame` must answer: the oldest signalled write of ours still waiting for its ack, or
+/// the oldest read still waiting for its bytes (only acks and answers look: writes, the
+/// common frame, take no lock).
+fn awaited(shared: &Shared, frame: &Frame) -> Awaited {
     match frame.kind {
-        FrameKind::Ack => shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied(),
-        FrameKind::Write => None,
+        FrameKind::Ack => Awaited {
+            ack: shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied(),
+            read: None,
+        },
+        FrameKind::ReadData => Awaited { ack: None, read: shared.reads.next() },
+        FrameKind::Write | FrameKind::ReadRequest => Awaited::default(),
     }
 }
 
@@ -1006,7 +1176,7 @@ impl Link {
             let frame =
                 Frame::decode(&header).map_err(|e| self.break_with(format!("protocol error: {e}")))?;
             let inbound =
-                shared.inbox.admit(&frame, expected_ack(shared, &frame)).map_err(|e| self.break_with(e))?;
+                shared.inbox.admit(&frame, awaited(shared, &frame)).map_err(|e| self.break_with(e))?;
             let step = match inbound {
                 Inbound::Write { region, offset, len, arrival, ack, .. } => {
                     let whole = (HEADER_BYTES as u64)
@@ -1030,7 +1200,7 @@ impl Link {
                         Ok(true) => {
                             let owed = outgoing(region, len, arrival, ack);
                             match (owed, shared.queued_deliveries.load(Ordering::Acquire)) {
-                                (Some(owed), 0) => deliver(shared, owed),
+                                (Some(owed), 0) => deliver(shared, owed, &mut Staging::default()),
                                 (owed, _) => hand_over(shared, owed),
                             }
                         }
@@ -1040,6 +1210,15 @@ impl Link {
                 Inbound::Ack { wr_id, status } => (socket.read_exact(&mut header))
                     .map_err(|e| format!("reading from the peer: {e}"))
                     .and_then(|()| acknowledge(shared, wr_id, status)),
+                // Reads are the reader thread's: it answers through the sender thread and
+                // places answers into memory a poll does not hold.
+                Inbound::ReadRequest { .. } | Inbound::ReadData { .. } => {
+                    shared.reader_needed.store(true, Ordering::Release);
+                    if let Some(reader) = self.threads.first() {
+                        reader.thread().unpark();
+                    }
+                    break;
+                }
             };
             step.map_err(|reason| self.break_with(reason))?;
         }

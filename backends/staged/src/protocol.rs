@@ -31,6 +31,36 @@ pub enum Inbound {
         /// 0 for success.
         status: u16,
     },
+    /// TCP: send `len` bytes at `offset` of the exposed region `region` back as the answer
+    /// to the peer's read `wr_id`.
+    ReadRequest {
+        /// Source region id (this side's).
+        region: u32,
+        /// Offset in it.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+        /// The peer's tag.
+        wr_id: u64,
+    },
+    /// TCP: the bytes of our oldest read still waiting follow: place them where it asked.
+    ReadData {
+        /// Our tag.
+        wr_id: u64,
+        /// Bytes that follow.
+        len: u64,
+    },
+}
+
+/// What this side is waiting for from its peer when a frame comes in: the tag of the oldest
+/// signalled write of ours still waiting for its acknowledgement, and the tag and length of
+/// the oldest read of ours still waiting for its bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Awaited {
+    /// The next acknowledgement's tag.
+    pub ack: Option<u64>,
+    /// The next read answer's tag and length.
+    pub read: Option<(u64, u64)>,
 }
 
 /// The receiving side's rules: the channel, the regions the peer may write (length by id)
@@ -58,13 +88,25 @@ impl Inbox {
         Inbox { channel, exposed: table, max_msg_bytes }
     }
 
-    /// Admits `frame`, given the tag of the oldest signalled write of ours still waiting for
-    /// its acknowledgement (`None`: none is); anything else is a protocol error whose text
-    /// starts with `protocol error`.
-    pub fn admit(&self, frame: &Frame, expected_ack: Option<u64>) -> Result<Inbound, String> {
+    /// Admits `frame`, given what this side is waiting for ([`Awaited`]); anything else is a
+    /// protocol error whose text starts with `protocol error`.
+    pub fn admit(&self, frame: &Frame, awaited: Awaited) -> Result<Inbound, String> {
         match frame.kind {
             FrameKind::Write => self.write(frame),
-            FrameKind::Ack => match expected_ack {
+            FrameKind::ReadRequest => self.read_request(frame),
+            FrameKind::ReadData => match awaited.read {
+                Some((wr_id, len))
+                    if self.channel == ChannelKind::Tcp && (frame.wr_id, frame.len) == (wr_id, len) =>
+                {
+                    Ok(Inbound::ReadData { wr_id, len })
+                }
+                Some((wr_id, len)) if self.channel == ChannelKind::Tcp => Err(format!(
+                    "protocol error: {} B answering read {} where read {wr_id} of {len} B is next",
+                    frame.len, frame.wr_id
+                )),
+                _ => Err("protocol error: an answer to a read that was never asked".into()),
+            },
+            FrameKind::Ack => match awaited.ack {
                 Some(wr_id) if self.channel == ChannelKind::Tcp && frame.wr_id == wr_id => {
                     Ok(Inbound::Ack { wr_id, status: frame.status })
                 }
@@ -126,10 +168,32 @@ impl Inbox {
     #[cold]
     fn admit_slot_decoded(&self, words: [u64; HEADER_WORDS]) -> Result<Inbound, String> {
         let frame = Frame::from_words(words).map_err(|e| format!("protocol error: a ring slot: {e}"))?;
-        match self.admit(&frame, None)? {
+        match self.admit(&frame, Awaited::default())? {
             write @ Inbound::Write { payload_follows: false, ack: None, .. } => Ok(write),
             other => Err(format!("protocol error: a ring slot asks for {other:?}")),
         }
+    }
+
+    /// A read request: TCP only, inside a region this side exposed, no larger than a message.
+    fn read_request(&self, frame: &Frame) -> Result<Inbound, String> {
+        if self.channel != ChannelKind::Tcp {
+            return Err("protocol error: a read request on the shm channel (reads map the region)".into());
+        }
+        let Some(region_len) = self.region_len(frame.region) else {
+            return Err(format!("protocol error: read from region {} which is not exposed", frame.region));
+        };
+        if !self.fits(region_len, frame.offset, frame.len) {
+            return Err(format!(
+                "protocol error: read {}+{} B outside region {} ({region_len} B)",
+                frame.offset, frame.len, frame.region
+            ));
+        }
+        Ok(Inbound::ReadRequest {
+            region: frame.region,
+            offset: frame.offset,
+            len: frame.len,
+            wr_id: frame.wr_id,
+        })
     }
 
     fn write(&self, frame: &Frame) -> Result<Inbound, String> {
@@ -169,16 +233,49 @@ mod tests {
     #[test]
     fn only_writes_inside_exposed_regions_and_owed_acks_pass() {
         let inbox = Inbox::new(ChannelKind::Tcp, &[(0, 4096), (2, 8192)], 1 << 20);
-        assert!(inbox.admit(&write(0, 0, 4096, FLAG_IMM), None).is_ok());
-        assert!(inbox.admit(&write(2, 4096, 4096, 0), None).is_ok());
+        let none = Awaited::default();
+        assert!(inbox.admit(&write(0, 0, 4096, FLAG_IMM), none).is_ok());
+        assert!(inbox.admit(&write(2, 4096, 4096, 0), none).is_ok());
         for bad in [write(1, 0, 1, 0), write(0, 4095, 2, 0), write(0, u64::MAX, 2, 0), write(0, 0, 0, 0)] {
-            assert!(inbox.admit(&bad, None).unwrap_err().starts_with("protocol error"), "{bad:?}");
+            assert!(inbox.admit(&bad, none).unwrap_err().starts_with("protocol error"), "{bad:?}");
         }
-        assert!(inbox.admit(&write(0, 0, 16, FLAG_PLACED), None).is_err(), "shm framing on tcp");
+        assert!(inbox.admit(&write(0, 0, 16, FLAG_PLACED), none).is_err(), "shm framing on tcp");
         let ack = Frame::ack(0, 3);
-        assert!(inbox.admit(&ack, None).is_err(), "never asked for");
-        assert!(inbox.admit(&ack, Some(3)).is_ok());
-        assert!(inbox.admit(&ack, Some(4)).is_err(), "not the write that is next");
+        let awaiting = |wr_id| Awaited { ack: Some(wr_id), read: None };
+        assert!(inbox.admit(&ack, none).is_err(), "never asked for");
+        assert!(inbox.admit(&ack, awaiting(3)).is_ok());
+        assert!(inbox.admit(&ack, awaiting(4)).is_err(), "not the write that is next");
+    }
+
+    fn read(kind: FrameKind, region: u32, offset: u64, len: u64, wr_id: u64) -> Frame {
+        Frame { kind, flags: 0, status: 0, region, offset, len, wr_id, imm: 0 }
+    }
+
+    /// A peer reads only what this side exposed, and answers only the read that is next, at
+    /// its length: it can neither read past a region nor place bytes nobody asked for.
+    #[test]
+    fn reads_ask_only_for_exposed_bytes_and_answers_match_the_oldest_read() {
+        let inbox = Inbox::new(ChannelKind::Tcp, &[(0, 4096), (2, 8192)], 1 << 20);
+        let none = Awaited::default();
+        let asked = read(FrameKind::ReadRequest, 2, 4096, 4096, 7);
+        assert_eq!(
+            inbox.admit(&asked, none),
+            Ok(Inbound::ReadRequest { region: 2, offset: 4096, len: 4096, wr_id: 7 })
+        );
+        for (region, offset, len) in
+            [(1, 0, 1), (0, 4095, 2), (0, u64::MAX, 2), (0, 0, 0), (2, 0, (1 << 20) + 1)]
+        {
+            let bad = read(FrameKind::ReadRequest, region, offset, len, 7);
+            assert!(inbox.admit(&bad, none).unwrap_err().starts_with("protocol error"), "{bad:?}");
+        }
+        let shm = Inbox::new(ChannelKind::Shm, &[(0, 4096)], 1 << 20);
+        assert!(shm.admit(&read(FrameKind::ReadRequest, 0, 0, 64, 1), none).is_err(), "reads map over shm");
+        let answer = read(FrameKind::ReadData, 0, 0, 4096, 9);
+        let reading = |wr_id, len| Awaited { ack: None, read: Some((wr_id, len)) };
+        assert!(inbox.admit(&answer, none).is_err(), "never asked for");
+        assert_eq!(inbox.admit(&answer, reading(9, 4096)), Ok(Inbound::ReadData { wr_id: 9, len: 4096 }));
+        assert!(inbox.admit(&answer, reading(8, 4096)).is_err(), "not the read that is next");
+        assert!(inbox.admit(&answer, reading(9, 64)).is_err(), "more bytes than were asked for");
     }
 
     #[test]

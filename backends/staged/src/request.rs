@@ -1,10 +1,10 @@
-//! A work request on its way to the sender thread: a plain write, or a gather of up to
-//! [`MAX_SGES`] local ranges landing back to back in the peer's region, copied whole into one
-//! fixed-size [`Request`] (posting allocates nothing). The posting paths read requests through
+//! A work request on its way to the sender thread: a plain write, a gather of up to
+//! [`MAX_SGES`] local ranges landing back to back in the peer's region, or a read, copied whole
+//! into one fixed-size [`Request`] (posting allocates nothing). The posting paths read requests through
 //! the backend core's [`Pieces`].
 
 pub(crate) use rdma_hint_backend_core::gather::{Gathered, Pieces};
-use rdma_hint_core::{GatherEntry, GatherOp, WriteOp};
+use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, WriteOp};
 
 /// Local ranges one gather write takes, at most.
 pub(crate) const MAX_SGES: u32 = 32;
@@ -12,7 +12,9 @@ pub(crate) const MAX_SGES: u32 = 32;
 /// A request copied for the sender thread.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request {
+    /// A write's head, or a read's ranges ([`ReadOp::ranges`]) when `read`.
     head: WriteOp,
+    read: bool,
     /// Entries of a gather; 0 for a plain write (its range is the head's).
     count: u8,
     entries: [GatherEntry; MAX_SGES as usize],
@@ -22,7 +24,8 @@ impl Request {
     /// `request` copied; a gather of more than [`MAX_SGES`] entries was refused before.
     pub(crate) fn of(request: &impl Pieces) -> Request {
         let head = request.head();
-        let mut copied = Request { head, count: 0, entries: [GatherEntry::EMPTY; MAX_SGES as usize] };
+        let mut copied =
+            Request { head, read: false, count: 0, entries: [GatherEntry::EMPTY; MAX_SGES as usize] };
         let mut pieces = request.pieces().peekable();
         let plain = pieces.peek().is_some_and(|first| first.len == head.len);
         if !plain {
@@ -36,6 +39,21 @@ impl Request {
             }
         }
         copied
+    }
+
+    /// `read` copied.
+    pub(crate) fn read(read: &ReadOp) -> Request {
+        Request {
+            head: read.ranges(),
+            read: true,
+            count: 0,
+            entries: [GatherEntry::EMPTY; MAX_SGES as usize],
+        }
+    }
+
+    /// Whether this is a read (its head's `local` is the destination).
+    pub(crate) fn is_read(&self) -> bool {
+        self.read
     }
 }
 

@@ -160,7 +160,9 @@ mod tests {
                 imms.push(arrival.unwrap_or(u32::MAX));
                 Ok(())
             }
-            Inbound::Ack { .. } => unreachable!("refused by take"),
+            Inbound::Ack { .. } | Inbound::ReadRequest { .. } | Inbound::ReadData { .. } => {
+                unreachable!("refused by take")
+            }
         })?;
         Ok(imms)
     }

@@ -17,8 +17,8 @@ use rdma_hint_backend_core::wait::{wait, WaitModeCell};
 use rdma_hint_backend_core::{Domain, RegionTable};
 use rdma_hint_core::{
     Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp, LocalRegion,
-    MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
-    MAX_OPS_PER_POST,
+    MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode,
+    WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::Rendezvous;
 use std::net::{SocketAddr, TcpStream};
@@ -230,6 +230,36 @@ impl StagedTransport {
         }
         let handoff = offer.map(|offer| Handoff { socket: offer.name.clone(), cookie: offer.cookie });
         Ok(Hello { channel, regions, handoff })
+    }
+
+    /// Checks one read as a write of the same ranges, and what the channel cannot read: into
+    /// GPU memory over shm (the copy out of the peer's mapping is the CPU's), or a peer region
+    /// behind a bounce (its mapping holds what was written through it, not the region).
+    fn check_read(
+        &self,
+        regions: &RegionTable<LocalEntry>,
+        link: &Link,
+        op: &ReadOp,
+    ) -> Result<(), TransportError> {
+        self.check_op(regions, link, &op.ranges())?;
+        if self.channel != StagedChannel::SharedMemory {
+            return Ok(());
+        }
+        let local = &regions.get(op.local)?.memory;
+        if local.host().is_none() {
+            return Err(TransportError::UnsupportedMemory { kind: local.kind() });
+        }
+        if link.remote.get(op.remote.0 as usize).and_then(Option::as_ref).is_some_and(|r| r.notify_each_write)
+        {
+            return Err(TransportError::InvalidArgument {
+                what: "read",
+                why: format!(
+                    "the peer's region {} is memory it could not share over shm (caller or GPU memory behind a bounce): read it over the tcp channel",
+                    op.remote.0
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Checks one op against the region table (read-locked once per batch by the caller: no
@@ -470,6 +500,41 @@ impl Transport for StagedTransport {
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         self.post(ops)
+    }
+
+    fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError> {
+        let link = self.link()?;
+        if self.lane.gone.is_gone() {
+            return Err(link.gone());
+        }
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        // Held until the reads are queued and counted, as a post's writes are.
+        let regions = self.regions.regions();
+        for op in ops {
+            self.check_read(&regions, link, op)?;
+        }
+        if link.read_in_place(ops, &regions)? {
+            return Ok(());
+        }
+        let room =
+            link.ops.capacity().unwrap_or(usize::MAX).saturating_sub(link.ops.len()).min(link.read_room());
+        if ops.len() > room {
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max: room as u32 });
+        }
+        self.lane.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
+        for (queued, op) in ops.iter().enumerate() {
+            if link.ops.try_send(Request::read(op)).is_err() {
+                self.lane.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
+                return Err(link.gone());
+            }
+        }
+        drop(regions);
+        Ok(())
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {

@@ -169,6 +169,12 @@ pub enum FrameKind {
     Write = 1,
     /// A signalled write landed: completes `wr_id` on the writer.
     Ack = 2,
+    /// TCP: the peer asks for `len` bytes at `offset` of region `region`, which this side
+    /// exposed; `wr_id` is the peer's tag, echoed in the [`FrameKind::ReadData`] that answers.
+    ReadRequest = 3,
+    /// TCP: the bytes a read request asked for, `len` of them after the header, for the
+    /// reader's read `wr_id` (answers come in the order the requests went).
+    ReadData = 4,
 }
 
 /// Flag: the writer wants an `Ack`.
@@ -254,6 +260,8 @@ impl Frame {
         let kind = match first as u8 {
             1 => FrameKind::Write,
             2 => FrameKind::Ack,
+            3 => FrameKind::ReadRequest,
+            4 => FrameKind::ReadData,
             other => return Err(handshake(format!("unknown frame kind {other}"))),
         };
         let flags = (first >> 8) as u8;
@@ -275,6 +283,9 @@ impl Frame {
         };
         if kind == FrameKind::Ack && (flags != 0 || frame.len != 0) {
             return Err(handshake("an ack carries no flags and no payload"));
+        }
+        if matches!(kind, FrameKind::ReadRequest | FrameKind::ReadData) && (flags != 0 || frame.status != 0) {
+            return Err(handshake("a read's frames carry no flags and no status"));
         }
         Ok(frame)
     }

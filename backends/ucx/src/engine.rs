@@ -54,16 +54,28 @@ impl RegionLen for RemoteEntry {
     }
 }
 
-/// One op of a batch after its check: where its bytes come from and go to.
+/// Which way a batch's bytes go: to the peer, or from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// `ucp_put_nbx`: local to the peer's region.
+    Write,
+    /// `ucp_get_nbx`: the peer's region to local.
+    Read,
+}
+
+/// One op of a batch after its check: this side's range and the peer's, and which way the
+/// bytes go.
 #[derive(Debug, Clone, Copy)]
 struct Put {
+    /// This side's range: a write's source, a read's destination.
     source: *mut u8,
     memh: sys::ucp_mem_h,
     address: u64,
     rkey: sys::ucp_rkey_h,
-    /// Where the destination lies in this process (`Direct`), or null.
+    /// Where the peer's range lies in this process (`Direct`), or null.
     target: *mut u8,
     len: u64,
+    direction: Direction,
 }
 
 /// One posted batch whose flush has not been turned into completions yet.
@@ -243,6 +255,7 @@ impl Engine {
     pub(crate) fn post(
         &mut self,
         ops: &[impl Pieces],
+        direction: Direction,
         locals: &RegionTable<Region>,
         max_msg_bytes: u64,
         queued_completions: usize,
@@ -281,6 +294,7 @@ impl Engine {
                 rkey: remote.rkey,
                 target,
                 len: op.len,
+                direction,
             });
         }
         if self.direct.is_some() {
@@ -293,7 +307,10 @@ impl Engine {
                 // Copied out: the failure path below needs the engine mutably.
                 let put = self.puts[next_put];
                 next_put += 1;
-                self.put(put)?;
+                match put.direction {
+                    Direction::Write => self.put(put)?,
+                    Direction::Read => self.get(put)?,
+                }
             }
             if op.signalled {
                 self.signalled.push_back(op.wr_id);
@@ -358,13 +375,20 @@ impl Engine {
                 } else {
                     direct.run.streams(put.target as usize, put.len)
                 };
-                // SAFETY: `post` checked the source range against its registered region (mapped
-                // while ops are in flight, and this one ends here) and the destination against
-                // the peer's advertised length, which the screen found inside the System V
-                // segment UCX mapped at `target`'s region (attached until its rkey is
-                // destroyed, under this engine's lock). The peer may touch those bytes
-                // meanwhile, as with any RDMA target; the ranges overlap only with `stream` off.
-                unsafe { stream_copy::copy(put.source, put.target, put.len as usize, stream) };
+                let (from, to) = match put.direction {
+                    Direction::Write => (put.source, put.target),
+                    // A read lands in this side's memory, which the reader reads next: no
+                    // streaming past the cache.
+                    Direction::Read => (put.target, put.source),
+                };
+                let stream = stream && put.direction == Direction::Write;
+                // SAFETY: `post` checked this side's range against its registered region
+                // (mapped while ops are in flight, and this one ends here) and the peer's against
+                // its advertised length, which the screen found inside the System V segment UCX
+                // mapped at `target`'s region (attached until its rkey is destroyed, under this
+                // engine's lock). The peer may touch those bytes meanwhile, as with any RDMA
+                // target or source; the ranges overlap only with `stream` off.
+                unsafe { stream_copy::copy(from, to, put.len as usize, stream) };
                 copied += put.len;
             }
             if op.imm.is_some() || op.signalled {
@@ -404,6 +428,34 @@ impl Engine {
         if sys::status_ptr_is_err(request) {
             let status = sys::status_ptr_status(request);
             self.fail(format!("ucp_put_nbx failed: {}", status_text(status)));
+            return Err(self.signals.gone.error());
+        }
+        if sys::status_ptr_is_ptr(request) {
+            // Completion is tracked by the batch's flush; UCX releases the request when done.
+            // SAFETY: `request` is a live handle returned just now; freed once.
+            unsafe { sys::ucp_request_free(request) };
+        }
+        Ok(())
+    }
+
+    /// One `ucp_get_nbx` of a read `post` checked (destination range inside its registered
+    /// region, source range inside the peer's): its completion is the batch's flush.
+    fn get(&mut self, get: Put) -> Result<(), TransportError> {
+        let param = sys::ucp_request_param_t {
+            op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
+            memh: get.memh,
+            ..Default::default()
+        };
+        // SAFETY: the ep and rkey are live (engine lock held); the destination range was
+        // bound-checked against the registered region by `post`, and the region stays mapped
+        // while ops are in flight (deregister refuses busy regions and flushes unsignalled
+        // ones first); the remote range against the peer's advertised length.
+        let request = unsafe {
+            sys::ucp_get_nbx(self.ep, get.source.cast(), get.len as usize, get.address, get.rkey, &param)
+        };
+        if sys::status_ptr_is_err(request) {
+            let status = sys::status_ptr_status(request);
+            self.fail(format!("ucp_get_nbx failed: {}", status_text(status)));
             return Err(self.signals.gone.error());
         }
         if sys::status_ptr_is_ptr(request) {

@@ -92,7 +92,8 @@ impl Region {
             flags: if allocate { sys::UCP_MEM_MAP_ALLOCATE } else { 0 },
             prot: (sys::UCP_MEM_MAP_PROT_LOCAL_READ
                 | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
-                | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE) as _,
+                | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE
+                | sys::UCP_MEM_MAP_PROT_REMOTE_READ) as _,
             ..Default::default()
         };
         let fail = |reason: String| TransportError::Registration { len, reason };

@@ -1,7 +1,7 @@
 //! `UcxTransport`: the `Transport` implementation.
 
 use crate::domain::UcxDomain;
-use crate::engine::{Engine, RemoteEntry, MAX_SGES};
+use crate::engine::{Direction, Engine, RemoteEntry, MAX_SGES};
 use crate::mapping::{map_peer, Screen};
 use crate::notices::{on_endpoint_error, on_notice, on_wake, Direct, NoticeRing, Signals};
 use crate::perf::{self, Estimate};
@@ -18,8 +18,8 @@ use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp,
-    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
-    WaitMode, WriteOp, MAX_OPS_PER_POST,
+    LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport,
+    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
@@ -82,6 +82,12 @@ rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
 impl UcxTransport {
     /// Posts plain or gather writes (see [`Engine::post`](crate::engine::Engine::post)).
     fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
+        self.post_as(ops, Direction::Write)
+    }
+
+    /// Posts `ops` as writes, or (`Direction::Read`) as reads of their ranges: `local` the
+    /// destination, `remote` the peer's source.
+    fn post_as(&self, ops: &[impl Pieces], direction: Direction) -> Result<(), TransportError> {
         if ops.len() > self.caps.max_wrs_per_post as usize {
             return Err(TransportError::QueueFull {
                 given: ops.len() as u32,
@@ -102,7 +108,13 @@ impl UcxTransport {
                 return Err(TransportError::PeerGone(why.to_string()));
             }
             let table = self.domain.core.regions();
-            match engine.post(ops, &table, self.caps.facts.max_msg_bytes, self.shared.completions.len()) {
+            match engine.post(
+                ops,
+                direction,
+                &table,
+                self.caps.facts.max_msg_bytes,
+                self.shared.completions.len(),
+            ) {
                 Err(TransportError::QueueFull { .. })
                     if *patience.get_or_insert_with(|| Instant::now() + RING_PATIENCE) > Instant::now()
                         && engine
@@ -569,6 +581,20 @@ impl Transport for UcxTransport {
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         self.post(ops)
+    }
+
+    fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError> {
+        if ops.len() > MAX_OPS_PER_POST {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        let mut ranges = [WriteOp::EMPTY; MAX_OPS_PER_POST];
+        for (slot, op) in ranges.iter_mut().zip(ops) {
+            *slot = op.ranges();
+        }
+        self.post_as(&ranges[..ops.len()], Direction::Read)
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {

@@ -28,6 +28,10 @@ pub struct DeviceFacts {
     pub max_qp_wr: u32,
     /// Scatter/gather entries per work request (`max_sge`).
     pub max_sge: u32,
+    /// RDMA READs one QP keeps in flight, and serves for its peer at once: the device's
+    /// `max_qp_rd_atom` and `max_qp_init_rd_atom`, at most 16 (what common NICs offer, so two
+    /// sides on different devices agree without a negotiation), at least 1.
+    pub max_reads_in_flight: u32,
     /// One line with every capability and its unit, for the probe.
     pub summary: String,
 }
@@ -132,6 +136,7 @@ pub(crate) fn facts(context: &Context) -> Result<(DeviceFacts, ibv::ibv_port_att
         firmware,
         max_qp_wr: device.max_qp_wr.max(1) as u32,
         max_sge: device.max_sge.max(1) as u32,
+        max_reads_in_flight: device.max_qp_rd_atom.min(device.max_qp_init_rd_atom).clamp(1, 16) as u32,
         summary,
     };
     Ok((described, attr))

@@ -105,6 +105,8 @@ pub(crate) struct PeerPath {
     pub(crate) dlid: u16,
     /// The peer's GID.
     pub(crate) dgid: [u8; 16],
+    /// RDMA READs in flight each way (see `DeviceFacts::max_reads_in_flight`).
+    pub(crate) reads_in_flight: u8,
 }
 
 /// What a QP was created on: its send CQ, receive CQ and PD, destroyed after it.
@@ -243,14 +245,16 @@ impl QueuePair {
         self.transition(QpState::Error, &mut attr, ibv::ibv_qp_attr_mask(0))
     }
 
-    /// RESET → INIT on `port`: P_Key 0, the peer may write (no remote read).
+    /// RESET → INIT on `port`: P_Key 0, the peer may write and read (what it may reach is
+    /// what its rkeys name: the exposed regions).
     pub(crate) fn to_init(&self, port: u8) -> Result<(), TransportError> {
         use ibv::ibv_qp_attr_mask as m;
         // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
         let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
         attr.pkey_index = 0;
         attr.port_num = port;
-        attr.qp_access_flags = ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        attr.qp_access_flags = ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+            | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
         self.transition(
             QpState::Init,
             &mut attr,
@@ -258,7 +262,8 @@ impl QueuePair {
         )
     }
 
-    /// INIT → RTR towards `path` (a global route, hop limit 64; RNR timer 12, one read atomic).
+    /// INIT → RTR towards `path` (a global route, hop limit 64; RNR timer 12; the peer's reads
+    /// served `path.reads_in_flight` at once).
     pub(crate) fn to_rtr(&self, path: &PeerPath) -> Result<(), TransportError> {
         use ibv::ibv_qp_attr_mask as m;
         // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
@@ -266,7 +271,7 @@ impl QueuePair {
         attr.path_mtu = path.path_mtu;
         attr.dest_qp_num = path.dest_qpn;
         attr.rq_psn = path.rq_psn;
-        attr.max_dest_rd_atomic = 1;
+        attr.max_dest_rd_atomic = path.reads_in_flight;
         attr.min_rnr_timer = 12;
         attr.ah_attr.is_global = 1;
         attr.ah_attr.dlid = path.dlid;
@@ -288,7 +293,7 @@ impl QueuePair {
 
     /// RTR → RTS sending from `sq_psn`; ACK timeout 14 (4.096 µs · 2^14 ≈ 67 ms per try) × 7
     /// retries, so a dead peer fails a WR in about half a second.
-    pub(crate) fn to_rts(&self, sq_psn: u32) -> Result<(), TransportError> {
+    pub(crate) fn to_rts(&self, sq_psn: u32, reads_in_flight: u8) -> Result<(), TransportError> {
         use ibv::ibv_qp_attr_mask as m;
         // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
         let mut attr: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -296,7 +301,7 @@ impl QueuePair {
         attr.retry_cnt = 7;
         attr.rnr_retry = 7;
         attr.sq_psn = sq_psn;
-        attr.max_rd_atomic = 1;
+        attr.max_rd_atomic = reads_in_flight;
         self.transition(
             QpState::Rts,
             &mut attr,

@@ -49,8 +49,9 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 const LOCAL_ACCESS: u32 = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-const REMOTE_ACCESS: u32 =
-    ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+const REMOTE_ACCESS: u32 = ibv::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+    | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+    | ibv::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
 
 impl Region {
     /// Allocates `len` zeroed bytes and registers them for local write.

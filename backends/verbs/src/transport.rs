@@ -19,8 +19,8 @@ use rdma_hint_backend_core::wait::wait;
 use rdma_hint_backend_core::Domain;
 use rdma_hint_core::{
     Arrival, CallerMemory, Capabilities, Completion, CompletionStatus, CopiedBytes, GatherEntry, GatherOp,
-    LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport, TransportError,
-    WaitMode, WriteOp, MAX_OPS_PER_POST,
+    LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport,
+    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_mummy_sys as ibv;
@@ -138,6 +138,12 @@ impl VerbsTransport {
     /// Posts plain or gather writes as one chain: each request one WR, its pieces its SGEs
     /// (every piece checked first).
     fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
+        self.post_as(ops, false)
+    }
+
+    /// Posts `ops` as RDMA WRITEs, or (`read`) as RDMA READs of their ranges: `local` the
+    /// destination, `remote` the peer's source, one SGE each.
+    fn post_as(&self, ops: &[impl Pieces], read: bool) -> Result<(), TransportError> {
         let remote = self.remote.get().ok_or(TransportError::NotConnected)?;
         if self.broken() {
             return Err(self.gone());
@@ -180,17 +186,21 @@ impl VerbsTransport {
             let wr = &mut wrs[index];
             wr.wr_id = op.wr_id;
             wr.num_sge = (used_sges - firsts[index]) as i32;
-            wr.opcode = if op.imm.is_some() {
-                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-            } else {
-                ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            wr.opcode = match (read, op.imm.is_some()) {
+                (true, _) => ibv::ibv_wr_opcode::IBV_WR_RDMA_READ,
+                (false, true) => ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                (false, false) => ibv::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
             };
             let signalled = if op.signalled { ibv::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
             // Inline: the provider copies the bytes (of every SGE) into the WR during the post,
             // so the source is read before `ibv_post_send` returns (a later change cannot reach
             // the wire).
-            let inline =
-                if op.len <= u64::from(max_inline) { ibv::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
+            // A read's bytes come the other way: nothing to inline.
+            let inline = if !read && op.len <= u64::from(max_inline) {
+                ibv::ibv_send_flags::IBV_SEND_INLINE.0
+            } else {
+                0
+            };
             wr.send_flags = signalled | inline;
             wr.imm_data_invalidated_rkey_union.imm_data = op.imm.unwrap_or(0).to_be();
             wr.wr.rdma = ibv::rdma_t { remote_addr: target.address + op.remote_offset, rkey: target.rkey };
@@ -435,6 +445,7 @@ impl VerbsTransport {
             expose: expose.to_vec(),
             port: self.port,
             rq_depth: self.rq_depth,
+            reads_in_flight: self.device.max_reads_in_flight as u8,
             events: self.lane.events.clone(),
             watched: Watched {
                 channel: self.channel.clone(),
@@ -587,6 +598,20 @@ impl Transport for VerbsTransport {
         self.post(ops)
     }
 
+    fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError> {
+        if ops.len() > MAX_OPS_PER_POST {
+            return Err(TransportError::QueueFull {
+                given: ops.len() as u32,
+                max: self.caps.max_wrs_per_post,
+            });
+        }
+        let mut ranges = [WriteOp::EMPTY; MAX_OPS_PER_POST];
+        for (slot, op) in ranges.iter_mut().zip(ops) {
+            *slot = op.ranges();
+        }
+        self.post_as(&ranges[..ops.len()], true)
+    }
+
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
         let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
         let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
@@ -723,6 +748,7 @@ struct Setup {
     expose: Vec<RegionId>,
     port: Port,
     rq_depth: u32,
+    reads_in_flight: u8,
     events: Arc<Events>,
     watched: Watched,
     lending: Arc<Lending>,
@@ -763,8 +789,9 @@ impl Setup {
             rq_psn: peer.psn,
             dlid: peer.lid,
             dgid: peer.gid,
+            reads_in_flight: self.reads_in_flight,
         })?;
-        self.qp.to_rts(psn)
+        self.qp.to_rts(psn, self.reads_in_flight)
     }
 
     /// After the hellos: brings the QP to RTS, confirms, and starts the event thread. Returns

@@ -9,8 +9,8 @@ use rdma_hint_backend_core::region_table::busy_held;
 use rdma_hint_backend_core::wait::WaitModeCell;
 use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
-    GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId, RemoteRegion, Transport,
-    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
+    GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion,
+    Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
 use std::net::SocketAddr;
@@ -327,6 +327,37 @@ impl Transport for LoopbackTransport {
         self.post(views)
     }
 
+    /// A read is the write the other way: checked as a read (the peer's side exposed), then
+    /// the remote bytes copied into the local region.
+    fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError> {
+        if ops.len() > self.caps.max_wrs_per_post as usize {
+            let given = ops.len() as u32;
+            return Err(TransportError::QueueFull { given, max: self.caps.max_wrs_per_post });
+        }
+        {
+            let regions = self.regions();
+            for op in ops {
+                let local = buffer(&regions, op.local)?.len() as u64;
+                let remote = buffer(&regions, op.remote)?.len() as u64;
+                if !regions.exposed[op.remote.0 as usize] {
+                    return Err(TransportError::UnregisteredRegion(op.remote));
+                }
+                op.ranges().check_lens(local, remote, self.caps.facts.max_msg_bytes)?;
+            }
+        }
+        let mut reversed = [WriteOp::EMPTY; MAX_OPS_PER_POST];
+        for (slot, op) in reversed.iter_mut().zip(ops) {
+            *slot = WriteOp {
+                local: op.remote,
+                local_offset: op.remote_offset,
+                remote: op.local,
+                remote_offset: op.local_offset,
+                ..op.ranges()
+            };
+        }
+        self.move_bytes(&reversed[..ops.len()], false)
+    }
+
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
         Ok(self.completions.try_drain(out).unwrap_or(0))
     }
@@ -357,6 +388,12 @@ impl LoopbackTransport {
             let given = requests.len() as u32;
             return Err(TransportError::QueueFull { given, max: self.caps.max_wrs_per_post });
         }
+        self.move_bytes(requests, true)
+    }
+
+    /// Checks every op (the destination exposed where `writes`: a read's reversed ops were
+    /// checked as reads) and then copies each, completing and announcing as it asks.
+    fn move_bytes(&self, requests: &[impl Pieces], writes: bool) -> Result<(), TransportError> {
         let ops = || {
             requests.iter().flat_map(|request| {
                 let len = request.head().len;
@@ -369,7 +406,7 @@ impl LoopbackTransport {
         for (op, _) in ops() {
             let local = buffer(&regions, op.local)?.len() as u64;
             let remote = buffer(&regions, op.remote)?.len() as u64;
-            if !regions.exposed[op.remote.0 as usize] {
+            if writes && !regions.exposed[op.remote.0 as usize] {
                 return Err(TransportError::UnregisteredRegion(op.remote));
             }
             op.check_lens(local, remote, self.caps.facts.max_msg_bytes)?;

@@ -408,6 +408,9 @@ impl Transport for Wrapper {
         }
         self.inner.post_writes(ops)
     }
+    fn post_reads(&self, ops: &[rdma_hint_core::ReadOp]) -> Result<(), rdma_hint_core::TransportError> {
+        self.inner.post_reads(ops)
+    }
     fn poll_completions(
         &self,
         out: &mut [rdma_hint_core::Completion],

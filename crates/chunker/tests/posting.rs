@@ -30,6 +30,7 @@ mock! {
         fn copied_bytes(&self) -> rdma_hint_core::CopiedBytes;
         async fn connect(&self, peer: PeerEndpoint, expose: &[RegionId], deadline: Instant) -> Result<Vec<RemoteRegion>, TransportError>;
         fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
+        fn post_reads(&self, ops: &[rdma_hint_core::ReadOp]) -> Result<(), TransportError>;
         fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError>;
         async fn wait_completions(&self, out: &mut [Completion], deadline: Instant) -> Result<usize, TransportError>;
         fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError>;

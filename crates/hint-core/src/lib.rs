@@ -60,8 +60,8 @@ pub use profile::{
 };
 pub use region::{LocalRegion, MemoryKind, RegionId, RemoteRegion};
 pub use transport::{
-    Arrival, Capabilities, Completion, CompletionStatus, GatherEntry, GatherOp, PeerEndpoint, Transport,
-    WriteOp, MAX_OPS_PER_POST,
+    Arrival, Capabilities, Completion, CompletionStatus, GatherEntry, GatherOp, PeerEndpoint, ReadOp,
+    Transport, WriteOp, MAX_OPS_PER_POST,
 };
 pub use transport_error::TransportError;
 pub use transport_id::{StagedChannelId, TransportId, TransportIdError};

@@ -131,6 +131,63 @@ impl WriteOp {
     }
 }
 
+/// One RDMA READ: `len` bytes of the peer's `remote[remote_offset..]` (a region its connect
+/// exposed) into `local[local_offset..]`. `Copy`, like [`WriteOp`], so callers keep reads in
+/// pre-sized buffers. The peer is not told (a read carries no immediate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOp {
+    /// Caller's tag, returned in the [`Completion`].
+    pub wr_id: u64,
+    /// Destination region, on this side.
+    pub local: RegionId,
+    /// Offset in the destination region, in bytes.
+    pub local_offset: u64,
+    /// Source region, the peer's (from [`Transport::connect`]).
+    pub remote: RegionId,
+    /// Offset in the source region, in bytes.
+    pub remote_offset: u64,
+    /// Bytes to read.
+    pub len: u64,
+    /// Whether this read produces a completion (selective signalling).
+    pub signalled: bool,
+}
+
+impl ReadOp {
+    /// A blank read to pre-fill posting buffers with.
+    pub const EMPTY: ReadOp = ReadOp {
+        wr_id: 0,
+        local: RegionId(0),
+        local_offset: 0,
+        remote: RegionId(0),
+        remote_offset: 0,
+        len: 0,
+        signalled: false,
+    };
+
+    /// The write with the same ranges: what the shared checks and a backend's posting
+    /// machinery take (the direction is the backend's to keep).
+    ///
+    /// ```
+    /// use rdma_hint_core::{ReadOp, RegionId};
+    /// let read = ReadOp { wr_id: 1, local: RegionId(0), local_offset: 0, remote: RegionId(2),
+    ///                     remote_offset: 4096, len: 4096, signalled: true };
+    /// assert!(read.ranges().check_lens(4096, 8192, 1 << 30).is_ok());
+    /// assert!(read.ranges().check_lens(4096, 4096, 1 << 30).is_err()); // past the peer's end
+    /// ```
+    pub fn ranges(&self) -> WriteOp {
+        WriteOp {
+            wr_id: self.wr_id,
+            local: self.local,
+            local_offset: self.local_offset,
+            remote: self.remote,
+            remote_offset: self.remote_offset,
+            len: self.len,
+            signalled: self.signalled,
+            imm: None,
+        }
+    }
+}
+
 /// One local range of a [`GatherOp`]: `len` bytes of region `local` from byte `offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GatherEntry {
@@ -468,6 +525,14 @@ pub trait Transport: Send + Sync {
 
     /// Posts every op in `ops` with one doorbell. Ops are checked before anything is posted.
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
+
+    /// Posts every read in `ops` with one doorbell: each fetches bytes of a region the peer
+    /// exposed into a local region. Ops are checked before anything is posted (as writes are,
+    /// [`ReadOp::ranges`]). A signalled read completes once its bytes, and those of every op
+    /// posted before it on this transport, are in local memory; until then its local region is
+    /// busy (it cannot be released or lent). Reads on a broken connection end in
+    /// [`TransportError::PeerGone`], signalled ones queued before as flushed completions.
+    fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError>;
 
     /// Posts gather writes with one doorbell: each [`GatherOp`] takes its entries from
     /// `entries` and lands them back to back in the peer's region, as one work request of up to

@@ -109,7 +109,7 @@ pub use rdma_hint_core as hint_core;
 pub use rdma_hint_core::deepep;
 pub use rdma_hint_core::{
     Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
-    ForeignMemory, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, Refused, RegionId,
+    ForeignMemory, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 pub use rdma_hint_core::{HintError, HintPolicy, Origin, PathClass, Reason, SizeHint, SourceId};

@@ -820,3 +820,4 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
 }
 
 pub use crate::lanes::*;
+pub use crate::reads::*;

@@ -4,7 +4,8 @@
 //! bytes verified over a size ladder (in one process and to a peer process), deadlines, a peer
 //! that goes away or is killed mid-transfer, a link that goes down (two network namespaces,
 //! where the backend crosses hosts), restart and reconnect on the same port, 100 cycles and 100
-//! failed transfers without leaks, a soak, bad memory and bad hellos, pre-shared tokens.
+//! failed transfers without leaks, a soak, bad memory and bad hellos, pre-shared tokens, and
+//! reads of what the peer exposed.
 //!
 //! A backend implements [`Backend`] (how to open a transport) and instantiates the suite in its
 //! own `tests/conformance.rs`:
@@ -29,6 +30,7 @@ pub mod contract;
 mod lanes;
 mod pair;
 pub mod peer;
+mod reads;
 
 pub use backend::{Backend, Scale, TEST_TOKEN};
 pub use contract::{alone, shared};
@@ -77,6 +79,9 @@ macro_rules! suite {
                 the_engine_fails_transfers_to_a_peer_that_goes_away_in_time,
                 the_engine_packs_scattered_pages_at_the_hint,
                 a_source_an_engine_transfer_names_is_held_until_collected,
+                reads_fetch_the_peers_exposed_bytes_exactly,
+                bad_reads_fail_before_posting,
+                reads_from_a_peer_that_went_away_end_in_time,
             );
         }
     };

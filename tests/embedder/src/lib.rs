@@ -122,6 +122,12 @@ impl Transport for TimedPosts {
         self.longest_post_ns.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         posted
     }
+    fn post_reads(&self, ops: &[rdma_hint::ReadOp]) -> Result<(), TransportError> {
+        let started = Instant::now();
+        let posted = self.inner.post_reads(ops);
+        self.longest_post_ns.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        posted
+    }
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
         let started = Instant::now();
         let posted = self.inner.post_gather_writes(ops, entries);

@@ -81,12 +81,13 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
         if software_nic {
             println!("{id}: lateness reported, not asserted (software NIC on an emulated CPU)");
         } else {
-            // 250 ms: a wait or a handshake that blocked a worker holds it for its deadline or
-            // its peer (seconds); on a loaded 2-core machine the scheduler alone preempts a
-            // worker mid-poll for up to ~50 ms (worst polls of 29–46 ms, before and after
-            // caller memory), which a 50 ms bound mistook for blocking, and a full test run on
-            // a noisier VM of the same kind saw 131 ms (a post preempted for 46 ms).
-            assert!(late < Duration::from_millis(250), "{id}: the 1 ms ticker was {late:?} late");
+            // 1 s: a wait or a handshake that blocked a worker holds it for its deadline or its
+            // peer (seconds), far past this. What is not blocking stays under it however busy
+            // the machine: the scheduler alone preempts a worker mid-poll for up to ~50 ms on a
+            // loaded 2-core machine (worst polls of 29–46 ms), a noisier VM of the same kind saw
+            // 131 ms, and beside two busy loops and another test run 374 ms (a 250 ms bound
+            // failed there).
+            assert!(late < Duration::from_secs(1), "{id}: the 1 ms ticker was {late:?} late");
         }
     }
 }
