@@ -599,17 +599,8 @@ impl Transport for VerbsTransport {
     }
 
     fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError> {
-        if ops.len() > MAX_OPS_PER_POST {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
         let mut ranges = [WriteOp::EMPTY; MAX_OPS_PER_POST];
-        for (slot, op) in ranges.iter_mut().zip(ops) {
-            *slot = op.ranges();
-        }
-        self.post_as(&ranges[..ops.len()], true)
+        self.post_as(ReadOp::ranges_of(ops, &mut ranges)?, true)
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {

@@ -346,16 +346,12 @@ impl Transport for LoopbackTransport {
             }
         }
         let mut reversed = [WriteOp::EMPTY; MAX_OPS_PER_POST];
-        for (slot, op) in reversed.iter_mut().zip(ops) {
-            *slot = WriteOp {
-                local: op.remote,
-                local_offset: op.remote_offset,
-                remote: op.local,
-                remote_offset: op.local_offset,
-                ..op.ranges()
-            };
+        let reversed = ReadOp::ranges_of(ops, &mut reversed)?;
+        for op in reversed.iter_mut() {
+            (op.local, op.local_offset, op.remote, op.remote_offset) =
+                (op.remote, op.remote_offset, op.local, op.local_offset);
         }
-        self.move_bytes(&reversed[..ops.len()], false)
+        self.move_bytes(reversed, false)
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {

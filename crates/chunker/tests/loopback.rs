@@ -208,3 +208,31 @@ fn a_deadline_passes_even_when_completions_are_always_ready() {
         other => panic!("expected the deadline, got {other:?}"),
     }
 }
+
+/// A read copies the exposed region's bytes into the local one and completes when asked; a
+/// read from a region that was not exposed is refused and moves nothing.
+#[test]
+fn reads_copy_the_exposed_region_back_and_refuse_the_rest() {
+    use rdma_hint_core::{Completion, CompletionStatus, ReadOp};
+    let s = setup(1 << 20);
+    let expected = random_bytes(1 << 20, 11);
+    s.transport.write_region(s.dst.id, 0, &expected).unwrap();
+    let read = ReadOp {
+        wr_id: 3,
+        local: s.src.id,
+        local_offset: 4096,
+        remote: s.dst.id,
+        remote_offset: 100,
+        len: 8192,
+        signalled: true,
+    };
+    s.transport.post_reads(&[read]).unwrap();
+    let mut completions = [Completion::EMPTY; 1];
+    assert_eq!(s.transport.poll_completions(&mut completions).unwrap(), 1);
+    assert_eq!((completions[0].wr_id, completions[0].status), (3, CompletionStatus::Success));
+    let mut got = vec![0u8; 8192];
+    s.transport.read_region(s.src.id, 4096, &mut got).unwrap();
+    assert_eq!(got, expected[100..100 + 8192]);
+    let refused = s.transport.post_reads(&[ReadOp { remote: s.src.id, local: s.dst.id, ..read }]);
+    assert!(matches!(refused, Err(TransportError::UnregisteredRegion(_))), "{refused:?}");
+}

@@ -186,6 +186,29 @@ impl ReadOp {
             imm: None,
         }
     }
+
+    /// The ranges of every read of one post, in `out` (a posting buffer: nothing allocates);
+    /// more reads than one post takes are refused.
+    ///
+    /// ```
+    /// use rdma_hint_core::{ReadOp, WriteOp, MAX_OPS_PER_POST};
+    /// let mut out = [WriteOp::EMPTY; MAX_OPS_PER_POST];
+    /// let reads = [ReadOp { len: 64, ..ReadOp::EMPTY }; 2];
+    /// assert_eq!(ReadOp::ranges_of(&reads, &mut out).unwrap().len(), 2);
+    /// assert!(ReadOp::ranges_of(&[ReadOp::EMPTY; MAX_OPS_PER_POST + 1], &mut out).is_err());
+    /// ```
+    pub fn ranges_of<'a>(
+        ops: &[ReadOp],
+        out: &'a mut [WriteOp; MAX_OPS_PER_POST],
+    ) -> Result<&'a mut [WriteOp], TransportError> {
+        if ops.len() > MAX_OPS_PER_POST {
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max: MAX_OPS_PER_POST as u32 });
+        }
+        for (slot, op) in out.iter_mut().zip(ops) {
+            *slot = op.ranges();
+        }
+        Ok(&mut out[..ops.len()])
+    }
 }
 
 /// One local range of a [`GatherOp`]: `len` bytes of region `local` from byte `offset`.
