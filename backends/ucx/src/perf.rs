@@ -6,9 +6,14 @@
 //! loopback endpoint between two workers of its own context, which selects the same shm or tcp
 //! lanes a peer on this host (or across a veth) would.
 
+use crate::engine::MAX_SGES;
 use crate::status::{setup, status_text, unavailable};
 use crate::worker::Ucp;
-use rdma_hint_core::TransportError;
+use rdma_hint_backend_core::MAX_REGION_BYTES;
+use rdma_hint_core::{
+    CallerMemoryPath, Capabilities, MemoryKind, TransportError, TransportFacts, TransportId, TransportKind,
+    MAX_OPS_PER_POST,
+};
 use rdma_hint_core::{KIB, MIB};
 use rdma_hint_ucx_sys as sys;
 use std::ffi::CStr;
@@ -170,6 +175,47 @@ impl Drop for ProbeWorker {
     fn drop(&mut self) {
         // SAFETY: no endpoint refers to this worker any more; destroyed once.
         unsafe { sys::ucp_worker_destroy(self.0) };
+    }
+}
+
+/// Whether the scope is TCP alone (`ucx:tcp`): no shared memory, the kernel copies every byte
+/// on both sides and a peer's puts land only through our own worker.
+pub(crate) fn tcp_only(id: &TransportId) -> bool {
+    id.to_string().ends_with(":tcp")
+}
+
+pub(crate) fn capabilities(id: TransportId, estimate: &Estimate, max_outstanding: u32) -> Capabilities {
+    // Caller memory is mapped in place. Over TCP the kernel copies each byte on both sides and
+    // rdma-hint copies nothing. Over shared memory each byte is copied once: by the posting
+    // thread into the peer's memory where UCX maps it here (a peer region UCX allocated), else
+    // by CMA's `process_vm_writev` (a peer region in its caller's memory). Each count is the
+    // most that side may copy; only one of them copies a given connection's bytes.
+    let (send_copies, medium_copies) = if tcp_only(&id) { (0, 2) } else { (1, 1) };
+    let caller_memory = vec![CallerMemoryPath {
+        kind: MemoryKind::Host,
+        send_copies,
+        receive_copies: Some(0),
+        medium_copies,
+    }];
+    Capabilities {
+        facts: TransportFacts {
+            id,
+            kind: TransportKind::Ucx,
+            wire_gbps: estimate.gbps,
+            nic_pcie: None,
+            per_op_overhead_us: estimate.overhead_us,
+            mtu_bytes: None,
+            // UCX fragments puts itself; the bound is the largest region.
+            max_msg_bytes: MAX_REGION_BYTES,
+            max_payload_bytes: None,
+            queried_from_backend: true,
+            rate_note: None,
+        },
+        max_outstanding_wrs: max_outstanding,
+        max_wrs_per_post: MAX_OPS_PER_POST as u32,
+        max_sges: MAX_SGES,
+        memory_kinds: vec![MemoryKind::Host],
+        caller_memory,
     }
 }
 

@@ -1,10 +1,10 @@
 //! `UcxTransport`: the `Transport` implementation.
 
 use crate::domain::UcxDomain;
-use crate::engine::{Direction, Engine, RemoteEntry, MAX_SGES};
+use crate::engine::{Direction, Engine, RemoteEntry};
 use crate::mapping::{map_peer, Screen};
 use crate::notices::{on_endpoint_error, on_notice, on_wake, Direct, NoticeRing, Signals};
-use crate::perf::{self, Estimate};
+use crate::perf::{self, capabilities, tcp_only, Estimate};
 use crate::progress::{self, Shared};
 use crate::region::Region;
 use crate::wire::{screen_worker_address, ExposedRegion, ExposedRing, Hello, MAX_REGIONS, READY, RING_BYTES};
@@ -14,14 +14,12 @@ use rdma_hint_backend_core::caller_memory::{admit, not_caller_memory, CopyMeter}
 use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue};
 use rdma_hint_backend_core::wait::{wait, WaitModeCell};
-use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp,
-    LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport,
-    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
+    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp, LocalRegion,
+    MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode,
+    WriteOp, MAX_OPS_PER_POST,
 };
-use rdma_hint_core::{TransportFacts, TransportKind};
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -150,7 +148,7 @@ impl UcxTransport {
         let estimate = perf::self_estimate(&ucp)?;
         let id = TransportId::ucx_for_tls(scope)
             .map_err(|e| TransportError::InvalidArgument { what: "UCX_TLS", why: e.to_string() })?;
-        let caps = capabilities(id, &estimate);
+        let caps = capabilities(id, &estimate, MAX_OUTSTANDING as u32);
         let domain = Arc::new(UcxDomain::new(ucp.context.clone(), !tcp_only(&caps.facts.id)));
         let transport = UcxTransport::lane(ucp, caps, estimate, domain, Rendezvous::default())?;
         tracing::debug!(id = %transport.caps.facts.id, lanes = %transport.estimate.lanes, "ucx: opened");
@@ -357,47 +355,6 @@ impl UcxTransport {
         }
         let ring = self.notice_ring(expose)?;
         Ok(Hello { worker_address, regions, ring })
-    }
-}
-
-/// Whether the scope is TCP alone (`ucx:tcp`): no shared memory, the kernel copies every byte
-/// on both sides and a peer's puts land only through our own worker.
-fn tcp_only(id: &TransportId) -> bool {
-    id.to_string().ends_with(":tcp")
-}
-
-fn capabilities(id: TransportId, estimate: &Estimate) -> Capabilities {
-    // Caller memory is mapped in place. Over TCP the kernel copies each byte on both sides and
-    // rdma-hint copies nothing. Over shared memory each byte is copied once: by the posting
-    // thread into the peer's memory where UCX maps it here (a peer region UCX allocated), else
-    // by CMA's `process_vm_writev` (a peer region in its caller's memory). Each count is the
-    // most that side may copy; only one of them copies a given connection's bytes.
-    let (send_copies, medium_copies) = if tcp_only(&id) { (0, 2) } else { (1, 1) };
-    let caller_memory = vec![CallerMemoryPath {
-        kind: MemoryKind::Host,
-        send_copies,
-        receive_copies: Some(0),
-        medium_copies,
-    }];
-    Capabilities {
-        facts: TransportFacts {
-            id,
-            kind: TransportKind::Ucx,
-            wire_gbps: estimate.gbps,
-            nic_pcie: None,
-            per_op_overhead_us: estimate.overhead_us,
-            mtu_bytes: None,
-            // UCX fragments puts itself; the bound is the largest region.
-            max_msg_bytes: MAX_REGION_BYTES,
-            max_payload_bytes: None,
-            queried_from_backend: true,
-            rate_note: None,
-        },
-        max_outstanding_wrs: MAX_OUTSTANDING as u32,
-        max_wrs_per_post: MAX_OPS_PER_POST as u32,
-        max_sges: MAX_SGES,
-        memory_kinds: vec![MemoryKind::Host],
-        caller_memory,
     }
 }
 

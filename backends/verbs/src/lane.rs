@@ -6,6 +6,7 @@ use crate::qp::QueuePair;
 use crate::region::Region;
 use rdma_hint_backend_core::lanes::Exposure;
 use rdma_hint_backend_core::Domain;
+use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -97,3 +98,8 @@ impl rdma_hint_backend_core::lanes::Lane for Lane {
 
 /// The domain the lanes of one connection share: one protection domain's regions.
 pub(crate) type VerbsDomain = Domain<Region, Lane>;
+
+/// A poll's count as a wait attempt: nothing yet is `None`.
+pub(crate) fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
+    found.map(|n| (n > 0).then_some(n))
+}

@@ -358,6 +358,13 @@ impl QueuePair {
     }
 }
 
+/// A starting PSN for a new QP: 24 bits that differ between processes and connections.
+pub(crate) fn initial_psn() -> u32 {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    (nanos ^ std::process::id().rotate_left(12)) & 0x00ff_ffff
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

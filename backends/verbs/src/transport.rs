@@ -4,7 +4,7 @@ use crate::context::Context;
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::device::{self, DeviceFacts};
 use crate::events::{EventThread, Events, Watched};
-use crate::lane::{lock, Lane, Polling, Posting, VerbsDomain};
+use crate::lane::{lock, ready, Lane, Polling, Posting, VerbsDomain};
 use crate::lending::Lending;
 use crate::pd::ProtectionDomain;
 use crate::qp::{PeerPath, QueuePair};
@@ -124,12 +124,6 @@ impl std::fmt::Debug for VerbsTransport {
             .field("port", &self.port.number)
             .finish()
     }
-}
-
-fn initial_psn() -> u32 {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    (nanos ^ std::process::id().rotate_left(12)) & 0x00ff_ffff
 }
 
 rdma_hint_oob::token_setters!(VerbsTransport, "QP number, rkeys");
@@ -384,11 +378,6 @@ impl VerbsTransport {
             self.lane.events.lost(loss);
         }
     }
-}
-
-/// A poll's count as a wait attempt: nothing yet is `None`.
-fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
-    found.map(|n| (n > 0).then_some(n))
 }
 
 impl VerbsTransport {
@@ -759,7 +748,7 @@ impl Setup {
                 regions.push(ExposedRegion { id: id.0, address: region.address(0), len: region.len(), rkey });
             }
         }
-        let psn = initial_psn();
+        let psn = crate::qp::initial_psn();
         let qpn = self.qp.qp_num();
         let lid = 0; // RoCE: addressing is by GID.
         Ok((Hello { lid, qpn, psn, gid: self.port.gid, mtu: self.port.active_mtu, regions }, psn))
