@@ -1008,8 +1008,13 @@ fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
                 len: op.len,
                 signalled: op.signalled,
             };
-            shared.reads.ask(read);
-            shared.send_frame(&request_frame(op)).map_err(|e| format!("asking for a read: {e}"))?;
+            // Refused once the reader ended: the sender flushes it as any op it could not send.
+            shared.reads.ask(read).map_err(|_| "link already broken".to_string())?;
+            // From here the read is the reader's: a failed request ends the link, and the
+            // reader's end flushes it (once).
+            if let Err(e) = shared.send_frame(&request_frame(op)) {
+                shared.fail(format!("asking for a read: {e}"));
+            }
             Ok(Sent::Asked)
         }
     }
@@ -1029,9 +1034,11 @@ fn unanswered(shared: &Shared, read: &PendingRead) {
 /// completes it.
 fn place_answer(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) -> Result<(), String> {
     let read = shared.reads.take().ok_or("an answer was admitted with no read waiting")?;
-    let placed = read.local.over_socket(Direction::Receive, read.local_offset, read.len, socket, staging);
+    if let Err(e) = read.local.over_socket(Direction::Receive, read.local_offset, read.len, socket, staging) {
+        unanswered(shared, &read);
+        return Err(format!("the peer vanished mid-answer: {e}"));
+    }
     shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
-    placed.map_err(|e| format!("the peer vanished mid-answer: {e}"))?;
     if read.signalled {
         let done = Completion { wr_id: read.wr_id, status: CompletionStatus::Success };
         shared.completions.try_send(done).map_err(|_| {

@@ -27,43 +27,58 @@ pub(crate) struct PendingRead {
 /// window of queued answers admits).
 #[derive(Debug)]
 pub(crate) struct Reads {
-    waiting: Mutex<VecDeque<PendingRead>>,
+    waiting: Mutex<Waiting>,
     max: usize,
+}
+
+/// The queue, and whether it was drained for good (the link's reader ended).
+#[derive(Debug, Default)]
+struct Waiting {
+    reads: VecDeque<PendingRead>,
+    closed: bool,
 }
 
 impl Reads {
     pub(crate) fn new(max: usize) -> Reads {
-        Reads { waiting: Mutex::new(VecDeque::with_capacity(max)), max }
+        Reads { waiting: Mutex::new(Waiting { reads: VecDeque::with_capacity(max), closed: false }), max }
     }
 
-    fn waiting(&self) -> std::sync::MutexGuard<'_, VecDeque<PendingRead>> {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Reads that may still be asked.
     pub(crate) fn room(&self) -> usize {
-        self.max.saturating_sub(self.waiting().len())
+        self.max.saturating_sub(self.waiting().reads.len())
     }
 
     /// `read` is about to be asked: recorded before its request leaves, so its answer cannot
-    /// overtake it.
-    pub(crate) fn ask(&self, read: PendingRead) {
-        self.waiting().push_back(read);
+    /// overtake it. Handed back once the queue was drained for good (nobody would answer it).
+    pub(crate) fn ask(&self, read: PendingRead) -> Result<(), PendingRead> {
+        let mut waiting = self.waiting();
+        if waiting.closed {
+            return Err(read);
+        }
+        waiting.reads.push_back(read);
+        Ok(())
     }
 
     /// The tag and length the next answer must carry.
     pub(crate) fn next(&self) -> Option<(u64, u64)> {
-        self.waiting().front().map(|read| (read.wr_id, read.len))
+        self.waiting().reads.front().map(|read| (read.wr_id, read.len))
     }
 
     /// The oldest read, its answer admitted.
     pub(crate) fn take(&self) -> Option<PendingRead> {
-        self.waiting().pop_front()
+        self.waiting().reads.pop_front()
     }
 
-    /// Every read still waiting, at the link's end: none will be answered.
+    /// Every read still waiting, at the link's end: none will be answered, and none is asked
+    /// after this.
     pub(crate) fn drain(&self) -> Vec<PendingRead> {
-        self.waiting().drain(..).collect()
+        let mut waiting = self.waiting();
+        waiting.closed = true;
+        waiting.reads.drain(..).collect()
     }
 }
 
@@ -100,13 +115,14 @@ mod tests {
     fn answers_are_awaited_in_the_order_the_reads_were_asked_within_the_window() {
         let reads = Reads::new(2);
         assert_eq!((reads.room(), reads.next()), (2, None));
-        reads.ask(pending(4));
-        reads.ask(pending(5));
+        reads.ask(pending(4)).unwrap();
+        reads.ask(pending(5)).unwrap();
         assert_eq!((reads.room(), reads.next()), (0, Some((4, 64))));
         assert_eq!(reads.take().map(|read| read.wr_id), Some(4));
         assert_eq!(reads.next(), Some((5, 64)));
         let left = reads.drain();
         assert_eq!((left.len(), reads.room()), (1, 2));
+        assert!(reads.ask(pending(6)).is_err(), "asked after the reader ended");
         // The destination is held while its read waits, and let go with it.
         assert_eq!(Arc::strong_count(&left[0].local), 1);
     }

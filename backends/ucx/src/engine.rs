@@ -373,7 +373,8 @@ impl Engine {
                     direct.run.fence();
                     false
                 } else {
-                    direct.run.streams(put.target as usize, put.len)
+                    // Reads land in this side's memory: they neither stream nor continue a run.
+                    put.direction == Direction::Write && direct.run.streams(put.target as usize, put.len)
                 };
                 let (from, to) = match put.direction {
                     Direction::Write => (put.source, put.target),
@@ -381,7 +382,6 @@ impl Engine {
                     // streaming past the cache.
                     Direction::Read => (put.target, put.source),
                 };
-                let stream = stream && put.direction == Direction::Write;
                 // SAFETY: `post` checked this side's range against its registered region
                 // (mapped while ops are in flight, and this one ends here) and the peer's against
                 // its advertised length, which the screen found inside the System V segment UCX
