@@ -286,16 +286,7 @@ impl StagedTransport {
     /// the calling thread where it can be ([`Link::post_in_place`], [`Link::post_over_socket`])
     /// or queued for the sender thread.
     fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
-        let link = self.link()?;
-        if self.lane.gone.is_gone() {
-            return Err(link.gone());
-        }
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
+        let link = self.postable(ops.len())?;
         // Held until the ops are queued and counted: a region cannot be released (nor lent)
         // between the check and the count.
         let regions = self.regions.regions();
@@ -307,21 +298,45 @@ impl StagedTransport {
         if link.post_in_place(ops, &regions)? || link.post_over_socket(ops, &regions)? {
             return Ok(());
         }
-        let capacity = link.ops.capacity().unwrap_or(usize::MAX);
-        if link.ops.len() + ops.len() > capacity {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: (capacity - link.ops.len()) as u32,
-            });
+        self.queue(link, ops.iter().map(Request::of), usize::MAX)?;
+        drop(regions);
+        Ok(())
+    }
+
+    /// The link, if `count` ops may be posted on it now: connected, not gone, one doorbell's
+    /// worth at most.
+    fn postable(&self, count: usize) -> Result<&Link, TransportError> {
+        let link = self.link()?;
+        if self.lane.gone.is_gone() {
+            return Err(link.gone());
         }
-        self.lane.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
-        for (queued, request) in ops.iter().enumerate() {
-            if link.ops.try_send(Request::of(request)).is_err() {
-                self.lane.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
+        if count > self.caps.max_wrs_per_post as usize {
+            return Err(TransportError::QueueFull { given: count as u32, max: self.caps.max_wrs_per_post });
+        }
+        Ok(link)
+    }
+
+    /// Counts `requests` in flight and queues them for the sender thread, unless the queue (or
+    /// `room`, a further bound) lacks space for all of them. Called with the region table
+    /// read-locked, so a region cannot be released between the check and the count.
+    fn queue(
+        &self,
+        link: &Link,
+        requests: impl ExactSizeIterator<Item = Request>,
+        room: usize,
+    ) -> Result<(), TransportError> {
+        let count = requests.len();
+        let room = link.ops.capacity().unwrap_or(usize::MAX).saturating_sub(link.ops.len()).min(room);
+        if count > room {
+            return Err(TransportError::QueueFull { given: count as u32, max: room as u32 });
+        }
+        self.lane.in_flight.fetch_add(count, Ordering::AcqRel);
+        for (queued, request) in requests.enumerate() {
+            if link.ops.try_send(request).is_err() {
+                self.lane.in_flight.fetch_sub(count - queued, Ordering::AcqRel);
                 return Err(link.gone());
             }
         }
-        drop(regions);
         Ok(())
     }
 }
@@ -503,16 +518,7 @@ impl Transport for StagedTransport {
     }
 
     fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError> {
-        let link = self.link()?;
-        if self.lane.gone.is_gone() {
-            return Err(link.gone());
-        }
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
+        let link = self.postable(ops.len())?;
         // Held until the reads are queued and counted, as a post's writes are.
         let regions = self.regions.regions();
         for op in ops {
@@ -521,18 +527,7 @@ impl Transport for StagedTransport {
         if link.read_in_place(ops, &regions)? {
             return Ok(());
         }
-        let room =
-            link.ops.capacity().unwrap_or(usize::MAX).saturating_sub(link.ops.len()).min(link.read_room());
-        if ops.len() > room {
-            return Err(TransportError::QueueFull { given: ops.len() as u32, max: room as u32 });
-        }
-        self.lane.in_flight.fetch_add(ops.len(), Ordering::AcqRel);
-        for (queued, op) in ops.iter().enumerate() {
-            if link.ops.try_send(Request::read(op)).is_err() {
-                self.lane.in_flight.fetch_sub(ops.len() - queued, Ordering::AcqRel);
-                return Err(link.gone());
-            }
-        }
+        self.queue(link, ops.iter().map(Request::read), link.read_room())?;
         drop(regions);
         Ok(())
     }
