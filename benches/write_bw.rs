@@ -1,9 +1,10 @@
 //! The measurement behind `ucx_put_bw` and `verbs_write_bw`: one message size, the same source
 //! and destination buffer every time, many messages in flight, bandwidth = bytes / time from the
-//! first post to the last completion (how `ucx_perftest -t ucp_put_bw` and `ib_write_bw`
-//! measure). The examples only open their transport and call [`run`].
+//! first post to the last completion (how `ucx_perftest -t ucp_put_bw` / `-t ucp_get` and
+//! `ib_write_bw` / `ib_read_bw` measure), of writes or of reads. The examples only open their
+//! transport and call [`run`].
 
-use rdma_hint::{Arrival, Completion, MemoryKind, PeerEndpoint, Transport, TransportError, WriteOp};
+use rdma_hint::{Arrival, Completion, MemoryKind, PeerEndpoint, ReadOp, Transport, TransportError, WriteOp};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -23,21 +24,24 @@ pub enum Role {
     Serve(SocketAddr),
     /// Write `messages` messages to the peer at this address and report.
     Run(SocketAddr, usize),
+    /// Read `messages` messages from the peer at this address and report.
+    Read(SocketAddr, usize),
 }
 
 impl Role {
-    /// `serve ADDR` or `run ADDR MESSAGES` from the command line.
+    /// `serve ADDR`, `run ADDR MESSAGES` or `read ADDR MESSAGES` from the command line.
     pub fn parse(args: &[String]) -> Result<Role, String> {
         let address = |i: usize| -> Result<SocketAddr, String> {
             args.get(i).ok_or("missing address")?.parse().map_err(|e| format!("address: {e}"))
         };
+        let messages = || -> Result<usize, String> {
+            args.get(2).ok_or("missing message count")?.parse().map_err(|e| format!("messages: {e}"))
+        };
         match args.first().map(String::as_str) {
             Some("serve") => Ok(Role::Serve(address(1)?)),
-            Some("run") => Ok(Role::Run(
-                address(1)?,
-                args.get(2).ok_or("missing message count")?.parse().map_err(|e| format!("messages: {e}"))?,
-            )),
-            _ => Err("usage: serve ADDR | run ADDR MESSAGES".into()),
+            Some("run") => Ok(Role::Run(address(1)?, messages()?)),
+            Some("read") => Ok(Role::Read(address(1)?, messages()?)),
+            _ => Err("usage: serve ADDR | run ADDR MESSAGES | read ADDR MESSAGES".into()),
         }
     }
 }
@@ -61,7 +65,7 @@ pub fn run(transport: &dyn Transport, role: Role, bytes: u64) -> Result<(), Stri
                 }
             }
         }
-        Role::Run(address, messages) => {
+        Role::Run(address, messages) | Role::Read(address, messages) => {
             let remote = crate::block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline))
                 .map_err(|e| e.to_string())?
                 .first()
@@ -78,13 +82,26 @@ pub fn run(transport: &dyn Transport, role: Role, bytes: u64) -> Result<(), Stri
                 imm: None,
             }; BATCH];
             batch[BATCH - 1].signalled = true;
+            let reads = batch.map(|op| ReadOp {
+                wr_id: op.wr_id,
+                local: op.local,
+                local_offset: op.local_offset,
+                remote: op.remote,
+                remote_offset: op.remote_offset,
+                len: op.len,
+                signalled: op.signalled,
+            });
+            let post = || match role {
+                Role::Read(..) => transport.post_reads(&reads),
+                _ => transport.post_writes(&batch),
+            };
             let mut completions = [Completion::EMPTY; WINDOW];
             let mut timed = |batches: usize| -> Result<Duration, String> {
                 let started = Instant::now();
                 let (mut posted, mut done) = (0, 0);
                 while done < batches {
                     while posted < batches && posted - done < WINDOW {
-                        transport.post_writes(&batch).map_err(|e| e.to_string())?;
+                        post().map_err(|e| e.to_string())?;
                         posted += 1;
                     }
                     done += crate::block_on(transport.wait_completions(&mut completions, deadline))

@@ -9,6 +9,9 @@
 //! not (a poor fit), the calibration says why and the hint falls back to the recorded knee, or
 //! the model's.
 
+mod choice;
+mod ladder;
+
 use crate::error::Error;
 use crate::loopback::LoopbackPair;
 pub use crate::margins::{LadderTiming, Margins};
@@ -16,10 +19,10 @@ use crate::measured::{self, ladder_alignment, BlockRule, CalibratedPath};
 use crate::open::{OpenOptions, TransportId};
 use crate::Device;
 use crate::HintCache;
-use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
+use choice::{curve_crossing, curve_knee_of, flatness, overshoots, raised_block, robust_choice, Spread};
+use ladder::{cut_to, time_cap, Ladder};
 use rdma_hint_core::fit::{
-    bootstrap_fits, bootstrap_knees, fit_path, median_interval, robust_plateau, BlockSamples, BlockTiming,
-    Interval, PathFit, CONFIDENCE, KNEE_SHARE,
+    fit_path, median_interval, BlockSamples, BlockTiming, Interval, PathFit, CONFIDENCE,
 };
 use rdma_hint_core::model::{Factor, Reason};
 use rdma_hint_core::{HintPolicy, SizeHint, SourceId};
@@ -111,27 +114,6 @@ impl Calibration {
 
 fn invalid(why: String) -> Error {
     Error::Transport(TransportError::InvalidArgument { what: "calibration", why })
-}
-
-/// Where the next timed transfer starts: runs walk through the whole region, so each one
-/// streams memory the previous ones did not just leave in the cache.
-struct Cursor {
-    offset: u64,
-    region: u64,
-    /// Runs walk on from 0 without gaps: everything below this was written.
-    written: u64,
-}
-
-impl Cursor {
-    fn next(&mut self, len: u64, align: u64) -> u64 {
-        if self.offset + len > self.region {
-            self.offset = 0;
-        }
-        let start = self.offset;
-        self.offset = (start + len).div_ceil(align) * align;
-        self.written = self.written.max(start + len);
-        start
-    }
 }
 
 /// [`fit::median`](rdma_hint_core::fit::median), NaN for no values (a spread of poor fits
@@ -630,7 +612,7 @@ fn measure(
         budget_ms: budget_s * 1e3,
         stored_in: None,
         not_stored: None,
-        written_bytes: path.cursor.written,
+        written_bytes: path.written(),
     };
     Ok((calibration, stored))
 }
@@ -654,267 +636,6 @@ fn keep(mut calibration: Calibration, entry: Option<CalibratedPath>) -> Calibrat
     };
     HintCache::global().clear();
     calibration
-}
-
-/// The time `cap` that cuts the longest of `estimates` (seconds) so that they add up to
-/// `total` (each becomes `min(estimate, cap)`); none when they fit already. A `total` too small
-/// for anything gives 0 (every transfer then takes its fewest blocks).
-fn time_cap(estimates: &[f64], total: f64) -> Option<f64> {
-    if estimates.iter().sum::<f64>() <= total {
-        return None;
-    }
-    let mut sorted = estimates.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mut left = total.max(0.0);
-    for (index, estimate) in sorted.iter().enumerate() {
-        let cap = left / (sorted.len() - index) as f64;
-        if cap <= *estimate {
-            return Some(cap);
-        }
-        left -= estimate;
-    }
-    None
-}
-
-/// Cuts each `(block, len)` transfer to the blocks `cap_s` holds at that size's seconds per
-/// block: never below MIN_BLOCKS_PER_RUN blocks, never longer than it was (a size that probed
-/// at 0 s keeps its length).
-fn cut_to(sizes: &mut [(u64, u64)], per_block_s: &[f64], cap_s: f64) {
-    for ((block, len), seconds) in sizes.iter_mut().zip(per_block_s) {
-        let most = *len / *block;
-        // `f64::min` takes the number when the ratio is NaN (0 / 0); infinity is capped too.
-        let blocks = (cap_s / seconds).min(most as f64) as u64;
-        *len = blocks.max(MIN_BLOCKS_PER_RUN).min(most) * *block;
-    }
-}
-
-/// The connected pair calibration times transfers on.
-struct Ladder<'a> {
-    transport: &'a dyn Transport,
-    source: Device,
-    local: &'a LocalRegion,
-    remote: &'a RemoteRegion,
-    align: u64,
-    chunker: Chunker,
-    cursor: Cursor,
-}
-
-impl<'a> Ladder<'a> {
-    fn new(
-        transport: &'a dyn Transport,
-        source: Device,
-        (local, remote): (&'a LocalRegion, &'a RemoteRegion),
-        region: u64,
-        align: u64,
-    ) -> Result<Ladder<'a>, Error> {
-        let chunker = Chunker::new(PostPolicy::default(), transport.capabilities())?;
-        let cursor = Cursor { offset: 0, region, written: 0 };
-        Ok(Ladder { transport, source, local, remote, align, chunker, cursor })
-    }
-
-    /// Streams `len` bytes in blocks of `block` from the cursor; the seconds it took.
-    fn time(&mut self, block: u64, len: u64) -> Result<f64, Error> {
-        let at = self.cursor.next(len, self.align);
-        self.time_at(block, len, at)
-    }
-
-    /// One block of host memory at the region's start (which the first transfer wrote: the
-    /// same bytes land again), away from where the cursor's transfers run; GPU memory, which
-    /// the copy engines move whatever came before, from the cursor. The seconds it took.
-    fn time_apart(&mut self, block: u64) -> Result<f64, Error> {
-        match self.source {
-            Device::Host(_) => self.time_at(block, block, 0),
-            Device::Gpu(_) => self.time(block, block),
-        }
-    }
-
-    /// After [`Ladder::time_apart`]: one untimed transfer from the cursor, in the ladder's
-    /// largest blocks, long enough that the next round's first stream continues a run the
-    /// shared-memory paths stream (else its first [`RUN_REJOIN_BYTES`] would be copied plainly,
-    /// in every round, and only that size's).
-    fn rejoin_run(&mut self, sizes: &[(u64, u64)]) -> Result<(), Error> {
-        if let (Device::Host(_), Some(&(block, len))) = (self.source, sizes.last()) {
-            self.time(
-                block,
-                RUN_REJOIN_BYTES.div_ceil(block).max(1).saturating_mul(block).min(len.max(block)),
-            )?;
-        }
-        Ok(())
-    }
-
-    fn time_at(&mut self, block: u64, len: u64, at: u64) -> Result<f64, Error> {
-        self.chunker.set_hint(self.source, BlockSpec::new(block, self.align)?);
-        let transfer = Transfer::new(self.local, self.remote, len).at(at, at);
-        let started = Instant::now();
-        self.chunker.write_blocking(
-            self.transport,
-            transfer.from_source(self.source),
-            started + TRANSFER_DEADLINE,
-        )?;
-        Ok(started.elapsed().as_secs_f64())
-    }
-}
-
-/// What the resampled fits say: intervals of `o`, `B`, `o·B` and the hinted block.
-struct Spread {
-    fixed_cost_us: Interval,
-    fixed_cost_us_median: f64,
-    bandwidth_gbps: Interval,
-    bandwidth_gbps_median: f64,
-    block_bytes: Interval,
-    block_bytes_median: f64,
-    /// Most good resampled fits left points out as off the line.
-    gradual: bool,
-    poor: usize,
-    good: usize,
-}
-
-impl Spread {
-    fn of(
-        samples: &[BlockSamples],
-        profile: &rdma_hint_core::PathProfile,
-        policy: &HintPolicy,
-        model: &SizeHint,
-    ) -> Result<Spread, Error> {
-        let fits = bootstrap_fits(samples, RESAMPLES);
-        let good: Vec<&PathFit> = fits.iter().filter(|f| f.poor.is_none()).collect();
-        let poor = fits.len() - good.len();
-        let gradual = good.iter().filter(|f| f.gradual).count() * 2 > good.len();
-        let mut blocks = Vec::with_capacity(good.len());
-        for fit in &good {
-            let entry = CalibratedPath::fitted(profile, fit.fixed_cost_us, fit.bandwidth_gbps, gradual);
-            if let Ok(hint) = measured::calibrated_hint(profile, policy, model, &entry) {
-                blocks.push(hint.block_bytes as f64);
-            }
-        }
-        let mut o: Vec<f64> = good.iter().map(|f| f.fixed_cost_us).collect();
-        let mut b: Vec<f64> = good.iter().map(|f| f.bandwidth_gbps).collect();
-        let none = Interval { low: f64::NAN, high: f64::NAN };
-        Ok(Spread {
-            fixed_cost_us: Interval::central(&o).unwrap_or(none),
-            fixed_cost_us_median: median(&mut o),
-            bandwidth_gbps: Interval::central(&b).unwrap_or(none),
-            bandwidth_gbps_median: median(&mut b),
-            block_bytes: Interval::central(&blocks).unwrap_or(none),
-            block_bytes_median: median(&mut blocks),
-            gradual,
-            poor,
-            good: good.len(),
-        })
-    }
-
-    /// Why no figure can be given, when most resampled fits are poor.
-    fn all_poor(&self) -> Option<String> {
-        (self.good * 2 <= self.poor + self.good).then(|| {
-            format!(
-                "{} of {} resampled fits are poor: the timings do not hold one line",
-                self.poor,
-                self.poor + self.good
-            )
-        })
-    }
-}
-
-/// The block answered when the resampled fits disagree too much to pick one: the smallest
-/// block whose lower bound still reaches the target efficiency (`top`, the top of the fits'
-/// interval), or the measured curve's knee where that is smaller (two conservative answers, the
-/// less extreme one), but never below `line`, the middle of the fits: a knee under the line
-/// answers another estimator than the runs whose fits agree, and the runs' answers then spread
-/// (on loopback tcp one run answered 128 KiB where the rest answered 208 to 316 KiB).
-fn robust_choice(line: f64, top: Option<u64>, curve_knee: Option<u64>) -> Option<u64> {
-    let choice = match (top, curve_knee) {
-        (Some(top), Some(knee)) => Some(top.min(knee)),
-        (top, knee) => top.or(knee),
-    };
-    choice.map(|choice| choice.max(line as u64))
-}
-
-/// The raised answer, where the curve reaches 97 % of its plateau (`crossing_97`, bytes) only
-/// past the line's block `line`: the ladder block nearest that crossing (by ratio), at most
-/// twice the first ladder block at or above where the curve reaches 90 % and at most twice
-/// `line`.
-///
-/// The first bound because a sweep reads its knee as that ladder block and a run meets the
-/// rule up to twice its knee; past both bounds the crossing is a dip or a noisy plateau. The
-/// block below the crossing was tried first, against a sweep's knee moving down a block: on the
-/// 2-core VM the shm sweeps' median knees sat at or above it in every batch, and with the block
-/// above, alternating batches met 5, 4 and 4, 5 of 5 (staged shm, UCX shm) where the block
-/// below met 3, 3 and 4, 3.
-///
-/// Snapped, because the curve was measured at ladder blocks only and a crossing a few per cent
-/// past one is interpolation noise: unsnapped, 2-core pools answered 33-40 KiB over shm where
-/// the sweeps' knee sat at 16 KiB, just past twice it, in 6 of 200 runs. The bounds hold for
-/// the snapped block too: a 48 KiB bound taken to 64 KiB past a 24 KiB line answered twice the
-/// 2-core VM's 16 KiB shm knee in the first run of two batches in a row.
-fn raised_block(timings: &[BlockTiming], line: f64, crossing_97: Option<f64>) -> Option<u64> {
-    let (crossing, knee) = (crossing_97?, curve_crossing(timings, KNEE_SHARE)?);
-    if crossing <= line {
-        return None;
-    }
-    let ladder = || timings.iter().map(|t| t.block_bytes as f64);
-    let knee_block = ladder().filter(|block| *block >= knee).reduce(f64::min).unwrap_or(knee);
-    let cap = (2.0 * knee_block).min(2.0 * line);
-    let answer = crossing.min(cap).max(line);
-    Some(nearest_ladder_block(ladder().filter(|block| *block <= cap), answer).unwrap_or(answer) as u64)
-}
-
-/// The block of `ladder` nearest to `block` by ratio (the smaller of two as near).
-fn nearest_ladder_block(ladder: impl Iterator<Item = f64>, block: f64) -> Option<f64> {
-    let distance = |rung: f64| (rung / block).log2().abs();
-    ladder.reduce(|best, rung| {
-        let (from_best, from_rung) = (distance(best), distance(rung));
-        // Half-way by ratio differs in the last bits only.
-        if (from_best - from_rung).abs() < 1e-9 {
-            best.min(rung)
-        } else if from_best < from_rung {
-            best
-        } else {
-            rung
-        }
-    })
-}
-
-/// Whether the line `o + s/B` (µs, GB/s) moves more at `block` bytes than the measured curve's
-/// robust plateau: its `B` is not a rate this path reached.
-fn overshoots(timings: &[BlockTiming], fixed_cost_us: f64, bandwidth_gbps: f64, block: f64) -> bool {
-    let curve: Vec<(u64, f64)> = timings.iter().map(|t| (t.block_bytes, t.gbps())).collect();
-    let line_gbps = block / (fixed_cost_us * 1e3 + block / bandwidth_gbps);
-    robust_plateau(&curve).is_some_and(|plateau| line_gbps > plateau)
-}
-
-/// Where the median curve crosses `share` of its robust plateau
-/// ([`crossing_at`](rdma_hint_core::fit::crossing_at)), in bytes.
-fn curve_crossing(timings: &[BlockTiming], share: f64) -> Option<f64> {
-    let curve: Vec<(u64, f64)> = timings.iter().map(|t| (t.block_bytes, t.gbps())).collect();
-    rdma_hint_core::fit::crossing_at(&curve, robust_plateau(&curve)?, share)
-}
-
-/// The curve's own knee: the median of the bootstrap resamples' robust knees (the smallest
-/// block that reaches `share` of the plateau with the next larger one), a ladder block.
-/// `None` when most resamples have no knee.
-fn curve_knee_of(samples: &[BlockSamples], share: f64) -> Option<u64> {
-    let mut knees = bootstrap_knees(samples, RESAMPLES, share);
-    if knees.len() * 2 < RESAMPLES {
-        return None;
-    }
-    knees.sort_unstable();
-    knees.get(knees.len() / 2).copied()
-}
-
-/// How far below the plateau the smallest and the hinted blocks sit.
-fn flatness(timings: &[BlockTiming], entry: &CalibratedPath, hint_bytes: u64) -> Option<Flatness> {
-    let curve: Vec<(u64, f64)> = timings.iter().map(|t| (t.block_bytes, t.gbps())).collect();
-    let plateau_gbps = robust_plateau(&curve)?;
-    let smallest = curve.first()?.1;
-    let line_at = |block: u64| {
-        let seconds = entry.fixed_cost_us * 1e-6 + block as f64 / (entry.bandwidth_gbps * 1e9);
-        block as f64 / seconds / 1e9
-    };
-    Some(Flatness {
-        plateau_gbps,
-        smallest_block_share: smallest / plateau_gbps,
-        hinted_block_share: line_at(hint_bytes) / plateau_gbps,
-    })
 }
 
 /// [`calibrate`] over both ends of `id` in this process ([`LoopbackPair`], regions of
@@ -971,117 +692,4 @@ fn loopback(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{
-        curve_crossing, cut_to, nearest_ladder_block, overshoots, raised_block, robust_choice, time_cap,
-        CURVE_KNEE_SHARE, MIN_BLOCKS_PER_RUN,
-    };
-    use rdma_hint_core::fit::BlockTiming;
-
-    /// The loopback tcp ladder of one 2-core calibration (GB/s per block size): it flattens at
-    /// 5.2-5.5 GB/s, where its fit put `B` at 6.3 GB/s and the block at 784 KiB.
-    fn tcp_ladder() -> Vec<BlockTiming> {
-        [(4u64, 0.33), (8, 0.65), (16, 1.24), (32, 2.19), (64, 2.79), (128, 4.17), (256, 5.21), (512, 5.47)]
-            .iter()
-            .map(|&(kib, gbps)| BlockTiming {
-                block_bytes: kib << 10,
-                seconds_per_block: (kib << 10) as f64 / (gbps * 1e9),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_line_above_the_measured_plateau_yields_to_the_curve() {
-        let ladder = tcp_ladder();
-        let line = (784u64 << 10) as f64;
-        // That fit's line moves 5.8 GB/s at its block, more than any measured block.
-        assert!(overshoots(&ladder, 11.04, 6.32, line));
-        let crossing = curve_crossing(&ladder, CURVE_KNEE_SHARE).unwrap();
-        assert!(crossing > f64::from(128 << 10) && crossing < f64::from(256 << 10), "{crossing}");
-        // A line that stays under the plateau at its block keeps its block.
-        assert!(!overshoots(&ladder, 11.04, 5.5, (256u64 << 10) as f64));
-        assert!(!overshoots(&[], 11.04, 6.32, line), "no curve, no verdict");
-    }
-
-    #[test]
-    fn a_crossing_is_answered_as_the_nearest_ladder_block_by_ratio() {
-        let ladder = || [16.0, 32.0, 64.0, 128.0].into_iter().map(|kib: f64| kib * 1024.0);
-        let kib = |block: Option<f64>| block.map(|b| b / 1024.0);
-        assert_eq!(kib(nearest_ladder_block(ladder(), 38.0 * 1024.0)), Some(32.0));
-        assert_eq!(kib(nearest_ladder_block(ladder(), 46.0 * 1024.0)), Some(64.0));
-        // Half-way by ratio (the geometric mean) goes to the smaller block.
-        assert_eq!(kib(nearest_ladder_block(ladder(), 32.0 * 1024.0 * 2f64.sqrt())), Some(32.0));
-        assert_eq!(kib(nearest_ladder_block(ladder(), 1e9)), Some(128.0));
-        assert_eq!(nearest_ladder_block(std::iter::empty(), 1e6), None);
-    }
-
-    #[test]
-    fn a_raised_answer_stays_within_twice_the_line_once_snapped() {
-        // The 2-core VM's staged shm ladder of one first run (GB/s per KiB block): 97 % of the
-        // plateau near 70 KiB, 90 % between 16 and 32 KiB, the line at 24 KiB.
-        let ladder: Vec<BlockTiming> = [
-            (4u64, 11.9),
-            (8, 13.4),
-            (16, 14.9),
-            (32, 15.7),
-            (64, 16.2),
-            (128, 16.6),
-            (256, 16.4),
-            (512, 17.0),
-            (1024, 16.5),
-            (2048, 16.8),
-        ]
-        .into_iter()
-        .map(|(kib, gbps)| {
-            let block_bytes = kib << 10;
-            BlockTiming { block_bytes, seconds_per_block: block_bytes as f64 / (gbps * 1e9) }
-        })
-        .collect();
-        let crossing = curve_crossing(&ladder, CURVE_KNEE_SHARE);
-        assert!(crossing.is_some_and(|c| c > 64.0 * 1024.0), "{crossing:?}");
-        assert_eq!(raised_block(&ladder, 24.0 * 1024.0, crossing), Some(32 << 10));
-        // A line past the crossing raises nothing; a line of 40 KiB lets 64 KiB through.
-        assert_eq!(raised_block(&ladder, 100.0 * 1024.0, crossing), None);
-        assert_eq!(raised_block(&ladder, 40.0 * 1024.0, crossing), Some(64 << 10));
-    }
-
-    #[test]
-    fn the_robust_choice_is_the_smaller_conservative_answer_and_never_below_the_line() {
-        const KIB: u64 = 1024;
-        // A knee between the line and the interval's top is answered.
-        assert_eq!(robust_choice(200e3, Some(440 * KIB), Some(256 * KIB)), Some(256 * KIB));
-        // The top where it is smaller than the knee.
-        assert_eq!(robust_choice(200e3, Some(300 * KIB), Some(512 * KIB)), Some(300 * KIB));
-        // A knee under the line answers the line: the run's answer stays with the others'.
-        assert_eq!(robust_choice(300e3, Some(440 * KIB), Some(128 * KIB)), Some(300_000));
-        assert_eq!(robust_choice(300e3, None, Some(128 * KIB)), Some(300_000));
-        assert_eq!(robust_choice(100e3, None, None), None);
-    }
-
-    #[test]
-    fn a_cut_keeps_the_fewest_blocks_and_never_lengthens_a_transfer() {
-        let per_block = 1.0 / 1024.0;
-        let mut sizes = [(4096, 4096 * 100), (8192, 8192 * 100), (65536, 65536 * 10)];
-        // 20 blocks' time at the first size's rate; the second probed at 0 s, the third fast.
-        cut_to(&mut sizes, &[per_block, 0.0, per_block / 1024.0], 20.0 * per_block);
-        assert_eq!(sizes, [(4096, 4096 * 20), (8192, 8192 * 100), (65536, 65536 * 10)]);
-        // No time at all: a size keeps its fewest blocks, one that costs nothing its length.
-        let mut starved = [(4096, 4096 * 100), (8192, 8192 * 100)];
-        cut_to(&mut starved, &[per_block, 0.0], 0.0);
-        assert_eq!(starved, [(4096, 4096 * MIN_BLOCKS_PER_RUN), (8192, 8192 * 100)]);
-    }
-
-    #[test]
-    fn only_the_slowest_transfers_are_cut_and_the_rest_keep_their_length() {
-        assert_eq!(time_cap(&[1.0, 2.0, 3.0], 6.0), None, "they fit");
-        // 1 + 3 × cap = 5: the 2 s one is cut too, to the slow ones' share.
-        let cap = time_cap(&[1.0, 2.0, 30.0, 40.0], 5.0).unwrap();
-        assert!((cap - 4.0 / 3.0).abs() < 1e-12, "{cap}");
-        // 1 + 2 + 2 × cap = 9: the two fast ones keep their time.
-        assert_eq!(time_cap(&[1.0, 2.0, 30.0, 40.0], 9.0), Some(3.0));
-        let cap = time_cap(&[0.5, 0.6, 12.0], 2.0).unwrap();
-        assert!((cap - 0.9).abs() < 1e-12, "{cap}");
-        assert_eq!(time_cap(&[1.0, 1.0], 1.0), Some(0.5), "equal ones are cut alike");
-        assert_eq!(time_cap(&[1.0, 2.0], -1.0), Some(0.0), "no time left: the fewest blocks");
-    }
-}
+mod tests;
