@@ -13,8 +13,8 @@ use crossbeam_channel::{Receiver, Sender};
 use rdma_hint::chunker::PostPolicy;
 use rdma_hint::hint_core::{TransportFacts, TransportId, TransportKind};
 use rdma_hint::{
-    Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
-    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, Capabilities, Completion, CompletionStatus, Domain, LocalRegion, MemoryKind, PeerEndpoint,
+    RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -66,18 +66,7 @@ impl NullTransport {
     }
 }
 
-#[async_trait]
-impl Transport for NullTransport {
-    fn capabilities(&self) -> &Capabilities {
-        &self.caps
-    }
-    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        Ok(address)
-    }
-    fn set_wait_mode(&self, _mode: WaitMode) {}
-    fn wait_mode(&self) -> WaitMode {
-        WaitMode::BusyPoll
-    }
+impl Domain for NullTransport {
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         Ok(LocalRegion { id: RegionId(0), kind, len })
     }
@@ -94,6 +83,26 @@ impl Transport for NullTransport {
     }
     fn read_region(&self, _region: RegionId, _offset: u64, _out: &mut [u8]) -> Result<(), TransportError> {
         Ok(())
+    }
+    fn copied_bytes(&self) -> rdma_hint::CopiedBytes {
+        rdma_hint::CopiedBytes::default() // it moves no bytes at all
+    }
+}
+
+#[async_trait]
+impl Transport for NullTransport {
+    fn domain(&self) -> &dyn Domain {
+        self
+    }
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        Ok(address)
+    }
+    fn set_wait_mode(&self, _mode: WaitMode) {}
+    fn wait_mode(&self) -> WaitMode {
+        WaitMode::BusyPoll
     }
     async fn connect(
         &self,
@@ -129,9 +138,6 @@ impl Transport for NullTransport {
         _deadline: Instant,
     ) -> Result<usize, TransportError> {
         self.poll_completions(out)
-    }
-    fn copied_bytes(&self) -> rdma_hint::CopiedBytes {
-        rdma_hint::CopiedBytes::default() // it moves no bytes at all
     }
     fn poll_arrivals(&self, _out: &mut [Arrival]) -> Result<usize, TransportError> {
         Ok(0)

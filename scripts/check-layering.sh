@@ -49,11 +49,11 @@ print(f"floors hold for {len(members)} crates")
 # hint-core is pure: no file system, processes or sockets (a SocketAddr in a signature is plain
 # data), no libc, no FFI, no unsafe operation. It says `unsafe` only for contracts: the `pub
 # unsafe fn` constructors of caller memory by address (caller_memory.rs, which allows exactly
-# that) and the trait's `unsafe fn access_region_unchecked` (allowed on that method alone), never
+# that) and the `Domain` trait's `unsafe fn access_region_unchecked` (allowed on that method alone), never
 # an `unsafe` block or impl; lib.rs denies the rest.
 [ -d crates/hint-core/src ] || { echo "no crates/hint-core/src" >&2; exit 1; }
 if grep -rnE 'std::(fs|process|env|thread)|std::\{[^}]*\b(fs|process|net|env|thread)\b|std::net::[a-z{]|std::net::(TcpStream|TcpListener|UdpSocket)|\blibc\b|extern "C"|\bunsafe\b' crates/hint-core/src |
-    grep -vE '^[^:]+:[0-9]+: *//|deny\(unsafe_code\)|^crates/hint-core/src/caller_memory.rs:[0-9]+:(#!\[allow\(unsafe_code\)\]| *pub unsafe fn )|^crates/hint-core/src/transport.rs:[0-9]+:( *#\[allow\(unsafe_code\)\]| *unsafe fn access_region_unchecked\()'; then
+    grep -vE '^[^:]+:[0-9]+: *//|deny\(unsafe_code\)|^crates/hint-core/src/caller_memory.rs:[0-9]+:(#!\[allow\(unsafe_code\)\]| *pub unsafe fn )|^crates/hint-core/src/domain.rs:[0-9]+:( *#\[allow\(unsafe_code\)\]| *unsafe fn access_region_unchecked\()'; then
     echo "hint-core must stay pure (no I/O, no FFI, no unsafe operation)" >&2
     exit 1
 fi

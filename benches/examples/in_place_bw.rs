@@ -202,7 +202,7 @@ fn host(id: &TransportId, args: &Args) -> (Measured, Measured) {
         let mut same = false;
         let mut check = |bytes: &mut [u8]| same = bytes[..64] == sent[..] && bytes[len as usize - 1] == last;
         // SAFETY: the sender writes nothing until the next run, which starts after this read.
-        unsafe { in_place.receiver.access_region_unchecked(in_place.target.id, &mut check) }
+        unsafe { in_place.receiver.domain().access_region_unchecked(in_place.target.id, &mut check) }
             .expect("lend theirs");
         assert!(same, "{id}: in-place run {run}: bytes differ");
     }

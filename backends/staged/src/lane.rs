@@ -1,7 +1,6 @@
 //! What one staged lane shares with its domain and its link threads: the ops it has in flight,
-//! the copies its code made, whether its peer is gone, and what its connect exposed.
+//! whether its peer is gone, and what its connect exposed.
 
-use rdma_hint_backend_core::caller_memory::CopyMeter;
 use rdma_hint_backend_core::lanes::{Exposure, Lane};
 use rdma_hint_backend_core::PeerGone;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,8 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// read lock, so the domain's write lock alone keeps them off.
 #[derive(Debug, Default)]
 pub(crate) struct StagedLane {
-    /// The bytes this lane's code copies.
-    pub(crate) copies: CopyMeter,
     /// Posted ops the sender thread has not finished with (their source regions are busy
     /// until then).
     pub(crate) in_flight: AtomicUsize,
@@ -19,6 +16,8 @@ pub(crate) struct StagedLane {
     pub(crate) gone: PeerGone,
     /// Set when the sender thread ends: ops queued after that are never read.
     pub(crate) sender_done: AtomicBool,
+    /// Set when the reader thread ends: no read's answer is placed after that.
+    pub(crate) reader_done: AtomicBool,
     /// The regions this lane's connect exposed.
     pub(crate) exposure: Exposure,
 }
@@ -28,8 +27,12 @@ impl Lane for StagedLane {
 
     fn quiet(&self) {}
 
+    /// Ops in flight keep their regions busy until both link threads have ended: the sender
+    /// reads the sources of writes, the reader places the answers of reads (an op queued after
+    /// the sender ended stays counted, and nothing touches it once both are gone).
     fn busy(&self, _: &mut ()) -> bool {
-        self.in_flight.load(Ordering::Acquire) > 0 && !self.sender_done.load(Ordering::Acquire)
+        self.in_flight.load(Ordering::Acquire) > 0
+            && !(self.sender_done.load(Ordering::Acquire) && self.reader_done.load(Ordering::Acquire))
     }
 
     fn exposure(&self) -> &Exposure {
@@ -43,11 +46,11 @@ impl Lane for StagedLane {
     }
 }
 
-/// Marks the sender thread done when it ends, however it ends.
-pub(crate) struct SenderDone<'a>(pub(crate) &'a StagedLane);
+/// Marks a link thread done (its flag in [`StagedLane`]) when it ends, however it ends.
+pub(crate) struct ThreadDone<'a>(pub(crate) &'a AtomicBool);
 
-impl Drop for SenderDone<'_> {
+impl Drop for ThreadDone<'_> {
     fn drop(&mut self) {
-        self.0.sender_done.store(true, Ordering::Release);
+        self.0.store(true, Ordering::Release);
     }
 }

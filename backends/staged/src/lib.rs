@@ -15,11 +15,13 @@
 //! the link, flushes outstanding signalled writes with an error, and every wait has a deadline.
 //! With feature `cuda`, [`gpu`] reports the machine's GPU facts.
 
+mod answers;
 pub mod channel;
 pub mod gpu;
 pub mod handoff;
 mod lane;
 mod link;
+mod local;
 mod memory;
 pub mod protocol;
 mod reads;

@@ -5,11 +5,13 @@
 //! says when the peer is gone, and a ring thread takes announcements off our ring while the
 //! application does not (it sleeps on the ring's futex in `Adaptive` mode).
 
-use crate::lane::{SenderDone, StagedLane};
+use crate::answers::{AnswerClock, AnswerQueue, ANSWER_PATIENCE};
+use crate::lane::{StagedLane, ThreadDone};
+use crate::local::{local, LocalEntry, LocalRegions};
 use crate::memory::{Direction, GatherSend, Memory, PeerMapping};
 use crate::protocol::{Awaited, Inbound, Inbox};
 use crate::reads::{answer_frame, request_frame, PendingRead, Reads};
-use crate::region::{copy_to_peer, RegionMemory, Staging};
+use crate::region::{copy_to_peer, Staging};
 use crate::request::{Pieces, Request};
 use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
 use crate::socket::{peek, readable, waiting_bytes};
@@ -17,12 +19,11 @@ use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIG
 use crossbeam_channel::{select, Receiver, Sender};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_backend_core::wait::WaitModeCell;
-use rdma_hint_backend_core::{Domain, RegionTable};
+use rdma_hint_backend_core::RegionTable;
 use rdma_hint_core::{
     Arrival, Completion, CompletionStatus, ReadOp, RegionId, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_stream_copy::Run;
-use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -55,68 +56,6 @@ const APP_POLL_GRACE: Duration = Duration::from_millis(2);
 const PUMP_FRAMES: usize = 64;
 /// TCP in `BusyPoll`: writes up to this size are sent by the posting thread itself.
 const DIRECT_SEND_MAX: u64 = 64 << 10;
-
-/// A registered local region.
-#[derive(Debug, Clone)]
-pub(crate) struct LocalEntry {
-    pub(crate) memory: Arc<RegionMemory>,
-    /// shm channel, a region the peer cannot map (caller host memory, GPU memory) exposed to
-    /// it: the shared mapping the peer writes instead, whose bytes the reader copies on into
-    /// `memory` as each write is announced.
-    pub(crate) bounce: Option<Arc<Bounce>>,
-}
-
-/// A shared mapping in front of a region the peer cannot map; page-locked when the region is
-/// GPU memory, so the copy on is the copy engine's.
-#[derive(Debug)]
-pub(crate) struct Bounce {
-    // Unregistered before the mapping goes (field order).
-    #[cfg(feature = "cuda")]
-    _pinned: Option<crate::gpu::HostRegistration>,
-    pub(crate) memory: Memory,
-}
-
-impl Bounce {
-    /// A new shared mapping for `region`.
-    pub(crate) fn new(region: &RegionMemory) -> Result<Bounce, TransportError> {
-        // Allocated behind the region table's back: checked against the machine here.
-        rdma_hint_backend_core::memory_limit::check_commit(region.len(), None, 0)?;
-        let memory = Memory::shared(region.len())?;
-        #[cfg(feature = "cuda")]
-        if let RegionMemory::Gpu(buffer, _) = region {
-            let (base, len) = memory.mapping();
-            // SAFETY: the mapping lives in this value and outlives the registration (field order).
-            let pinned = unsafe { crate::gpu::HostRegistration::new(buffer.gpu(), base, len) };
-            if let Err(error) = &pinned {
-                tracing::debug!(%error, "staged: the bounce cannot be page-locked; copying through the driver");
-            }
-            return Ok(Bounce { _pinned: pinned.ok(), memory });
-        }
-        Ok(Bounce {
-            #[cfg(feature = "cuda")]
-            _pinned: None,
-            memory,
-        })
-    }
-}
-
-impl LocalEntry {
-    /// A newly registered region: no bounce.
-    pub(crate) fn new(memory: RegionMemory) -> LocalEntry {
-        LocalEntry { memory: Arc::new(memory), bounce: None }
-    }
-
-    /// The descriptor the peer maps on the shm channel: the bounce's, or the region's own.
-    pub(crate) fn shm_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        match &self.bounce {
-            Some(bounce) => bounce.memory.shm_fd(),
-            None => self.memory.host().and_then(Memory::shm_fd),
-        }
-    }
-}
-
-/// The local regions and the lanes over them, shared with the link threads.
-pub(crate) type LocalRegions = Arc<Domain<LocalEntry, StagedLane>>;
 
 /// A region the peer exposed: its length and, on the shm channel, its mapping here (made at
 /// the first write into it) and
@@ -197,10 +136,6 @@ impl Rings {
     }
 }
 
-pub(crate) fn local(regions: &LocalRegions, id: RegionId) -> Option<LocalEntry> {
-    regions.regions().get(id).ok().cloned()
-}
-
 /// A running link.
 pub(crate) struct Link {
     pub(crate) ops: Sender<Request>,
@@ -240,6 +175,8 @@ struct Shared {
     /// is drained.
     running: AtomicUsize,
     writer: Mutex<TcpStream>,
+    /// The socket once more, only to shut it down (see [`Shared::fail`]).
+    closer: TcpStream,
     /// TCP: the socket's read side, held by whoever takes frames off it: the reader thread,
     /// or (`BusyPoll`) the application's own poll.
     reading: Mutex<TcpStream>,
@@ -258,9 +195,11 @@ struct Shared {
     lane: Arc<StagedLane>,
     /// Tags of the signalled writes sent and not yet acknowledged, oldest first: acks must
     /// come back for exactly these, in this order (TCP keeps frames in order).
-    awaiting_ack: Mutex<VecDeque<u64>>,
+    awaiting_ack: AnswerQueue<u64>,
     /// TCP: our reads waiting for their bytes, oldest first.
     reads: Reads,
+    /// TCP: how long the peer has been silent while acks or reads wait on it.
+    answers: AnswerClock,
 }
 
 impl Shared {
@@ -273,9 +212,9 @@ impl Shared {
                 tracing::debug!(%reason, "staged link closed");
             }
         }
-        if let Ok(writer) = self.writer.lock() {
-            let _ = writer.shutdown(Shutdown::Both);
-        }
+        // Through a handle of its own: the writer's lock may be held by a send that waits on
+        // this very socket (up to its timeout), and the shutdown is what ends that send.
+        let _ = self.closer.shutdown(Shutdown::Both);
         if let Some(rings) = &self.rings {
             ring::wake(&rings.inbound());
         }
@@ -347,6 +286,11 @@ impl Link {
             wait_mode,
             expose,
         } = parts;
+        if channel == ChannelKind::Tcp {
+            // Frames are read once the socket is readable: only a peer that stops in the middle
+            // of one meets this bound, and its link breaks instead of a thread hanging.
+            socket.set_read_timeout(Some(ANSWER_PATIENCE))?;
+        }
         let (ops_tx, ops_rx) = crossbeam_channel::bounded(max_outstanding);
         let (completion_tx, completions) = event_queue(max_outstanding * 2);
         let (arrival_tx, arrivals) = event_queue(MAX_PENDING_ARRIVALS);
@@ -374,6 +318,7 @@ impl Link {
             arrivals: arrival_tx,
             running: AtomicUsize::new(threads),
             writer: Mutex::new(socket.try_clone()?),
+            closer: socket.try_clone()?,
             reading: Mutex::new(socket.try_clone()?),
             outgoing: ack_tx,
             queued_deliveries: AtomicUsize::new(0),
@@ -382,8 +327,9 @@ impl Link {
             born: Instant::now(),
             max_outstanding,
             lane: lane.clone(),
-            awaiting_ack: Mutex::new(VecDeque::with_capacity(max_outstanding)),
+            awaiting_ack: AnswerQueue::new(max_outstanding),
             reads: Reads::new(max_outstanding),
+            answers: AnswerClock::new(Instant::now()),
         });
         let spawn = |name: &str, body: Box<dyn FnOnce(&Shared) + Send>| {
             let shared = shared.clone();
@@ -396,22 +342,28 @@ impl Link {
         let mut handles = vec![spawn(
             "staged-reader",
             Box::new(move |shared| {
+                // Dropped last: the reads' flush below is the reader's last touch.
+                let _done = ThreadDone(&shared.lane.reader_done);
                 let _alive = reader_alive;
                 let reason = match shared.channel {
                     ChannelKind::Tcp => read_loop(shared, &watched),
                     ChannelKind::Shm => watch_shm_socket(watched),
                 };
                 shared.fail(reason);
-                // No answer is placed after this thread: the reads still waiting never complete.
+                // No answer is placed after this thread: what still waits for one never completes.
+                for wr_id in shared.awaiting_ack.drain() {
+                    let flushed = Completion { wr_id, status: CompletionStatus::Failed { code: FLUSHED } };
+                    let _ = shared.completions.try_send(flushed);
+                }
                 for read in shared.reads.drain() {
-                    unanswered(shared, &read);
+                    unanswered(shared, read);
                 }
             }),
         )?];
         handles.push(spawn(
             "staged-sender",
             Box::new(move |shared| {
-                let _done = SenderDone(&shared.lane);
+                let _done = ThreadDone(&shared.lane.sender_done);
                 send_loop(shared, &ops_rx, &acks, &reader_gone)
             }),
         )?);
@@ -512,7 +464,7 @@ impl Link {
         if sleeper {
             ring::wake(&outbound);
         }
-        shared.lane.copies.in_transit(copied);
+        shared.local.copies().in_transit(copied);
         moved?;
         Ok(true)
     }
@@ -553,14 +505,23 @@ impl Link {
             }
             Ok(())
         })();
-        shared.lane.copies.in_transit(copied);
+        shared.local.copies().in_transit(copied);
         moved?;
         Ok(true)
     }
 
-    /// TCP: reads that may still be asked before the peer's window of answers is full.
-    pub(crate) fn read_room(&self) -> usize {
-        self.shared.reads.room()
+    /// TCP: takes places in the peer's window of answers for `count` reads about to be
+    /// queued (queued and asked reads count alike), or says how many fit.
+    pub(crate) fn reserve_reads(&self, count: usize) -> Result<(), TransportError> {
+        self.shared
+            .reads
+            .reserve(count)
+            .map_err(|room| TransportError::QueueFull { given: count as u32, max: room as u32 })
+    }
+
+    /// TCP: gives back the places of `count` reads that were not queued after all.
+    pub(crate) fn unreserve_reads(&self, count: usize) {
+        self.shared.reads.unreserve(count);
     }
 
     /// The peer's region `id`, mapped (on its first write), and whether it wants every write
@@ -707,7 +668,7 @@ fn copy_on_from_bounce(shared: &Shared, target: &LocalEntry, offset: u64, len: u
         .copy_from_bounce(&bounce.memory, offset, len)
         .map_err(|e| format!("copying out of the channel: {e}"))?;
     if by_cpu {
-        shared.lane.copies.in_transit(len);
+        shared.local.copies().in_transit(len);
     }
     Ok(())
 }
@@ -833,28 +794,38 @@ fn send_loop(
             },
             recv(reader_gone) -> _ => break,
         };
-        let mut sent = send_one(shared, &op, &mut staging);
+        let sent = send_one(shared, &op, &mut staging);
         // A read over TCP stays in flight until its bytes are placed (or the link ends).
         let answered_later = matches!(sent, Ok(Sent::Asked));
+        if op.is_read() && !answered_later {
+            // Never asked: its place in the window goes back (asked, it took the place).
+            shared.reads.unreserve(1);
+        }
+        // Why the link fails, and whether the sender completes the op (see `Sent`).
+        let mut failed = match sent {
+            Ok(Sent::Done | Sent::Asked) => None,
+            Ok(Sent::Broken(reason)) => Some((reason, false)),
+            Err(reason) => Some((reason, true)),
+        };
         // With nothing queued the direct path may take over on another thread, and announce
         // bytes after these: they land first (streamed stores fenced, GPU copies done). A
         // poster counts an op in `in_flight` before queueing it, so the queue, not the count,
         // says whether this was the last.
-        if sent.is_ok() && ops.is_empty() {
+        if failed.is_none() && ops.is_empty() {
             if let Err(e) = staging.settle() {
-                sent = Err(format!("copying to the peer: {e}"));
+                let reason = format!("copying to the peer: {e}");
+                failed = Some((reason, completes_on_failure(shared, &op, answered_later)));
             }
         }
-        if sent.is_err() {
+        if failed.is_some() {
             staging.fence_host();
         }
         if !answered_later {
             shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
-        if let Err(reason) = sent {
+        if let Some((reason, flush_it)) = failed {
             shared.fail(reason);
-            // An asked read waits with the reader, whose end flushes it.
-            if !answered_later {
+            if flush_it {
                 flush(&op, &shared.completions);
             }
             break;
@@ -864,12 +835,30 @@ fn send_loop(
     // that fully landed before it still announce themselves.
     while let Ok(op) = ops.try_recv() {
         shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if op.is_read() {
+            shared.reads.unreserve(1);
+        }
         flush(&op, &shared.completions);
     }
     while let Ok(outgoing) = acks.try_recv() {
         if let Outgoing::Ack { then: Some(arrival), .. } | Outgoing::Arrival(arrival) = outgoing {
             let _ = shared.arrivals.try_send(arrival);
         }
+    }
+}
+
+/// Whether the sender completes `request` (sent, or asked) when the link fails after it: not a
+/// read asked over TCP, whose answer the reader awaits, nor a write waiting for its ack that the
+/// reader's end has flushed already (one still waiting is taken back here, so the reader's end
+/// does not flush it too).
+fn completes_on_failure(shared: &Shared, request: &Request, asked: bool) -> bool {
+    let op = request.head();
+    if asked {
+        false
+    } else if shared.channel == ChannelKind::Tcp && op.signalled && !request.is_read() {
+        shared.awaiting_ack.retract(|wr_id| *wr_id == op.wr_id).is_some()
+    } else {
+        true
     }
 }
 
@@ -887,6 +876,9 @@ enum Sent {
     Done,
     /// A read asked over TCP: in flight until its answer is placed.
     Asked,
+    /// A signalled write whose send failed after the reader ended and flushed it: done with
+    /// (its source), the link broken for this reason, its completion already given.
+    Broken(String),
 }
 
 fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result<Sent, String> {
@@ -916,7 +908,11 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
                 // Recorded before the frame leaves, so its ack cannot overtake it.
-                shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).push_back(op.wr_id);
+                // Not waiting once the reader ended: the sender flushes it.
+                let first = shared.awaiting_ack.push(op.wr_id).map_err(|_| "link already broken")?;
+                if first {
+                    shared.answers.restart(Instant::now());
+                }
             }
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             let header = frame.encode();
@@ -940,7 +936,13 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
                     })
                 })
             };
-            sent.map_err(|e| format!("sending a write: {e}"))?;
+            if let Err(e) = sent {
+                let reason = format!("sending a write: {e}");
+                if !completes_on_failure(shared, request, false) {
+                    return Ok(Sent::Broken(reason));
+                }
+                return Err(reason);
+            }
         }
         ChannelKind::Shm => {
             let remote = shared.remote.get(op.remote.0 as usize).and_then(Option::as_ref);
@@ -953,7 +955,7 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
                 copy_to_peer(memory, piece.local_offset, target, (piece.remote_offset, piece.len), staging)
                     .map_err(|e| e.to_string())?;
                 if memory.host().is_some() {
-                    shared.lane.copies.in_transit(piece.len);
+                    shared.local.copies().in_transit(piece.len);
                 }
             }
             let announce = op.imm.is_some() || notify_each_write;
@@ -992,7 +994,7 @@ fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
                 .get()
                 .and_then(|source| source.copy_to(op.remote_offset, target, op.local_offset, op.len, None))
                 .map_err(|e| format!("reading the peer's region: {e}"))?;
-            shared.lane.copies.in_transit(op.len);
+            shared.local.copies().in_transit(op.len);
             if op.signalled {
                 let _ = shared
                     .completions
@@ -1009,7 +1011,10 @@ fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
                 signalled: op.signalled,
             };
             // Refused once the reader ended: the sender flushes it as any op it could not send.
-            shared.reads.ask(read).map_err(|_| "link already broken".to_string())?;
+            let first = shared.reads.push(read).map_err(|_| "link already broken".to_string())?;
+            if first {
+                shared.answers.restart(Instant::now());
+            }
             // From here the read is the reader's: a failed request ends the link, and the
             // reader's end flushes it (once).
             if let Err(e) = shared.send_frame(&request_frame(op)) {
@@ -1020,12 +1025,13 @@ fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
     }
 }
 
-/// A read whose answer will never come (the link ended): no longer in flight, and flushed if
-/// it was to complete.
-fn unanswered(shared: &Shared, read: &PendingRead) {
+/// A read whose answer will never come (the link ended): its destination let go, no longer in
+/// flight, and flushed if it was to complete.
+fn unanswered(shared: &Shared, read: PendingRead) {
+    let PendingRead { wr_id, signalled, .. } = read;
     shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
-    if read.signalled {
-        let flushed = Completion { wr_id: read.wr_id, status: CompletionStatus::Failed { code: FLUSHED } };
+    if signalled {
+        let flushed = Completion { wr_id, status: CompletionStatus::Failed { code: FLUSHED } };
         let _ = shared.completions.try_send(flushed);
     }
 }
@@ -1033,14 +1039,17 @@ fn unanswered(shared: &Shared, read: &PendingRead) {
 /// Places the answer to our oldest read (admitted: its tag and length are that read's), then
 /// completes it.
 fn place_answer(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) -> Result<(), String> {
-    let read = shared.reads.take().ok_or("an answer was admitted with no read waiting")?;
+    let read = shared.reads.pop_front().ok_or("an answer was admitted with no read waiting")?;
     if let Err(e) = read.local.over_socket(Direction::Receive, read.local_offset, read.len, socket, staging) {
-        unanswered(shared, &read);
+        unanswered(shared, read);
         return Err(format!("the peer vanished mid-answer: {e}"));
     }
+    // The destination is let go before the completion says so: a release right after it finds
+    // no link thread holding the memory.
+    let PendingRead { wr_id, signalled, .. } = read;
     shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
-    if read.signalled {
-        let done = Completion { wr_id: read.wr_id, status: CompletionStatus::Success };
+    if signalled {
+        let done = Completion { wr_id, status: CompletionStatus::Success };
         shared.completions.try_send(done).map_err(|_| {
             "completion queue overflow: the application is not draining completions".to_string()
         })?;
@@ -1070,6 +1079,13 @@ fn read_loop(shared: &Shared, watched: &TcpStream) -> String {
     loop {
         if let Some(reason) = shared.lane.gone.why() {
             return reason.to_string();
+        }
+        if let Some(silent) = shared.answers.overdue(Instant::now(), shared.awaits_answers(), ANSWER_PATIENCE)
+        {
+            return format!(
+                "the peer sent nothing for {} s while acks or reads waited on it",
+                silent.as_secs()
+            );
         }
         if shared.wait_mode.get() == WaitMode::BusyPoll {
             // Woken early by a wait that found a frame it leaves to this thread.
@@ -1102,10 +1118,14 @@ fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) ->
     if let Err(e) = socket.read_exact(&mut header) {
         return Err(match e.kind() {
             std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                format!("the peer stopped in a frame's header for {} s", ANSWER_PATIENCE.as_secs())
+            }
             _ => format!("reading from the peer: {e}"),
         });
     }
     let frame = Frame::decode(&header).map_err(|e| format!("protocol error: {e}"))?;
+    shared.answers.restart(Instant::now());
     match shared.inbox.admit(&frame, awaited(shared, &frame))? {
         Inbound::Write { region, offset, len, arrival, ack, .. } => {
             with_target(shared, region, |target| {
@@ -1127,11 +1147,8 @@ fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) ->
 /// common frame, take no lock).
 fn awaited(shared: &Shared, frame: &Frame) -> Awaited {
     match frame.kind {
-        FrameKind::Ack => Awaited {
-            ack: shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).front().copied(),
-            read: None,
-        },
-        FrameKind::ReadData => Awaited { ack: None, read: shared.reads.next() },
+        FrameKind::Ack => Awaited { ack: shared.awaiting_ack.front(|wr_id| *wr_id), read: None },
+        FrameKind::ReadData => Awaited { ack: None, read: shared.reads.front(|read| (read.wr_id, read.len)) },
         FrameKind::Write | FrameKind::ReadRequest => Awaited::default(),
     }
 }
@@ -1157,6 +1174,11 @@ fn hand_over(shared: &Shared, outgoing: Option<Outgoing>) -> Result<(), String> 
 }
 
 impl Shared {
+    /// Whether a signalled write's ack or a read's bytes are awaited from the peer.
+    fn awaits_answers(&self) -> bool {
+        !self.reads.is_empty() || !self.awaiting_ack.is_empty()
+    }
+
     fn app_polled_within(&self, grace: Duration) -> bool {
         let now = self.born.elapsed().as_micros() as u64;
         now.saturating_sub(self.app_polled_us.load(Ordering::Relaxed)) < grace.as_micros() as u64
@@ -1260,7 +1282,7 @@ impl Link {
         }
         let Ok(writer) = shared.writer.try_lock() else { return Ok(false) };
         let signalled = ops.iter().filter(|request| request.head().signalled).count();
-        let mut awaiting = shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut awaiting = shared.awaiting_ack.lock();
         if awaiting.len() + signalled > shared.max_outstanding {
             let max = shared.max_outstanding.saturating_sub(awaiting.len()) as u32;
             return Err(TransportError::QueueFull { given: ops.len() as u32, max });
@@ -1280,9 +1302,17 @@ impl Link {
             }
             if op.signalled {
                 // Recorded before the frame leaves, so its ack cannot overtake it.
-                awaiting.push_back(op.wr_id);
+                let first =
+                    awaiting.push(op.wr_id).map_err(|_| self.break_with("link already broken".into()))?;
+                if first {
+                    shared.answers.restart(Instant::now());
+                }
             }
-            send.send(&writer).map_err(|e| self.break_with(format!("sending a write: {e}")))?;
+            if let Err(e) = send.send(&writer) {
+                // Not posted: it completes with nothing (any ops before it in `ops` went).
+                awaiting.retract(|wr_id| op.signalled && *wr_id == op.wr_id);
+                return Err(self.break_with(format!("sending a write: {e}")));
+            }
         }
         Ok(true)
     }
@@ -1290,7 +1320,7 @@ impl Link {
 
 /// An admitted ack: the oldest signalled write of ours stops waiting and completes.
 fn acknowledge(shared: &Shared, wr_id: u64, status: u16) -> Result<(), String> {
-    shared.awaiting_ack.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+    shared.awaiting_ack.pop_front();
     let completions = &shared.completions;
     let status = match status {
         0 => CompletionStatus::Success,
@@ -1311,7 +1341,7 @@ mod lane_tests {
     /// region another lane exposed.
     #[test]
     fn a_link_admits_writes_only_to_the_regions_its_own_connect_exposed() {
-        let local: LocalRegions = Arc::new(Domain::new(8));
+        let local: LocalRegions = Arc::new(rdma_hint_backend_core::DomainCore::bare(8));
         for _ in 0..2 {
             let memory = RegionMemory::allocate(MemoryKind::Host, 4096, false).unwrap();
             let entry = LocalEntry::new(memory);

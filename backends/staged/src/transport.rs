@@ -3,22 +3,18 @@
 use crate::channel::{capabilities, StagedChannel};
 use crate::handoff::{self, Offer};
 use crate::lane::StagedLane;
-use crate::link::{
-    local, Bounce, Link, LinkParts, LocalEntry, LocalRegions, RemoteEntry, RemoteRegions, Rings,
-};
+use crate::link::{Link, LinkParts, RemoteEntry, RemoteRegions, Rings};
+use crate::local::{local, Bounce, LocalEntry, LocalRegions, StagedMemory};
 use crate::memory::PeerMapping;
-use crate::region::RegionMemory;
 use crate::request::{Gathered, Pieces, Request};
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
-use rdma_hint_backend_core::caller_memory::{admit, not_caller_memory};
 use rdma_hint_backend_core::gather::gathered;
 use rdma_hint_backend_core::wait::{wait, WaitModeCell};
-use rdma_hint_backend_core::{Domain, RegionTable};
+use rdma_hint_backend_core::{DomainCore, RegionTable};
 use rdma_hint_core::{
-    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp, LocalRegion,
-    MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode,
-    WriteOp, MAX_OPS_PER_POST,
+    Arrival, Capabilities, Completion, Domain, GatherEntry, GatherOp, PeerEndpoint, ReadOp, RegionId,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::Rendezvous;
 use std::net::{SocketAddr, TcpStream};
@@ -76,10 +72,13 @@ rdma_hint_oob::token_setters!(StagedTransport, "regions, the shm hand-off");
 impl StagedTransport {
     /// A transport over `channel`, not yet connected.
     pub fn new(channel: StagedChannel) -> StagedTransport {
+        let caps = capabilities(channel);
+        let source = StagedMemory { shared: channel == StagedChannel::SharedMemory };
+        let (kinds, caller_memory) = (caps.memory_kinds.clone(), caps.caller_memory.clone());
         StagedTransport {
             channel,
-            caps: capabilities(channel),
-            regions: Arc::new(Domain::new(MAX_REGIONS)),
+            caps,
+            regions: Arc::new(DomainCore::new(MAX_REGIONS, source, kinds, caller_memory)),
             rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
             lane: Arc::default(),
@@ -159,47 +158,6 @@ impl StagedTransport {
             }
         }
         Ok(())
-    }
-
-    /// Unregisters `region` and hands its memory back once `admit` accepts it (the domain's
-    /// rules), unless a link thread still holds it.
-    fn take_region(
-        &self,
-        region: RegionId,
-        admit: impl Fn(&LocalEntry) -> Result<(), TransportError>,
-    ) -> Result<RegionMemory, TransportError> {
-        let still_held =
-            || TransportError::RegionBusy { region, why: "a link thread still holds it; try again" };
-        self.regions.take(region, admit, |table, region| {
-            // A link thread that was placing or sending may hold the memory a moment longer (a
-            // queued GPU copy until it lands). New holders take it under the read lock, which
-            // the write lock held here keeps out, so a count of one stays one.
-            if Arc::strong_count(&table.get(region)?.memory) > 1 {
-                return Err(still_held());
-            }
-            Arc::try_unwrap(table.remove(region)?.memory).map_err(|_| still_held())
-        })
-    }
-
-    /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
-    /// peer may write (`access_region_unchecked`, whose caller vouches the peer is not).
-    fn lend(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-        exposed_too: bool,
-    ) -> Result<(), TransportError> {
-        self.regions.lend(region, exposed_too, |entry| {
-            let Some(host) = entry.memory.host() else {
-                return Err(TransportError::UnsupportedMemory { kind: entry.memory.kind() });
-            };
-            // SAFETY: no op of any lane is in flight (the domain checked) and none can be
-            // posted while it holds the table write-locked; the peer cannot write the region
-            // (not exposed to a live link), or the caller of `access_region_unchecked` vouches
-            // that it does not.
-            unsafe { host.lend(access) };
-            Ok(())
-        })
     }
 
     fn link(&self) -> Result<&Link, TransportError> {
@@ -407,83 +365,8 @@ impl Transport for StagedTransport {
         self.wait_mode.get()
     }
 
-    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
-        let shared = self.channel == StagedChannel::SharedMemory;
-        let mut table = self.regions.regions_mut();
-        let id = table.insert_with(len, || RegionMemory::allocate(kind, len, shared).map(LocalEntry::new))?;
-        Ok(LocalRegion { id, kind, len })
-    }
-
-    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        self.take_region(region, |_| Ok(())).map(drop)
-    }
-
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
-        let memory = admit(memory, &self.caps.caller_memory)?;
-        let (kind, len) = (memory.kind(), memory.len());
-        let mut table = self.regions.regions_mut();
-        let id =
-            table.insert_caller(memory, |memory| RegionMemory::from_caller(memory).map(LocalEntry::new))?;
-        Ok(LocalRegion { id, kind, len })
-    }
-
-    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        let caller_only = |entry: &LocalEntry| match entry.memory.is_caller() {
-            true => Ok(()),
-            false => Err(not_caller_memory()),
-        };
-        self.take_region(region, caller_only)?.into_caller().map_err(|_| not_caller_memory())
-    }
-
-    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.regions.hold(region)
-    }
-
-    fn unhold(&self, region: RegionId) {
-        self.regions.unhold(region);
-    }
-
-    fn access_region(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.lend(region, access, false)
-    }
-
-    unsafe fn access_region_unchecked(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.lend(region, access, true)
-    }
-
-    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        let entry = local(&self.regions, region).ok_or(TransportError::UnregisteredRegion(region))?;
-        entry.memory.device_pointer().ok_or(TransportError::UnsupportedMemory { kind: entry.memory.kind() })
-    }
-
-    fn copied_bytes(&self) -> CopiedBytes {
-        self.lane.copies.copied()
-    }
-
-    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        local(&self.regions, region)
-            .ok_or(TransportError::UnregisteredRegion(region))?
-            .memory
-            .copy_in(offset, data)?;
-        self.lane.copies.write_region(data.len());
-        Ok(())
-    }
-
-    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        local(&self.regions, region)
-            .ok_or(TransportError::UnregisteredRegion(region))?
-            .memory
-            .copy_out(offset, out)?;
-        self.lane.copies.read_region(out.len());
-        Ok(())
+    fn domain(&self) -> &dyn Domain {
+        &*self.regions
     }
 
     async fn connect(
@@ -527,7 +410,13 @@ impl Transport for StagedTransport {
         if link.read_in_place(ops, &regions)? {
             return Ok(());
         }
-        self.queue(link, ops.iter().map(Request::read), link.read_room())?;
+        // TCP: places in the peer's window of answers first, so that reads queued and not yet
+        // asked count against it too.
+        link.reserve_reads(ops.len())?;
+        if let Err(e) = self.queue(link, ops.iter().map(Request::read), usize::MAX) {
+            link.unreserve_reads(ops.len());
+            return Err(e);
+        }
         drop(regions);
         Ok(())
     }

@@ -4,10 +4,13 @@
 //!
 //! Peers are this test binary re-run with `RDMA_HINT_PEER` set (see `peer_main`).
 
-use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, Transport, TransportError};
+use rdma_hint_core::{
+    Arrival, Completion, CompletionStatus, MemoryKind, PeerEndpoint, ReadOp, RegionId, Transport,
+    TransportError, WriteOp,
+};
 use rdma_hint_integration_tests::{env, peer_role, Peer};
-use rdma_hint_staged::wire::{ChannelKind, Frame, FrameKind, Hello, FLAG_IMM};
-use rdma_hint_staged::{StagedChannel, StagedTransport};
+use rdma_hint_staged::wire::{ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM};
+use rdma_hint_staged::{StagedChannel, StagedTransport, FLUSHED_STATUS};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -156,4 +159,77 @@ fn malformed_frames_break_the_link_without_an_arrival() {
             other => panic!("{name}: {other:?}"),
         }
     }
+}
+
+/// A peer that keeps its socket open and answers nothing (no ack, no read's bytes) ends the
+/// link after 30 s of silence, as an RC queue pair ends at its retry timeout: the waiting write
+/// and read are flushed, and the read's destination can be released again.
+#[test]
+fn a_peer_that_answers_nothing_is_gone_after_thirty_seconds_of_silence() {
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    let source = transport.register(MemoryKind::Host, 4096).unwrap();
+    let destination = transport.register(MemoryKind::Host, 4096).unwrap();
+    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let silent = std::thread::spawn(move || {
+        let mut stream = raw_dial(address);
+        let region = ExposedRegion { id: 0, len: 4096, notify_each_write: false };
+        let hello = Hello { channel: ChannelKind::Tcp, regions: vec![region], handoff: None };
+        stream.write_all(&hello.encode()).unwrap();
+        Hello::decode(&mut stream).unwrap();
+        stream.set_read_timeout(None).unwrap();
+        // Takes the write and the read request, answers neither, until the link ends.
+        let mut taken = 0;
+        let mut sink = [0u8; 4096];
+        while let Ok(read @ 1..) = stream.read(&mut sink) {
+            taken += read;
+        }
+        taken
+    });
+    let connected = rdma_hint_backend_core::blocking::block_on(transport.connect(
+        PeerEndpoint::Listen(address),
+        &[],
+        deadline(10),
+    ));
+    connected.unwrap();
+    let write = WriteOp {
+        wr_id: 1,
+        local: source.id,
+        remote: RegionId(0),
+        len: 64,
+        signalled: true,
+        ..WriteOp::EMPTY
+    };
+    transport.post_writes(&[write]).unwrap();
+    let read = ReadOp {
+        wr_id: 2,
+        local: destination.id,
+        remote: RegionId(0),
+        len: 64,
+        signalled: true,
+        ..ReadOp::EMPTY
+    };
+    transport.post_reads(&[read]).unwrap();
+    assert!(
+        matches!(transport.deregister(destination.id), Err(TransportError::RegionBusy { .. })),
+        "a read's destination is busy while its bytes are awaited"
+    );
+    let started = Instant::now();
+    let mut flushed = Vec::new();
+    let mut completions = [Completion::EMPTY; 4];
+    while flushed.len() < 2 {
+        let waited = rdma_hint_backend_core::blocking::block_on(
+            transport.wait_completions(&mut completions, deadline(60)),
+        );
+        let count = waited.unwrap_or_else(|e| panic!("after {:?} and {flushed:?}: {e}", started.elapsed()));
+        flushed.extend(completions[..count].iter().map(|c| (c.wr_id, c.status)));
+    }
+    let silence = started.elapsed();
+    let gone = CompletionStatus::Failed { code: FLUSHED_STATUS };
+    assert_eq!(flushed, vec![(1, gone), (2, gone)]);
+    assert!(
+        silence > Duration::from_secs(25) && silence < Duration::from_secs(50),
+        "ended after {silence:?}"
+    );
+    transport.deregister(destination.id).unwrap();
+    assert!(silent.join().unwrap() > 0, "the peer was sent the write and the request");
 }

@@ -7,7 +7,9 @@ use crate::region::Region;
 use crate::wire::MAX_REGIONS;
 use crate::worker::Context;
 use rdma_hint_backend_core::lanes::{Exposure, Lane, LeftLane};
-use rdma_hint_backend_core::Domain;
+use rdma_hint_backend_core::region_memory::MemorySource;
+use rdma_hint_backend_core::{DomainCore, RegionTable};
+use rdma_hint_core::{CallerMemory, Capabilities, MemoryKind, Refused, RegionId, TransportError};
 use rdma_hint_oob::peer_left;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
@@ -55,7 +57,7 @@ impl Lane for Shared {
 /// regions directly, and keeps doing so until it has seen the goodbye.
 #[derive(Debug)]
 pub(crate) struct UcxDomain {
-    pub(crate) core: Domain<Region, Shared>,
+    pub(crate) core: DomainCore<Region, Shared>,
     /// The scope may carry shared memory, where a peer writes our regions itself; over TCP
     /// alone its puts land only through our worker, so a closed lane guards nothing.
     peer_writes_directly: bool,
@@ -63,13 +65,14 @@ pub(crate) struct UcxDomain {
 }
 
 impl UcxDomain {
-    pub(crate) fn new(context: Arc<Context>, peer_writes_directly: bool) -> UcxDomain {
-        UcxDomain { core: Domain::new(MAX_REGIONS), peer_writes_directly, context }
-    }
-
-    /// The context every lane's worker and every region belongs to.
-    pub(crate) fn context(&self) -> rdma_hint_ucx_sys::ucp_context_h {
-        self.context.handle
+    pub(crate) fn new(context: Arc<Context>, peer_writes_directly: bool, caps: &Capabilities) -> UcxDomain {
+        let source = UcxMemory { context: context.clone() };
+        let (kinds, caller_memory) = (caps.memory_kinds.clone(), caps.caller_memory.clone());
+        UcxDomain {
+            core: DomainCore::new(MAX_REGIONS, source, kinds, caller_memory),
+            peer_writes_directly,
+            context,
+        }
     }
 
     /// The context, for what must outlive a lane's transport (its notice ring).
@@ -106,6 +109,37 @@ impl UcxDomain {
             move || oob.as_ref().is_none_or(|oob| !peer_left(oob).is_some_and(|loss| loss.stopped));
         let ring = ring.map(|ring| Box::new(ring) as Box<dyn Send>);
         self.core.lanes().leave(LeftLane::new(exposed, still_writes, ring));
+    }
+}
+
+/// How the UCX backend makes region memory: `ucp_mem_map` in the lanes' context (host memory:
+/// Debian's UCX is built without CUDA, GPU memory goes through the staged backend).
+#[derive(Debug)]
+struct UcxMemory {
+    context: Arc<Context>,
+}
+
+impl MemorySource<Region> for UcxMemory {
+    fn allocate(&self, _kind: MemoryKind, len: u64) -> Result<Region, TransportError> {
+        Region::map(self.context.handle, len)
+    }
+
+    fn register_caller(&self, memory: CallerMemory) -> Result<Region, Refused> {
+        Region::map_caller(self.context.handle, memory)
+    }
+
+    /// Without UCX's own lock on the context, its calls are serialised with the one lane's
+    /// worker progress by that lane's engine lock.
+    fn serialised(&self) -> bool {
+        !self.context.thread_safe
+    }
+
+    /// Unmapped with every engine still held: on a context UCX does not lock, its only lane's
+    /// progress must not run beside the unmap.
+    fn remove(&self, table: &mut RegionTable<Region>, id: RegionId) -> Result<Region, TransportError> {
+        let taken = table.remove(id)?;
+        taken.unmap(self.context.handle);
+        Ok(taken)
     }
 }
 

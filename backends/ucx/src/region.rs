@@ -1,10 +1,11 @@
 //! Host memory the transport allocates and maps with `ucp_mem_map`.
 
 use crate::status::status_text;
+use rdma_hint_backend_core::region_memory::{DomainRegion, Lease};
 use rdma_hint_backend_core::region_table::RegionLen;
 use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::transport::check_range;
-use rdma_hint_core::{CallerMemory, ForeignMemory, Refused, TransportError};
+use rdma_hint_core::{CallerMemory, ForeignMemory, MemoryKind, Refused, TransportError};
 use rdma_hint_ucx_sys as sys;
 
 /// Memory UCP allocated and mapped (`UCP_MEM_MAP_ALLOCATE`), or the caller's mapped in place
@@ -138,26 +139,6 @@ impl Region {
         Ok(Region { base, len, memh, packed_rkey, caller })
     }
 
-    /// Whether the memory is the caller's.
-    pub(crate) fn is_caller(&self) -> bool {
-        self.caller.is_some()
-    }
-
-    /// Hands the caller's memory back; call after `unmap`.
-    pub(crate) fn into_caller(self) -> Option<CallerMemory> {
-        self.caller
-    }
-
-    /// Lends the whole region to `access`.
-    ///
-    /// # Safety
-    /// No put of this transport may read the region during the call.
-    pub(crate) unsafe fn lend(&self, access: &mut dyn FnMut(&mut [u8])) {
-        // SAFETY: `base..base + len` is mapped for the region's life; the caller guarantees no
-        // put reads it meanwhile (a peer's writes are the RDMA contract).
-        access(unsafe { std::slice::from_raw_parts_mut(self.base, self.len as usize) });
-    }
-
     /// Releases the registration and the memory; the region must not be used afterwards.
     pub(crate) fn unmap(&self, context: sys::ucp_context_h) {
         // SAFETY: `memh` belongs to `context` and is unmapped once (the caller removes the
@@ -186,20 +167,41 @@ impl Region {
     fn check(&self, offset: u64, len: usize) -> Result<(), TransportError> {
         check_range("local", offset, len as u64, self.len)
     }
+}
 
-    /// Copies `data` into the region at `offset`.
-    pub(crate) fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+impl DomainRegion for Region {
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Host
+    }
+
+    fn is_caller(&self) -> bool {
+        self.caller.is_some()
+    }
+
+    /// Call after `unmap` (the domain's `remove` unmaps).
+    fn into_caller(self) -> Option<CallerMemory> {
+        self.caller
+    }
+
+    fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
         self.check(offset, data.len())?;
         // SAFETY: bounds checked above; `data` cannot overlap the anonymous mapping we own.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.pointer(offset), data.len()) };
         Ok(())
     }
 
-    /// Copies from the region at `offset` into `out`.
-    pub(crate) fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+    fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
         self.check(offset, out.len())?;
         // SAFETY: bounds checked above; `out` is caller memory, not part of the mapping.
         unsafe { std::ptr::copy_nonoverlapping(self.pointer(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn lend(&self, _lease: &Lease, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+        // SAFETY: `base..base + len` is mapped for the region's life; the lease is the domain's
+        // word that no put of any lane reads it and none can be posted meanwhile, and that no
+        // lane's peer writes it (or the caller of `access_region_unchecked` vouches for that).
+        access(unsafe { std::slice::from_raw_parts_mut(self.base, self.len as usize) });
         Ok(())
     }
 }

@@ -6,19 +6,16 @@ use crate::mapping::{map_peer, Screen};
 use crate::notices::{on_endpoint_error, on_notice, on_wake, Direct, NoticeRing, Signals};
 use crate::perf::{self, capabilities, tcp_only, Estimate};
 use crate::progress::{self, Shared};
-use crate::region::Region;
 use crate::wire::{screen_worker_address, ExposedRegion, ExposedRing, Hello, MAX_REGIONS, READY, RING_BYTES};
 use crate::worker::{detects_peer_failure, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use async_trait::async_trait;
-use rdma_hint_backend_core::caller_memory::{admit, not_caller_memory, CopyMeter};
 use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue};
 use rdma_hint_backend_core::wait::{wait, WaitModeCell};
 use rdma_hint_core::TransportId;
 use rdma_hint_core::{
-    Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, GatherEntry, GatherOp, LocalRegion,
-    MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport, TransportError, WaitMode,
-    WriteOp, MAX_OPS_PER_POST,
+    Arrival, Capabilities, Completion, Domain, GatherEntry, GatherOp, PeerEndpoint, ReadOp, RegionId,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use std::net::SocketAddr;
@@ -71,7 +68,6 @@ pub struct UcxTransport {
     rendezvous: Rendezvous,
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
-    copies: CopyMeter,
     domain: Arc<UcxDomain>,
 }
 
@@ -124,7 +120,7 @@ impl UcxTransport {
                 posted => {
                     let copied = posted?;
                     if copied > 0 {
-                        self.copies.in_transit(copied);
+                        self.domain.core.copies().in_transit(copied);
                     }
                     if engine.busy() {
                         self.shared.wake();
@@ -149,7 +145,7 @@ impl UcxTransport {
         let id = TransportId::ucx_for_tls(scope)
             .map_err(|e| TransportError::InvalidArgument { what: "UCX_TLS", why: e.to_string() })?;
         let caps = capabilities(id, &estimate, MAX_OUTSTANDING as u32);
-        let domain = Arc::new(UcxDomain::new(ucp.context.clone(), !tcp_only(&caps.facts.id)));
+        let domain = Arc::new(UcxDomain::new(ucp.context.clone(), !tcp_only(&caps.facts.id), &caps));
         let transport = UcxTransport::lane(ucp, caps, estimate, domain, Rendezvous::default())?;
         tracing::debug!(id = %transport.caps.facts.id, lanes = %transport.estimate.lanes, "ucx: opened");
         Ok(transport)
@@ -213,7 +209,6 @@ impl UcxTransport {
             rendezvous,
             progress: Mutex::new(None),
             connected_lanes: Mutex::new(None),
-            copies: CopyMeter::default(),
             domain,
         })
     }
@@ -437,79 +432,8 @@ impl Transport for UcxTransport {
         self.wait_mode.get()
     }
 
-    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
-        if kind != MemoryKind::Host {
-            // Debian's UCX is built without CUDA: GPU memory goes through the staged backend.
-            return Err(TransportError::UnsupportedMemory { kind });
-        }
-        let _serial = self.serialise_context_calls();
-        let mut table = self.domain.core.regions_mut();
-        let id = table.insert_with(len, || Region::map(self.domain.context(), len))?;
-        Ok(LocalRegion { id, kind, len })
-    }
-
-    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        self.take_region(region, |_| Ok(())).map(drop)
-    }
-
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
-        let memory = admit(memory, &self.caps.caller_memory)?;
-        let (kind, len) = (memory.kind(), memory.len());
-        let _serial = self.serialise_context_calls();
-        let mut table = self.domain.core.regions_mut();
-        let id = table.insert_caller(memory, |memory| Region::map_caller(self.domain.context(), memory))?;
-        Ok(LocalRegion { id, kind, len })
-    }
-
-    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        let region =
-            self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller_memory()) })?;
-        region.into_caller().ok_or_else(not_caller_memory)
-    }
-
-    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.domain.core.hold(region)
-    }
-
-    fn unhold(&self, region: RegionId) {
-        self.domain.core.unhold(region);
-    }
-
-    fn access_region(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.lend(region, access, false)
-    }
-
-    unsafe fn access_region_unchecked(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.lend(region, access, true)
-    }
-
-    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        self.domain.core.regions().get(region)?;
-        Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
-    }
-
-    fn copied_bytes(&self) -> CopiedBytes {
-        self.copies.copied()
-    }
-
-    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.domain.core.regions().get(region)?.copy_in(offset, data)?;
-        self.copies.write_region(data.len());
-        Ok(())
-    }
-
-    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.domain.core.regions().get(region)?.copy_out(offset, out)?;
-        self.copies.read_region(out.len());
-        Ok(())
+    fn domain(&self) -> &dyn Domain {
+        &self.domain.core
     }
 
     async fn connect(
@@ -614,44 +538,6 @@ impl Drop for UcxTransport {
         if let Some(stream) = self.shared.oob.get() {
             let _ = stream.shutdown(std::net::Shutdown::Write);
         }
-    }
-}
-
-impl UcxTransport {
-    /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
-    /// peer of a lane may write (`access_region_unchecked`, whose caller vouches the peer is
-    /// not). Puts still in flight on any lane, unsignalled ones included, make it busy:
-    /// nothing here waits for them. `access` must not call into the transport (a release or a
-    /// new lane would wait for the table's lock).
-    fn lend(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-        exposed_too: bool,
-    ) -> Result<(), TransportError> {
-        self.domain.core.lend(region, exposed_too, |lent| {
-            // SAFETY: no put of any lane is in flight (the domain checked) and none can be
-            // posted while it holds the table write-locked; no lane's peer can write the region
-            // (not exposed to a live connection), or the caller of `access_region_unchecked`
-            // vouches that it does not.
-            unsafe { lent.lend(access) };
-            Ok(())
-        })
-    }
-
-    /// Unmaps `region` and hands it back once `admit` accepts it (the domain's rules).
-    fn take_region(
-        &self,
-        region: RegionId,
-        admit: impl Fn(&Region) -> Result<(), TransportError>,
-    ) -> Result<Region, TransportError> {
-        self.domain.core.take(region, admit, |table, region| {
-            let taken = table.remove(region)?;
-            // Unmapped with every engine still held: on a context UCX does not lock, its only
-            // lane's progress must not run beside the unmap.
-            taken.unmap(self.domain.context());
-            Ok(taken)
-        })
     }
 }
 

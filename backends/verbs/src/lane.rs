@@ -5,7 +5,7 @@ use crate::events::Events;
 use crate::qp::QueuePair;
 use crate::region::Region;
 use rdma_hint_backend_core::lanes::Exposure;
-use rdma_hint_backend_core::Domain;
+use rdma_hint_backend_core::DomainCore;
 use rdma_hint_core::TransportError;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
@@ -97,7 +97,7 @@ impl rdma_hint_backend_core::lanes::Lane for Lane {
 }
 
 /// The domain the lanes of one connection share: one protection domain's regions.
-pub(crate) type VerbsDomain = Domain<Region, Lane>;
+pub(crate) type VerbsDomain = DomainCore<Region, Lane>;
 
 /// A poll's count as a wait attempt: nothing yet is `None`.
 pub(crate) fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {

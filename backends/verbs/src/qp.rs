@@ -105,8 +105,8 @@ pub(crate) struct PeerPath {
     pub(crate) dlid: u16,
     /// The peer's GID.
     pub(crate) dgid: [u8; 16],
-    /// RDMA READs in flight each way (see `DeviceFacts::max_reads_in_flight`).
-    pub(crate) reads_in_flight: u8,
+    /// The peer's RDMA READs this side serves at once (see `DeviceFacts::max_reads_in_flight`).
+    pub(crate) reads_served: u8,
 }
 
 /// What a QP was created on: its send CQ, receive CQ and PD, destroyed after it.
@@ -263,7 +263,7 @@ impl QueuePair {
     }
 
     /// INIT → RTR towards `path` (a global route, hop limit 64; RNR timer 12; the peer's reads
-    /// served `path.reads_in_flight` at once).
+    /// served `path.reads_served` at once).
     pub(crate) fn to_rtr(&self, path: &PeerPath) -> Result<(), TransportError> {
         use ibv::ibv_qp_attr_mask as m;
         // SAFETY: ibv_qp_attr is a plain C struct; all-zero is valid.
@@ -271,7 +271,7 @@ impl QueuePair {
         attr.path_mtu = path.path_mtu;
         attr.dest_qp_num = path.dest_qpn;
         attr.rq_psn = path.rq_psn;
-        attr.max_dest_rd_atomic = path.reads_in_flight;
+        attr.max_dest_rd_atomic = path.reads_served;
         attr.min_rnr_timer = 12;
         attr.ah_attr.is_global = 1;
         attr.ah_attr.dlid = path.dlid;

@@ -6,6 +6,7 @@ use crate::mr::MemoryRegion;
 use crate::pd::ProtectionDomain;
 use crate::wire::ExposedRegion;
 use memmap2::MmapMut;
+use rdma_hint_backend_core::region_memory::{DomainRegion, Lease, MemorySource};
 use rdma_hint_backend_core::region_table::RegionLen;
 use rdma_hint_backend_core::MAX_REGION_BYTES;
 use rdma_hint_core::transport::check_range;
@@ -126,27 +127,6 @@ impl Region {
         Ok(self.remote.insert(mr).rkey())
     }
 
-    /// The memory kind.
-    pub(crate) fn kind(&self) -> MemoryKind {
-        match self.backing {
-            Backing::CallerDmaBuf { .. } => MemoryKind::DmaBuf,
-            _ => MemoryKind::Host,
-        }
-    }
-
-    /// Whether the memory is the caller's.
-    pub(crate) fn is_caller(&self) -> bool {
-        !matches!(self.backing, Backing::Mapping { .. })
-    }
-
-    /// Deregisters and hands the caller's memory back (`None` for memory allocated here).
-    pub(crate) fn into_caller(mut self) -> Option<CallerMemory> {
-        match &mut self.backing {
-            Backing::CallerHost(memory) | Backing::CallerDmaBuf { memory, .. } => memory.take(),
-            Backing::Mapping { .. } => None,
-        }
-    }
-
     /// The lkey for work requests.
     pub(crate) fn lkey(&self) -> u32 {
         self.local.lkey()
@@ -168,32 +148,68 @@ impl Region {
         }
         check_range("local", offset, len as u64, self.len)
     }
+}
 
-    pub(crate) fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+impl DomainRegion for Region {
+    fn kind(&self) -> MemoryKind {
+        match self.backing {
+            Backing::CallerDmaBuf { .. } => MemoryKind::DmaBuf,
+            _ => MemoryKind::Host,
+        }
+    }
+
+    fn is_caller(&self) -> bool {
+        !matches!(self.backing, Backing::Mapping { .. })
+    }
+
+    /// Deregisters and hands the caller's memory back (`None` for memory allocated here).
+    fn into_caller(mut self) -> Option<CallerMemory> {
+        match &mut self.backing {
+            Backing::CallerHost(memory) | Backing::CallerDmaBuf { memory, .. } => memory.take(),
+            Backing::Mapping { .. } => None,
+        }
+    }
+
+    fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
         self.check(offset, data.len())?;
         // SAFETY: bounds checked; `data` is caller memory, not part of the region.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset as usize), data.len()) };
         Ok(())
     }
 
-    pub(crate) fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+    fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
         self.check(offset, out.len())?;
         // SAFETY: bounds checked; `out` is caller memory, not part of the region.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset as usize), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
-    /// Lends the whole region to `access` (host memory only).
-    ///
-    /// # Safety
-    /// No work request of this transport may read the region during the call.
-    pub(crate) unsafe fn lend(&self, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+    /// Host memory only.
+    fn lend(&self, _lease: &Lease, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
         self.check(0, 0)?;
         // SAFETY: host memory of `len` bytes at `base`, registered and mapped for the region's
-        // life; the caller guarantees no work request reads it meanwhile (the peer's writes
-        // are the RDMA contract).
+        // life; the lease is the domain's word that no work request of any lane reads it and
+        // none can be posted meanwhile, and that no lane's peer writes it (or the caller of
+        // `access_region_unchecked` vouches for that).
         access(unsafe { std::slice::from_raw_parts_mut(self.base, self.len as usize) });
         Ok(())
+    }
+}
+
+/// How the verbs backend makes region memory: mappings and caller memory registered in one
+/// protection domain (for local access; `connect` adds the remote registration).
+#[derive(Debug)]
+pub(crate) struct VerbsMemory {
+    pub(crate) pd: Arc<ProtectionDomain>,
+}
+
+impl MemorySource<Region> for VerbsMemory {
+    fn allocate(&self, _kind: MemoryKind, len: u64) -> Result<Region, TransportError> {
+        Region::register(&self.pd, len)
+    }
+
+    fn register_caller(&self, memory: CallerMemory) -> Result<Region, Refused> {
+        Region::register_caller(&self.pd, memory)
     }
 }
 

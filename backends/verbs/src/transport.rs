@@ -8,19 +8,18 @@ use crate::lane::{lock, ready, Lane, Polling, Posting, VerbsDomain};
 use crate::lending::Lending;
 use crate::pd::ProtectionDomain;
 use crate::qp::{PeerPath, QueuePair};
-use crate::region::Region;
+use crate::region::VerbsMemory;
 use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
 use async_trait::async_trait;
-use rdma_hint_backend_core::caller_memory::{admit, not_caller_memory, CopyMeter};
 use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
 use rdma_hint_backend_core::lanes::Exposure;
 use rdma_hint_backend_core::wait::wait;
-use rdma_hint_backend_core::Domain;
+use rdma_hint_backend_core::DomainCore;
 use rdma_hint_core::{
-    Arrival, CallerMemory, Capabilities, Completion, CompletionStatus, CopiedBytes, GatherEntry, GatherOp,
-    LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion, Transport,
-    TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
+    Arrival, Capabilities, Completion, CompletionStatus, Domain, GatherEntry, GatherOp, MemoryKind,
+    PeerEndpoint, ReadOp, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    MAX_OPS_PER_POST,
 };
 use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
 use rdma_mummy_sys as ibv;
@@ -89,7 +88,6 @@ pub struct VerbsTransport {
     rendezvous: Rendezvous,
     oob: OnceLock<TcpStream>,
     event_thread: Mutex<Option<EventThread>>,
-    copies: CopyMeter,
     port: Port,
     rq_depth: u32,
     // Kept here (the CQs hold it too) so that it goes after the PD, as the last but one.
@@ -240,7 +238,9 @@ impl VerbsTransport {
         let (gid_index, gid) = device::choose_gid(&context, facts.port, port_attr.gid_tbl_len)?;
         let port = Port { number: facts.port, gid_index, gid, active_mtu: port_attr.active_mtu as u8 };
         let pd = Arc::new(ProtectionDomain::alloc(&context)?);
-        let domain = Arc::new(Domain::new(MAX_REGIONS));
+        let paths = crate::region::caller_memory_paths(&pd);
+        let source = VerbsMemory { pd: pd.clone() };
+        let domain = Arc::new(DomainCore::new(MAX_REGIONS, source, vec![MemoryKind::Host], paths));
         VerbsTransport::lane_of(Connection { context, pd, domain, facts, port }, Rendezvous::default())
     }
 
@@ -342,7 +342,6 @@ impl VerbsTransport {
             rendezvous,
             oob: OnceLock::new(),
             event_thread: Mutex::new(None),
-            copies: CopyMeter::default(),
             port,
             rq_depth,
             channel,
@@ -390,35 +389,6 @@ impl VerbsTransport {
         self
     }
 
-    /// Lends a host region (see `access_region`); `exposed_too` also lends one the connected
-    /// peer of a lane may write (`access_region_unchecked`, whose caller vouches the peer is
-    /// not).
-    fn lend(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-        exposed_too: bool,
-    ) -> Result<(), TransportError> {
-        self.domain.lend(region, exposed_too, |lent| {
-            // SAFETY: no work request is in flight (the domain checked) and none can be posted
-            // while it holds the table write-locked; the peer cannot write the region (not
-            // exposed to a live link), or the caller of `access_region_unchecked` vouches that
-            // it does not.
-            unsafe { lent.lend(access) }
-        })
-    }
-
-    /// Unregisters `region` and hands it back once `admit` accepts it (the domain's rules).
-    fn take_region(
-        &self,
-        region: RegionId,
-        admit: impl Fn(&Region) -> Result<(), TransportError>,
-    ) -> Result<Region, TransportError> {
-        self.domain.take(region, admit, |table, region| table.remove(region))
-    }
-}
-
-impl VerbsTransport {
     /// `connect` after the checks: registration for remote write, the QP's transitions and the
     /// exchange.
     async fn finish_connect(
@@ -489,77 +459,8 @@ impl Transport for VerbsTransport {
         self.lane.events.wait_mode.get()
     }
 
-    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
-        if kind != MemoryKind::Host {
-            // GPU memory would go through ibv_reg_dmabuf_mr; not implemented (no NIC here to test it on).
-            return Err(TransportError::UnsupportedMemory { kind });
-        }
-        let mut table = self.domain.regions_mut();
-        let id = table.insert_with(len, || Region::register(&self.pd, len))?;
-        Ok(LocalRegion { id, kind, len })
-    }
-
-    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        self.take_region(region, |_| Ok(())).map(drop)
-    }
-
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
-        let memory = admit(memory, &self.caps.caller_memory)?;
-        let (kind, len) = (memory.kind(), memory.len());
-        let mut table = self.domain.regions_mut();
-        let id = table.insert_caller(memory, |memory| Region::register_caller(&self.pd, memory))?;
-        Ok(LocalRegion { id, kind, len })
-    }
-
-    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        let region =
-            self.take_region(region, |r| if r.is_caller() { Ok(()) } else { Err(not_caller_memory()) })?;
-        region.into_caller().ok_or_else(not_caller_memory)
-    }
-
-    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.domain.hold(region)
-    }
-
-    fn unhold(&self, region: RegionId) {
-        self.domain.unhold(region);
-    }
-
-    fn access_region(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.lend(region, access, false)
-    }
-
-    unsafe fn access_region_unchecked(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.lend(region, access, true)
-    }
-
-    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        let kind = self.domain.regions().get(region)?.kind();
-        Err(TransportError::UnsupportedMemory { kind })
-    }
-
-    fn copied_bytes(&self) -> CopiedBytes {
-        self.copies.copied()
-    }
-
-    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.domain.regions().get(region)?.copy_in(offset, data)?;
-        self.copies.write_region(data.len());
-        Ok(())
-    }
-
-    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.domain.regions().get(region)?.copy_out(offset, out)?;
-        self.copies.read_region(out.len());
-        Ok(())
+    fn domain(&self) -> &dyn Domain {
+        &*self.domain
     }
 
     async fn connect(
@@ -751,7 +652,8 @@ impl Setup {
         let psn = crate::qp::initial_psn();
         let qpn = self.qp.qp_num();
         let lid = 0; // RoCE: addressing is by GID.
-        Ok((Hello { lid, qpn, psn, gid: self.port.gid, mtu: self.port.active_mtu, regions }, psn))
+        let (gid, mtu, reads_served) = (self.port.gid, self.port.active_mtu, self.reads_in_flight);
+        Ok((Hello { lid, qpn, psn, gid, mtu, reads_served, regions }, psn))
     }
 
     /// INIT → (receive WRs posted) → RTR → RTS against the peer's hello. Each step is checked;
@@ -769,9 +671,11 @@ impl Setup {
             rq_psn: peer.psn,
             dlid: peer.lid,
             dgid: peer.gid,
-            reads_in_flight: self.reads_in_flight,
+            reads_served: self.reads_in_flight,
         })?;
-        self.qp.to_rts(psn, self.reads_in_flight)
+        // Never more of ours in flight than the peer serves at once (a responder short of
+        // resources for a read fails it, and the QP with it).
+        self.qp.to_rts(psn, self.reads_in_flight.min(peer.reads_served))
     }
 
     /// After the hellos: brings the QP to RTS, confirms, and starts the event thread. Returns

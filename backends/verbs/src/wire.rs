@@ -1,8 +1,9 @@
 //! The verbs backend's part of the one hello ([`rdma_hint_oob::Hello`]: the QP exchange), with
 //! strict decoding.
 //!
-//! Its connection blob (27 B, little-endian): LID u16 · QP number u32 (< 2²⁴) · starting PSN
-//! u32 (< 2²⁴) · GID (16 bytes) · path MTU u8 (`ibv_mtu`, 1…5). Each region's descriptor
+//! Its connection blob (28 B, little-endian): LID u16 · QP number u32 (< 2²⁴) · starting PSN
+//! u32 (< 2²⁴) · GID (16 bytes) · path MTU u8 (`ibv_mtu`, 1…5) · reads served at once u8 (the
+//! responder resources, ≥ 1: the peer's reads in flight are at most this). Each region's descriptor
 //! carries its address and its rkey (u32, 4 B) as the key. The hello follows the mutual
 //! authentication of `rdma_hint_oob::authenticate`: no rkey reaches a peer that has not proven
 //! the token. After both QPs reach RTS each side sends one [`READY`] byte; a side that rejected
@@ -17,8 +18,8 @@ use std::io::Read;
 pub use rdma_hint_backend_core::MAX_REGIONS;
 /// The byte each side sends once its QP is ready to send.
 pub const READY: u8 = 0x56;
-/// The connection blob's bytes: LID, QP number, PSN, GID, MTU.
-const CONNECTION_BYTES: usize = 2 + 4 + 4 + 16 + 1;
+/// The connection blob's bytes: LID, QP number, PSN, GID, MTU, reads served.
+const CONNECTION_BYTES: usize = 2 + 4 + 4 + 16 + 1 + 1;
 /// What a verbs hello may carry: the QP's addressing in the blob, a 4-byte rkey per region.
 const LIMITS: HelloLimits =
     HelloLimits { max_connection_bytes: CONNECTION_BYTES, max_key_bytes: 4, known_flags: 0 };
@@ -49,6 +50,9 @@ pub struct Hello {
     pub gid: [u8; 16],
     /// Active MTU as `ibv_mtu` (1 = 256 B … 5 = 4096 B).
     pub mtu: u8,
+    /// RDMA READs of the peer this side serves at once (its QP's `max_dest_rd_atomic`): the
+    /// peer keeps no more in flight (its `max_rd_atomic`).
+    pub reads_served: u8,
     /// Regions the peer may write.
     pub regions: Vec<ExposedRegion>,
 }
@@ -58,7 +62,7 @@ impl Hello {
     ///
     /// ```
     /// use rdma_hint_verbs::wire::{ExposedRegion, Hello};
-    /// let hello = Hello { lid: 0, qpn: 17, psn: 4242, gid: [0; 16], mtu: 5,
+    /// let hello = Hello { lid: 0, qpn: 17, psn: 4242, gid: [0; 16], mtu: 5, reads_served: 16,
     ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: 7 }] };
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
     /// ```
@@ -69,6 +73,7 @@ impl Hello {
         connection.put_u32_le(self.psn);
         connection.put_slice(&self.gid);
         connection.put_u8(self.mtu);
+        connection.put_u8(self.reads_served);
         let regions = (self.regions.iter())
             .map(|region| RegionDescriptor {
                 id: region.id,
@@ -107,6 +112,10 @@ impl Hello {
         if !(1..=5).contains(&mtu) {
             return Err(handshake_error(format!("MTU code {mtu} is not an ibv_mtu (1…5)")));
         }
+        let reads_served = reader.u8()?;
+        if reads_served == 0 {
+            return Err(handshake_error("the peer serves no RDMA READs at once (0 responder resources)"));
+        }
         let mut regions = Vec::with_capacity(hello.regions.len());
         for region in hello.regions {
             let rkey: [u8; 4] = region.key.as_slice().try_into().map_err(|_| {
@@ -119,7 +128,7 @@ impl Hello {
                 rkey: u32::from_le_bytes(rkey),
             });
         }
-        Ok(Hello { lid, qpn, psn, gid, mtu, regions })
+        Ok(Hello { lid, qpn, psn, gid, mtu, reads_served, regions })
     }
 }
 
@@ -134,6 +143,7 @@ mod tests {
             psn: 0x00ab_cdef,
             gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1],
             mtu: 5,
+            reads_served: 16,
             regions: vec![ExposedRegion { id: 0, address: 0x7f00_0000_0000, len: 1 << 20, rkey: 0x1234 }],
         }
     }
@@ -158,6 +168,7 @@ mod tests {
             (Hello { qpn: 0, ..hello() }, "24-bit QPN"),
             (Hello { psn: 1 << 24, ..hello() }, "PSN"),
             (Hello { mtu: 6, ..hello() }, "MTU code 6"),
+            (Hello { reads_served: 0, ..hello() }, "no RDMA READs"),
             (Hello { regions: vec![hello().regions[0], hello().regions[0]], ..hello() }, "twice"),
             (Hello { regions: vec![ExposedRegion { len: 0, ..hello().regions[0] }], ..hello() }, "length 0"),
             (
@@ -176,8 +187,8 @@ mod tests {
         let short_key = RegionDescriptor { id: 0, len: 4096, address: 0x1000, flags: 0, key: vec![1, 2, 3] };
         let shared = rdma_hint_oob::Hello { backend: Backend::Verbs, connection, regions: vec![short_key] };
         assert!(decode(&shared.encode()).unwrap_err().to_string().contains("not 4"));
-        let short_blob = rdma_hint_oob::Hello { connection: vec![0; 26], regions: vec![], ..shared };
-        assert!(decode(&short_blob.encode()).unwrap_err().to_string().contains("26 B"));
+        let short_blob = rdma_hint_oob::Hello { connection: vec![0; 27], regions: vec![], ..shared };
+        assert!(decode(&short_blob.encode()).unwrap_err().to_string().contains("27 B"));
     }
 
     /// The hello's byte layout, field by field (what peers read), and the decoder reads
@@ -194,6 +205,7 @@ mod tests {
         expected.extend_from_slice(&hello.psn.to_le_bytes());
         expected.extend_from_slice(&hello.gid);
         expected.push(hello.mtu);
+        expected.push(hello.reads_served);
         expected.extend_from_slice(&1u16.to_le_bytes());
         let region = hello.regions[0];
         expected.extend_from_slice(&region.id.to_le_bytes());

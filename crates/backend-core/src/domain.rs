@@ -1,11 +1,15 @@
 //! One memory domain (a NIC's protection domain, a UCX context, a shared-memory namespace):
 //! its one region table and its lanes, with the rules for lending, holding and taking a region
-//! back written once for every backend.
+//! back, and the [`Domain`](rdma_hint_core::Domain) methods on them, written once for every
+//! backend.
 
-use crate::caller_memory::{busy_exposed, busy_in_flight};
+use crate::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
 use crate::lanes::{Lane, LaneGroup};
+use crate::region_memory::{DomainRegion, Lease, MemorySource};
 use crate::RegionTable;
-use rdma_hint_core::{RegionId, TransportError};
+use rdma_hint_core::{
+    CallerMemory, CallerMemoryPath, CopiedBytes, LocalRegion, MemoryKind, Refused, RegionId, TransportError,
+};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A domain's regions (`M`: what the backend keeps per region) and the lanes (`L`) that post
@@ -19,7 +23,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// ```
 /// use rdma_hint_core::{RegionId, TransportError};
 /// use rdma_hint_backend_core::lanes::{Exposure, Lane};
-/// use rdma_hint_backend_core::Domain;
+/// use rdma_hint_backend_core::DomainCore;
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use std::sync::Arc;
 /// #[derive(Default)]
@@ -31,7 +35,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 ///     fn exposure(&self) -> &Exposure { &self.exposure }
 ///     fn peer_may_write(&self) -> bool { true }
 /// }
-/// let domain: Domain<Vec<u8>, Counted> = Domain::new(8);
+/// let domain: DomainCore<Vec<u8>, Counted> = DomainCore::bare(8);
 /// let lane = Arc::new(Counted::default());
 /// domain.lanes().join(&lane);
 /// let id = domain.regions_mut().insert_with(64, || Ok(vec![0u8; 64])).unwrap();
@@ -45,16 +49,77 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// lane.exposure.withdraw();
 /// assert_eq!(domain.take(id, keep, |t, id| t.remove(id)).unwrap().len(), 64);
 /// ```
-#[derive(Debug)]
-pub struct Domain<M, L> {
+pub struct DomainCore<M, L> {
     regions: RwLock<RegionTable<M>>,
     lanes: LaneGroup<L>,
+    /// How the backend makes and unmakes region memory.
+    source: Box<dyn MemorySource<M>>,
+    /// The kinds `register` allocates, and the caller memory `register_memory` takes in place.
+    kinds: Vec<MemoryKind>,
+    caller_paths: Vec<CallerMemoryPath>,
+    /// The payload bytes the domain's and its lanes' code copied.
+    copies: CopyMeter,
 }
 
-impl<M, L: Lane> Domain<M, L> {
-    /// A domain of at most `max_regions` regions at once, with no lanes yet.
-    pub fn new(max_regions: usize) -> Self {
-        Domain { regions: RwLock::new(RegionTable::new(max_regions)), lanes: LaneGroup::default() }
+impl<M, L> std::fmt::Debug for DomainCore<M, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainCore")
+            .field("lanes", &self.lanes)
+            .field("kinds", &self.kinds)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The source of a domain whose regions are placed in its table directly (see
+/// [`DomainCore::bare`]): it makes nothing.
+struct NoSource;
+
+impl<M> MemorySource<M> for NoSource {
+    fn allocate(&self, kind: MemoryKind, _: u64) -> Result<M, TransportError> {
+        Err(TransportError::UnsupportedMemory { kind })
+    }
+
+    fn register_caller(&self, memory: CallerMemory) -> Result<M, Refused> {
+        Err(Refused { error: TransportError::UnsupportedMemory { kind: memory.kind() }, memory })
+    }
+}
+
+impl<M: 'static, L: Lane> DomainCore<M, L> {
+    /// A domain of at most `max_regions` regions at once, with no lanes yet, whose memory
+    /// `source` makes: the kinds `register` allocates and the caller memory `register_memory`
+    /// takes in place are those its links' [`Capabilities`](rdma_hint_core::Capabilities) list.
+    pub fn new(
+        max_regions: usize,
+        source: impl MemorySource<M> + 'static,
+        memory_kinds: Vec<MemoryKind>,
+        caller_memory: Vec<CallerMemoryPath>,
+    ) -> Self {
+        DomainCore {
+            regions: RwLock::new(RegionTable::new(max_regions)),
+            lanes: LaneGroup::default(),
+            source: Box::new(source),
+            kinds: memory_kinds,
+            caller_paths: caller_memory,
+            copies: CopyMeter::default(),
+        }
+    }
+
+    /// A domain that allocates nothing (its regions go into [`regions_mut`](Self::regions_mut)
+    /// directly): the rules alone, for tests of them.
+    pub fn bare(max_regions: usize) -> Self {
+        DomainCore {
+            regions: RwLock::new(RegionTable::new(max_regions)),
+            lanes: LaneGroup::default(),
+            source: Box::new(NoSource),
+            kinds: Vec::new(),
+            caller_paths: Vec::new(),
+            copies: CopyMeter::default(),
+        }
+    }
+
+    /// The count of payload bytes copied, where a lane's code counts its own copies.
+    pub fn copies(&self) -> &CopyMeter {
+        &self.copies
     }
 
     /// The region table, read-locked (what a post checks its ops against).
@@ -82,7 +147,7 @@ impl<M, L: Lane> Domain<M, L> {
         &mut self.lanes
     }
 
-    /// A queued transfer names `region`: it cannot be taken until [`unhold`](Domain::unhold).
+    /// A queued transfer names `region`: it cannot be taken until [`unhold`](DomainCore::unhold).
     pub fn hold(&self, region: RegionId) -> Result<(), TransportError> {
         self.regions().hold(region)
     }
@@ -160,6 +225,87 @@ impl<M, L: Lane> Domain<M, L> {
     }
 }
 
+/// The domain methods of every backend, on its regions' memory.
+impl<M: DomainRegion + 'static, L: Lane> rdma_hint_core::Domain for DomainCore<M, L> {
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        if !self.kinds.contains(&kind) {
+            return Err(TransportError::UnsupportedMemory { kind });
+        }
+        let members = self.source.serialised().then(|| self.lanes.members());
+        let _quiet = members.as_ref().map(|members| members.quiet());
+        let id = self.regions_mut().insert_with(len, || self.source.allocate(kind, len))?;
+        Ok(LocalRegion { id, kind, len })
+    }
+
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        self.take(region, |_| Ok(()), |table, id| self.source.remove(table, id)).map(drop)
+    }
+
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+        let memory = admit(memory, &self.caller_paths)?;
+        let (kind, len) = (memory.kind(), memory.len());
+        let members = self.source.serialised().then(|| self.lanes.members());
+        let _quiet = members.as_ref().map(|members| members.quiet());
+        let id = self.regions_mut().insert_caller(memory, |memory| self.source.register_caller(memory))?;
+        Ok(LocalRegion { id, kind, len })
+    }
+
+    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
+        let caller_only = |memory: &M| if memory.is_caller() { Ok(()) } else { Err(not_caller_memory()) };
+        let taken = self.take(region, caller_only, |table, id| self.source.remove(table, id))?;
+        taken.into_caller().ok_or_else(not_caller_memory)
+    }
+
+    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
+        DomainCore::hold(self, region)
+    }
+
+    fn unhold(&self, region: RegionId) {
+        DomainCore::unhold(self, region);
+    }
+
+    fn access_region(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        self.lend(region, false, |memory| memory.lend(&Lease::granted(), access))
+    }
+
+    /// No `unsafe` operation: the caller's word that the peer does not write stands in for
+    /// the exposure check.
+    #[allow(unsafe_code)] // implements the trait's unsafe contract; runs nothing unsafe
+    unsafe fn access_region_unchecked(
+        &self,
+        region: RegionId,
+        access: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        self.lend(region, true, |memory| memory.lend(&Lease::granted(), access))
+    }
+
+    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
+        let table = self.regions();
+        let memory = table.get(region)?;
+        memory.device_pointer().ok_or(TransportError::UnsupportedMemory { kind: memory.kind() })
+    }
+
+    fn copied_bytes(&self) -> CopiedBytes {
+        self.copies.copied()
+    }
+
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        self.regions().get(region)?.copy_in(offset, data)?;
+        self.copies.write_region(data.len());
+        Ok(())
+    }
+
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        self.regions().get(region)?.copy_out(offset, out)?;
+        self.copies.read_region(out.len());
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,8 +343,8 @@ mod tests {
         }
     }
 
-    fn domain_with_region() -> (Domain<u64, Locking>, Arc<Locking>, RegionId) {
-        let domain = Domain::new(4);
+    fn domain_with_region() -> (DomainCore<u64, Locking>, Arc<Locking>, RegionId) {
+        let domain = DomainCore::bare(4);
         let lane = Arc::new(Locking::default());
         domain.lanes().join(&lane);
         let id = domain.regions_mut().insert_with(64, || Ok(7u64)).unwrap();
@@ -280,5 +426,137 @@ mod tests {
         lane.stopped.store(true, Ordering::Release);
         assert!(!domain.peer_may_write(id));
         assert_eq!(domain.lend(id, false, |value| Ok(*value)).unwrap(), 7);
+    }
+
+    /// A backend's region as plain heap bytes, or caller memory held as given: enough to drive
+    /// the shared `Domain` methods.
+    struct Heap {
+        bytes: Mutex<Vec<u8>>,
+        caller: Option<CallerMemory>,
+    }
+
+    impl DomainRegion for Heap {
+        fn kind(&self) -> MemoryKind {
+            MemoryKind::Host
+        }
+        fn is_caller(&self) -> bool {
+            self.caller.is_some()
+        }
+        fn into_caller(self) -> Option<CallerMemory> {
+            self.caller
+        }
+        fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+            let mut bytes = self.bytes.lock().unwrap();
+            rdma_hint_core::transport::check_range("local", offset, data.len() as u64, bytes.len() as u64)?;
+            bytes[offset as usize..][..data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn copy_out(&self, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+            let bytes = self.bytes.lock().unwrap();
+            rdma_hint_core::transport::check_range("local", offset, out.len() as u64, bytes.len() as u64)?;
+            out.copy_from_slice(&bytes[offset as usize..][..out.len()]);
+            Ok(())
+        }
+        fn lend(&self, _: &Lease, access: &mut dyn FnMut(&mut [u8])) -> Result<(), TransportError> {
+            access(&mut self.bytes.lock().unwrap());
+            Ok(())
+        }
+    }
+
+    /// Allocates heap bytes; `serialised` as a UCX context without its own lock.
+    struct HeapSource {
+        serialised: bool,
+    }
+
+    impl MemorySource<Heap> for HeapSource {
+        fn allocate(&self, _: MemoryKind, len: u64) -> Result<Heap, TransportError> {
+            Ok(Heap { bytes: Mutex::new(vec![0; len as usize]), caller: None })
+        }
+        fn register_caller(&self, memory: CallerMemory) -> Result<Heap, Refused> {
+            Ok(Heap { bytes: Mutex::new(Vec::new()), caller: Some(memory) })
+        }
+        fn serialised(&self) -> bool {
+            self.serialised
+        }
+    }
+
+    fn heap_domain(serialised: bool) -> (DomainCore<Heap, Locking>, Arc<Locking>) {
+        let host = CallerMemoryPath {
+            kind: MemoryKind::Host,
+            send_copies: 0,
+            receive_copies: Some(0),
+            medium_copies: 0,
+        };
+        let domain = DomainCore::new(4, HeapSource { serialised }, vec![MemoryKind::Host], vec![host]);
+        let lane = Arc::new(Locking::default());
+        domain.lanes().join(&lane);
+        (domain, lane)
+    }
+
+    #[test]
+    fn the_shared_methods_register_copy_lend_and_take_back() {
+        use rdma_hint_core::Domain as _;
+        let (domain, _lane) = heap_domain(false);
+        assert!(matches!(
+            domain.register(MemoryKind::CudaDevice { ordinal: 0 }, 64),
+            Err(TransportError::UnsupportedMemory { .. })
+        ));
+        let region = domain.register(MemoryKind::Host, 64).unwrap();
+        domain.write_region(region.id, 8, b"abc").unwrap();
+        let mut back = [0u8; 3];
+        domain.read_region(region.id, 8, &mut back).unwrap();
+        assert_eq!(&back, b"abc");
+        assert!(domain.write_region(region.id, 62, b"abc").is_err(), "past the region's end");
+        let copied = domain.copied_bytes();
+        assert_eq!((copied.write_region, copied.read_region), (3, 3));
+        let mut seen = 0;
+        domain.access_region(region.id, &mut |bytes| seen = bytes.len()).unwrap();
+        assert_eq!(seen, 64);
+        assert!(matches!(domain.device_pointer(region.id), Err(TransportError::UnsupportedMemory { .. })));
+        assert!(matches!(domain.release(region.id), Err(TransportError::InvalidArgument { .. })));
+        domain.write_region(region.id, 0, b"still here").unwrap();
+        domain.deregister(region.id).unwrap();
+        assert!(matches!(
+            domain.write_region(region.id, 0, b"x"),
+            Err(TransportError::UnregisteredRegion(_))
+        ));
+    }
+
+    #[test]
+    fn caller_memory_is_busy_while_exposed_and_comes_back_as_given() {
+        use rdma_hint_core::Domain as _;
+        let (domain, lane) = heap_domain(false);
+        let given = vec![7u8; 4096];
+        let at = given.as_ptr() as usize;
+        let region = domain.register_memory(CallerMemory::from(given)).unwrap();
+        lane.exposure.expose(&[region.id]);
+        assert!(matches!(domain.release(region.id), Err(TransportError::RegionBusy { .. })));
+        assert!(matches!(
+            domain.access_region(region.id, &mut |_| ()),
+            Err(TransportError::RegionBusy { .. })
+        ));
+        // SAFETY: nothing writes the region: its "peer" is this test.
+        #[allow(unsafe_code)]
+        let lent = unsafe { domain.access_region_unchecked(region.id, &mut |_| ()) };
+        assert!(lent.is_ok(), "the caller vouches the peer does not write");
+        lane.exposure.withdraw();
+        let back: Vec<u8> = domain.release(region.id).unwrap().take().unwrap();
+        assert_eq!((back.as_ptr() as usize, back.len()), (at, 4096), "handed back without a copy");
+    }
+
+    #[test]
+    fn a_serialised_source_registers_only_while_every_lane_is_quiet() {
+        use rdma_hint_core::Domain as _;
+        let (domain, lane) = heap_domain(true);
+        let domain = Arc::new(domain);
+        let posting = lane.posting.lock().unwrap();
+        let registering = {
+            let domain = domain.clone();
+            std::thread::spawn(move || domain.register(MemoryKind::Host, 64))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!registering.is_finished(), "registered beside a lane's progress");
+        drop(posting);
+        assert!(registering.join().unwrap().is_ok());
     }
 }

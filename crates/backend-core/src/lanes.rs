@@ -3,7 +3,7 @@
 //!
 //! A region is busy while an op of any lane may still read it, or the peer of any lane (open,
 //! or closed while its peer may still write) was handed it. The rules that follow from that
-//! live in [`Domain`](crate::Domain), written once; a backend says only what is its own
+//! live in [`DomainCore`](crate::DomainCore), written once; a backend says only what is its own
 //! through [`Lane`]: what keeps its posts off, what is in flight, whether its peer may still
 //! write.
 

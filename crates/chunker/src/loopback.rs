@@ -8,7 +8,7 @@ use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_backend_core::region_table::busy_held;
 use rdma_hint_backend_core::wait::WaitModeCell;
 use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, Domain,
     GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId, RemoteRegion,
     Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
@@ -150,25 +150,7 @@ fn range(offset: u64, len: usize, region_len: usize) -> Result<std::ops::Range<u
     Ok(start..end)
 }
 
-#[async_trait]
-impl Transport for LoopbackTransport {
-    fn capabilities(&self) -> &Capabilities {
-        &self.caps
-    }
-
-    /// Nothing to bind: the peer is this transport. Returns `address` unchanged.
-    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        Ok(address)
-    }
-
-    fn set_wait_mode(&self, mode: WaitMode) {
-        self.wait_mode.set(mode);
-    }
-
-    fn wait_mode(&self) -> WaitMode {
-        self.wait_mode.get()
-    }
-
+impl Domain for LoopbackTransport {
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         if kind != MemoryKind::Host {
             return Err(TransportError::UnsupportedMemory { kind });
@@ -299,6 +281,29 @@ impl Transport for LoopbackTransport {
         out.copy_from_slice(&source[span]);
         self.copies.read_region(out.len());
         Ok(())
+    }
+}
+
+#[async_trait]
+impl Transport for LoopbackTransport {
+    fn domain(&self) -> &dyn Domain {
+        self
+    }
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// Nothing to bind: the peer is this transport. Returns `address` unchanged.
+    fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
+        Ok(address)
+    }
+
+    fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait_mode.set(mode);
+    }
+
+    fn wait_mode(&self) -> WaitMode {
+        self.wait_mode.get()
     }
 
     async fn connect(

@@ -348,6 +348,9 @@ impl Gate {
 
 #[async_trait::async_trait]
 impl Transport for Wrapper {
+    fn domain(&self) -> &dyn rdma_hint_core::Domain {
+        self.inner.domain()
+    }
     fn capabilities(&self) -> &rdma_hint_core::Capabilities {
         self.inner.capabilities()
     }
@@ -362,37 +365,6 @@ impl Transport for Wrapper {
     }
     fn wait_mode(&self) -> rdma_hint_core::WaitMode {
         self.inner.wait_mode()
-    }
-    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, rdma_hint_core::TransportError> {
-        self.inner.register(kind, len)
-    }
-    fn deregister(&self, region: RegionId) -> Result<(), rdma_hint_core::TransportError> {
-        self.inner.deregister(region)
-    }
-    fn hold(&self, region: RegionId) -> Result<(), rdma_hint_core::TransportError> {
-        self.inner.hold(region)
-    }
-    fn unhold(&self, region: RegionId) {
-        self.inner.unhold(region)
-    }
-    fn copied_bytes(&self) -> rdma_hint_core::CopiedBytes {
-        self.inner.copied_bytes()
-    }
-    fn write_region(
-        &self,
-        region: RegionId,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<(), rdma_hint_core::TransportError> {
-        self.inner.write_region(region, offset, data)
-    }
-    fn read_region(
-        &self,
-        region: RegionId,
-        offset: u64,
-        out: &mut [u8],
-    ) -> Result<(), rdma_hint_core::TransportError> {
-        self.inner.read_region(region, offset, out)
     }
     async fn connect(
         &self,

@@ -18,6 +18,7 @@ mock! {
     #[async_trait]
     impl Transport for Nic {
         fn capabilities(&self) -> &Capabilities;
+        fn domain(&self) -> &dyn rdma_hint_core::Domain;
         fn bind(&self, address: std::net::SocketAddr) -> Result<std::net::SocketAddr, TransportError>;
         fn set_wait_mode(&self, mode: WaitMode);
         fn wait_mode(&self) -> WaitMode;

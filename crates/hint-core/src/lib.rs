@@ -38,6 +38,7 @@
 
 pub mod caller_memory;
 pub mod deepep;
+pub mod domain;
 pub mod error;
 pub mod fit;
 pub mod model;
@@ -51,6 +52,7 @@ pub mod validate;
 pub mod wait_mode;
 
 pub use caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, ForeignMemory, Refused};
+pub use domain::Domain;
 pub use error::HintError;
 pub use model::{compute_hint, HintPolicy, Origin, Reason, SizeHint};
 pub use pcie::PcieLink;

@@ -6,6 +6,7 @@
 //! caller-provided slice. Neither allocates.
 
 use crate::caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, Refused};
+use crate::domain::Domain;
 use crate::profile::TransportFacts;
 use crate::region::{LocalRegion, MemoryKind, RegionId, RemoteRegion};
 use crate::transport_error::TransportError;
@@ -410,9 +411,10 @@ impl Arrival {
     pub const EMPTY: Arrival = Arrival { imm: 0, region: RegionId(0), len: 0 };
 }
 
-/// A data mover with RDMA WRITE semantics.
+/// A data mover with RDMA WRITE semantics: one link (a connection, or one lane of one) over a
+/// memory [`Domain`].
 ///
-/// Lifecycle: [`register`](Transport::register) regions, optionally [`bind`](Transport::bind)
+/// Lifecycle: [`register`](Transport::register) regions (in its domain), optionally [`bind`](Transport::bind)
 /// the out-of-band listener, [`connect`](Transport::connect) to the peer exposing some of the
 /// regions, then [`post_writes`](Transport::post_writes) batches and drain completions with
 /// [`poll_completions`](Transport::poll_completions) or
@@ -439,98 +441,72 @@ pub trait Transport: Send + Sync {
     /// The wait mode in use.
     fn wait_mode(&self) -> WaitMode;
 
-    /// Allocates and registers `len` bytes of `kind` memory for local use and remote exposure.
-    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;
+    /// The memory domain this link posts from and exposes. Its methods are reached through
+    /// the link too (the ones below), so that one connection reads as one object.
+    fn domain(&self) -> &dyn Domain;
 
-    /// Releases a registered region (caller memory included: its buffer is dropped; use
-    /// [`release`](Transport::release) to get it back).
-    fn deregister(&self, region: RegionId) -> Result<(), TransportError>;
+    /// [`Domain::register`] of this link's domain: allocates and registers `len` bytes of
+    /// `kind` memory for local use and remote exposure.
+    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
+        self.domain().register(kind, len)
+    }
 
-    /// Registers memory the caller owns in place, for local use and remote exposure: ops on the
-    /// region read and write the caller's bytes, with the copies
-    /// [`Capabilities::caller_memory`] lists. Checked first
-    /// ([`ForeignMemory::validate`](crate::ForeignMemory::validate): zero, oversized,
-    /// misaligned); a refusal hands the memory back in [`Refused`].
-    ///
-    /// The default, for transports whose [`Capabilities::caller_memory`] is empty, refuses
-    /// every kind with [`TransportError::UnsupportedMemory`].
+    /// [`Domain::deregister`] of this link's domain.
+    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
+        self.domain().deregister(region)
+    }
+
+    /// [`Domain::register_memory`] of this link's domain: registers memory the caller owns in
+    /// place.
     fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
-        Err(Refused { error: TransportError::UnsupportedMemory { kind: memory.kind() }, memory })
+        self.domain().register_memory(memory)
     }
 
-    /// Unregisters a region made by [`register_memory`](Transport::register_memory) and hands
-    /// its memory back. [`TransportError::RegionBusy`] while an op this transport posted may
-    /// still read it, or while it is exposed to a connected peer; a transport-owned region is
-    /// [`TransportError::InvalidArgument`] (use [`deregister`](Transport::deregister)).
-    ///
-    /// The default (no caller memory registered, ever) answers
-    /// [`TransportError::UnregisteredRegion`].
+    /// [`Domain::release`] of this link's domain: hands caller memory back.
     fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        Err(TransportError::UnregisteredRegion(region))
+        self.domain().release(region)
     }
 
-    /// Marks `region` as named by a transfer that is queued or in flight (a transfer engine
-    /// calls it when it takes the transfer): until as many [`unhold`](Transport::unhold)s,
-    /// [`release`](Transport::release) and [`deregister`](Transport::deregister) answer
-    /// [`TransportError::RegionBusy`], so the memory cannot go, nor its id be handed to other
-    /// memory, while something may still post from it. Counted: every hold needs its unhold.
-    fn hold(&self, region: RegionId) -> Result<(), TransportError>;
+    /// [`Domain::hold`] of this link's domain.
+    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
+        self.domain().hold(region)
+    }
 
-    /// Ends one [`hold`](Transport::hold) of `region`.
-    fn unhold(&self, region: RegionId);
+    /// [`Domain::unhold`] of this link's domain.
+    fn unhold(&self, region: RegionId) {
+        self.domain().unhold(region);
+    }
 
-    /// Lends `access` the bytes of a host region in place (no copy), to fill before sending or
-    /// read once the peer is done. [`TransportError::RegionBusy`] while an op this transport
-    /// posted may still read the region, and while the region is exposed to a connected (or
-    /// connecting) peer, which may write it at any moment: read what an [`Arrival`] announced
-    /// with [`access_region_unchecked`](Transport::access_region_unchecked), whose contract
-    /// says the peer is not writing. A GPU region is [`TransportError::UnsupportedMemory`] (see
-    /// [`device_pointer`](Transport::device_pointer)). `access` runs with the region table
-    /// locked: it must not call back into this transport.
-    ///
-    /// The default lends nothing: [`TransportError::UnsupportedMemory`].
+    /// [`Domain::access_region`] of this link's domain: lends a host region's bytes in place
+    /// (the receiver's read of an exposed region after an arrival is
+    /// `domain().access_region_unchecked(..)`, whose contract the caller takes on).
     fn access_region(
         &self,
         region: RegionId,
         access: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), TransportError> {
-        let _ = (region, access);
-        Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
+        self.domain().access_region(region, access)
     }
 
-    /// [`access_region`](Transport::access_region) for a region exposed to the connected
-    /// peer: the receiving side's in-place read after an arrival. Still
-    /// [`TransportError::RegionBusy`] while an op this transport posted may read it.
-    ///
-    /// # Safety
-    ///
-    /// The peer must not write the region while `access` runs: the application's protocol
-    /// orders it (the peer writes nothing more after the arrival being read, until this side
-    /// tells it to), as every RDMA receiver orders reads of its exposed memory.
-    #[allow(unsafe_code)] // the contract above; implementations are the backends'
-    unsafe fn access_region_unchecked(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.access_region(region, access)
-    }
-
-    /// The `CUdeviceptr` of a GPU region's first byte, so a kernel can fill it or read it in
-    /// place; [`TransportError::UnsupportedMemory`] for a host region (and by default).
+    /// [`Domain::device_pointer`] of this link's domain.
     fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        let _ = region;
-        Err(TransportError::UnsupportedMemory { kind: MemoryKind::Host })
+        self.domain().device_pointer(region)
     }
 
-    /// Payload bytes this transport's own code has copied with the CPU so far.
-    fn copied_bytes(&self) -> CopiedBytes;
+    /// [`Domain::copied_bytes`] of this link's domain.
+    fn copied_bytes(&self) -> CopiedBytes {
+        self.domain().copied_bytes()
+    }
 
-    /// Copies `data` into a local region at `offset` (staging it for GPU memory).
-    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError>;
+    /// [`Domain::write_region`] of this link's domain.
+    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        self.domain().write_region(region, offset, data)
+    }
 
-    /// Copies from a local region at `offset` into `out`.
-    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError>;
+    /// [`Domain::read_region`] of this link's domain.
+    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
+        self.domain().read_region(region, offset, out)
+    }
 
     /// Exchanges endpoint information with the peer over an out-of-band TCP connection and
     /// returns the regions the peer exposed. `expose` lists the local regions the peer may write.

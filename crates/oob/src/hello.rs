@@ -19,8 +19,9 @@ use std::io::Read;
 pub const HELLO_MAGIC: [u8; 8] = *b"RDMAHINT";
 
 /// The one wire version every backend speaks (7: one hello for every backend, each region a
-/// descriptor; before it each backend had its own hello and version).
-pub const WIRE_VERSION: u16 = 7;
+/// descriptor, where before each backend had its own hello and version; 8: the verbs blob says
+/// how many of the peer's reads it serves at once).
+pub const WIRE_VERSION: u16 = 8;
 
 /// Region ids a descriptor may carry: below this (a side holds [`MAX_REGIONS`] at once, and
 /// reuses freed ids).

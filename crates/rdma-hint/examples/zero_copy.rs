@@ -74,7 +74,7 @@ fn host(id: &TransportId) -> Result<(), Box<dyn std::error::Error>> {
     let mut landed = false;
     let mut check = |bytes: &mut [u8]| landed = bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8);
     // SAFETY: the sender writes nothing more after the write whose arrival `send` waited for.
-    unsafe { receiver.access_region_unchecked(target.id, &mut check) }?;
+    unsafe { receiver.domain().access_region_unchecked(target.id, &mut check) }?;
     assert!(landed, "every byte landed in the receiver's Vec");
     let mine: Vec<u8> = sender.release(source.id)?.take().map_err(|_| "not the Vec given")?;
     assert_eq!(mine.len(), len);

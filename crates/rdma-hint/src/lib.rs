@@ -108,7 +108,7 @@ pub use rdma_hint_core as hint_core;
 /// DeepEP-compatible buffer sizing (`get_low_latency_rdma_size_hint` in DeepEP's sense).
 pub use rdma_hint_core::deepep;
 pub use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes,
+    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, Domain,
     ForeignMemory, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };

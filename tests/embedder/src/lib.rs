@@ -5,7 +5,7 @@
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
-    get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Capabilities, Completion, CopiedBytes,
+    get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, Domain,
     Device, GatherEntry, GatherOp, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, Refused, RegionId,
     RemoteRegion, Transport, TransportError, TransportId, TransportSelector, WaitMode, WriteOp,
 };
@@ -38,9 +38,8 @@ pub fn payload(pair: u32, len: u64) -> Vec<u8> {
 }
 
 /// A transport that records how long its longest `post_writes` took: a software NIC (Soft-RoCE)
-/// does the NIC's work inside the post, on the caller's thread. Every other call forwards, but
-/// for `access_region_unchecked` (this crate forbids `unsafe`: it takes the trait's default, the
-/// checked `access_region`).
+/// does the NIC's work inside the post, on the caller's thread. Every other call forwards (its
+/// domain is the wrapped transport's).
 pub struct TimedPosts {
     inner: Box<dyn Transport>,
     longest_post_ns: AtomicU64,
@@ -59,6 +58,9 @@ impl TimedPosts {
 
 #[async_trait::async_trait]
 impl Transport for TimedPosts {
+    fn domain(&self) -> &dyn Domain {
+        self.inner.domain()
+    }
     fn capabilities(&self) -> &Capabilities {
         self.inner.capabilities()
     }
@@ -70,43 +72,6 @@ impl Transport for TimedPosts {
     }
     fn wait_mode(&self) -> WaitMode {
         self.inner.wait_mode()
-    }
-    fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
-        self.inner.register(kind, len)
-    }
-    fn deregister(&self, region: RegionId) -> Result<(), TransportError> {
-        self.inner.deregister(region)
-    }
-    fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.inner.hold(region)
-    }
-    fn unhold(&self, region: RegionId) {
-        self.inner.unhold(region)
-    }
-    fn write_region(&self, region: RegionId, offset: u64, data: &[u8]) -> Result<(), TransportError> {
-        self.inner.write_region(region, offset, data)
-    }
-    fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError> {
-        self.inner.read_region(region, offset, out)
-    }
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
-        self.inner.register_memory(memory)
-    }
-    fn release(&self, region: RegionId) -> Result<CallerMemory, TransportError> {
-        self.inner.release(region)
-    }
-    fn access_region(
-        &self,
-        region: RegionId,
-        access: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<(), TransportError> {
-        self.inner.access_region(region, access)
-    }
-    fn device_pointer(&self, region: RegionId) -> Result<u64, TransportError> {
-        self.inner.device_pointer(region)
-    }
-    fn copied_bytes(&self) -> CopiedBytes {
-        self.inner.copied_bytes()
     }
     async fn connect(
         &self,

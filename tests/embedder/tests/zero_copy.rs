@@ -67,7 +67,7 @@ fn an_application_s_own_vec_moves_into_its_own_vec_without_copies_in_or_out() {
         let mut compare = |bytes: &mut [u8]| landed_right = bytes[..len as usize] == expected[..len as usize];
         // SAFETY: the sender writes nothing more after the arrival read here (this test is both
         // sides' protocol), as a receiver of RDMA writes orders its reads.
-        unsafe { receiver.access_region_unchecked(target.id, &mut compare) }
+        unsafe { receiver.domain().access_region_unchecked(target.id, &mut compare) }
             .unwrap_or_else(|e| panic!("{id}: access: {e}"));
         assert!(landed_right, "{id}: the bytes in the receiver's own buffer differ from what was sent");
         let back: Vec<u8> = sender.release(source.id).expect("release").take().expect("the Vec comes back");
