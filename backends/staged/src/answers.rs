@@ -113,6 +113,16 @@ impl<T> AnswerQueue<T> {
         self.lock().items.pop_front()
     }
 
+    /// The oldest one if `is_it` says it is the one an admitted answer named; `None` when the
+    /// reader's end drained it, or its sender took it back, after the answer was admitted.
+    pub(crate) fn pop_front_if(&self, is_it: impl FnOnce(&T) -> bool) -> Option<T> {
+        let mut waiting = self.lock();
+        if waiting.items.front().is_some_and(is_it) {
+            return waiting.items.pop_front();
+        }
+        None
+    }
+
     /// See [`Waiting::retract`].
     pub(crate) fn retract(&self, is_it: impl FnOnce(&T) -> bool) -> Option<T> {
         self.lock().retract(is_it)
@@ -179,7 +189,8 @@ mod tests {
         assert_eq!((queue.room(), queue.front(|wr_id| *wr_id)), (0, Some(4)));
         assert_eq!(queue.retract(|wr_id| *wr_id == 4), None, "only the newest is taken back");
         assert_eq!(queue.retract(|wr_id| *wr_id == 5), Some(5));
-        assert_eq!(queue.pop_front(), Some(4));
+        assert_eq!(queue.pop_front_if(|wr_id| *wr_id == 5), None, "only the one named");
+        assert_eq!(queue.pop_front_if(|wr_id| *wr_id == 4), Some(4));
         assert!(queue.is_empty());
         // Queued requests not asked yet count against the window until asked or given back.
         queue.reserve(2).unwrap();

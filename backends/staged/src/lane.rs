@@ -39,10 +39,12 @@ impl Lane for StagedLane {
         &self.exposure
     }
 
-    /// From the start of its connect until its link breaks: the peer writes (over shm, into
-    /// the mapping it holds) only while the link runs, and a broken link admits nothing more.
+    /// From the start of its connect until its link has broken and its reader thread ended:
+    /// over TCP the peer's writes land through that thread (which may be placing one when the
+    /// link breaks); over shm the peer writes the mapping it holds while the link runs, and
+    /// the watcher of its socket ends once the break is on the wire.
     fn peer_may_write(&self) -> bool {
-        !self.gone.is_gone()
+        !(self.gone.is_gone() && self.reader_done.load(Ordering::Acquire))
     }
 }
 

@@ -908,11 +908,12 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
                 // Recorded before the frame leaves, so its ack cannot overtake it.
-                // Not waiting once the reader ended: the sender flushes it.
-                let first = shared.awaiting_ack.push(op.wr_id).map_err(|_| "link already broken")?;
-                if first {
+                // The wait starts now (before the push: the reader must not see it waiting
+                // on an old clock). Not waiting once the reader ended: the sender flushes it.
+                if shared.awaiting_ack.is_empty() {
                     shared.answers.restart(Instant::now());
                 }
+                shared.awaiting_ack.push(op.wr_id).map_err(|_| "link already broken")?;
             }
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             let header = frame.encode();
@@ -1011,10 +1012,10 @@ fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
                 signalled: op.signalled,
             };
             // Refused once the reader ended: the sender flushes it as any op it could not send.
-            let first = shared.reads.push(read).map_err(|_| "link already broken".to_string())?;
-            if first {
+            if shared.reads.is_empty() {
                 shared.answers.restart(Instant::now());
             }
+            shared.reads.push(read).map_err(|_| "link already broken".to_string())?;
             // From here the read is the reader's: a failed request ends the link, and the
             // reader's end flushes it (once).
             if let Err(e) = shared.send_frame(&request_frame(op)) {
@@ -1028,7 +1029,8 @@ fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
 /// A read whose answer will never come (the link ended): its destination let go, no longer in
 /// flight, and flushed if it was to complete.
 fn unanswered(shared: &Shared, read: PendingRead) {
-    let PendingRead { wr_id, signalled, .. } = read;
+    let (wr_id, signalled) = (read.wr_id, read.signalled);
+    drop(read);
     shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
     if signalled {
         let flushed = Completion { wr_id, status: CompletionStatus::Failed { code: FLUSHED } };
@@ -1046,7 +1048,8 @@ fn place_answer(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) 
     }
     // The destination is let go before the completion says so: a release right after it finds
     // no link thread holding the memory.
-    let PendingRead { wr_id, signalled, .. } = read;
+    let (wr_id, signalled) = (read.wr_id, read.signalled);
+    drop(read);
     shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
     if signalled {
         let done = Completion { wr_id, status: CompletionStatus::Success };
@@ -1125,8 +1128,9 @@ fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) ->
         });
     }
     let frame = Frame::decode(&header).map_err(|e| format!("protocol error: {e}"))?;
+    // Life at a frame's start and again at its end: a large frame's body may take long.
     shared.answers.restart(Instant::now());
-    match shared.inbox.admit(&frame, awaited(shared, &frame))? {
+    let applied = match shared.inbox.admit(&frame, awaited(shared, &frame))? {
         Inbound::Write { region, offset, len, arrival, ack, .. } => {
             with_target(shared, region, |target| {
                 (target.memory.over_socket(Direction::Receive, offset, len, socket, staging))
@@ -1139,7 +1143,9 @@ fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) ->
             hand_over(shared, Some(Outgoing::Answer { region, offset, len, wr_id }))
         }
         Inbound::ReadData { .. } => place_answer(shared, socket, staging),
-    }
+    };
+    shared.answers.restart(Instant::now());
+    applied
 }
 
 /// What `frame` must answer: the oldest signalled write of ours still waiting for its ack, or
@@ -1206,6 +1212,7 @@ impl Link {
                 Frame::decode(&header).map_err(|e| self.break_with(format!("protocol error: {e}")))?;
             let inbound =
                 shared.inbox.admit(&frame, awaited(shared, &frame)).map_err(|e| self.break_with(e))?;
+            shared.answers.restart(Instant::now());
             let step = match inbound {
                 Inbound::Write { region, offset, len, arrival, ack, .. } => {
                     let whole = (HEADER_BYTES as u64)
@@ -1250,6 +1257,7 @@ impl Link {
                 }
             };
             step.map_err(|reason| self.break_with(reason))?;
+            shared.answers.restart(Instant::now());
         }
         Ok(())
     }
@@ -1320,7 +1328,11 @@ impl Link {
 
 /// An admitted ack: the oldest signalled write of ours stops waiting and completes.
 fn acknowledge(shared: &Shared, wr_id: u64, status: u16) -> Result<(), String> {
-    shared.awaiting_ack.pop_front();
+    if shared.awaiting_ack.pop_front_if(|waiting| *waiting == wr_id).is_none() {
+        // Admitted, then flushed by the reader's end (or taken back) before this ran: it has
+        // had its one completion.
+        return Ok(());
+    }
     let completions = &shared.completions;
     let status = match status {
         0 => CompletionStatus::Success,

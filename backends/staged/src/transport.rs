@@ -20,7 +20,7 @@ use rdma_hint_oob::Rendezvous;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Host-staged transport over shared memory (same host) or TCP (any host).
@@ -58,6 +58,8 @@ pub struct StagedTransport {
     lane: Arc<StagedLane>,
     /// Shared with the link's ring thread, which sleeps only in `Adaptive` mode.
     wait_mode: Arc<WaitModeCell>,
+    /// Held while a post queues its requests for the sender thread (see `queue`).
+    queueing: Mutex<()>,
 }
 
 fn wire_channel(channel: StagedChannel) -> ChannelKind {
@@ -74,15 +76,16 @@ impl StagedTransport {
     pub fn new(channel: StagedChannel) -> StagedTransport {
         let caps = capabilities(channel);
         let source = StagedMemory { shared: channel == StagedChannel::SharedMemory };
-        let (kinds, caller_memory) = (caps.memory_kinds.clone(), caps.caller_memory.clone());
+        let caller_memory = caps.caller_memory.clone();
         StagedTransport {
             channel,
             caps,
-            regions: Arc::new(DomainCore::new(MAX_REGIONS, source, kinds, caller_memory)),
+            regions: Arc::new(DomainCore::new(MAX_REGIONS, source, caller_memory)),
             rendezvous: Rendezvous::default(),
             link: OnceLock::new(),
             lane: Arc::default(),
             wait_mode: Arc::default(),
+            queueing: Mutex::default(),
         }
         .joined()
     }
@@ -124,6 +127,7 @@ impl StagedTransport {
             link: OnceLock::new(),
             lane: Arc::default(),
             wait_mode: Arc::new(WaitModeCell::default()),
+            queueing: Mutex::default(),
         }
         .joined()
         .in_mode(self.wait_mode.get())
@@ -284,6 +288,9 @@ impl StagedTransport {
         room: usize,
     ) -> Result<(), TransportError> {
         let count = requests.len();
+        // One poster at a time between the look at the room and the last send: only the
+        // sender thread changes the queue meanwhile, and it only makes room.
+        let _one_poster = self.queueing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let room = link.ops.capacity().unwrap_or(usize::MAX).saturating_sub(link.ops.len()).min(room);
         if count > room {
             return Err(TransportError::QueueFull { given: count as u32, max: room as u32 });

@@ -67,12 +67,8 @@ pub(crate) struct UcxDomain {
 impl UcxDomain {
     pub(crate) fn new(context: Arc<Context>, peer_writes_directly: bool, caps: &Capabilities) -> UcxDomain {
         let source = UcxMemory { context: context.clone() };
-        let (kinds, caller_memory) = (caps.memory_kinds.clone(), caps.caller_memory.clone());
-        UcxDomain {
-            core: DomainCore::new(MAX_REGIONS, source, kinds, caller_memory),
-            peer_writes_directly,
-            context,
-        }
+        let core = DomainCore::new(MAX_REGIONS, source, caps.caller_memory.clone());
+        UcxDomain { core, peer_writes_directly, context }
     }
 
     /// The context, for what must outlive a lane's transport (its notice ring).
@@ -120,6 +116,13 @@ struct UcxMemory {
 }
 
 impl MemorySource<Region> for UcxMemory {
+    fn admit_kind(&self, kind: MemoryKind) -> Result<(), TransportError> {
+        match kind {
+            MemoryKind::Host => Ok(()),
+            other => Err(TransportError::UnsupportedMemory { kind: other }),
+        }
+    }
+
     fn allocate(&self, _kind: MemoryKind, len: u64) -> Result<Region, TransportError> {
         Region::map(self.context.handle, len)
     }

@@ -204,6 +204,15 @@ pub(crate) struct VerbsMemory {
 }
 
 impl MemorySource<Region> for VerbsMemory {
+    /// Host memory only: GPU memory would go through `ibv_reg_dmabuf_mr` (not implemented: no
+    /// NIC here to test it on).
+    fn admit_kind(&self, kind: MemoryKind) -> Result<(), TransportError> {
+        match kind {
+            MemoryKind::Host => Ok(()),
+            other => Err(TransportError::UnsupportedMemory { kind: other }),
+        }
+    }
+
     fn allocate(&self, _kind: MemoryKind, len: u64) -> Result<Region, TransportError> {
         Region::register(&self.pd, len)
     }

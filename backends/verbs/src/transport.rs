@@ -240,7 +240,7 @@ impl VerbsTransport {
         let pd = Arc::new(ProtectionDomain::alloc(&context)?);
         let paths = crate::region::caller_memory_paths(&pd);
         let source = VerbsMemory { pd: pd.clone() };
-        let domain = Arc::new(DomainCore::new(MAX_REGIONS, source, vec![MemoryKind::Host], paths));
+        let domain = Arc::new(DomainCore::new(MAX_REGIONS, source, paths));
         VerbsTransport::lane_of(Connection { context, pd, domain, facts, port }, Rendezvous::default())
     }
 

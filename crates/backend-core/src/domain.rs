@@ -54,8 +54,7 @@ pub struct DomainCore<M, L> {
     lanes: LaneGroup<L>,
     /// How the backend makes and unmakes region memory.
     source: Box<dyn MemorySource<M>>,
-    /// The kinds `register` allocates, and the caller memory `register_memory` takes in place.
-    kinds: Vec<MemoryKind>,
+    /// The caller memory `register_memory` takes in place.
     caller_paths: Vec<CallerMemoryPath>,
     /// The payload bytes the domain's and its lanes' code copied.
     copies: CopyMeter,
@@ -65,7 +64,7 @@ impl<M, L> std::fmt::Debug for DomainCore<M, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DomainCore")
             .field("lanes", &self.lanes)
-            .field("kinds", &self.kinds)
+            .field("caller_paths", &self.caller_paths)
             .finish_non_exhaustive()
     }
 }
@@ -86,19 +85,17 @@ impl<M> MemorySource<M> for NoSource {
 
 impl<M: 'static, L: Lane> DomainCore<M, L> {
     /// A domain of at most `max_regions` regions at once, with no lanes yet, whose memory
-    /// `source` makes: the kinds `register` allocates and the caller memory `register_memory`
-    /// takes in place are those its links' [`Capabilities`](rdma_hint_core::Capabilities) list.
+    /// `source` makes; `register_memory` takes the caller memory `caller_memory` lists (its
+    /// links' [`Capabilities::caller_memory`](rdma_hint_core::Capabilities::caller_memory)).
     pub fn new(
         max_regions: usize,
         source: impl MemorySource<M> + 'static,
-        memory_kinds: Vec<MemoryKind>,
         caller_memory: Vec<CallerMemoryPath>,
     ) -> Self {
         DomainCore {
             regions: RwLock::new(RegionTable::new(max_regions)),
             lanes: LaneGroup::default(),
             source: Box::new(source),
-            kinds: memory_kinds,
             caller_paths: caller_memory,
             copies: CopyMeter::default(),
         }
@@ -111,7 +108,6 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
             regions: RwLock::new(RegionTable::new(max_regions)),
             lanes: LaneGroup::default(),
             source: Box::new(NoSource),
-            kinds: Vec::new(),
             caller_paths: Vec::new(),
             copies: CopyMeter::default(),
         }
@@ -228,9 +224,7 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
 /// The domain methods of every backend, on its regions' memory.
 impl<M: DomainRegion + 'static, L: Lane> rdma_hint_core::Domain for DomainCore<M, L> {
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
-        if !self.kinds.contains(&kind) {
-            return Err(TransportError::UnsupportedMemory { kind });
-        }
+        self.source.admit_kind(kind)?;
         let members = self.source.serialised().then(|| self.lanes.members());
         let _quiet = members.as_ref().map(|members| members.quiet());
         let id = self.regions_mut().insert_with(len, || self.source.allocate(kind, len))?;
@@ -469,6 +463,12 @@ mod tests {
     }
 
     impl MemorySource<Heap> for HeapSource {
+        fn admit_kind(&self, kind: MemoryKind) -> Result<(), TransportError> {
+            match kind {
+                MemoryKind::Host => Ok(()),
+                other => Err(TransportError::UnsupportedMemory { kind: other }),
+            }
+        }
         fn allocate(&self, _: MemoryKind, len: u64) -> Result<Heap, TransportError> {
             Ok(Heap { bytes: Mutex::new(vec![0; len as usize]), caller: None })
         }
@@ -487,7 +487,7 @@ mod tests {
             receive_copies: Some(0),
             medium_copies: 0,
         };
-        let domain = DomainCore::new(4, HeapSource { serialised }, vec![MemoryKind::Host], vec![host]);
+        let domain = DomainCore::new(4, HeapSource { serialised }, vec![host]);
         let lane = Arc::new(Locking::default());
         domain.lanes().join(&lane);
         (domain, lane)
@@ -497,10 +497,13 @@ mod tests {
     fn the_shared_methods_register_copy_lend_and_take_back() {
         use rdma_hint_core::Domain as _;
         let (domain, _lane) = heap_domain(false);
-        assert!(matches!(
-            domain.register(MemoryKind::CudaDevice { ordinal: 0 }, 64),
-            Err(TransportError::UnsupportedMemory { .. })
-        ));
+        assert!(
+            matches!(
+                domain.register(MemoryKind::CudaDevice { ordinal: 0 }, 0),
+                Err(TransportError::UnsupportedMemory { .. })
+            ),
+            "a kind the source never allocates is refused before the length is looked at"
+        );
         let region = domain.register(MemoryKind::Host, 64).unwrap();
         domain.write_region(region.id, 8, b"abc").unwrap();
         let mut back = [0u8; 3];

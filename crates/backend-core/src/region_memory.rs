@@ -38,8 +38,15 @@ pub trait DomainRegion: Send + Sync + Sized {
 /// How a backend makes and unmakes its regions' memory: a NIC's protection domain, a UCX
 /// context, a shared-memory namespace.
 pub trait MemorySource<M>: Send + Sync {
-    /// Allocates and registers `len` bytes of `kind` (one of the kinds its domain accepts:
-    /// checked before, as the length and the table's room are).
+    /// Refuses a kind this backend never allocates, before anything else is looked at (the
+    /// length, the table's room); the rest are `allocate`'s to refuse. Admits every kind by
+    /// default.
+    fn admit_kind(&self, kind: MemoryKind) -> Result<(), TransportError> {
+        let _ = kind;
+        Ok(())
+    }
+
+    /// Allocates and registers `len` bytes of `kind` (a length and room the table checked).
     fn allocate(&self, kind: MemoryKind, len: u64) -> Result<M, TransportError>;
 
     /// Registers caller memory in place (admitted before: a kind the backend registers in
