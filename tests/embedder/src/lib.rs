@@ -5,9 +5,9 @@
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
-    get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Capabilities, Completion, CopiedBytes, Domain,
-    Device, GatherEntry, GatherOp, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, Refused, RegionId,
-    RemoteRegion, Transport, TransportError, TransportId, TransportSelector, WaitMode, WriteOp,
+    get_low_latency_rdma_size_hint_with, open, Arrival, Capabilities, Completion, Device, Domain,
+    GatherEntry, GatherOp, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RegionId, RemoteRegion,
+    Transport, TransportError, TransportId, TransportSelector, WaitMode, WriteOp,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
