@@ -38,17 +38,20 @@ impl<T> Waiting<T> {
     }
 
     /// `item` is about to be asked: recorded before its request leaves, so its answer cannot
-    /// overtake it (taking its reservation, if it had one); `true` when nothing else was
-    /// waiting. Handed back once the queue was drained for good (nobody would answer it: the
-    /// caller flushes it).
-    pub(crate) fn push(&mut self, item: T) -> Result<bool, T> {
+    /// overtake it (taking its reservation, if it had one). When nothing else was waiting,
+    /// `clock` restarts first, under the same lock: the reader never sees the item waiting on
+    /// an old clock. Handed back once the queue was drained for good (nobody would answer it:
+    /// the caller flushes it).
+    pub(crate) fn push(&mut self, item: T, clock: &AnswerClock) -> Result<(), T> {
         if self.closed {
             return Err(item);
         }
+        if self.items.is_empty() {
+            clock.restart(Instant::now());
+        }
         self.reserved = self.reserved.saturating_sub(1);
-        let first = self.items.is_empty();
         self.items.push_back(item);
-        Ok(first)
+        Ok(())
     }
 
     /// Takes back the newest one if `is_it` says it is the caller's, whose request never left
@@ -99,8 +102,8 @@ impl<T> AnswerQueue<T> {
     }
 
     /// See [`Waiting::push`].
-    pub(crate) fn push(&self, item: T) -> Result<bool, T> {
-        self.lock().push(item)
+    pub(crate) fn push(&self, item: T, clock: &AnswerClock) -> Result<(), T> {
+        self.lock().push(item, clock)
     }
 
     /// What the oldest one says (what the next answer must match).
@@ -182,10 +185,10 @@ mod tests {
 
     #[test]
     fn answers_are_awaited_in_order_and_what_the_reader_drained_stays_its_own() {
-        let queue = AnswerQueue::new(2);
+        let (queue, clock) = (AnswerQueue::new(2), AnswerClock::new(Instant::now()));
         assert_eq!((queue.room(), queue.front(|wr_id| *wr_id)), (2, None));
-        assert_eq!(queue.push(4u64), Ok(true), "the first waiting");
-        assert_eq!(queue.push(5), Ok(false));
+        queue.push(4u64, &clock).unwrap();
+        queue.push(5, &clock).unwrap();
         assert_eq!((queue.room(), queue.front(|wr_id| *wr_id)), (0, Some(4)));
         assert_eq!(queue.retract(|wr_id| *wr_id == 4), None, "only the newest is taken back");
         assert_eq!(queue.retract(|wr_id| *wr_id == 5), Some(5));
@@ -195,12 +198,12 @@ mod tests {
         // Queued requests not asked yet count against the window until asked or given back.
         queue.reserve(2).unwrap();
         assert_eq!((queue.room(), queue.reserve(1)), (0, Err(0)));
-        queue.push(6).unwrap();
+        queue.push(6, &clock).unwrap();
         assert_eq!(queue.room(), 0, "the ask took its own place");
         queue.unreserve(1);
         assert_eq!(queue.room(), 1);
         assert_eq!(queue.drain(), vec![6]);
-        assert_eq!(queue.push(7), Err(7), "asked after the reader ended: the asker flushes it");
+        assert_eq!(queue.push(7, &clock), Err(7), "asked after the reader ended: the asker flushes it");
         assert_eq!(queue.retract(|_| true), None, "drained: the reader flushed it");
     }
 

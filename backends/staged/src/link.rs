@@ -907,13 +907,9 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
             let mut frame = write_frame(&op);
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
-                // Recorded before the frame leaves, so its ack cannot overtake it.
-                // The wait starts now (before the push: the reader must not see it waiting
-                // on an old clock). Not waiting once the reader ended: the sender flushes it.
-                if shared.awaiting_ack.is_empty() {
-                    shared.answers.restart(Instant::now());
-                }
-                shared.awaiting_ack.push(op.wr_id).map_err(|_| "link already broken")?;
+                // Recorded before the frame leaves, so its ack cannot overtake it. Not waiting
+                // once the reader ended: the sender flushes it.
+                shared.awaiting_ack.push(op.wr_id, &shared.answers).map_err(|_| "link already broken")?;
             }
             let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             let header = frame.encode();
@@ -1012,10 +1008,7 @@ fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
                 signalled: op.signalled,
             };
             // Refused once the reader ended: the sender flushes it as any op it could not send.
-            if shared.reads.is_empty() {
-                shared.answers.restart(Instant::now());
-            }
-            shared.reads.push(read).map_err(|_| "link already broken".to_string())?;
+            shared.reads.push(read, &shared.answers).map_err(|_| "link already broken".to_string())?;
             // From here the read is the reader's: a failed request ends the link, and the
             // reader's end flushes it (once).
             if let Err(e) = shared.send_frame(&request_frame(op)) {
@@ -1310,11 +1303,8 @@ impl Link {
             }
             if op.signalled {
                 // Recorded before the frame leaves, so its ack cannot overtake it.
-                let first =
-                    awaiting.push(op.wr_id).map_err(|_| self.break_with("link already broken".into()))?;
-                if first {
-                    shared.answers.restart(Instant::now());
-                }
+                let pushed = awaiting.push(op.wr_id, &shared.answers);
+                pushed.map_err(|_| self.break_with("link already broken".into()))?;
             }
             if let Err(e) = send.send(&writer) {
                 // Not posted: it completes with nothing (any ops before it in `ops` went).

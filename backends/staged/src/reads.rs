@@ -55,7 +55,7 @@ mod tests {
         let local = Arc::new(RegionMemory::allocate(MemoryKind::Host, 4096, false).unwrap());
         let reads = Reads::new(2);
         let read = PendingRead { wr_id: 4, local: local.clone(), local_offset: 0, len: 64, signalled: true };
-        reads.push(read).unwrap();
+        reads.push(read, &crate::answers::AnswerClock::new(std::time::Instant::now())).unwrap();
         assert_eq!(reads.front(|read| (read.wr_id, read.len)), Some((4, 64)));
         assert_eq!(Arc::strong_count(&local), 2);
         drop(reads.drain());
