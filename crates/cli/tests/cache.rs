@@ -65,7 +65,11 @@ fn a_planted_link_is_never_written_through() {
     }
     let output = bounded(&cache, &SWEEP, Duration::from_secs(120));
     assert!(output.status.success(), "{}", stderr(&output));
-    let calibrate = bounded(&cache, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
+    let calibrate = bounded(
+        &cache,
+        &["calibrate", "--budget-ms", common::CALIBRATION_BUDGET_MS],
+        Duration::from_secs(120),
+    );
     assert!(calibrate.status.success(), "{}", stderr(&calibrate));
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "a write went through a planted link");
     let measured = cache.join("measured.json");
@@ -91,7 +95,11 @@ fn a_linked_cache_directory_is_not_used() {
     std::fs::create_dir(&real).unwrap();
     std::fs::set_permissions(&real, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let calibrate = bounded(&link, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
+    let calibrate = bounded(
+        &link,
+        &["calibrate", "--budget-ms", common::CALIBRATION_BUDGET_MS],
+        Duration::from_secs(120),
+    );
     assert!(calibrate.status.success(), "{}", stderr(&calibrate));
     assert!(stderr(&calibrate).contains("a symbolic link"), "{}", stderr(&calibrate));
     assert!(!real.join("calibrated.json").exists(), "stored through a linked cache directory");
@@ -107,7 +115,11 @@ fn an_out_of_range_calibration_is_ignored_with_a_warning() {
     let file = cache.join("calibrated.json");
     // A busy machine can make a fit poor, and a poor fit is not kept: calibrate until one is.
     for _ in 0..5 {
-        let calibrate = bounded(&cache, &["calibrate", "--budget-ms", "3000"], Duration::from_secs(120));
+        let calibrate = bounded(
+            &cache,
+            &["calibrate", "--budget-ms", common::CALIBRATION_BUDGET_MS],
+            Duration::from_secs(120),
+        );
         assert!(calibrate.status.success(), "{}", stderr(&calibrate));
         if file.exists() {
             break;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 mod common;
 
-use common::rdma_hint;
+use common::{rdma_hint, CALIBRATION_BUDGET_MS};
 
 fn scratch(name: &str) -> common::Scratch {
     common::scratch("calibrate", name)
@@ -21,7 +21,19 @@ fn measuring_alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn calibrate_json(dir: &Path, channel: &str) -> Value {
-    let output = rdma_hint(dir, &["calibrate", "--backend", "staged", "--channel", channel, "--json"]);
+    let output = rdma_hint(
+        dir,
+        &[
+            "calibrate",
+            "--backend",
+            "staged",
+            "--channel",
+            channel,
+            "--json",
+            "--budget-ms",
+            CALIBRATION_BUDGET_MS,
+        ],
+    );
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).unwrap()
 }
@@ -287,7 +299,7 @@ fn probe_calibrate_fits_every_path_and_shows_it() {
     let dir = scratch("probe");
     // A budget no busy machine makes too short (the default second fitted 1 round of 7 sizes
     // over tcp beside four busy loops, and was refused).
-    let output = rdma_hint(&dir, &["probe", "--calibrate", "--budget-ms", "5000"]);
+    let output = rdma_hint(&dir, &["probe", "--calibrate", "--budget-ms", CALIBRATION_BUDGET_MS]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let log = String::from_utf8_lossy(&output.stderr);
     for transport in ["staged:shm", "staged:tcp"] {

@@ -345,10 +345,9 @@ fn an_unwritable_cache_keeps_the_measurement() {
     }
     let calibrate = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
         .env("RDMA_HINT_CACHE_DIR", "/proc/rdma-hint-nope")
-        .args(["calibrate", "--budget-ms", "3000"])
+        .args(["calibrate", "--budget-ms", common::CALIBRATION_BUDGET_MS])
         .output()
         .unwrap();
-    // A budget no busy machine makes too short (300 ms failed 1 of 5 beside two busy loops).
     let text = String::from_utf8_lossy(&calibrate.stdout);
     assert!(
         text.contains("stored: nothing (cannot write /proc/rdma-hint-nope") || text.contains("poor fit"),

@@ -532,7 +532,16 @@ fn ucx_warnings_stay_out_of_json_on_stdout() {
     let dir = scratch("ucx-json");
     let output = command(
         &dir,
-        &["calibrate", "--backend", "ucx", "--channel", "shm", "--budget-ms", "3000", "--json"],
+        &[
+            "calibrate",
+            "--backend",
+            "ucx",
+            "--channel",
+            "shm",
+            "--budget-ms",
+            common::CALIBRATION_BUDGET_MS,
+            "--json",
+        ],
     )
     .env("UCX_RDMA_HINT_TEST_UNUSED", "1")
     .env("UCX_NET_DEVICES", "lo")

@@ -10,6 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+/// The `--budget-ms` of the tests' calibrations: one no busy machine makes too short (the
+/// default second fitted 2 rounds over staged:tcp beside test-all's four busy loops on two
+/// cores, and was refused as "a path this slow"), where an idle machine stops at the
+/// calibration's round cap long before it.
+pub(crate) const CALIBRATION_BUDGET_MS: &str = "10000";
+
 /// Runs `rdma-hint ARGS` with `cache` as its hint cache.
 pub(crate) fn rdma_hint(cache: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
