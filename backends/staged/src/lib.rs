@@ -15,7 +15,6 @@
 //! the link, flushes outstanding signalled writes with an error, and every wait has a deadline.
 //! With feature `cuda`, [`gpu`] reports the machine's GPU facts.
 
-mod answers;
 pub mod channel;
 pub mod gpu;
 pub mod handoff;
@@ -28,6 +27,7 @@ mod reads;
 mod region;
 mod request;
 pub mod ring;
+pub mod session;
 mod socket;
 mod transport;
 pub mod wire;
@@ -42,4 +42,4 @@ pub use transport::StagedTransport;
 pub const BACKEND: &str = "staged";
 
 /// Status code of work requests flushed because the connection broke.
-pub const FLUSHED_STATUS: u32 = link::FLUSHED;
+pub const FLUSHED_STATUS: u32 = session::FLUSHED;

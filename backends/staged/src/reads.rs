@@ -1,13 +1,13 @@
 //! Reads over the TCP channel: a read asks the peer with a [`FrameKind::ReadRequest`] and
 //! its bytes come back as a [`FrameKind::ReadData`] answer, in the order the requests went.
-//! What waits (in an [`AnswerQueue`]) is each asked read's destination, held (its memory cannot
-//! be freed) until its bytes are placed or the link ends.
+//! What waits (in the link's [`Session`](crate::session::Session)) is each asked read's
+//! destination, held (its memory cannot be freed) until its bytes are placed or the link ends.
 //!
 //! Over shared memory a read needs none of this: the reader copies out of its mapping of the
 //! peer's region.
 
-use crate::answers::AnswerQueue;
 use crate::region::RegionMemory;
+use crate::session::AwaitedRead;
 use crate::wire::{Frame, FrameKind};
 use rdma_hint_core::WriteOp;
 use std::sync::Arc;
@@ -23,8 +23,14 @@ pub(crate) struct PendingRead {
     pub(crate) signalled: bool,
 }
 
-/// Our reads waiting for their bytes, oldest first.
-pub(crate) type Reads = AnswerQueue<PendingRead>;
+impl AwaitedRead for PendingRead {
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    fn asked_bytes(&self) -> u64 {
+        self.len
+    }
+}
 
 /// The request for `op` (a read's ranges: `remote` is the peer's region).
 pub(crate) fn request_frame(op: &WriteOp) -> Frame {
@@ -40,25 +46,26 @@ pub(crate) fn request_frame(op: &WriteOp) -> Frame {
     }
 }
 
-/// The header of the answer to the peer's read `wr_id`: `len` bytes follow.
-pub(crate) fn answer_frame(region: u32, wr_id: u64, len: u64) -> Frame {
-    Frame { kind: FrameKind::ReadData, flags: 0, status: 0, region, offset: 0, len, wr_id, imm: 0 }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Inbox;
+    use crate::session::Session;
+    use crate::wire::ChannelKind;
     use rdma_hint_core::MemoryKind;
+    use std::time::Instant;
 
     #[test]
-    fn a_waiting_read_holds_its_destination_until_it_is_let_go() {
+    fn a_waiting_read_holds_its_destination_until_the_end_lets_it_go() {
         let local = Arc::new(RegionMemory::allocate(MemoryKind::Host, 4096, false).unwrap());
-        let reads = Reads::new(2);
+        let inbox = Arc::new(Inbox::new(ChannelKind::Tcp, &[(0, 4096)], 1 << 20));
+        let mut session = Session::new(inbox, 2, Instant::now());
         let read = PendingRead { wr_id: 4, local: local.clone(), local_offset: 0, len: 64, signalled: true };
-        reads.push(read, &crate::answers::AnswerClock::new(std::time::Instant::now())).unwrap();
-        assert_eq!(reads.front(|read| (read.wr_id, read.len)), Some((4, 64)));
+        session.reserve_reads(1).unwrap();
+        session.asked_read(read, Instant::now()).unwrap();
+        assert!(session.awaits_answers());
         assert_eq!(Arc::strong_count(&local), 2);
-        drop(reads.drain());
+        drop(session.end());
         assert_eq!(Arc::strong_count(&local), 1);
     }
 }

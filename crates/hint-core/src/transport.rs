@@ -538,15 +538,14 @@ pub trait Transport: Send + Sync {
     /// [`Capabilities::max_sges`] entries. Ops are checked before anything is posted
     /// ([`GatherOp::entries`], then every piece as a [`WriteOp`]).
     ///
-    /// The default, for transports with `max_sges` 1, posts ops of one entry each (up to 64
-    /// in a call) as plain writes and refuses a longer gather with
+    /// The default, for transports with `max_sges` 1, posts ops of one entry each (up to
+    /// [`MAX_OPS_PER_POST`] in a call) as plain writes and refuses a longer gather with
     /// [`TransportError::TooManyEntries`].
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        const MAX: usize = 64;
-        if ops.len() > MAX {
-            return Err(TransportError::QueueFull { given: ops.len() as u32, max: MAX as u32 });
+        if ops.len() > MAX_OPS_PER_POST {
+            return Err(TransportError::QueueFull { given: ops.len() as u32, max: MAX_OPS_PER_POST as u32 });
         }
-        let mut writes = [WriteOp::EMPTY; MAX];
+        let mut writes = [WriteOp::EMPTY; MAX_OPS_PER_POST];
         for (write, op) in writes.iter_mut().zip(ops) {
             op.entries(entries, 1, u64::MAX)?;
             *write = op.pieces(entries).next().unwrap_or(WriteOp::EMPTY);
