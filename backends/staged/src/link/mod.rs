@@ -169,6 +169,12 @@ impl Shared {
         self.arrivals.wake();
     }
 
+    /// Queues a completion; a full queue is the application's fault, and ends the link.
+    fn complete(&self, done: Completion) -> Result<(), String> {
+        (self.completions.try_send(done))
+            .map_err(|_| "completion queue overflow: the application is not draining completions".to_string())
+    }
+
     fn session(&self) -> MutexGuard<'_, Session<PendingRead>> {
         self.session.lock().unwrap_or_else(PoisonError::into_inner)
     }

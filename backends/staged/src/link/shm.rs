@@ -163,11 +163,7 @@ impl Link {
                 }
                 if op.signalled {
                     let done = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
-                    shared.completions.try_send(done).map_err(|_| {
-                        self.break_with(
-                            "completion queue overflow: the application is not draining completions".into(),
-                        )
-                    })?;
+                    shared.complete(done).map_err(|reason| self.break_with(reason))?;
                 }
             }
             Ok(())
@@ -210,11 +206,7 @@ impl Link {
                 copied += op.len;
                 if op.signalled {
                     let done = Completion { wr_id: op.wr_id, status: CompletionStatus::Success };
-                    shared.completions.try_send(done).map_err(|_| {
-                        self.break_with(
-                            "completion queue overflow: the application is not draining completions".into(),
-                        )
-                    })?;
+                    shared.complete(done).map_err(|reason| self.break_with(reason))?;
                 }
             }
             Ok(())

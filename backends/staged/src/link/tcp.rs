@@ -25,7 +25,13 @@ impl Link {
 /// A read whose answer will never come (the link ended): its destination let go, no longer in
 /// flight, and flushed if it was to complete.
 pub(super) fn unanswered(shared: &Shared, read: PendingRead) {
-    let _ = retire_read(shared, read, CompletionStatus::Failed { code: FLUSHED });
+    let (wr_id, signalled) = (read.wr_id, read.signalled);
+    retire_read(shared, read);
+    if signalled {
+        let _ = shared
+            .completions
+            .try_send(Completion { wr_id, status: CompletionStatus::Failed { code: FLUSHED } });
+    }
 }
 
 /// Places the answer to our oldest read (`read`, which the session took for it), then
@@ -40,21 +46,20 @@ fn place_answer(
         unanswered(shared, read);
         return Err(format!("the peer vanished mid-answer: {e}"));
     }
-    retire_read(shared, read, CompletionStatus::Success)
-        .map_err(|()| "completion queue overflow: the application is not draining completions".to_string())
+    let (wr_id, signalled) = (read.wr_id, read.signalled);
+    retire_read(shared, read);
+    if signalled {
+        return shared.complete(Completion { wr_id, status: CompletionStatus::Success });
+    }
+    Ok(())
 }
 
 /// A read done with: its destination is let go before its completion says so (a release right
-/// after the completion finds no link thread holding the memory), it leaves the ops in flight,
-/// and, signalled, it completes with `status`; `Err` when the completion queue was full.
-fn retire_read(shared: &Shared, read: PendingRead, status: CompletionStatus) -> Result<(), ()> {
-    let (wr_id, signalled) = (read.wr_id, read.signalled);
+/// after the completion finds no link thread holding the memory), and it leaves the ops in
+/// flight.
+fn retire_read(shared: &Shared, read: PendingRead) {
     drop(read);
     shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
-    if signalled {
-        return shared.completions.try_send(Completion { wr_id, status }).map_err(|_| ());
-    }
-    Ok(())
 }
 
 /// TCP: takes frames off the socket until it closes or the peer breaks the protocol; returns
@@ -139,7 +144,7 @@ fn apply(
             })?;
             hand_over(shared, outgoing(owed))
         }
-        Received::Completed(done) => complete(shared, done),
+        Received::Completed(done) => shared.complete(done),
         Received::ReadRequest { region, offset, len, answer } => {
             hand_over(shared, Some(Outgoing::Answer { region, offset, len, answer }))
         }
@@ -354,10 +359,4 @@ fn take_whole_write(
         }
     }
     Ok(received)
-}
-
-/// A signalled write of ours the peer acknowledged: its completion.
-fn complete(shared: &Shared, done: Completion) -> Result<(), String> {
-    (shared.completions.try_send(done))
-        .map_err(|_| "completion queue overflow: the application is not draining completions".to_string())
 }

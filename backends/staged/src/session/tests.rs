@@ -72,14 +72,8 @@ impl Pair {
         }
         let flags = if signalled { FLAG_SIGNALLED } else { 0 } | if imm.is_some() { FLAG_IMM } else { 0 };
         let frame = Frame {
-            kind: FrameKind::Write,
-            flags,
-            status: 0,
-            region: 0,
-            offset,
-            len: data.len() as u64,
-            wr_id,
             imm: imm.unwrap_or(0),
+            ..frame(FrameKind::Write, flags, offset, data.len() as u64, wr_id)
         };
         self.wires[from].push_back((frame, data.to_vec()));
     }
@@ -89,17 +83,7 @@ impl Pair {
         let session = &mut self.sides[from].session;
         session.reserve_reads(1).unwrap();
         session.asked_read(Read { wr_id, len, at }, self.now).unwrap();
-        let frame = Frame {
-            kind: FrameKind::ReadRequest,
-            flags: 0,
-            status: 0,
-            region: 0,
-            offset,
-            len,
-            wr_id,
-            imm: 0,
-        };
-        self.wires[from].push_back((frame, Vec::new()));
+        self.wires[from].push_back((frame(FrameKind::ReadRequest, 0, offset, len, wr_id), Vec::new()));
     }
 
     /// Side `to` takes the next frame its peer sent, and does what it asks.
@@ -140,6 +124,11 @@ impl Pair {
             }
         }
     }
+}
+
+/// A frame about region 0.
+fn frame(kind: FrameKind, flags: u8, offset: u64, len: u64, wr_id: u64) -> Frame {
+    Frame { kind, flags, status: 0, region: 0, offset, len, wr_id, imm: 0 }
 }
 
 fn success(wr_id: u64) -> Completion {
@@ -258,16 +247,6 @@ fn a_malformed_peer_is_a_protocol_error_that_takes_nothing_off_what_waits() {
     pair.write(0, 1, 0, &[1; 8], true, None);
     pair.write(0, 2, 0, &[2; 8], true, None);
     pair.read(0, 3, 0, 64, 0);
-    let frame = |kind, flags, offset, len, wr_id| Frame {
-        kind,
-        flags,
-        status: 0,
-        region: 0,
-        offset,
-        len,
-        wr_id,
-        imm: 0,
-    };
     let bad = [
         frame(FrameKind::Write, 0, 4090, 8, 7),
         frame(FrameKind::Write, 0, 0, 0, 7),
