@@ -162,11 +162,6 @@ impl<R: AwaitedRead> Session<R> {
         }
     }
 
-    /// The rules every frame passes first.
-    pub fn inbox(&self) -> &Inbox {
-        &self.inbox
-    }
-
     /// What this side awaits from the peer next.
     fn awaited(&self) -> Awaited {
         Awaited {
