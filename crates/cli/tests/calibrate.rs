@@ -141,7 +141,16 @@ fn calibrations_pool_until_fresh() {
     let _alone = measuring_alone();
     let dir = scratch("pool");
     let calibrate = |fresh: bool| {
-        let mut args = vec!["calibrate", "--backend", "staged", "--channel", "shm", "--json"];
+        let mut args = vec![
+            "calibrate",
+            "--backend",
+            "staged",
+            "--channel",
+            "shm",
+            "--budget-ms",
+            CALIBRATION_BUDGET_MS,
+            "--json",
+        ];
         if fresh {
             args.push("--fresh");
         }
