@@ -112,6 +112,10 @@ impl Transport for NullTransport {
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         Ok(expose.iter().map(|id| RemoteRegion { id: *id, len: u64::MAX }).collect())
     }
+    /// No peer: `connect` hands back what it was given and keeps no list.
+    fn peer_regions(&self) -> Vec<RemoteRegion> {
+        Vec::new()
+    }
     fn post_reads(&self, ops: &[rdma_hint::ReadOp]) -> Result<(), TransportError> {
         for op in ops.iter().filter(|op| op.signalled) {
             self.completed

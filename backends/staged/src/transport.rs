@@ -403,6 +403,15 @@ impl Transport for StagedTransport {
         connected
     }
 
+    fn peer_regions(&self) -> Vec<RemoteRegion> {
+        let Ok(link) = self.link() else { return Vec::new() };
+        (link.remote.iter().enumerate())
+            .filter_map(|(id, entry)| {
+                entry.as_ref().map(|entry| RemoteRegion { id: RegionId(id as u32), len: entry.len })
+            })
+            .collect()
+    }
+
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         self.post(ops)
     }

@@ -353,7 +353,7 @@ mod tests {
         bad_magic[0] = b'X';
         cases.push((bad_magic, "magic"));
         let mut bad_version = good.clone();
-        bad_version[8] = 9;
+        bad_version[8] = 8; // the version before this one
         cases.push((bad_version, "version"));
         let mut bad_channel = good.clone();
         bad_channel[blob_at()] = 7;

@@ -118,7 +118,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
 #[test]
 fn malformed_handshakes_are_rejected() {
     let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode();
-    bad_version[8] = 9;
+    bad_version[8] = 8; // the version before this one
     assert!(matches!(raw_peer_sends(bad_version, true), TransportError::Handshake(_)));
     let http = b"GET / HTTP/1.1\r\n\r\n".to_vec();
     assert!(

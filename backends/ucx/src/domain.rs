@@ -10,7 +10,6 @@ use rdma_hint_backend_core::lanes::{Exposure, Lane, LeftLane};
 use rdma_hint_backend_core::region_memory::MemorySource;
 use rdma_hint_backend_core::{DomainCore, RegionTable};
 use rdma_hint_core::{CallerMemory, Capabilities, MemoryKind, Refused, RegionId, TransportError};
-use rdma_hint_oob::peer_left;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
@@ -71,6 +70,12 @@ impl UcxDomain {
         UcxDomain { core, peer_writes_directly, context }
     }
 
+    /// Where its regions lie (address, length): this side's own memory, which the screen of a
+    /// direct mapping refuses to take for the peer's.
+    pub(crate) fn memory(&self) -> Vec<(u64, u64)> {
+        self.core.regions().iter().map(|(_, region)| (region.address(0), region.len())).collect()
+    }
+
     /// The context, for what must outlive a lane's transport (its notice ring).
     pub(crate) fn context_arc(&self) -> &Arc<Context> {
         &self.context
@@ -92,17 +97,16 @@ impl UcxDomain {
         if !self.peer_writes_directly || exposed.is_empty() || lane.peer_stopped() {
             return;
         }
-        let oob = lane.oob.get().and_then(|stream| match stream.try_clone() {
-            Ok(oob) => Some(oob),
-            Err(e) => {
-                tracing::warn!(error = %e, "ucx: a closing lane's regions stay guarded until the connection ends");
-                None
-            }
-        });
+        let control = lane.control.get().cloned();
+        // Nobody acts on the peer's requests any more: the channel reads on for its end.
+        if let Some(control) = &control {
+            control.stop_serving();
+        }
         // Without the socket the regions stay guarded while the group lives, and are leaked,
         // not freed, when it goes.
-        let still_writes =
-            move || oob.as_ref().is_none_or(|oob| !peer_left(oob).is_some_and(|loss| loss.stopped));
+        let still_writes = move || {
+            control.as_ref().is_none_or(|control| !control.peer_left().is_some_and(|loss| loss.stopped))
+        };
         let ring = ring.map(|ring| Box::new(ring) as Box<dyn Send>);
         self.core.lanes().leave(LeftLane::new(exposed, still_writes, ring));
     }

@@ -21,11 +21,12 @@ use crate::ring;
 use crate::status::{completion_code, status_text};
 use crate::worker::{Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use rdma_hint_backend_core::gather::Pieces;
+use rdma_hint_backend_core::peer_regions::PeerRegions;
 use rdma_hint_backend_core::queue::EventSender;
 use rdma_hint_backend_core::region_table::RegionLen;
 use rdma_hint_backend_core::RegionTable;
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, TransportError, MAX_OPS_PER_POST};
-use rdma_hint_oob::{peer_left, say_goodbye, PeerLoss};
+use rdma_hint_oob::{ControlChannel, PeerLoss};
 use rdma_hint_stream_copy as stream_copy;
 use rdma_hint_ucx_sys as sys;
 use std::collections::VecDeque;
@@ -40,18 +41,33 @@ pub(crate) const MAX_SGES: u32 = 32;
 /// peer reads a failure, not a goodbye): a large put over TCP takes its time.
 const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
-/// A peer region: where to put and with which unpacked rkey.
+/// A peer region: where to put and with which unpacked rkey, and where UCX mapped it here
+/// when the peer's memory is written directly.
 #[derive(Debug)]
 pub(crate) struct RemoteEntry {
     pub(crate) address: u64,
     pub(crate) len: u64,
     pub(crate) rkey: sys::ucp_rkey_h,
+    pub(crate) mapped: Option<*mut u8>,
 }
 
 impl RegionLen for RemoteEntry {
     fn region_len(&self) -> u64 {
         self.len
     }
+}
+
+/// A withdrawal of the peer's waiting for the flush that ends every put posted before it
+/// (see `crate::exposing`).
+#[derive(Debug)]
+pub(crate) struct Withdrawing {
+    /// The region's id on the peer's side.
+    pub(crate) id: u32,
+    /// The asks to answer: the first, and any the peer made again meanwhile.
+    pub(crate) seqs: Vec<u32>,
+    /// The flush request, or null when it finished at once.
+    pub(crate) request: sys::ucs_status_ptr_t,
+    pub(crate) entry: RemoteEntry,
 }
 
 /// Which way a batch's bytes go: to the peer, or from it.
@@ -92,8 +108,10 @@ struct Batch {
 #[derive(Debug)]
 pub(crate) struct Engine {
     pub(crate) ucp: Ucp,
-    ep: sys::ucp_ep_h,
-    remote: Vec<Option<RemoteEntry>>,
+    pub(crate) ep: sys::ucp_ep_h,
+    pub(crate) remote: PeerRegions<RemoteEntry>,
+    /// The peer's withdrawals waiting for the flush that ends every put to their region.
+    pub(crate) withdrawing: VecDeque<Withdrawing>,
     batches: VecDeque<Batch>,
     signalled: VecDeque<u64>,
     notice_slots: Box<[[u8; NOTICE_BYTES]]>,
@@ -108,11 +126,12 @@ pub(crate) struct Engine {
     /// Puts posted since the last flush was posted: their requests are freed at once, so only
     /// a flush tells when they stopped reading their source.
     unflushed: usize,
-    /// A clone of the out-of-band socket: tells a peer's goodbye from a failure.
-    oob: Option<std::net::TcpStream>,
+    /// The out-of-band socket: tells a peer's goodbye from a failure, carries the answers to
+    /// the peer's requests.
+    pub(crate) control: Option<Arc<ControlChannel>>,
     pub(crate) signals: Arc<Signals>,
     /// The peer's memory mapped here, when all of it is.
-    direct: Option<Direct>,
+    pub(crate) direct: Option<Direct>,
 }
 
 // SAFETY: the raw UCP handles (worker in serialized mode, endpoint, rkeys, requests) are only
@@ -131,7 +150,8 @@ impl Engine {
         Engine {
             ucp,
             ep: std::ptr::null_mut(),
-            remote: Vec::new(),
+            remote: PeerRegions::default(),
+            withdrawing: VecDeque::new(),
             batches: VecDeque::with_capacity(capacity),
             signalled: VecDeque::with_capacity(capacity),
             notice_slots: vec![[0u8; NOTICE_BYTES]; capacity].into_boxed_slice(),
@@ -139,7 +159,7 @@ impl Engine {
             next_slot: 0,
             puts: Vec::with_capacity(MAX_OPS_PER_POST * MAX_SGES as usize),
             unflushed: 0,
-            oob: None,
+            control: None,
             completions,
             capacity,
             posted_any: false,
@@ -164,7 +184,7 @@ impl Engine {
     pub(crate) fn attach(
         &mut self,
         ep: sys::ucp_ep_h,
-        remote: Vec<Option<RemoteEntry>>,
+        remote: PeerRegions<RemoteEntry>,
         direct: Option<Direct>,
     ) {
         self.ep = ep;
@@ -216,6 +236,12 @@ impl Engine {
     /// Work that still needs progress: flushes or notice sends in flight.
     pub(crate) fn busy(&self) -> bool {
         !self.batches.is_empty() || !self.notice_sends.is_empty() || self.unflushed > 0
+    }
+
+    /// Work the progress thread drives: [`busy`](Self::busy), or a withdrawal of the peer's
+    /// whose flush has not finished (which keeps no region of this side busy).
+    pub(crate) fn needs_progress(&self) -> bool {
+        self.busy() || !self.withdrawing.is_empty()
     }
 
     /// Flushes the endpoint (bounded) so every put posted so far, signalled or not, has left
@@ -277,15 +303,15 @@ impl Engine {
         }
         // Check (and look up) every op before the first put: a rejected batch moves nothing.
         let Engine { puts, remote: remotes, direct, .. } = self;
+        let remotes = remotes.view();
         puts.clear();
         for op in ops.iter().flat_map(Pieces::pieces) {
-            let remote = remotes.get(op.remote.0 as usize).and_then(Option::as_ref);
-            let (local, remote) = locals.check_write(&op, remote, max_msg_bytes)?;
-            let target = direct
-                .as_ref()
-                .and_then(|direct| direct.regions.get(op.remote.0 as usize).copied().flatten())
+            let remote = remotes.get(op.remote)?;
+            let (local, remote) = locals.check_write(&op, Some(remote), max_msg_bytes)?;
+            let target = (direct.as_ref().and(remote.mapped))
                 .map_or(std::ptr::null_mut(), |base| base.wrapping_add(op.remote_offset as usize));
-            // `map_directly` maps all of the peer's regions or answers no `Direct` at all.
+            // Connect maps all of the peer's regions or answers no `Direct` at all, and a region
+            // loaded later is refused unless it is mapped too.
             debug_assert!(direct.is_none() || !target.is_null(), "a direct write without a mapping");
             puts.push(Put {
                 source: local.pointer(op.local_offset),
@@ -297,6 +323,7 @@ impl Engine {
                 direction,
             });
         }
+        drop(remotes);
         if self.direct.is_some() {
             return self.post_direct(ops, notices as u64);
         }
@@ -521,11 +548,12 @@ impl Engine {
             // SAFETY: finished notice request, freed once; its slot may be reused now.
             unsafe { sys::ucp_request_free(request) };
         }
+        self.finish_withdrawals();
         let error = self.signals.peer_error.load(Ordering::Acquire);
         if error != 0 && !self.signals.gone.is_gone() {
             // A peer that closed on purpose also fails the endpoint (UCX's keepalive times
             // out); its goodbye on the out-of-band socket says it was not an error.
-            match self.oob.as_ref().and_then(peer_left) {
+            match self.control.as_ref().and_then(|control| control.peer_left()) {
                 Some(loss) if loss.clean => self.lost(loss),
                 _ => self.fail(format!(
                     "UCX reported the endpoint failed: {}",
@@ -639,9 +667,10 @@ impl Engine {
         self.lost(PeerLoss::failure(why));
     }
 
-    /// Watches `oob` (the out-of-band socket) to tell a peer's goodbye from a failure.
-    pub(crate) fn watch(&mut self, oob: std::net::TcpStream) {
-        self.oob = Some(oob);
+    /// Watches the out-of-band socket to tell a peer's goodbye from a failure, and answers the
+    /// peer's requests on it.
+    pub(crate) fn watch(&mut self, control: Arc<ControlChannel>) {
+        self.control = Some(control);
     }
 
     /// [`Engine::fail`] for `loss`, logged quietly when the peer said goodbye.
@@ -660,11 +689,11 @@ impl Engine {
         // the regions it exposed (it guards them until it sees this side stop). A goodbye is
         // answered with one (an EOF would read as a vanished process to a peer still looking);
         // a failure closes the socket's write half.
-        if let Some(oob) = &self.oob {
+        if let Some(control) = &self.control {
             if loss.clean {
-                say_goodbye(oob);
+                control.say_goodbye();
             } else {
-                let _ = oob.shutdown(std::net::Shutdown::Write);
+                let _ = control.stream().shutdown(std::net::Shutdown::Write);
             }
         }
         // The forced close ends every put: none reads its source any more.
@@ -736,7 +765,8 @@ impl Engine {
             // mappings it keeps attached were dropped with `direct` (nothing copies any more).
             unsafe { sys::ucp_rkey_destroy(direct.ring_rkey) };
         }
-        for entry in self.remote.drain(..).flatten() {
+        self.drop_withdrawals();
+        for entry in self.remote.drain() {
             // SAFETY: each rkey was unpacked once on the (now closed) endpoint; destroyed once.
             unsafe { sys::ucp_rkey_destroy(entry.rkey) };
         }

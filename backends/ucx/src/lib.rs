@@ -23,6 +23,7 @@
 
 mod domain;
 mod engine;
+mod exposing;
 mod mapping;
 mod notices;
 mod perf;

@@ -6,6 +6,7 @@ use crate::region::Region;
 use crate::ring::{self, Consumer, Producer, RingView};
 use crate::wire::ExposedRing;
 use crate::worker::Context;
+use rdma_hint_backend_core::lanes::ExposedLens;
 use rdma_hint_backend_core::queue::EventSender;
 use rdma_hint_backend_core::PeerGone;
 use rdma_hint_core::{Arrival, RegionId, TransportError};
@@ -26,8 +27,9 @@ pub(crate) struct Signals {
     pub(crate) peer_error: AtomicI32,
     /// Where notices become arrivals; taken (closing the queue) when the peer is gone.
     pub(crate) arrivals: Mutex<Option<EventSender<Arrival>>>,
-    /// Regions this side exposed: `(id, len)`, fixed at connect.
-    pub(crate) exposed: OnceLock<Vec<(u32, u64)>>,
+    /// The lengths of the regions this side exposed (at connect and since), for the checks of
+    /// the peer's notices.
+    pub(crate) exposed: ExposedLens,
     /// Why the connection is gone, set first thing when it goes (under the engine's lock).
     pub(crate) gone: PeerGone,
     /// Set once the connection is gone and every signalled op has its completion queued, for
@@ -53,9 +55,9 @@ impl Signals {
         if self.all_queued.load(Ordering::Acquire) {
             return Ok(0);
         }
-        match (self.ring.get(), self.exposed.get()) {
-            (Some(ring), Some(exposed)) => ring.take(exposed, out, queued, |_| {}),
-            _ => Ok(0),
+        match self.ring.get() {
+            Some(ring) => ring.take(&self.exposed, out, queued, |_| {}),
+            None => Ok(0),
         }
     }
 
@@ -66,14 +68,13 @@ impl Signals {
         if room == 0 || ring.nothing_new() {
             return Ok(0);
         }
-        let Some(exposed) = self.exposed.get() else { return Ok(0) };
         let arrivals = self.arrivals.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(sender) = arrivals.as_ref() else { return Ok(0) };
         let mut taken = [Arrival::EMPTY; 64];
         // Queued before the ring's lock is let go: a wait that takes the ring next finds them
         // in the queue first.
         ring.take(
-            exposed,
+            &self.exposed,
             &mut taken[..room.min(64)],
             |_| 0,
             |taken| {
@@ -142,7 +143,7 @@ impl NoticeRing {
     /// the notices on the ring into `out`, handed to `taken` before the lock is let go.
     fn take(
         &self,
-        exposed: &[(u32, u64)],
+        exposed: &ExposedLens,
         out: &mut [Arrival],
         queued: impl FnOnce(&mut [Arrival]) -> usize,
         taken: impl FnOnce(&[Arrival]),
@@ -155,7 +156,7 @@ impl NoticeRing {
         if older > 0 {
             return Ok(older);
         }
-        let count = ring::take(&mut consumer, &self.view(), exposed, out);
+        let count = ring::take(&mut consumer, &self.view(), &|id, len| exposed.admits(id, len), out);
         self.taken.store(consumer.taken(), Ordering::Release);
         let count = count?;
         taken(&out[..count]);
@@ -180,7 +181,8 @@ impl Drop for NoticeRing {
     }
 }
 
-/// The peer's memory mapped into this process: its ring and every region it exposed.
+/// The peer's memory mapped into this process: its ring (and, in each `RemoteEntry`, every
+/// region it exposed).
 #[derive(Debug)]
 pub(crate) struct Direct {
     pub(crate) ring: PeerRing,
@@ -188,20 +190,13 @@ pub(crate) struct Direct {
     pub(crate) producer: Producer,
     /// Where this connection's copies have been landing (whether the next one streams).
     pub(crate) run: Run,
-    /// Where each of the peer's regions (by id, as `Engine::remote`) lies here.
-    pub(crate) regions: Vec<Option<*mut u8>>,
 }
 
 impl Direct {
-    /// The peer's mapped ring and regions; `ring_rkey` is destroyed with it.
-    pub(crate) fn new(ring: *mut u8, ring_rkey: sys::ucp_rkey_h, regions: Vec<Option<*mut u8>>) -> Direct {
-        Direct {
-            ring: PeerRing(ring),
-            ring_rkey,
-            producer: Producer::default(),
-            run: Run::default(),
-            regions,
-        }
+    /// The peer's mapped ring (its regions' mappings are in their `RemoteEntry`s);
+    /// `ring_rkey` is destroyed with it.
+    pub(crate) fn new(ring: *mut u8, ring_rkey: sys::ucp_rkey_h) -> Direct {
+        Direct { ring: PeerRing(ring), ring_rkey, producer: Producer::default(), run: Run::default() }
     }
 }
 
@@ -262,12 +257,14 @@ pub(crate) unsafe extern "C" fn on_notice(
     // SAFETY: UCX passes `length` (= NOTICE_BYTES) readable bytes at `data` (WHOLE_MSG, eager).
     unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), bytes.as_mut_ptr(), NOTICE_BYTES) };
     let arrival = decode_notice(&bytes);
-    let valid = signals.exposed.get().is_some_and(|exposed| {
-        exposed.iter().any(|(id, len)| *id == arrival.region.0 && arrival.len <= *len)
-    });
-    if !valid {
+    if !signals.exposed.admits(arrival.region.0, arrival.len) {
         tracing::warn!(?arrival, "ucx: dropped a notice for a region this side did not expose");
         return sys::UCS_OK;
+    }
+    // A peer that stopped writing this side's memory directly (a region exposed later that it
+    // cannot map) announced its earlier writes on the ring: those go first.
+    if let Err(why) = signals.ring_to_queue(usize::MAX) {
+        tracing::warn!(%why, "ucx: the peer's ring notices before its first message are not taken");
     }
     if let Some(sender) = signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
         // Bounded queue: when the application stops draining, the oldest unread notices stay

@@ -6,9 +6,8 @@ use crate::notices::Signals;
 use rdma_hint_backend_core::lanes::Exposure;
 use rdma_hint_backend_core::queue::EventQueue;
 use rdma_hint_core::{Arrival, Completion};
-use rdma_hint_oob::peer_left;
+use rdma_hint_oob::ControlChannel;
 use rdma_hint_ucx_sys as sys;
-use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -28,8 +27,11 @@ pub(crate) struct Shared {
     /// The regions this lane's connect exposed to its peer.
     pub(crate) exposure: Exposure,
     pub(crate) stop: AtomicBool,
-    /// The out-of-band socket, kept open after the exchange: EOF means the peer is gone.
-    pub(crate) oob: OnceLock<TcpStream>,
+    /// The out-of-band socket, kept open after the exchange: regions exposed and withdrawn
+    /// later travel on it, and its EOF means the peer is gone.
+    pub(crate) control: OnceLock<Arc<ControlChannel>>,
+    /// Where this side's own regions lie, for the screen of a region the peer exposes later.
+    pub(crate) own_memory: OnceLock<OwnMemory>,
     pub(crate) efd: RawFd,
     worker: usize,
     /// The transport's waits busy-poll (and drive progress themselves).
@@ -50,7 +52,8 @@ impl Shared {
             engine: Mutex::new(engine),
             exposure: Exposure::default(),
             stop: AtomicBool::new(false),
-            oob: OnceLock::new(),
+            control: OnceLock::new(),
+            own_memory: OnceLock::new(),
             efd,
             worker,
             busy_poll: AtomicBool::new(false),
@@ -85,7 +88,12 @@ impl Shared {
     /// sent), or its socket closed. Stray bytes or a failing socket do not say so. Before the
     /// handshake has a socket, it has not.
     pub(crate) fn peer_stopped(&self) -> bool {
-        self.oob.get().is_some_and(|oob| peer_left(oob).is_some_and(|loss| loss.stopped))
+        self.control.get().is_some_and(|control| control.peer_left().is_some_and(|loss| loss.stopped))
+    }
+
+    /// Where this lane's domain's regions lie (address, length): this side's own memory.
+    pub(crate) fn domain_memory(&self) -> Vec<(u64, u64)> {
+        self.own_memory.get().map(|own| (own.0)()).unwrap_or_default()
     }
 
     /// Wakes the progress thread from its sleep on the event fd.
@@ -93,6 +101,16 @@ impl Shared {
         // SAFETY: ucp_worker_signal is safe from any thread in any thread mode (ucp.h); the
         // worker lives until the engine drops, after the progress thread has been joined.
         unsafe { sys::ucp_worker_signal(self.worker as sys::ucp_worker_h) };
+    }
+}
+
+/// Lists this side's own regions (address, length): set at connect by the transport, which
+/// knows the domain.
+pub(crate) struct OwnMemory(pub(crate) Box<dyn Fn() -> Vec<(u64, u64)> + Send + Sync>);
+
+impl std::fmt::Debug for OwnMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OwnMemory")
     }
 }
 
@@ -104,7 +122,7 @@ impl Shared {
 /// while they spin, so this thread carries the work once they sleep.
 pub(crate) fn run(shared: Arc<Shared>) {
     let signals = shared.engine().signals.clone();
-    let mut oob_fd = shared.oob.get().map_or(-1, AsRawFd::as_raw_fd);
+    let mut oob_fd = shared.control.get().map_or(-1, |control| control.stream().as_raw_fd());
     while !shared.stop.load(Ordering::Acquire) {
         if shared.busy_poll.load(Ordering::Relaxed) {
             // BusyPoll: the application's waits drive UCX. This thread does not sleep on the
@@ -126,7 +144,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
             let mut engine = shared.engine();
             engine.progress();
             let gone = engine.gone().is_some();
-            (engine.busy(), !gone && engine.ucp.arm(), gone)
+            (engine.needs_progress(), !gone && engine.ucp.arm(), gone)
         };
         ring_to_queue(&shared, &signals);
         if gone {
@@ -166,9 +184,10 @@ fn ring_to_queue(shared: &Shared, signals: &Signals) {
     }
 }
 
-/// Ends the connection when the peer is seen to have left; whether it has.
+/// Acts on the peer's requests; ends the connection when the peer is seen to have left, and
+/// says whether it has.
 fn check_liveness(shared: &Shared) -> bool {
-    if let Some(loss) = shared.oob.get().and_then(peer_left) {
+    if let Some(loss) = shared.watch_control(true) {
         let mut engine = shared.engine();
         // Whatever the peer sent before leaving (a last notice) is taken in first.
         engine.progress();

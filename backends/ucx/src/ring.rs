@@ -24,7 +24,8 @@
 //! publish(&mut producer, &ring.view(), &notice);
 //!
 //! let mut taken = [Arrival::EMPTY; 4];
-//! let count = take(&mut Consumer::default(), &ring.view(), &[(0, 4096)], &mut taken);
+//! let exposed = |id: u32, len: u64| id == 0 && len <= 4096;
+//! let count = take(&mut Consumer::default(), &ring.view(), &exposed, &mut taken);
 //! assert_eq!(count, Ok(1));
 //! assert_eq!(taken[0], notice);
 //! ```
@@ -61,21 +62,21 @@ pub fn publish(producer: &mut Producer, ring: &RingView<'_>, notice: &Arrival) {
     producer.publish(ring, &[u64::from(notice.imm) | (u64::from(notice.region.0) << 32), notice.len]);
 }
 
-/// Takes notices into `out` (at most a ring's worth), in order, each checked against
-/// `exposed` (`(region id, length)` of what this side exposed: the region must be one, its
+/// Takes notices into `out` (at most a ring's worth), in order, each checked with `exposed`
+/// (whether this side exposed a region of that id that large: the region must be one, the
 /// length at most the region's); returns how many. A wrongly numbered slot or a notice for
 /// memory the peer may not write is an `Err` whose text starts with `protocol error`, and
 /// leaves that slot untaken.
 pub fn take(
     consumer: &mut Consumer,
     ring: &RingView<'_>,
-    exposed: &[(u32, u64)],
+    exposed: &dyn Fn(u32, u64) -> bool,
     out: &mut [Arrival],
 ) -> Result<usize, String> {
     let mut count = 0;
     let admit = |[first, len]: [u64; 2]| {
         let notice = Arrival { imm: first as u32, region: RegionId((first >> 32) as u32), len };
-        if exposed.iter().any(|&(id, region_len)| id == notice.region.0 && len <= region_len) {
+        if exposed(notice.region.0, len) {
             Ok(notice)
         } else {
             Err(format!(
@@ -95,7 +96,11 @@ pub fn take(
 mod tests {
     use super::*;
 
-    const EXPOSED: [(u32, u64); 2] = [(0, 1 << 20), (5, 4096)];
+    const REGIONS: [(u32, u64); 2] = [(0, 1 << 20), (5, 4096)];
+
+    fn exposed(id: u32, len: u64) -> bool {
+        REGIONS.iter().any(|&(exposed, region_len)| exposed == id && len <= region_len)
+    }
 
     #[test]
     fn every_field_of_a_notice_comes_through() {
@@ -103,7 +108,7 @@ mod tests {
         let sent = Arrival { imm: u32::MAX, region: RegionId(5), len: 4096 };
         publish(&mut Producer::default(), &ring.view(), &sent);
         let mut out = [Arrival::EMPTY; 2];
-        assert_eq!(take(&mut Consumer::default(), &ring.view(), &EXPOSED, &mut out), Ok(1));
+        assert_eq!(take(&mut Consumer::default(), &ring.view(), &exposed, &mut out), Ok(1));
         assert_eq!(out[0], sent);
     }
 
@@ -118,7 +123,7 @@ mod tests {
             ring.set_slot(0, words);
             let mut consumer = Consumer::default();
             let mut out = [Arrival::EMPTY; 4];
-            let refused = take(&mut consumer, &ring.view(), &EXPOSED, &mut out).unwrap_err();
+            let refused = take(&mut consumer, &ring.view(), &exposed, &mut out).unwrap_err();
             assert!(refused.starts_with("protocol error"), "{refused}");
             assert_eq!(consumer.taken(), 0, "a refused notice is not taken");
         }

@@ -5,11 +5,14 @@ use crate::engine::{Direction, Engine, RemoteEntry};
 use crate::mapping::{map_peer, Screen};
 use crate::notices::{on_endpoint_error, on_notice, on_wake, Direct, NoticeRing, Signals};
 use crate::perf::{self, capabilities, tcp_only, Estimate};
-use crate::progress::{self, Shared};
-use crate::wire::{screen_worker_address, ExposedRegion, ExposedRing, Hello, MAX_REGIONS, READY, RING_BYTES};
+use crate::progress::{self, OwnMemory, Shared};
+use crate::wire::{
+    screen_worker_address, ExposedRegion, ExposedRing, Hello, LIMITS, MAX_REGIONS, READY, RING_BYTES,
+};
 use crate::worker::{detects_peer_failure, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use async_trait::async_trait;
 use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::peer_regions::PeerRegions;
 use rdma_hint_backend_core::queue::{event_queue, EventQueue};
 use rdma_hint_backend_core::wait::{wait, WaitModeCell};
 use rdma_hint_core::TransportId;
@@ -17,7 +20,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, Domain, GatherEntry, GatherOp, PeerEndpoint, ReadOp, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
+use rdma_hint_oob::{confirm, ControlChannel, Rendezvous};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -62,13 +65,13 @@ const MAX_OUTSTANDING: usize = 1024;
 pub struct UcxTransport {
     caps: Capabilities,
     estimate: Estimate,
-    shared: Arc<Shared>,
-    signals: Arc<Signals>,
-    wait_mode: WaitModeCell,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) signals: Arc<Signals>,
+    pub(crate) wait_mode: WaitModeCell,
     rendezvous: Rendezvous,
     progress: Mutex<Option<JoinHandle<()>>>,
     connected_lanes: Mutex<Option<String>>,
-    domain: Arc<UcxDomain>,
+    pub(crate) domain: Arc<UcxDomain>,
 }
 
 rdma_hint_oob::token_setters!(UcxTransport, "worker address, rkeys");
@@ -199,6 +202,10 @@ impl UcxTransport {
         ucp.set_am_handler(WAKE_AM_ID, Some(on_wake), signals_arg)?;
         let engine = Engine::new(ucp, completion_tx, MAX_OUTSTANDING, signals.clone());
         let shared = Arc::new(Shared::new(engine, completions, arrivals));
+        let own = Arc::downgrade(&domain);
+        let _ = shared
+            .own_memory
+            .set(OwnMemory(Box::new(move || own.upgrade().map(|d| d.memory()).unwrap_or_default())));
         domain.core.lanes().join(&shared);
         Ok(UcxTransport {
             caps,
@@ -381,10 +388,9 @@ impl UcxTransport {
             if let Err(e) = wired {
                 tracing::debug!(error = %e, "ucx: the wire-up flush failed; the peer may have left");
             }
-            let oob = stream.try_clone()?;
-            oob.set_nonblocking(true)?;
-            shared.engine().watch(oob.try_clone()?);
-            let _ = shared.oob.set(oob);
+            let control = Arc::new(ControlChannel::new(stream.try_clone()?, LIMITS)?);
+            shared.engine().watch(control.clone());
+            let _ = shared.control.set(control);
             let progress_shared = shared.clone();
             let handle = std::thread::Builder::new()
                 .name("rdma-hint-ucx-progress".into())
@@ -460,6 +466,18 @@ impl Transport for UcxTransport {
         connected
     }
 
+    async fn expose(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        self.expose_region(region, deadline).await
+    }
+
+    async fn withdraw(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        self.withdraw_region(region, deadline).await
+    }
+
+    fn peer_regions(&self) -> Vec<RemoteRegion> {
+        self.shared.engine().remote.list()
+    }
+
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         self.post(ops)
     }
@@ -514,14 +532,14 @@ impl Drop for UcxTransport {
         // goodbye promises the peer that nothing of ours lands any more. A flush that does not
         // finish closes the endpoint by force instead (its puts end), and the peer reads a
         // failure. A peer's goodbye is answered the same way.
-        if let Some(stream) = self.shared.oob.get() {
+        if let Some(control) = self.shared.control.get() {
             // A vanished peer gets nothing, and is not closed by force here: UCX 1.13 can crash
             // closing a TCP endpoint by force while its last bytes are still coming in; the
             // close below takes them in first.
-            let goodbye = peer_left(stream).is_none_or(|loss| loss.clean);
+            let goodbye = control.peer_left().is_none_or(|loss| loss.clean);
             let mut engine = self.shared.engine();
             if goodbye && engine.drain() {
-                say_goodbye(stream);
+                control.say_goodbye();
             } else if goodbye {
                 engine.fail("the final flush did not finish in time".into());
             }
@@ -535,8 +553,8 @@ impl Drop for UcxTransport {
         self.shared.engine().shutdown();
         // Whatever the progress thread saw or missed before it stopped, the peer now reads this
         // side's end (after any goodbye) even while a closed lane keeps the socket open.
-        if let Some(stream) = self.shared.oob.get() {
-            let _ = stream.shutdown(std::net::Shutdown::Write);
+        if let Some(control) = self.shared.control.get() {
+            let _ = control.stream().shutdown(std::net::Shutdown::Write);
         }
     }
 }
@@ -563,21 +581,21 @@ fn attach(
             Screen::before_unpacking(&own)
         })
         .transpose();
-    let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
+    let mut remote: Vec<(u32, RemoteEntry)> = Vec::with_capacity(hello.regions.len());
     let unpacked = screen.and_then(|screen| {
         for region in &hello.regions {
             let rkey = Engine::unpack_rkey(ep, &region.rkey)?;
-            let index = region.id as usize;
-            if remote.len() <= index {
-                remote.resize_with(index + 1, || None);
-            }
-            remote[index] = Some(RemoteEntry { address: region.address, len: region.len, rkey });
+            remote.push((
+                region.id,
+                RemoteEntry { address: region.address, len: region.len, rkey, mapped: None },
+            ));
         }
         match (&screen, &hello.ring) {
-            (Some(screen), Some(ring)) => map_directly(ep, ring, &remote, screen),
+            (Some(screen), Some(ring)) => map_directly(ep, ring, &mut remote, screen),
             _ => Ok(None),
         }
     });
+    let remote = PeerRegions::from_hello(remote);
     let direct = match unpacked {
         Ok(direct) => direct,
         Err(e) => {
@@ -593,21 +611,25 @@ fn attach(
         lanes
     };
     engine.attach(ep, remote, direct);
-    let exposed = expose.iter().filter_map(|id| table.get(*id).ok().map(|r| (id.0, r.len()))).collect();
-    let _ = signals.exposed.set(exposed);
+    for id in expose {
+        if let Ok(region) = table.get(*id) {
+            signals.exposed.set(*id, region.len());
+        }
+    }
     Ok(lanes)
 }
 
 /// The peer's ring and every region it exposed, mapped here by UCX and screened (see
-/// [`crate::mapping`]); `None` unless all of them may be written directly (the writes then go
-/// through UCX). A range a lying peer advertised is a handshake error.
+/// [`crate::mapping`]), each region's mapping kept in its entry; `None` unless all of them may
+/// be written directly (the writes then go through UCX, and no entry keeps a mapping). A range
+/// a lying peer advertised is a handshake error.
 fn map_directly(
     ep: rdma_hint_ucx_sys::ucp_ep_h,
     ring: &ExposedRing,
-    remote: &[Option<RemoteEntry>],
+    remote: &mut [(u32, RemoteEntry)],
     screen: &Screen,
 ) -> Result<Option<Direct>, TransportError> {
-    if remote.iter().all(Option::is_none) {
+    if remote.is_empty() {
         return Ok(None);
     }
     let ring_rkey = Engine::unpack_rkey(ep, &ring.rkey)?;
@@ -615,14 +637,10 @@ fn map_directly(
         let Some(ring_at) = map_peer(ring_rkey, ring.address, "the peer's notice ring") else {
             return Ok(None);
         };
-        let mut regions = Vec::with_capacity(remote.len());
-        for entry in remote {
-            match entry {
-                None => regions.push(None),
-                Some(entry) => match map_peer(entry.rkey, entry.address, "a region of the peer") {
-                    Some(at) => regions.push(Some((at, entry.len))),
-                    None => return Ok(None),
-                },
+        for (_, entry) in remote.iter_mut() {
+            entry.mapped = map_peer(entry.rkey, entry.address, "a region of the peer");
+            if entry.mapped.is_none() {
+                return Ok(None);
             }
         }
         // Every attachment is made by now: what is new since the screen's first look is the
@@ -630,14 +648,17 @@ fn map_directly(
         let after = screen.after_unpacking()?;
         let mut direct = after.check(ring_at, RING_BYTES, "the peer's notice ring")?
             && (ring_at as usize).is_multiple_of(64);
-        for (at, len) in regions.iter().flatten() {
-            direct &= after.check(*at, *len, "a region of the peer")?;
+        for (_, entry) in remote.iter() {
+            if let Some(at) = entry.mapped {
+                direct &= after.check(at, entry.len, "a region of the peer")?;
+            }
         }
-        Ok(direct.then(|| (ring_at, regions.iter().map(|r| r.map(|(at, _)| at)).collect())))
+        Ok(direct.then_some(ring_at))
     })();
     match mapped {
-        Ok(Some((ring_at, regions))) => Ok(Some(Direct::new(ring_at, ring_rkey, regions))),
+        Ok(Some(ring_at)) => Ok(Some(Direct::new(ring_at, ring_rkey))),
         other => {
+            remote.iter_mut().for_each(|(_, entry)| entry.mapped = None);
             // SAFETY: unpacked just above on the live endpoint; nothing refers to it.
             unsafe { rdma_hint_ucx_sys::ucp_rkey_destroy(ring_rkey) };
             other.map(|_| None)

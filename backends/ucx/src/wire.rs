@@ -23,8 +23,9 @@ pub const MAX_WORKER_ADDRESS_BYTES: usize = 16 * 1024;
 pub const MAX_RKEY_BYTES: usize = 4 * 1024;
 /// The byte each side sends once its endpoint to the peer is ready.
 pub const READY: u8 = 0x52;
-/// What a UCX hello may carry: a worker address and a ring in the blob, packed rkeys as keys.
-const LIMITS: HelloLimits = HelloLimits {
+/// What a UCX hello (and a control frame's descriptor) may carry: a worker address and a ring
+/// in the blob, packed rkeys as keys.
+pub const LIMITS: HelloLimits = HelloLimits {
     max_connection_bytes: 2 + MAX_WORKER_ADDRESS_BYTES + 1 + 8 + 2 + MAX_RKEY_BYTES,
     max_key_bytes: MAX_RKEY_BYTES,
     known_flags: 0,
@@ -41,6 +42,31 @@ pub struct ExposedRegion {
     pub len: u64,
     /// `ucp_rkey_pack` output for the region.
     pub rkey: Vec<u8>,
+}
+
+impl ExposedRegion {
+    /// The region as the one hello and the control channel carry it: its packed rkey as the
+    /// key.
+    pub fn descriptor(&self) -> RegionDescriptor {
+        RegionDescriptor {
+            id: self.id,
+            len: self.len,
+            address: self.address,
+            flags: 0,
+            key: self.rkey.clone(),
+        }
+    }
+
+    /// The peer's region from its descriptor (checked by the shared decoder): an address, and
+    /// a packed rkey UCX may be handed.
+    pub fn from_descriptor(region: &RegionDescriptor) -> Result<ExposedRegion, TransportError> {
+        let id = region.id;
+        if region.address == 0 {
+            return Err(handshake_error(format!("region {id} at address 0 is not addressable")));
+        }
+        check_packed_rkey(&region.key).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
+        Ok(ExposedRegion { id, address: region.address, len: region.len, rkey: region.key.clone() })
+    }
 }
 
 /// The ring a side takes notices on (see [`crate::ring`]): the peer may write it directly when
@@ -127,15 +153,7 @@ impl Hello {
                 put_prefixed_u16(&mut connection, &ring.rkey);
             }
         }
-        let regions = (self.regions.iter())
-            .map(|region| RegionDescriptor {
-                id: region.id,
-                len: region.len,
-                address: region.address,
-                flags: 0,
-                key: region.rkey.clone(),
-            })
-            .collect();
+        let regions = self.regions.iter().map(ExposedRegion::descriptor).collect();
         rdma_hint_oob::Hello { backend: Backend::Ucx, connection, regions }.encode()
     }
 
@@ -151,15 +169,7 @@ impl Hello {
         if !blob.is_empty() {
             return Err(handshake_error(format!("{} B after the connection blob's fields", blob.len())));
         }
-        let mut regions = Vec::with_capacity(hello.regions.len());
-        for region in hello.regions {
-            let id = region.id;
-            if region.address == 0 {
-                return Err(handshake_error(format!("region {id} at address 0 is not addressable")));
-            }
-            check_packed_rkey(&region.key).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
-            regions.push(ExposedRegion { id, address: region.address, len: region.len, rkey: region.key });
-        }
+        let regions = hello.regions.iter().map(ExposedRegion::from_descriptor).collect::<Result<_, _>>()?;
         Ok(Hello { worker_address, regions, ring })
     }
 }
@@ -276,7 +286,7 @@ mod tests {
         bad_magic[0] ^= 1;
         assert!(decode(&bad_magic).unwrap_err().to_string().contains("magic"));
         let mut bad_version = good.clone();
-        bad_version[8] = 9;
+        bad_version[8] = 8; // the version before this one
         assert!(decode(&bad_version).unwrap_err().to_string().contains("version"));
         // Every truncation is a typed error (the peer went away mid-hello), never a panic.
         for cut in 0..good.len() {

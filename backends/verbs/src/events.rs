@@ -1,6 +1,6 @@
 //! The thread that watches the completion channel: CQ events wake the tasks waiting on the CQ
-//! (re-arming it first, so no completion falls between the event and the next arm), and the
-//! out-of-band socket's EOF marks the peer gone.
+//! (re-arming it first, so no completion falls between the event and the next arm); the
+//! out-of-band socket's control frames are acted on, and its EOF marks the peer gone.
 //!
 //! A CQ is armed only while someone may sleep on it: in [`WaitMode::BusyPoll`] with nobody
 //! asleep, an event leaves the CQ unarmed, so the busy-polling waiter's completions wake no
@@ -14,10 +14,9 @@ use rdma_hint_backend_core::wait::{Notifier, WaitModeCell};
 use rdma_hint_backend_core::PeerGone;
 use rdma_hint_core::TransportError;
 use rdma_hint_core::WaitMode;
-use rdma_hint_oob::{peer_left, PeerLoss};
+use rdma_hint_oob::PeerLoss;
 use std::io::ErrorKind;
-use std::net::TcpStream;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -120,16 +119,20 @@ pub(crate) struct EventThread {
 }
 
 impl EventThread {
+    /// Starts the thread: it watches `watched` and the out-of-band socket `oob`, and when the
+    /// socket is readable calls `control` (which acts on the peer's requests and says whether
+    /// the peer is gone).
     pub(crate) fn start(
         events: Arc<Events>,
         watched: Watched,
-        oob: TcpStream,
+        oob: RawFd,
+        control: impl Fn() -> Option<PeerLoss> + Send + 'static,
         loan: Lent<()>,
     ) -> Result<EventThread, TransportError> {
         let shared = events.clone();
         let handle = std::thread::Builder::new()
             .name("rdma-hint-verbs-events".into())
-            .spawn(move || run(&shared, &watched, &oob))?;
+            .spawn(move || run(&shared, &watched, oob, &control))?;
         Ok(EventThread { events, handle: Some(handle), _loan: loan })
     }
 
@@ -149,9 +152,9 @@ impl Drop for EventThread {
     }
 }
 
-fn run(events: &Events, watched: &Watched, oob: &TcpStream) {
+fn run(events: &Events, watched: &Watched, oob: RawFd, control: &dyn Fn() -> Option<PeerLoss>) {
     let channel_fd = watched.channel.fd();
-    let mut oob_fd = oob.as_raw_fd();
+    let mut oob_fd = oob;
     while !events.stop.load(Ordering::Acquire) {
         let mut fds = [
             libc::pollfd { fd: events.stop_fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -178,7 +181,8 @@ fn run(events: &Events, watched: &Watched, oob: &TcpStream) {
             drain_channel(events, watched);
         }
         if fds[2].revents != 0 {
-            if let Some(loss) = peer_left(oob) {
+            // The peer's requests are acted on here; its loss ends the watch.
+            if let Some(loss) = control() {
                 events.lost(loss);
                 oob_fd = -1;
             }

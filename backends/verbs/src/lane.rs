@@ -4,12 +4,15 @@
 use crate::events::Events;
 use crate::qp::QueuePair;
 use crate::region::Region;
+use crate::wire::ExposedRegion;
 use rdma_hint_backend_core::lanes::Exposure;
+use rdma_hint_backend_core::peer_regions::{PeerRegions, Withdrawals};
 use rdma_hint_backend_core::DomainCore;
 use rdma_hint_core::TransportError;
+use rdma_hint_oob::ControlChannel;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -26,6 +29,10 @@ pub(crate) struct Posting {
     /// For each signalled WR in posting order: how many WRs its completion retires.
     pub(crate) retires: VecDeque<usize>,
     pub(crate) since_signal: usize,
+    /// WRs posted so far, and retired so far: a withdrawal of the peer's waits until the
+    /// second reaches what the first was when it came.
+    pub(crate) posted: u64,
+    pub(crate) retired: u64,
 }
 
 // SAFETY: the only pointers are the chain links (`sg_list`, `next`) into `wrs` and `sges`
@@ -41,13 +48,22 @@ pub(crate) struct Polling {
 }
 
 /// What is one lane's own: its QP (and CQs), the send queue's accounting, the completion
-/// array, the link's state and what its connect exposed.
+/// array, the link's state, what it exposed and what the peer exposed to it.
 pub(crate) struct Lane {
     pub(crate) qp: Arc<QueuePair>,
     pub(crate) posting: Mutex<Posting>,
     pub(crate) polling: Mutex<Polling>,
     pub(crate) events: Arc<Events>,
     pub(crate) exposure: Exposure,
+    /// The peer's regions this lane posts to: its hello's, then those of its control frames.
+    pub(crate) peer: PeerRegions<ExposedRegion>,
+    /// The out-of-band socket, set once connected (the event thread holds it from the end of
+    /// the handshake).
+    pub(crate) control: OnceLock<Arc<ControlChannel>>,
+    /// The peer's withdrawals waiting for this lane's WRs to retire.
+    pub(crate) withdrawals: Withdrawals<ExposedRegion>,
+    /// Held while the peer's requests are acted on, so they are acted on in order.
+    pub(crate) serving: Mutex<()>,
 }
 
 impl Lane {
@@ -68,6 +84,7 @@ impl Lane {
         while self.qp.send_cq().poll(&mut polling.wcs).is_ok_and(|found| found > 0) {}
         let mut posting = lock(&self.posting);
         posting.in_flight = 0;
+        posting.retired = posting.posted;
         posting.retires.clear();
         posting.since_signal = 0;
         true

@@ -20,6 +20,7 @@
 // created on (PD, channel → context; CQ → channel; QP → PD and CQs; MR → PD), so nothing is
 // destroyed before what uses it.
 mod context;
+mod control;
 mod cq;
 mod device;
 mod device_list;

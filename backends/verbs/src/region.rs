@@ -127,6 +127,12 @@ impl Region {
         Ok(self.remote.insert(mr).rkey())
     }
 
+    /// Drops the remote registration once no peer may reach the region any more: the rkey
+    /// sent for it is void from then on.
+    pub(crate) fn unexpose(&mut self) {
+        self.remote = None;
+    }
+
     /// The lkey for work requests.
     pub(crate) fn lkey(&self) -> u32 {
         self.local.lkey()

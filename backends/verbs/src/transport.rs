@@ -10,10 +10,11 @@ use crate::pd::ProtectionDomain;
 use crate::qp::{PeerPath, QueuePair};
 use crate::region::VerbsMemory;
 use crate::status::unavailable;
-use crate::wire::{ExposedRegion, Hello, MAX_REGIONS, READY};
+use crate::wire::{ExposedRegion, Hello, LIMITS, MAX_REGIONS, READY};
 use async_trait::async_trait;
 use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
 use rdma_hint_backend_core::lanes::Exposure;
+use rdma_hint_backend_core::peer_regions::{PeerRegions, Withdrawals};
 use rdma_hint_backend_core::wait::wait;
 use rdma_hint_backend_core::DomainCore;
 use rdma_hint_core::{
@@ -21,10 +22,11 @@ use rdma_hint_core::{
     PeerEndpoint, ReadOp, RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
     MAX_OPS_PER_POST,
 };
-use rdma_hint_oob::{confirm, peer_left, say_goodbye, Rendezvous};
+use rdma_hint_oob::{confirm, ControlChannel, Rendezvous};
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -75,18 +77,15 @@ pub struct VerbsTransport {
     // they go in this order: the QP, then (as its last owner) the send and the receive CQ; then
     // what it shares with its other lanes, by the last lane to go: the regions' MRs; the PD;
     // the completion channel and the context as the last fields.
-    lane: Arc<Lane>,
+    pub(crate) lane: Arc<Lane>,
     /// The regions and lanes of this connection (this lane included): a region is busy while
     /// a WR of any lane may read it or the peer of any lane may write it.
-    domain: Arc<VerbsDomain>,
-    pd: Arc<ProtectionDomain>,
+    pub(crate) domain: Arc<VerbsDomain>,
+    pub(crate) pd: Arc<ProtectionDomain>,
     caps: Capabilities,
     device: DeviceFacts,
     lending: Arc<Lending>,
-    remote: OnceLock<Vec<Option<ExposedRegion>>>,
-    exposed: OnceLock<Vec<u32>>,
     rendezvous: Rendezvous,
-    oob: OnceLock<TcpStream>,
     event_thread: Mutex<Option<EventThread>>,
     port: Port,
     rq_depth: u32,
@@ -136,7 +135,9 @@ impl VerbsTransport {
     /// Posts `ops` as RDMA WRITEs, or (`read`) as RDMA READs of their ranges: `local` the
     /// destination, `remote` the peer's source, one SGE each.
     fn post_as(&self, ops: &[impl Pieces], read: bool) -> Result<(), TransportError> {
-        let remote = self.remote.get().ok_or(TransportError::NotConnected)?;
+        if self.lane.control.get().is_none() {
+            return Err(TransportError::NotConnected);
+        }
         if self.broken() {
             return Err(self.gone());
         }
@@ -149,6 +150,9 @@ impl VerbsTransport {
         if ops.is_empty() {
             return Ok(());
         }
+        // The peer's regions first: a withdrawal of the peer's takes their write lock, so none
+        // comes while this post reads them.
+        let remote = self.lane.peer.view();
         let table = self.domain.regions();
         let mut posting = lock(&self.lane.posting);
         let room = self.caps.max_outstanding_wrs as usize - posting.in_flight;
@@ -163,8 +167,9 @@ impl VerbsTransport {
             firsts[index] = used_sges;
             let mut target_of_first = None;
             for piece in request.pieces() {
-                let target = remote.get(piece.remote.0 as usize).and_then(Option::as_ref);
-                let (local, target) = table.check_write(&piece, target, self.caps.facts.max_msg_bytes)?;
+                let target = remote.get(piece.remote)?;
+                let (local, target) =
+                    table.check_write(&piece, Some(target), self.caps.facts.max_msg_bytes)?;
                 // The SGE array holds `max_sges` per WR (a longer gather was refused).
                 sges[used_sges] = ibv::ibv_sge {
                     addr: local.address(piece.local_offset),
@@ -214,6 +219,7 @@ impl VerbsTransport {
             Err((taken, _)) => *taken,
         };
         posting.in_flight += taken;
+        posting.posted += taken as u64;
         for op in &ops[..taken] {
             posting.since_signal += 1;
             if op.head().signalled {
@@ -324,10 +330,16 @@ impl VerbsTransport {
                 in_flight: 0,
                 retires: VecDeque::with_capacity(sq_depth as usize),
                 since_signal: 0,
+                posted: 0,
+                retired: 0,
             }),
             polling: Mutex::new(Polling { wcs, checked: Instant::now(), empty_polls: 0 }),
             events,
             exposure: Exposure::default(),
+            peer: PeerRegions::default(),
+            control: OnceLock::new(),
+            withdrawals: Withdrawals::default(),
+            serving: Mutex::new(()),
         });
         domain.lanes().join(&lane);
         Ok(VerbsTransport {
@@ -337,10 +349,7 @@ impl VerbsTransport {
             caps,
             device: facts,
             lending: Arc::new(Lending::default()),
-            remote: OnceLock::new(),
-            exposed: OnceLock::new(),
             rendezvous,
-            oob: OnceLock::new(),
             event_thread: Mutex::new(None),
             port,
             rq_depth,
@@ -362,20 +371,19 @@ impl VerbsTransport {
         self.lane.broken()
     }
 
-    /// Looks at the out-of-band socket (at most every millisecond): EOF means the peer process
-    /// is gone, whatever the QP still believes.
-    fn watch_peer(&self, polling: &mut Polling) {
+    /// Whether an empty poll looks at the out-of-band socket now (at most every millisecond):
+    /// EOF means the peer process is gone, whatever the QP still believes. The look itself
+    /// ([`Lane::drive`]) comes after the poll let go of its lock.
+    fn time_to_watch(&self, polling: &mut Polling) -> bool {
         polling.empty_polls = polling.empty_polls.wrapping_add(1);
         if !polling.empty_polls.is_multiple_of(POLLS_PER_CLOCK)
             || polling.checked.elapsed() < LIVENESS_EVERY
             || self.broken()
         {
-            return;
+            return false;
         }
         polling.checked = Instant::now();
-        if let Some(loss) = self.oob.get().and_then(peer_left) {
-            self.lane.events.lost(loss);
-        }
+        true
     }
 }
 
@@ -398,14 +406,13 @@ impl VerbsTransport {
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         let setup = Setup {
-            qp: self.lane.qp.clone(),
+            lane: self.lane.clone(),
             pd: self.pd.clone(),
             domain: self.domain.clone(),
             expose: expose.to_vec(),
             port: self.port,
             rq_depth: self.rq_depth,
             reads_in_flight: self.device.max_reads_in_flight as u8,
-            events: self.lane.events.clone(),
             watched: Watched {
                 channel: self.channel.clone(),
                 send_cq: self.lane.qp.send_cq().clone(),
@@ -424,19 +431,11 @@ impl VerbsTransport {
             }))
         };
         let decode = |mut stream: &mut dyn std::io::Read| Hello::decode(&mut stream);
-        let (_, (theirs, thread, stream)) = self.rendezvous.meet(peer, deadline, hello, decode).await?;
+        let (_, (theirs, thread, control)) = self.rendezvous.meet(peer, deadline, hello, decode).await?;
         *lock(&self.event_thread) = Some(thread);
-        let _ = self.oob.set(stream);
-        let mut remote: Vec<Option<ExposedRegion>> = Vec::new();
-        for region in &theirs.regions {
-            let index = region.id as usize;
-            if remote.len() <= index {
-                remote.resize(index + 1, None);
-            }
-            remote[index] = Some(*region);
-        }
-        let _ = self.exposed.set(expose.iter().map(|id| id.0).collect());
-        let _ = self.remote.set(remote);
+        // Connected from here (not before: a handshake that ended past the deadline left no
+        // lane that counts as connected).
+        let _ = self.lane.control.set(control);
         Ok(theirs.regions.iter().map(|r| RemoteRegion { id: RegionId(r.id), len: r.len }).collect())
     }
 }
@@ -469,7 +468,7 @@ impl Transport for VerbsTransport {
         expose: &[RegionId],
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, TransportError> {
-        if self.remote.get().is_some() {
+        if self.lane.control.get().is_some() {
             return Err(TransportError::AlreadyConnected);
         }
         if expose.len() > MAX_REGIONS {
@@ -482,6 +481,18 @@ impl Transport for VerbsTransport {
             self.lane.exposure.withdraw();
         }
         connected
+    }
+
+    async fn expose(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        self.expose_region(region, deadline).await
+    }
+
+    async fn withdraw(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        self.withdraw_region(region, deadline).await
+    }
+
+    fn peer_regions(&self) -> Vec<RemoteRegion> {
+        self.lane.peer.list()
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
@@ -517,10 +528,16 @@ impl Transport for VerbsTransport {
                 *slot = Completion { wr_id: wc.wr_id, status };
                 let retired = posting.retires.pop_front().unwrap_or(1);
                 posting.in_flight = posting.in_flight.saturating_sub(retired);
+                posting.retired += retired as u64;
             }
+            drop((posting, polling));
+            self.lane.answer_withdrawals();
             return Ok(found);
         }
-        self.watch_peer(&mut polling);
+        if self.time_to_watch(&mut polling) {
+            drop(polling);
+            self.lane.drive();
+        }
         if self.broken() {
             return Err(self.gone());
         }
@@ -552,10 +569,9 @@ impl Transport for VerbsTransport {
         let mut polling = lock(&self.lane.polling);
         let want = out.len().min(polling.wcs.len());
         let found = self.lane.qp.recv_cq().poll(&mut polling.wcs[..want])?;
-        let region = match self.exposed.get().map(Vec::as_slice) {
-            Some([only]) => RegionId(*only),
-            _ => UNKNOWN_REGION,
-        };
+        // RDMA WRITE WITH IMM does not say which region it wrote: the one exposed, if one is.
+        let region =
+            if found > 0 { self.lane.exposure.only().unwrap_or(UNKNOWN_REGION) } else { UNKNOWN_REGION };
         let mut ready = 0;
         for index in 0..found {
             let wc = polling.wcs[index];
@@ -570,7 +586,10 @@ impl Transport for VerbsTransport {
             self.lane.qp.post_receive()?;
         }
         if ready == 0 {
-            self.watch_peer(&mut polling);
+            if self.time_to_watch(&mut polling) {
+                drop(polling);
+                self.lane.drive();
+            }
             if self.broken() {
                 return Err(self.gone());
             }
@@ -598,8 +617,8 @@ impl Transport for VerbsTransport {
 
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
-        if let Some(stream) = self.oob.get() {
-            say_goodbye(stream);
+        if let Some(control) = self.lane.control.get() {
+            control.say_goodbye();
         }
         // The event thread uses the channel and CQs: it stops before they go.
         if let Some(mut thread) = lock(&self.event_thread).take() {
@@ -623,14 +642,13 @@ impl Drop for VerbsTransport {
 /// What a connect's rendezvous thread needs: `Arc`s of the verbs objects and the shared state,
 /// lent (see [`Lending`]).
 struct Setup {
-    qp: Arc<QueuePair>,
+    lane: Arc<Lane>,
     pd: Arc<ProtectionDomain>,
     domain: Arc<VerbsDomain>,
     expose: Vec<RegionId>,
     port: Port,
     rq_depth: u32,
     reads_in_flight: u8,
-    events: Arc<Events>,
     watched: Watched,
     lending: Arc<Lending>,
 }
@@ -650,7 +668,7 @@ impl Setup {
             }
         }
         let psn = crate::qp::initial_psn();
-        let qpn = self.qp.qp_num();
+        let qpn = self.lane.qp.qp_num();
         let lid = 0; // RoCE: addressing is by GID.
         let (gid, mtu, reads_served) = (self.port.gid, self.port.active_mtu, self.reads_in_flight);
         Ok((Hello { lid, qpn, psn, gid, mtu, reads_served, regions }, psn))
@@ -659,11 +677,11 @@ impl Setup {
     /// INIT → (receive WRs posted) → RTR → RTS against the peer's hello. Each step is checked;
     /// the first that fails leaves the QP where it was and says which.
     fn bring_up(&self, peer: &Hello, psn: u32) -> Result<(), TransportError> {
-        self.qp.to_init(self.port.number)?;
+        self.lane.qp.to_init(self.port.number)?;
         for _ in 0..self.rq_depth {
-            self.qp.post_receive()?;
+            self.lane.qp.post_receive()?;
         }
-        self.qp.to_rtr(&PeerPath {
+        self.lane.qp.to_rtr(&PeerPath {
             port: self.port.number,
             sgid_index: self.port.gid_index as u8,
             path_mtu: u32::from(self.port.active_mtu.min(peer.mtu)),
@@ -675,27 +693,35 @@ impl Setup {
         })?;
         // Never more of ours in flight than the peer serves at once (a responder short of
         // resources for a read fails it, and the QP with it).
-        self.qp.to_rts(psn, self.reads_in_flight.min(peer.reads_served))
+        self.lane.qp.to_rts(psn, self.reads_in_flight.min(peer.reads_served))
     }
 
-    /// After the hellos: brings the QP to RTS, confirms, and starts the event thread. Returns
-    /// the peer's hello, the thread and the out-of-band socket (non-blocking) to keep.
+    /// After the hellos: brings the QP to RTS, confirms, loads the peer's regions and starts
+    /// the event thread, which acts on the peer's control frames from then on. Returns the
+    /// peer's hello, the thread and the control channel the out-of-band socket becomes.
     fn finish(
         &self,
         stream: &mut TcpStream,
         theirs: Hello,
         psn: u32,
-    ) -> Result<(Hello, EventThread, TcpStream), TransportError> {
+    ) -> Result<(Hello, EventThread, Arc<ControlChannel>), TransportError> {
         self.bring_up(&theirs, psn)?;
         confirm(stream, READY)?;
-        let oob = stream.try_clone()?;
-        oob.set_nonblocking(true)?;
+        for region in &theirs.regions {
+            // The hello's ids are checked distinct and few: none is refused.
+            let _ = self.lane.peer.load(region.id, *region);
+        }
+        let control = Arc::new(ControlChannel::new(stream.try_clone()?, LIMITS)?);
+        let oob = control.stream().as_raw_fd();
+        let (lane, watched) = (self.lane.clone(), control.clone());
+        let watch = move || lane.watch_control_on(&watched);
         let thread = EventThread::start(
-            self.events.clone(),
+            self.lane.events.clone(),
             self.watched.clone(),
-            oob.try_clone()?,
+            oob,
+            watch,
             self.lending.lend(()),
         )?;
-        Ok((theirs, thread, oob))
+        Ok((theirs, thread, control))
     }
 }

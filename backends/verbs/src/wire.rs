@@ -20,8 +20,9 @@ pub use rdma_hint_backend_core::MAX_REGIONS;
 pub const READY: u8 = 0x56;
 /// The connection blob's bytes: LID, QP number, PSN, GID, MTU, reads served.
 const CONNECTION_BYTES: usize = 2 + 4 + 4 + 16 + 1 + 1;
-/// What a verbs hello may carry: the QP's addressing in the blob, a 4-byte rkey per region.
-const LIMITS: HelloLimits =
+/// What a verbs hello (and a control frame's descriptor) may carry: the QP's addressing in the
+/// blob, a 4-byte rkey per region.
+pub const LIMITS: HelloLimits =
     HelloLimits { max_connection_bytes: CONNECTION_BYTES, max_key_bytes: 4, known_flags: 0 };
 
 /// A region one side exposes for RDMA WRITE.
@@ -35,6 +36,32 @@ pub struct ExposedRegion {
     pub len: u64,
     /// Remote key of its remote-write registration.
     pub rkey: u32,
+}
+
+impl ExposedRegion {
+    /// The region as the one hello and the control channel carry it: its rkey as the key.
+    pub fn descriptor(&self) -> RegionDescriptor {
+        RegionDescriptor {
+            id: self.id,
+            len: self.len,
+            address: self.address,
+            flags: 0,
+            key: self.rkey.to_le_bytes().to_vec(),
+        }
+    }
+
+    /// The peer's region from its descriptor (checked by the shared decoder): a key of 4 bytes.
+    pub fn from_descriptor(region: &RegionDescriptor) -> Result<ExposedRegion, TransportError> {
+        let rkey: [u8; 4] = region.key.as_slice().try_into().map_err(|_| {
+            handshake_error(format!("region {}: an rkey of {} B, not 4", region.id, region.key.len()))
+        })?;
+        Ok(ExposedRegion {
+            id: region.id,
+            address: region.address,
+            len: region.len,
+            rkey: u32::from_le_bytes(rkey),
+        })
+    }
 }
 
 /// One side's hello.
@@ -74,15 +101,7 @@ impl Hello {
         connection.put_slice(&self.gid);
         connection.put_u8(self.mtu);
         connection.put_u8(self.reads_served);
-        let regions = (self.regions.iter())
-            .map(|region| RegionDescriptor {
-                id: region.id,
-                len: region.len,
-                address: region.address,
-                flags: 0,
-                key: region.rkey.to_le_bytes().to_vec(),
-            })
-            .collect();
+        let regions = self.regions.iter().map(ExposedRegion::descriptor).collect();
         rdma_hint_oob::Hello { backend: Backend::Verbs, connection, regions }.encode()
     }
 
@@ -116,18 +135,7 @@ impl Hello {
         if reads_served == 0 {
             return Err(handshake_error("the peer serves no RDMA READs at once (0 responder resources)"));
         }
-        let mut regions = Vec::with_capacity(hello.regions.len());
-        for region in hello.regions {
-            let rkey: [u8; 4] = region.key.as_slice().try_into().map_err(|_| {
-                handshake_error(format!("region {}: an rkey of {} B, not 4", region.id, region.key.len()))
-            })?;
-            regions.push(ExposedRegion {
-                id: region.id,
-                address: region.address,
-                len: region.len,
-                rkey: u32::from_le_bytes(rkey),
-            });
-        }
+        let regions = hello.regions.iter().map(ExposedRegion::from_descriptor).collect::<Result<_, _>>()?;
         Ok(Hello { lid, qpn, psn, gid, mtu, reads_served, regions })
     }
 }

@@ -81,6 +81,16 @@ pub trait BlockingTransport: Transport {
         block_on(self.connect(peer, expose, deadline))
     }
 
+    /// [`Transport::expose`], blocking the calling thread.
+    fn expose_blocking(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        block_on(self.expose(region, deadline))
+    }
+
+    /// [`Transport::withdraw`], blocking the calling thread.
+    fn withdraw_blocking(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        block_on(self.withdraw(region, deadline))
+    }
+
     /// [`Transport::wait_completions`], blocking the calling thread.
     fn wait_completions_blocking(
         &self,

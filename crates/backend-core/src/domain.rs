@@ -158,6 +158,22 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
         self.lanes.members().peer_may_write(&self.lanes, region)
     }
 
+    /// Runs `act` on `region` once no peer of any lane may write it (exposed nowhere, or only
+    /// to peers that stopped), with the table write-locked and the look under the same locks:
+    /// a lane that exposes the region meanwhile does so either before the look (and `act` does
+    /// not run) or after `act` (and describes it afresh). What a backend drops then: a remote
+    /// registration, whose key is void from then on.
+    pub fn unreached(&self, region: RegionId, act: impl FnOnce(&mut M)) {
+        let members = self.lanes.members();
+        let mut table = self.regions_mut();
+        if members.peer_may_write(&self.lanes, region) {
+            return;
+        }
+        if let Ok(entry) = table.get_mut(region) {
+            act(entry);
+        }
+    }
+
     /// Lends `region` to `lend` with the table write-locked: refused while an op of any lane
     /// may read it, or (unless `exposed_too`: the caller vouches the peer does not write now)
     /// while the peer of a lane may write it. Nothing can be posted until `lend` returns, so

@@ -8,6 +8,7 @@
 //! write.
 
 use rdma_hint_core::RegionId;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,30 @@ impl Exposure {
         exposed.extend_from_slice(regions);
     }
 
+    /// `region` is exposed after connect too; false (and nothing changes) if it is already:
+    /// the look and the entry are one step, so two exposures of one region cannot both pass.
+    pub fn add(&self, region: RegionId) -> bool {
+        let mut exposed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if exposed.contains(&region) {
+            return false;
+        }
+        exposed.push(region);
+        true
+    }
+
+    /// `region` is exposed no more (the peer answered its withdrawal).
+    pub fn remove(&self, region: RegionId) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|exposed| *exposed != region);
+    }
+
+    /// The region exposed, when exactly one is (what an arrival that does not say names).
+    pub fn only(&self) -> Option<RegionId> {
+        match self.0.lock().unwrap_or_else(PoisonError::into_inner)[..] {
+            [only] => Some(only),
+            _ => None,
+        }
+    }
+
     /// The connect that exposed them failed.
     pub fn withdraw(&self) {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
@@ -79,6 +104,46 @@ impl Exposure {
     /// The regions exposed, in the order the connect named them.
     pub fn regions(&self) -> Vec<RegionId> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// The length of each region a lane exposed, by id, for the checks of the peer's notices on a
+/// path that takes no lock (a notice must name a region exposed to the peer, and a length
+/// within it). A withdrawn region keeps its length: a notice the peer published before the
+/// withdrawal may be taken after it.
+///
+/// ```
+/// use rdma_hint_core::RegionId;
+/// use rdma_hint_backend_core::lanes::ExposedLens;
+/// let lens = ExposedLens::default();
+/// lens.set(RegionId(3), 4096);
+/// assert!(lens.admits(3, 4096) && !lens.admits(3, 4097) && !lens.admits(2, 1));
+/// assert!(!lens.admits(u32::MAX, 1));
+/// ```
+#[derive(Debug)]
+pub struct ExposedLens(Box<[AtomicU64]>);
+
+impl Default for ExposedLens {
+    fn default() -> Self {
+        ExposedLens((0..crate::MAX_REGIONS).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+impl ExposedLens {
+    /// `region`, of `len` bytes, is exposed (ids past [`MAX_REGIONS`](crate::MAX_REGIONS),
+    /// which no table hands out, are ignored).
+    pub fn set(&self, region: RegionId, len: u64) {
+        if let Some(slot) = self.0.get(region.0 as usize) {
+            slot.store(len, Ordering::Release);
+        }
+    }
+
+    /// Whether a notice of `len` bytes for region `id` names a region exposed that large.
+    pub fn admits(&self, id: u32, len: u64) -> bool {
+        self.0.get(id as usize).is_some_and(|slot| {
+            let exposed = slot.load(Ordering::Acquire);
+            exposed > 0 && len <= exposed
+        })
     }
 }
 

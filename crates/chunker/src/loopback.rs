@@ -25,6 +25,8 @@ pub(crate) const MAX_REGION_BYTES: u64 = 16 << 30;
 struct Regions {
     buffers: Vec<Option<Vec<u8>>>,
     exposed: Vec<bool>,
+    /// Whether the region was exposed and then withdrawn (a post to it names that).
+    withdrawn: Vec<bool>,
     /// Whether the buffer is the caller's (a `Vec<u8>` given to `register_memory`).
     caller: Vec<bool>,
     /// Transfers queued or in flight that name the region ([`Transport::hold`]).
@@ -123,6 +125,7 @@ impl LoopbackTransport {
         let id = RegionId(regions.buffers.len() as u32);
         regions.buffers.push(Some(buffer));
         regions.exposed.push(false);
+        regions.withdrawn.push(false);
         regions.caller.push(caller);
         regions.holds.push(0);
         LocalRegion { id, kind: MemoryKind::Host, len }
@@ -136,6 +139,16 @@ impl LoopbackTransport {
 
 fn buffer(regions: &Regions, id: RegionId) -> Result<&Vec<u8>, TransportError> {
     regions.buffers.get(id.0 as usize).and_then(Option::as_ref).ok_or(TransportError::UnregisteredRegion(id))
+}
+
+/// `Ok` when the peer side may post to `id`: it is exposed (else withdrawn, or never exposed).
+fn exposed(regions: &Regions, id: RegionId) -> Result<(), TransportError> {
+    let index = id.0 as usize;
+    match (regions.exposed.get(index), regions.withdrawn.get(index)) {
+        (Some(true), _) => Ok(()),
+        (_, Some(true)) => Err(TransportError::RegionWithdrawn(id)),
+        _ => Err(TransportError::UnregisteredRegion(id)),
+    }
 }
 
 fn range(offset: u64, len: usize, region_len: usize) -> Result<std::ops::Range<usize>, TransportError> {
@@ -257,6 +270,7 @@ impl Domain for LoopbackTransport {
             Some(slot @ Some(_)) => {
                 *slot = None;
                 regions.exposed[index] = false;
+                regions.withdrawn[index] = false;
                 regions.caller[index] = false;
                 Ok(())
             }
@@ -322,6 +336,49 @@ impl Transport for LoopbackTransport {
         Ok(remote)
     }
 
+    /// Posts copy at once: the region is loaded by its own transport the moment it is named.
+    async fn expose(&self, region: RegionId, _deadline: Instant) -> Result<(), TransportError> {
+        let mut regions = self.regions();
+        buffer(&regions, region)?;
+        let index = region.0 as usize;
+        if regions.exposed[index] {
+            return Err(TransportError::InvalidArgument {
+                what: "expose",
+                why: format!("{region:?} is exposed already"),
+            });
+        }
+        regions.exposed[index] = true;
+        regions.withdrawn[index] = false;
+        Ok(())
+    }
+
+    /// Posts copy at once: nothing posted to the region is still in flight.
+    async fn withdraw(&self, region: RegionId, _deadline: Instant) -> Result<(), TransportError> {
+        let mut regions = self.regions();
+        buffer(&regions, region)?;
+        let index = region.0 as usize;
+        if !regions.exposed[index] {
+            return Err(TransportError::InvalidArgument {
+                what: "withdraw",
+                why: format!("{region:?} is not exposed"),
+            });
+        }
+        regions.exposed[index] = false;
+        regions.withdrawn[index] = true;
+        Ok(())
+    }
+
+    fn peer_regions(&self) -> Vec<RemoteRegion> {
+        let regions = self.regions();
+        let exposed = regions.buffers.iter().zip(&regions.exposed).enumerate();
+        exposed
+            .filter_map(|(index, (buffer, exposed))| {
+                let len = buffer.as_ref().filter(|_| *exposed)?.len() as u64;
+                Some(RemoteRegion { id: RegionId(index as u32), len })
+            })
+            .collect()
+    }
+
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         self.post(ops)
     }
@@ -344,9 +401,7 @@ impl Transport for LoopbackTransport {
             for op in ops {
                 let local = buffer(&regions, op.local)?.len() as u64;
                 let remote = buffer(&regions, op.remote)?.len() as u64;
-                if !regions.exposed[op.remote.0 as usize] {
-                    return Err(TransportError::UnregisteredRegion(op.remote));
-                }
+                exposed(&regions, op.remote)?;
                 op.ranges().check_lens(local, remote, self.caps.facts.max_msg_bytes)?;
             }
         }
@@ -407,8 +462,8 @@ impl LoopbackTransport {
         for (op, _) in ops() {
             let local = buffer(&regions, op.local)?.len() as u64;
             let remote = buffer(&regions, op.remote)?.len() as u64;
-            if writes && !regions.exposed[op.remote.0 as usize] {
-                return Err(TransportError::UnregisteredRegion(op.remote));
+            if writes {
+                exposed(&regions, op.remote)?;
             }
             op.check_lens(local, remote, self.caps.facts.max_msg_bytes)?;
             signalled += usize::from(op.signalled);

@@ -374,6 +374,23 @@ impl Transport for Wrapper {
     ) -> Result<Vec<RemoteRegion>, rdma_hint_core::TransportError> {
         self.inner.connect(peer, expose, deadline).await
     }
+    async fn expose(
+        &self,
+        region: RegionId,
+        deadline: Instant,
+    ) -> Result<(), rdma_hint_core::TransportError> {
+        self.inner.expose(region, deadline).await
+    }
+    async fn withdraw(
+        &self,
+        region: RegionId,
+        deadline: Instant,
+    ) -> Result<(), rdma_hint_core::TransportError> {
+        self.inner.withdraw(region, deadline).await
+    }
+    fn peer_regions(&self) -> Vec<rdma_hint_core::RemoteRegion> {
+        self.inner.peer_regions()
+    }
     fn post_writes(&self, ops: &[rdma_hint_core::WriteOp]) -> Result<(), rdma_hint_core::TransportError> {
         if let Some(gate) = &self.gate {
             gate.pass();

@@ -30,6 +30,7 @@ mock! {
         fn read_region(&self, region: RegionId, offset: u64, out: &mut [u8]) -> Result<(), TransportError>;
         fn copied_bytes(&self) -> rdma_hint_core::CopiedBytes;
         async fn connect(&self, peer: PeerEndpoint, expose: &[RegionId], deadline: Instant) -> Result<Vec<RemoteRegion>, TransportError>;
+        fn peer_regions(&self) -> Vec<RemoteRegion>;
         fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
         fn post_reads(&self, ops: &[rdma_hint_core::ReadOp]) -> Result<(), TransportError>;
         fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError>;

@@ -522,6 +522,52 @@ pub trait Transport: Send + Sync {
         deadline: Instant,
     ) -> Result<Vec<RemoteRegion>, TransportError>;
 
+    /// Exposes `region` (registered in this link's domain) to the connected peer after
+    /// connect: its descriptor goes over the link's authenticated control channel, and this
+    /// returns once the peer has loaded it, so the peer may write and read the region from
+    /// then on (its [`peer_regions`](Transport::peer_regions) lists it). Tell the peer's
+    /// application by any means (a write with immediate, its own channel). On a connection of
+    /// several lanes, expose it on each lane the peer posts through.
+    ///
+    /// [`TransportError::NotConnected`] before connect; [`TransportError::UnregisteredRegion`];
+    /// [`TransportError::InvalidArgument`] if this link exposes it already; a refusal of the
+    /// peer is [`TransportError::Handshake`] (the region is then not exposed); a passed
+    /// deadline leaves it exposed until [`withdraw`](Transport::withdraw)n.
+    ///
+    /// The default, for transports that expose regions only at connect, refuses with
+    /// [`TransportError::InvalidArgument`].
+    async fn expose(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        let _ = (region, deadline);
+        Err(TransportError::InvalidArgument {
+            what: "expose",
+            why: "this transport exposes regions only at connect".into(),
+        })
+    }
+
+    /// Withdraws a region this link exposed (at connect or with
+    /// [`expose`](Transport::expose)): the peer's later posts to it fail with
+    /// [`TransportError::RegionWithdrawn`], and this returns once every op the peer posted to
+    /// it before has finished and the peer dropped its key, so from then on the region may be
+    /// released, lent or deregistered as memory no peer reaches. Until then (a passed
+    /// deadline included) it stays exposed, and those answer [`TransportError::RegionBusy`].
+    ///
+    /// The peer finishes its ops as it retires them: a peer that posted to the region only
+    /// unsignalled ops answers once a later signalled op of its completes.
+    ///
+    /// The default, for transports that expose regions only at connect, refuses with
+    /// [`TransportError::InvalidArgument`].
+    async fn withdraw(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        let _ = (region, deadline);
+        Err(TransportError::InvalidArgument {
+            what: "withdraw",
+            why: "this transport exposes regions only at connect".into(),
+        })
+    }
+
+    /// The peer's regions this link may post to now, by id: those its connect named, and
+    /// those it exposed since, less those it withdrew. Empty before connect.
+    fn peer_regions(&self) -> Vec<RemoteRegion>;
+
     /// Posts every op in `ops` with one doorbell. Ops are checked before anything is posted.
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError>;
 

@@ -46,6 +46,10 @@ pub enum TransportError {
     /// An op names a region that is not registered (or was deregistered).
     #[error("region {0:?} is not registered")]
     UnregisteredRegion(RegionId),
+    /// An op names a region of the peer's that the peer withdrew
+    /// ([`Transport::withdraw`](crate::Transport::withdraw)); nothing was posted.
+    #[error("the peer withdrew region {0:?}")]
+    RegionWithdrawn(RegionId),
     /// An op runs past the end of a region.
     #[error("{side} range {offset}+{len} B exceeds the region's {region_len} B")]
     OutOfBounds {

@@ -4,8 +4,9 @@
 //! binds a [`Listener`] (loopback unless told otherwise), the other [`dial`]s, both with deadlines; each
 //! [`authenticate`]s first (an optional pre-shared [`Token`] proven by HMAC over fresh nonces,
 //! never sent), then sends one hello and decodes the peer's with a [`WireReader`] that bounds
-//! every length it reads. Backends keep the socket open after the exchange as a liveness
-//! signal: a [`GOODBYE`] byte means the peer closed on purpose, EOF that its process is gone.
+//! every length it reads. Backends keep the socket open after the exchange as their
+//! [`ControlChannel`]: regions exposed and withdrawn after connect travel on it as [`Control`]
+//! frames, a [`GOODBYE`] byte means the peer closed on purpose, EOF that its process is gone.
 //!
 //! ```
 //! use rdma_hint_oob::{dial, Listener};
@@ -22,13 +23,17 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+mod channel;
 mod codec;
 mod connect;
+mod control;
+mod exposing;
 mod hello;
 mod liveness;
 mod token;
 
 pub use auth::{authenticate, authenticate_by, Role, AUTH_MAGIC};
+pub use channel::{ControlChannel, MAX_OUTSTANDING};
 pub use codec::{
     handshake_error, put_preamble, put_prefixed_u16, put_prefixed_u8, truncated, Deadlined, WireReader,
 };
@@ -36,8 +41,10 @@ pub use connect::{
     confirm, dial, prepare, BusyGuard, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
     REFUSED_GRACE,
 };
+pub use control::{Control, ControlReader, Refusal, MAX_CONTROL_BODY};
+pub use exposing::Asking;
 pub use hello::{Backend, Hello, HelloLimits, RegionDescriptor, HELLO_MAGIC, MAX_REGION_ID, WIRE_VERSION};
-pub use liveness::{peer_left, say_goodbye, PeerLoss, GOODBYE};
+pub use liveness::{PeerLoss, GOODBYE};
 pub use token::{Token, MAX_TOKEN_BYTES};
 
 #[doc(hidden)]

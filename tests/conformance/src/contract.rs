@@ -819,5 +819,6 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
     assert_eq!(first_mismatch(&landed, &expected), None, "{len} B into caller memory: first wrong byte");
 }
 
+pub use crate::exposure::*;
 pub use crate::lanes::*;
 pub use crate::reads::*;

@@ -4,8 +4,8 @@
 //! bytes verified over a size ladder (in one process and to a peer process), deadlines, a peer
 //! that goes away or is killed mid-transfer, a link that goes down (two network namespaces,
 //! where the backend crosses hosts), restart and reconnect on the same port, 100 cycles and 100
-//! failed transfers without leaks, a soak, bad memory and bad hellos, pre-shared tokens, and
-//! reads of what the peer exposed.
+//! failed transfers without leaks, a soak, bad memory and bad hellos, pre-shared tokens, reads
+//! of what the peer exposed, and regions exposed and withdrawn after connect.
 //!
 //! A backend implements [`Backend`] (how to open a transport) and instantiates the suite in its
 //! own `tests/conformance.rs`:
@@ -27,6 +27,7 @@
 
 mod backend;
 pub mod contract;
+mod exposure;
 mod lanes;
 mod pair;
 pub mod peer;
@@ -94,6 +95,28 @@ macro_rules! suite {
         $crate::suite!(@rules [$($attrs)*] $name : $backend; $($rest,)*);
     };
     (@rules [$($attrs:tt)*] $name:ident : $backend:expr;) => {};
+}
+
+/// The rules of regions exposed and withdrawn after connect, for each `name: backend` of the
+/// same [`suite!`] call, in a module `after_connect`. They join [`suite!`] once every backend
+/// has them (the staged backend's come next).
+#[macro_export]
+macro_rules! after_connect {
+    ($( $(#[$meta:meta])* $name:ident : $backend:expr ),+ $(,)?) => {
+        mod after_connect {
+            $(
+                mod $name {
+                    #[allow(unused_imports)]
+                    use super::super::*;
+                    $crate::suite!(@rules [$(#[$meta])*] $name : $backend;
+                        regions_exposed_after_connect_are_written_read_and_withdrawn,
+                        a_withdrawal_waits_for_what_the_peer_posted,
+                        exposing_and_withdrawing_wrongly_are_typed_errors,
+                    );
+                }
+            )+
+        }
+    };
 }
 
 /// The rule for backends that cross hosts over IP (not shared memory; not Soft-RoCE, which

@@ -14,8 +14,19 @@ use std::time::Instant;
 /// Reads `len` bytes of the peer's region into the sender's, from `remote_offset` to
 /// `local_offset`, in `block`-byte reads: doorbells of up to 16 reads, the last of each
 /// signalled, one doorbell in flight at a time.
-fn read_into<T: Transport>(p: &Pair<T>, (local_offset, remote_offset): (u64, u64), len: u64, block: u64) {
-    let per_post = u64::from(p.sender.capabilities().max_wrs_per_post.clamp(1, 16));
+fn read_into<T: Transport>(p: &Pair<T>, offsets: (u64, u64), len: u64, block: u64) {
+    read_between(&p.sender, (p.source.id, p.remote.id), offsets, len, block);
+}
+
+/// [`read_into`] from the peer's region `remote` into `sender`'s `local`.
+pub(crate) fn read_between<T: Transport>(
+    sender: &T,
+    (local, remote): (RegionId, RegionId),
+    (local_offset, remote_offset): (u64, u64),
+    len: u64,
+    block: u64,
+) {
+    let per_post = u64::from(sender.capabilities().max_wrs_per_post.clamp(1, 16));
     let mut ops = [ReadOp::EMPTY; 16];
     let mut done = 0;
     let mut tag = 0;
@@ -25,9 +36,9 @@ fn read_into<T: Transport>(p: &Pair<T>, (local_offset, remote_offset): (u64, u64
             let this = block.min(len - done);
             ops[count as usize] = ReadOp {
                 wr_id: tag,
-                local: p.source.id,
+                local,
                 local_offset: local_offset + done,
-                remote: p.remote.id,
+                remote,
                 remote_offset: remote_offset + done,
                 len: this,
                 signalled: false,
@@ -35,10 +46,10 @@ fn read_into<T: Transport>(p: &Pair<T>, (local_offset, remote_offset): (u64, u64
             (done, tag, count) = (done + this, tag + 1, count + 1);
         }
         ops[count as usize - 1].signalled = true;
-        p.sender.post_reads(&ops[..count as usize]).expect("post reads");
+        sender.post_reads(&ops[..count as usize]).expect("post reads");
         let mut completions = [Completion::EMPTY; 1];
         let got =
-            block_on(p.sender.wait_completions(&mut completions, deadline(60))).expect("a read completes");
+            block_on(sender.wait_completions(&mut completions, deadline(60))).expect("a read completes");
         assert_eq!(got, 1);
         assert_eq!(completions[0].wr_id, tag - 1, "the doorbell's signalled read completes");
         assert_eq!(completions[0].status, CompletionStatus::Success, "read {}", tag - 1);

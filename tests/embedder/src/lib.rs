@@ -81,6 +81,15 @@ impl Transport for TimedPosts {
     ) -> Result<Vec<RemoteRegion>, TransportError> {
         self.inner.connect(peer, expose, deadline).await
     }
+    async fn expose(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        self.inner.expose(region, deadline).await
+    }
+    async fn withdraw(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        self.inner.withdraw(region, deadline).await
+    }
+    fn peer_regions(&self) -> Vec<RemoteRegion> {
+        self.inner.peer_regions()
+    }
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
         let started = Instant::now();
         let posted = self.inner.post_writes(ops);

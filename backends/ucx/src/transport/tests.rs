@@ -6,7 +6,6 @@ use super::UcxTransport;
 use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_core::{CallerMemory, ForeignMemory, Transport, TransportError, WriteOp};
 use rdma_hint_core::{Completion, CompletionStatus, MemoryKind, PeerEndpoint, RegionId, RemoteRegion};
-use rdma_hint_oob::peer_left;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -164,7 +163,7 @@ fn an_unfinished_final_flush_is_not_a_goodbye() {
     drop(sender);
     let until = deadline(20);
     let loss = loop {
-        if let Some(loss) = peer_left(receiver.shared.oob.get().expect("socket")) {
+        if let Some(loss) = receiver.shared.control.get().expect("socket").peer_left() {
             break loss;
         }
         assert!(Instant::now() < until, "the sender's end never showed");
@@ -291,7 +290,14 @@ fn every_signalled_write_completes_before_peer_gone() {
                 }
             });
             // The receiver's process "vanishes": its socket closes under it.
-            receiver.shared.oob.get().expect("socket").shutdown(std::net::Shutdown::Both).expect("shutdown");
+            receiver
+                .shared
+                .control
+                .get()
+                .expect("socket")
+                .stream()
+                .shutdown(std::net::Shutdown::Both)
+                .expect("shutdown");
             polling.join().expect("polling thread");
         });
         assert_eq!(seen, ops.len(), "round {round}: PeerGone before every signalled write completed");

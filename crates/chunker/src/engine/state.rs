@@ -1284,6 +1284,7 @@ fn refuses_the_ops(error: &TransportError) -> bool {
     matches!(
         error,
         TransportError::UnregisteredRegion(_)
+            | TransportError::RegionWithdrawn(_)
             | TransportError::OutOfBounds { .. }
             | TransportError::ZeroLength { .. }
             | TransportError::MessageTooLarge { .. }
