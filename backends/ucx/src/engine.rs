@@ -303,7 +303,8 @@ impl Engine {
         }
         // Check (and look up) every op before the first put: a rejected batch moves nothing.
         let Engine { puts, remote: remotes, direct, .. } = self;
-        let remotes = remotes.view();
+        // The engine's lock is the table's: no lock of its own on the posting path.
+        let remotes = remotes.view_owned();
         puts.clear();
         for op in ops.iter().flat_map(Pieces::pieces) {
             let remote = remotes.get(op.remote)?;

@@ -100,7 +100,13 @@ impl<T> PeerRegions<T> {
 
     /// The regions, read-locked for a post.
     pub fn view(&self) -> PeerView<'_, T> {
-        PeerView(self.slots.read().unwrap_or_else(PoisonError::into_inner))
+        PeerView(Held::Locked(self.slots.read().unwrap_or_else(PoisonError::into_inner)))
+    }
+
+    /// The regions through exclusive access, no lock taken: for a backend whose posts hold a
+    /// lock of their own around the table (UCX's engine), so withdrawals take that one too.
+    pub fn view_owned(&mut self) -> PeerView<'_, T> {
+        PeerView(Held::Owned(self.slots.get_mut().unwrap_or_else(PoisonError::into_inner)))
     }
 
     /// Takes every loaded region out, at the link's end.
@@ -119,8 +125,8 @@ impl<T> PeerRegions<T> {
 impl<T: RegionLen> PeerRegions<T> {
     /// The loaded regions, by id.
     pub fn list(&self) -> Vec<RemoteRegion> {
-        let slots = self.view();
-        (slots.0.iter().enumerate())
+        let view = self.view();
+        (view.slots().iter().enumerate())
             .filter_map(|(index, slot)| match slot {
                 Slot::Loaded(region) => {
                     Some(RemoteRegion { id: RegionId(index as u32), len: region.region_len() })
@@ -131,14 +137,27 @@ impl<T: RegionLen> PeerRegions<T> {
     }
 }
 
-/// The peer's regions, read-locked (see [`PeerRegions::view`]).
-pub struct PeerView<'a, T>(RwLockReadGuard<'a, Vec<Slot<T>>>);
+/// The peer's regions, read-locked ([`PeerRegions::view`]) or held exclusively
+/// ([`PeerRegions::view_owned`]).
+pub struct PeerView<'a, T>(Held<'a, T>);
+
+enum Held<'a, T> {
+    Locked(RwLockReadGuard<'a, Vec<Slot<T>>>),
+    Owned(&'a Vec<Slot<T>>),
+}
 
 impl<T> PeerView<'_, T> {
+    fn slots(&self) -> &[Slot<T>] {
+        match &self.0 {
+            Held::Locked(slots) => slots,
+            Held::Owned(slots) => slots,
+        }
+    }
+
     /// The peer's region `id`: [`TransportError::RegionWithdrawn`] if the peer withdrew it,
     /// [`TransportError::UnregisteredRegion`] if it never exposed it.
     pub fn get(&self, id: RegionId) -> Result<&T, TransportError> {
-        match self.0.get(id.0 as usize) {
+        match self.slots().get(id.0 as usize) {
             Some(Slot::Loaded(region)) => Ok(region),
             Some(Slot::Withdrawn) => Err(TransportError::RegionWithdrawn(id)),
             _ => Err(TransportError::UnregisteredRegion(id)),
