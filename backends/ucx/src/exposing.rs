@@ -85,6 +85,7 @@ impl Engine {
         };
         let rkey = Engine::unpack_rkey(self.ep, &region.rkey).map_err(|_| Refusal::Unreachable)?;
         let mut entry = RemoteEntry { address: region.address, len: region.len, rkey, mapped: None };
+        let mut leave_direct = false;
         if let Some(screen) = screen {
             let what = "a region of the peer";
             let mapped = map_peer(rkey, region.address, what);
@@ -96,8 +97,8 @@ impl Engine {
             match checked {
                 Ok(Some(at)) => entry.mapped = Some(at),
                 // Memory UCX does not map here (caller memory): as at connect, a connection
-                // with such a region leaves every write to UCX.
-                Ok(None) => self.leave_direct(),
+                // with such a region leaves every write to UCX, once the region is loaded.
+                Ok(None) => leave_direct = true,
                 // A range outside what the peer's key maps, or this side's own memory.
                 Err(why) => {
                     tracing::warn!(%why, "ucx: the peer exposed a region that is not its own");
@@ -109,7 +110,11 @@ impl Engine {
         self.remote.load(region.id, entry).map_err(|(_, entry)| {
             destroy(entry);
             Refusal::Taken
-        })
+        })?;
+        if leave_direct {
+            self.leave_direct();
+        }
+        Ok(())
     }
 
     /// Stops writing the peer's memory directly: every write goes through UCX from here on,
@@ -140,8 +145,9 @@ impl Engine {
         let request = unsafe { sys::ucp_ep_flush_nbx(self.ep, &param) };
         if sys::status_ptr_is_err(request) {
             let status = sys::status_ptr_status(request);
-            destroy(entry);
+            // The endpoint's forced close first: no put of it may still use the key then.
             self.fail(format!("the flush of a withdrawal failed: {}", status_text(status)));
+            destroy(entry);
             return;
         }
         let request = if sys::status_ptr_is_ptr(request) { request } else { std::ptr::null_mut() };
@@ -166,11 +172,13 @@ impl Engine {
                 // SAFETY: finished flush request, freed once.
                 unsafe { sys::ucp_request_free(withdrawal.request) };
             }
-            destroy(withdrawal.entry);
             if status != sys::UCS_OK {
+                // The endpoint's forced close first: no put of it may still use the key then.
                 self.fail(format!("the flush of a withdrawal failed: {}", status_text(status)));
+                destroy(withdrawal.entry);
                 return;
             }
+            destroy(withdrawal.entry);
             if let Some(control) = &self.control {
                 withdrawal.seqs.iter().for_each(|seq| answer(control, *seq, None));
             }

@@ -262,9 +262,26 @@ pub(crate) unsafe extern "C" fn on_notice(
         return sys::UCS_OK;
     }
     // A peer that stopped writing this side's memory directly (a region exposed later that it
-    // cannot map) announced its earlier writes on the ring: those go first.
-    if let Err(why) = signals.ring_to_queue(usize::MAX) {
-        tracing::warn!(%why, "ucx: the peer's ring notices before its first message are not taken");
+    // cannot map) announced its earlier writes on the ring: those go first, as many as the
+    // queue takes. What the ring still holds then (a full queue) keeps this notice out too, as
+    // a full queue does below: no notice is delivered before an older one.
+    let room = || {
+        signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, EventSender::room)
+    };
+    loop {
+        match signals.ring_to_queue(room()) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(why) => {
+                // The progress thread meets the same slot and ends the connection.
+                tracing::warn!(%why, "ucx: the peer's ring notices before its first message are not taken");
+                return sys::UCS_OK;
+            }
+        }
+    }
+    if signals.ring.get().is_some_and(|ring| !ring.nothing_new()) {
+        tracing::warn!("ucx: arrival queue full; notice dropped");
+        return sys::UCS_OK;
     }
     if let Some(sender) = signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
         // Bounded queue: when the application stops draining, the oldest unread notices stay

@@ -59,7 +59,8 @@ impl Lane {
                 self.withdrawals.wait_for(id, seq, mark, region);
                 self.answer_withdrawals_on(control);
             }
-            None if self.withdrawals.join(id, seq) => {}
+            // Answered with the waiting one (now, if its WRs retired meanwhile).
+            None if self.withdrawals.join(id, seq) => self.answer_withdrawals_on(control),
             None if self.withdrawals.waits_for(id) => answer(control, seq, Some(Refusal::Taken)),
             None => answer(control, seq, Some(Refusal::Unknown)),
         }

@@ -87,6 +87,9 @@ impl Lane {
         posting.retired = posting.posted;
         posting.retires.clear();
         posting.since_signal = 0;
+        drop((posting, polling));
+        // The QP is in ERR: none of its WRs reaches the peer's memory any more.
+        self.answer_withdrawals();
         true
     }
 }

@@ -109,8 +109,8 @@ impl Exposure {
 
 /// The length of each region a lane exposed, by id, for the checks of the peer's notices on a
 /// path that takes no lock (a notice must name a region exposed to the peer, and a length
-/// within it). A withdrawn region keeps its length: a notice the peer published before the
-/// withdrawal may be taken after it.
+/// within it). An id keeps the largest length it was exposed with: a notice the peer published
+/// before a withdrawal may be taken after it, even once the id names a smaller region.
 ///
 /// ```
 /// use rdma_hint_core::RegionId;
@@ -134,7 +134,7 @@ impl ExposedLens {
     /// which no table hands out, are ignored).
     pub fn set(&self, region: RegionId, len: u64) {
         if let Some(slot) = self.0.get(region.0 as usize) {
-            slot.store(len, Ordering::Release);
+            slot.fetch_max(len, Ordering::AcqRel);
         }
     }
 

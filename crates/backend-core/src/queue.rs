@@ -83,6 +83,13 @@ impl<T> Clone for EventSender<T> {
 }
 
 impl<T> EventSender<T> {
+    /// Items the queue takes now (0 once it is closed).
+    pub fn room(&self) -> usize {
+        self.sender
+            .as_ref()
+            .map_or(0, |sender| sender.capacity().unwrap_or(usize::MAX).saturating_sub(sender.len()))
+    }
+
     /// Queues `item` without blocking and wakes the waits; a full queue hands it back.
     pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
         let sent = match &self.sender {

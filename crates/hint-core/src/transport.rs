@@ -551,8 +551,10 @@ pub trait Transport: Send + Sync {
     /// released, lent or deregistered as memory no peer reaches. Until then (a passed
     /// deadline included) it stays exposed, and those answer [`TransportError::RegionBusy`].
     ///
-    /// The peer finishes its ops as it retires them: a peer that posted to the region only
-    /// unsignalled ops answers once a later signalled op of its completes.
+    /// The peer finishes its ops as it retires them, which on some backends (verbs) is when its
+    /// application polls its completions: a peer whose last ops since a signalled completion
+    /// were unsignalled (to any region) answers once a later signalled op of its completes and
+    /// is polled.
     ///
     /// The default, for transports that expose regions only at connect, refuses with
     /// [`TransportError::InvalidArgument`].

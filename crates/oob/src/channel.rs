@@ -236,7 +236,10 @@ impl ControlChannel {
         deadline: Instant,
         mut drive: impl FnMut() + Unpin,
     ) -> Result<Option<Refusal>, TransportError> {
-        let waited = wait(&self.answers, mode, deadline, "the peer's answer", || {
+        // Whatever ends the wait (an answer, a failure, a deadline, the future dropped), nobody
+        // waits for `seq` afterwards: its answer, should it come then, is late.
+        let _forget = Forget { channel: self, seq };
+        wait(&self.answers, mode, deadline, "the peer's answer", || {
             drive();
             let mut state = self.state();
             if let Some(at) = state.asked.iter().position(|asked| asked.seq == seq && asked.answer.is_some())
@@ -248,12 +251,7 @@ impl ControlChannel {
                 None => Ok(None),
             }
         })
-        .await;
-        if waited.is_err() {
-            // Nobody waits for it any more: its answer, should it come, is late.
-            self.state().asked.retain(|asked| asked.seq != seq);
-        }
-        waited
+        .await
     }
 
     /// Sends one frame whole, retrying while another frame is being sent or the socket buffer
@@ -312,8 +310,23 @@ impl ControlChannel {
     /// Tells the peer this side closes on purpose. Best effort: a peer that already left, or a
     /// full socket buffer, loses nothing it needs.
     pub fn say_goodbye(&self) {
-        let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = (&self.stream).write(&[crate::GOODBYE]);
+        // Never waits behind a send (its caller may hold a backend's lock): a frame being
+        // written keeps the goodbye out, and the peer reads the socket's end instead.
+        if let Ok(_writing) = self.writing.try_lock() {
+            let _ = (&self.stream).write(&[crate::GOODBYE]);
+        }
+    }
+}
+
+/// Takes request `seq` off what awaits an answer when its wait ends, however it ends.
+struct Forget<'a> {
+    channel: &'a ControlChannel,
+    seq: u32,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.channel.state().asked.retain(|asked| asked.seq != self.seq);
     }
 }
 

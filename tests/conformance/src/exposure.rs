@@ -113,7 +113,8 @@ pub fn regions_exposed_after_connect_are_written_read_and_withdrawn<B: Backend>(
 }
 
 /// A withdrawal answers only once what the peer had posted to the region has finished: a write
-/// the peer posted before the withdrawal came is in the region, whole, when it returns.
+/// the peer posted before the withdrawal came is in the region, whole, when it returns (the
+/// region is the application's own memory, so no backend's post copies it in place).
 pub fn a_withdrawal_waits_for_what_the_peer_posted<B: Backend>(s: &Subject<'_, B>) {
     let _shared = shared();
     let p = pair(s.backend, 4096, s.backend.listen_address());
@@ -121,7 +122,12 @@ pub fn a_withdrawal_waits_for_what_the_peer_posted<B: Backend>(s: &Subject<'_, B
     let per_post = u64::from(p.sender.capabilities().max_wrs_per_post.clamp(1, 16));
     // One doorbell's worth, so that it is all posted before the withdrawal is asked for.
     let len = s.backend.scale().long_transfer_bytes.min(64 << 20).min(per_post * max_msg);
-    let late = p.receiver.register(MemoryKind::Host, len).expect("register after connect");
+    // The application's own memory: a backend that writes the peer's memory directly maps
+    // only its own, so the writes here go through its library and land later than the post.
+    let late = p
+        .receiver
+        .register_memory(CallerMemory::from(vec![0u8; len as usize]))
+        .expect("register after connect");
     let from = p.sender.register(MemoryKind::Host, len).expect("the sender's source");
     p.receiver.expose_blocking(late.id, deadline(20)).expect("expose");
     let expected = random_bytes(len as usize, 0xf3);
