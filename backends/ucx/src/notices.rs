@@ -268,7 +268,8 @@ pub(crate) unsafe extern "C" fn on_notice(
     let room = || {
         signals.arrivals.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, EventSender::room)
     };
-    loop {
+    // The common notice finds no ring or an empty one: one load, no lock.
+    while signals.ring.get().is_some_and(|ring| !ring.nothing_new()) {
         match signals.ring_to_queue(room()) {
             Ok(0) => break,
             Ok(_) => {}
