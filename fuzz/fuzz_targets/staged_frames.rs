@@ -2,7 +2,8 @@
 //! `Inbox`), with this side's own signalled writes and reads interleaved: every write it takes
 //! lies inside an exposed region, is non-empty and within the message limit, and owes an ack
 //! exactly when signalled; every ack completes the oldest signalled write still waiting, once;
-//! every read request lies inside an exposed region (TCP only); every read answer hands back the
+//! every read request lies inside an exposed region (TCP only); a control frame is TCP's only
+//! and of a bounded length; every read answer hands back the
 //! oldest read still waiting, of its length; a refused frame takes nothing off what waits; the
 //! end flushes exactly what still waited. A ring slot's words are admitted
 //! (`Inbox::admit_slot`) exactly when their decoded frame is a placed write asking no ack, as
@@ -12,7 +13,7 @@
 use libfuzzer_sys::fuzz_target;
 use rdma_hint_staged::protocol::{Awaited, Inbound, Inbox};
 use rdma_hint_staged::session::{NotRecorded, Received, Session};
-use rdma_hint_staged::wire::{ChannelKind, Frame, FrameKind, HEADER_BYTES, HEADER_WORDS};
+use rdma_hint_staged::wire::{ChannelKind, Frame, FrameKind, HEADER_BYTES, HEADER_WORDS, MAX_CONTROL_FRAME};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
             && match frame.kind {
                 FrameKind::Ack => awaiting.front() == Some(&frame.wr_id),
                 FrameKind::ReadData => reading.front() == Some(&(frame.wr_id, frame.len)),
-                FrameKind::Write | FrameKind::ReadRequest => false,
+                FrameKind::Write | FrameKind::ReadRequest | FrameKind::Control => false,
             };
         assert!(!owed_answer || received.is_ok(), "the awaited answer {frame:?} was refused");
         match received {
@@ -101,6 +102,10 @@ fuzz_target!(|data: &[u8]| {
             Ok(Received::ReadData(read)) => {
                 assert_eq!(channel, ChannelKind::Tcp);
                 assert_eq!(reading.pop_front(), Some(read), "an answer to a read that is not next");
+            }
+            Ok(Received::Control { len }) => {
+                assert_eq!(channel, ChannelKind::Tcp, "a control frame on the shm ring");
+                assert!((1..=MAX_CONTROL_FRAME).contains(&len), "a control frame of {len} B");
             }
             Err(reason) => assert!(reason.starts_with("protocol error"), "{reason}"),
         }

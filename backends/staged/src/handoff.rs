@@ -189,6 +189,32 @@ fn bound(stream: &UnixStream, deadline: Instant, started: Instant) -> Result<(),
     Ok(())
 }
 
+/// Which of a stream's timeouts a call arms.
+enum Way {
+    Send,
+    Receive,
+}
+
+/// Arms only the timeout of `way` with what is left until `deadline`: after connect, one thread
+/// sends on the hand-off (an expose) while another receives (the peer's), and neither's call may
+/// cut the other's short.
+fn bound_one(
+    stream: &UnixStream,
+    deadline: Instant,
+    started: Instant,
+    way: Way,
+) -> Result<(), TransportError> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Err(expired(started));
+    }
+    match way {
+        Way::Send => stream.set_write_timeout(Some(remaining))?,
+        Way::Receive => stream.set_read_timeout(Some(remaining))?,
+    }
+    Ok(())
+}
+
 /// The process at the other end runs as our user (root included: then both are root).
 fn same_user(stream: &UnixStream) -> Result<(), TransportError> {
     let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
@@ -231,7 +257,7 @@ pub(crate) fn send(
         chunks.push(&[]);
     }
     for chunk in chunks {
-        bound(stream, deadline, started)?;
+        bound_one(stream, deadline, started, Way::Send)?;
         send_fds(stream, chunk).map_err(|e| if Instant::now() >= deadline { expired(started) } else { e })?;
     }
     Ok(())
@@ -249,7 +275,7 @@ pub(crate) fn receive(
     let mut theirs = Vec::with_capacity(expected);
     loop {
         let due = (expected - theirs.len()).min(FDS_PER_MESSAGE);
-        bound(stream, deadline, started)?;
+        bound_one(stream, deadline, started, Way::Receive)?;
         let received =
             receive_fds(stream).map_err(|e| if Instant::now() >= deadline { expired(started) } else { e })?;
         if received.len() != due {

@@ -3,7 +3,7 @@
 
 use rdma_hint_backend_core::lanes::{Exposure, Lane};
 use rdma_hint_backend_core::PeerGone;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// One lane's state (see [`Lane`]). Posts count their ops in flight under the region table's
 /// read lock, so the domain's write lock alone keeps them off.
@@ -12,6 +12,11 @@ pub(crate) struct StagedLane {
     /// Posted ops the sender thread has not finished with (their source regions are busy
     /// until then).
     pub(crate) in_flight: AtomicUsize,
+    /// Ops ever queued for the sender thread, and of those the ones it finished with (sent,
+    /// copied or flushed): a withdrawal the peer asks for waits until `retired` reaches the
+    /// count `queued` had when it came.
+    pub(crate) queued: AtomicU64,
+    pub(crate) retired: AtomicU64,
     /// Why the link stopped; first reason wins.
     pub(crate) gone: PeerGone,
     /// Set when the sender thread ends: ops queued after that are never read.

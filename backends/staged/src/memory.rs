@@ -331,8 +331,11 @@ pub(crate) struct GatherSend<'a> {
     _borrows: PhantomData<&'a Memory>,
 }
 
-/// A header and [`MAX_SGES`](crate::request::MAX_SGES) ranges.
-const GATHER_PIECES: usize = crate::request::MAX_SGES as usize + 1;
+/// Local ranges one gather write takes, at most (one `sendmsg` carries them all, after the
+/// header).
+pub(crate) const MAX_SGES: u32 = 32;
+/// A header and [`MAX_SGES`] ranges.
+const GATHER_PIECES: usize = MAX_SGES as usize + 1;
 
 impl<'a> GatherSend<'a> {
     /// Starts with `header`.

@@ -2,7 +2,10 @@
 //! the link's reader thread applies only what [`Inbox::admit`] allowed, and the fuzz target
 //! `staged_frames` drives it with arbitrary frame sequences.
 
-use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_WORDS};
+use crate::wire::{
+    ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_WORDS, MAX_REGIONS,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One admitted frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +53,12 @@ pub enum Inbound {
         /// Bytes that follow.
         len: u64,
     },
+    /// TCP: one control frame of `len` bytes follows (a region exposed or withdrawn, or an
+    /// answer), for the link's control channel to check.
+    Control {
+        /// Bytes that follow.
+        len: u64,
+    },
 }
 
 /// What this side is waiting for from its peer when a frame comes in: the tag of the oldest
@@ -63,29 +72,42 @@ pub struct Awaited {
     pub read: Option<(u64, u64)>,
 }
 
-/// The receiving side's rules: the channel, the regions the peer may write (length by id)
-/// and the largest message. An acknowledgement must name the oldest signalled write of ours
-/// still waiting for one (TCP keeps frames in order), so a peer can neither complete a write
-/// twice nor complete one it has not placed yet.
-#[derive(Debug, Clone)]
+/// The receiving side's rules: the channel, the regions the peer may write (length by id, as
+/// exposed and withdrawn while the link runs) and the largest message. An acknowledgement must
+/// name the oldest signalled write of ours still waiting for one (TCP keeps frames in order), so
+/// a peer can neither complete a write twice nor complete one it has not placed yet.
+#[derive(Debug)]
 pub struct Inbox {
     channel: ChannelKind,
-    exposed: Vec<Option<u64>>,
+    /// Each id's exposed length, 0 when not exposed: read without a lock on the ring's path.
+    exposed: Box<[AtomicU64]>,
     max_msg_bytes: u64,
 }
 
 impl Inbox {
-    /// Rules for `channel` with `exposed` regions as `(id, len)`.
+    /// Rules for `channel` with `exposed` regions as `(id, len)` (ids past [`MAX_REGIONS`],
+    /// which no table hands out, are never exposed).
     pub fn new(channel: ChannelKind, exposed: &[(u32, u64)], max_msg_bytes: u64) -> Inbox {
-        let mut table: Vec<Option<u64>> = Vec::new();
+        let inbox =
+            Inbox { channel, exposed: (0..MAX_REGIONS).map(|_| AtomicU64::new(0)).collect(), max_msg_bytes };
         for (id, len) in exposed {
-            let index = *id as usize;
-            if table.len() <= index {
-                table.resize(index + 1, None);
-            }
-            table[index] = Some(*len);
+            inbox.expose(*id, *len);
         }
-        Inbox { channel, exposed: table, max_msg_bytes }
+        inbox
+    }
+
+    /// Region `id` of `len` bytes may be written and read by the peer from now on.
+    pub fn expose(&self, id: u32, len: u64) {
+        if let Some(slot) = self.exposed.get(id as usize) {
+            slot.store(len, Ordering::Release);
+        }
+    }
+
+    /// Region `id` is withdrawn: a frame that names it from now on is a protocol error.
+    pub fn withdraw(&self, id: u32) {
+        if let Some(slot) = self.exposed.get(id as usize) {
+            slot.store(0, Ordering::Release);
+        }
     }
 
     /// Admits `frame`, given what this side is waiting for ([`Awaited`]); anything else is a
@@ -116,6 +138,11 @@ impl Inbox {
                 )),
                 _ => Err("protocol error: acknowledgement for a write that was never sent".into()),
             },
+            FrameKind::Control if self.channel == ChannelKind::Tcp => Ok(Inbound::Control { len: frame.len }),
+            FrameKind::Control => {
+                Err("protocol error: a control frame on the shm channel's ring (they travel on its socket)"
+                    .into())
+            }
         }
     }
 
@@ -156,7 +183,8 @@ impl Inbox {
 
     /// The length of exposed region `region`; `None` when it is not exposed.
     fn region_len(&self, region: u32) -> Option<u64> {
-        self.exposed.get(region as usize).copied().flatten()
+        let len = self.exposed.get(region as usize)?.load(Ordering::Acquire);
+        (len > 0).then_some(len)
     }
 
     /// Whether a write of `len` bytes at `offset` lies in a region of `region_len` bytes, is
@@ -276,6 +304,30 @@ mod tests {
         assert_eq!(inbox.admit(&answer, reading(9, 4096)), Ok(Inbound::ReadData { wr_id: 9, len: 4096 }));
         assert!(inbox.admit(&answer, reading(8, 4096)).is_err(), "not the read that is next");
         assert!(inbox.admit(&answer, reading(9, 64)).is_err(), "more bytes than were asked for");
+    }
+
+    /// Control frames travel on TCP's socket only (never on the shm ring), and a region exposed
+    /// after connect is admitted until its withdrawal, then refused like one never exposed.
+    #[test]
+    fn control_frames_are_tcps_and_a_withdrawn_region_is_refused() {
+        let none = Awaited::default();
+        let tcp = Inbox::new(ChannelKind::Tcp, &[(0, 4096)], 1 << 20);
+        assert_eq!(tcp.admit(&Frame::control(64), none), Ok(Inbound::Control { len: 64 }));
+        let shm = Inbox::new(ChannelKind::Shm, &[(0, 4096)], 1 << 20);
+        assert!(shm.admit(&Frame::control(64), none).unwrap_err().starts_with("protocol error"));
+        assert!(shm.admit_slot(Frame::control(64).to_words()).unwrap_err().starts_with("protocol error"));
+
+        assert!(tcp.admit(&write(5, 0, 1, 0), none).is_err(), "not exposed yet");
+        tcp.expose(5, 8192);
+        assert!(tcp.admit(&write(5, 4096, 4096, 0), none).is_ok());
+        assert!(tcp.admit(&read(FrameKind::ReadRequest, 5, 0, 8192, 1), none).is_ok());
+        assert!(tcp.admit(&write(5, 4096, 4097, 0), none).is_err(), "past the exposed length");
+        tcp.withdraw(5);
+        assert!(tcp.admit(&write(5, 0, 1, 0), none).unwrap_err().starts_with("protocol error"));
+        assert!(tcp.admit(&read(FrameKind::ReadRequest, 5, 0, 1, 1), none).is_err());
+        assert!(tcp.admit(&write(0, 0, 4096, 0), none).is_ok(), "the connect's region stays");
+        tcp.expose(u32::MAX, 1);
+        assert!(tcp.admit(&write(u32::MAX, 0, 1, 0), none).is_err(), "an id no table hands out");
     }
 
     #[test]

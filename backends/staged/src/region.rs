@@ -1,7 +1,7 @@
 //! What a registered region is backed by: host memory (heap or shm) or, with feature `cuda`,
 //! GPU memory staged through pinned buffers on its way to and from the wire.
 
-use crate::memory::{Direction, Memory};
+use crate::memory::{Direction, Memory, PeerMapping};
 use rdma_hint_core::{CallerMemory, MemoryKind, Refused, TransportError};
 use rdma_hint_stream_copy::Run;
 use std::net::TcpStream;
@@ -27,6 +27,10 @@ pub(crate) struct Staging {
     /// memory is not freed under the copy engine).
     #[cfg(feature = "cuda")]
     in_flight: Vec<std::sync::Arc<RegionMemory>>,
+    /// The peer mappings `peer` has page-locked, kept mapped while it knows them (a peer that
+    /// withdraws a region drops its mapping elsewhere: this keeps it until it is unpinned).
+    #[cfg(feature = "cuda")]
+    pinned: Vec<std::sync::Arc<PeerMapping>>,
     /// Whether the next host copy streams past the cache, and whether streamed stores are
     /// still unfenced.
     run: Run,
@@ -66,18 +70,43 @@ impl Staging {
         }
         Ok(())
     }
+
+    /// Lets go of the peer mappings GPU copies went into that nothing else holds any more (the
+    /// peer withdrew the region, and no queued op names it): unpinned once every copy landed,
+    /// then unmapped.
+    pub(crate) fn release_withdrawn(&mut self) -> Result<(), TransportError> {
+        #[cfg(feature = "cuda")]
+        if self.pinned.iter().any(|mapping| std::sync::Arc::strong_count(mapping) == 1) {
+            self.settle()?;
+            let (peer, pinned) = (&mut self.peer, &mut self.pinned);
+            pinned.retain(|mapping| {
+                if std::sync::Arc::strong_count(mapping) > 1 {
+                    return true;
+                }
+                if let (Some(peer), Ok(memory)) = (peer.as_mut(), mapping.get()) {
+                    let (base, len) = memory.mapping();
+                    // SAFETY: every copy has landed (settled above) and the mapping is still
+                    // mapped: this is its last holder, and it is dropped only after this.
+                    unsafe { peer.forget(base, len) };
+                }
+                false
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Copies `len` bytes at `from` of `memory` into the peer's mapped host memory at `to` (shm
-/// channel). Host memory is copied on return; GPU memory may be queued: call
-/// [`Staging::settle`] before anyone may rely on the bytes.
+/// channel), `target` the peer's region's mapping. Host memory is copied on return; GPU memory
+/// may be queued: call [`Staging::settle`] before anyone may rely on the bytes.
 pub(crate) fn copy_to_peer(
     memory: &std::sync::Arc<RegionMemory>,
     from: u64,
-    target: &Memory,
+    target_mapping: &std::sync::Arc<PeerMapping>,
     (to, len): (u64, u64),
     staging: &mut Staging,
 ) -> Result<(), TransportError> {
+    let target = target_mapping.get()?;
     match &**memory {
         RegionMemory::Host(host) => {
             // Queued GPU copies land first: a later write to the same bytes must win.
@@ -99,11 +128,15 @@ pub(crate) fn copy_to_peer(
                 return Err(gpu_error(crate::gpu::GpuProbeError::Invalid("no copier".into())));
             };
             let destination = (target.range_ptr(to, len)?, usize_of(len)?);
-            // SAFETY: the peer mapping belongs to this link and outlives the copier (both are
-            // dropped when the link's threads end, the copier first); `memory` is kept in
-            // `in_flight` until `settle`, so the source stays allocated while a copy is queued.
+            // SAFETY: the peer mapping stays mapped while the copier knows it (kept in
+            // `pinned` until `release_withdrawn` unpins it, or until the link's threads end, the
+            // copier first); `memory` is kept in `in_flight` until `settle`, so the source stays
+            // allocated while a copy is queued.
             unsafe { peer.copy(buffer, usize_of(from)?, destination, target.mapping()) }
                 .map_err(gpu_error)?;
+            if !staging.pinned.iter().any(|kept| std::sync::Arc::ptr_eq(kept, target_mapping)) {
+                staging.pinned.push(target_mapping.clone());
+            }
             // One keep-alive per region, not per op: bounded by the region table.
             if peer.is_queued() && !staging.in_flight.iter().any(|m| std::sync::Arc::ptr_eq(m, memory)) {
                 staging.in_flight.push(memory.clone());

@@ -3,14 +3,14 @@
 //! into one fixed-size [`Request`] (posting allocates nothing). The posting paths read requests through
 //! the backend core's [`Pieces`].
 
+use crate::memory::PeerMapping;
+pub(crate) use crate::memory::MAX_SGES;
 pub(crate) use rdma_hint_backend_core::gather::{Gathered, Pieces};
 use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, WriteOp};
-
-/// Local ranges one gather write takes, at most.
-pub(crate) const MAX_SGES: u32 = 32;
+use std::sync::Arc;
 
 /// A request copied for the sender thread.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Request {
     /// A write's head, or a read's ranges ([`ReadOp::ranges`]) when `read`.
     head: WriteOp,
@@ -18,14 +18,23 @@ pub(crate) struct Request {
     /// Entries of a gather; 0 for a plain write (its range is the head's).
     count: u8,
     entries: [GatherEntry; MAX_SGES as usize],
+    /// shm: the peer's region as it was when the request was posted (its mapping, and whether
+    /// it wants every write announced). The peer may withdraw the region while the request
+    /// waits in the queue; its withdrawal waits for the request, which keeps the mapping.
+    target: Option<(Arc<PeerMapping>, bool)>,
 }
 
 impl Request {
     /// `request` copied; a gather of more than [`MAX_SGES`] entries was refused before.
     pub(crate) fn of(request: &impl Pieces) -> Request {
         let head = request.head();
-        let mut copied =
-            Request { head, read: false, count: 0, entries: [GatherEntry::EMPTY; MAX_SGES as usize] };
+        let mut copied = Request {
+            head,
+            read: false,
+            count: 0,
+            entries: [GatherEntry::EMPTY; MAX_SGES as usize],
+            target: None,
+        };
         let mut pieces = request.pieces().peekable();
         let plain = pieces.peek().is_some_and(|first| first.len == head.len);
         if !plain {
@@ -48,7 +57,19 @@ impl Request {
             read: true,
             count: 0,
             entries: [GatherEntry::EMPTY; MAX_SGES as usize],
+            target: None,
         }
+    }
+
+    /// The request toward the peer's region `mapping` (shm), which wants every write announced
+    /// when `notify_each_write`.
+    pub(crate) fn toward(self, mapping: Option<&Arc<PeerMapping>>, notify_each_write: bool) -> Request {
+        Request { target: mapping.map(|mapping| (mapping.clone(), notify_each_write)), ..self }
+    }
+
+    /// shm: the peer's region's mapping as posted, and whether it wants every write announced.
+    pub(crate) fn target(&self) -> Option<(&Arc<PeerMapping>, bool)> {
+        self.target.as_ref().map(|(mapping, notify)| (mapping, *notify))
     }
 
     /// Whether this is a read (its head's `local` is the destination).

@@ -160,7 +160,10 @@ mod tests {
                 imms.push(arrival.unwrap_or(u32::MAX));
                 Ok(())
             }
-            Inbound::Ack { .. } | Inbound::ReadRequest { .. } | Inbound::ReadData { .. } => {
+            Inbound::Ack { .. }
+            | Inbound::ReadRequest { .. }
+            | Inbound::ReadData { .. }
+            | Inbound::Control { .. } => {
                 unreachable!("refused by take")
             }
         })?;

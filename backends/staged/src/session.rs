@@ -94,6 +94,11 @@ pub enum Received<R> {
     },
     /// The bytes of our oldest read follow (its length): place them, then complete it.
     ReadData(R),
+    /// A control frame of `len` bytes follows: hand it to the link's control channel.
+    Control {
+        /// Bytes.
+        len: u64,
+    },
 }
 
 /// What a placed write owes: the ack goes on the wire before the arrival is published, so an
@@ -210,6 +215,7 @@ impl<R: AwaitedRead> Session<R> {
             Inbound::ReadData { .. } => {
                 Received::ReadData(self.reads.pop_front().expect("admitted only while a read waits"))
             }
+            Inbound::Control { len } => Received::Control { len },
         })
     }
 

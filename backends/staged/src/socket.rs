@@ -1,5 +1,5 @@
-//! The few socket calls the TCP channel's frame reading needs beyond `std`: whether bytes wait,
-//! how many, and a look at the next header without taking it. A wait that polls the socket
+//! The few socket calls the TCP channel needs beyond `std`: whether bytes wait, how many, a look
+//! at the next header without taking it, and a send that never waits. A wait that polls the socket
 //! itself (`BusyPoll`) takes only frames that are wholly there, so it never blocks on a peer.
 
 use std::net::TcpStream;
@@ -39,4 +39,26 @@ pub(crate) fn peek(socket: &TcpStream, out: &mut [u8]) -> bool {
         )
     };
     usize::try_from(got).is_ok_and(|got| got == out.len())
+}
+
+/// Sends what of `bytes` the socket's buffer takes now, without waiting: 0 when it is full.
+pub(crate) fn send_now(socket: &TcpStream, bytes: &[u8]) -> std::io::Result<usize> {
+    // SAFETY: `bytes` is readable for its length; MSG_DONTWAIT makes this one call return at
+    // once on a blocking socket, and MSG_NOSIGNAL turns a closed peer into an error, not SIGPIPE.
+    let sent = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if let Ok(sent) = usize::try_from(sent) {
+        return Ok(sent);
+    }
+    let error = std::io::Error::last_os_error();
+    match error.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+        _ => Err(error),
+    }
 }

@@ -3,22 +3,24 @@
 use crate::channel::{capabilities, StagedChannel};
 use crate::handoff::{self, Offer};
 use crate::lane::StagedLane;
-use crate::link::{Link, LinkParts, RemoteEntry, RemoteRegions, Rings};
+use crate::link::{Link, LinkParts, RemoteEntry, RemoteView, Rings};
 use crate::local::{local, Bounce, LocalEntry, LocalRegions, StagedMemory};
 use crate::memory::PeerMapping;
 use crate::request::{Gathered, Pieces, Request};
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use rdma_hint_backend_core::gather::gathered;
+use rdma_hint_backend_core::lanes::Lane;
 use rdma_hint_backend_core::wait::{wait, WaitModeCell};
-use rdma_hint_backend_core::{DomainCore, RegionTable};
+use rdma_hint_backend_core::{DomainCore, PeerRegions, RegionTable};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, Domain, GatherEntry, GatherOp, PeerEndpoint, ReadOp, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
-use rdma_hint_oob::Rendezvous;
+use rdma_hint_oob::{Asking, Rendezvous};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -156,12 +158,31 @@ impl StagedTransport {
         let mut regions = self.regions.regions_mut();
         for id in expose {
             let Ok(entry) = regions.get_mut(*id) else { continue };
-            let mappable = entry.memory.host().is_some_and(|memory| memory.shm_fd().is_some());
-            if entry.bounce.is_none() && !mappable {
-                entry.bounce = Some(Arc::new(Bounce::new(&entry.memory)?));
-            }
+            bounce_if_unmappable(entry)?;
         }
         Ok(())
+    }
+
+    /// Region `region`'s entry as the peer will reach it once exposed after connect: on the shm
+    /// channel behind a bounce where the peer cannot map it.
+    fn exposable(&self, region: RegionId) -> Result<LocalEntry, TransportError> {
+        let mut regions = self.regions.regions_mut();
+        let entry = regions.get_mut(region)?;
+        if self.channel == StagedChannel::SharedMemory {
+            bounce_if_unmappable(entry)?;
+        }
+        Ok(entry.clone())
+    }
+
+    /// How this lane asks its peer to load or drop a region: the link's thread that watches
+    /// the socket takes the answer in, so the wait only sleeps.
+    fn asking<'a>(&'a self, link: &'a Link) -> Asking<'a, impl FnMut() + Unpin> {
+        Asking {
+            control: link.control(),
+            exposure: &self.lane.exposure,
+            mode: self.wait_mode.get(),
+            drive: || (),
+        }
     }
 
     fn link(&self) -> Result<&Link, TransportError> {
@@ -200,10 +221,10 @@ impl StagedTransport {
     fn check_read(
         &self,
         regions: &RegionTable<LocalEntry>,
-        link: &Link,
+        remote: &RemoteView<'_>,
         op: &ReadOp,
     ) -> Result<(), TransportError> {
-        self.check_op(regions, link, &op.ranges())?;
+        self.check_op(regions, remote, &op.ranges())?;
         if self.channel != StagedChannel::SharedMemory {
             return Ok(());
         }
@@ -211,8 +232,7 @@ impl StagedTransport {
         if local.host().is_none() {
             return Err(TransportError::UnsupportedMemory { kind: local.kind() });
         }
-        if link.remote.get(op.remote.0 as usize).and_then(Option::as_ref).is_some_and(|r| r.notify_each_write)
-        {
+        if remote.get(op.remote)?.notify_each_write {
             return Err(TransportError::InvalidArgument {
                 what: "read",
                 why: format!(
@@ -224,21 +244,16 @@ impl StagedTransport {
         Ok(())
     }
 
-    /// Checks one op against the region table (read-locked once per batch by the caller: no
+    /// Checks one op against the region tables (read-locked once per batch by the caller: no
     /// reference counting on the posting path).
     fn check_op(
         &self,
         regions: &RegionTable<LocalEntry>,
-        link: &Link,
+        remote: &RemoteView<'_>,
         op: &WriteOp,
     ) -> Result<(), TransportError> {
         let source = regions.get(op.local)?;
-        let remote_len = link
-            .remote
-            .get(op.remote.0 as usize)
-            .and_then(Option::as_ref)
-            .map(|r| r.len)
-            .ok_or(TransportError::UnregisteredRegion(op.remote))?;
+        let remote_len = remote.get(op.remote)?.len;
         op.check_lens(source.memory.len(), remote_len, self.caps.facts.max_msg_bytes)
     }
 }
@@ -250,18 +265,20 @@ impl StagedTransport {
     fn post(&self, ops: &[impl Pieces]) -> Result<(), TransportError> {
         let link = self.postable(ops.len())?;
         // Held until the ops are queued and counted: a region cannot be released (nor lent)
-        // between the check and the count.
+        // between the check and the count, and a withdrawal of the peer's that comes meanwhile
+        // counts them among the ops it waits for.
         let regions = self.regions.regions();
+        let remote = link.remote.view();
         for request in ops {
             for piece in request.pieces() {
-                self.check_op(&regions, link, &piece)?;
+                self.check_op(&regions, &remote, &piece)?;
             }
         }
-        if link.post_in_place(ops, &regions)? || link.post_over_socket(ops, &regions)? {
+        if link.post_in_place(ops, &regions, &remote)? || link.post_over_socket(ops, &regions)? {
             return Ok(());
         }
-        self.queue(link, ops.iter().map(Request::of), usize::MAX)?;
-        drop(regions);
+        self.queue(link, ops.iter().map(|op| aimed(&remote, Request::of(op))), usize::MAX)?;
+        drop((regions, remote));
         Ok(())
     }
 
@@ -296,6 +313,7 @@ impl StagedTransport {
             return Err(TransportError::QueueFull { given: count as u32, max: room as u32 });
         }
         self.lane.in_flight.fetch_add(count, Ordering::AcqRel);
+        self.lane.queued.fetch_add(count as u64, Ordering::AcqRel);
         for (queued, request) in requests.enumerate() {
             if link.ops.try_send(request).is_err() {
                 self.lane.in_flight.fetch_sub(count - queued, Ordering::AcqRel);
@@ -404,12 +422,27 @@ impl Transport for StagedTransport {
     }
 
     fn peer_regions(&self) -> Vec<RemoteRegion> {
-        let Ok(link) = self.link() else { return Vec::new() };
-        (link.remote.iter().enumerate())
-            .filter_map(|(id, entry)| {
-                entry.as_ref().map(|entry| RemoteRegion { id: RegionId(id as u32), len: entry.len })
-            })
-            .collect()
+        self.link().map(|link| link.remote.list()).unwrap_or_default()
+    }
+
+    async fn expose(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        let link = self.postable(0)?;
+        let describe = async {
+            let entry = self.exposable(region)?;
+            link.open_to_peer(region, entry, deadline)
+        };
+        // Describing fails before anything is set up for the peer; a peer that could not load
+        // the region has it closed again before the region counts as unexposed.
+        self.asking(link).expose(region, describe, deadline, || link.close_to_peer(region)).await
+    }
+
+    async fn withdraw(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
+        let link = self.link()?;
+        let lane = &self.lane;
+        // A gone peer may still write what it holds until its link's threads have seen the end.
+        let gone =
+            |why: String| if lane.peer_may_write() { Err(TransportError::PeerGone(why)) } else { Ok(()) };
+        self.asking(link).withdraw(region, deadline, gone, || link.close_to_peer(region)).await
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {
@@ -420,20 +453,21 @@ impl Transport for StagedTransport {
         let link = self.postable(ops.len())?;
         // Held until the reads are queued and counted, as a post's writes are.
         let regions = self.regions.regions();
+        let remote = link.remote.view();
         for op in ops {
-            self.check_read(&regions, link, op)?;
+            self.check_read(&regions, &remote, op)?;
         }
-        if link.read_in_place(ops, &regions)? {
+        if link.read_in_place(ops, &regions, &remote)? {
             return Ok(());
         }
         // TCP: places in the peer's window of answers first, so that reads queued and not yet
         // asked count against it too.
         link.reserve_reads(ops.len())?;
-        if let Err(e) = self.queue(link, ops.iter().map(Request::read), usize::MAX) {
+        if let Err(e) = self.queue(link, ops.iter().map(|op| aimed(&remote, Request::read(op))), usize::MAX) {
             link.unreserve_reads(ops.len());
             return Err(e);
         }
-        drop(regions);
+        drop((regions, remote));
         Ok(())
     }
 
@@ -509,6 +543,25 @@ fn check_peer_descriptors(
     Ok((mapped.collect::<Result<_, _>>()?, outbound))
 }
 
+/// shm channel: gives `entry`, if the peer cannot map it (caller host memory, GPU memory), a
+/// shared bounce mapping the peer writes instead.
+fn bounce_if_unmappable(entry: &mut LocalEntry) -> Result<(), TransportError> {
+    let mappable = entry.memory.host().is_some_and(|memory| memory.shm_fd().is_some());
+    if entry.bounce.is_none() && !mappable {
+        entry.bounce = Some(Arc::new(Bounce::new(&entry.memory)?));
+    }
+    Ok(())
+}
+
+/// `request` toward the peer's region it names, as `remote` holds it now (checked before):
+/// the sender thread reaches the region through what the request carries.
+fn aimed(remote: &RemoteView<'_>, request: Request) -> Request {
+    match remote.get(request.head().remote) {
+        Ok(entry) => request.toward(entry.mapped.as_ref(), entry.notify_each_write),
+        Err(_) => request,
+    }
+}
+
 /// A poll's count as a wait attempt: nothing yet is `None`.
 fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
     found.map(|n| (n > 0).then_some(n))
@@ -552,32 +605,31 @@ struct LinkSetup {
 impl LinkSetup {
     /// Swaps shm regions with the peer and maps its, and starts the link threads.
     fn start(self, stream: TcpStream, hello: &Hello) -> Result<Link, TransportError> {
-        let (mut mapped, rings) = match self.channel {
+        let (mut mapped, rings, handoff) = match self.channel {
             ChannelKind::Shm => {
-                let (mapped, rings) = self.swap_regions(hello)?;
-                (mapped.into_iter().map(Some).collect(), Some(rings))
+                let (mapped, rings, handoff) = self.swap_regions(hello)?;
+                (
+                    mapped.into_iter().map(|mapping| Some(Arc::new(mapping))).collect(),
+                    Some(rings),
+                    Some(handoff),
+                )
             }
-            ChannelKind::Tcp => (Vec::new(), None),
+            ChannelKind::Tcp => (Vec::new(), None, None),
         };
-        let mut remote: Vec<Option<RemoteEntry>> = Vec::new();
-        for (position, region) in hello.regions.iter().enumerate() {
+        let remote = PeerRegions::from_hello(hello.regions.iter().enumerate().map(|(position, region)| {
             let mapped = mapped.get_mut(position).and_then(Option::take);
-            let index = region.id as usize;
-            if remote.len() <= index {
-                remote.resize_with(index + 1, || None);
-            }
-            remote[index] =
-                Some(RemoteEntry { len: region.len, mapped, notify_each_write: region.notify_each_write });
-        }
+            (region.id, RemoteEntry { len: region.len, mapped, notify_each_write: region.notify_each_write })
+        }));
         let parts = LinkParts {
             channel: self.channel,
             local: self.regions,
-            remote: Arc::new(remote) as RemoteRegions,
+            remote: Arc::new(remote),
             limits: (self.max_outstanding, self.max_msg_bytes),
             lane: self.lane,
             rings,
             wait_mode: self.wait_mode,
             expose: self.expose.clone(),
+            handoff,
         };
         Link::start(stream, parts)
     }
@@ -585,7 +637,7 @@ impl LinkSetup {
     /// Hands our exposed regions' memfds and then our ring's to the peer and checks the ones it
     /// hands us the same way (its regions are mapped when this side first writes them, its
     /// ring now), over the hand-off socket (offered by the accepting side, dialled by the other).
-    fn swap_regions(&self, peer: &Hello) -> Result<(Vec<PeerMapping>, Rings), TransportError> {
+    fn swap_regions(&self, peer: &Hello) -> Result<(Vec<PeerMapping>, Rings, UnixStream), TransportError> {
         // Part of the handshake, under its limit: a peer that never dials the hand-off (or
         // never accepts ours) holds this side 5 s, not for the whole connect's deadline.
         let deadline = self.deadline.min(Instant::now() + rdma_hint_oob::HANDSHAKE_TIMEOUT);
@@ -626,6 +678,6 @@ impl LinkSetup {
             handoff::send(&stream, &fds, deadline)?;
             check_peer_descriptors(handoff::receive(&stream, expected, deadline)?, peer)?
         };
-        Ok((mapped, Rings::new(inbound, outbound)?))
+        Ok((mapped, Rings::new(inbound, outbound)?, stream))
     }
 }

@@ -8,15 +8,19 @@
 //! every write (see [`ExposedRegion::notify_each_write`]). The regions' memfds then cross the
 //! hand-off socket in hello order.
 //!
-//! Frames (fixed 40-byte header, then `len` payload bytes for `Write` on the TCP channel):
-//! kind u8 · flags u8 · status u16 · region u32 · offset u64 · len u64 · wr_id u64 · imm u32 ·
-//! reserved u32 (zero).
+//! Frames (fixed 40-byte header, then `len` payload bytes for `Write`, `ReadData` and `Control`
+//! on the TCP channel): kind u8 · flags u8 · status u16 · region u32 · offset u64 · len u64 ·
+//! wr_id u64 · imm u32 · reserved u32 (zero). A `Control` frame carries one frame of the shared
+//! control protocol (`rdma_hint_oob::Control`: a region exposed or withdrawn after connect, an
+//! answer); on the shm channel those travel alone on the socket, and a region's memfd crosses the
+//! hand-off socket before its `Expose` (matched by the file's inode, the descriptor's key).
 
 use crate::handoff::{is_handoff_name, COOKIE_BYTES};
 use bytes::BufMut;
 use rdma_hint_core::TransportError;
 use rdma_hint_oob::{
     handshake_error as handshake, put_prefixed_u8, Backend, HelloLimits, RegionDescriptor, WireReader,
+    MAX_CONTROL_BODY,
 };
 use std::io::Read;
 
@@ -27,7 +31,13 @@ pub const HEADER_BYTES: usize = 40;
 /// A frame header's 64-bit words.
 pub const HEADER_WORDS: usize = HEADER_BYTES / 8;
 /// Region flag: the writer notifies every write (see [`ExposedRegion::notify_each_write`]).
-const REGION_NOTIFY_EACH_WRITE: u8 = 1;
+pub const REGION_NOTIFY_EACH_WRITE: u8 = 1;
+/// What a region exposed after connect may carry: the flag, and on the shm channel its memfd's
+/// inode (8 bytes) as the key.
+pub const CONTROL_LIMITS: HelloLimits =
+    HelloLimits { max_connection_bytes: 0, max_key_bytes: 8, known_flags: REGION_NOTIFY_EACH_WRITE };
+/// The largest `Control` frame's body: one control frame, header included.
+pub const MAX_CONTROL_FRAME: u64 = 3 + MAX_CONTROL_BODY as u64;
 /// Longest hand-off socket name accepted, in bytes.
 const MAX_HANDOFF_NAME_BYTES: usize = 64;
 /// What a staged hello may carry: the channel and a hand-off socket, no region keys.
@@ -175,6 +185,9 @@ pub enum FrameKind {
     /// TCP: the bytes a read request asked for, `len` of them after the header, for the
     /// reader's read `wr_id` (answers come in the order the requests went).
     ReadData = 4,
+    /// TCP: one control frame of `len` bytes (at most [`MAX_CONTROL_FRAME`]) follows; every
+    /// other field is zero.
+    Control = 5,
 }
 
 /// Flag: the writer wants an `Ack`.
@@ -217,6 +230,11 @@ impl Frame {
     /// ```
     pub fn ack(region: u32, wr_id: u64) -> Frame {
         Frame { kind: FrameKind::Ack, flags: 0, status: 0, region, offset: 0, len: 0, wr_id, imm: 0 }
+    }
+
+    /// The header of a control frame of `len` bytes.
+    pub fn control(len: u64) -> Frame {
+        Frame { kind: FrameKind::Control, flags: 0, status: 0, region: 0, offset: 0, len, wr_id: 0, imm: 0 }
     }
 
     /// Encodes into a fixed header.
@@ -262,6 +280,7 @@ impl Frame {
             2 => FrameKind::Ack,
             3 => FrameKind::ReadRequest,
             4 => FrameKind::ReadData,
+            5 => FrameKind::Control,
             other => return Err(handshake(format!("unknown frame kind {other}"))),
         };
         let flags = (first >> 8) as u8;
@@ -286,6 +305,13 @@ impl Frame {
         }
         if matches!(kind, FrameKind::ReadRequest | FrameKind::ReadData) && (flags != 0 || frame.status != 0) {
             return Err(handshake("a read's frames carry no flags and no status"));
+        }
+        if kind == FrameKind::Control
+            && (frame != Frame::control(len) || !(1..=MAX_CONTROL_FRAME).contains(&len))
+        {
+            return Err(handshake(format!(
+                "a control frame carries 1 to {MAX_CONTROL_FRAME} B and nothing else in its header"
+            )));
         }
         Ok(frame)
     }
@@ -353,7 +379,7 @@ mod tests {
         bad_magic[0] = b'X';
         cases.push((bad_magic, "magic"));
         let mut bad_version = good.clone();
-        bad_version[8] = 8; // the version before this one
+        bad_version[8] = 9; // the version before this one
         cases.push((bad_version, "version"));
         let mut bad_channel = good.clone();
         bad_channel[blob_at()] = 7;
@@ -461,5 +487,29 @@ mod tests {
         assert!(Frame::decode(&bytes).is_err());
         let ack = Frame { kind: FrameKind::Ack, flags: FLAG_IMM, ..frame };
         assert!(Frame::decode(&ack.encode()).is_err());
+    }
+
+    /// A control frame's header holds its length, bounded before anything is read for it, and
+    /// nothing else.
+    #[test]
+    fn a_control_frame_carries_a_bounded_body_and_nothing_else() {
+        for len in [1, 64, MAX_CONTROL_FRAME] {
+            let frame = Frame::control(len);
+            assert_eq!(Frame::decode(&frame.encode()).unwrap(), frame);
+        }
+        let control = Frame::control(8);
+        for bad in [
+            Frame::control(0),
+            Frame::control(MAX_CONTROL_FRAME + 1),
+            Frame::control(u64::MAX),
+            Frame { region: 1, ..control },
+            Frame { offset: 1, ..control },
+            Frame { flags: FLAG_IMM, ..control },
+            Frame { status: 1, ..control },
+            Frame { wr_id: 3, ..control },
+            Frame { imm: 3, ..control },
+        ] {
+            assert!(Frame::decode(&bad.encode()).is_err(), "{bad:?}");
+        }
     }
 }

@@ -9,7 +9,10 @@ use rdma_hint_core::{
     TransportError, WriteOp,
 };
 use rdma_hint_integration_tests::{env, peer_role, Peer};
-use rdma_hint_staged::wire::{ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM};
+use rdma_hint_oob::Control;
+use rdma_hint_staged::wire::{
+    ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM, MAX_CONTROL_FRAME,
+};
 use rdma_hint_staged::{StagedChannel, StagedTransport, FLUSHED_STATUS};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -118,7 +121,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
 #[test]
 fn malformed_handshakes_are_rejected() {
     let mut bad_version = Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode();
-    bad_version[8] = 8; // the version before this one
+    bad_version[8] = 9; // the version before this one
     assert!(matches!(raw_peer_sends(bad_version, true), TransportError::Handshake(_)));
     let http = b"GET / HTTP/1.1\r\n\r\n".to_vec();
     assert!(
@@ -132,6 +135,13 @@ fn malformed_handshakes_are_rejected() {
         matches!(raw_peer_sends(b"RDMAH".to_vec(), true), TransportError::PeerGone(_)),
         "truncated hello"
     );
+}
+
+/// One control message in the `Control` frame that carries it on TCP.
+fn control(message: Control) -> Vec<u8> {
+    let mut body = Vec::new();
+    message.encode(&mut body);
+    [Frame::control(body.len() as u64).encode().to_vec(), body].concat()
 }
 
 #[test]
@@ -149,6 +159,15 @@ fn malformed_frames_break_the_link_without_an_arrival() {
         ("ack never asked for", {
             let ack = Frame::ack(0, 3);
             [hello.clone(), ack.encode().to_vec()].concat()
+        }),
+        ("a control frame outside the control protocol", {
+            [hello.clone(), Frame::control(1).encode().to_vec(), vec![9]].concat()
+        }),
+        ("an answer to a request never asked", {
+            [hello.clone(), control(Control::Done { seq: 0, refused: None })].concat()
+        }),
+        ("an oversized control frame", {
+            [hello.clone(), Frame::control(MAX_CONTROL_FRAME + 1).encode().to_vec()].concat()
         }),
     ];
     for (name, bytes) in cases {

@@ -694,7 +694,9 @@ impl Engine {
             if loss.clean {
                 control.say_goodbye();
             } else {
-                let _ = control.stream().shutdown(std::net::Shutdown::Write);
+                if let Some(stream) = control.stream() {
+                    let _ = stream.shutdown(std::net::Shutdown::Write);
+                }
             }
         }
         // The forced close ends every put: none reads its source any more.

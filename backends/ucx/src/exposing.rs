@@ -248,7 +248,7 @@ impl UcxTransport {
             Ok(ExposedRegion { id: region.0, address: memory.address(0), len: memory.len(), rkey }
                 .descriptor())
         };
-        asking.expose(region, describe, deadline).await
+        asking.expose(region, describe, deadline, || ()).await
     }
 
     /// [`Transport::withdraw`](rdma_hint_core::Transport::withdraw): the peer stops putting to
@@ -264,6 +264,6 @@ impl UcxTransport {
             true => Ok(()),
             false => Err(TransportError::PeerGone(why)),
         };
-        self.asking()?.withdraw(region, deadline, gone).await
+        self.asking()?.withdraw(region, deadline, gone, || ()).await
     }
 }

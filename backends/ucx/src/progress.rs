@@ -122,7 +122,7 @@ impl std::fmt::Debug for OwnMemory {
 /// while they spin, so this thread carries the work once they sleep.
 pub(crate) fn run(shared: Arc<Shared>) {
     let signals = shared.engine().signals.clone();
-    let mut oob_fd = shared.control.get().map_or(-1, |control| control.stream().as_raw_fd());
+    let mut oob_fd = shared.control.get().and_then(|control| control.stream()).map_or(-1, AsRawFd::as_raw_fd);
     while !shared.stop.load(Ordering::Acquire) {
         if shared.busy_poll.load(Ordering::Relaxed) {
             // BusyPoll: the application's waits drive UCX. This thread does not sleep on the

@@ -553,8 +553,8 @@ impl Drop for UcxTransport {
         self.shared.engine().shutdown();
         // Whatever the progress thread saw or missed before it stopped, the peer now reads this
         // side's end (after any goodbye) even while a closed lane keeps the socket open.
-        if let Some(control) = self.shared.control.get() {
-            let _ = control.stream().shutdown(std::net::Shutdown::Write);
+        if let Some(stream) = self.shared.control.get().and_then(|control| control.stream()) {
+            let _ = stream.shutdown(std::net::Shutdown::Write);
         }
     }
 }

@@ -2,9 +2,7 @@
 //! transports on loopback, and what only the UCX backend has: progress threads that sleep, and
 //! a deregister that waits out unsignalled puts.
 
-use rdma_hint_conformance::{
-    after_connect, alone, pair, shared, suite, two_hosts, Backend, Transport, TEST_TOKEN,
-};
+use rdma_hint_conformance::{alone, pair, shared, suite, two_hosts, Backend, Transport, TEST_TOKEN};
 use rdma_hint_core::WriteOp;
 use rdma_hint_ucx::UcxTransport;
 use std::time::Duration;
@@ -44,10 +42,6 @@ suite! {
     tcp: Ucx("tcp,self"),
 }
 two_hosts! { tcp: Ucx("tcp,self") }
-after_connect! {
-    shm: Ucx("shm,self"),
-    tcp: Ucx("tcp,self"),
-}
 
 /// CPU seconds this process has used (utime + stime from /proc/self/stat, 10 ms ticks).
 fn cpu_seconds() -> f64 {

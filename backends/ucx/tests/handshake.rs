@@ -67,7 +67,7 @@ fn malformed_out_of_band_messages_are_rejected_with_a_reason() {
     let err = raw_peer_sends(b"GET / HTTP/1.1\r\n\r\n".to_vec(), true);
     assert!(err.to_string().contains("bad magic"), "{err}");
     let mut wrong_version = hello().encode();
-    wrong_version[8] = 8; // the version before this one
+    wrong_version[8] = 9; // the version before this one
     let err = raw_peer_sends(wrong_version, true);
     assert!(err.to_string().contains("version"), "{err}");
     // The connection blob's length (after the magic, the version and the backend byte) says

@@ -125,7 +125,7 @@ impl VerbsTransport {
         let describe = async move {
             off_thread("verbs-expose", "a region's remote registration", deadline, register).await?
         };
-        asking.expose(region, describe, deadline).await
+        asking.expose(region, describe, deadline, || ()).await
     }
 
     /// [`Transport::withdraw`](rdma_hint_core::Transport::withdraw): the peer answers once its
@@ -143,7 +143,7 @@ impl VerbsTransport {
             lane.events.lost(PeerLoss::failure(why));
             lane.qp.to_error()
         };
-        self.asking()?.withdraw(region, deadline, gone).await?;
+        self.asking()?.withdraw(region, deadline, gone, || ()).await?;
         self.domain.unreached(region, |memory| memory.unexpose());
         Ok(())
     }

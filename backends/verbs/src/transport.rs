@@ -712,7 +712,7 @@ impl Setup {
             let _ = self.lane.peer.load(region.id, *region);
         }
         let control = Arc::new(ControlChannel::new(stream.try_clone()?, LIMITS)?);
-        let oob = control.stream().as_raw_fd();
+        let oob = control.stream().map_or(-1, AsRawFd::as_raw_fd);
         let (lane, watched) = (self.lane.clone(), control.clone());
         let watch = move || lane.watch_control_on(&watched);
         let thread = EventThread::start(

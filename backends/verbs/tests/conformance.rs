@@ -9,7 +9,7 @@
 
 use rdma_hint_chunker::{Transfer, TransferError};
 use rdma_hint_conformance::{
-    after_connect, chunker, deadline, pair, spawn_receiver, suite, Backend, Scale, Transport, TEST_TOKEN,
+    chunker, deadline, pair, spawn_receiver, suite, Backend, Scale, Transport, TEST_TOKEN,
 };
 use rdma_hint_core::{CallerMemory, MemoryKind, PeerEndpoint, TransportError};
 use rdma_hint_verbs::wire::Hello;
@@ -49,10 +49,6 @@ impl Backend for SoftRoce {
 }
 
 suite! {
-    #[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
-    rxe: SoftRoce,
-}
-after_connect! {
     #[ignore = "needs the Soft-RoCE VM: scripts/vm/verbs-tests.sh runs it"]
     rxe: SoftRoce,
 }

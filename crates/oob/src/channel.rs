@@ -1,7 +1,9 @@
 //! The out-of-band socket once a connection is up, for the backends whose data does not use
-//! it (verbs, UCX): the one reader of its bytes ([`ControlReader`]), so the peer's goodbye, its
-//! vanishing, its requests (a region exposed or withdrawn) and its answers to ours are told
-//! apart, and the one writer of control frames.
+//! it (verbs, UCX, staged shm): the one reader of its bytes ([`ControlReader`]), so the peer's
+//! goodbye, its vanishing, its requests (a region exposed or withdrawn) and its answers to ours
+//! are told apart, and the one writer of control frames. A backend whose data shares the socket
+//! (staged TCP) carries the frames itself ([`ControlChannel::carried`]) and hands the channel
+//! what it takes off the socket ([`ControlChannel::take_in`]).
 //!
 //! Whoever watches the socket (a backend's event or progress thread, a post that looks at the
 //! peer) calls [`ControlChannel::peer_left`], which takes in what the socket holds; the
@@ -71,12 +73,33 @@ const SEND_RETRY: Duration = Duration::from_millis(1);
 /// ```
 #[derive(Debug)]
 pub struct ControlChannel {
-    stream: TcpStream,
+    wire: Wire,
     state: Mutex<State>,
     /// Held for one whole frame, so frames of two threads never interleave.
     writing: Mutex<()>,
     /// Woken when an answer comes, or the peer is gone.
     answers: Notifier,
+}
+
+/// Where a channel's frames travel.
+enum Wire {
+    /// A socket of the channel's own, which it reads and writes (non-blocking).
+    Socket(TcpStream),
+    /// A link's data socket, which its backend reads and writes: the backend hands the channel
+    /// the control frames it takes off it, and carries ours (a frame's bytes, by a deadline).
+    Carried(Box<CarrySend>),
+}
+
+/// How a backend carries one control frame's bytes to the peer by a deadline.
+type CarrySend = dyn Fn(&[u8], Instant) -> Result<(), TransportError> + Send + Sync;
+
+impl std::fmt::Debug for Wire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wire::Socket(stream) => f.debug_tuple("Socket").field(stream).finish(),
+            Wire::Carried(_) => f.write_str("Carried"),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -106,8 +129,44 @@ impl ControlChannel {
     /// `limits`.
     pub fn new(stream: TcpStream, limits: HelloLimits) -> Result<ControlChannel, TransportError> {
         stream.set_nonblocking(true)?;
-        Ok(ControlChannel {
-            stream,
+        Ok(ControlChannel::over(Wire::Socket(stream), limits))
+    }
+
+    /// A channel whose frames a backend carries on its own data socket: `send` carries one
+    /// frame's bytes by a deadline, and the backend hands the channel every control frame it
+    /// takes off the socket ([`take_in`](Self::take_in)) and tells it when the link ends
+    /// ([`close`](Self::close)).
+    ///
+    /// ```
+    /// use rdma_hint_oob::{Control, ControlChannel, HelloLimits};
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let limits = HelloLimits { max_connection_bytes: 0, max_key_bytes: 8, known_flags: 0 };
+    /// let wire = Arc::new(Mutex::new(Vec::new()));
+    /// let carried = wire.clone();
+    /// let ours = ControlChannel::carried(limits, move |frame: &[u8], _deadline: Instant| {
+    ///     carried.lock().unwrap().extend_from_slice(frame);
+    ///     Ok(())
+    /// });
+    /// let theirs = ControlChannel::carried(limits, |_: &[u8], _: Instant| Ok(()));
+    /// let deadline = Instant::now() + Duration::from_secs(1);
+    /// ours.ask(|seq| Control::Withdraw { seq, id: 3 }, deadline).unwrap();
+    /// assert!(theirs.take_in(&wire.lock().unwrap()).is_none());
+    /// assert_eq!(theirs.next_request(), Some(Control::Withdraw { seq: 0, id: 3 }));
+    /// theirs.close("the link ended");
+    /// assert!(theirs.peer_left().is_some());
+    /// ```
+    pub fn carried(
+        limits: HelloLimits,
+        send: impl Fn(&[u8], Instant) -> Result<(), TransportError> + Send + Sync + 'static,
+    ) -> ControlChannel {
+        ControlChannel::over(Wire::Carried(Box::new(send)), limits)
+    }
+
+    fn over(wire: Wire, limits: HelloLimits) -> ControlChannel {
+        ControlChannel {
+            wire,
             state: Mutex::new(State {
                 reader: ControlReader::new(limits),
                 requests: VecDeque::with_capacity(MAX_OUTSTANDING),
@@ -118,12 +177,16 @@ impl ControlChannel {
             }),
             writing: Mutex::new(()),
             answers: Notifier::default(),
-        })
+        }
     }
 
-    /// The socket, to sleep on its readiness (`poll`) or take its addresses.
-    pub fn stream(&self) -> &TcpStream {
-        &self.stream
+    /// The channel's own socket, to sleep on its readiness (`poll`) or shut it down; `None`
+    /// for a [carried](Self::carried) channel.
+    pub fn stream(&self) -> Option<&TcpStream> {
+        match &self.wire {
+            Wire::Socket(stream) => Some(stream),
+            Wire::Carried(_) => None,
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -134,11 +197,12 @@ impl ControlChannel {
     /// closed without one, sent a frame the protocol does not allow, or the socket failed. Once
     /// gone, the same loss is answered every time and the socket is not read again.
     pub fn peer_left(&self) -> Option<PeerLoss> {
+        let Wire::Socket(stream) = &self.wire else { return self.state().loss.clone() };
         let mut state = self.state();
         let answered_before = state.asked.iter().filter(|asked| asked.answer.is_some()).count();
         let mut buffer = [0u8; READ_BYTES];
         while state.loss.is_none() && state.requests.len() < MAX_OUTSTANDING {
-            match (&self.stream).read(&mut buffer) {
+            match (&*stream).read(&mut buffer) {
                 Ok(0) => {
                     let why = "the peer's process vanished (its socket closed without a goodbye)";
                     state.loss = Some(PeerLoss { why: why.to_string(), clean: false, stopped: true });
@@ -161,6 +225,29 @@ impl ControlChannel {
             self.answers.notify();
         }
         loss
+    }
+
+    /// Takes in control frames a [carried](Self::carried) channel's backend took off its
+    /// socket, as [`peer_left`](Self::peer_left) takes in what its own socket holds; then says
+    /// whether the peer is gone (a frame that breaks the rules, a goodbye, or more requests
+    /// waiting than a peer may have outstanding: the backend ends the link).
+    pub fn take_in(&self, bytes: &[u8]) -> Option<PeerLoss> {
+        let mut state = self.state();
+        state.take_in(bytes);
+        if state.requests.len() > MAX_OUTSTANDING && state.loss.is_none() {
+            let why = format!("the peer has more than {MAX_OUTSTANDING} requests waiting");
+            state.loss = Some(PeerLoss::failure(why));
+        }
+        let loss = state.loss.clone();
+        drop(state);
+        self.answers.notify();
+        loss
+    }
+
+    /// The link ended for `why` (this side's own reason, or the peer's loss the backend found):
+    /// waits for answers end with it, and asks are refused.
+    pub fn close(&self, why: &str) {
+        self.end(why);
     }
 
     /// The link closed: the peer's requests are dropped from now on (nobody acts on them), so
@@ -261,6 +348,10 @@ impl ControlChannel {
     pub fn send(&self, control: &Control, deadline: Instant) -> Result<(), TransportError> {
         let mut frame = Vec::with_capacity(64);
         control.encode(&mut frame);
+        let stream = match &self.wire {
+            Wire::Socket(stream) => stream,
+            Wire::Carried(carry) => return carry(&frame, deadline),
+        };
         let out_of_time =
             || TransportError::DeadlineExceeded { what: "room on the out-of-band socket", waited_ms: 0 };
         let _writing = loop {
@@ -275,7 +366,7 @@ impl ControlChannel {
         };
         let mut rest = &frame[..];
         while !rest.is_empty() {
-            match (&self.stream).write(rest) {
+            match (&*stream).write(rest) {
                 Ok(0) => return Err(TransportError::PeerGone("the out-of-band socket closed".into())),
                 Ok(written) => rest = &rest[written..],
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -303,7 +394,9 @@ impl ControlChannel {
             state.loss = Some(PeerLoss::failure(why.to_string()));
         }
         drop(state);
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        if let Wire::Socket(stream) = &self.wire {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
         self.answers.notify();
     }
 
@@ -312,8 +405,15 @@ impl ControlChannel {
     pub fn say_goodbye(&self) {
         // Never waits behind a send (its caller may hold a backend's lock): a frame being
         // written keeps the goodbye out, and the peer reads the socket's end instead.
-        if let Ok(_writing) = self.writing.try_lock() {
-            let _ = (&self.stream).write(&[crate::GOODBYE]);
+        match &self.wire {
+            Wire::Socket(stream) => {
+                if let Ok(_writing) = self.writing.try_lock() {
+                    let _ = (&*stream).write(&[crate::GOODBYE]);
+                }
+            }
+            Wire::Carried(carry) => {
+                let _ = carry(&[crate::GOODBYE], Instant::now());
+            }
         }
     }
 }

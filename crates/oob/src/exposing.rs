@@ -28,13 +28,15 @@ impl<D: FnMut() + Unpin> Asking<'_, D> {
     /// Exposes `region` as `describe` describes it (awaited once the region is entered in the
     /// link's exposure: two exposures of one region cannot both pass): it counts as exposed
     /// from before its descriptor may leave, and stops counting if it cannot be described or
-    /// the peer could not load it. Any other failure (the peer holds a region of that id, a
-    /// deadline) leaves it exposed, for a [`withdraw`](Self::withdraw) to settle.
+    /// the peer could not load it (then `unreached` first drops what describing it set up for
+    /// the peer). Any other failure (the peer holds a region of that id, a deadline) leaves it
+    /// exposed, for a [`withdraw`](Self::withdraw) to settle.
     pub async fn expose(
         self,
         region: RegionId,
         describe: impl Future<Output = Result<RegionDescriptor, TransportError>>,
         deadline: Instant,
+        unreached: impl FnOnce(),
     ) -> Result<(), TransportError> {
         if !self.exposure.add(region) {
             let why = format!("region {} is exposed on this link already", region.0);
@@ -51,6 +53,7 @@ impl<D: FnMut() + Unpin> Asking<'_, D> {
         match self.control.request(expose, self.mode, deadline, self.drive).await? {
             None => Ok(()),
             Some(refusal @ Refusal::Unreachable) => {
+                unreached();
                 self.exposure.remove(region);
                 Err(refusal.error("expose", region.0))
             }
@@ -59,15 +62,17 @@ impl<D: FnMut() + Unpin> Asking<'_, D> {
     }
 
     /// Withdraws `region`: once the peer answers (it finished what it had posted to the region
-    /// and dropped its key), the region is exposed no more. A peer that was never told of it
-    /// holds nothing of it. When the peer is gone instead, `gone` says whether the region is
-    /// safe to let go all the same (it makes it so where it can: a QP moved out of RTS), or
-    /// the error to return (it stays exposed).
+    /// and dropped its key), `let_go` drops what this link holds of it (what reaches the
+    /// region's memory for the peer) and the region is exposed no more. A peer that was never
+    /// told of it holds nothing of it. When the peer is gone instead, `gone` says whether the
+    /// region is safe to let go all the same (it makes it so where it can: a QP moved out of
+    /// RTS), or the error to return (it stays exposed).
     pub async fn withdraw(
         self,
         region: RegionId,
         deadline: Instant,
         gone: impl FnOnce(String) -> Result<(), TransportError>,
+        let_go: impl FnOnce(),
     ) -> Result<(), TransportError> {
         if !self.exposure.contains(region) {
             let why = format!("region {} is not exposed on this link", region.0);
@@ -80,6 +85,7 @@ impl<D: FnMut() + Unpin> Asking<'_, D> {
             Err(TransportError::PeerGone(why)) => gone(why)?,
             Err(error) => return Err(error),
         }
+        let_go();
         self.exposure.remove(region);
         Ok(())
     }

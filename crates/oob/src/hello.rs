@@ -21,8 +21,9 @@ pub const HELLO_MAGIC: [u8; 8] = *b"RDMAHINT";
 /// The one wire version every backend speaks (7: one hello for every backend, each region a
 /// descriptor, where before each backend had its own hello and version; 8: the verbs blob says
 /// how many of the peer's reads it serves at once; 9: control frames after the hello, for
-/// regions exposed and withdrawn after connect).
-pub const WIRE_VERSION: u16 = 9;
+/// regions exposed and withdrawn after connect; 10: the staged backend's too, its TCP `Control`
+/// frames and its shm socket no longer silent).
+pub const WIRE_VERSION: u16 = 10;
 
 /// Region ids a descriptor may carry: below this (a side holds [`MAX_REGIONS`] at once, and
 /// reuses freed ids).

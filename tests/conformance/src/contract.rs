@@ -619,20 +619,22 @@ pub fn garbage_hellos_are_typed_errors_and_the_listener_survives<B: Backend>(s: 
     round_trip(&p, &mut chunker(&p.sender, 64 * 1024), 1 << 20, 4, 4);
 }
 
-/// Connects a listener and a dialler holding the given tokens: whether each side connected.
+/// Connects a listener and a dialler holding the given tokens: what each side's connect
+/// returned. Each waits `seconds` at most: a refused peer's listener waits out its deadline for
+/// another, while a connect that should succeed gets as long as a loaded machine needs.
 fn connect_with_tokens<B: Backend>(
     s: &Subject<'_, B>,
-    listener: Option<&[u8]>,
-    dialler: Option<&[u8]>,
-) -> (bool, bool) {
+    (listener, dialler): (Option<&[u8]>, Option<&[u8]>),
+    seconds: u64,
+) -> (Result<(), TransportError>, Result<(), TransportError>) {
     let listening = s.backend.open(listener);
     let region = listening.register(MemoryKind::Host, 4096).expect("register");
     let address = listening.bind(s.backend.listen_address()).expect("bind");
     let accepting = std::thread::spawn(move || {
-        block_on(listening.connect(PeerEndpoint::Listen(address), &[region.id], deadline(3))).is_ok()
+        block_on(listening.connect(PeerEndpoint::Listen(address), &[region.id], deadline(seconds))).map(drop)
     });
     let dialling = s.backend.open(dialler);
-    let dialled = block_on(dialling.connect(PeerEndpoint::Dial(address), &[], deadline(3))).is_ok();
+    let dialled = block_on(dialling.connect(PeerEndpoint::Dial(address), &[], deadline(seconds))).map(drop);
     (accepting.join().expect("accepting"), dialled)
 }
 
@@ -640,10 +642,16 @@ fn connect_with_tokens<B: Backend>(
 pub fn pre_shared_tokens_gate_the_handshake<B: Backend>(s: &Subject<'_, B>) {
     let _shared = shared();
     let (a, b): (&[u8], &[u8]) = (b"token of the cluster", b"a guess at the token");
-    assert_eq!(connect_with_tokens(s, Some(a), Some(a)), (true, true), "equal tokens");
-    assert_eq!(connect_with_tokens(s, Some(a), Some(b)), (false, false), "different tokens");
-    assert_eq!(connect_with_tokens(s, Some(a), None), (false, false), "dialler without a token");
-    assert_eq!(connect_with_tokens(s, None, Some(a)), (false, false), "listener without a token");
+    let (accepted, dialled) = connect_with_tokens(s, (Some(a), Some(a)), 20);
+    assert!(accepted.is_ok() && dialled.is_ok(), "equal tokens: listener {accepted:?}, dialler {dialled:?}");
+    for (tokens, case) in [
+        ((Some(a), Some(b)), "different tokens"),
+        ((Some(a), None), "dialler without a token"),
+        ((None, Some(a)), "listener without a token"),
+    ] {
+        let (accepted, dialled) = connect_with_tokens(s, tokens, 3);
+        assert!(accepted.is_err() && dialled.is_err(), "{case}: listener {accepted:?}, dialler {dialled:?}");
+    }
 }
 
 /// For backends that cross hosts ([`two_hosts!`](crate::two_hosts)): a sender and a receiver in two network namespaces move

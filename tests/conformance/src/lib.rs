@@ -83,6 +83,9 @@ macro_rules! suite {
                 reads_fetch_the_peers_exposed_bytes_exactly,
                 bad_reads_fail_before_posting,
                 reads_from_a_peer_that_went_away_end_in_time,
+                regions_exposed_after_connect_are_written_read_and_withdrawn,
+                a_withdrawal_waits_for_what_the_peer_posted,
+                exposing_and_withdrawing_wrongly_are_typed_errors,
             );
         }
     };
@@ -95,28 +98,6 @@ macro_rules! suite {
         $crate::suite!(@rules [$($attrs)*] $name : $backend; $($rest,)*);
     };
     (@rules [$($attrs:tt)*] $name:ident : $backend:expr;) => {};
-}
-
-/// The rules of regions exposed and withdrawn after connect, for each `name: backend` of the
-/// same [`suite!`] call, in a module `after_connect`. They join [`suite!`] once every backend
-/// has them (the staged backend's come next).
-#[macro_export]
-macro_rules! after_connect {
-    ($( $(#[$meta:meta])* $name:ident : $backend:expr ),+ $(,)?) => {
-        mod after_connect {
-            $(
-                mod $name {
-                    #[allow(unused_imports)]
-                    use super::super::*;
-                    $crate::suite!(@rules [$(#[$meta])*] $name : $backend;
-                        regions_exposed_after_connect_are_written_read_and_withdrawn,
-                        a_withdrawal_waits_for_what_the_peer_posted,
-                        exposing_and_withdrawing_wrongly_are_typed_errors,
-                    );
-                }
-            )+
-        }
-    };
 }
 
 /// The rule for backends that cross hosts over IP (not shared memory; not Soft-RoCE, which

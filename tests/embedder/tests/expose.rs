@@ -1,9 +1,7 @@
 //! A cache that grows after start-up, as an embedder's would: the receiver registers its own
 //! `Vec<u8>` once the connection is up, exposes it, the sender finds it among the peer's
 //! regions and writes it in the hint's blocks with a notification; the receiver withdraws it,
-//! after which the sender's posts to it are typed errors, and takes its `Vec` back intact. On
-//! the staged backend, which exposes regions at connect only for now, `expose` is a typed
-//! refusal.
+//! after which the sender's posts to it are typed errors, and takes its `Vec` back intact.
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
@@ -38,13 +36,7 @@ fn memory_registered_after_connect_is_exposed_written_and_withdrawn() {
         let late = receiver
             .register_memory(CallerMemory::from(vec![0u8; len as usize]))
             .unwrap_or_else(|e| panic!("{id}: {e}"));
-        let exposed = block_on(receiver.expose(late.id, deadline));
-        if id.backend() == "staged" {
-            assert!(matches!(exposed, Err(TransportError::InvalidArgument { .. })), "{id}: {exposed:?}");
-            println!("{id}: exposes regions at connect only");
-            continue;
-        }
-        exposed.unwrap_or_else(|e| panic!("{id}: expose: {e}"));
+        block_on(receiver.expose(late.id, deadline)).unwrap_or_else(|e| panic!("{id}: expose: {e}"));
         let remote = (sender.peer_regions().into_iter().find(|region| region.id == late.id))
             .unwrap_or_else(|| panic!("{id}: the sender does not list the exposed region"));
 

@@ -104,6 +104,25 @@ impl PeerCopier {
         Ok(())
     }
 
+    /// Forgets the mapping `base..base + len` (unpinned if it was pinned), which is about to be
+    /// unmapped.
+    ///
+    /// # Safety
+    /// No copy into the mapping may be queued (call [`PeerCopier::wait`] first), and it must
+    /// still be mapped.
+    pub(crate) unsafe fn forget(&mut self, base: *mut u8, len: usize) {
+        let base_address = base as usize;
+        let Some(at) = self.mappings.iter().position(|m| m.base == base_address && m.len == len) else {
+            return;
+        };
+        if self.mappings.swap_remove(at).pinned {
+            let _ = self.gpu.bind();
+            // SAFETY: registered by `pinned`, unregistered once here (it left the list), still
+            // mapped and written by no queued copy (the caller's word).
+            let _ = unsafe { sys::cuMemHostUnregister(base.cast::<c_void>()) };
+        }
+    }
+
     /// Whether copies are queued that [`PeerCopier::wait`] has not seen land.
     pub(crate) fn is_queued(&self) -> bool {
         self.queued

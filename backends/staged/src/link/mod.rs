@@ -1,10 +1,12 @@
 //! One connected peer: a sender thread that moves posted writes (socket payload or shm copy)
 //! and a reader thread that places incoming writes, acknowledges them and collects arrivals.
 //! On the shm channel, writes from host memory are copied into the peer's mapping by the
-//! posting thread itself and announced on the peer's [ring](crate::ring); the socket then only
-//! says when the peer is gone, and a ring thread takes announcements off our ring while the
-//! application does not (it sleeps on the ring's futex in `Adaptive` mode).
+//! posting thread itself and announced on the peer's [ring](crate::ring); the socket then
+//! carries only control frames (regions exposed and withdrawn after connect, the goodbye), and a
+//! ring thread takes announcements off our ring while the application does not (it sleeps on
+//! the ring's futex in `Adaptive` mode).
 
+mod exposing;
 mod sender;
 mod shm;
 mod tcp;
@@ -19,25 +21,33 @@ use crate::request::{Pieces, Request};
 use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
 use crate::session::{NotRecorded, Owed, Received, Session, ANSWER_PATIENCE, FLUSHED};
 use crate::socket::{peek, readable, waiting_bytes};
-use crate::wire::{ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES};
+use crate::wire::{
+    ChannelKind, Frame, FrameKind, CONTROL_LIMITS, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES,
+    MAX_REGIONS,
+};
 use crossbeam_channel::{select, Receiver, Sender};
+use rdma_hint_backend_core::peer_regions::{PeerView, Withdrawals};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
+use rdma_hint_backend_core::region_table::RegionLen;
 use rdma_hint_backend_core::wait::WaitModeCell;
-use rdma_hint_backend_core::RegionTable;
+use rdma_hint_backend_core::{PeerRegions, RegionTable};
 use rdma_hint_core::{
     Arrival, Completion, CompletionStatus, ReadOp, RegionId, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_oob::ControlChannel;
 use rdma_hint_stream_copy::Run;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use exposing::Handoff;
 use sender::{send_loop, Outgoing};
 pub(crate) use shm::Rings;
-use shm::{ring_loop, watch_shm_socket};
+use shm::{ring_loop, watch_control};
 use tcp::{read_loop, unanswered};
 
 /// Arrivals the application has not drained yet, at most.
@@ -68,17 +78,28 @@ const DIRECT_SEND_MAX: u64 = 64 << 10;
 const LONG_BODY: Duration = Duration::from_millis(100);
 
 /// A region the peer exposed: its length and, on the shm channel, its mapping here (made at
-/// the first write into it) and
-/// whether every write into it must be announced (a bounce buffer in front of caller memory).
+/// the first write into it; shared with the queued requests toward it, so a withdrawal never
+/// unmaps it under one) and whether every write into it must be announced (a bounce buffer in
+/// front of caller memory).
 #[derive(Debug)]
 pub(crate) struct RemoteEntry {
     pub(crate) len: u64,
-    pub(crate) mapped: Option<PeerMapping>,
+    pub(crate) mapped: Option<Arc<PeerMapping>>,
     pub(crate) notify_each_write: bool,
 }
 
-/// The peer's regions by id (fixed at connect).
-pub(crate) type RemoteRegions = Arc<Vec<Option<RemoteEntry>>>;
+impl RegionLen for RemoteEntry {
+    fn region_len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// The peer's regions by id: those its hello named, those it exposed since, less those it
+/// withdrew.
+pub(crate) type RemoteRegions = Arc<PeerRegions<RemoteEntry>>;
+
+/// The peer's regions, read-locked for a post.
+pub(crate) type RemoteView<'a> = PeerView<'a, RemoteEntry>;
 
 /// A running link.
 pub(crate) struct Link {
@@ -102,13 +123,22 @@ struct Shared {
     channel: ChannelKind,
     local: LocalRegions,
     remote: RemoteRegions,
-    /// The regions the peer may write, by id, taken at the start: none can be released while
-    /// the link runs, so no incoming write needs the table's lock. Let go when the last link
-    /// thread ends, so that the regions can be released then.
+    /// The regions the peer may write, by id: those the connect exposed, and those exposed
+    /// since until their withdrawal is done (none can be released while exposed, so no
+    /// incoming write needs the table's lock). Let go when the last link thread ends, so that
+    /// the regions can be released then.
     targets: RwLock<Vec<Option<LocalEntry>>>,
-    /// Which targets sit behind a bounce (fixed with them): an announcement into any other
+    /// Which targets sit behind a bounce (set with them): an announcement into any other
     /// region lands without the targets' lock.
-    bounced: Vec<bool>,
+    bounced: Box<[AtomicBool]>,
+    /// The control channel: its own socket on shm, carried in `Control` frames on TCP.
+    control: Arc<ControlChannel>,
+    /// The peer's withdrawals waiting for the ops queued before them.
+    withdrawals: Withdrawals<RemoteEntry>,
+    /// Held while acting on the peer's requests: one thread at a time, in their order.
+    serving: Mutex<()>,
+    /// shm: the hand-off socket, kept after connect for the memfds of regions exposed since.
+    handoff: Option<Handoff>,
     /// The rules every incoming frame and ring slot passes first (the ring takes slots by them
     /// without the session's lock).
     inbox: Arc<Inbox>,
@@ -122,7 +152,8 @@ struct Shared {
     /// Link threads still running; waits report the link gone once it is 0 and their queue
     /// is drained.
     running: AtomicUsize,
-    writer: Mutex<TcpStream>,
+    /// Shared with the control channel, whose frames it carries on TCP.
+    writer: Arc<Mutex<TcpStream>>,
     /// The socket once more, only to shut it down (see [`Shared::fail`]).
     closer: TcpStream,
     /// TCP: the socket's read side, held by whoever takes frames off it: the reader thread,
@@ -158,6 +189,8 @@ impl Shared {
         if let Some(rings) = &self.rings {
             ring::wake(&rings.inbound());
         }
+        // Whoever waits for the peer's answer learns why none comes.
+        self.control.close(self.lane.gone.why().unwrap_or(&reason));
     }
 
     /// The end of a link thread: the last one's end turns a drained queue into "gone".
@@ -198,6 +231,8 @@ pub(crate) struct LinkParts {
     /// The regions this link's connect exposed: its peer may write these and no others (the
     /// table is shared with other lanes, which may expose more).
     pub(crate) expose: Vec<RegionId>,
+    /// shm channel: the hand-off socket, kept for regions exposed after connect.
+    pub(crate) handoff: Option<UnixStream>,
 }
 
 impl Link {
@@ -212,6 +247,7 @@ impl Link {
             rings,
             wait_mode,
             expose,
+            handoff,
         } = parts;
         if channel == ChannelKind::Tcp {
             // Frames are read once the socket is readable: only a peer that stops in the middle
@@ -229,16 +265,35 @@ impl Link {
         let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
             .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
             .collect();
-        let bounced =
-            targets.iter().map(|entry| entry.as_ref().is_some_and(|e| e.bounce.is_some())).collect();
+        let bounced: Box<[AtomicBool]> = (0..MAX_REGIONS)
+            .map(|id| {
+                AtomicBool::new(
+                    targets.get(id).is_some_and(|e| e.as_ref().is_some_and(|e| e.bounce.is_some())),
+                )
+            })
+            .collect();
         let threads = if rings.is_some() { 3 } else { 2 };
         let inbox = Arc::new(Inbox::new(channel, &exposed, max_msg_bytes));
+        let writer = Arc::new(Mutex::new(socket.try_clone()?));
+        let control = Arc::new(match channel {
+            ChannelKind::Shm => ControlChannel::new(socket.try_clone()?, CONTROL_LIMITS)?,
+            ChannelKind::Tcp => {
+                let writer = writer.clone();
+                ControlChannel::carried(CONTROL_LIMITS, move |bytes: &[u8], deadline: Instant| {
+                    exposing::carry(&writer, bytes, deadline)
+                })
+            }
+        });
         let shared = Arc::new(Shared {
             channel,
             local,
             remote: remote.clone(),
             targets: RwLock::new(targets),
             bounced,
+            control,
+            withdrawals: Withdrawals::default(),
+            serving: Mutex::default(),
+            handoff: handoff.map(Handoff::new),
             session: Mutex::new(Session::new(inbox.clone(), max_outstanding, Instant::now())),
             inbox,
             rings,
@@ -246,7 +301,7 @@ impl Link {
             completions: completion_tx,
             arrivals: arrival_tx,
             running: AtomicUsize::new(threads),
-            writer: Mutex::new(socket.try_clone()?),
+            writer,
             closer: socket.try_clone()?,
             reading: Mutex::new(socket.try_clone()?),
             outgoing: ack_tx,
@@ -263,7 +318,6 @@ impl Link {
                 shared.retire();
             })
         };
-        let watched = socket.try_clone()?;
         let mut handles = vec![spawn(
             "staged-reader",
             Box::new(move |shared| {
@@ -271,8 +325,8 @@ impl Link {
                 let _done = ThreadDone(&shared.lane.reader_done);
                 let _alive = reader_alive;
                 let reason = match shared.channel {
-                    ChannelKind::Tcp => read_loop(shared, &watched),
-                    ChannelKind::Shm => watch_shm_socket(watched),
+                    ChannelKind::Tcp => read_loop(shared, &shared.closer),
+                    ChannelKind::Shm => watch_control(shared),
                 };
                 shared.fail(reason);
                 // No answer is placed after this thread: what still waits for one never completes.
@@ -314,11 +368,10 @@ impl Link {
         self.lane.gone.error()
     }
 
-    /// The peer's region `id`, mapped (on its first write), and whether it wants every write
-    /// announced.
-    fn mapped(&self, id: RegionId) -> Result<(&Memory, bool), TransportError> {
-        let remote = self.remote.get(id.0 as usize).and_then(Option::as_ref);
-        let remote = remote.ok_or(TransportError::UnregisteredRegion(id))?;
+    /// The peer's region `id` in `view`, mapped (on its first write), and whether it wants
+    /// every write announced.
+    fn mapped<'v>(view: &'v RemoteView<'_>, id: RegionId) -> Result<(&'v Memory, bool), TransportError> {
+        let remote = view.get(id)?;
         let mapping = remote.mapped.as_ref().ok_or(TransportError::UnregisteredRegion(id))?;
         Ok((mapping.get()?, remote.notify_each_write))
     }
@@ -332,6 +385,11 @@ impl Link {
 impl Drop for Link {
     fn drop(&mut self) {
         self.lane.gone.set("transport dropped");
+        // The peer hears a close on purpose, not a vanished process (shm: a write that never
+        // blocks; TCP's end of stream says as much already).
+        if self.shared.channel == ChannelKind::Shm {
+            self.shared.control.say_goodbye();
+        }
         let _ = self.socket.shutdown(Shutdown::Both);
         if let Some(rings) = &self.shared.rings {
             ring::wake(&rings.inbound());
@@ -360,19 +418,19 @@ fn exposed_targets(local: &LocalRegions, expose: &[RegionId]) -> Vec<Option<Loca
 }
 
 /// Runs `apply` on an admitted write's target (admitted writes name exposed regions only,
-/// which are all in the targets until the link's threads have ended).
+/// which are in the targets until their withdrawal is done or the link's threads have ended).
+/// The entry is taken out of the lock first: `apply` may wait on the socket, and an expose or
+/// a withdrawal must not wait behind it (the region stays busy while the entry is held).
 fn with_target<R>(
     shared: &Shared,
     region: u32,
     apply: impl FnOnce(&LocalEntry) -> Result<R, String>,
 ) -> Result<R, String> {
-    let targets = shared.targets.read().unwrap_or_else(PoisonError::into_inner);
-    apply(
-        targets
-            .get(region as usize)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| format!("region {region} vanished"))?,
-    )
+    let target = {
+        let targets = shared.targets.read().unwrap_or_else(PoisonError::into_inner);
+        targets.get(region as usize).and_then(Option::clone)
+    };
+    apply(&target.ok_or_else(|| format!("region {region} vanished"))?)
 }
 
 #[cfg(test)]

@@ -21,6 +21,10 @@ pub(super) enum Outgoing {
         len: u64,
         answer: Frame,
     },
+    /// A control frame (a region exposed or withdrawn, an answer): taken in after whatever
+    /// came before it was delivered, so a withdrawal's answer lets the region go only once the
+    /// answers to reads of it queued before have gone out.
+    Control(Vec<u8>),
 }
 
 /// Writes an ack before publishing the arrival it precedes: an application that exits as soon
@@ -42,6 +46,10 @@ pub(super) fn deliver(shared: &Shared, outgoing: Outgoing, staging: &mut Staging
             })?;
             None
         }
+        Outgoing::Control(bytes) => {
+            shared.take_control(&bytes)?;
+            None
+        }
     };
     match arrival {
         Some(arrival) => shared
@@ -59,12 +67,17 @@ pub(super) fn send_loop(
     reader_gone: &Receiver<()>,
 ) {
     let mut staging = Staging::default();
+    // Ops this thread finished with (published as the lane's `retired` once settled).
+    let mut finished = 0u64;
     loop {
         // Nothing more to post: let queued GPU copies land rather than leave them in flight
         // while the link waits (a source may be deregistered next).
         if ops.is_empty() && staging.unsettled() {
-            if let Err(e) = staging.settle() {
-                shared.fail(format!("copying GPU memory to the peer: {e}"));
+            let settled = (staging.settle())
+                .map_err(|e| format!("copying GPU memory to the peer: {e}"))
+                .and_then(|()| retire(shared, &mut staging, finished));
+            if let Err(reason) = settled {
+                shared.fail(reason);
                 break;
             }
         }
@@ -113,11 +126,16 @@ pub(super) fn send_loop(
         if !answered_later {
             shared.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
+        finished += 1;
         if let Some((reason, flush_it)) = failed {
             shared.fail(reason);
             if flush_it {
                 flush(&op, &shared.completions);
             }
+            break;
+        }
+        if let Err(reason) = retire(shared, &mut staging, finished) {
+            shared.fail(reason);
             break;
         }
     }
@@ -135,6 +153,22 @@ pub(super) fn send_loop(
             let _ = shared.arrivals.try_send(arrival);
         }
     }
+}
+
+/// Publishes the `finished` ops as the lane's retired ones once nothing of theirs may still be
+/// landing (while a peer's withdrawal waits, copies are settled first), answers the withdrawals
+/// that passes, and lets go of the peer's mappings that nothing holds any more.
+fn retire(shared: &Shared, staging: &mut Staging, finished: u64) -> Result<(), String> {
+    let settle_error = |e: TransportError| format!("copying to the peer: {e}");
+    if !shared.withdrawals.is_empty() && staging.unsettled() {
+        staging.settle().map_err(settle_error)?;
+    }
+    if staging.unsettled() {
+        return Ok(());
+    }
+    shared.lane.retired.store(finished, Ordering::Release);
+    shared.answer_withdrawals();
+    staging.release_withdrawn().map_err(settle_error)
 }
 
 /// Whether the sender completes `request` (sent, or asked) when the link fails after it: not a
@@ -176,7 +210,7 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
         return Err("link already broken".into());
     }
     if request.is_read() {
-        return read_one(shared, &request.head());
+        return read_one(shared, request);
     }
     let op = request.head();
     // The sources, each looked up once (a gather's pieces usually share one region).
@@ -232,11 +266,8 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
             }
         }
         ChannelKind::Shm => {
-            let remote = shared.remote.get(op.remote.0 as usize).and_then(Option::as_ref);
-            let (mapping, notify_each_write) = remote
-                .and_then(|r| r.mapped.as_ref().map(|mapped| (mapped, r.notify_each_write)))
-                .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
-            let target = mapping.get().map_err(|e| e.to_string())?;
+            let (target, notify_each_write) =
+                request.target().ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
             for (index, piece) in request.pieces().enumerate() {
                 let memory = &source_of(index).memory;
                 copy_to_peer(memory, piece.local_offset, target, (piece.remote_offset, piece.len), staging)
@@ -267,15 +298,14 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
 
 /// A read the sender thread took: over shm copied out of the peer's mapping at once; over TCP
 /// recorded, then asked for.
-fn read_one(shared: &Shared, op: &WriteOp) -> Result<Sent, String> {
+fn read_one(shared: &Shared, request: &Request) -> Result<Sent, String> {
+    let op = &request.head();
     let local =
         local(&shared.local, op.local).ok_or_else(|| format!("local region {:?} vanished", op.local))?;
     match shared.channel {
         ChannelKind::Shm => {
-            let remote = shared.remote.get(op.remote.0 as usize).and_then(Option::as_ref);
-            let mapping = remote
-                .and_then(|remote| remote.mapped.as_ref())
-                .ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
+            let (mapping, _) =
+                request.target().ok_or_else(|| format!("remote region {:?} is not mapped", op.remote))?;
             let target = local.memory.host().ok_or("a read into GPU memory over shm was refused at post")?;
             mapping
                 .get()

@@ -107,6 +107,7 @@ impl Link {
         &self,
         ops: &[impl Pieces],
         regions: &RegionTable<LocalEntry>,
+        remote: &RemoteView<'_>,
     ) -> Result<bool, TransportError> {
         let shared = &*self.shared;
         let Some(rings) = &shared.rings else { return Ok(false) };
@@ -124,7 +125,7 @@ impl Link {
                 }
             }
             let op = request.head();
-            let (_, notify_each_write) = self.mapped(op.remote)?;
+            let (_, notify_each_write) = Link::mapped(remote, op.remote)?;
             announced += u64::from(op.imm.is_some() || notify_each_write);
             signalled += usize::from(op.signalled);
         }
@@ -144,7 +145,7 @@ impl Link {
         let moved = (|| -> Result<(), TransportError> {
             for request in ops {
                 let op = request.head();
-                let (target, notify_each_write) = self.mapped(op.remote)?;
+                let (target, notify_each_write) = Link::mapped(remote, op.remote)?;
                 for piece in request.pieces() {
                     let source = regions.get(piece.local)?.memory.host();
                     let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
@@ -188,6 +189,7 @@ impl Link {
         &self,
         ops: &[ReadOp],
         regions: &RegionTable<LocalEntry>,
+        remote: &RemoteView<'_>,
     ) -> Result<bool, TransportError> {
         let shared = &*self.shared;
         if shared.rings.is_none() || shared.lane.in_flight.load(Ordering::Acquire) > 0 {
@@ -199,7 +201,7 @@ impl Link {
         let mut copied = 0u64;
         let moved = (|| -> Result<(), TransportError> {
             for op in ops {
-                let (source, _) = self.mapped(op.remote)?;
+                let (source, _) = Link::mapped(remote, op.remote)?;
                 let local = &regions.get(op.local)?.memory;
                 let target = local.host().ok_or(TransportError::UnsupportedMemory { kind: local.kind() })?;
                 source.copy_to(op.remote_offset, target, op.local_offset, op.len, None)?;
@@ -267,7 +269,7 @@ fn land_announced(shared: &Shared, write: Inbound) -> Result<Option<Arrival>, St
     let Inbound::Write { region, offset, len, arrival, .. } = write else {
         return Err("protocol error: a ring slot that is not a write".into());
     };
-    if shared.bounced.get(region as usize).copied().unwrap_or(false) {
+    if shared.bounced.get(region as usize).is_some_and(|bounced| bounced.load(Ordering::Acquire)) {
         with_target(shared, region, |target| copy_on_from_bounce(shared, target, offset, len))?;
     } else if shared.running.load(Ordering::Acquire) == 0 {
         // The targets are let go once every link thread has ended: the region may be released.
@@ -291,6 +293,39 @@ fn copy_on_from_bounce(shared: &Shared, target: &LocalEntry, offset: u64, len: u
     Ok(())
 }
 
+impl Shared {
+    /// shm: takes every announcement on our ring now (landing each, queueing its arrival), with
+    /// the consumer's lock held for the ring thread's loop (`None` on TCP, which has no ring).
+    fn take_ring_locked(&self) -> Option<(MutexGuard<'_, Consumer>, Result<usize, String>)> {
+        let rings = self.rings.as_ref()?;
+        let mut consumer = rings.consumer.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken =
+            ring::take(
+                &mut consumer,
+                &rings.inbound(),
+                &self.inbox,
+                usize::MAX,
+                |write| match land_announced(self, write)? {
+                    Some(arrival) => self.arrivals.try_send(arrival).map_err(|_| {
+                        "arrival queue overflow: the application is not draining arrivals".to_string()
+                    }),
+                    None => Ok(()),
+                },
+            );
+        rings.taken.store(consumer.taken(), Ordering::Release);
+        Some((consumer, taken))
+    }
+
+    /// shm: takes every announcement on our ring now (see [`Shared::take_ring_locked`]); TCP:
+    /// nothing to take.
+    pub(super) fn take_ring(&self) -> Result<(), String> {
+        match self.take_ring_locked() {
+            Some((_, Err(reason))) => Err(reason),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Takes announcements off our ring while the application does not; sleeps on the ring's
 /// futex (`Adaptive`) or looks every [`RING_TICK`] (`BusyPoll`, where writers never wake it).
 pub(super) fn ring_loop(shared: &Shared) {
@@ -298,16 +333,7 @@ pub(super) fn ring_loop(shared: &Shared) {
     let inbound = rings.inbound();
     loop {
         let stopping = shared.lane.gone.is_gone();
-        let mut consumer = rings.consumer.lock().unwrap_or_else(PoisonError::into_inner);
-        let taken = ring::take(&mut consumer, &inbound, &shared.inbox, usize::MAX, |write| {
-            match land_announced(shared, write)? {
-                Some(arrival) => shared.arrivals.try_send(arrival).map_err(|_| {
-                    "arrival queue overflow: the application is not draining arrivals".to_string()
-                }),
-                None => Ok(()),
-            }
-        });
-        rings.taken.store(consumer.taken(), Ordering::Release);
+        let Some((consumer, taken)) = shared.take_ring_locked() else { return };
         if let Err(reason) = taken {
             shared.fail(reason);
             return;
@@ -334,15 +360,27 @@ pub(super) fn ring_loop(shared: &Shared) {
     }
 }
 
-/// The shm channel's socket carries nothing after the handshake: waits for its end, and a
-/// frame on it is a protocol error.
-pub(super) fn watch_shm_socket(mut socket: TcpStream) -> String {
-    let mut header = [0u8; HEADER_BYTES];
-    match socket.read_exact(&mut header) {
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
-        Err(e) => format!("reading from the peer: {e}"),
-        Ok(()) => {
-            "protocol error: a frame on the shm channel's socket (writes are announced on the ring)".into()
+/// The shm channel's socket carries only control frames after the handshake: takes them in and
+/// acts on the peer's requests until the peer leaves (its goodbye, its end, or a frame that
+/// breaks the control protocol) or the link breaks; returns why.
+pub(super) fn watch_control(shared: &Shared) -> String {
+    let control = &shared.control;
+    let Some(socket) = control.stream() else { return "the shm channel has no socket".into() };
+    loop {
+        if let Some(reason) = shared.lane.gone.why() {
+            return reason.to_string();
         }
+        if control.has_requests() {
+            // Requests left unserved (withdrawals wait on ops in flight): the socket is not
+            // read further meanwhile, so it would stay readable.
+            std::thread::park_timeout(RING_TICK);
+        } else {
+            // Wakes for bytes, the peer's end, or this side's shutdown of the socket.
+            readable(socket, RING_NAP);
+        }
+        if let Some(loss) = control.peer_left() {
+            return super::exposing::link_ended(loss);
+        }
+        shared.serve_requests();
     }
 }

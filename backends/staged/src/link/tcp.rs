@@ -149,6 +149,12 @@ fn apply(
             hand_over(shared, Some(Outgoing::Answer { region, offset, len, answer }))
         }
         Received::ReadData(read) => place_answer(shared, read, socket, staging),
+        // Checked by the channel's reader on the sender thread, after what came before it.
+        Received::Control { len } => {
+            let mut body = vec![0u8; len as usize];
+            socket.read_exact(&mut body).map_err(|e| format!("the peer vanished mid-frame: {e}"))?;
+            hand_over(shared, Some(Outgoing::Control(body)))
+        }
     }
 }
 
@@ -199,8 +205,16 @@ impl Link {
             let step = match Frame::decode(&header) {
                 Err(e) => Err(format!("protocol error: {e}")),
                 // Reads are the reader thread's: it answers through the sender thread and
-                // places answers into memory a poll does not hold.
-                Ok(frame) if matches!(frame.kind, FrameKind::ReadRequest | FrameKind::ReadData) => Ok(false),
+                // places answers into memory a poll does not hold; control frames too, which
+                // it hands the sender thread in order with those answers.
+                Ok(frame)
+                    if matches!(
+                        frame.kind,
+                        FrameKind::ReadRequest | FrameKind::ReadData | FrameKind::Control
+                    ) =>
+                {
+                    Ok(false)
+                }
                 // An ack is off the socket before the session takes its write off what waits:
                 // nothing taken is lost to a failed read.
                 Ok(frame) if frame.kind == FrameKind::Ack => (socket.read_exact(&mut header))

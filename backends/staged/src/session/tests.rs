@@ -110,6 +110,7 @@ impl Pair {
                 side.memory[read.at as usize..(read.at + read.len) as usize].copy_from_slice(&payload);
                 side.completions.push(Completion { wr_id: read.wr_id, status: CompletionStatus::Success });
             }
+            Received::Control { .. } => unreachable!("these sessions send no control frames"),
         }
         Ok(())
     }

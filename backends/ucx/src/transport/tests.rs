@@ -296,6 +296,7 @@ fn every_signalled_write_completes_before_peer_gone() {
                 .get()
                 .expect("socket")
                 .stream()
+                .expect("the channel's own socket")
                 .shutdown(std::net::Shutdown::Both)
                 .expect("shutdown");
             polling.join().expect("polling thread");
