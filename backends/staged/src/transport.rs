@@ -433,7 +433,7 @@ impl Transport for StagedTransport {
         };
         // Describing fails before anything is set up for the peer; a peer that could not load
         // the region has it closed again before the region counts as unexposed.
-        self.asking(link).expose(region, describe, deadline, || link.close_to_peer(region)).await
+        self.asking(link).expose(region, describe, deadline, || link.close_to_peer(region, deadline)).await
     }
 
     async fn withdraw(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
@@ -442,7 +442,7 @@ impl Transport for StagedTransport {
         // A gone peer may still write what it holds until its link's threads have seen the end.
         let gone =
             |why: String| if lane.peer_may_write() { Err(TransportError::PeerGone(why)) } else { Ok(()) };
-        self.asking(link).withdraw(region, deadline, gone, || link.close_to_peer(region)).await
+        self.asking(link).withdraw(region, deadline, gone, || link.close_to_peer(region, deadline)).await
     }
 
     fn post_writes(&self, ops: &[WriteOp]) -> Result<(), TransportError> {

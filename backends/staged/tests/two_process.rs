@@ -11,7 +11,7 @@ use rdma_hint_core::{
 use rdma_hint_integration_tests::{env, peer_role, Peer};
 use rdma_hint_oob::Control;
 use rdma_hint_staged::wire::{
-    ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM, MAX_CONTROL_FRAME,
+    ChannelKind, ExposedRegion, Frame, FrameKind, Hello, FLAG_IMM, HEADER_BYTES, MAX_CONTROL_FRAME,
 };
 use rdma_hint_staged::{StagedChannel, StagedTransport, FLUSHED_STATUS};
 use std::io::{Read, Write};
@@ -251,4 +251,60 @@ fn a_peer_that_answers_nothing_is_gone_after_thirty_seconds_of_silence() {
     );
     transport.deregister(destination.id).unwrap();
     assert!(silent.join().unwrap() > 0, "the peer was sent the write and the request");
+}
+
+/// A peer that answers a withdrawal and writes the region anyway, in the same breath: the write
+/// behind its answer is a breach that ends the link, and not one byte of it lands in the region
+/// the application was told it has back (nor may a read behind it take the region's bytes).
+#[test]
+fn a_write_behind_the_answer_to_a_withdrawal_never_lands() {
+    use rdma_hint_backend_core::blocking::block_on;
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    let region = transport.register(MemoryKind::Host, 1 << 20).unwrap();
+    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let raw = std::thread::spawn(move || {
+        let mut stream = raw_dial(address);
+        stream
+            .write_all(&Hello { channel: ChannelKind::Tcp, regions: vec![], handoff: None }.encode())
+            .unwrap();
+        Hello::decode(&mut stream).unwrap();
+        // The owner's withdrawal: a control frame carrying Withdraw (tag · length · seq · id).
+        let mut header = [0u8; HEADER_BYTES];
+        stream.read_exact(&mut header).unwrap();
+        let frame = Frame::decode(&header).unwrap();
+        assert_eq!(frame.kind, FrameKind::Control);
+        let mut body = vec![0u8; frame.len as usize];
+        stream.read_exact(&mut body).unwrap();
+        let seq = u32::from_le_bytes(body[3..7].try_into().unwrap());
+        let write = Frame {
+            kind: FrameKind::Write,
+            flags: 0,
+            status: 0,
+            region: 0,
+            offset: 0,
+            len: 4096,
+            wr_id: 1,
+            imm: 0,
+        };
+        let answer_then_write =
+            [control(Control::Done { seq, refused: None }), write.encode().to_vec(), vec![0xEE; 4096]]
+                .concat();
+        stream.write_all(&answer_then_write).unwrap();
+        let mut sink = [0u8; 64];
+        let _ = stream.read(&mut sink);
+    });
+    block_on(transport.connect(PeerEndpoint::Listen(address), &[region.id], deadline(10))).unwrap();
+    let withdrawn = block_on(transport.withdraw(region.id, deadline(10)));
+    assert!(matches!(withdrawn, Ok(()) | Err(TransportError::PeerGone(_))), "{withdrawn:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut landed = vec![0u8; 4096];
+    transport.read_region(region.id, 0, &mut landed).unwrap();
+    assert!(landed.iter().all(|byte| *byte == 0), "the write behind the peer's answer landed");
+    let mut arrivals = [Arrival::EMPTY; 1];
+    let gone = block_on(transport.wait_arrivals(&mut arrivals, deadline(10)));
+    assert!(
+        matches!(&gone, Err(TransportError::PeerGone(reason)) if reason.contains("protocol error")),
+        "{gone:?}"
+    );
+    raw.join().unwrap();
 }

@@ -74,6 +74,8 @@ const SEND_RETRY: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub struct ControlChannel {
     wire: Wire,
+    /// What a descriptor may carry (kept for [`withdrawn_by`](Self::withdrawn_by)'s look).
+    limits: HelloLimits,
     state: Mutex<State>,
     /// Held for one whole frame, so frames of two threads never interleave.
     writing: Mutex<()>,
@@ -122,6 +124,8 @@ struct State {
 struct Asked {
     seq: u32,
     answer: Option<Option<Refusal>>,
+    /// The region a withdrawal asks the peer to drop.
+    withdrawing: Option<u32>,
 }
 
 impl ControlChannel {
@@ -167,6 +171,7 @@ impl ControlChannel {
     fn over(wire: Wire, limits: HelloLimits) -> ControlChannel {
         ControlChannel {
             wire,
+            limits,
             state: Mutex::new(State {
                 reader: ControlReader::new(limits),
                 requests: VecDeque::with_capacity(MAX_OUTSTANDING),
@@ -244,6 +249,23 @@ impl ControlChannel {
         loss
     }
 
+    /// The region `bytes` (one whole control frame a [carried](Self::carried) channel's backend
+    /// took off its socket, before [`take_in`](Self::take_in)) lets go: `Some(id)` when they are
+    /// the peer's answer that it dropped region `id`, which this side asked it to withdraw. The
+    /// backend stops admitting the peer's frames that name the region there, in the socket's
+    /// order: a frame behind the answer is the peer's breach, not a write to let land.
+    pub fn withdrawn_by(&self, bytes: &[u8]) -> Option<u32> {
+        let mut done = None;
+        let _ = ControlReader::new(self.limits).feed(bytes, &mut |message| {
+            if let Control::Done { seq, refused: None | Some(Refusal::Unknown) } = message {
+                done = Some(seq);
+            }
+        });
+        let seq = done?;
+        let state = self.state();
+        state.asked.iter().find(|asked| asked.seq == seq && asked.answer.is_none())?.withdrawing
+    }
+
     /// The link ended for `why` (this side's own reason, or the peer's loss the backend found):
     /// waits for answers end with it, and asks are refused.
     pub fn close(&self, why: &str) {
@@ -297,10 +319,17 @@ impl ControlChannel {
             }
             let seq = state.next_seq;
             state.next_seq = seq.wrapping_add(1);
-            state.asked.push(Asked { seq, answer: None });
+            state.asked.push(Asked { seq, answer: None, withdrawing: None });
             seq
         };
-        if let Err(error) = self.send(&make(seq), deadline) {
+        let request = make(seq);
+        if let Control::Withdraw { id, .. } = request {
+            let mut state = self.state();
+            if let Some(asked) = state.asked.iter_mut().find(|asked| asked.seq == seq) {
+                asked.withdrawing = Some(id);
+            }
+        }
+        if let Err(error) = self.send(&request, deadline) {
             self.state().asked.retain(|asked| asked.seq != seq);
             return Err(error);
         }
@@ -614,6 +643,28 @@ mod tests {
             channel.peer_left();
         }
         assert_eq!(taken, total);
+    }
+
+    /// A carried channel's backend learns, before the answer is taken in, which region the
+    /// peer's answer lets go: only an answer to this side's withdrawal that the peer did (or
+    /// never held), and only while that withdrawal is awaited.
+    #[test]
+    fn only_an_awaited_withdrawals_answer_lets_a_region_go() {
+        let channel = ControlChannel::carried(LIMITS, |_: &[u8], _: Instant| Ok(()));
+        let withdrawing = channel.ask(|seq| Control::Withdraw { seq, id: 7 }, soon()).unwrap();
+        let descriptor = RegionDescriptor { id: 2, len: 64, address: 0, flags: 0, key: vec![] };
+        let exposing = channel.ask(|seq| Control::Expose { seq, descriptor }, soon()).unwrap();
+        let done = |seq, refused| frame(Control::Done { seq, refused });
+        assert_eq!(channel.withdrawn_by(&done(withdrawing, None)), Some(7));
+        assert_eq!(channel.withdrawn_by(&done(withdrawing, Some(Refusal::Unknown))), Some(7));
+        assert_eq!(channel.withdrawn_by(&done(withdrawing, Some(Refusal::Taken))), None, "refused");
+        assert_eq!(channel.withdrawn_by(&done(exposing, None)), None, "an expose's answer");
+        assert_eq!(channel.withdrawn_by(&done(99, None)), None, "never asked");
+        assert_eq!(channel.withdrawn_by(&frame(Control::Withdraw { seq: 1, id: 7 })), None, "a request");
+        assert_eq!(channel.withdrawn_by(b"garbage"), None);
+        let waited = block_on(channel.answer(withdrawing, WaitMode::Adaptive, Instant::now(), || ()));
+        assert!(waited.is_err(), "given up");
+        assert_eq!(channel.withdrawn_by(&done(withdrawing, None)), None, "nobody awaits it any more");
     }
 
     #[test]

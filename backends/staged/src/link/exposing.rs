@@ -10,7 +10,7 @@ use crate::wire::REGION_NOTIFY_EACH_WRITE;
 use rdma_hint_oob::{Control, PeerLoss, Refusal, RegionDescriptor, MAX_OUTSTANDING};
 use std::collections::VecDeque;
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::TryLockError;
 
@@ -21,11 +21,14 @@ const SHM_ANSWER_PATIENCE: Duration = Duration::from_millis(100);
 /// socket's send timeout); an answer cut short would end the link.
 const TCP_ANSWER_PATIENCE: Duration = Duration::from_secs(30);
 /// How long an `Expose` waits for its memfd on the hand-off socket: the peer sent it before
-/// the `Expose`, so it is there unless the peer broke the protocol.
-const MEMFD_PATIENCE: Duration = Duration::from_secs(1);
+/// the `Expose`, so it is there unless the peer broke the protocol (a peer that sends `Expose`s
+/// without memfds costs the thread that serves it this much each, and is refused each).
+const MEMFD_PATIENCE: Duration = Duration::from_millis(100);
 /// The peer's memfds kept while nobody asked for them yet (an expose of the peer's that failed
 /// after its memfd went leaves one that nobody ever asks for), at most.
 const MAX_UNCLAIMED: usize = 8;
+/// Announcements a withdrawal takes off the ring between looks at its deadline.
+const CLOSING_TAKE: usize = 64;
 /// How long a carried control frame waits between tries for the socket's writer.
 const CARRY_RETRY: Duration = Duration::from_micros(200);
 
@@ -62,6 +65,11 @@ impl Handoff {
         }
         loop {
             let memfd = handoff::receive(&self.stream, 1, deadline).ok()?.pop()?;
+            // Only a memfd is looked at further: a sealable file's seals are read without the
+            // file's filesystem, where a `fstat` could wait on a peer's own (FUSE) daemon.
+            if !sealable(memfd.as_fd()) {
+                continue;
+            }
             let found = self::inode(memfd.as_fd()).ok()?;
             if found == inode {
                 return Some(memfd);
@@ -72,6 +80,12 @@ impl Handoff {
             unclaimed.push_back((found, memfd));
         }
     }
+}
+
+/// Whether `fd` is a file that takes seals (a memfd).
+fn sealable(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: F_GET_SEALS on a descriptor the caller holds open; no pointers.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) >= 0 }
 }
 
 /// The inode of the file behind `fd`.
@@ -113,6 +127,10 @@ pub(super) fn carry(
     };
     let out_of_time = || TransportError::DeadlineExceeded { what: "room on the link's socket", waited_ms: 0 };
     let mut rest = &frame[..];
+    // Once a frame has started it is finished within the socket's own bound (the peer reads its
+    // socket, or the link ends), whatever the caller's deadline: a short deadline must not end
+    // a link that is only busy.
+    let mut deadline = deadline;
     while !rest.is_empty() {
         match send_now(&writer, rest) {
             Ok(0) if Instant::now() < deadline => std::thread::sleep(CARRY_RETRY),
@@ -122,7 +140,12 @@ pub(super) fn carry(
                 let why = "a control frame could not be sent whole in time (the peer stopped reading)";
                 return Err(TransportError::PeerGone(why.into()));
             }
-            Ok(sent) => rest = &rest[sent..],
+            Ok(sent) => {
+                if rest.len() == frame.len() {
+                    deadline = deadline.max(Instant::now() + TCP_ANSWER_PATIENCE);
+                }
+                rest = &rest[sent..];
+            }
             Err(e) => return Err(TransportError::PeerGone(format!("sending a control frame: {e}"))),
         }
     }
@@ -145,7 +168,7 @@ impl Shared {
     /// channel's bound, which ends the link).
     pub(super) fn serve_requests(&self) {
         let _serving = self.serving.lock().unwrap_or_else(PoisonError::into_inner);
-        while self.withdrawals.len() < MAX_OUTSTANDING {
+        while self.withdrawals.len() < MAX_OUTSTANDING && !self.lane.gone.is_gone() {
             let Some(request) = self.control.next_request() else { break };
             match request {
                 Control::Expose { seq, descriptor } => {
@@ -224,6 +247,11 @@ impl Shared {
         };
         if let Err(error) = self.control.send(&done, Instant::now() + patience) {
             tracing::debug!(%error, seq, "staged: the peer's request could not be answered");
+            if self.channel == ChannelKind::Tcp {
+                // The sender thread waited as long as any write may: a peer that reads nothing
+                // for that long has stopped (as a write that times out ends the link).
+                self.fail(format!("answering the peer's request: {error}"));
+            }
         }
     }
 }
@@ -270,15 +298,30 @@ impl Link {
 
     /// Closes region `id` to the peer, which is done with it (it answered the withdrawal, or
     /// it is gone): what it wrote is taken in first (shm: the announcements on our ring, the
-    /// bytes behind a bounce copied on; TCP: every frame before the answer was placed, and
-    /// every read answered, before the answer reached this side), then a frame naming the region
-    /// is refused and the link lets the region go.
-    pub(crate) fn close_to_peer(&self, id: RegionId) {
+    /// bytes behind a bounce copied on, until `deadline`: a peer that keeps announcing past it
+    /// breaks the link; TCP: every frame before the answer was placed, and every read answered,
+    /// before the answer reached this side, and the reader refuses the region from the answer
+    /// on), then a frame or slot naming the region is refused, a take that admitted one before
+    /// has landed it, and the link lets the region go.
+    pub(crate) fn close_to_peer(&self, id: RegionId, deadline: Instant) {
         let shared = &*self.shared;
-        if let Err(reason) = shared.take_ring() {
-            shared.fail(reason);
+        loop {
+            match shared.take_ring(CLOSING_TAKE) {
+                Ok(0) => break,
+                Ok(_) if Instant::now() < deadline => {}
+                Ok(_) => {
+                    let why = "protocol error: the peer kept announcing writes past a withdrawal's deadline";
+                    shared.fail(why.into());
+                    break;
+                }
+                Err(reason) => {
+                    shared.fail(reason);
+                    break;
+                }
+            }
         }
         shared.inbox.withdraw(id.0);
+        shared.wait_for_takes();
         let mut targets = shared.targets.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(target) = targets.get_mut(id.0 as usize) {
             *target = None;

@@ -294,34 +294,38 @@ fn copy_on_from_bounce(shared: &Shared, target: &LocalEntry, offset: u64, len: u
 }
 
 impl Shared {
-    /// shm: takes every announcement on our ring now (landing each, queueing its arrival), with
-    /// the consumer's lock held for the ring thread's loop (`None` on TCP, which has no ring).
-    fn take_ring_locked(&self) -> Option<(MutexGuard<'_, Consumer>, Result<usize, String>)> {
+    /// shm: takes up to `max` announcements on our ring now (landing each, queueing its
+    /// arrival), with the consumer's lock held for the ring thread's loop (`None` on TCP, which
+    /// has no ring).
+    fn take_ring_locked(&self, max: usize) -> Option<(MutexGuard<'_, Consumer>, Result<usize, String>)> {
         let rings = self.rings.as_ref()?;
         let mut consumer = rings.consumer.lock().unwrap_or_else(PoisonError::into_inner);
-        let taken =
-            ring::take(
-                &mut consumer,
-                &rings.inbound(),
-                &self.inbox,
-                usize::MAX,
-                |write| match land_announced(self, write)? {
-                    Some(arrival) => self.arrivals.try_send(arrival).map_err(|_| {
-                        "arrival queue overflow: the application is not draining arrivals".to_string()
-                    }),
-                    None => Ok(()),
-                },
-            );
+        let taken = ring::take(&mut consumer, &rings.inbound(), &self.inbox, max, |write| {
+            match land_announced(self, write)? {
+                Some(arrival) => self.arrivals.try_send(arrival).map_err(|_| {
+                    "arrival queue overflow: the application is not draining arrivals".to_string()
+                }),
+                None => Ok(()),
+            }
+        });
         rings.taken.store(consumer.taken(), Ordering::Release);
         Some((consumer, taken))
     }
 
-    /// shm: takes every announcement on our ring now (see [`Shared::take_ring_locked`]); TCP:
-    /// nothing to take.
-    pub(super) fn take_ring(&self) -> Result<(), String> {
-        match self.take_ring_locked() {
-            Some((_, Err(reason))) => Err(reason),
-            _ => Ok(()),
+    /// shm: takes up to `max` announcements on our ring now (see [`Shared::take_ring_locked`]);
+    /// how many. TCP: nothing to take.
+    pub(super) fn take_ring(&self, max: usize) -> Result<usize, String> {
+        match self.take_ring_locked(max) {
+            Some((_, taken)) => taken,
+            None => Ok(0),
+        }
+    }
+
+    /// shm: returns once no take of our ring is under way (one that admitted a slot has landed
+    /// it).
+    pub(super) fn wait_for_takes(&self) {
+        if let Some(rings) = &self.rings {
+            drop(rings.consumer.lock().unwrap_or_else(PoisonError::into_inner));
         }
     }
 }
@@ -333,7 +337,7 @@ pub(super) fn ring_loop(shared: &Shared) {
     let inbound = rings.inbound();
     loop {
         let stopping = shared.lane.gone.is_gone();
-        let Some((consumer, taken)) = shared.take_ring_locked() else { return };
+        let Some((consumer, taken)) = shared.take_ring_locked(usize::MAX) else { return };
         if let Err(reason) = taken {
             shared.fail(reason);
             return;

@@ -149,10 +149,15 @@ fn apply(
             hand_over(shared, Some(Outgoing::Answer { region, offset, len, answer }))
         }
         Received::ReadData(read) => place_answer(shared, read, socket, staging),
-        // Checked by the channel's reader on the sender thread, after what came before it.
+        // Checked by the channel's reader on the sender thread, after what came before it. The
+        // peer's answer that it dropped a region this side withdraws closes the region to its
+        // frames here, before the next frame is read: one behind the answer is a breach.
         Received::Control { len } => {
             let mut body = vec![0u8; len as usize];
             socket.read_exact(&mut body).map_err(|e| format!("the peer vanished mid-frame: {e}"))?;
+            if let Some(region) = shared.control.withdrawn_by(&body) {
+                shared.inbox.withdraw(region);
+            }
             hand_over(shared, Some(Outgoing::Control(body)))
         }
     }
