@@ -3,10 +3,15 @@
 
 use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
-    calibrate, calibrate::DEFAULT_BUDGET, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport,
-    Device, LoopbackPair, OpenOptions, Origin, TransportId, TransportSelector,
+    calibrate, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport, Device, LoopbackPair,
+    OpenOptions, Origin, TransportId, TransportSelector,
 };
 use std::time::{Duration, Instant};
+
+/// Ten times the library's default budget (as the CLI's tests give theirs): on a machine two
+/// busy loops share, one second fitted two rounds of ten block sizes, where a calibration needs
+/// more (loaded run 19 of #52); an embedder's CI is rarely idle either.
+const BUDGET: Duration = Duration::from_secs(10);
 
 #[test]
 fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
@@ -15,10 +20,7 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     let id = TransportId::STAGED_SHM;
     let deadline = Instant::now() + Duration::from_secs(60);
     let pair = LoopbackPair::open(&id, Device::Host(0), 32 << 20, &OpenOptions::default(), deadline).unwrap();
-    // The library's default budget, as an embedder would pass it: half of it left a software-
-    // emulated VM's calibration no room for a stall (one round fit, then an error).
-    let calibration =
-        calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, DEFAULT_BUDGET).unwrap();
+    let calibration = calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, BUDGET).unwrap();
     assert!(calibration.elapsed_ms > 0.0 && calibration.points.len() >= 3);
     let hint =
         get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone())).unwrap();
@@ -44,8 +46,7 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     assert!(landed == data);
     // A second calibration pools with the first: the hint answers the median of both runs' own
     // blocks. Forgetting the pair's calibrations leaves none behind.
-    let second =
-        calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, DEFAULT_BUDGET).unwrap();
+    let second = calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, BUDGET).unwrap();
     if calibration.fit.poor.is_none() && second.fit.poor.is_none() {
         assert_eq!(
             second.pooled_blocks_bytes,
@@ -57,8 +58,7 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     }
     // A recalibration (after moving a card) starts a new pool of its own run.
     let fresh =
-        rdma_hint::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), DEFAULT_BUDGET)
-            .unwrap();
+        rdma_hint::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), BUDGET).unwrap();
     if fresh.fit.poor.is_none() {
         assert_eq!(fresh.pooled_blocks_bytes, [fresh.own_block_bytes.unwrap()]);
         assert_eq!(Some(fresh.hint.block_bytes), fresh.own_block_bytes);
