@@ -5,13 +5,14 @@
 #     write_lat ucx:shm     vs  ucx_perftest -t ucp_put_lat and -t ucp_am_lat  (UCX_TLS=shm,self)
 #     write_lat staged:shm  vs  ucx_perftest -t ucp_put_lat (the raw shared-memory write)
 #     write_lat staged:tcp  vs  sockperf ping-pong --tcp, blocking (its default) and --nonblocked
-#   verbs: write_lat verbs:rxe0 SIZE  vs  ib_write_lat -d rxe0 -s SIZE      (inside the Soft-RoCE VM; root)
+#   verbs: write_lat verbs:rxe0 SIZE  vs  ib_write_lat and ib_read_lat -d rxe0 -s SIZE  (Soft-RoCE VM; root)
 #
 # Every tool times a ping-pong and reports half the round trip; write_lat does the same with
 # writes-with-immediate (the receiver learns of each write from an arrival, not by polling
 # memory; each write's completion is drained after its answer came), then reports the
-# post-to-completion time of one signalled write, and the wake-up: half the round trip of a
-# write that reaches a receiver sleeping in Adaptive mode after 10 ms of silence. REPEAT runs
+# post-to-completion time of one signalled write and of one signalled read (verbs: against
+# ib_read_lat, which times the same), and the wake-up: half the round trip of a write that
+# reaches a receiver sleeping in Adaptive mode after 10 ms of silence. REPEAT runs
 # each (default 5, alternating); prints medians of the runs' p50 (and p99) in µs and the ratio
 # of ours to the first peer. sockperf's smallest message is 14 B (its header): it runs 14 B
 # where the others run 8 B, and at most 65000 B (its largest) where they run 64 KiB.
@@ -79,7 +80,7 @@ if [ "$which" = local ] || [ "$which" = all ]; then
         printf '# %s on loopback, BusyPoll, %s iterations, median of %s runs (µs)\n' "$id" "$iterations" "$repeat"
         printf '%8s' size
         for peer in $peers; do printf ' %14s' "$peer p50"; done
-        printf ' %16s %16s %18s %8s\n' "ours p50 (p99)" "completion p50" "wake-up p50 (p99)" ratio
+        printf ' %16s %16s %10s %18s %8s\n' "ours p50 (p99)" "completion p50" "read p50" "wake-up p50 (p99)" ratio
         for size in $sizes; do
             declare -A got=()
             for _ in $(seq "$repeat"); do
@@ -93,7 +94,7 @@ if [ "$which" = local ] || [ "$which" = all ]; then
                     got[$peer]="${got[$peer]:-} $value"
                 done
                 out=$(write_lat "$id" "$size")
-                for field in pingpong:3 pingpong99:4 completion:3 wakeup:3 wakeup99:4; do
+                for field in pingpong:3 pingpong99:4 completion:3 read:3 wakeup:3 wakeup99:4; do
                     name=${field%%:*} column=${field##*:}
                     value=$(awk -v n="${name%99}" -v c="$column" '$2 == n { print $c }' <<<"$out")
                     got[$name]="${got[$name]:-} $value"
@@ -108,8 +109,9 @@ if [ "$which" = local ] || [ "$which" = all ]; then
             done
             mine=$(median ${got[pingpong]})
             awk -v b="$mine" -v b99="$(median ${got[pingpong99]})" -v c="$(median ${got[completion]})" \
-                -v w="$(median ${got[wakeup]})" -v w99="$(median ${got[wakeup99]})" -v a="$first" 'BEGIN {
-                printf " %9.2f (%5.2f) %16.2f %9.2f (%6.1f) %8.2f\n", b, b99, c, w, w99, (a > 0 ? b / a : 0) }'
+                -v r="$(median ${got[read]})" -v w="$(median ${got[wakeup]})" -v w99="$(median ${got[wakeup99]})" \
+                -v a="$first" 'BEGIN {
+                printf " %9.2f (%5.2f) %16.2f %10.2f %9.2f (%6.1f) %8.2f\n", b, b99, c, r, w, w99, (a > 0 ? b / a : 0) }'
             unset got
         done
         echo
@@ -124,14 +126,18 @@ if [ "$which" = verbs ] || [ "$which" = all ]; then
 set -u
 median() { printf '%s\\n' \"\$@\" | sort -g | awk '{ v[NR] = \$1 } END { print v[int((NR + 1) / 2)] }'; }
 printf '# verbs on Soft-RoCE (rxe0, emulated CPU), BusyPoll, $vm_iterations iterations, median of $repeat runs (µs)\n'
-printf '%8s %16s %16s %16s %16s %16s %7s\n' size 'ib_write_lat p50' 'ours p50 (p99)' 'completion p50' '(p99)' 'wake-up p50' ratio
+printf '%8s %16s %16s %16s %16s %16s %7s %16s %10s %7s\n' size 'ib_write_lat p50' 'ours p50 (p99)' 'completion p50' '(p99)' 'wake-up p50' ratio 'ib_read_lat p50' 'read p50' ratio
 port=7600
 for size in $sizes; do
-    theirs_all='' mine_all='' mine99_all='' done_all='' done99_all='' wake_all=''
+    theirs_all='' mine_all='' mine99_all='' done_all='' done99_all='' wake_all='' theirs_read_all='' read_all=''
     for _ in \$(seq $repeat); do
         ib_write_lat -d \$RXE_DEV -F -s \$size -n $vm_iterations >/dev/null 2>&1 &
         sleep 1
         theirs_all=\"\$theirs_all \$(ib_write_lat -d \$RXE_DEV -F -s \$size -n $vm_iterations \$RXE_IP 2>/dev/null | awk -v s=\$size '\$1 == s { print \$5 }')\"
+        wait
+        ib_read_lat -d \$RXE_DEV -F -s \$size -n $vm_iterations >/dev/null 2>&1 &
+        sleep 1
+        theirs_read_all=\"\$theirs_read_all \$(ib_read_lat -d \$RXE_DEV -F -s \$size -n $vm_iterations \$RXE_IP 2>/dev/null | awk -v s=\$size '\$1 == s { print \$5 }')\"
         wait
         port=\$((port + 1))
         $ours verbs:\$RXE_DEV \$size serve \$RXE_IP:\$port $vm_iterations >/tmp/write_lat_serve.log 2>&1 &
@@ -143,10 +149,13 @@ for size in $sizes; do
         done_all=\"\$done_all \$(echo \"\$out\" | awk '\$2 == \"completion\" { print \$3 }')\"
         done99_all=\"\$done99_all \$(echo \"\$out\" | awk '\$2 == \"completion\" { print \$4 }')\"
         wake_all=\"\$wake_all \$(echo \"\$out\" | awk '\$2 == \"wakeup\" { print \$3 }')\"
+        read_all=\"\$read_all \$(echo \"\$out\" | awk '\$2 == \"read\" { print \$3 }')\"
     done
     awk -v s=\$size -v a=\"\$(median \$theirs_all)\" -v b=\"\$(median \$mine_all)\" -v b99=\"\$(median \$mine99_all)\" \\
-        -v c=\"\$(median \$done_all)\" -v c99=\"\$(median \$done99_all)\" -v w=\"\$(median \$wake_all)\" 'BEGIN {
-        printf \"%8d %16.2f %9.2f (%5.2f) %16.2f %16.2f %16.2f %7.2f\n\", s, a, b, b99, c, c99, w, (a > 0 ? b / a : 0) }'
+        -v c=\"\$(median \$done_all)\" -v c99=\"\$(median \$done99_all)\" -v w=\"\$(median \$wake_all)\" \\
+        -v ra=\"\$(median \$theirs_read_all)\" -v r=\"\$(median \$read_all)\" 'BEGIN {
+        printf \"%8d %16.2f %9.2f (%5.2f) %16.2f %16.2f %16.2f %7.2f %16.2f %10.2f %7.2f\n\", s, a, b, b99, c, c99, w,
+            (a > 0 ? b / a : 0), ra, r, (ra > 0 ? r / ra : 0) }'
 done
 "
 fi

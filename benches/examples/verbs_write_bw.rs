@@ -5,17 +5,19 @@
 //! ```text
 //! verbs_write_bw <device> <bytes> serve <listen-address>     # prints LISTENING <address>
 //! verbs_write_bw <device> <bytes> run <address> <messages>   # prints RESULT <MB/s>
+//! verbs_write_bw <device> <bytes> read <address> <messages>  # reads; prints RESULT <MB/s>
 //! ```
 
 use rdma_hint::{open, OpenOptions, TransportId};
 use rdma_hint_benches::flags::Flags;
 use rdma_hint_benches::write_bw::{run, Role};
 
+const USAGE: &str = "usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES | read ADDR MESSAGES";
+
 fn main() -> Result<(), String> {
-    let args: Vec<String> =
-        Flags::from_env("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES").rest();
+    let args: Vec<String> = Flags::from_env(USAGE).rest();
     let (Some(device), Some(bytes)) = (args.first(), args.get(1)) else {
-        return Err("usage: verbs_write_bw DEVICE BYTES serve ADDR | run ADDR MESSAGES".into());
+        return Err(USAGE.into());
     };
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
     let id = TransportId::verbs(device).map_err(|e| e.to_string())?;

@@ -5,7 +5,9 @@
 //! its own, the completion latency of one signalled write (post → completion), which is what
 //! the chunker waits for. Last, the wake-up: after 10 ms of silence a write reaches a receiver
 //! whose wait sleeps ([`WaitMode::Adaptive`]), which answers at once; half that round trip is
-//! what the first write of a burst costs. Run by `benches/latency-vs-perftest.sh`.
+//! what the first write of a burst costs. Between the last two, the latency of one signalled
+//! read of the peer's region (post → completion), as `ib_read_lat` measures its own. Run by
+//! `benches/latency-vs-perftest.sh`.
 //!
 //! ```text
 //! write_lat <transport-id> <bytes> serve <listen-address> <iterations>   # prints LISTENING <address>
@@ -13,11 +15,12 @@
 //! ```
 //!
 //! `RESULT pingpong <p50 µs> <p99 µs>` is half the round trip; `RESULT completion <p50> <p99>`
-//! the post-to-completion time of one signalled write; `RESULT wakeup <p50> <p99>` half the
-//! round trip of a write that wakes a sleeping (`Adaptive`) receiver after 10 ms of silence.
+//! the post-to-completion time of one signalled write; `RESULT read <p50> <p99>` that of one
+//! signalled read; `RESULT wakeup <p50> <p99>` half the round trip of a write that wakes a
+//! sleeping (`Adaptive`) receiver after 10 ms of silence.
 
 use rdma_hint::{
-    open, Arrival, BlockingTransport, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint,
+    open, Arrival, BlockingTransport, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, ReadOp,
     RemoteRegion, Transport, TransportId, WaitMode, WriteOp,
 };
 use rdma_hint_benches::flags::Flags;
@@ -47,6 +50,20 @@ fn write(
         imm,
     };
     transport.post_writes(&[op]).expect("post");
+}
+
+/// One signalled read of the peer's region into `local`.
+fn read(transport: &dyn Transport, local: &LocalRegion, remote: &RemoteRegion, bytes: u64) {
+    let op = ReadOp {
+        wr_id: 2,
+        local: local.id,
+        local_offset: 0,
+        remote: remote.id,
+        remote_offset: 0,
+        len: bytes,
+        signalled: true,
+    };
+    transport.post_reads(&[op]).expect("post a read");
 }
 
 /// Takes the completion of the one outstanding write (BusyPoll: spins until it is there).
@@ -146,6 +163,16 @@ fn main() -> Result<(), String> {
                     completion.push(started.elapsed().as_secs_f64() * 1e6);
                 }
             }
+            // One-sided: the peer waits for the wake-up phase meanwhile.
+            let mut reads = Vec::with_capacity(iterations);
+            for round in 0..WARMUP + iterations {
+                let started = Instant::now();
+                read(&*transport, &source, &remote, bytes);
+                complete(&*transport, deadline);
+                if round >= WARMUP {
+                    reads.push(started.elapsed().as_secs_f64() * 1e6);
+                }
+            }
             let mut wakeup = Vec::with_capacity(WAKE_ROUNDS);
             for _ in 0..WAKE_ROUNDS {
                 std::thread::sleep(SILENCE);
@@ -155,9 +182,13 @@ fn main() -> Result<(), String> {
                 wakeup.push(started.elapsed().as_secs_f64() * 1e6 / 2.0);
                 complete(&*transport, deadline);
             }
-            for (name, samples) in
-                [("pingpong", &mut pingpong), ("completion", &mut completion), ("wakeup", &mut wakeup)]
-            {
+            let phases = [
+                ("pingpong", &mut pingpong),
+                ("completion", &mut completion),
+                ("read", &mut reads),
+                ("wakeup", &mut wakeup),
+            ];
+            for (name, samples) in phases {
                 let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
                 println!("RESULT {name} {p50:.3} {p99:.3}");
             }

@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         }
         for region in &hello.regions {
             assert!(region.len > 0 && region.address.checked_add(region.len).is_some());
-            assert!(check_packed_rkey(&region.rkey).is_ok());
+            assert!(check_packed_rkey(&region.key).is_ok());
         }
         if let Some(ring) = &hello.ring {
             assert!(

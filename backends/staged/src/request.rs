@@ -5,7 +5,7 @@
 
 use crate::memory::PeerMapping;
 pub(crate) use crate::memory::MAX_SGES;
-pub(crate) use rdma_hint_backend_core::gather::{Gathered, Pieces};
+pub(crate) use rdma_hint_backend_core::gather::Pieces;
 use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, WriteOp};
 use std::sync::Arc;
 
@@ -101,6 +101,7 @@ impl Pieces for Request {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_hint_backend_core::gather::Gathered;
     use rdma_hint_core::RegionId;
 
     #[test]

@@ -6,16 +6,16 @@ use crate::lane::StagedLane;
 use crate::link::{Link, LinkParts, RemoteEntry, RemoteView, Rings};
 use crate::local::{local, Bounce, LocalEntry, LocalRegions, StagedMemory};
 use crate::memory::PeerMapping;
-use crate::request::{Gathered, Pieces, Request};
+use crate::request::{Pieces, Request};
 use crate::wire::{ChannelKind, ExposedRegion, Handoff, Hello, MAX_REGIONS};
 use async_trait::async_trait;
 use rdma_hint_backend_core::gather::gathered;
 use rdma_hint_backend_core::lanes::Lane;
-use rdma_hint_backend_core::wait::{wait, WaitModeCell};
+use rdma_hint_backend_core::wait::{ready, wait, Notifier, WaitModeCell};
 use rdma_hint_backend_core::{DomainCore, PeerRegions, RegionTable};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, Domain, GatherEntry, GatherOp, PeerEndpoint, ReadOp, RegionId,
-    RemoteRegion, Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
+    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_oob::{Asking, Rendezvous};
 use std::net::{SocketAddr, TcpStream};
@@ -135,15 +135,6 @@ impl StagedTransport {
         .in_mode(self.wait_mode.get())
     }
 
-    /// Caps the bytes this transport may allocate for its live regions, `cap_bytes` at most
-    /// (caller memory registered in place does not count). Without a cap, registrations are
-    /// still refused past what the machine and this process's memory cgroups can spare
-    /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
-    pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.regions.regions_mut().set_memory_cap(Some(cap_bytes));
-        self
-    }
-
     /// The channel this transport speaks.
     pub fn channel(&self) -> StagedChannel {
         self.channel
@@ -207,9 +198,6 @@ impl StagedTransport {
                 len: entry.memory.len(),
                 notify_each_write: channel == ChannelKind::Shm && entry.bounce.is_some(),
             });
-        }
-        if regions.len() > MAX_REGIONS {
-            return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
         let handoff = offer.map(|offer| Handoff { socket: offer.name.clone(), cookie: offer.cookie });
         Ok(Hello { channel, regions, handoff })
@@ -289,9 +277,7 @@ impl StagedTransport {
         if self.lane.gone.is_gone() {
             return Err(link.gone());
         }
-        if count > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull { given: count as u32, max: self.caps.max_wrs_per_post });
-        }
+        self.caps.check_post(count)?;
         Ok(link)
     }
 
@@ -408,17 +394,11 @@ impl Transport for StagedTransport {
             (StagedChannel::SharedMemory, PeerEndpoint::Listen(_)) => Some(Offer::new()?),
             _ => None,
         };
-        // Exposed from here on: the hello names the regions, and the peer may write them as
-        // soon as the link runs, which may be before this call returns.
-        self.lane.exposure.expose(expose);
-        let connected = match self.bounce_unmappable_regions(expose) {
-            Ok(()) => self.finish_connect(peer, expose, offer, deadline).await,
-            Err(error) => Err(error),
+        let connect = async {
+            self.bounce_unmappable_regions(expose)?;
+            self.finish_connect(peer, expose, offer, deadline).await
         };
-        if connected.is_err() {
-            self.lane.exposure.withdraw();
-        }
-        connected
+        self.lane.exposure.around_connect(expose, connect).await
     }
 
     fn peer_regions(&self) -> Vec<RemoteRegion> {
@@ -472,27 +452,11 @@ impl Transport for StagedTransport {
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
-        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
-        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
-        self.post(views)
+        gathered(ops, entries, &self.caps, |views| self.post(views))
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        let link = self.link()?;
-        // Read before draining: once no link thread runs, nothing can be queued after the drain.
-        let finished = link.finished();
-        link.pump()?;
-        let ready = link.completions.try_drain(out).unwrap_or(0);
-        if ready == 0 && finished {
-            return Err(link.gone());
-        }
-        Ok(ready)
+        self.poll_link(|link| Ok(link.completions.try_drain(out).unwrap_or(0)))
     }
 
     async fn wait_completions(
@@ -500,34 +464,52 @@ impl Transport for StagedTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        if out.is_empty() {
-            return Ok(0);
-        }
-        let link = self.link()?;
-        let mode = self.wait_mode.get();
-        let notifier = link.completions.notifier();
-        wait(notifier, mode, deadline, "staged completions", || ready(self.poll_completions(out))).await
+        let poll = |this: &Self, out: &mut [Completion]| this.poll_completions(out);
+        self.wait_link(out, deadline, |link| link.completions.notifier(), "staged completions", poll).await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
+        self.poll_link(|link| link.take_arrivals(out))
+    }
+
+    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+        let poll = |this: &Self, out: &mut [Arrival]| this.poll_arrivals(out);
+        self.wait_link(out, deadline, |link| link.arrivals.notifier(), "staged arrivals", poll).await
+    }
+}
+
+impl StagedTransport {
+    /// One poll of the link: what the link's threads (or this call's pump) queued, as `take`
+    /// takes it; nothing from a link whose threads all ended is the loss.
+    fn poll_link(
+        &self,
+        take: impl FnOnce(&Link) -> Result<usize, TransportError>,
+    ) -> Result<usize, TransportError> {
         let link = self.link()?;
+        // Read before taking: once no link thread runs, nothing can be queued after the take.
         let finished = link.finished();
         link.pump()?;
-        let ready = link.take_arrivals(out)?;
+        let ready = take(link)?;
         if ready == 0 && finished {
             return Err(link.gone());
         }
         Ok(ready)
     }
 
-    async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
+    /// Waits for what `poll` finds, woken by the link's `notifier`.
+    async fn wait_link<T>(
+        &self,
+        out: &mut [T],
+        deadline: Instant,
+        notifier: impl FnOnce(&Link) -> &Notifier,
+        what: &'static str,
+        poll: impl Fn(&Self, &mut [T]) -> Result<usize, TransportError> + Unpin,
+    ) -> Result<usize, TransportError> {
         if out.is_empty() {
             return Ok(0);
         }
         let link = self.link()?;
-        let mode = self.wait_mode.get();
-        wait(link.arrivals.notifier(), mode, deadline, "staged arrivals", || ready(self.poll_arrivals(out)))
-            .await
+        wait(notifier(link), self.wait_mode.get(), deadline, what, || ready(poll(self, out))).await
     }
 }
 
@@ -560,11 +542,6 @@ fn aimed(remote: &RemoteView<'_>, request: Request) -> Request {
         Ok(entry) => request.toward(entry.mapped.as_ref(), entry.notify_each_write),
         Err(_) => request,
     }
-}
-
-/// A poll's count as a wait attempt: nothing yet is `None`.
-fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
-    found.map(|n| (n > 0).then_some(n))
 }
 
 /// The channel as `--channel` and transport ids spell it.

@@ -132,6 +132,10 @@ pub(crate) struct Engine {
     pub(crate) signals: Arc<Signals>,
     /// The peer's memory mapped here, when all of it is.
     pub(crate) direct: Option<Direct>,
+    /// The endpoint's forced close did not finish in time: a put it is still purging may name
+    /// any of the peer's rkeys, so none is destroyed from then on (the worker's teardown takes
+    /// them).
+    keys_pinned: bool,
 }
 
 // SAFETY: the raw UCP handles (worker in serialized mode, endpoint, rkeys, requests) are only
@@ -165,6 +169,7 @@ impl Engine {
             posted_any: false,
             signals,
             direct: None,
+            keys_pinned: false,
         }
     }
 
@@ -335,10 +340,7 @@ impl Engine {
                 // Copied out: the failure path below needs the engine mutably.
                 let put = self.puts[next_put];
                 next_put += 1;
-                match put.direction {
-                    Direction::Write => self.put(put)?,
-                    Direction::Read => self.get(put)?,
-                }
+                self.put(put)?;
             }
             if op.signalled {
                 self.signalled.push_back(op.wr_id);
@@ -438,52 +440,33 @@ impl Engine {
         Ok(copied)
     }
 
-    /// One `ucp_put_nbx` of a piece `post` checked (source range inside its registered region,
-    /// remote range inside the peer's): only `post` builds `Put`s, and only after the checks.
+    /// One `ucp_put_nbx` (a write) or `ucp_get_nbx` (a read) of a piece `post` checked (this
+    /// side's range inside its registered region, the peer's inside its advertised length):
+    /// only `post` builds `Put`s, and only after the checks. Its completion is the batch's flush.
     fn put(&mut self, put: Put) -> Result<(), TransportError> {
         let param = sys::ucp_request_param_t {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
             memh: put.memh,
             ..Default::default()
         };
-        // SAFETY: the ep and rkey are live (engine lock held); the source range was
+        let (here, len, there) = (put.source, put.len as usize, put.address);
+        // SAFETY: the ep and rkey are live (engine lock held); this side's range was
         // bound-checked against the registered region by `post`, and the region stays mapped
-        // while ops are in flight (deregister refuses busy regions); the remote range against
-        // the peer's advertised length.
-        let request = unsafe {
-            sys::ucp_put_nbx(self.ep, put.source.cast(), put.len as usize, put.address, put.rkey, &param)
+        // while ops are in flight (deregister refuses busy regions and flushes unsignalled ones
+        // first); the remote range against the peer's advertised length.
+        let (request, call) = unsafe {
+            match put.direction {
+                Direction::Write => {
+                    (sys::ucp_put_nbx(self.ep, here.cast(), len, there, put.rkey, &param), "put")
+                }
+                Direction::Read => {
+                    (sys::ucp_get_nbx(self.ep, here.cast(), len, there, put.rkey, &param), "get")
+                }
+            }
         };
         if sys::status_ptr_is_err(request) {
             let status = sys::status_ptr_status(request);
-            self.fail(format!("ucp_put_nbx failed: {}", status_text(status)));
-            return Err(self.signals.gone.error());
-        }
-        if sys::status_ptr_is_ptr(request) {
-            // Completion is tracked by the batch's flush; UCX releases the request when done.
-            // SAFETY: `request` is a live handle returned just now; freed once.
-            unsafe { sys::ucp_request_free(request) };
-        }
-        Ok(())
-    }
-
-    /// One `ucp_get_nbx` of a read `post` checked (destination range inside its registered
-    /// region, source range inside the peer's): its completion is the batch's flush.
-    fn get(&mut self, get: Put) -> Result<(), TransportError> {
-        let param = sys::ucp_request_param_t {
-            op_attr_mask: sys::UCP_OP_ATTR_FIELD_MEMH,
-            memh: get.memh,
-            ..Default::default()
-        };
-        // SAFETY: the ep and rkey are live (engine lock held); the destination range was
-        // bound-checked against the registered region by `post`, and the region stays mapped
-        // while ops are in flight (deregister refuses busy regions and flushes unsignalled
-        // ones first); the remote range against the peer's advertised length.
-        let request = unsafe {
-            sys::ucp_get_nbx(self.ep, get.source.cast(), get.len as usize, get.address, get.rkey, &param)
-        };
-        if sys::status_ptr_is_err(request) {
-            let status = sys::status_ptr_status(request);
-            self.fail(format!("ucp_get_nbx failed: {}", status_text(status)));
+            self.fail(format!("ucp_{call}_nbx failed: {}", status_text(status)));
             return Err(self.signals.gone.error());
         }
         if sys::status_ptr_is_ptr(request) {
@@ -496,6 +479,9 @@ impl Engine {
 
     /// One progress pass: UCX events, finished flushes, peer failures.
     pub(crate) fn progress(&mut self) {
+        if self.ended() {
+            return;
+        }
         self.ucp.progress_all();
         self.harvest();
     }
@@ -503,8 +489,21 @@ impl Engine {
     /// One `ucp_worker_progress` and a harvest: a spinning wait's look, which comes back at
     /// once anyway (a second call to find nothing left would double each look's cost).
     pub(crate) fn progress_once(&mut self) {
+        if self.ended() {
+            return;
+        }
         self.ucp.progress();
         self.harvest();
+    }
+
+    /// Whether the connection was lost and its endpoint closed: the worker then serves nothing
+    /// of this side's, and is not progressed again. UCX 1.13's tcp transport, progressed after
+    /// a forced close while the peer's process still sends (a vanished peer's last puts, its
+    /// own close), handles events for connections it already freed and jumps through freed
+    /// memory (SIGSEGV in `uct_tcp_iface_progress`, 1 run in 10 of the 8 MiB-in-flight test on
+    /// a busy machine). The worker's destruction takes what is left.
+    fn ended(&self) -> bool {
+        self.ep.is_null() && self.signals.gone.is_gone()
     }
 
     /// Turns finished flushes into completions (in posting order) and frees finished notices.
@@ -756,23 +755,39 @@ impl Engine {
         // SAFETY: `ep` is live and closed once (set to null right after).
         let request = unsafe { sys::ucp_ep_close_nbx(self.ep, &param) };
         self.ep = std::ptr::null_mut();
+        // A forced close purges the endpoint's pending puts as it goes, and a purged put still
+        // names its rkey: until the close has finished, no key may be destroyed. One that does
+        // not finish in time (tcp with megabytes queued on a busy machine) leaves the keys to
+        // the worker's teardown: destroying them under it corrupted the heap (loaded run 21).
         if self.ucp.finish(request, 10_000) == sys::UCS_INPROGRESS {
-            tracing::warn!("ucx: endpoint close did not finish in time");
+            tracing::warn!("ucx: endpoint close did not finish in time; the peer's keys go with the worker");
+            self.keys_pinned = true;
         }
         while let Some(request) = self.notice_sends.pop_front() {
             // SAFETY: freeing hands the request back to UCX whether or not it finished.
             unsafe { sys::ucp_request_free(request) };
         }
         if let Some(direct) = self.direct.take() {
-            // SAFETY: unpacked once on the (now closed) endpoint; destroyed once, after the
-            // mappings it keeps attached were dropped with `direct` (nothing copies any more).
-            unsafe { sys::ucp_rkey_destroy(direct.ring_rkey) };
+            // The ring's mappings went with `direct`: nothing copies any more.
+            self.destroy_rkey(direct.ring_rkey);
         }
         self.drop_withdrawals();
         for entry in self.remote.drain() {
-            // SAFETY: each rkey was unpacked once on the (now closed) endpoint; destroyed once.
-            unsafe { sys::ucp_rkey_destroy(entry.rkey) };
+            self.destroy_rkey(entry.rkey);
         }
+    }
+
+    /// Destroys an rkey unpacked on this engine's endpoint that no put of it names any more
+    /// (withdrawn, never loaded, or the endpoint closed) and nothing else refers to; unless a
+    /// forced close is still purging puts, which may name it (`keys_pinned`).
+    pub(crate) fn destroy_rkey(&self, rkey: sys::ucp_rkey_h) {
+        if self.keys_pinned {
+            return;
+        }
+        // SAFETY: unpacked once on this engine's endpoint and destroyed once (the caller gives
+        // up its only copy); no live put names it and no purge is running (checked above).
+        // Destroying it detaches a mapping it made.
+        unsafe { sys::ucp_rkey_destroy(rkey) };
     }
 
     /// Orderly teardown: finish what is in flight (bounded), close the endpoint. The regions

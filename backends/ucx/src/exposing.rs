@@ -7,7 +7,7 @@ use crate::mapping::{map_peer, Screen};
 use crate::progress::Shared;
 use crate::status::status_text;
 use crate::transport::UcxTransport;
-use crate::wire::ExposedRegion;
+use crate::wire::check_region;
 use rdma_hint_backend_core::peer_regions::MAX_JOINED_ASKS;
 use rdma_hint_core::{RegionId, TransportError};
 use rdma_hint_oob::{Asking, Control, ControlChannel, PeerLoss, Refusal, RegionDescriptor, MAX_OUTSTANDING};
@@ -22,14 +22,6 @@ fn answer(control: &ControlChannel, seq: u32, refused: Option<Refusal>) {
     if let Err(error) = control.send(&Control::Done { seq, refused }, Instant::now() + ANSWER_PATIENCE) {
         tracing::debug!(%error, seq, "ucx: the peer's request could not be answered");
     }
-}
-
-/// Destroys an rkey unpacked on this engine's endpoint, which nothing refers to any more.
-fn destroy(entry: RemoteEntry) {
-    // SAFETY: unpacked once on the lane's endpoint (live, or closed with nothing in flight
-    // since); the last reference went with the entry, and no put of this engine may name it
-    // (withdrawn, or never loaded). Destroying it detaches a mapping it made.
-    unsafe { sys::ucp_rkey_destroy(entry.rkey) };
 }
 
 impl Engine {
@@ -69,12 +61,8 @@ impl Engine {
 
     /// Unpacks (and, where the peer's memory is written directly, maps and screens) a region
     /// the peer exposed after connect.
-    fn load(
-        &mut self,
-        descriptor: &RegionDescriptor,
-        own: &dyn Fn() -> Vec<(u64, u64)>,
-    ) -> Result<(), Refusal> {
-        let region = ExposedRegion::from_descriptor(descriptor).map_err(|_| Refusal::Unreachable)?;
+    fn load(&mut self, region: &RegionDescriptor, own: &dyn Fn() -> Vec<(u64, u64)>) -> Result<(), Refusal> {
+        check_region(region).map_err(|_| Refusal::Unreachable)?;
         if self.ep.is_null() {
             return Err(Refusal::Unreachable);
         }
@@ -83,7 +71,7 @@ impl Engine {
             Some(_) => Some(Screen::before_unpacking(&own()).map_err(|_| Refusal::Unreachable)?),
             None => None,
         };
-        let rkey = Engine::unpack_rkey(self.ep, &region.rkey).map_err(|_| Refusal::Unreachable)?;
+        let rkey = Engine::unpack_rkey(self.ep, &region.key).map_err(|_| Refusal::Unreachable)?;
         let mut entry = RemoteEntry { address: region.address, len: region.len, rkey, mapped: None };
         let mut leave_direct = false;
         if let Some(screen) = screen {
@@ -102,13 +90,13 @@ impl Engine {
                 // A range outside what the peer's key maps, or this side's own memory.
                 Err(why) => {
                     tracing::warn!(%why, "ucx: the peer exposed a region that is not its own");
-                    destroy(entry);
+                    self.destroy_rkey(entry.rkey);
                     return Err(Refusal::Unreachable);
                 }
             }
         }
         self.remote.load(region.id, entry).map_err(|(_, entry)| {
-            destroy(entry);
+            self.destroy_rkey(entry.rkey);
             Refusal::Taken
         })?;
         if leave_direct {
@@ -124,16 +112,15 @@ impl Engine {
     fn leave_direct(&mut self) {
         let Some(direct) = self.direct.take() else { return };
         tracing::debug!("ucx: the peer exposed a region not mapped here; writes go through UCX from now on");
-        // SAFETY: unpacked once on the live endpoint; the ring's mapping it keeps went with
-        // `direct` (nothing publishes on it any more); destroyed once.
-        unsafe { sys::ucp_rkey_destroy(direct.ring_rkey) };
+        // The ring's mapping went with `direct`: nothing publishes on it any more.
+        self.destroy_rkey(direct.ring_rkey);
     }
 
     /// Answers a withdrawal once every put posted before it has ended: at once where writes
     /// are copies (each ends inside its post, under this engine), else after a flush.
     fn withdraw_after_flush(&mut self, id: u32, seq: u32, entry: RemoteEntry) {
         if self.direct.is_some() || self.ep.is_null() {
-            destroy(entry);
+            self.destroy_rkey(entry.rkey);
             if let Some(control) = &self.control {
                 answer(control, seq, None);
             }
@@ -147,7 +134,7 @@ impl Engine {
             let status = sys::status_ptr_status(request);
             // The endpoint's forced close first: no put of it may still use the key then.
             self.fail(format!("the flush of a withdrawal failed: {}", status_text(status)));
-            destroy(entry);
+            self.destroy_rkey(entry.rkey);
             return;
         }
         let request = if sys::status_ptr_is_ptr(request) { request } else { std::ptr::null_mut() };
@@ -175,10 +162,10 @@ impl Engine {
             if status != sys::UCS_OK {
                 // The endpoint's forced close first: no put of it may still use the key then.
                 self.fail(format!("the flush of a withdrawal failed: {}", status_text(status)));
-                destroy(withdrawal.entry);
+                self.destroy_rkey(withdrawal.entry.rkey);
                 return;
             }
-            destroy(withdrawal.entry);
+            self.destroy_rkey(withdrawal.entry.rkey);
             if let Some(control) = &self.control {
                 withdrawal.seqs.iter().for_each(|seq| answer(control, *seq, None));
             }
@@ -193,7 +180,7 @@ impl Engine {
                 // request; freeing hands it back either way.
                 unsafe { sys::ucp_request_free(withdrawal.request) };
             }
-            destroy(withdrawal.entry);
+            self.destroy_rkey(withdrawal.entry.rkey);
         }
     }
 }
@@ -244,9 +231,8 @@ impl UcxTransport {
             let table = self.domain.core.regions();
             let memory = table.get(region)?;
             self.signals.exposed.set(region, memory.len());
-            let rkey = memory.packed_rkey.clone();
-            Ok(ExposedRegion { id: region.0, address: memory.address(0), len: memory.len(), rkey }
-                .descriptor())
+            let (address, len, key) = (memory.address(0), memory.len(), memory.packed_rkey.clone());
+            Ok(RegionDescriptor { id: region.0, len, address, flags: 0, key })
         };
         asking.expose(region, describe, deadline, || ()).await
     }

@@ -6,12 +6,10 @@ use crate::mapping::{map_peer, Screen};
 use crate::notices::{on_endpoint_error, on_notice, on_wake, Direct, NoticeRing, Signals};
 use crate::perf::{self, capabilities, tcp_only, Estimate};
 use crate::progress::{self, OwnMemory, Shared};
-use crate::wire::{
-    screen_worker_address, ExposedRegion, ExposedRing, Hello, LIMITS, MAX_REGIONS, READY, RING_BYTES,
-};
+use crate::wire::{screen_worker_address, ExposedRing, Hello, LIMITS, READY, RING_BYTES};
 use crate::worker::{detects_peer_failure, Ucp, NOTICE_AM_ID, WAKE_AM_ID};
 use async_trait::async_trait;
-use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::gather::{gathered, Pieces};
 use rdma_hint_backend_core::peer_regions::PeerRegions;
 use rdma_hint_backend_core::queue::{event_queue, EventQueue};
 use rdma_hint_backend_core::wait::{wait, WaitModeCell};
@@ -20,7 +18,7 @@ use rdma_hint_core::{
     Arrival, Capabilities, Completion, Domain, GatherEntry, GatherOp, PeerEndpoint, ReadOp, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp, MAX_OPS_PER_POST,
 };
-use rdma_hint_oob::{confirm, ControlChannel, Rendezvous};
+use rdma_hint_oob::{confirm, ControlChannel, RegionDescriptor, Rendezvous};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -85,12 +83,7 @@ impl UcxTransport {
     /// Posts `ops` as writes, or (`Direction::Read`) as reads of their ranges: `local` the
     /// destination, `remote` the peer's source.
     fn post_as(&self, ops: &[impl Pieces], direction: Direction) -> Result<(), TransportError> {
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
+        self.caps.check_post(ops.len())?;
         // A receiver that takes its notices falls behind a writer that only copies: the writer
         // waits for room on its ring a little, as a NIC retries a receiver not ready, with the
         // engine let go between looks (the receiver's wake-up and this lane's progress need it).
@@ -220,15 +213,6 @@ impl UcxTransport {
         })
     }
 
-    /// Caps the bytes this transport may allocate for its live regions, `cap_bytes` at most
-    /// (caller memory registered in place does not count). Without a cap, registrations are
-    /// still refused past what the machine and this process's memory cgroups can spare
-    /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
-    pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.domain.core.regions_mut().set_memory_cap(Some(cap_bytes));
-        self
-    }
-
     /// UCX's estimate for this scope (loopback endpoint, before any peer).
     pub fn estimate(&self) -> &Estimate {
         &self.estimate
@@ -344,16 +328,9 @@ impl UcxTransport {
             let table = self.domain.core.regions();
             for id in expose {
                 let region = table.get(*id)?;
-                regions.push(ExposedRegion {
-                    id: id.0,
-                    address: region.address(0),
-                    len: region.len(),
-                    rkey: region.packed_rkey.clone(),
-                });
+                let (address, len, key) = (region.address(0), region.len(), region.packed_rkey.clone());
+                regions.push(RegionDescriptor { id: id.0, len, address, flags: 0, key });
             }
-        }
-        if regions.len() > MAX_REGIONS {
-            return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
         }
         let ring = self.notice_ring(expose)?;
         Ok(Hello { worker_address, regions, ring })
@@ -457,13 +434,7 @@ impl Transport for UcxTransport {
                 why: "the UCX backend hands the peer's worker address to UCX, whose parser trusts it: set a token (OpenOptions::token through the facade, UcxTransport::with_token here; the CLI's --token-file or $RDMA_HINT_TOKEN) so only an authenticated peer can send one".into(),
             });
         }
-        // Exposed from here on: the hello names the regions with their keys.
-        self.shared.exposure.expose(expose);
-        let connected = self.finish_connect(peer, expose, deadline).await;
-        if connected.is_err() {
-            self.shared.exposure.withdraw();
-        }
-        connected
+        self.shared.exposure.around_connect(expose, self.finish_connect(peer, expose, deadline)).await
     }
 
     async fn expose(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
@@ -488,9 +459,7 @@ impl Transport for UcxTransport {
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
-        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
-        self.post(views)
+        gathered(ops, entries, &self.caps, |views| self.post(views))
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
@@ -584,7 +553,7 @@ fn attach(
     let mut remote: Vec<(u32, RemoteEntry)> = Vec::with_capacity(hello.regions.len());
     let unpacked = screen.and_then(|screen| {
         for region in &hello.regions {
-            let rkey = Engine::unpack_rkey(ep, &region.rkey)?;
+            let rkey = Engine::unpack_rkey(ep, &region.key)?;
             remote.push((
                 region.id,
                 RemoteEntry { address: region.address, len: region.len, rkey, mapped: None },

@@ -31,42 +31,15 @@ pub const LIMITS: HelloLimits = HelloLimits {
     known_flags: 0,
 };
 
-/// A region one side exposes for remote writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExposedRegion {
-    /// Region id on the exposing side.
-    pub id: u32,
-    /// Virtual address of byte 0 on the exposing side.
-    pub address: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// `ucp_rkey_pack` output for the region.
-    pub rkey: Vec<u8>,
-}
-
-impl ExposedRegion {
-    /// The region as the one hello and the control channel carry it: its packed rkey as the
-    /// key.
-    pub fn descriptor(&self) -> RegionDescriptor {
-        RegionDescriptor {
-            id: self.id,
-            len: self.len,
-            address: self.address,
-            flags: 0,
-            key: self.rkey.clone(),
-        }
+/// Checks a region the peer exposed (its descriptor passed the shared decoder's checks of
+/// id, length and flags): an address, and a packed rkey UCX may be handed. The descriptor's key
+/// is the region's `ucp_rkey_pack` output, and its address byte 0's on the exposing side.
+pub fn check_region(region: &RegionDescriptor) -> Result<(), TransportError> {
+    let id = region.id;
+    if region.address == 0 {
+        return Err(handshake_error(format!("region {id} at address 0 is not addressable")));
     }
-
-    /// The peer's region from its descriptor (checked by the shared decoder): an address, and
-    /// a packed rkey UCX may be handed.
-    pub fn from_descriptor(region: &RegionDescriptor) -> Result<ExposedRegion, TransportError> {
-        let id = region.id;
-        if region.address == 0 {
-            return Err(handshake_error(format!("region {id} at address 0 is not addressable")));
-        }
-        check_packed_rkey(&region.key).map_err(|why| handshake_error(format!("region {id}: {why}")))?;
-        Ok(ExposedRegion { id, address: region.address, len: region.len, rkey: region.key.clone() })
-    }
+    check_packed_rkey(&region.key).map_err(|why| handshake_error(format!("region {id}: {why}")))
 }
 
 /// The ring a side takes notices on (see [`crate::ring`]): the peer may write it directly when
@@ -123,8 +96,8 @@ pub fn screen_worker_address(address: &[u8], ours: &[u8]) -> Result<Vec<u8>, Tra
 pub struct Hello {
     /// `ucp_worker_get_address` output.
     pub worker_address: Vec<u8>,
-    /// Regions the peer may write.
-    pub regions: Vec<ExposedRegion>,
+    /// Regions the peer may write and read, each with its packed rkey as the key.
+    pub regions: Vec<RegionDescriptor>,
     /// Where the peer may announce its writes, when this side offers a ring.
     pub ring: Option<ExposedRing>,
 }
@@ -133,10 +106,12 @@ impl Hello {
     /// Encodes the hello.
     ///
     /// ```
-    /// use rdma_hint_ucx::wire::{ExposedRegion, Hello};
+    /// use rdma_hint_oob::RegionDescriptor;
+    /// use rdma_hint_ucx::wire::Hello;
+    /// let rkey = vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0];
     /// let hello = Hello {
     ///     worker_address: vec![1, 2, 3],
-    ///     regions: vec![ExposedRegion { id: 0, address: 0x1000, len: 4096, rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0] }],
+    ///     regions: vec![RegionDescriptor { id: 0, len: 4096, address: 0x1000, flags: 0, key: rkey }],
     ///     ring: None,
     /// };
     /// assert_eq!(Hello::decode(&mut &hello.encode()[..]).unwrap(), hello);
@@ -153,8 +128,7 @@ impl Hello {
                 put_prefixed_u16(&mut connection, &ring.rkey);
             }
         }
-        let regions = self.regions.iter().map(ExposedRegion::descriptor).collect();
-        rdma_hint_oob::Hello { backend: Backend::Ucx, connection, regions }.encode()
+        rdma_hint_oob::Hello { backend: Backend::Ucx, connection, regions: self.regions.clone() }.encode()
     }
 
     /// Reads and validates a hello: the shared checks, then the worker address, every region's
@@ -169,8 +143,8 @@ impl Hello {
         if !blob.is_empty() {
             return Err(handshake_error(format!("{} B after the connection blob's fields", blob.len())));
         }
-        let regions = hello.regions.iter().map(ExposedRegion::from_descriptor).collect::<Result<_, _>>()?;
-        Ok(Hello { worker_address, regions, ring })
+        hello.regions.iter().try_for_each(check_region)?;
+        Ok(Hello { worker_address, regions: hello.regions, ring })
     }
 }
 
@@ -246,12 +220,13 @@ mod tests {
         Hello {
             worker_address: vec![7; 300],
             regions: vec![
-                ExposedRegion { id: 0, address: 0x7000_0000, len: 1 << 20, rkey: RKEY.to_vec() },
-                ExposedRegion {
+                RegionDescriptor { id: 0, len: 1 << 20, address: 0x7000_0000, flags: 0, key: RKEY.to_vec() },
+                RegionDescriptor {
                     id: 3,
-                    address: 0x9000_0000,
                     len: 4096,
-                    rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 7, 7],
+                    address: 0x9000_0000,
+                    flags: 0,
+                    key: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 7, 7],
                 },
             ],
             ring: Some(ExposedRing { address: 0xa000_0000, rkey: RKEY.to_vec() }),
@@ -260,7 +235,7 @@ mod tests {
 
     /// [`hello`] with its region's packed rkey replaced.
     fn with_rkey(rkey: Vec<u8>) -> Hello {
-        Hello { regions: vec![ExposedRegion { rkey, ..hello().regions[0].clone() }], ..hello() }
+        Hello { regions: vec![RegionDescriptor { key: rkey, ..hello().regions[0].clone() }], ..hello() }
     }
 
     fn with_ring(address: u64, rkey: Vec<u8>) -> Hello {
@@ -303,19 +278,19 @@ mod tests {
                 "twice",
             ),
             (
-                Hello { regions: vec![ExposedRegion { len: 0, ..hello().regions[0].clone() }], ..hello() },
+                Hello { regions: vec![RegionDescriptor { len: 0, ..hello().regions[0].clone() }], ..hello() },
                 "length 0",
             ),
             (
                 Hello {
-                    regions: vec![ExposedRegion { address: u64::MAX - 10, ..hello().regions[0].clone() }],
+                    regions: vec![RegionDescriptor { address: u64::MAX - 10, ..hello().regions[0].clone() }],
                     ..hello()
                 },
                 "wraps around",
             ),
             (
                 Hello {
-                    regions: vec![ExposedRegion { address: 0, ..hello().regions[0].clone() }],
+                    regions: vec![RegionDescriptor { address: 0, ..hello().regions[0].clone() }],
                     ..hello()
                 },
                 "not addressable",
@@ -331,7 +306,7 @@ mod tests {
             (with_ring(0xa000_0000, vec![1, 0, 0]), "notice ring: packed rkey"),
             (
                 Hello {
-                    regions: vec![ExposedRegion { id: u32::MAX, ..hello().regions[0].clone() }],
+                    regions: vec![RegionDescriptor { id: u32::MAX, ..hello().regions[0].clone() }],
                     ..hello()
                 },
                 "out of range",

@@ -3,7 +3,8 @@
 //! meets is `tests/conformance.rs`.
 
 use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport, TransportError};
-use rdma_hint_ucx::wire::{ExposedRegion, Hello};
+use rdma_hint_oob::RegionDescriptor;
+use rdma_hint_ucx::wire::Hello;
 use rdma_hint_ucx::UcxTransport;
 use std::io::Write;
 use std::net::TcpStream;
@@ -55,7 +56,7 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
 fn hello() -> Hello {
     Hello {
         worker_address: vec![1; 64],
-        regions: vec![ExposedRegion { id: 0, address: 0x10000, len: 4096, rkey: vec![2; 32] }],
+        regions: vec![RegionDescriptor { id: 0, len: 4096, address: 0x10000, flags: 0, key: vec![2; 32] }],
         ring: None,
     }
 }
@@ -99,11 +100,12 @@ fn a_garbage_rkey_is_refused_at_connect() {
         let theirs = Hello::decode(&mut stream).unwrap();
         let mine = Hello {
             worker_address: theirs.worker_address.clone(),
-            regions: vec![ExposedRegion {
+            regions: vec![RegionDescriptor {
                 id: region.id.0,
-                address: 0x10000,
                 len: 4096,
-                rkey: vec![0xff; 7],
+                address: 0x10000,
+                flags: 0,
+                key: vec![0xff; 7],
             }],
             ring: None,
         };

@@ -8,7 +8,6 @@ use crate::wire::ExposedRegion;
 use rdma_hint_backend_core::lanes::Exposure;
 use rdma_hint_backend_core::peer_regions::{PeerRegions, Withdrawals};
 use rdma_hint_backend_core::DomainCore;
-use rdma_hint_core::TransportError;
 use rdma_hint_oob::ControlChannel;
 use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
@@ -118,8 +117,3 @@ impl rdma_hint_backend_core::lanes::Lane for Lane {
 
 /// The domain the lanes of one connection share: one protection domain's regions.
 pub(crate) type VerbsDomain = DomainCore<Region, Lane>;
-
-/// A poll's count as a wait attempt: nothing yet is `None`.
-pub(crate) fn ready(found: Result<usize, TransportError>) -> Result<Option<usize>, TransportError> {
-    found.map(|n| (n > 0).then_some(n))
-}

@@ -4,7 +4,7 @@ use crate::context::Context;
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::device::{self, DeviceFacts};
 use crate::events::{EventThread, Events, Watched};
-use crate::lane::{lock, ready, Lane, Polling, Posting, VerbsDomain};
+use crate::lane::{lock, Lane, Polling, Posting, VerbsDomain};
 use crate::lending::Lending;
 use crate::pd::ProtectionDomain;
 use crate::qp::{PeerPath, QueuePair};
@@ -12,10 +12,10 @@ use crate::region::VerbsMemory;
 use crate::status::unavailable;
 use crate::wire::{ExposedRegion, Hello, LIMITS, MAX_REGIONS, READY};
 use async_trait::async_trait;
-use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::gather::{gathered, Pieces};
 use rdma_hint_backend_core::lanes::Exposure;
 use rdma_hint_backend_core::peer_regions::{PeerRegions, Withdrawals};
-use rdma_hint_backend_core::wait::wait;
+use rdma_hint_backend_core::wait::{ready, wait};
 use rdma_hint_backend_core::DomainCore;
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, Domain, GatherEntry, GatherOp, MemoryKind,
@@ -27,7 +27,7 @@ use rdma_mummy_sys as ibv;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Send-queue depth asked for (bounded by the device's `max_qp_wr`).
@@ -141,12 +141,7 @@ impl VerbsTransport {
         if self.broken() {
             return Err(self.gone());
         }
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            return Err(TransportError::QueueFull {
-                given: ops.len() as u32,
-                max: self.caps.max_wrs_per_post,
-            });
-        }
+        self.caps.check_post(ops.len())?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -385,18 +380,50 @@ impl VerbsTransport {
         polling.checked = Instant::now();
         true
     }
+
+    /// What an empty poll answers: nothing yet, or the loss; now and then it looks at the peer
+    /// first, once the poll's lock is let go.
+    fn empty_poll(&self, mut polling: MutexGuard<'_, Polling>) -> Result<usize, TransportError> {
+        if self.time_to_watch(&mut polling) {
+            drop(polling);
+            self.lane.drive();
+        }
+        if self.broken() {
+            return Err(self.gone());
+        }
+        Ok(0)
+    }
+
+    /// Waits for what `poll` takes off the send CQ (`send`) or the receive CQ, woken by that
+    /// CQ's notifier; in `Adaptive` the CQ is armed before a sleep and polled once more, so
+    /// that nothing that came meanwhile waits for a later event.
+    async fn wait_cq<T>(
+        &self,
+        out: &mut [T],
+        deadline: Instant,
+        send: bool,
+        what: &'static str,
+        poll: impl Fn(&Self, &mut [T]) -> Result<usize, TransportError> + Unpin,
+    ) -> Result<usize, TransportError> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let mode = self.lane.events.wait_mode.get();
+        let (cq, notifier) = match send {
+            true => (self.lane.qp.send_cq(), &self.lane.events.completions),
+            false => (self.lane.qp.recv_cq(), &self.lane.events.arrivals),
+        };
+        wait(notifier, mode, deadline, what, || match ready(poll(self, out))? {
+            None if mode == WaitMode::Adaptive && self.lane.events.arm_before_sleep(cq, send)? => {
+                ready(poll(self, out))
+            }
+            found => Ok(found),
+        })
+        .await
+    }
 }
 
 impl VerbsTransport {
-    /// Caps the bytes this transport may allocate for its live regions, `cap_bytes` at most
-    /// (caller memory registered in place does not count). Without a cap, registrations are
-    /// still refused past what the machine and this process's memory cgroups can spare
-    /// ([`TransportError::OutOfMemory`](rdma_hint_core::TransportError::OutOfMemory)).
-    pub fn with_memory_cap(self, cap_bytes: u64) -> Self {
-        self.domain.regions_mut().set_memory_cap(Some(cap_bytes));
-        self
-    }
-
     /// `connect` after the checks: registration for remote write, the QP's transitions and the
     /// exchange.
     async fn finish_connect(
@@ -471,16 +498,7 @@ impl Transport for VerbsTransport {
         if self.lane.control.get().is_some() {
             return Err(TransportError::AlreadyConnected);
         }
-        if expose.len() > MAX_REGIONS {
-            return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
-        }
-        // Exposed from here on: the hello names the regions with their keys.
-        self.lane.exposure.expose(expose);
-        let connected = self.finish_connect(peer, expose, deadline).await;
-        if connected.is_err() {
-            self.lane.exposure.withdraw();
-        }
-        connected
+        self.lane.exposure.around_connect(expose, self.finish_connect(peer, expose, deadline)).await
     }
 
     async fn expose(&self, region: RegionId, deadline: Instant) -> Result<(), TransportError> {
@@ -505,9 +523,7 @@ impl Transport for VerbsTransport {
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
-        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
-        self.post(views)
+        gathered(ops, entries, &self.caps, |views| self.post(views))
     }
 
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
@@ -534,14 +550,7 @@ impl Transport for VerbsTransport {
             self.lane.answer_withdrawals();
             return Ok(found);
         }
-        if self.time_to_watch(&mut polling) {
-            drop(polling);
-            self.lane.drive();
-        }
-        if self.broken() {
-            return Err(self.gone());
-        }
-        Ok(0)
+        self.empty_poll(polling)
     }
 
     async fn wait_completions(
@@ -549,20 +558,7 @@ impl Transport for VerbsTransport {
         out: &mut [Completion],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        if out.is_empty() {
-            return Ok(0);
-        }
-        let mode = self.lane.events.wait_mode.get();
-        let cq = self.lane.qp.send_cq();
-        wait(&self.lane.events.completions, mode, deadline, "verbs completions", || {
-            match ready(self.poll_completions(out))? {
-                None if mode == WaitMode::Adaptive && self.lane.events.arm_before_sleep(cq, true)? => {
-                    ready(self.poll_completions(out))
-                }
-                found => Ok(found),
-            }
-        })
-        .await
+        self.wait_cq(out, deadline, true, "verbs completions", |this, out| this.poll_completions(out)).await
     }
 
     fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, TransportError> {
@@ -585,33 +581,14 @@ impl Transport for VerbsTransport {
             ready += 1;
             self.lane.qp.post_receive()?;
         }
-        if ready == 0 {
-            if self.time_to_watch(&mut polling) {
-                drop(polling);
-                self.lane.drive();
-            }
-            if self.broken() {
-                return Err(self.gone());
-            }
+        match ready {
+            0 => self.empty_poll(polling),
+            ready => Ok(ready),
         }
-        Ok(ready)
     }
 
     async fn wait_arrivals(&self, out: &mut [Arrival], deadline: Instant) -> Result<usize, TransportError> {
-        if out.is_empty() {
-            return Ok(0);
-        }
-        let mode = self.lane.events.wait_mode.get();
-        let cq = self.lane.qp.recv_cq();
-        wait(&self.lane.events.arrivals, mode, deadline, "verbs arrivals", || {
-            match ready(self.poll_arrivals(out))? {
-                None if mode == WaitMode::Adaptive && self.lane.events.arm_before_sleep(cq, false)? => {
-                    ready(self.poll_arrivals(out))
-                }
-                found => Ok(found),
-            }
-        })
-        .await
+        self.wait_cq(out, deadline, false, "verbs arrivals", |this, out| this.poll_arrivals(out)).await
     }
 }
 

@@ -239,6 +239,11 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
 
 /// The domain methods of every backend, on its regions' memory.
 impl<M: DomainRegion + 'static, L: Lane> rdma_hint_core::Domain for DomainCore<M, L> {
+    fn cap_memory(&self, cap_bytes: u64) -> Result<(), TransportError> {
+        self.regions_mut().set_memory_cap(Some(cap_bytes));
+        Ok(())
+    }
+
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError> {
         self.source.admit_kind(kind)?;
         let members = self.source.serialised().then(|| self.lanes.members());

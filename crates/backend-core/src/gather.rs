@@ -1,7 +1,9 @@
 //! Plain and gather writes seen alike: a request whole ([`Pieces::head`]) and piece by piece
 //! ([`Pieces::pieces`]), so one posting path serves `post_writes` and `post_gather_writes`.
 
-use rdma_hint_core::{GatherEntry, GatherOp, RegionId, TransportError, WriteOp};
+use rdma_hint_core::{
+    Capabilities, GatherEntry, GatherOp, RegionId, TransportError, WriteOp, MAX_OPS_PER_POST,
+};
 
 /// A request seen whole and piece by piece.
 pub trait Pieces {
@@ -26,15 +28,23 @@ impl Pieces for WriteOp {
 /// A gather op with its own entries, checked ([`GatherOp::entries`]) and summed.
 ///
 /// ```
-/// use rdma_hint_core::{GatherEntry, GatherOp, RegionId};
-/// use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+/// use rdma_hint_core::{Capabilities, GatherEntry, GatherOp, RegionId};
+/// # use rdma_hint_core::{TransportFacts, TransportId, TransportKind};
+/// use rdma_hint_backend_core::gather::{gathered, Pieces};
 /// let entries = [GatherEntry { local: RegionId(0), offset: 4096, len: 100 },
 ///                GatherEntry { local: RegionId(0), offset: 0, len: 50 }];
 /// let ops = [GatherOp { wr_id: 1, first: 0, count: 2, remote: RegionId(3), remote_offset: 8,
 ///                       signalled: true, imm: None }];
-/// let mut out = [Gathered::EMPTY; 4];
-/// let views = gathered(&ops, &entries, 32, 1 << 30, &mut out).unwrap();
-/// assert_eq!((views[0].head().len, views[0].pieces().count()), (150, 2));
+/// # let facts = TransportFacts { id: TransportId::Loopback, kind: TransportKind::Loopback,
+/// #     wire_gbps: 10.0, nic_pcie: None, per_op_overhead_us: 0.05, mtu_bytes: None,
+/// #     max_msg_bytes: 1 << 30, max_payload_bytes: None, queried_from_backend: true,
+/// #     rate_note: None };
+/// let caps = Capabilities { facts, max_outstanding_wrs: 64, max_wrs_per_post: 64, max_sges: 32,
+///                           memory_kinds: vec![], caller_memory: vec![] };
+/// let (len, pieces) = gathered(&ops, &entries, &caps, |views| {
+///     Ok((views[0].head().len, views[0].pieces().count()))
+/// }).unwrap();
+/// assert_eq!((len, pieces), (150, 2));
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Gathered<'a> {
@@ -72,22 +82,24 @@ impl Pieces for Gathered<'_> {
     }
 }
 
-/// `ops` checked ([`GatherOp::entries`]: `max_sges`, the slice, `max_msg_bytes`) and viewed
-/// in `out`, which must hold them all ([`TransportError::QueueFull`] otherwise): what a
-/// backend's `post_gather_writes` hands its posting path. Allocates nothing.
-pub fn gathered<'a, 'o>(
+/// What a backend's `post_gather_writes` does first: `ops` checked (no more than
+/// `caps.max_wrs_per_post`, else [`TransportError::QueueFull`]; each [`GatherOp::entries`]
+/// against `caps.max_sges`, the slice and `caps.facts.max_msg_bytes`), then handed to `post`
+/// as views. Allocates nothing.
+pub fn gathered<R>(
     ops: &[GatherOp],
-    entries: &'a [GatherEntry],
-    max_sges: u32,
-    max_msg_bytes: u64,
-    out: &'o mut [Gathered<'a>],
-) -> Result<&'o [Gathered<'a>], TransportError> {
-    if ops.len() > out.len() {
-        return Err(TransportError::QueueFull { given: ops.len() as u32, max: out.len() as u32 });
-    }
-    for (slot, op) in out.iter_mut().zip(ops) {
-        let (own, len) = op.entries(entries, max_sges, max_msg_bytes)?;
+    entries: &[GatherEntry],
+    caps: &Capabilities,
+    post: impl FnOnce(&[Gathered<'_>]) -> Result<R, TransportError>,
+) -> Result<R, TransportError> {
+    caps.check_post(ops.len())?;
+    let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
+    // A capability past the contract's bound takes no more than the contract.
+    let too_many = TransportError::QueueFull { given: ops.len() as u32, max: MAX_OPS_PER_POST as u32 };
+    let views = views.get_mut(..ops.len()).ok_or(too_many)?;
+    for (slot, op) in views.iter_mut().zip(ops) {
+        let (own, len) = op.entries(entries, caps.max_sges, caps.facts.max_msg_bytes)?;
         *slot = Gathered { op: *op, entries: own, len };
     }
-    Ok(&out[..ops.len()])
+    post(views)
 }

@@ -7,7 +7,9 @@
 //! through [`Lane`]: what keeps its posts off, what is in flight, whether its peer may still
 //! write.
 
-use rdma_hint_core::RegionId;
+use crate::MAX_REGIONS;
+use rdma_hint_core::{RegionId, TransportError};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -96,6 +98,25 @@ impl Exposure {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
+    /// Runs a backend's `connect` with `regions` exposed from its start (the hello names them,
+    /// and the peer may write them as soon as the link runs, which may be before `connect`
+    /// returns), and exposed no more if it fails. More than [`MAX_REGIONS`] are refused first.
+    pub async fn around_connect<T>(
+        &self,
+        regions: &[RegionId],
+        connect: impl Future<Output = Result<T, TransportError>>,
+    ) -> Result<T, TransportError> {
+        if regions.len() > MAX_REGIONS {
+            return Err(TransportError::Handshake(format!("at most {MAX_REGIONS} regions can be exposed")));
+        }
+        self.expose(regions);
+        let connected = connect.await;
+        if connected.is_err() {
+            self.withdraw();
+        }
+        connected
+    }
+
     /// Whether `region` is exposed.
     pub fn contains(&self, region: RegionId) -> bool {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(&region)
@@ -130,7 +151,7 @@ impl Default for ExposedLens {
 }
 
 impl ExposedLens {
-    /// `region`, of `len` bytes, is exposed (ids past [`MAX_REGIONS`](crate::MAX_REGIONS),
+    /// `region`, of `len` bytes, is exposed (ids past [`MAX_REGIONS`],
     /// which no table hands out, are ignored).
     pub fn set(&self, region: RegionId, len: u64) {
         if let Some(slot) = self.0.get(region.0 as usize) {

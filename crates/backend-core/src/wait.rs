@@ -110,6 +110,11 @@ impl Notifier {
 /// What one look at the event source found: `Some(value)` ends the wait.
 pub type Attempt<R> = Result<Option<R>, TransportError>;
 
+/// A poll's count as a wait attempt: nothing yet is `None`.
+pub fn ready(found: Result<usize, TransportError>) -> Attempt<usize> {
+    found.map(|n| (n > 0).then_some(n))
+}
+
 /// Waits until `attempt` yields, `deadline` passes or `attempt` fails, sleeping on `notifier`
 /// in between (see [`WaitMode`]).
 ///

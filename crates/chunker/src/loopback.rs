@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use rdma_hint_backend_core::caller_memory::{admit, busy_exposed, not_caller_memory, CopyMeter};
-use rdma_hint_backend_core::gather::{gathered, Gathered, Pieces};
+use rdma_hint_backend_core::gather::{gathered, Pieces};
 use rdma_hint_backend_core::queue::{event_queue, EventQueue, EventSender};
 use rdma_hint_backend_core::region_table::busy_held;
 use rdma_hint_backend_core::wait::WaitModeCell;
@@ -384,18 +384,13 @@ impl Transport for LoopbackTransport {
     }
 
     fn post_gather_writes(&self, ops: &[GatherOp], entries: &[GatherEntry]) -> Result<(), TransportError> {
-        let mut views = [Gathered::EMPTY; MAX_OPS_PER_POST];
-        let views = gathered(ops, entries, self.caps.max_sges, self.caps.facts.max_msg_bytes, &mut views)?;
-        self.post(views)
+        gathered(ops, entries, &self.caps, |views| self.post(views))
     }
 
     /// A read is the write the other way: checked as a read (the peer's side exposed), then
     /// the remote bytes copied into the local region.
     fn post_reads(&self, ops: &[ReadOp]) -> Result<(), TransportError> {
-        if ops.len() > self.caps.max_wrs_per_post as usize {
-            let given = ops.len() as u32;
-            return Err(TransportError::QueueFull { given, max: self.caps.max_wrs_per_post });
-        }
+        self.caps.check_post(ops.len())?;
         {
             let regions = self.regions();
             for op in ops {
@@ -440,10 +435,7 @@ impl Transport for LoopbackTransport {
 impl LoopbackTransport {
     /// Moves plain or gather writes, piece by piece (an arrival reports the whole request).
     fn post(&self, requests: &[impl Pieces]) -> Result<(), TransportError> {
-        if requests.len() > self.caps.max_wrs_per_post as usize {
-            let given = requests.len() as u32;
-            return Err(TransportError::QueueFull { given, max: self.caps.max_wrs_per_post });
-        }
+        self.caps.check_post(requests.len())?;
         self.move_bytes(requests, true)
     }
 

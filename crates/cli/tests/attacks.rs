@@ -326,8 +326,8 @@ fn ucx_sweep(dir: &Path, address: &str, file: &Path) -> Output {
 #[cfg(feature = "ucx")]
 #[test]
 fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
-    use rdma_hint::oob::{authenticate, Role, Token};
-    use rdma_hint::ucx::wire::{ExposedRegion, Hello};
+    use rdma_hint::oob::{authenticate, RegionDescriptor, Role, Token};
+    use rdma_hint::ucx::wire::Hello;
     let dir = scratch("ucx-serve");
     let file = token_file(&dir);
     let no_token = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
@@ -355,11 +355,12 @@ fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
         authenticate(&mut insider, Some(&token), Role::Dialer).unwrap();
         let hello = Hello {
             worker_address,
-            regions: vec![ExposedRegion {
+            regions: vec![RegionDescriptor {
                 id: 0,
-                address: 0x10000,
                 len: 4096,
-                rkey: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                address: 0x10000,
+                flags: 0,
+                key: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
             }],
             ring: None,
         };

@@ -14,6 +14,18 @@ pub trait Domain: Send + Sync {
     /// Allocates and registers `len` bytes of `kind` memory for local use and remote exposure.
     fn register(&self, kind: MemoryKind, len: u64) -> Result<LocalRegion, TransportError>;
 
+    /// Caps the bytes this domain may allocate for its live regions at `cap_bytes` (caller
+    /// memory registered in place does not count). Without a cap, registrations are still
+    /// refused past what the machine and this process's memory cgroups can spare
+    /// ([`TransportError::OutOfMemory`]).
+    ///
+    /// The default, for domains without a cap of their own, refuses with
+    /// [`TransportError::InvalidArgument`].
+    fn cap_memory(&self, cap_bytes: u64) -> Result<(), TransportError> {
+        let _ = cap_bytes;
+        Err(TransportError::InvalidArgument { what: "memory cap", why: "this domain takes no cap".into() })
+    }
+
     /// Releases a registered region (caller memory included: its buffer is dropped; use
     /// [`release`](Domain::release) to get it back).
     fn deregister(&self, region: RegionId) -> Result<(), TransportError>;

@@ -38,6 +38,16 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// [`TransportError::QueueFull`] for more ops than one post takes
+    /// ([`max_wrs_per_post`](Self::max_wrs_per_post)): the count check every post starts with.
+    pub fn check_post(&self, count: usize) -> Result<(), TransportError> {
+        if count > self.max_wrs_per_post as usize {
+            let given = u32::try_from(count).unwrap_or(u32::MAX);
+            return Err(TransportError::QueueFull { given, max: self.max_wrs_per_post });
+        }
+        Ok(())
+    }
+
     /// The caller-memory path for `kind`, if this transport registers that kind in place.
     ///
     /// ```

@@ -262,8 +262,7 @@ fn staged_transport(
         StagedChannelId::Shm => StagedChannel::SharedMemory,
         StagedChannelId::Tcp => StagedChannel::Tcp,
     };
-    let transport = capped(StagedTransport::new(channel), options, StagedTransport::with_memory_cap);
-    gated(transport, options)
+    configured(StagedTransport::new(channel), options)
 }
 
 #[cfg(feature = "ucx")]
@@ -275,8 +274,7 @@ fn open_ucx(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
 fn ucx_transport(id: &TransportId, options: &OpenOptions) -> Result<rdma_hint_ucx::UcxTransport, Error> {
     use rdma_hint_ucx::UcxTransport;
     let transport = UcxTransport::open(id.ucx_tls().as_deref()).map_err(unavailable(id))?;
-    let transport = capped(transport, options, UcxTransport::with_memory_cap);
-    gated(transport, options)
+    configured(transport, options)
 }
 
 #[cfg(feature = "verbs")]
@@ -292,22 +290,15 @@ fn verbs_transport(
 ) -> Result<rdma_hint_verbs::VerbsTransport, Error> {
     use rdma_hint_verbs::VerbsTransport;
     let transport = VerbsTransport::open(Some(device)).map_err(unavailable(id))?;
-    let transport = capped(transport, options, VerbsTransport::with_memory_cap);
-    gated(transport, options)
+    configured(transport, options)
 }
 
-/// `transport` with the memory cap of `options` applied, if it sets one.
+/// `transport` with the memory cap, token and remote-listening choice of `options` applied.
 #[cfg(any(feature = "staged", feature = "ucx", feature = "verbs"))]
-fn capped<T>(transport: T, options: &OpenOptions, with_memory_cap: fn(T, u64) -> T) -> T {
-    match options.memory_cap {
-        Some(cap) => with_memory_cap(transport, cap),
-        None => transport,
+fn configured<T: rdma_hint_oob::Gated + Transport>(transport: T, options: &OpenOptions) -> Result<T, Error> {
+    if let Some(cap) = options.memory_cap {
+        transport.domain().cap_memory(cap)?;
     }
-}
-
-/// `transport` with the token and remote-listening choice of `options` applied.
-#[cfg(any(feature = "staged", feature = "ucx", feature = "verbs"))]
-fn gated<T: rdma_hint_oob::Gated>(transport: T, options: &OpenOptions) -> Result<T, Error> {
     let transport = match &options.token {
         Some(token) => transport.with_token(token)?,
         None => transport,
