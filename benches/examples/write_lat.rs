@@ -5,9 +5,9 @@
 //! its own, the completion latency of one signalled write (post → completion), which is what
 //! the chunker waits for. Last, the wake-up: after 10 ms of silence a write reaches a receiver
 //! whose wait sleeps ([`WaitMode::Adaptive`]), which answers at once; half that round trip is
-//! what the first write of a burst costs. Between the last two, the latency of one signalled
-//! read of the peer's region (post → completion), as `ib_read_lat` measures its own. Run by
-//! `benches/latency-vs-perftest.sh`.
+//! what the first write of a burst costs. Between the first two, the latency of one signalled
+//! read of the peer's region (post → completion), as `ib_read_lat` measures its own, while the
+//! peer spins in `BusyPoll`. Run by `benches/latency-vs-perftest.sh`.
 //!
 //! ```text
 //! write_lat <transport-id> <bytes> serve <listen-address> <iterations>   # prints LISTENING <address>
@@ -155,15 +155,8 @@ fn main() -> Result<(), String> {
                     pingpong.push(round_trip.as_secs_f64() * 1e6 / 2.0);
                 }
             }
-            for round in 0..WARMUP + iterations {
-                let started = Instant::now();
-                write(&*transport, &source, &remote, bytes, Some(1));
-                complete(&*transport, deadline);
-                if round >= WARMUP {
-                    completion.push(started.elapsed().as_secs_f64() * 1e6);
-                }
-            }
-            // One-sided: the peer waits for the wake-up phase meanwhile.
+            // One-sided: the peer spins (BusyPoll) on the next phase's arrivals meanwhile, and answers
+            // a read itself where the medium needs it (staged tcp).
             let mut reads = Vec::with_capacity(iterations);
             for round in 0..WARMUP + iterations {
                 let started = Instant::now();
@@ -171,6 +164,14 @@ fn main() -> Result<(), String> {
                 complete(&*transport, deadline);
                 if round >= WARMUP {
                     reads.push(started.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            for round in 0..WARMUP + iterations {
+                let started = Instant::now();
+                write(&*transport, &source, &remote, bytes, Some(1));
+                complete(&*transport, deadline);
+                if round >= WARMUP {
+                    completion.push(started.elapsed().as_secs_f64() * 1e6);
                 }
             }
             let mut wakeup = Vec::with_capacity(WAKE_ROUNDS);
