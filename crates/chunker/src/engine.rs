@@ -1,27 +1,28 @@
 //! The transfer engine: many transfers in flight over connections to many peers (see
 //! [`Engine`]).
 
+mod driver;
 mod hints;
 mod request;
-mod state;
+mod scheduler;
 
 pub use request::{validate_segments, Class, RequestError, Segment, TransferRequest, MAX_SEGMENTS};
-pub use state::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
+pub use scheduler::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
 
 use crate::error::PlanError;
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
+use driver::{Core, Refusal, Shared};
 use rdma_hint_backend_core::timer::DeadlineTimer;
 use rdma_hint_backend_core::wait::ADAPTIVE_SPIN;
 use rdma_hint_core::{
-    Arrival, Completion, RemoteRegion, SizeHint, SourceId, Transport, TransportError, MAX_OPS_PER_POST,
+    Arrival, RemoteRegion, SizeHint, SourceId, Transport, TransportError, MAX_OPS_PER_POST,
 };
-use state::State;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::task::{Context, Poll, Waker};
-use std::thread::{JoinHandle, Thread};
+use scheduler::{LaneConfig, Scheduler};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -64,7 +65,7 @@ impl Default for EngineConfig {
             lane_bytes_in_flight: 2 << 20,
             lane_queue_time: Duration::from_micros(200),
             lane_stall: Duration::from_secs(10),
-            gather_entries: state::MAX_PIECES,
+            gather_entries: scheduler::MAX_PIECES,
             control_lane: false,
         }
     }
@@ -129,34 +130,6 @@ pub enum EngineError {
     UnknownTransfer,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    /// API calls waiting for the lock: the driver yields to them between doorbells.
-    contenders: std::sync::atomic::AtomicUsize,
-    stop: AtomicBool,
-    driver: OnceLock<Thread>,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.contenders.fetch_add(1, Ordering::SeqCst);
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        self.contenders.fetch_sub(1, Ordering::SeqCst);
-        state
-    }
-
-    /// The driver's lock, which does not count as a contender.
-    fn lock_for_driver(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn kick(&self) {
-        if let Some(driver) = self.driver.get() {
-            driver.unpark();
-        }
-    }
-}
-
 /// The transfer engine: many transfers in flight over connections to many peers, each
 /// connection one or more lanes (transports opened together), every transfer cut at the hint
 /// of its source.
@@ -199,7 +172,7 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("peers", &self.shared.lock().peers.len()).finish()
+        f.debug_struct("Engine").field("peers", &self.shared.lock().sched.peers()).finish()
     }
 }
 
@@ -213,11 +186,11 @@ impl Engine {
                 config.policy.wrs_per_doorbell, MAX_OPS_PER_POST
             )));
         }
-        if config.gather_entries == 0 || config.gather_entries > state::MAX_PIECES {
+        if config.gather_entries == 0 || config.gather_entries > scheduler::MAX_PIECES {
             return Err(PlanError::InvalidPolicy(format!(
                 "gather_entries {} is outside 1..={}",
                 config.gather_entries,
-                state::MAX_PIECES
+                scheduler::MAX_PIECES
             )));
         }
         if config.max_transfers == 0 || config.max_transfers > MAX_TRANSFERS {
@@ -226,24 +199,19 @@ impl Engine {
                 config.max_transfers
             )));
         }
-        let shared = Arc::new(Shared {
-            contenders: Default::default(),
-            state: Mutex::new(State::new(
-                config.policy,
-                config.max_transfers,
-                config.lane_bytes_in_flight.max(1),
-                config.lane_stall,
-                config.gather_entries,
-                config.lane_queue_time,
-                config.control_lane,
-            )),
-            stop: AtomicBool::new(false),
-            driver: OnceLock::new(),
-        });
+        let lanes = LaneConfig {
+            policy: config.policy,
+            bytes_in_flight: config.lane_bytes_in_flight.max(1),
+            queue_time: config.lane_queue_time,
+            gather_entries: config.gather_entries,
+        };
+        let now = Instant::now();
+        let sched = Scheduler::new(config.max_transfers, lanes, config.lane_stall, config.control_lane, now);
+        let shared = Arc::new(Shared::new(Core::new(sched)));
         let for_driver = shared.clone();
         let driver = std::thread::Builder::new()
             .name("rdma-hint-engine".into())
-            .spawn(move || drive(&for_driver))
+            .spawn(move || driver::drive(&for_driver))
             .map_err(|error| {
                 PlanError::InvalidPolicy(format!("cannot start the engine's thread: {error}"))
             })?;
@@ -254,7 +222,7 @@ impl Engine {
     /// Sets the block spec transfers from `source` are cut with, over lanes of every transport
     /// (it replaces the specs [`set_size_hint`](Engine::set_size_hint) set per transport).
     pub fn set_hint(&self, source: SourceId, spec: BlockSpec) {
-        self.shared.lock().set_hint(source, None, spec);
+        self.shared.lock().sched.set_hint(source, None, spec);
     }
 
     /// Sets the block spec of `hint.source` from the hint, for lanes of the transport it was
@@ -262,13 +230,17 @@ impl Engine {
     /// a transfer to one with none is refused with
     /// [`RequestError::HintForAnotherTransport`] rather than cut at a block that is not its.
     pub fn set_size_hint(&self, hint: &SizeHint) -> Result<(), PlanError> {
-        self.shared.lock().set_hint(hint.source, Some(hint.transport.clone()), BlockSpec::from_hint(hint)?);
+        self.shared.lock().sched.set_hint(
+            hint.source,
+            Some(hint.transport.clone()),
+            BlockSpec::from_hint(hint)?,
+        );
         Ok(())
     }
 
     /// Which NUMA node's hint host regions take (node 0 unless set).
     pub fn set_host_node(&self, node: u32) {
-        self.shared.lock().set_host_node(node);
+        self.shared.lock().sched.set_host_node(node);
     }
 
     /// Adds a connection of `lanes` (1 to [`MAX_LANES`] connected transports to one peer)
@@ -306,14 +278,11 @@ impl Engine {
         peer: PeerId,
         request: TransferRequest,
         deadline: Instant,
-    ) -> Result<TransferId, state::Refusal> {
-        let mut state = self.shared.lock();
-        let id = state.submit(peer.0, request, deadline)?;
-        let doorbell = state.post_now(peer.0);
-        drop(state);
+    ) -> Result<TransferId, Refusal> {
+        let (id, doorbell) = self.shared.lock().submit(peer.0, request, deadline)?;
         if let Some(doorbell) = doorbell {
-            let rung = doorbell.ring();
-            self.shared.lock().finish_doorbell(doorbell, rung);
+            let rung = driver::ring(&doorbell);
+            self.shared.lock().finish(doorbell.0, rung);
         }
         self.shared.kick();
         Ok(id)
@@ -357,19 +326,22 @@ impl Engine {
 
     /// Where a transfer stands, without waiting.
     pub fn status(&self, id: TransferId) -> TransferStatus {
-        self.shared.lock().status(id)
+        self.shared.lock().sched.status(id)
     }
 
     /// What each lane of `peer`'s connection has carried, in lane order (`None`: no such
     /// peer).
     pub fn lane_stats(&self, peer: PeerId) -> Option<Vec<LaneStats>> {
-        self.shared.lock().lane_stats(peer.0)
+        self.shared.lock().sched.lane_stats(peer.0)
     }
 
     /// Stops posting a transfer's blocks; its wait ends in [`EngineError::Cancelled`]. `false`
     /// if it had already ended or is unknown.
     pub fn cancel(&self, id: TransferId) -> bool {
-        self.shared.lock().cancel(id)
+        let mut core = self.shared.lock();
+        let cancelled = core.sched.cancel(id);
+        core.settle();
+        cancelled
     }
 
     /// Waits until the transfer ends or `deadline` passes ([`EngineError::WaitDeadline`]: the
@@ -383,12 +355,14 @@ impl Engine {
         let mut timer: Option<DeadlineTimer> = None;
         let mut spin_until: Option<Instant> = None;
         std::future::poll_fn(|cx| loop {
+            let now = Instant::now();
             let mut state = self.shared.lock();
-            state.poll_all();
-            if let (Some(result), _) = state.collect(id) {
+            state.poll_all(now);
+            let collected = state.sched.collect(id);
+            state.settle();
+            if let Some(result) = collected {
                 return Poll::Ready(result);
             }
-            let now = Instant::now();
             if now >= deadline {
                 return Poll::Ready(Err(EngineError::WaitDeadline));
             }
@@ -420,11 +394,7 @@ impl Engine {
         out: &mut [Arrival],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        let lanes: Vec<Arc<dyn Transport>> = {
-            let state = self.shared.lock();
-            let peer = state.peers.get(peer.0 as usize).ok_or(TransportError::NotConnected)?;
-            peer.lanes.iter().map(|lane| lane.transport.clone()).collect()
-        };
+        let lanes = self.shared.lock().transports(peer.0).ok_or(TransportError::NotConnected)?;
         if let [only] = lanes.as_slice() {
             return only.wait_arrivals(out, deadline).await;
         }
@@ -459,7 +429,9 @@ impl Drop for Engine {
         if let Some(driver) = self.driver.take() {
             let _ = driver.join();
         }
-        self.shared.lock().stop_all();
+        let mut core = self.shared.lock();
+        core.sched.stop_all();
+        core.settle();
     }
 }
 
@@ -468,78 +440,5 @@ fn arm(timer: &mut Option<DeadlineTimer>, deadline: Instant, waker: &Waker) {
     match timer {
         Some(timer) => timer.update(waker),
         None => *timer = Some(DeadlineTimer::new(deadline, waker)),
-    }
-}
-
-/// How long the driver polls with nothing completing before it sleeps on the lanes' events.
-const SPIN: Duration = Duration::from_micros(50);
-/// The longest the driver waits for callers queued for the lock before it takes it again.
-const HANDOFF: Duration = Duration::from_micros(200);
-/// The longest the driver sleeps between two looks at the transfers' deadlines.
-const NAP: Duration = Duration::from_millis(1);
-
-/// The driver thread: turns until nothing is left, then sleeps on the lanes' completion
-/// events (and on `submit`'s unpark).
-fn drive(shared: &Shared) {
-    let waker = rdma_hint_backend_core::blocking::thread_waker();
-    let mut cx = Context::from_waker(&waker);
-    let mut waiting = Vec::new();
-    let mut scratch = vec![Completion::EMPTY; 1024];
-    let mut idle_since: Option<Instant> = None;
-    while !shared.stop.load(Ordering::SeqCst) {
-        let now = Instant::now();
-        let (turn, doorbell) = shared.lock_for_driver().turn(Some(now));
-        // Rung without the lock: the staged shm channel copies the blocks inside the post.
-        if let Some(doorbell) = doorbell {
-            let rung = doorbell.ring();
-            shared.lock_for_driver().finish_doorbell(doorbell, rung);
-        }
-        if turn.worked {
-            idle_since = None;
-            // A std Mutex is not fair: the driver would take it again before a woken caller
-            // runs. It waits (briefly) until the callers queued for it have had their turn.
-            let handoff = Instant::now();
-            while shared.contenders.load(Ordering::SeqCst) > 0 && handoff.elapsed() < HANDOFF {
-                std::thread::yield_now();
-            }
-            continue;
-        }
-        if !turn.running {
-            // Nothing to watch: `submit` and `Drop` unpark.
-            idle_since = None;
-            std::thread::park();
-            continue;
-        }
-        if !turn.in_flight {
-            idle_since = None;
-            std::thread::park_timeout(NAP);
-            continue;
-        }
-        let since = *idle_since.get_or_insert(now);
-        if now.duration_since(since) < SPIN {
-            std::hint::spin_loop();
-            continue;
-        }
-        shared.lock_for_driver().waiting_lanes(&mut waiting);
-        let mut heard = false;
-        for (peer, lane, transport) in &waiting {
-            let ready = {
-                let mut sleep = transport.wait_completions(&mut scratch, now + NAP);
-                match Pin::as_mut(&mut sleep).poll(&mut cx) {
-                    Poll::Ready(Ok(ready)) => ready,
-                    Poll::Ready(Err(_)) | Poll::Pending => 0,
-                }
-            };
-            if ready > 0 {
-                let mut turn = state::Turn::default();
-                shared.lock_for_driver().retire(*peer, *lane, &scratch[..ready], &mut turn);
-                heard = true;
-            }
-        }
-        waiting.clear();
-        if !heard {
-            std::thread::park_timeout(NAP);
-        }
-        idle_since = None;
     }
 }

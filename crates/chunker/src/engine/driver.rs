@@ -1,0 +1,359 @@
+//! The engine's I/O around its [`Scheduler`]: the lanes' transports, the waiters' wakers, the
+//! driver thread. Everything here acts on what the scheduler decides: it rings the doorbells
+//! the scheduler builds, feeds it each lane's completions (one place: [`Core::completed`]),
+//! and carries out its events.
+
+use super::request::{RequestError, TransferRequest};
+use super::scheduler::{Doorbell, Event, LinkId, Ring, Scheduler};
+use super::TransferId;
+use rdma_hint_core::{
+    Completion, GatherOp, RegionId, RemoteRegion, Transport, TransportError, MAX_OPS_PER_POST,
+};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// A refused request, with the request handed back (boxed: refusals are rare, the `Ok` path
+/// stays small).
+pub(super) type Refusal = (RequestError, Box<TransferRequest>);
+
+/// A doorbell and the transport that rings it.
+pub(super) type Rung = (Doorbell, Arc<dyn Transport>);
+
+/// The scheduler and what it needs the world for, under one lock.
+pub(super) struct Core {
+    pub(super) sched: Scheduler,
+    /// Per peer, its lanes.
+    links: Vec<Vec<LinkIo>>,
+    /// Per transfer slot, the task waiting for it.
+    wakers: Vec<Option<Waker>>,
+    room_waiters: Vec<Waker>,
+}
+
+struct LinkIo {
+    transport: Arc<dyn Transport>,
+    /// Room for a window of completions, polled into.
+    completions: Vec<Completion>,
+}
+
+impl Core {
+    pub(super) fn new(sched: Scheduler) -> Core {
+        let wakers = (0..sched.max_transfers()).map(|_| None).collect();
+        Core { sched, links: Vec::new(), wakers, room_waiters: Vec::new() }
+    }
+
+    pub(super) fn add_peer(
+        &mut self,
+        lanes: Vec<Arc<dyn Transport>>,
+        remote: &[RemoteRegion],
+    ) -> Result<u32, RequestError> {
+        let known = self.links.iter().flatten().map(|link| &link.transport);
+        for (index, lane) in lanes.iter().enumerate() {
+            let same = |other: &Arc<dyn Transport>| std::ptr::addr_eq(Arc::as_ptr(other), Arc::as_ptr(lane));
+            if lanes[..index].iter().any(same) || known.clone().any(same) {
+                return Err(RequestError::InvalidPeer(
+                    "a transport is already a lane of this engine: each lane's completions must be the engine's alone".into(),
+                ));
+            }
+        }
+        let caps: Vec<_> = lanes.iter().map(|lane| lane.capabilities()).collect();
+        let peer = self.sched.add_peer(&caps, remote, Instant::now())?;
+        let links = lanes.into_iter().enumerate().map(|(lane, transport)| {
+            let window = self.sched.window(LinkId { peer, lane: lane as u32 });
+            LinkIo { transport, completions: vec![Completion::EMPTY; window] }
+        });
+        self.links.push(links.collect());
+        Ok(peer)
+    }
+
+    pub(super) fn transports(&self, peer: u32) -> Option<Vec<Arc<dyn Transport>>> {
+        Some(self.links.get(peer as usize)?.iter().map(|link| link.transport.clone()).collect())
+    }
+
+    /// Checks the request, holds its source on every lane of the peer (from here until the
+    /// scheduler's `Unhold`: the source can be neither released nor its id reused for other
+    /// memory while a block of it may still be posted), queues it, and builds the doorbell
+    /// the caller rings at once, if its lanes have room.
+    pub(super) fn submit(
+        &mut self,
+        peer: u32,
+        mut request: TransferRequest,
+        deadline: Instant,
+    ) -> Result<(TransferId, Option<Rung>), Refusal> {
+        let admitted = match self.sched.admit(peer, &mut request) {
+            Ok(admitted) => admitted,
+            Err(error) => return Err((error, Box::new(request))),
+        };
+        if let Err(error) = self.hold_source(peer, request.local.id) {
+            let (id, why) = (request.local.id, error.to_string());
+            return Err((RequestError::LocalRegion { id, why }, Box::new(request)));
+        }
+        let id = self.sched.queue(admitted, request, deadline);
+        let now = Instant::now();
+        let doorbell = self.sched.next_doorbell_for(peer, super::scheduler::Poster::Caller, now);
+        let rung = doorbell.map(|doorbell| self.with_transport(doorbell));
+        self.settle();
+        Ok((id, rung))
+    }
+
+    /// Holds `region` on every lane of `peer` (lanes may share one region table, or not:
+    /// holds are counted either way); all or none.
+    fn hold_source(&self, peer: u32, region: RegionId) -> Result<(), TransportError> {
+        let links = &self.links[peer as usize];
+        for (index, link) in links.iter().enumerate() {
+            if let Err(error) = link.transport.hold(region) {
+                links[..index].iter().for_each(|link| link.transport.unhold(region));
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn with_transport(&self, doorbell: Doorbell) -> Rung {
+        let link = doorbell.link;
+        let transport = self.links[link.peer as usize][link.lane as usize].transport.clone();
+        (doorbell, transport)
+    }
+
+    /// Records how ringing a doorbell went.
+    pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) {
+        self.sched.finish_doorbell(doorbell, rung);
+        self.settle();
+    }
+
+    /// Polls every lane with requests in flight; whether anything was retired or failed.
+    pub(super) fn poll_all(&mut self, now: Instant) -> bool {
+        let mut worked = false;
+        for peer in 0..self.links.len() as u32 {
+            for lane in 0..self.links[peer as usize].len() as u32 {
+                worked |= self.poll_link(LinkId { peer, lane }, now);
+            }
+        }
+        worked
+    }
+
+    fn poll_link(&mut self, link: LinkId, now: Instant) -> bool {
+        if !self.sched.has_in_flight(link) {
+            return false;
+        }
+        let io = &mut self.links[link.peer as usize][link.lane as usize];
+        let mut completions = std::mem::take(&mut io.completions);
+        let polled = io.transport.poll_completions(&mut completions);
+        let worked = self.completed(link, polled.map(|ready| &completions[..ready]), now);
+        self.links[link.peer as usize][link.lane as usize].completions = completions;
+        worked
+    }
+
+    /// The one place completions reach the scheduler: what a poll of `link` (or a wait on
+    /// it) answered. Whether anything was retired or failed.
+    pub(super) fn completed(
+        &mut self,
+        link: LinkId,
+        polled: Result<&[Completion], TransportError>,
+        now: Instant,
+    ) -> bool {
+        let worked = match polled {
+            Ok(completions) => self.sched.handle_completions(link, completions, now),
+            Err(error) => {
+                self.sched.lose_link(link, error);
+                true
+            }
+        };
+        self.settle();
+        worked
+    }
+
+    /// The lanes with requests in flight and their transports, for the driver to sleep on.
+    fn busy_links(&self, out: &mut Vec<(LinkId, Arc<dyn Transport>)>) {
+        out.clear();
+        for (peer, links) in self.links.iter().enumerate() {
+            for (lane, io) in links.iter().enumerate() {
+                let link = LinkId { peer: peer as u32, lane: lane as u32 };
+                if self.sched.has_in_flight(link) {
+                    out.push((link, io.transport.clone()));
+                }
+            }
+        }
+    }
+
+    /// Carries out what the scheduler asked for: wake waiters, end holds.
+    pub(super) fn settle(&mut self) {
+        while let Some(event) = self.sched.poll_event() {
+            match event {
+                Event::Ended { slot } => {
+                    if let Some(waker) = self.wakers[slot as usize].take() {
+                        waker.wake();
+                    }
+                }
+                Event::Room => self.room_waiters.drain(..).for_each(Waker::wake),
+                Event::Unhold { peer, region } => {
+                    self.links[peer as usize].iter().for_each(|link| link.transport.unhold(region));
+                }
+            }
+        }
+    }
+
+    /// Has `waker` woken when `id` ends (`false`: it already has, or is unknown).
+    pub(super) fn wake_when_done(&mut self, id: TransferId, waker: &Waker) -> bool {
+        if !self.sched.is_running(id) {
+            return false;
+        }
+        let stored = &mut self.wakers[id.slot as usize];
+        if !stored.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *stored = Some(waker.clone());
+        }
+        true
+    }
+
+    /// Has `waker` woken when a slot comes free.
+    pub(super) fn wake_on_room(&mut self, waker: &Waker) {
+        if !self.room_waiters.iter().any(|w| w.will_wake(waker)) {
+            self.room_waiters.push(waker.clone());
+        }
+    }
+}
+
+/// Posts a doorbell's requests with one call.
+pub(super) fn ring((doorbell, transport): &Rung) -> Result<(), TransportError> {
+    let mut scratch = [GatherOp::EMPTY; MAX_OPS_PER_POST];
+    match doorbell.ring(&mut scratch) {
+        Ring::Writes(ops) => transport.post_writes(ops),
+        Ring::Gathers(ops, entries) => transport.post_gather_writes(ops, entries),
+    }
+}
+
+pub(super) struct Shared {
+    core: Mutex<Core>,
+    /// API calls waiting for the lock: the driver yields to them between doorbells.
+    contenders: AtomicUsize,
+    pub(super) stop: AtomicBool,
+    pub(super) driver: OnceLock<Thread>,
+}
+
+impl Shared {
+    pub(super) fn new(core: Core) -> Shared {
+        Shared {
+            core: Mutex::new(core),
+            contenders: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            driver: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+        self.contenders.fetch_add(1, Ordering::SeqCst);
+        let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+        self.contenders.fetch_sub(1, Ordering::SeqCst);
+        core
+    }
+
+    /// The driver's lock, which does not count as a contender.
+    fn lock_for_driver(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn kick(&self) {
+        if let Some(driver) = self.driver.get() {
+            driver.unpark();
+        }
+    }
+}
+
+/// How long the driver polls with nothing completing before it sleeps on the lanes' events.
+const SPIN: Duration = Duration::from_micros(50);
+/// The longest the driver waits for callers queued for the lock before it takes it again.
+const HANDOFF: Duration = Duration::from_micros(200);
+/// The longest the driver sleeps between two looks at the transfers.
+const NAP: Duration = Duration::from_millis(1);
+
+/// The driver thread: turns until nothing is left, then sleeps on the lanes' completion
+/// events (and on `submit`'s unpark).
+pub(super) fn drive(shared: &Shared) {
+    let waker = rdma_hint_backend_core::blocking::thread_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut busy = Vec::new();
+    let mut scratch = vec![Completion::EMPTY; 1024];
+    let mut idle_since: Option<Instant> = None;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        let (worked, in_flight, running, next_timeout) = {
+            let mut core = shared.lock_for_driver();
+            let doorbell = core.sched.next_doorbell(now).map(|doorbell| core.with_transport(doorbell));
+            let mut worked = core.poll_all(now);
+            worked |= core.sched.handle_timeout(now);
+            core.settle();
+            drop(core);
+            // Rung without the lock: the staged shm channel copies the blocks inside the post.
+            if let Some(doorbell) = doorbell {
+                let rung = ring(&doorbell);
+                shared.lock_for_driver().finish(doorbell.0, rung);
+                worked = true;
+            }
+            let core = shared.lock_for_driver();
+            let in_flight = core.sched.in_flight();
+            (worked, in_flight, in_flight || core.sched.queued(), core.sched.next_timeout())
+        };
+        if worked {
+            idle_since = None;
+            // A std Mutex is not fair: the driver would take it again before a woken caller
+            // runs. It waits (briefly) until the callers queued for it have had their turn.
+            let handoff = Instant::now();
+            while shared.contenders.load(Ordering::SeqCst) > 0 && handoff.elapsed() < HANDOFF {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        if !running {
+            // Nothing to watch: `submit` and `Drop` unpark.
+            idle_since = None;
+            std::thread::park();
+            continue;
+        }
+        let nap = next_timeout.map_or(NAP, |at| at.saturating_duration_since(now).min(NAP));
+        if !in_flight {
+            idle_since = None;
+            std::thread::park_timeout(nap);
+            continue;
+        }
+        let since = *idle_since.get_or_insert(now);
+        if now.duration_since(since) < SPIN {
+            std::hint::spin_loop();
+            continue;
+        }
+        sleep_on_lanes(shared, &mut cx, &mut busy, &mut scratch, now + nap);
+        idle_since = None;
+    }
+}
+
+/// Registers the driver's waker with every lane that has requests in flight (taking what
+/// completed meanwhile), and parks until one wakes it or `until`.
+fn sleep_on_lanes(
+    shared: &Shared,
+    cx: &mut Context<'_>,
+    busy: &mut Vec<(LinkId, Arc<dyn Transport>)>,
+    scratch: &mut [Completion],
+    until: Instant,
+) {
+    shared.lock_for_driver().busy_links(busy);
+    let mut heard = false;
+    for (link, transport) in busy.iter() {
+        let ready = {
+            let mut sleep = transport.wait_completions(scratch, until);
+            match Pin::as_mut(&mut sleep).poll(cx) {
+                Poll::Ready(Ok(ready)) => ready,
+                Poll::Ready(Err(_)) | Poll::Pending => 0,
+            }
+        };
+        if ready > 0 {
+            shared.lock_for_driver().completed(*link, Ok(&scratch[..ready]), Instant::now());
+            heard = true;
+        }
+    }
+    busy.clear();
+    if !heard {
+        std::thread::park_timeout(until.saturating_duration_since(Instant::now()));
+    }
+}

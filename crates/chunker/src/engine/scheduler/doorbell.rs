@@ -1,0 +1,392 @@
+//! Doorbells: the scheduler builds one per lane (blocks of its peer's queued transfers), the
+//! driver rings it with the lane's transport, and the scheduler records how that went.
+
+use super::lane::{pick_lane, Refused};
+use super::slot::Posted;
+use super::{LinkId, Poster, Scheduler, WARM_WRS};
+use rdma_hint_core::{GatherEntry, GatherOp, TransportError, WriteOp, MAX_OPS_PER_POST};
+use std::time::Instant;
+
+/// Work requests for one lane, to be posted with one call (see [`Doorbell::ring`]).
+pub(crate) struct Doorbell {
+    pub(crate) link: LinkId,
+    first_seq: u64,
+    /// Work requests in `ops`.
+    count: usize,
+    /// Sequence numbers it takes: `count`, or 1 for a refused request posted as its pieces.
+    requests: u64,
+    /// Payload bytes of its requests.
+    bytes: u64,
+    /// A packed request's entry here holds its first piece's local range and its whole
+    /// remote range and length.
+    ops: [WriteOp; MAX_OPS_PER_POST],
+    /// Per request, its local ranges in `entries` (on lanes that pack).
+    pieces: [u32; MAX_OPS_PER_POST],
+    /// The gather entries of every request, in order; empty on lanes that do not pack.
+    entries: Vec<GatherEntry>,
+    /// A refused request posted again alone.
+    retry: bool,
+}
+
+/// What the transport is handed: plain writes, or gather writes where a request packs several
+/// ranges.
+pub(crate) enum Ring<'a> {
+    Writes(&'a [WriteOp]),
+    Gathers(&'a [GatherOp], &'a [GatherEntry]),
+}
+
+impl Doorbell {
+    /// The call to make; `scratch` holds the gather ops where there are any.
+    pub(crate) fn ring<'a>(&'a self, scratch: &'a mut [GatherOp; MAX_OPS_PER_POST]) -> Ring<'a> {
+        let ops = &self.ops[..self.count];
+        if self.pieces[..self.count].iter().all(|pieces| *pieces == 1) {
+            return Ring::Writes(ops);
+        }
+        let mut first = 0;
+        for (index, op) in ops.iter().enumerate() {
+            scratch[index] = gather_op(op, first, self.pieces[index]);
+            first += self.pieces[index];
+        }
+        Ring::Gathers(&scratch[..self.count], &self.entries)
+    }
+}
+
+fn gather_op(op: &WriteOp, first: u32, count: u32) -> GatherOp {
+    GatherOp {
+        wr_id: op.wr_id,
+        first,
+        count,
+        remote: op.remote,
+        remote_offset: op.remote_offset,
+        signalled: op.signalled,
+        imm: op.imm,
+    }
+}
+
+/// Which queues a doorbell takes blocks from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Classes {
+    Both,
+    /// The control lane: latency-first transfers only.
+    Latency,
+    /// A lane beside a control lane: bulk only.
+    Bulk,
+}
+
+/// Errors a transport answers before posting anything of a doorbell: the ops, not the link.
+fn refuses_the_ops(error: &TransportError) -> bool {
+    matches!(
+        error,
+        TransportError::UnregisteredRegion(_)
+            | TransportError::RegionWithdrawn(_)
+            | TransportError::OutOfBounds { .. }
+            | TransportError::ZeroLength { .. }
+            | TransportError::MessageTooLarge { .. }
+            | TransportError::UnsupportedMemory { .. }
+            | TransportError::InvalidArgument { .. }
+            | TransportError::TooManyEntries { .. }
+    )
+}
+
+impl Scheduler {
+    /// The driver's doorbell: the peers take turns, one doorbell per call.
+    pub(crate) fn next_doorbell(&mut self, now: Instant) -> Option<Doorbell> {
+        let peers = self.peers.len();
+        for step in 0..peers {
+            let peer = (self.next_peer + step) % peers;
+            if let Some(doorbell) = self.next_doorbell_for(peer as u32, Poster::Driver, now) {
+                self.next_peer = (peer + 1) % peers;
+                return Some(doorbell);
+            }
+        }
+        None
+    }
+
+    /// A doorbell of `peer`'s queued transfers, one block per transfer (latency class first),
+    /// on the live lane with the fewest outstanding bytes; a request refused earlier goes
+    /// first, alone. The lanes take turns by their outstanding bytes, and a doorbell at a time
+    /// lets a transfer submitted meanwhile (whose block then goes next) not wait for a whole
+    /// window of copies (the staged shm channel copies inside `post_writes`).
+    pub(crate) fn next_doorbell_for(
+        &mut self,
+        peer_index: u32,
+        poster: Poster,
+        now: Instant,
+    ) -> Option<Doorbell> {
+        let peer = self.peers.get(peer_index as usize)?;
+        if let Some(lane) = peer.lanes.iter().position(super::lane::Lane::retry_ready) {
+            return self.build_retry(LinkId { peer: peer_index, lane: lane as u32 });
+        }
+        if peer.latency.is_empty() && peer.bulk.is_empty() {
+            return None;
+        }
+        // With a control lane (the last, while it and another lane live), latency-first
+        // transfers go there alone and bulk stripes over the others: nothing bulk is ever
+        // ahead of them. The two classes take turns at the driver's doorbells.
+        let lanes = peer.lanes.len();
+        let control = (self.control_lane
+            && lanes > 1
+            && peer.lanes[lanes - 1].dead.is_none()
+            && peer.lanes[..lanes - 1].iter().any(|lane| lane.dead.is_none()))
+        .then_some(lanes - 1);
+        let mut choices = [None, None];
+        match control {
+            Some(last) => {
+                let latency = (!peer.latency.is_empty() && peer.lanes[last].available())
+                    .then_some((last, Classes::Latency));
+                let bulk = (!peer.bulk.is_empty())
+                    .then(|| pick_lane(&peer.lanes[..last], peer.last_lane))
+                    .flatten()
+                    .map(|lane| (lane, Classes::Bulk));
+                choices = if peer.bulk_next { [bulk, latency] } else { [latency, bulk] };
+            }
+            None => choices[0] = pick_lane(&peer.lanes, peer.last_lane).map(|lane| (lane, Classes::Both)),
+        }
+        for (lane_index, classes) in choices.into_iter().flatten() {
+            // A lane's first doorbells are left to the driver thread: they may cost
+            // milliseconds the caller's thread should not spend (the staged shm channel maps
+            // the peer's region at its first write into it).
+            let peer = &self.peers[peer_index as usize];
+            if poster == Poster::Caller && peer.lanes[lane_index].posted_wrs < WARM_WRS {
+                continue;
+            }
+            let link = LinkId { peer: peer_index, lane: lane_index as u32 };
+            if let Some(doorbell) = self.build_doorbell(link, classes, now) {
+                let peer = &mut self.peers[peer_index as usize];
+                if classes != Classes::Latency {
+                    peer.last_lane = lane_index;
+                }
+                if poster == Poster::Driver {
+                    peer.bulk_next = classes == Classes::Latency;
+                }
+                return Some(doorbell);
+            }
+        }
+        None
+    }
+
+    /// A doorbell for `link` of blocks from the queues `classes` names; `None` when none can
+    /// go (all fenced, or the queues empty).
+    fn build_doorbell(&mut self, link: LinkId, classes: Classes, now: Instant) -> Option<Doorbell> {
+        let lane_index = link.lane as usize;
+        let peer = &mut self.peers[link.peer as usize];
+        let lane = &mut peer.lanes[lane_index];
+        let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
+        let mut doorbell = Doorbell {
+            link,
+            first_seq: lane.next_seq,
+            count: 0,
+            requests: 0,
+            bytes: 0,
+            ops: [WriteOp::EMPTY; MAX_OPS_PER_POST],
+            pieces: [1u32; MAX_OPS_PER_POST],
+            entries: std::mem::take(&mut lane.entries),
+            retry: false,
+        };
+        doorbell.entries.clear();
+        let packs = lane.max_pieces > 1;
+        let (mut latency_fenced, mut bulk_fenced) = (0, 0);
+        lane.wake_up(now);
+        // Bytes in flight are capped (past the first block): whatever is posted on a lane is
+        // ahead of every block submitted later, small transfers' included. A doorbell takes
+        // half the cap at most (past its first block), so one is in flight while the next is
+        // sent: each asks for one completion.
+        let half_cap = lane.cap() / 2;
+        let mut count = 0;
+        while count < room && lane.has_room(doorbell.bytes) && (count == 0 || doorbell.bytes < half_cap) {
+            // Latency-first transfers go first, unless every one of them is fenced (below).
+            let from_latency = classes != Classes::Bulk && latency_fenced < peer.latency.len();
+            if !from_latency && (classes == Classes::Latency || bulk_fenced >= peer.bulk.len()) {
+                break;
+            }
+            let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
+            let Some(index) = queue.pop_front() else { break };
+            let slot = &mut self.slots[index as usize];
+            let built = doorbell.entries.len();
+            let (local, entries) = (slot.local, &mut doorbell.entries);
+            let block = slot.next_block(lane.max_pieces, |offset, len| {
+                if packs {
+                    entries.push(GatherEntry { local, offset, len });
+                }
+            });
+            let Some(block) = block else { continue };
+            let last = block.last;
+            // The announcing block waits for the transfer's blocks in flight on other lanes:
+            // an arrival vouches only for the writes of its own lane before it.
+            let elsewhere = slot.lanes_used & !(1u16 << lane_index) != 0;
+            if last && elsewhere && slot.notify.is_some() && slot.in_flight > 0 {
+                doorbell.entries.truncate(built);
+                queue.push_back(index);
+                if from_latency {
+                    latency_fenced += 1;
+                } else {
+                    bulk_fenced += 1;
+                }
+                continue;
+            }
+            let seq = lane.next_seq + count as u64;
+            doorbell.ops[count] = WriteOp {
+                wr_id: seq,
+                local: slot.local,
+                local_offset: block.local_offset,
+                remote: slot.remote,
+                remote_offset: block.remote_offset,
+                len: block.len,
+                signalled: last,
+                imm: if last { slot.notify } else { None },
+            };
+            lane.in_flight.push_back(Posted {
+                seq,
+                slot: index,
+                generation: slot.generation,
+                bytes: block.len,
+            });
+            doorbell.pieces[count] = block.pieces;
+            slot.lanes_used |= 1u16 << lane_index;
+            lane.largest_block = lane.largest_block.max(block.len);
+            slot.advance(&block);
+            doorbell.bytes += block.len;
+            if !slot.all_posted() {
+                queue.push_back(index);
+            }
+            count += 1;
+        }
+        if count == 0 {
+            lane.entries = doorbell.entries;
+            return None;
+        }
+        doorbell.ops[count - 1].signalled = true;
+        (doorbell.count, doorbell.requests) = (count, count as u64);
+        lane.next_seq += count as u64;
+        lane.outstanding_bytes += doorbell.bytes;
+        lane.posting = true;
+        Some(doorbell)
+    }
+
+    /// A doorbell of the lane's oldest refused request alone, signalled; after the lane
+    /// refused gathers it promised, a gathering request goes as its pieces in one plain post
+    /// (one sequence number, the last piece signalled).
+    fn build_retry(&mut self, link: LinkId) -> Option<Doorbell> {
+        let lane = self.lane_mut(link);
+        let refused = *lane.refused.front()?;
+        let op = WriteOp { wr_id: lane.next_seq, signalled: true, ..refused.op };
+        let mut doorbell = Doorbell {
+            link,
+            first_seq: lane.next_seq,
+            count: 1,
+            requests: 1,
+            bytes: op.len,
+            ops: [op; MAX_OPS_PER_POST],
+            pieces: [1u32; MAX_OPS_PER_POST],
+            entries: std::mem::take(&mut lane.entries),
+            retry: true,
+        };
+        doorbell.entries.clear();
+        if refused.pieces > 1 {
+            let own = &lane.refused_entries.make_contiguous()[..refused.pieces as usize];
+            if lane.max_pieces > 1 {
+                doorbell.entries.extend_from_slice(own);
+                doorbell.pieces[0] = refused.pieces;
+            } else {
+                for (index, piece) in gather_op(&op, 0, refused.pieces).pieces(own).enumerate() {
+                    doorbell.ops[index] = piece;
+                }
+                doorbell.count = refused.pieces as usize;
+            }
+        }
+        lane.in_flight.push_back(Posted { seq: doorbell.first_seq, ..refused.posted });
+        lane.next_seq += 1;
+        lane.outstanding_bytes += doorbell.bytes;
+        lane.posting = true;
+        Some(doorbell)
+    }
+
+    /// Records how ringing `doorbell` went.
+    pub(crate) fn finish_doorbell(&mut self, mut doorbell: Doorbell, rung: Result<(), TransportError>) {
+        let link = doorbell.link;
+        let entries = std::mem::take(&mut doorbell.entries);
+        let lane = self.lane_mut(link);
+        lane.posting = false;
+        if lane.dead.is_some() {
+            // The lane failed while the doorbell rang (a poll or the stall watch): its
+            // requests left the in-flight queue with their transfers, nothing is left to count.
+        } else if doorbell.retry {
+            self.finish_retry(&doorbell, &entries, rung);
+        } else {
+            match rung {
+                Ok(()) => {
+                    lane.posted_bytes += doorbell.bytes;
+                    lane.posted_wrs += doorbell.requests;
+                }
+                Err(error) if refuses_the_ops(&error) => {
+                    // Checked before anything was posted: a bad request (a region deregistered
+                    // since its submit, say) fails alone and the lane goes on. Nothing of the
+                    // doorbell reached the transport, so its numbers are handed out again, a
+                    // request per doorbell.
+                    lane.next_seq = doorbell.first_seq;
+                    lane.outstanding_bytes -= doorbell.bytes;
+                    let kept = lane.in_flight.len() - doorbell.count;
+                    let mut first = 0;
+                    for (index, posted) in lane.in_flight.drain(kept..).enumerate() {
+                        let (op, pieces) = (doorbell.ops[index], doorbell.pieces[index]);
+                        if pieces > 1 {
+                            let own = &entries[first..first + pieces as usize];
+                            lane.refused_entries.extend(own.iter().copied());
+                        }
+                        first += pieces as usize;
+                        lane.refused.push_back(Refused { op, pieces, posted });
+                    }
+                }
+                // Nothing of the doorbell counts as posted: its entries leave the queue with
+                // the lane's earlier ones, and their transfers fail.
+                Err(error) => self.lose_link(link, error),
+            }
+        }
+        self.lane_mut(link).entries = entries;
+        self.end_deferred_unholds(link.peer);
+    }
+
+    /// Records how posting a refused request alone went: it fails its own transfer only.
+    fn finish_retry(
+        &mut self,
+        doorbell: &Doorbell,
+        entries: &[GatherEntry],
+        rung: Result<(), TransportError>,
+    ) {
+        let lane = self.lane_mut(doorbell.link);
+        let gathered = entries.len() > 1;
+        match rung {
+            Ok(()) => {
+                lane.posted_bytes += doorbell.bytes;
+                lane.posted_wrs += 1;
+                lane.drop_first_refused();
+            }
+            // A transport whose capabilities promise gathers it does not take (a wrapper
+            // passing them through, say): the lane stops packing, and the request goes again
+            // as its pieces.
+            Err(TransportError::TooManyEntries { .. }) if gathered => {
+                lane.max_pieces = 1;
+                lane.in_flight.pop_back();
+                lane.next_seq -= 1;
+                lane.outstanding_bytes -= doorbell.bytes;
+            }
+            Err(error) => {
+                lane.drop_first_refused();
+                let posted = lane.in_flight.pop_back().expect("a retry's request is in flight");
+                lane.outstanding_bytes -= doorbell.bytes;
+                let slot = &self.slots[posted.slot as usize];
+                if slot.generation == posted.generation {
+                    let confirmed_bytes = slot.confirmed;
+                    self.end(
+                        posted.slot,
+                        Err(super::EngineError::Transport { source: error, confirmed_bytes }),
+                    );
+                    let peer = &mut self.peers[doorbell.link.peer as usize];
+                    peer.latency.retain(|index| *index != posted.slot);
+                    peer.bulk.retain(|index| *index != posted.slot);
+                    self.retire_block(Posted { bytes: 0, ..posted });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! One lane of a connection as the scheduler sees it: its window, its cap on bytes in flight
+//! (following the rate it retires at), its posted requests in sequence order. No transport:
+//! the driver rings what the scheduler builds for it.
+
+use super::slot::Posted;
+use rdma_hint_core::{Capabilities, GatherEntry, WriteOp};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Local ranges one packed work request gathers, at most (below the transport's `max_sges`).
+pub(crate) const MAX_PIECES: u32 = 64;
+
+/// The lane settings an engine gives every lane it adds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LaneConfig {
+    pub(crate) policy: crate::policy::PostPolicy,
+    pub(crate) bytes_in_flight: u64,
+    pub(crate) queue_time: Duration,
+    pub(crate) gather_entries: u32,
+}
+
+/// One transport of a connection. Its `wr_id`s are its own post sequence numbers; the
+/// in-flight queue says which transfer each number belongs to.
+pub(crate) struct Lane {
+    pub(super) window: u32,
+    pub(super) per_post: u32,
+    /// The configured cap on payload bytes in flight.
+    bytes_in_flight: u64,
+    /// How long the bytes in flight may take to drain at the lane's rate (see [`Lane::cap`]).
+    queue_time: Duration,
+    /// Bytes per second the lane has retired at best lately (a max that decays); 0 until
+    /// measured.
+    rate: f64,
+    /// Bytes retired since `window_at`, the start of the current rate sample (moved on by the
+    /// time the lane stood empty, so a sample measures busy time).
+    window_bytes: u64,
+    window_at: Instant,
+    /// When the lane last emptied.
+    idle_since: Option<Instant>,
+    /// A rate sample was taken (the first is dropped: it holds the lane's first posts, which
+    /// may map the peer's region).
+    sampled: bool,
+    /// The peer's control lane: latency-first transfers only, capped by `bytes_in_flight` alone
+    /// (its rate is that of lone small transfers, not of the link).
+    pub(super) control: bool,
+    /// The largest block posted on the lane.
+    pub(super) largest_block: u64,
+    pub(super) next_seq: u64,
+    pub(super) in_flight: VecDeque<Posted>,
+    pub(super) outstanding_bytes: u64,
+    pub(super) posted_bytes: u64,
+    pub(super) posted_wrs: u64,
+    /// When the lane last retired a request, or had none in flight.
+    pub(super) progress_at: Instant,
+    /// A doorbell of this lane is being rung: no other may be built on it (its sequence
+    /// numbers must reach the transport in order).
+    pub(super) posting: bool,
+    pub(super) dead: Option<String>,
+    /// Local ranges one work request may gather on this lane (1: no packing).
+    pub(super) max_pieces: u32,
+    /// The gather entries of the doorbell being built (lent to it while it rings).
+    pub(super) entries: Vec<GatherEntry>,
+    /// Requests of a doorbell the transport refused whole, posted again one per doorbell so
+    /// that a bad one fails alone (empty but on that failure path).
+    pub(super) refused: VecDeque<Refused>,
+    /// The gather entries of `refused`, in order.
+    pub(super) refused_entries: VecDeque<GatherEntry>,
+}
+
+/// A request of a refused doorbell, waiting to be posted alone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refused {
+    pub(super) op: WriteOp,
+    /// Local ranges it gathers (its entries lead `refused_entries`).
+    pub(super) pieces: u32,
+    pub(super) posted: Posted,
+}
+
+impl Lane {
+    pub(super) fn new(caps: &Capabilities, config: &LaneConfig, now: Instant) -> Lane {
+        let policy = config.policy.fitted_to(caps);
+        let max_pieces = caps.max_sges.clamp(1, config.gather_entries);
+        let entries = if max_pieces > 1 {
+            Vec::with_capacity(rdma_hint_core::MAX_OPS_PER_POST * max_pieces as usize)
+        } else {
+            Vec::new()
+        };
+        Lane {
+            window: policy.window,
+            per_post: policy.wrs_per_doorbell,
+            bytes_in_flight: config.bytes_in_flight,
+            queue_time: config.queue_time,
+            rate: 0.0,
+            window_bytes: 0,
+            window_at: now,
+            idle_since: None,
+            sampled: false,
+            control: false,
+            largest_block: 0,
+            next_seq: 1,
+            in_flight: VecDeque::with_capacity(policy.window as usize),
+            outstanding_bytes: 0,
+            posted_bytes: 0,
+            posted_wrs: 0,
+            progress_at: now,
+            posting: false,
+            dead: None,
+            max_pieces,
+            entries,
+            refused: VecDeque::new(),
+            refused_entries: VecDeque::new(),
+        }
+    }
+
+    /// Payload bytes the lane may have in flight now: what drains in `queue_time` at its
+    /// measured rate (so work submitted now waits about that long behind it), at least two of
+    /// its largest blocks (one landing while the next is sent), at most the configured cap.
+    pub(super) fn cap(&self) -> u64 {
+        if self.control {
+            return self.bytes_in_flight;
+        }
+        cap(self.rate, self.queue_time, self.largest_block, self.bytes_in_flight)
+    }
+
+    /// Whether another doorbell of `batch_bytes` may grow (one block always goes out).
+    pub(super) fn has_room(&self, batch_bytes: u64) -> bool {
+        self.outstanding_bytes + batch_bytes < self.cap() || self.in_flight.is_empty()
+    }
+
+    /// Whether a doorbell may be built on the lane now.
+    pub(super) fn available(&self) -> bool {
+        self.dead.is_none()
+            && !self.posting
+            && self.in_flight.len() < self.window as usize
+            && self.has_room(0)
+    }
+
+    /// A refused request waits to be posted again, and the lane may take it now.
+    pub(super) fn retry_ready(&self) -> bool {
+        !self.refused.is_empty() && self.dead.is_none() && !self.posting
+    }
+
+    /// The oldest refused request was posted again, or failed alone.
+    pub(super) fn drop_first_refused(&mut self) {
+        if let Some(refused) = self.refused.pop_front() {
+            if refused.pieces > 1 {
+                self.refused_entries.drain(..refused.pieces as usize);
+            }
+        }
+    }
+
+    /// The lane starts a doorbell while empty: neither the wait for a stall nor a rate sample
+    /// counts the time it stood idle.
+    pub(super) fn wake_up(&mut self, now: Instant) {
+        if self.in_flight.is_empty() {
+            self.progress_at = now;
+            if let Some(idle) = self.idle_since.take() {
+                self.window_at += now.saturating_duration_since(idle);
+            }
+        }
+    }
+
+    /// Counts `bytes` retired at `now` into the rate and the stall watch.
+    pub(super) fn retired(&mut self, bytes: u64, now: Instant) {
+        self.progress_at = now;
+        self.window_bytes += bytes;
+        let window = (self.window_bytes, now.saturating_duration_since(self.window_at));
+        if let Some(rate) = fold_rate(self.rate, window, self.queue_time) {
+            if self.sampled {
+                self.rate = rate;
+            }
+            self.sampled = true;
+            (self.window_bytes, self.window_at) = (0, now);
+        }
+        if self.in_flight.is_empty() {
+            self.idle_since = Some(now);
+        }
+    }
+}
+
+/// [`Lane::cap`] of a lane retiring `rate` bytes per second (0: not measured yet).
+pub(super) fn cap(rate: f64, queue_time: Duration, largest_block: u64, configured: u64) -> u64 {
+    if rate == 0.0 {
+        return configured;
+    }
+    let drains = (rate * queue_time.as_secs_f64()) as u64;
+    drains.max(largest_block.saturating_mul(2)).min(configured)
+}
+
+/// Folds a window of `bytes` retired over `took` into the lane's `rate`, once the window
+/// spans at least a quarter of the queue time (completions drained by one poll arrive
+/// nanoseconds apart and would read as terabytes per second). Every bias left is downward (a
+/// lane held back by its cap, or by a sender with little to send, retires less than it
+/// could), so the rate is the best sample, decaying slowly toward what the lane delivers now.
+pub(super) fn fold_rate(rate: f64, (bytes, took): (u64, Duration), queue_time: Duration) -> Option<f64> {
+    if bytes == 0 || took < (queue_time / 4).max(Duration::from_micros(20)) {
+        return None;
+    }
+    let sample = bytes as f64 / took.as_secs_f64();
+    Some(sample.max(rate * RATE_DECAY))
+}
+
+/// What a lane's best rate keeps of itself per sample (halves in about 14 samples).
+const RATE_DECAY: f64 = 0.95;
+
+/// The live lane with room and the fewest outstanding bytes; ties go round, starting after
+/// `last` (a channel that completes inside the post always has none outstanding).
+pub(super) fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
+    let count = lanes.len();
+    (1..=count)
+        .map(|step| ((last + step) % count, &lanes[(last + step) % count]))
+        .filter(|(_, lane)| lane.available())
+        .min_by_key(|(_, lane)| lane.outstanding_bytes)
+        .map(|(index, _)| index)
+}
+
+/// What one lane of a connection has carried.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LaneStats {
+    /// Payload bytes posted on the lane so far.
+    pub posted_bytes: u64,
+    /// Work requests posted on the lane so far.
+    pub posted_wrs: u64,
+    /// Bytes posted and not yet completed.
+    pub outstanding_bytes: u64,
+    /// Why the lane stopped, if it failed.
+    pub failed: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cap, fold_rate};
+    use std::time::Duration;
+
+    #[test]
+    fn a_rate_sample_spans_a_quarter_of_the_queue_time_and_the_best_one_decays_slowly() {
+        let queue = Duration::from_micros(200);
+        // Completions one poll drains arrive nanoseconds apart: no sample until 50 us passed.
+        assert_eq!(fold_rate(0.0, (256 << 10, Duration::from_nanos(80)), queue), None);
+        assert_eq!(fold_rate(0.0, (0, Duration::from_millis(1)), queue), None);
+        let first = fold_rate(0.0, (1_000_000, Duration::from_micros(100)), queue).unwrap();
+        assert_eq!(first, 1e10);
+        // A slower window (held back by the cap, or little to send) lowers it only slowly.
+        let after = fold_rate(first, (100_000, Duration::from_micros(100)), queue).unwrap();
+        assert_eq!(after, 0.95e10);
+        assert_eq!(fold_rate(after, (4_000_000, Duration::from_micros(100)), queue), Some(4e10));
+    }
+
+    #[test]
+    fn the_bytes_in_flight_follow_the_rate_between_two_blocks_and_the_configured_cap() {
+        let queue = Duration::from_micros(200);
+        let (block, configured) = (64 << 10, 2 << 20);
+        assert_eq!(cap(0.0, queue, block, configured), configured, "unmeasured: the configured cap");
+        assert_eq!(cap(5e9, queue, block, configured), 1_000_000, "5 GB/s drains 1 MB in 200 us");
+        assert_eq!(cap(1e8, queue, block, configured), 2 * block, "never below two blocks");
+        assert_eq!(cap(1e11, queue, block, configured), configured, "never above the configured cap");
+    }
+}

@@ -1,0 +1,629 @@
+//! The engine's scheduler: transfer slots, per-peer queues, per-lane posting and the routing
+//! of completions back to their transfers, as a state machine without I/O (quinn-proto's
+//! shape). It holds no transport, no lock, no waker and no clock: the driver rings the
+//! doorbells it builds, hands it each lane's completions and failures, passes the time in,
+//! and acts on its [`Event`]s (wake a waiter, wake the submitters waiting for room, end a
+//! transfer's hold on its source). Its unit tests (`tests.rs`) drive it with scripted events.
+
+mod doorbell;
+mod lane;
+mod slot;
+#[cfg(test)]
+mod tests;
+
+use super::hints::Hints;
+use super::request::{Class, RequestError, Segments, TransferRequest};
+use super::{Delivered, EngineError, TransferId};
+use crate::plan::BlockSpec;
+pub(crate) use doorbell::{Doorbell, Ring};
+use lane::Lane;
+pub use lane::LaneStats;
+pub(crate) use lane::{LaneConfig, MAX_PIECES};
+use rdma_hint_core::{
+    Capabilities, Completion, CompletionStatus, MemoryKind, RegionId, RemoteRegion, SourceId, TransportError,
+    TransportId,
+};
+use slot::{Phase, Posted, Slot};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Peers one engine connects to, at most.
+pub const MAX_PEERS: usize = 1024;
+/// Lanes (transports opened together) one connection may have, at most.
+pub const MAX_LANES: usize = 16;
+/// Work requests a lane posts (through the driver) before callers post on it themselves.
+const WARM_WRS: u64 = 256;
+/// How often the transfers' deadlines and the lanes' stalls are looked at, at most.
+const TIMEOUT_SCAN: Duration = Duration::from_millis(1);
+
+/// One lane of one peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LinkId {
+    pub(crate) peer: u32,
+    pub(crate) lane: u32,
+}
+
+/// What the driver acts on after a call (see [`Scheduler::poll_event`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A transfer ended: wake its waiter.
+    Ended { slot: u32 },
+    /// A slot came free: wake the submitters waiting for room.
+    Room,
+    /// A transfer's hold on its source ends: unhold `region` on every lane of `peer`.
+    Unhold { peer: u32, region: RegionId },
+}
+
+/// Who builds a doorbell: the driver thread, or a caller's `submit` (which leaves a lane's
+/// first posts to the driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Poster {
+    Driver,
+    Caller,
+}
+
+/// What a transfer looks like from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferStatus {
+    /// Blocks are still being posted or confirmed.
+    Running {
+        /// Payload bytes whose completion arrived, in bytes.
+        confirmed_bytes: u64,
+        /// Payload bytes asked for.
+        len: u64,
+    },
+    /// Every byte was confirmed delivered; `wait` hands out the report.
+    Done,
+    /// It failed, was cancelled or passed its deadline; `wait` hands out the error.
+    Failed,
+    /// Not a transfer of this engine, or its result was already handed out.
+    Unknown,
+}
+
+/// A request that passed every check ([`Scheduler::admit`]): what [`Scheduler::queue`] needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Admitted {
+    peer: u32,
+    total: u64,
+    block_bytes: u64,
+}
+
+struct Peer {
+    lanes: Vec<Lane>,
+    /// Its lanes' transport (the first lane's): which transport's hint its transfers take.
+    transport: TransportId,
+    remote: Vec<RemoteRegion>,
+    max_block: u64,
+    /// The lane the last doorbell went to.
+    last_lane: usize,
+    /// With a control lane: the driver's next doorbell goes to bulk first (the two classes
+    /// take turns, so a long latency-first transfer does not idle the bulk lanes).
+    bulk_next: bool,
+    latency: VecDeque<u32>,
+    bulk: VecDeque<u32>,
+}
+
+pub(crate) struct Scheduler {
+    peers: Vec<Peer>,
+    /// Source holds of freed slots whose peer had a doorbell ringing (see `unhold_source`).
+    deferred_unholds: Vec<(u32, RegionId)>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    hints: Hints,
+    host_node: u32,
+    lanes: LaneConfig,
+    lane_stall: Duration,
+    /// A peer of several lanes keeps its last for latency-first transfers.
+    control_lane: bool,
+    /// The peer whose turn it is to post.
+    next_peer: usize,
+    stopping: bool,
+    next_timeout_scan: Instant,
+    /// Reserved for two per slot and one `Room`: each slot ends and unholds at most once
+    /// between two drains.
+    events: VecDeque<Event>,
+    room_pending: bool,
+}
+
+impl Scheduler {
+    pub(crate) fn new(
+        max_transfers: u32,
+        lanes: LaneConfig,
+        lane_stall: Duration,
+        control_lane: bool,
+        now: Instant,
+    ) -> Scheduler {
+        Scheduler {
+            peers: Vec::new(),
+            deferred_unholds: Vec::with_capacity(max_transfers as usize),
+            slots: (0..max_transfers).map(|_| Slot::free(now)).collect(),
+            free: (0..max_transfers).rev().collect(),
+            hints: Hints::default(),
+            host_node: 0,
+            lanes,
+            lane_stall,
+            control_lane,
+            next_peer: 0,
+            stopping: false,
+            next_timeout_scan: now,
+            events: VecDeque::with_capacity(2 * max_transfers as usize + 1),
+            room_pending: false,
+        }
+    }
+
+    pub(crate) fn set_hint(&mut self, source: SourceId, transport: Option<TransportId>, spec: BlockSpec) {
+        self.hints.set(source, transport, spec);
+    }
+
+    pub(crate) fn set_host_node(&mut self, node: u32) {
+        self.host_node = node;
+    }
+
+    pub(crate) fn max_transfers(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    pub(crate) fn peers(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Adds a peer of one lane per entry of `lanes` (their capabilities); its id.
+    pub(crate) fn add_peer(
+        &mut self,
+        lanes: &[&Capabilities],
+        remote: &[RemoteRegion],
+        now: Instant,
+    ) -> Result<u32, RequestError> {
+        if lanes.is_empty() || lanes.len() > MAX_LANES {
+            return Err(RequestError::InvalidPeer(format!("{} lanes; give 1 to {MAX_LANES}", lanes.len())));
+        }
+        if self.peers.len() >= MAX_PEERS {
+            return Err(RequestError::InvalidPeer(format!("this engine already has {MAX_PEERS} peers")));
+        }
+        let max_block = lanes.iter().map(|caps| caps.facts.max_msg_bytes.max(1)).min().unwrap_or(1);
+        let mut built: Vec<Lane> = lanes.iter().map(|caps| Lane::new(caps, &self.lanes, now)).collect();
+        let count = built.len();
+        if self.control_lane && count > 1 {
+            built[count - 1].control = true;
+        }
+        let slots = self.slots.len();
+        self.peers.push(Peer {
+            lanes: built,
+            transport: lanes[0].facts.id.clone(),
+            remote: remote.to_vec(),
+            max_block,
+            last_lane: 0,
+            bulk_next: false,
+            latency: VecDeque::with_capacity(slots),
+            bulk: VecDeque::with_capacity(slots),
+        });
+        Ok(self.peers.len() as u32 - 1)
+    }
+
+    /// Requests `link` may have outstanding (the size its completions are polled in).
+    pub(crate) fn window(&self, link: LinkId) -> usize {
+        self.lane(link).window as usize
+    }
+
+    fn lane(&self, link: LinkId) -> &Lane {
+        &self.peers[link.peer as usize].lanes[link.lane as usize]
+    }
+
+    fn lane_mut(&mut self, link: LinkId) -> &mut Lane {
+        &mut self.peers[link.peer as usize].lanes[link.lane as usize]
+    }
+
+    /// Every check a submit runs, in order (a free slot last); changes nothing. The driver
+    /// holds the request's source on the peer's lanes next, then [`queue`](Self::queue)s it.
+    pub(crate) fn admit(&self, peer: u32, request: &mut TransferRequest) -> Result<Admitted, RequestError> {
+        if self.stopping {
+            return Err(RequestError::Stopped);
+        }
+        let peer_state = self.peers.get(peer as usize).ok_or(RequestError::UnknownPeer(peer))?;
+        if let Some(reasons) =
+            peer_state.lanes.iter().map(|lane| lane.dead.as_ref()).collect::<Option<Vec<_>>>()
+        {
+            return Err(RequestError::PeerGone(reasons.first().map_or(String::new(), |why| why.to_string())));
+        }
+        let remote = request.remote;
+        if !peer_state.remote.contains(&remote) {
+            return Err(RequestError::UnknownRemoteRegion { id: remote.id, len: remote.len });
+        }
+        let source = match request.source {
+            Some(source) => source,
+            None => match request.local.kind {
+                MemoryKind::Host => SourceId::Host(self.host_node),
+                MemoryKind::CudaDevice { ordinal } => SourceId::Gpu(ordinal),
+                MemoryKind::DmaBuf => return Err(RequestError::UnknownSource),
+            },
+        };
+        let spec = self.hints.spec(source, &peer_state.transport)?;
+        let block_bytes = spec.block_bytes().min(peer_state.max_block);
+        let local_len = request.local.len;
+        let total = match &mut request.segments {
+            Segments::One(segment) => {
+                super::request::check_all(std::slice::from_ref(segment), local_len, remote.len)?;
+                segment.len
+            }
+            Segments::Many(segments) => super::request::validate_segments(segments, local_len, remote.len)?,
+        };
+        if self.free.is_empty() {
+            return Err(RequestError::Full { max_transfers: self.max_transfers() });
+        }
+        Ok(Admitted { peer, total, block_bytes })
+    }
+
+    /// Takes an admitted request into a free slot and queues it. The driver holds its source
+    /// on every lane of the peer until an [`Event::Unhold`] says otherwise.
+    pub(crate) fn queue(
+        &mut self,
+        admitted: Admitted,
+        request: TransferRequest,
+        deadline: Instant,
+    ) -> TransferId {
+        let index = self.free.pop().expect("admit found a free slot and nothing took it since");
+        let slot = &mut self.slots[index as usize];
+        let generation = slot.generation + 1;
+        *slot = Slot {
+            generation,
+            phase: Phase::Running,
+            peer: admitted.peer,
+            local: request.local.id,
+            remote: request.remote.id,
+            segments: request.segments,
+            segment: 0,
+            offset: 0,
+            block_bytes: admitted.block_bytes,
+            notify: request.notify,
+            deadline,
+            total: admitted.total,
+            confirmed: 0,
+            blocks: 0,
+            in_flight: 0,
+            cancelled: false,
+            lanes_used: 0,
+            holds_source: true,
+        };
+        let peer = &mut self.peers[admitted.peer as usize];
+        match request.class {
+            Class::Bulk => peer.bulk.push_back(index),
+            Class::LatencyFirst => peer.latency.push_back(index),
+        }
+        TransferId { slot: index, generation }
+    }
+
+    fn slot(&self, id: TransferId) -> Option<&Slot> {
+        self.slots.get(id.slot as usize).filter(|slot| slot.generation == id.generation)
+    }
+
+    pub(crate) fn status(&self, id: TransferId) -> TransferStatus {
+        match self.slot(id).map(|slot| (&slot.phase, slot)) {
+            Some((Phase::Running, slot)) => {
+                TransferStatus::Running { confirmed_bytes: slot.confirmed, len: slot.total }
+            }
+            Some((Phase::Finished(Ok(_)), _)) => TransferStatus::Done,
+            Some((Phase::Finished(Err(_)), _)) => TransferStatus::Failed,
+            _ => TransferStatus::Unknown,
+        }
+    }
+
+    /// Whether `id` is still running (its waiter may wait for its [`Event::Ended`]).
+    pub(crate) fn is_running(&self, id: TransferId) -> bool {
+        self.slot(id).is_some_and(Slot::running)
+    }
+
+    /// The result of a finished transfer, once: its slot is freed (or freed when its last
+    /// posted block retires). `None` while it runs; `Some(Err(Unknown))` for an id not (or no
+    /// longer) this engine's.
+    pub(crate) fn collect(&mut self, id: TransferId) -> Option<Result<Delivered, EngineError>> {
+        let Some(slot) = self.slots.get_mut(id.slot as usize).filter(|slot| slot.generation == id.generation)
+        else {
+            return Some(Err(EngineError::UnknownTransfer));
+        };
+        match std::mem::replace(&mut slot.phase, Phase::Collected) {
+            Phase::Finished(result) => {
+                if slot.in_flight == 0 {
+                    self.release(id.slot);
+                }
+                Some(result)
+            }
+            Phase::Running => {
+                slot.phase = Phase::Running;
+                None
+            }
+            other => {
+                slot.phase = other;
+                Some(Err(EngineError::UnknownTransfer))
+            }
+        }
+    }
+
+    /// Stops posting a transfer's blocks; it ends [`EngineError::Cancelled`] (blocks already
+    /// posted still land). `false` if it had already ended.
+    pub(crate) fn cancel(&mut self, id: TransferId) -> bool {
+        if !self.is_running(id) {
+            return false;
+        }
+        let slot = &mut self.slots[id.slot as usize];
+        slot.cancelled = true;
+        let (confirmed_bytes, peer) = (slot.confirmed, slot.peer as usize);
+        self.end(id.slot, Err(EngineError::Cancelled { confirmed_bytes }));
+        let peer = &mut self.peers[peer];
+        peer.latency.retain(|index| *index != id.slot);
+        peer.bulk.retain(|index| *index != id.slot);
+        true
+    }
+
+    /// The next thing the driver must do, in the order they happened.
+    pub(crate) fn poll_event(&mut self) -> Option<Event> {
+        let event = self.events.pop_front();
+        if event == Some(Event::Room) {
+            self.room_pending = false;
+        }
+        event
+    }
+
+    fn end(&mut self, index: u32, result: Result<Delivered, EngineError>) {
+        if self.slots[index as usize].end(result) {
+            self.events.push_back(Event::Ended { slot: index });
+        }
+    }
+
+    /// Frees a slot whose result was collected and whose last block retired.
+    fn release(&mut self, index: u32) {
+        self.unhold_source(index);
+        self.slots[index as usize].phase = Phase::Free;
+        self.free.push(index);
+        if !std::mem::replace(&mut self.room_pending, true) {
+            self.events.push_back(Event::Room);
+        }
+    }
+
+    /// Ends the hold a transfer took on its source at submit (once). While a doorbell of its
+    /// peer rings, its blocks may still be on their way into the transport (a lane failed
+    /// meanwhile counts them out early): the hold then ends when that doorbell has rung.
+    fn unhold_source(&mut self, index: u32) {
+        let slot = &mut self.slots[index as usize];
+        if std::mem::take(&mut slot.holds_source) {
+            let (peer, region) = (slot.peer, slot.local);
+            if self.peers[peer as usize].lanes.iter().any(|lane| lane.posting) {
+                // At most one a slot: the capacity reserved for them is never outgrown.
+                self.deferred_unholds.push((peer, region));
+            } else {
+                self.events.push_back(Event::Unhold { peer, region });
+            }
+        }
+    }
+
+    /// Ends the holds deferred while `peer`'s doorbells rang, once none rings.
+    fn end_deferred_unholds(&mut self, peer: u32) {
+        if self.deferred_unholds.is_empty() || self.peers[peer as usize].lanes.iter().any(|lane| lane.posting)
+        {
+            return;
+        }
+        let events = &mut self.events;
+        self.deferred_unholds.retain(|&(of, region)| {
+            if of == peer {
+                events.push_back(Event::Unhold { peer, region });
+            }
+            of != peer
+        });
+    }
+
+    /// Retires, per completion of `link`, every work request posted on it up to its number
+    /// (cumulatively: stale or repeated numbers retire nothing more). A failed completion
+    /// fails the lane. Whether anything was retired or failed.
+    pub(crate) fn handle_completions(
+        &mut self,
+        link: LinkId,
+        completions: &[Completion],
+        now: Instant,
+    ) -> bool {
+        let mut retired_bytes = 0;
+        let mut worked = false;
+        for completion in completions {
+            if let CompletionStatus::Failed { code } = completion.status {
+                self.lose_link(link, TransportError::Completion { wr_id: completion.wr_id, code });
+                return true;
+            }
+            loop {
+                let lane = self.lane_mut(link);
+                let Some(posted) = lane.in_flight.front().copied().filter(|p| p.seq <= completion.wr_id)
+                else {
+                    break;
+                };
+                lane.in_flight.pop_front();
+                lane.outstanding_bytes -= posted.bytes;
+                retired_bytes += posted.bytes;
+                worked = true;
+                self.retire_block(posted);
+            }
+        }
+        if retired_bytes > 0 {
+            self.lane_mut(link).retired(retired_bytes, now);
+        }
+        worked
+    }
+
+    fn retire_block(&mut self, posted: Posted) {
+        let slot = &mut self.slots[posted.slot as usize];
+        if slot.generation != posted.generation {
+            return;
+        }
+        slot.in_flight -= 1;
+        slot.confirmed += posted.bytes;
+        match slot.phase {
+            Phase::Running if slot.in_flight == 0 && slot.all_posted() => {
+                let delivered = Delivered { bytes: slot.total, blocks: slot.blocks };
+                self.end(posted.slot, Ok(delivered));
+            }
+            Phase::Collected if slot.in_flight == 0 => self.release(posted.slot),
+            _ => {}
+        }
+    }
+
+    /// A lane that failed takes down every transfer with a block on it (posted, or refused and
+    /// waiting to go again); the connection goes on over its other lanes, and with none left
+    /// every transfer queued for the peer fails.
+    pub(crate) fn lose_link(&mut self, link: LinkId, error: TransportError) {
+        let reason = error.to_string();
+        let mut error = Some(error);
+        let lane = self.lane_mut(link);
+        if lane.dead.is_some() {
+            return;
+        }
+        lane.dead = Some(reason.clone());
+        lane.outstanding_bytes = 0;
+        lane.refused_entries.clear();
+        let refused = lane.refused.drain(..).map(|refused| refused.posted);
+        let posted: Vec<Posted> = lane.in_flight.drain(..).chain(refused).collect();
+        for posted in posted {
+            let slot = &mut self.slots[posted.slot as usize];
+            if slot.generation != posted.generation {
+                continue;
+            }
+            let confirmed_bytes = slot.confirmed;
+            slot.cancelled = true;
+            let source = error.take().unwrap_or_else(|| TransportError::PeerGone(reason.clone()));
+            self.end(posted.slot, Err(EngineError::Transport { source, confirmed_bytes }));
+            // The block will never retire: count it out (with no bytes) so the slot can come
+            // free.
+            self.retire_block(Posted { bytes: 0, ..posted });
+        }
+        let peer_state = &mut self.peers[link.peer as usize];
+        let all_dead = peer_state.lanes.iter().all(|lane| lane.dead.is_some());
+        let (slots, events) = (&mut self.slots, &mut self.events);
+        for queue in [&mut peer_state.latency, &mut peer_state.bulk] {
+            queue.retain(|&index| {
+                let slot = &mut slots[index as usize];
+                let keep = !slot.cancelled && !all_dead;
+                if !keep {
+                    let source = TransportError::PeerGone(format!("every lane to the peer failed: {reason}"));
+                    let confirmed_bytes = slot.confirmed;
+                    if slot.end(Err(EngineError::Transport { source, confirmed_bytes })) {
+                        events.push_back(Event::Ended { slot: index });
+                    }
+                }
+                keep
+            });
+        }
+    }
+
+    /// Ends the transfers whose deadline passed and fails the lanes that stalled (their
+    /// oldest request unanswered for `lane_stall`: a peer that stalls without closing must not
+    /// hold its transfers' slots for ever). Looks once per millisecond at most; whether
+    /// anything ended.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) -> bool {
+        if now < self.next_timeout_scan {
+            return false;
+        }
+        self.next_timeout_scan = now + TIMEOUT_SCAN;
+        let mut ended = false;
+        for index in 0..self.slots.len() {
+            let slot = &self.slots[index];
+            if slot.running() && now >= slot.deadline {
+                let error =
+                    EngineError::DeadlineExceeded { confirmed_bytes: slot.confirmed, len: slot.total };
+                self.end(index as u32, Err(error));
+                ended = true;
+            }
+        }
+        if ended {
+            let slots = &self.slots;
+            for peer in &mut self.peers {
+                peer.latency.retain(|&index| slots[index as usize].running());
+                peer.bulk.retain(|&index| slots[index as usize].running());
+            }
+        }
+        for peer in 0..self.peers.len() as u32 {
+            for lane in 0..self.peers[peer as usize].lanes.len() as u32 {
+                let link = LinkId { peer, lane };
+                let state = self.lane(link);
+                let waited = now.saturating_duration_since(state.progress_at);
+                if state.dead.is_none() && !state.in_flight.is_empty() && waited >= self.lane_stall {
+                    let error = TransportError::DeadlineExceeded {
+                        what: "a completion on an engine lane",
+                        waited_ms: waited.as_millis() as u64,
+                    };
+                    self.lose_link(link, error);
+                    ended = true;
+                }
+            }
+        }
+        ended
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) next has something to end, if anything
+    /// runs: the earliest deadline of a running transfer or stall of a busy lane.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        let deadlines = self.slots.iter().filter(|slot| slot.running()).map(|slot| slot.deadline);
+        let stalls = self.peers.iter().flat_map(|peer| &peer.lanes);
+        let stalls = stalls.filter(|lane| lane.dead.is_none() && !lane.in_flight.is_empty());
+        deadlines
+            .chain(stalls.map(|lane| lane.progress_at + self.lane_stall))
+            .min()
+            .map(|at| at.max(self.next_timeout_scan))
+    }
+
+    /// Whether some live lane has requests in flight (the driver polls them).
+    pub(crate) fn in_flight(&self) -> bool {
+        self.peers
+            .iter()
+            .flat_map(|peer| &peer.lanes)
+            .any(|lane| lane.dead.is_none() && !lane.in_flight.is_empty())
+    }
+
+    /// Whether some transfer has blocks left to post (queued, fenced, or refused and waiting
+    /// to go again).
+    pub(crate) fn queued(&self) -> bool {
+        self.peers.iter().any(|peer| {
+            !peer.latency.is_empty() || !peer.bulk.is_empty() || peer.lanes.iter().any(Lane::retry_ready)
+        })
+    }
+
+    /// Whether `link` is live and has requests in flight (the driver polls it, or sleeps on
+    /// it).
+    pub(crate) fn has_in_flight(&self, link: LinkId) -> bool {
+        let lane = self.lane(link);
+        lane.dead.is_none() && !lane.in_flight.is_empty()
+    }
+
+    pub(crate) fn lane_stats(&self, peer: u32) -> Option<Vec<LaneStats>> {
+        let peer = self.peers.get(peer as usize)?;
+        let stats = peer.lanes.iter().map(|lane| LaneStats {
+            posted_bytes: lane.posted_bytes,
+            posted_wrs: lane.posted_wrs,
+            outstanding_bytes: lane.outstanding_bytes,
+            failed: lane.dead.clone(),
+        });
+        Some(stats.collect())
+    }
+
+    /// Ends every running transfer and every hold (the engine is going away): nothing is
+    /// posted or retired after this; the transports' own in-flight checks guard what is
+    /// still posted.
+    pub(crate) fn stop_all(&mut self) {
+        self.stopping = true;
+        for index in 0..self.slots.len() as u32 {
+            let slot = &self.slots[index as usize];
+            if slot.running() {
+                let confirmed_bytes = slot.confirmed;
+                self.end(index, Err(EngineError::Cancelled { confirmed_bytes }));
+            }
+            let slot = &mut self.slots[index as usize];
+            if std::mem::take(&mut slot.holds_source) {
+                self.events.push_back(Event::Unhold { peer: slot.peer, region: slot.local });
+            }
+        }
+        for (peer, region) in self.deferred_unholds.drain(..) {
+            self.events.push_back(Event::Unhold { peer, region });
+        }
+        if !std::mem::replace(&mut self.room_pending, true) {
+            self.events.push_back(Event::Room);
+        }
+        for peer in &mut self.peers {
+            peer.latency.clear();
+            peer.bulk.clear();
+        }
+    }
+}

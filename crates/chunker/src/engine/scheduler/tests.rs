@@ -1,0 +1,327 @@
+//! The scheduler driven by scripted events, without any transport: what it asks to post,
+//! and how each transfer ends.
+
+use super::{Event, LaneConfig, LinkId, Poster, Scheduler};
+use crate::engine::{Delivered, EngineError, RequestError, TransferId, TransferRequest};
+use crate::plan::BlockSpec;
+use crate::policy::PostPolicy;
+use rdma_hint_core::{
+    Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, RegionId, RemoteRegion, SourceId,
+    TransportError, TransportFacts, TransportId, TransportKind, WriteOp,
+};
+use std::time::{Duration, Instant};
+
+const LOCAL: LocalRegion = LocalRegion { id: RegionId(1), kind: MemoryKind::Host, len: 1 << 30 };
+const REMOTE: RemoteRegion = RemoteRegion { id: RegionId(2), len: 1 << 30 };
+const BLOCK: u64 = 64 << 10;
+
+fn caps(max_sges: u32) -> Capabilities {
+    Capabilities {
+        facts: TransportFacts {
+            id: TransportId::Loopback,
+            kind: TransportKind::Loopback,
+            wire_gbps: 10.0,
+            nic_pcie: None,
+            per_op_overhead_us: 0.05,
+            mtu_bytes: None,
+            max_msg_bytes: 1 << 30,
+            max_payload_bytes: None,
+            queried_from_backend: true,
+            rate_note: None,
+        },
+        max_outstanding_wrs: 64,
+        max_wrs_per_post: 64,
+        max_sges,
+        memory_kinds: vec![MemoryKind::Host],
+        caller_memory: Vec::new(),
+    }
+}
+
+/// A scheduler with one peer of `lanes` lanes, blocks of [`BLOCK`], and a roomy cap.
+fn scheduler(lanes: usize, control_lane: bool, now: Instant) -> Scheduler {
+    let config = LaneConfig {
+        policy: PostPolicy::default(),
+        bytes_in_flight: 1 << 30,
+        queue_time: Duration::from_micros(200),
+        gather_entries: 64,
+    };
+    let mut sched = Scheduler::new(16, config, Duration::from_secs(10), control_lane, now);
+    sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
+    let caps = caps(1);
+    let lanes: Vec<&Capabilities> = (0..lanes).map(|_| &caps).collect();
+    assert_eq!(sched.add_peer(&lanes, &[REMOTE], now).unwrap(), 0);
+    sched
+}
+
+fn submit(sched: &mut Scheduler, mut request: TransferRequest, deadline: Instant) -> TransferId {
+    let admitted = sched.admit(0, &mut request).unwrap();
+    sched.queue(admitted, request, deadline)
+}
+
+fn single(offset: u64, len: u64) -> TransferRequest {
+    TransferRequest::single(&LOCAL, offset, &REMOTE, offset, len)
+}
+
+/// The ops of the next doorbell the driver would ring, rung successfully.
+fn post(sched: &mut Scheduler, now: Instant) -> (LinkId, Vec<WriteOp>) {
+    let doorbell = sched.next_doorbell(now).expect("a doorbell to ring");
+    let link = doorbell.link;
+    let ops = writes(&doorbell);
+    sched.finish_doorbell(doorbell, Ok(()));
+    (link, ops)
+}
+
+fn writes(doorbell: &super::Doorbell) -> Vec<WriteOp> {
+    let mut scratch = [rdma_hint_core::GatherOp::EMPTY; rdma_hint_core::MAX_OPS_PER_POST];
+    match doorbell.ring(&mut scratch) {
+        super::Ring::Writes(ops) => ops.to_vec(),
+        super::Ring::Gathers(..) => panic!("a lane of one gather entry packs nothing"),
+    }
+}
+
+fn done(wr_id: u64) -> Completion {
+    Completion { wr_id, status: CompletionStatus::Success }
+}
+
+fn events(sched: &mut Scheduler) -> Vec<Event> {
+    std::iter::from_fn(|| sched.poll_event()).collect()
+}
+
+fn lane(peer: u32, lane: u32) -> LinkId {
+    LinkId { peer, lane }
+}
+
+#[test]
+fn a_transfer_goes_in_hinted_blocks_the_last_signalled_with_its_notice_and_ends_once() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let id = submit(&mut sched, single(0, 300_000).notify(9), now + Duration::from_secs(1));
+    let (link, ops) = post(&mut sched, now);
+    let lens: Vec<u64> = ops.iter().map(|op| op.len).collect();
+    assert_eq!(lens, [BLOCK, BLOCK, BLOCK, BLOCK, 300_000 - 4 * BLOCK]);
+    assert_eq!(
+        ops.iter().map(|op| op.remote_offset).collect::<Vec<_>>(),
+        [0, BLOCK, 2 * BLOCK, 3 * BLOCK, 4 * BLOCK]
+    );
+    assert!(ops[..4].iter().all(|op| !op.signalled && op.imm.is_none()));
+    assert!(ops[4].signalled && ops[4].imm == Some(9));
+    assert!(sched.next_doorbell(now).is_none(), "every block is posted");
+    assert!(sched.collect(id).is_none(), "running until its completion");
+    assert!(sched.handle_completions(link, &[done(ops[4].wr_id)], now));
+    assert_eq!(events(&mut sched), [Event::Ended { slot: 0 }]);
+    assert!(matches!(sched.collect(id), Some(Ok(Delivered { bytes: 300_000, blocks: 5 }))));
+    assert_eq!(events(&mut sched), [Event::Unhold { peer: 0, region: LOCAL.id }, Event::Room]);
+    assert!(matches!(sched.collect(id), Some(Err(EngineError::UnknownTransfer))), "handed out once");
+}
+
+#[test]
+fn completions_retire_cumulatively_in_any_order_and_stale_ones_credit_nothing() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    // Sixteen blocks: two doorbells of eight (the policy's requests per doorbell).
+    let id = submit(&mut sched, single(0, 16 * BLOCK), now + Duration::from_secs(1));
+    let (link, first) = post(&mut sched, now);
+    let (_, second) = post(&mut sched, now);
+    assert_eq!((first.len(), second.len()), (8, 8));
+    assert!(first[7].signalled && second[7].signalled, "each doorbell asks for one completion");
+    // The second doorbell's completion first: it vouches for everything before it.
+    sched.handle_completions(link, &[done(second[7].wr_id)], now);
+    assert!(matches!(sched.collect(id), Some(Ok(Delivered { bytes, blocks: 16 })) if bytes == 16 * BLOCK));
+    // The first doorbell's completion after it, a repeat, and a number never posted.
+    assert!(!sched.handle_completions(link, &[done(first[7].wr_id), done(second[7].wr_id), done(999)], now));
+    let ended = events(&mut sched).into_iter().filter(|event| matches!(event, Event::Ended { .. })).count();
+    assert_eq!(ended, 1, "a transfer ends once");
+}
+
+#[test]
+fn a_lane_lost_mid_transfer_fails_what_it_carried_and_the_other_lane_goes_on() {
+    let now = Instant::now();
+    let mut sched = scheduler(2, false, now);
+    let big = submit(&mut sched, single(0, 16 * BLOCK), now + Duration::from_secs(1));
+    let (first, ops) = post(&mut sched, now);
+    let (second, _) = post(&mut sched, now);
+    assert_ne!(first, second, "the blocks stripe over both lanes");
+    sched.handle_completions(first, &[done(ops[3].wr_id)], now);
+    sched.lose_link(second, TransportError::PeerGone("reset".into()));
+    match sched.collect(big) {
+        Some(Err(EngineError::Transport { confirmed_bytes, source: TransportError::PeerGone(_) })) => {
+            assert_eq!(confirmed_bytes, 4 * BLOCK, "what the live lane confirmed before")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A transfer after it goes over the lane that lives.
+    let small = submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
+    let doorbell = sched.next_doorbell(now).unwrap();
+    assert_eq!(doorbell.link, first);
+    let wr_id = writes(&doorbell)[0].wr_id;
+    sched.finish_doorbell(doorbell, Ok(()));
+    // The big transfer's blocks on the live lane still retire (its slot comes free then).
+    sched.handle_completions(first, &[done(wr_id)], now);
+    assert!(matches!(sched.collect(small), Some(Ok(Delivered { bytes: 4096, blocks: 1 }))));
+    // Both lanes gone: what is queued fails, and a submit is refused.
+    let queued = submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
+    sched.lose_link(first, TransportError::PeerGone("reset".into()));
+    assert!(matches!(sched.collect(queued), Some(Err(EngineError::Transport { .. }))));
+    let mut request = single(0, 4096);
+    assert!(matches!(sched.admit(0, &mut request), Err(RequestError::PeerGone(_))));
+}
+
+#[test]
+fn a_source_stays_held_while_a_doorbell_of_its_peer_rings() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let id = submit(&mut sched, single(0, 4 * BLOCK), now + Duration::from_secs(1));
+    let doorbell = sched.next_doorbell(now).unwrap();
+    // The lane fails (a poll elsewhere) while the doorbell is still being rung.
+    sched.lose_link(doorbell.link, TransportError::PeerGone("gone".into()));
+    assert!(matches!(sched.collect(id), Some(Err(EngineError::Transport { .. }))));
+    let before: Vec<Event> = events(&mut sched);
+    assert!(!before.iter().any(|event| matches!(event, Event::Unhold { .. })), "{before:?}");
+    sched.finish_doorbell(doorbell, Err(TransportError::PeerGone("gone".into())));
+    assert_eq!(events(&mut sched), [Event::Unhold { peer: 0, region: LOCAL.id }]);
+}
+
+#[test]
+fn a_deadline_passing_ends_the_transfer_with_what_was_confirmed_and_its_slot_waits_for_its_blocks() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let deadline = now + Duration::from_millis(5);
+    let id = submit(&mut sched, single(0, 16 * BLOCK), deadline);
+    assert_eq!(sched.next_timeout(), Some(deadline));
+    let (link, ops) = post(&mut sched, now);
+    let (_, later) = post(&mut sched, now);
+    sched.handle_completions(link, &[done(ops[7].wr_id)], now);
+    assert!(!sched.handle_timeout(deadline - Duration::from_millis(1)));
+    assert!(sched.handle_timeout(deadline));
+    match sched.collect(id) {
+        Some(Err(EngineError::DeadlineExceeded { confirmed_bytes, len })) => {
+            assert_eq!((confirmed_bytes, len), (8 * BLOCK, 16 * BLOCK))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(sched.next_doorbell(deadline).is_none(), "nothing more of it is posted");
+    assert!(!events(&mut sched).contains(&Event::Room), "its posted blocks still hold the slot");
+    sched.handle_completions(link, &[done(later[7].wr_id)], deadline);
+    assert!(events(&mut sched).contains(&Event::Room), "freed once they retired");
+    assert_eq!(sched.next_timeout(), None, "nothing runs, nothing is in flight");
+}
+
+#[test]
+fn a_lane_that_stops_answering_is_lost_at_its_stall_time() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let id = submit(&mut sched, single(0, BLOCK), now + Duration::from_secs(60));
+    post(&mut sched, now);
+    let stall = now + Duration::from_secs(10);
+    assert_eq!(sched.next_timeout(), Some(stall));
+    assert!(sched.handle_timeout(stall));
+    match sched.collect(id) {
+        Some(Err(EngineError::Transport { source: TransportError::DeadlineExceeded { .. }, .. })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(events(&mut sched).last(), Some(&Event::Room), "its slot came free");
+}
+
+#[test]
+fn cancel_ends_a_queued_or_half_posted_transfer_and_posts_nothing_more_of_it() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let half = submit(&mut sched, single(0, 16 * BLOCK), now + Duration::from_secs(1));
+    let (link, ops) = post(&mut sched, now);
+    let queued = submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
+    assert!(sched.cancel(queued) && sched.cancel(half));
+    assert!(!sched.cancel(half), "once");
+    assert!(sched.next_doorbell(now).is_none());
+    assert!(matches!(sched.collect(queued), Some(Err(EngineError::Cancelled { confirmed_bytes: 0 }))));
+    assert!(matches!(sched.collect(half), Some(Err(EngineError::Cancelled { confirmed_bytes: 0 }))));
+    // The half-posted one's slot frees when its posted blocks retire.
+    let before = events(&mut sched);
+    assert_eq!(before.iter().filter(|event| **event == Event::Room).count(), 1, "{before:?}");
+    sched.handle_completions(link, &[done(ops[7].wr_id)], now);
+    assert!(events(&mut sched).contains(&Event::Room));
+}
+
+#[test]
+fn a_latency_first_transfer_goes_before_bulk_blocks_not_yet_posted() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    submit(&mut sched, single(0, 1024 * BLOCK), now + Duration::from_secs(1));
+    post(&mut sched, now);
+    submit(&mut sched, single(0, 4096).latency_first(), now + Duration::from_secs(1));
+    let (_, ops) = post(&mut sched, now);
+    assert_eq!((ops[0].len, ops[0].signalled), (4096, true), "first in the next doorbell: {ops:?}");
+}
+
+#[test]
+fn a_control_lane_carries_latency_first_transfers_alone() {
+    let now = Instant::now();
+    let mut sched = scheduler(2, true, now);
+    submit(&mut sched, single(0, 64 * BLOCK), now + Duration::from_secs(1));
+    submit(&mut sched, single(0, 4096).latency_first(), now + Duration::from_secs(1));
+    let mut seen = Vec::new();
+    while let Some(doorbell) = sched.next_doorbell(now) {
+        seen.push((doorbell.link.lane, writes(&doorbell).iter().map(|op| op.len).collect::<Vec<_>>()));
+        sched.finish_doorbell(doorbell, Ok(()));
+    }
+    assert!(seen.contains(&(1, vec![4096])), "{seen:?}");
+    assert!(seen.iter().filter(|(lane, _)| *lane == 1).all(|(_, lens)| lens == &[4096]), "{seen:?}");
+}
+
+#[test]
+fn callers_leave_a_lanes_first_doorbells_to_the_driver() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
+    assert!(sched.next_doorbell_for(0, Poster::Caller, now).is_none());
+    assert!(sched.next_doorbell_for(0, Poster::Driver, now).is_some());
+}
+
+#[test]
+fn a_doorbell_the_transport_refuses_goes_again_a_request_at_a_time_and_only_the_bad_one_fails() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let first = submit(&mut sched, single(0, BLOCK), now + Duration::from_secs(1));
+    let bad = submit(&mut sched, single(BLOCK, BLOCK), now + Duration::from_secs(1));
+    let third = submit(&mut sched, single(2 * BLOCK, BLOCK), now + Duration::from_secs(1));
+    let doorbell = sched.next_doorbell(now).unwrap();
+    assert_eq!(writes(&doorbell).len(), 3);
+    sched.finish_doorbell(doorbell, Err(TransportError::UnregisteredRegion(RegionId(1))));
+    assert!(sched.queued(), "the refused requests wait to go again");
+    let mut completed = Vec::new();
+    for (index, outcome) in
+        [Ok(()), Err(TransportError::UnregisteredRegion(RegionId(1))), Ok(())].into_iter().enumerate()
+    {
+        let doorbell = sched.next_doorbell(now).expect("one request per doorbell");
+        let ops = writes(&doorbell);
+        assert_eq!(ops.len(), 1);
+        assert!(ops[0].signalled);
+        assert_eq!(ops[0].remote_offset, index as u64 * BLOCK, "in their order");
+        if outcome.is_ok() {
+            completed.push(ops[0].wr_id);
+        }
+        sched.finish_doorbell(doorbell, outcome);
+    }
+    assert!(sched.next_doorbell(now).is_none());
+    sched.handle_completions(lane(0, 0), &completed.iter().map(|id| done(*id)).collect::<Vec<_>>(), now);
+    assert!(matches!(sched.collect(first), Some(Ok(_))));
+    assert!(matches!(sched.collect(bad), Some(Err(EngineError::Transport { .. }))));
+    assert!(matches!(sched.collect(third), Some(Ok(_))));
+    assert_eq!(sched.lane_stats(0).unwrap()[0].posted_wrs, 2);
+}
+
+#[test]
+fn a_submit_refused_changes_nothing_and_a_full_scheduler_says_so() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let mut outside = single(1 << 30, 1);
+    assert!(matches!(sched.admit(0, &mut outside), Err(RequestError::OutOfRegion { .. })));
+    let mut unknown =
+        TransferRequest::single(&LOCAL, 0, &RemoteRegion { id: RegionId(7), len: 1 << 30 }, 0, 1);
+    assert!(matches!(sched.admit(0, &mut unknown), Err(RequestError::UnknownRemoteRegion { .. })));
+    assert!(matches!(sched.admit(3, &mut single(0, 1)), Err(RequestError::UnknownPeer(3))));
+    for _ in 0..16 {
+        submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
+    }
+    assert!(matches!(sched.admit(0, &mut single(0, 1)), Err(RequestError::Full { max_transfers: 16 })));
+    assert!(events(&mut sched).is_empty());
+}
