@@ -253,6 +253,42 @@ pub fn the_engine_packs_scattered_pages_at_the_hint<B: Backend>(s: &Subject<'_, 
     }
 }
 
+/// The engine reads as it writes: scattered local pages fetched from memory the peer exposed
+/// (its bytes, written there by the peer), each page's bytes where its segment says, in reads
+/// of one local range each.
+pub fn the_engine_reads_scattered_pages_the_peer_exposed<B: Backend>(s: &Subject<'_, B>) {
+    let _process = shared();
+    let len = s.backend.scale().ladder_max_bytes.clamp(1 << 20, 8 << 20);
+    let page = 16 * 1024u64;
+    let pages = len / (2 * page);
+    let connection = open_lanes(s.backend, 1, len);
+    let exposed = random_bytes(len as usize, 83);
+    connection.receivers[0].write_region(connection.target.id, 0, &exposed).expect("fill the exposed region");
+    let (engine, peers) = engine_over(64 * 1024, &[&connection]);
+    let segments: Vec<rdma_hint_chunker::Segment> = (0..pages)
+        .map(|k| rdma_hint_chunker::Segment {
+            local_offset: (pages - 1 - k) * 2 * page,
+            remote_offset: k * page,
+            len: page,
+        })
+        .collect();
+    let request = rdma_hint_chunker::TransferRequest::scatter(
+        &connection.source,
+        &connection.remote[0],
+        segments.clone(),
+    );
+    let id = engine.submit(peers[0], request.read(), deadline(60)).expect("submit the read");
+    let delivered = engine.wait_blocking(id, deadline(60)).expect("the paged read");
+    assert_eq!((delivered.bytes, delivered.blocks), (pages * page, pages), "a read per page");
+    let mut fetched = vec![0u8; len as usize];
+    connection.senders[0].read_region(connection.source.id, 0, &mut fetched).expect("read the source");
+    for segment in &segments {
+        let at = |offset: u64| offset as usize..(offset + page) as usize;
+        let (landed, sent) = (&fetched[at(segment.local_offset)], &exposed[at(segment.remote_offset)]);
+        assert_eq!(first_mismatch(landed, sent), None, "the page read from {}", segment.remote_offset);
+    }
+}
+
 /// Transfers in flight to a peer whose transports close end in a typed error within the
 /// backend's report bound, and none of them hangs.
 pub fn the_engine_fails_transfers_to_a_peer_that_goes_away_in_time<B: Backend>(s: &Subject<'_, B>) {

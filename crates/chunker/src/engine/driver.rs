@@ -4,11 +4,9 @@
 //! and carries out its events.
 
 use super::request::{RequestError, TransferRequest};
-use super::scheduler::{Doorbell, Event, LinkId, Ring, Scheduler};
+use super::scheduler::{Doorbell, Event, LinkId, Ring, Scheduler, Scratch};
 use super::TransferId;
-use rdma_hint_core::{
-    Completion, GatherOp, RegionId, RemoteRegion, Transport, TransportError, MAX_OPS_PER_POST,
-};
+use rdma_hint_core::{Completion, RegionId, RemoteRegion, Transport, TransportError};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -218,10 +216,11 @@ impl Core {
 
 /// Posts a doorbell's requests with one call.
 pub(super) fn ring((doorbell, transport): &Rung) -> Result<(), TransportError> {
-    let mut scratch = [GatherOp::EMPTY; MAX_OPS_PER_POST];
+    let mut scratch = Scratch::EMPTY;
     match doorbell.ring(&mut scratch) {
         Ring::Writes(ops) => transport.post_writes(ops),
         Ring::Gathers(ops, entries) => transport.post_gather_writes(ops, entries),
+        Ring::Reads(ops) => transport.post_reads(ops),
     }
 }
 

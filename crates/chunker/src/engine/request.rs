@@ -68,6 +68,8 @@ pub struct TransferRequest {
     pub(crate) notify: Option<u32>,
     pub(crate) source: Option<SourceId>,
     pub(crate) class: Class,
+    /// Fetches the remote ranges into the local ones (an RDMA read) instead of writing.
+    pub(crate) read: bool,
 }
 
 impl TransferRequest {
@@ -97,6 +99,7 @@ impl TransferRequest {
             notify: None,
             source: None,
             class: Class::Bulk,
+            read: false,
         }
     }
 
@@ -108,6 +111,14 @@ impl TransferRequest {
     /// Cuts the blocks with `source`'s hint instead of the local region's device's.
     pub fn from_source(self, source: SourceId) -> TransferRequest {
         TransferRequest { source: Some(source), ..self }
+    }
+
+    /// Reads instead: each segment's remote range (of memory the peer exposed) is fetched into
+    /// its local range, in blocks of the local region's device's hint, as its write would be
+    /// cut. A read announces nothing to the peer: with [`notify`](Self::notify) it is
+    /// refused ([`RequestError::NotifyOnRead`]).
+    pub fn read(self) -> TransferRequest {
+        TransferRequest { read: true, ..self }
     }
 
     /// Queues the transfer as control traffic, ahead of bulk blocks.
@@ -125,7 +136,7 @@ impl TransferRequest {
         self.len() == 0
     }
 
-    /// The local region the request reads.
+    /// The local region the request reads from (or, for a [`read`](Self::read), into).
     pub fn local_region(&self) -> RegionId {
         self.local.id
     }
@@ -215,6 +226,9 @@ pub enum RequestError {
     /// Every lane of the peer's connection has failed: open a new connection.
     #[error("every lane to the peer has failed ({0}); add a new connection")]
     PeerGone(String),
+    /// A read asked to announce itself: only a write carries an immediate to the peer.
+    #[error("a read cannot notify the peer: only writes carry an immediate")]
+    NotifyOnRead,
     /// The engine is shutting down.
     #[error("the engine is shutting down")]
     Stopped,

@@ -4,7 +4,7 @@
 use super::lane::{pick_lane, Refused};
 use super::slot::Posted;
 use super::{LinkId, Poster, Scheduler, WARM_WRS};
-use rdma_hint_core::{GatherEntry, GatherOp, TransportError, WriteOp, MAX_OPS_PER_POST};
+use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, TransportError, WriteOp, MAX_OPS_PER_POST};
 use std::time::Instant;
 
 /// Work requests for one lane, to be posted with one call (see [`Doorbell::ring`]).
@@ -26,28 +26,56 @@ pub(crate) struct Doorbell {
     entries: Vec<GatherEntry>,
     /// A refused request posted again alone.
     retry: bool,
+    /// Its requests are reads (`ops` hold their fields; no immediate, no gather).
+    reads: bool,
 }
 
-/// What the transport is handed: plain writes, or gather writes where a request packs several
-/// ranges.
+/// Room to turn a doorbell's requests into the ops its call takes.
+pub(crate) struct Scratch {
+    gathers: [GatherOp; MAX_OPS_PER_POST],
+    reads: [ReadOp; MAX_OPS_PER_POST],
+}
+
+impl Scratch {
+    pub(crate) const EMPTY: Scratch =
+        Scratch { gathers: [GatherOp::EMPTY; MAX_OPS_PER_POST], reads: [ReadOp::EMPTY; MAX_OPS_PER_POST] };
+}
+
+/// What the transport is handed: plain writes, gather writes where a request packs several
+/// ranges, or reads.
 pub(crate) enum Ring<'a> {
     Writes(&'a [WriteOp]),
     Gathers(&'a [GatherOp], &'a [GatherEntry]),
+    Reads(&'a [ReadOp]),
 }
 
 impl Doorbell {
-    /// The call to make; `scratch` holds the gather ops where there are any.
-    pub(crate) fn ring<'a>(&'a self, scratch: &'a mut [GatherOp; MAX_OPS_PER_POST]) -> Ring<'a> {
+    /// The call to make; `scratch` holds the gather or read ops where there are any.
+    pub(crate) fn ring<'a>(&'a self, scratch: &'a mut Scratch) -> Ring<'a> {
         let ops = &self.ops[..self.count];
+        if self.reads {
+            for (read, op) in scratch.reads.iter_mut().zip(ops) {
+                *read = ReadOp {
+                    wr_id: op.wr_id,
+                    local: op.local,
+                    local_offset: op.local_offset,
+                    remote: op.remote,
+                    remote_offset: op.remote_offset,
+                    len: op.len,
+                    signalled: op.signalled,
+                };
+            }
+            return Ring::Reads(&scratch.reads[..self.count]);
+        }
         if self.pieces[..self.count].iter().all(|pieces| *pieces == 1) {
             return Ring::Writes(ops);
         }
         let mut first = 0;
         for (index, op) in ops.iter().enumerate() {
-            scratch[index] = gather_op(op, first, self.pieces[index]);
+            scratch.gathers[index] = gather_op(op, first, self.pieces[index]);
             first += self.pieces[index];
         }
-        Ring::Gathers(&scratch[..self.count], &self.entries)
+        Ring::Gathers(&scratch.gathers[..self.count], &self.entries)
     }
 }
 
@@ -182,9 +210,11 @@ impl Scheduler {
             pieces: [1u32; MAX_OPS_PER_POST],
             entries: std::mem::take(&mut lane.entries),
             retry: false,
+            reads: lane.reading,
         };
         doorbell.entries.clear();
-        let packs = lane.max_pieces > 1;
+        // The lane's direction while it has requests in flight, else the first block's.
+        let mut direction = (!lane.in_flight.is_empty()).then_some(lane.reading);
         let (mut latency_fenced, mut bulk_fenced) = (0, 0);
         lane.wake_up(now);
         // Bytes in flight are capped (past the first block): whatever is posted on a lane is
@@ -203,18 +233,22 @@ impl Scheduler {
             let Some(index) = queue.pop_front() else { break };
             let slot = &mut self.slots[index as usize];
             let built = doorbell.entries.len();
+            // Reads are not packed: a read lands in one local range.
+            let max_pieces = if slot.read { 1 } else { lane.max_pieces };
             let (local, entries) = (slot.local, &mut doorbell.entries);
-            let block = slot.next_block(lane.max_pieces, |offset, len| {
-                if packs {
+            let block = slot.next_block(max_pieces, |offset, len| {
+                if max_pieces > 1 {
                     entries.push(GatherEntry { local, offset, len });
                 }
             });
             let Some(block) = block else { continue };
             let last = block.last;
             // The announcing block waits for the transfer's blocks in flight on other lanes:
-            // an arrival vouches only for the writes of its own lane before it.
+            // an arrival vouches only for the writes of its own lane before it. A block of the
+            // other direction than the doorbell's waits for a doorbell of its own.
             let elsewhere = slot.lanes_used & !(1u16 << lane_index) != 0;
-            if last && elsewhere && slot.notify.is_some() && slot.in_flight > 0 {
+            let fenced = last && elsewhere && slot.notify.is_some() && slot.in_flight > 0;
+            if fenced || direction.is_some_and(|reads| reads != slot.read) {
                 doorbell.entries.truncate(built);
                 queue.push_back(index);
                 if from_latency {
@@ -241,6 +275,7 @@ impl Scheduler {
                 generation: slot.generation,
                 bytes: block.len,
             });
+            (direction, doorbell.reads, lane.reading) = (Some(slot.read), slot.read, slot.read);
             doorbell.pieces[count] = block.pieces;
             slot.lanes_used |= 1u16 << lane_index;
             lane.largest_block = lane.largest_block.max(block.len);
@@ -280,6 +315,7 @@ impl Scheduler {
             pieces: [1u32; MAX_OPS_PER_POST],
             entries: std::mem::take(&mut lane.entries),
             retry: true,
+            reads: refused.read,
         };
         doorbell.entries.clear();
         if refused.pieces > 1 {
@@ -295,6 +331,7 @@ impl Scheduler {
             }
         }
         lane.in_flight.push_back(Posted { seq: doorbell.first_seq, ..refused.posted });
+        lane.reading = refused.read;
         lane.next_seq += 1;
         lane.outstanding_bytes += doorbell.bytes;
         lane.posting = true;
@@ -334,7 +371,7 @@ impl Scheduler {
                             lane.refused_entries.extend(own.iter().copied());
                         }
                         first += pieces as usize;
-                        lane.refused.push_back(Refused { op, pieces, posted });
+                        lane.refused.push_back(Refused { op, read: doorbell.reads, pieces, posted });
                     }
                 }
                 // Nothing of the doorbell counts as posted: its entries leave the queue with

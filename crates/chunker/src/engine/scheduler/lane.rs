@@ -47,6 +47,10 @@ pub(crate) struct Lane {
     pub(super) largest_block: u64,
     pub(super) next_seq: u64,
     pub(super) in_flight: VecDeque<Posted>,
+    /// The requests in flight are reads. A lane carries one direction at a time: a signalled
+    /// request vouches for every request before it only in its own direction on some
+    /// transports (a staged tcp write completes when sent, a read when its answer is back).
+    pub(super) reading: bool,
     pub(super) outstanding_bytes: u64,
     pub(super) posted_bytes: u64,
     pub(super) posted_wrs: u64,
@@ -71,6 +75,8 @@ pub(crate) struct Lane {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Refused {
     pub(super) op: WriteOp,
+    /// It is a read (`op` holds its fields).
+    pub(super) read: bool,
     /// Local ranges it gathers (its entries lead `refused_entries`).
     pub(super) pieces: u32,
     pub(super) posted: Posted,
@@ -99,6 +105,7 @@ impl Lane {
             largest_block: 0,
             next_seq: 1,
             in_flight: VecDeque::with_capacity(policy.window as usize),
+            reading: false,
             outstanding_bytes: 0,
             posted_bytes: 0,
             posted_wrs: 0,

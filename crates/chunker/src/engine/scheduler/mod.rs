@@ -15,7 +15,7 @@ use super::hints::Hints;
 use super::request::{Class, RequestError, Segments, TransferRequest};
 use super::{Delivered, EngineError, TransferId};
 use crate::plan::BlockSpec;
-pub(crate) use doorbell::{Doorbell, Ring};
+pub(crate) use doorbell::{Doorbell, Ring, Scratch};
 use lane::Lane;
 pub use lane::LaneStats;
 pub(crate) use lane::{LaneConfig, MAX_PIECES};
@@ -225,6 +225,9 @@ impl Scheduler {
         {
             return Err(RequestError::PeerGone(reasons.first().map_or(String::new(), |why| why.to_string())));
         }
+        if request.read && request.notify.is_some() {
+            return Err(RequestError::NotifyOnRead);
+        }
         let remote = request.remote;
         if !peer_state.remote.contains(&remote) {
             return Err(RequestError::UnknownRemoteRegion { id: remote.id, len: remote.len });
@@ -275,6 +278,7 @@ impl Scheduler {
             offset: 0,
             block_bytes: admitted.block_bytes,
             notify: request.notify,
+            read: request.read,
             deadline,
             total: admitted.total,
             confirmed: 0,

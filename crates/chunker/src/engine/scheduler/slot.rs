@@ -34,6 +34,8 @@ pub(super) struct Slot {
     pub(super) offset: u64,
     pub(super) block_bytes: u64,
     pub(super) notify: Option<u32>,
+    /// Its blocks are reads.
+    pub(super) read: bool,
     pub(super) deadline: Instant,
     pub(super) total: u64,
     pub(super) confirmed: u64,
@@ -75,6 +77,7 @@ impl Slot {
             offset: 0,
             block_bytes: 1,
             notify: None,
+            read: false,
             deadline: now,
             total: 0,
             confirmed: 0,

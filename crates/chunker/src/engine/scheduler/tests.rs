@@ -72,10 +72,18 @@ fn post(sched: &mut Scheduler, now: Instant) -> (LinkId, Vec<WriteOp>) {
 }
 
 fn writes(doorbell: &super::Doorbell) -> Vec<WriteOp> {
-    let mut scratch = [rdma_hint_core::GatherOp::EMPTY; rdma_hint_core::MAX_OPS_PER_POST];
+    let mut scratch = super::Scratch::EMPTY;
     match doorbell.ring(&mut scratch) {
         super::Ring::Writes(ops) => ops.to_vec(),
-        super::Ring::Gathers(..) => panic!("a lane of one gather entry packs nothing"),
+        other => panic!("plain writes expected: {}", describe(&other)),
+    }
+}
+
+fn describe(ring: &super::Ring<'_>) -> String {
+    match ring {
+        super::Ring::Writes(ops) => format!("{} writes", ops.len()),
+        super::Ring::Gathers(ops, entries) => format!("{} gathers of {} entries", ops.len(), entries.len()),
+        super::Ring::Reads(ops) => format!("{} reads", ops.len()),
     }
 }
 
@@ -324,4 +332,70 @@ fn a_submit_refused_changes_nothing_and_a_full_scheduler_says_so() {
     }
     assert!(matches!(sched.admit(0, &mut single(0, 1)), Err(RequestError::Full { max_transfers: 16 })));
     assert!(events(&mut sched).is_empty());
+}
+
+fn reads(doorbell: &super::Doorbell) -> Vec<rdma_hint_core::ReadOp> {
+    let mut scratch = super::Scratch::EMPTY;
+    match doorbell.ring(&mut scratch) {
+        super::Ring::Reads(ops) => ops.to_vec(),
+        other => panic!("reads expected: {}", describe(&other)),
+    }
+}
+
+#[test]
+fn a_read_goes_as_reads_of_one_range_each_and_cannot_notify() {
+    let now = Instant::now();
+    let config = LaneConfig {
+        policy: PostPolicy::default(),
+        bytes_in_flight: 1 << 30,
+        queue_time: Duration::from_micros(200),
+        gather_entries: 64,
+    };
+    let mut sched = Scheduler::new(16, config, Duration::from_secs(10), false, now);
+    sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
+    sched.add_peer(&[&caps(16)], &[REMOTE], now).unwrap();
+    // Four 16 KiB pages landing back to back: a write packs them into one gather request.
+    let pages: Vec<crate::engine::Segment> = (0..4u64)
+        .map(|k| crate::engine::Segment {
+            local_offset: k * 2 * 16_384,
+            remote_offset: k * 16_384,
+            len: 16_384,
+        })
+        .collect();
+    let id = submit(
+        &mut sched,
+        TransferRequest::scatter(&LOCAL, &REMOTE, pages.clone()).read(),
+        now + Duration::from_secs(1),
+    );
+    let doorbell = sched.next_doorbell(now).unwrap();
+    let ops = reads(&doorbell);
+    assert_eq!(
+        ops.iter().map(|op| (op.local_offset, op.remote_offset, op.len)).collect::<Vec<_>>(),
+        pages.iter().map(|p| (p.local_offset, p.remote_offset, p.len)).collect::<Vec<_>>()
+    );
+    assert!(ops[3].signalled && ops[..3].iter().all(|op| !op.signalled));
+    sched.finish_doorbell(doorbell, Ok(()));
+    sched.handle_completions(lane(0, 0), &[done(ops[3].wr_id)], now);
+    assert!(matches!(sched.collect(id), Some(Ok(Delivered { bytes: 65_536, blocks: 4 }))));
+    let mut announced = single(0, 4096).read().notify(1);
+    assert!(matches!(sched.admit(0, &mut announced), Err(RequestError::NotifyOnRead)));
+}
+
+#[test]
+fn a_lane_carries_one_direction_at_a_time() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let write = submit(&mut sched, single(0, 2 * BLOCK), now + Duration::from_secs(1));
+    let read = submit(&mut sched, single(4 * BLOCK, BLOCK).read(), now + Duration::from_secs(1));
+    let (link, ops) = post(&mut sched, now);
+    assert_eq!(ops.len(), 2, "the write's blocks alone: {ops:?}");
+    assert!(sched.next_doorbell(now).is_none(), "the read waits while writes are in flight");
+    sched.handle_completions(link, &[done(ops[1].wr_id)], now);
+    let doorbell = sched.next_doorbell(now).unwrap();
+    let fetched = reads(&doorbell);
+    assert_eq!((fetched.len(), fetched[0].remote_offset), (1, 4 * BLOCK));
+    sched.finish_doorbell(doorbell, Ok(()));
+    sched.handle_completions(link, &[done(fetched[0].wr_id)], now);
+    assert!(matches!(sched.collect(write), Some(Ok(_))));
+    assert!(matches!(sched.collect(read), Some(Ok(Delivered { blocks: 1, .. }))));
 }
