@@ -57,6 +57,25 @@ fn cores() -> f64 {
     std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
 }
 
+/// A copy moves at most this much per core (a generous bound: these paths' copies run at a
+/// fifth of it or less).
+const MAX_COPY_GBPS_PER_CORE: f64 = 50.0;
+
+/// The staged paths copy every byte with the CPU: the share read at a size covers at least the
+/// copy of what that size moved, and no reading exceeds the machine (per-transfer schedstat
+/// reads gave 1258–12812 %, and 2 % at 256 KiB where tcp moved about 4 GB/s). The floor scales
+/// with the rate, not a fixed share: beside two busy loops a starved tcp sweep moved 0.085
+/// GB/s at 16 KiB on 8 % of a core, which is what the machine gave it.
+fn check_cpu_share(point: &Value, label: &str) {
+    let cpu = point["cpu_util"].as_f64().unwrap();
+    let copies = point["median_gbps"].as_f64().unwrap() / MAX_COPY_GBPS_PER_CORE;
+    assert!(
+        cpu > 0.0 && cpu >= copies && cpu <= cores() * 1.1,
+        "{label} CPU share {cpu} on {} cores (its copies take at least {copies}): {point}",
+        cores()
+    );
+}
+
 fn check_report(report: &Value) {
     let plateau = report["plateau_gbps"].as_f64().unwrap();
     let knee = report["knee_bytes"].as_u64().unwrap();
@@ -90,10 +109,7 @@ fn check_report(report: &Value) {
             point["p999_us"].as_f64().unwrap(),
         );
         assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{point}");
-        // The staged paths copy with the CPU: every size keeps a thread busy, and no reading
-        // exceeds the machine (per-transfer schedstat reads gave 1258–12812 % and 2 %).
-        let cpu = point["cpu_util"].as_f64().unwrap();
-        assert!(cpu > 0.1 && cpu <= cores() * 1.1, "CPU share {cpu} on {} cores: {point}", cores());
+        check_cpu_share(point, "");
     }
     let knee_point = points.iter().find(|p| p["block_bytes"] == knee).expect("knee is a measured point");
     // A confirmed knee reaches 90 % of the plateau (a noisy curve where no block does with its
@@ -149,12 +165,7 @@ fn short_transfers_read_a_cpu_share_the_machine_has() {
             &[&args[..], &["--iters", "5", "--latency-samples", "3", "--no-record"]].concat(),
         );
         for point in report["points"].as_array().unwrap() {
-            let cpu = point["cpu_util"].as_f64().unwrap();
-            assert!(
-                cpu > 0.1 && cpu <= cores() * 1.1,
-                "{channel}: CPU share {cpu} on {} cores: {point}",
-                cores()
-            );
+            check_cpu_share(point, channel);
         }
         let _ = std::fs::remove_dir_all(dir);
     }
