@@ -10,7 +10,9 @@
 //! the model's.
 
 mod choice;
+mod intervals;
 mod ladder;
+mod rounds;
 
 use crate::error::Error;
 use crate::loopback::LoopbackPair;
@@ -20,13 +22,13 @@ use crate::open::{OpenOptions, TransportId};
 use crate::Device;
 use crate::HintCache;
 use choice::{curve_crossing, curve_knee_of, flatness, overshoots, raised_block, robust_choice, Spread};
-use ladder::{cut_to, time_cap, Ladder};
-use rdma_hint_core::fit::{
-    fit_path, median_interval, BlockSamples, BlockTiming, Interval, PathFit, CONFIDENCE,
-};
+use intervals::margins_of;
+use ladder::Ladder;
+use rdma_hint_core::fit::{fit_path, BlockSamples, BlockTiming, PathFit, CONFIDENCE};
 use rdma_hint_core::model::{Factor, Reason};
 use rdma_hint_core::{HintPolicy, SizeHint, SourceId};
 use rdma_hint_core::{LocalRegion, RemoteRegion, Transport, TransportError};
+use rounds::{ladder_sizes, Budget, Rounds};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -250,7 +252,8 @@ fn measure(
     let profile = crate::profile_of(source, &id)?;
     let policy = HintPolicy::default();
     let model = rdma_hint_core::compute_hint(&profile, &policy)?;
-    let align = ladder_alignment(&model);
+    let model = Model { profile: &profile, policy: &policy, hint: &model };
+    let align = ladder_alignment(model.hint);
     let region = local.len.min(remote.len) / align * align;
     if region < 3 * align * MIN_BLOCKS_PER_RUN {
         return Err(invalid(format!(
@@ -260,198 +263,42 @@ fn measure(
             3 * align * MIN_BLOCKS_PER_RUN
         )));
     }
-    let started = Instant::now();
-    let budget_s = budget.as_secs_f64();
+    let clock = Budget { started: Instant::now(), seconds: budget.as_secs_f64() };
     let mut path = Ladder::new(transport, source, (local, remote), region, align)?;
-
-    // Warm-up and a first rate: one transfer of 64 KiB blocks (or the alignment's, if larger).
-    let warm_block = align.max(64 << 10).min(region / MIN_BLOCKS_PER_RUN / align * align);
-    let warm_len = (MIN_BLOCKS_PER_RUN * 4 * warm_block).min(region / warm_block * warm_block);
-    path.time(warm_block, warm_len)?;
-    let rate_bytes_per_s = warm_len as f64 / path.time(warm_block, warm_len)?;
-
-    // The ladder: powers of two from the alignment while MIN_ROUNDS transfers of MIN_BLOCKS
-    // blocks of every size fit the region and the first rounds' share of the budget.
-    let base_s = budget_s * BASE_SHARE - started.elapsed().as_secs_f64();
-    let mut ladder = Vec::new();
-    let mut block = align;
-    while block <= LADDER_TOP_BYTES && block * MIN_BLOCKS_PER_RUN <= region {
-        ladder.push(block);
-        block *= 2;
-    }
-    // One round more than the fewest: the first is a warm-up and not kept.
-    let slot_s = base_s / ((MIN_ROUNDS + 1) * ladder.len()) as f64;
-    // Every size streams the same bytes per transfer (as a sweep does, so all see the same
-    // caches), unless the time cap below cuts the slowest: as many as a slot holds at the
-    // first rate, at most UNIFORM_BYTES (and half the region); sizes whose MIN_BLOCKS_PER_RUN
-    // blocks do not fit that are left out. Where the first rate was taken at the ladder's
-    // smallest block (GPU memory's 64 KiB page), on the curve's steepest part, larger blocks
-    // join while their fewest blocks take at most LARGE_BLOCK_SHARE of a first round's share at
-    // that rate: over loopback tcp from GPU memory on an H100 host that rate (1.7 GB/s, under
-    // half the plateau) cut the ladder at 512 KiB-1 MiB where the sweeps still rose to 2 MiB,
-    // and calibration answered 256-448 KiB against their 512 KiB-1 MiB knee (4, 1 and 2 of 5
-    // met the rule; 5 and 5 with the longer ladder). Host memory's first rate, at the ladder's
-    // fifth block, is near its plateau already; a longer ladder there reads the loopback tcp
-    // curve's fall past 512 KiB and its noisy recovery at 2-4 MiB, and the 2-core machine's
-    // answers spread 4.3x.
-    let uniform =
-        ((rate_bytes_per_s * slot_s) as u64).clamp(MIN_BLOCKS_PER_RUN * align, UNIFORM_BYTES.min(region / 2));
-    let large_s = budget_s * BASE_SHARE / (MIN_ROUNDS + 1) as f64 * LARGE_BLOCK_SHARE;
-    let steep_first_rate = warm_block <= align;
-    ladder.retain(|block| {
-        let fewest = block * MIN_BLOCKS_PER_RUN;
-        fewest <= uniform
-            || *block <= warm_block
-            || (steep_first_rate && fewest as f64 / rate_bytes_per_s <= large_s)
-    });
-    if ladder.len() < 3 {
+    let sizes = ladder_sizes(&mut path, align, region, clock)?;
+    let mut rounds = Rounds::after_warm_up(&mut path, &sizes)?;
+    rounds.run(&mut path, &sizes, clock, clock.seconds * BASE_SHARE)?;
+    if rounds.taken < 3 {
         return Err(invalid(format!(
-            "the path moves {:.3} GB/s: {:.2} s is too short for {MIN_ROUNDS} rounds of three block sizes; give a longer budget",
-            rate_bytes_per_s / 1e9,
-            budget_s
-        )));
-    }
-    let mut sizes: Vec<(u64, u64)> = ladder
-        .iter()
-        .map(|&block| (block, uniform.max(block * MIN_BLOCKS_PER_RUN).min(region) / block * block))
-        .collect();
-    // The first rate is the warm-up's block's; smaller blocks can be far slower per byte (over
-    // a loaded loopback socket, 4 KiB streamed at 0.09 GB/s where 64 KiB ran at 1.2), and at
-    // the uniform length their rounds outlast the budget. A probe of MIN_BLOCKS_PER_RUN blocks
-    // per size tells; where the rounds would not fit the first rounds' share, the slowest
-    // sizes' transfers are cut to a common time (never below MIN_BLOCKS_PER_RUN blocks) and
-    // the rest keep the uniform length.
-    let mut per_block_s = Vec::with_capacity(sizes.len());
-    for &(block, _) in &sizes {
-        // Twice, the faster kept: a size's first transfer pays for pages and caches, and one
-        // slow probe would keep that size cut for the whole calibration.
-        let probe = MIN_BLOCKS_PER_RUN * block;
-        let seconds = path.time(block, probe)?.min(path.time(block, probe)?);
-        per_block_s.push(seconds / MIN_BLOCKS_PER_RUN as f64);
-    }
-    let estimates: Vec<f64> =
-        sizes.iter().zip(&per_block_s).map(|(&(block, len), s)| s * (len / block) as f64).collect();
-    let round_share_s = (budget_s * BASE_SHARE - started.elapsed().as_secs_f64()) / (MIN_ROUNDS + 1) as f64;
-    if let Some(cap_s) = time_cap(&estimates, round_share_s) {
-        tracing::debug!(cap_s, ?estimates, "calibration: the slowest sizes' transfers are cut");
-        cut_to(&mut sizes, &per_block_s, cap_s);
-    }
-    let mut samples: Vec<BlockSamples> = ladder
-        .iter()
-        .map(|&block_bytes| BlockSamples { block_bytes, seconds_per_block: Vec::new() })
-        .collect();
-    // The warm-up round: every size once, not kept (a size's first transfer pays for pages and
-    // caches the next ones do not).
-    for &(block, len) in &sizes {
-        path.time(block, len)?;
-    }
-    let mut rounds = 0;
-    // What the next round is expected to take: the median of the rounds so far, so that one
-    // stall (a preempted VM) does not end the rounds after it; against the budget's ceiling,
-    // the larger of that and the last round, so a slow spell still going on is not forgotten.
-    let mut round_times: Vec<f64> = Vec::with_capacity(MAX_ROUNDS);
-    let (mut round_s, mut last_round_s) = (0.0f64, 0.0f64);
-    let mut singles: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
-    let mut run_rounds = |until_s: f64, samples: &mut Vec<BlockSamples>, path: &mut Ladder<'_>| {
-        // The fewest rounds are taken even past `until_s`, but never past the budget itself.
-        while rounds < MAX_ROUNDS
-            && (rounds < MIN_ROUNDS || started.elapsed().as_secs_f64() + round_s <= until_s)
-            && started.elapsed().as_secs_f64() + round_s.max(last_round_s) <= budget_s * BUDGET_CEILING
-        {
-            let round_started = Instant::now();
-            for (index, &(block, len)) in sizes.iter().enumerate() {
-                let seconds = path.time(block, len)?;
-                samples[index].seconds_per_block.push(seconds / (len / block) as f64);
-                // One block alone, post to completion: what a transfer's first block costs,
-                // right after a stream here, and below after other single blocks, away from
-                // where the streams run (an application's small transfers follow both; the
-                // shared-memory paths stream a copy that continues a long run of adjacent
-                // writes past the cache, and copy one elsewhere plainly).
-                singles[index].push(path.time(block, block)?);
-            }
-            for (index, &(block, _)) in sizes.iter().enumerate() {
-                singles[index].push(path.time_apart(block)?);
-            }
-            path.rejoin_run(&sizes)?;
-            last_round_s = round_started.elapsed().as_secs_f64();
-            round_times.push(last_round_s);
-            round_s = median(&mut round_times);
-            rounds += 1;
-        }
-        Ok::<(), Error>(())
-    };
-    run_rounds(budget_s * BASE_SHARE, &mut samples, &mut path)?;
-    // Each round leaves one sample per size.
-    let taken = samples[0].seconds_per_block.len();
-    if taken < 3 {
-        return Err(invalid(format!(
-            "{taken} rounds of {} block sizes fit {:.2} s on a path this slow; give a longer budget",
+            "{} rounds of {} block sizes fit {:.2} s on a path this slow; give a longer budget",
+            rounds.taken,
             sizes.len(),
-            budget_s
+            clock.seconds
         )));
     }
-    let mut spread = Spread::of(&samples, &profile, &policy, &model)?;
+    let mut spread = Spread::of(&rounds.samples, model.profile, model.policy, model.hint)?;
     let extended = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
     if extended {
         tracing::debug!(interval = ?spread.block_bytes, "calibration: the hint's interval is wide; measuring longer");
-        run_rounds(budget_s * EXTENDED_SHARE, &mut samples, &mut path)?;
-        spread = Spread::of(&samples, &profile, &policy, &model)?;
+        rounds.run(&mut path, &sizes, clock, clock.seconds * EXTENDED_SHARE)?;
+        spread = Spread::of(&rounds.samples, model.profile, model.policy, model.hint)?;
     }
-    let timings: Vec<BlockTiming> = samples.iter().filter_map(BlockSamples::median).collect();
+    let timings: Vec<BlockTiming> = rounds.samples.iter().filter_map(BlockSamples::median).collect();
     let fit = fit_path(&timings).map_err(|e| invalid(e.to_string()))?;
-    let points: Vec<CalibrationPoint> = sizes
-        .iter()
-        .zip(&timings)
-        .map(|(&(block, len), timing)| CalibrationPoint {
-            block_bytes: block,
-            gbps: timing.gbps(),
-            us_per_block: timing.seconds_per_block * 1e6,
-            runs: rounds as u32,
-            transfer_bytes: len,
-        })
-        .collect();
-    let file = measured::cache_file();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let points = points_of(&sizes, &timings, rounds.taken);
     // The middle of the resampled fits, unless the measured curve reaches CURVE_KNEE_SHARE of
     // its plateau only at a larger block: then that block, within a bound of the line's; or
     // unless the fits disagree too much to pick a block: then the robust choice.
     let robust = spread.block_bytes.ratio() > MAX_HINT_SPREAD;
-    let curve_knee = curve_knee_of(&samples, CURVE_KNEE_SHARE);
-    let line = spread.block_bytes_median;
-    let top = Some(spread.block_bytes.high as u64).filter(|_| spread.block_bytes.high.is_finite());
-    let robust_choice = robust_choice(line, top, curve_knee);
-    let crossing_97 = curve_crossing(&timings, CURVE_KNEE_SHARE);
-    let raised = raised_block(&timings, line, crossing_97);
-    // Where the line promises more at its block than the curve's robust plateau (its `B` is
-    // not a rate the path reached), the curve's own crossing answers: over loopback tcp on the
-    // 2-core machine the fits put `B` at 5.0-6.4 GB/s over a ladder whose plateau read 3.7-5.5
-    // and answered 600-800 KiB, where the curve reached 97 % near 240 KiB and the sweeps'
-    // median knee sat at 256 KiB. Not for GPU memory over shared memory: that curve is the copy
-    // engines' line itself, read under it at the largest blocks only because a 16 MiB transfer
-    // of 2-4 MiB blocks pays its first block's latency unhidden; lowered there, an H100 host's
-    // GPU shm answer fell from the line's 1.5 MiB to 896 KiB, which read 0.88 of the sweeps'
-    // plateau. GPU memory over tcp is the socket's curve, as host memory's is: unlowered, the
-    // same host answered 896-960 KiB against the sweeps' 256 KiB knee (0 of 5), lowered 448-832
-    // KiB against a 512 KiB one (5 of 5).
-    let copy_engines_line = matches!(source, Device::Gpu(_)) && id == TransportId::STAGED_SHM;
-    let lowered = crossing_97
-        .filter(|_| !copy_engines_line)
-        .filter(|crossing| *crossing < line)
-        .filter(|_| overshoots(&timings, spread.fixed_cost_us_median, spread.bandwidth_gbps_median, line))
-        .map(|crossing| crossing as u64);
-    let (robust_block_bytes, block_rule) = match (raised, lowered, robust) {
-        (Some(raised), _, _) => (Some(raised), Some(BlockRule::Raised)),
-        (None, Some(lowered), _) => (Some(lowered), Some(BlockRule::Lowered)),
-        (None, None, true) => (robust_choice, robust_choice.map(|_| BlockRule::Robust)),
-        (None, None, false) => (None, None),
-    };
-    let (fixed_cost_us, bandwidth_gbps) = (spread.fixed_cost_us_median, spread.bandwidth_gbps_median);
-    let mut entry = CalibratedPath {
+    let (robust_block_bytes, block_rule) =
+        block_choice(&timings, &rounds.samples, &spread, robust, (source, &id));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let entry = CalibratedPath {
         source,
         transport: id.clone(),
         versions: profile.versions.clone(),
-        fixed_cost_us,
-        bandwidth_gbps,
+        fixed_cost_us: spread.fixed_cost_us_median,
+        bandwidth_gbps: spread.bandwidth_gbps_median,
         fit_r2: fit.r2,
         gradual: spread.gradual,
         measured_at_unix: now,
@@ -468,153 +315,196 @@ fn measure(
             format!("the hinted block's interval stays wider than {MAX_HINT_SPREAD}× and no block's lower bound reaches 90 % of the plateau")
         })
     });
-    let (hint, stored, margins, flatness, own_block_bytes, pooled_blocks_bytes) = match &poor {
+    let file = measured::cache_file();
+    let outcome = match &poor {
         None => {
-            // This run's own answer, then the answer of the pool it joins (the pair's stored
-            // calibrations of the last day).
-            let own = measured::calibrated_hint(&profile, &policy, &model, &entry)?.block_bytes;
-            entry.own_block_bytes = Some(own);
+            let margins = margins_of(&rounds, &sizes, &spread, &fit);
             let previous = file
                 .as_deref()
                 .filter(|_| pool == Pool::Join)
                 .and_then(|file| measured::lookup_calibration(file, source, &id, &profile.versions));
-            entry = entry.pooled_with(previous);
-            let mut hint = measured::calibrated_hint(&profile, &policy, &model, &entry)?;
-            let blocks = spread.block_bytes;
-            // A stream's blocks after its first: what one more block adds, the stream's median
-            // less its first block, over the blocks that follow it.
-            let ladder_timings: Vec<LadderTiming> = samples
-                .iter()
-                .zip(&singles)
-                .zip(&sizes)
-                .filter_map(|((size, single), &(block, len))| {
-                    let blocks = (len / block) as f64;
-                    let after_first = |stream_s: f64, single_s: f64| {
-                        ((stream_s - single_s) / (blocks - 1.0)).max(stream_s / blocks / 2.0) * 1e6
-                    };
-                    let stream_s = size.median()?.seconds_per_block * blocks;
-                    let single_s = median(&mut single.clone());
-                    // How sure each median is: the bootstrap interval of it.
-                    let stream_interval = median_interval(&size.seconds_per_block, RESAMPLES, block)?;
-                    let single_interval = median_interval(single, RESAMPLES, block)?;
-                    Some(LadderTiming {
-                        block_bytes: size.block_bytes,
-                        stream_us_per_block: after_first(stream_s, single_s),
-                        single_block_us: single_s * 1e6,
-                        stream_us_per_block_interval: Interval {
-                            low: after_first(stream_interval.low * blocks, single_interval.high),
-                            high: after_first(stream_interval.high * blocks, single_interval.low),
-                        },
-                        single_block_us_interval: Interval {
-                            low: single_interval.low * 1e6,
-                            high: single_interval.high * 1e6,
-                        },
-                    })
-                })
-                .collect();
-            // Every timed transfer over its size's median, streams and single blocks apart: a
-            // transfer's first block strays as one-block transfers did, the rest as streams.
-            let ratio = |values: Vec<f64>| {
-                Interval::between(&values, PREDICTION_TAIL, 1.0 - PREDICTION_TAIL)
-                    .unwrap_or(Interval { low: 1.0, high: 1.0 })
-            };
-            let stream_ratio = ratio(
-                samples
-                    .iter()
-                    .filter_map(|size| {
-                        let median = size.median()?.seconds_per_block;
-                        Some(size.seconds_per_block.iter().map(move |t| t / median))
-                    })
-                    .flatten()
-                    .collect(),
-            );
-            let single_block_ratio = ratio(
-                singles
-                    .iter()
-                    .flat_map(|times| {
-                        let median = median(&mut times.clone());
-                        times.iter().map(move |t| t / median)
-                    })
-                    .collect(),
-            );
-            let margins = Margins {
-                fixed_cost_us: spread.fixed_cost_us.including(fit.fixed_cost_us),
-                bandwidth_gbps: spread.bandwidth_gbps.including(fit.bandwidth_gbps),
-                block_bytes: blocks,
-                ladder: ladder_timings,
-                stream_ratio,
-                single_block_ratio,
-                poor_resamples: spread.poor,
-            };
-            // Before the pool's reason, which `calibrated_hint` gave last: the pool answers.
-            let before_pool = hint.reasons.len() - usize::from(!entry.earlier.is_empty());
-            hint.reasons.insert(
-                before_pool,
-                Reason::new(
-                    Factor::Calibrated,
-                    format!("{:.0}…{:.0} KiB", blocks.low / 1024.0, blocks.high / 1024.0),
-                    format!(
-                        "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval{}){}",
-                        CONFIDENCE * 100.0,
-                        if extended { ", after measuring longer because it was wider than 2×" } else { "" },
-                        match block_rule {
-                            Some(rule) => format!("; {}", rule.why()),
-                            None => "; this run alone answers the middle of the fits".to_string(),
-                        }
-                    ),
-                ),
-            );
-            let flatness = flatness(&timings, &entry, hint.block_bytes);
-            entry.margins = Some(margins.clone());
-            let pooled = entry.pooled_blocks(own);
-            (hint, Some(entry), Some(margins), flatness, Some(own), pooled)
+            fitted(&model, entry, previous, margins, &timings, extended)?
         }
-        Some(why) => {
-            // Nothing of this run is kept; the pair's pooled calibrations of the day (if any)
-            // stay, and the cache answers them, a newer recorded knee or the model.
-            let mut hint = measured::hint(&profile, &policy, file.as_deref())?;
-            hint.reasons.push(Reason::new(
-                Factor::Calibrated,
-                "poor fit",
-                format!(
-                    "calibration fitted o = {:.2} µs, B = {:.3} GB/s, R² {:.3}, but {why}; the hint stays {}",
-                    fit.fixed_cost_us,
-                    fit.bandwidth_gbps,
-                    fit.r2,
-                    match hint.origin {
-                        rdma_hint_core::Origin::Measured => "the recorded knee",
-                        rdma_hint_core::Origin::Calibrated =>
-                            "the earlier calibrations' (kept, not pooled with this run)",
-                        _ => "the model's",
-                    }
-                ),
-            ));
-            (hint, None, None, None, None, Vec::new())
-        }
+        Some(why) => poor_outcome(&model, file.as_deref(), &fit, why)?,
     };
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    let elapsed_ms = clock.elapsed() * 1e3;
     // A fit refused for its spread (every resample poor, or no block the margins can vouch for)
     // is reported as poor too: its `poor` says why the hint is not the fit's.
     let fit = PathFit { poor, ..fit };
     let calibration = Calibration {
         source,
         transport: id,
-        hint,
+        hint: outcome.hint,
         fit,
-        margins,
-        flatness,
-        rounds,
+        margins: outcome.margins,
+        flatness: outcome.flatness,
+        rounds: rounds.taken,
         measured_longer: extended,
-        own_block_bytes,
-        pooled_blocks_bytes,
+        own_block_bytes: outcome.own_block_bytes,
+        pooled_blocks_bytes: outcome.pooled_blocks_bytes,
         points,
         elapsed_ms,
-        budget_ms: budget_s * 1e3,
+        budget_ms: clock.seconds * 1e3,
         stored_in: None,
         not_stored: None,
         written_bytes: path.written(),
     };
-    Ok((calibration, stored))
+    Ok((calibration, outcome.stored))
+}
+
+/// The calibration's table: each ladder size's median timing.
+fn points_of(sizes: &[(u64, u64)], timings: &[BlockTiming], rounds: usize) -> Vec<CalibrationPoint> {
+    sizes
+        .iter()
+        .zip(timings)
+        .map(|(&(block, len), timing)| CalibrationPoint {
+            block_bytes: block,
+            gbps: timing.gbps(),
+            us_per_block: timing.seconds_per_block * 1e6,
+            runs: rounds as u32,
+            transfer_bytes: len,
+        })
+        .collect()
+}
+
+/// What a calibration's decisions read: the path's profile, the policy, the model's hint.
+struct Model<'a> {
+    profile: &'a rdma_hint_core::PathProfile,
+    policy: &'a HintPolicy,
+    hint: &'a SizeHint,
+}
+
+/// The hint a calibration answers and what it keeps.
+struct Outcome {
+    hint: SizeHint,
+    /// The entry to store (none for a poor fit).
+    stored: Option<CalibratedPath>,
+    margins: Option<Margins>,
+    flatness: Option<Flatness>,
+    own_block_bytes: Option<u64>,
+    pooled_blocks_bytes: Vec<u64>,
+}
+
+/// The block the measured curve vouches for where the line's does not hold, and why: raised
+/// to where the curve reaches [`CURVE_KNEE_SHARE`], lowered to it where the line overshoots
+/// the curve, or the robust choice where the fits disagree (`robust`).
+fn block_choice(
+    timings: &[BlockTiming],
+    samples: &[BlockSamples],
+    spread: &Spread,
+    robust: bool,
+    (source, id): (Device, &TransportId),
+) -> (Option<u64>, Option<BlockRule>) {
+    let curve_knee = curve_knee_of(samples, CURVE_KNEE_SHARE);
+    let line = spread.block_bytes_median;
+    let top = Some(spread.block_bytes.high as u64).filter(|_| spread.block_bytes.high.is_finite());
+    let robust_choice = robust_choice(line, top, curve_knee);
+    let crossing_97 = curve_crossing(timings, CURVE_KNEE_SHARE);
+    let raised = raised_block(timings, line, crossing_97);
+    // Where the line promises more at its block than the curve's robust plateau (its `B` is
+    // not a rate the path reached), the curve's own crossing answers: over loopback tcp on the
+    // 2-core machine the fits put `B` at 5.0-6.4 GB/s over a ladder whose plateau read 3.7-5.5
+    // and answered 600-800 KiB, where the curve reached 97 % near 240 KiB and the sweeps'
+    // median knee sat at 256 KiB. Not for GPU memory over shared memory: that curve is the copy
+    // engines' line itself, read under it at the largest blocks only because a 16 MiB transfer
+    // of 2-4 MiB blocks pays its first block's latency unhidden; lowered there, an H100 host's
+    // GPU shm answer fell from the line's 1.5 MiB to 896 KiB, which read 0.88 of the sweeps'
+    // plateau. GPU memory over tcp is the socket's curve, as host memory's is: unlowered, the
+    // same host answered 896-960 KiB against the sweeps' 256 KiB knee (0 of 5), lowered 448-832
+    // KiB against a 512 KiB one (5 of 5).
+    let copy_engines_line = matches!(source, Device::Gpu(_)) && *id == TransportId::STAGED_SHM;
+    let lowered = crossing_97
+        .filter(|_| !copy_engines_line)
+        .filter(|crossing| *crossing < line)
+        .filter(|_| overshoots(timings, spread.fixed_cost_us_median, spread.bandwidth_gbps_median, line))
+        .map(|crossing| crossing as u64);
+    match (raised, lowered, robust) {
+        (Some(raised), _, _) => (Some(raised), Some(BlockRule::Raised)),
+        (None, Some(lowered), _) => (Some(lowered), Some(BlockRule::Lowered)),
+        (None, None, true) => (robust_choice, robust_choice.map(|_| BlockRule::Robust)),
+        (None, None, false) => (None, None),
+    }
+}
+
+/// A good fit's answer: this run's own block, then the answer of the pool it joins (the
+/// pair's stored calibrations of the last day, `previous`), with the margins and the reasons.
+fn fitted(
+    model: &Model<'_>,
+    mut entry: CalibratedPath,
+    previous: Option<CalibratedPath>,
+    margins: Margins,
+    timings: &[BlockTiming],
+    extended: bool,
+) -> Result<Outcome, Error> {
+    let block_rule = entry.block_rule;
+    let own = measured::calibrated_hint(model.profile, model.policy, model.hint, &entry)?.block_bytes;
+    entry.own_block_bytes = Some(own);
+    entry = entry.pooled_with(previous);
+    let mut hint = measured::calibrated_hint(model.profile, model.policy, model.hint, &entry)?;
+    // Before the pool's reason, which `calibrated_hint` gave last: the pool answers.
+    let before_pool = hint.reasons.len() - usize::from(!entry.earlier.is_empty());
+    hint.reasons.insert(
+        before_pool,
+        Reason::new(
+            Factor::Calibrated,
+            format!("{:.0}…{:.0} KiB", margins.block_bytes.low / 1024.0, margins.block_bytes.high / 1024.0),
+            format!(
+                "the hinted block of {RESAMPLES} resampled fits ({:.0} % interval{}){}",
+                CONFIDENCE * 100.0,
+                if extended { ", after measuring longer because it was wider than 2×" } else { "" },
+                match block_rule {
+                    Some(rule) => format!("; {}", rule.why()),
+                    None => "; this run alone answers the middle of the fits".to_string(),
+                }
+            ),
+        ),
+    );
+    let flatness = flatness(timings, &entry, hint.block_bytes);
+    entry.margins = Some(margins.clone());
+    let pooled_blocks_bytes = entry.pooled_blocks(own);
+    Ok(Outcome {
+        hint,
+        stored: Some(entry),
+        margins: Some(margins),
+        flatness,
+        own_block_bytes: Some(own),
+        pooled_blocks_bytes,
+    })
+}
+
+/// A poor fit's answer: nothing of this run is kept; the pair's pooled calibrations of the day
+/// (if any) stay, and the cache answers them, a newer recorded knee or the model.
+fn poor_outcome(
+    model: &Model<'_>,
+    file: Option<&std::path::Path>,
+    fit: &PathFit,
+    why: &str,
+) -> Result<Outcome, Error> {
+    let mut hint = measured::hint(model.profile, model.policy, file)?;
+    hint.reasons.push(Reason::new(
+        Factor::Calibrated,
+        "poor fit",
+        format!(
+            "calibration fitted o = {:.2} µs, B = {:.3} GB/s, R² {:.3}, but {why}; the hint stays {}",
+            fit.fixed_cost_us,
+            fit.bandwidth_gbps,
+            fit.r2,
+            match hint.origin {
+                rdma_hint_core::Origin::Measured => "the recorded knee",
+                rdma_hint_core::Origin::Calibrated =>
+                    "the earlier calibrations' (kept, not pooled with this run)",
+                _ => "the model's",
+            }
+        ),
+    ));
+    Ok(Outcome {
+        hint,
+        stored: None,
+        margins: None,
+        flatness: None,
+        own_block_bytes: None,
+        pooled_blocks_bytes: Vec::new(),
+    })
 }
 
 /// Stores `entry` (the pair's new pool) and says in `calibration` where, or why not.
