@@ -282,25 +282,7 @@ fn capped(options: OpenOptions, memory_cap: Option<u64>) -> OpenOptions {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probe { json, sysfs_root, calibrate, budget_ms } => {
-            let options = match sysfs_root {
-                Some(root) => ProbeOptions::for_tree(root),
-                None => ProbeOptions::default(),
-            };
-            if calibrate {
-                let token = token::ephemeral()?;
-                let options = OpenOptions::default().token(&token);
-                let budget = std::time::Duration::from_millis(budget_ms);
-                for line in calibrate::every_path(&probe(&ProbeOptions::default())?, &options, budget) {
-                    eprintln!("{line}");
-                }
-            }
-            let report = probe(&options)?;
-            if json {
-                output::print_line(&serde_json::to_string_pretty(&report)?)?;
-            } else {
-                output::print(&render::probe_text(&report))?;
-            }
-            Ok(())
+            probe_command(json, sysfs_root, calibrate.then_some(std::time::Duration::from_millis(budget_ms)))
         }
         Command::Sweep {
             path,
@@ -334,22 +316,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let plot = plot.map(|path| output::OutputFile::reserve(&path, "--plot")).transpose()?;
             // Both ends of the in-process loopback get a fresh token: the pair is authenticated
             // like any other (and the UCX backend connects only to authenticated peers).
-            let loaded = token::load(token_file.as_deref())?;
-            if peer.is_some() {
-                token::required_by(&transport, loaded.is_some())?;
-            }
-            let token = match (loaded, peer) {
-                (Some(token), _) => Some(token),
-                (None, None) => Some(token::ephemeral()?),
-                (None, Some(_)) => None,
-            };
-            let options = capped(
-                match token {
-                    Some(token) => OpenOptions::default().token(&token),
-                    None => OpenOptions::default(),
-                },
-                memory_cap,
-            );
+            let options =
+                capped(sweep_options(token_file.as_deref(), peer.is_some(), &transport)?, memory_cap);
             let args = sweep::SweepArgs {
                 options,
                 transport,
@@ -366,35 +334,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let outcome = sweep::run(&args)?;
             output::print(&sweep::table(&outcome.report))?;
-            if let Some(file) = json {
-                let text = serde_json::to_string_pretty(&outcome.report)?;
-                std::fs::write(file.path(), text)
-                    .with_context(|| format!("writing {}", file.path().display()))?;
-                output::print_line(&format!("report: {}", file.path().display()))?;
-                file.done();
-            }
-            if let Some(file) = plot {
-                plot::write(&outcome.report, file.path())?;
-                output::print_line(&format!("plot: {}", file.path().display()))?;
-                file.done();
-            }
-            match outcome.recording {
-                sweep::Recording::NotAsked => Ok(()),
-                sweep::Recording::Recorded { file, block_bytes } => Ok(output::print_line(&format!(
-                    "recorded: {} as the hint for {} over {} in {}",
-                    units::format_bytes(block_bytes),
-                    outcome.report.source,
-                    outcome.report.transport,
-                    file.display()
-                ))?),
-                sweep::Recording::Skipped(why) => {
-                    Ok(output::print_line(&format!("recorded: nothing ({why})"))?)
-                }
-                // The results above (and --json) stand; only storing them failed.
-                sweep::Recording::Failed(why) => {
-                    anyhow::bail!("the sweep's results are above; recording its hint failed: {why}")
-                }
-            }
+            write_sweep_files(&outcome.report, json, plot)?;
+            report_recording(&outcome)
         }
         Command::Serve {
             listen,
@@ -427,45 +368,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })
         }
         Command::Calibrate { path, budget_ms, fresh, json } => {
-            let (transport, source) = path.resolve("shm")?;
-            let token = token::ephemeral()?;
-            let options = OpenOptions::default().token(&token);
-            let calibrate =
-                if fresh { rdma_hint::recalibrate_loopback } else { rdma_hint::calibrate_loopback };
-            let calibration =
-                calibrate(&transport, source, &options, std::time::Duration::from_millis(budget_ms))?;
-            if json {
-                output::print_line(&serde_json::to_string_pretty(&calibrate::CalibrationJson::new(
-                    &calibration,
-                ))?)?;
-            } else {
-                output::print(&calibrate::text(&calibration))?;
-            }
-            Ok(())
+            calibrate_command(path, std::time::Duration::from_millis(budget_ms), fresh, json)
         }
-        Command::Estimate { path, len, json } => {
-            let (transport, source) = path.resolve("shm")?;
-            let estimate = rdma_hint::estimate(len, source, &transport)?;
-            if json {
-                output::print_line(&serde_json::to_string_pretty(&estimate)?)?;
-            } else {
-                output::print_line(&format!(
-                    "{} over {} from {source}: {} ({} to {}) in {} of {} ({}), {:.3} GB/s ({:.3} to {:.3})",
-                    units::format_bytes(len),
-                    transport,
-                    units::format_seconds(estimate.seconds),
-                    units::format_seconds(estimate.low_seconds),
-                    units::format_seconds(estimate.high_seconds),
-                    units::plural(estimate.blocks, "block"),
-                    units::format_bytes(estimate.block_bytes),
-                    format!("{:?}", estimate.origin).to_lowercase(),
-                    estimate.gbps,
-                    estimate.low_gbps,
-                    estimate.high_gbps
-                ))?;
-            }
-            Ok(())
-        }
+        Command::Estimate { path, len, json } => estimate_command(path, len, json),
         Command::Plan(args) => {
             output::print_line(&plan::run(&args)?)?;
             Ok(())
@@ -476,4 +381,139 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Says what became of the sweep's hint: recorded, skipped and why, or failed (an error: the
+/// results printed above stand).
+fn report_recording(outcome: &sweep::Outcome) -> anyhow::Result<()> {
+    match &outcome.recording {
+        sweep::Recording::NotAsked => Ok(()),
+        sweep::Recording::Recorded { file, block_bytes } => Ok(output::print_line(&format!(
+            "recorded: {} as the hint for {} over {} in {}",
+            units::format_bytes(*block_bytes),
+            outcome.report.source,
+            outcome.report.transport,
+            file.display()
+        ))?),
+        sweep::Recording::Skipped(why) => Ok(output::print_line(&format!("recorded: nothing ({why})"))?),
+        // The results above (and --json) stand; only storing them failed.
+        sweep::Recording::Failed(why) => {
+            anyhow::bail!("the sweep's results are above; recording its hint failed: {why}")
+        }
+    }
+}
+
+/// `estimate`: how long `len` bytes take over the path at its hint, with the bounds.
+fn estimate_command(path: PathArgs, len: u64, json: bool) -> anyhow::Result<()> {
+    let (transport, source) = path.resolve("shm")?;
+    let estimate = rdma_hint::estimate(len, source, &transport)?;
+    if json {
+        output::print_line(&serde_json::to_string_pretty(&estimate)?)?;
+    } else {
+        output::print_line(&format!(
+            "{} over {} from {source}: {} ({} to {}) in {} of {} ({}), {:.3} GB/s ({:.3} to {:.3})",
+            units::format_bytes(len),
+            transport,
+            units::format_seconds(estimate.seconds),
+            units::format_seconds(estimate.low_seconds),
+            units::format_seconds(estimate.high_seconds),
+            units::plural(estimate.blocks, "block"),
+            units::format_bytes(estimate.block_bytes),
+            format!("{:?}", estimate.origin).to_lowercase(),
+            estimate.gbps,
+            estimate.low_gbps,
+            estimate.high_gbps
+        ))?;
+    }
+    Ok(())
+}
+
+/// `probe`, after calibrating every path it can open within `calibrate` each, if asked.
+fn probe_command(
+    json: bool,
+    sysfs_root: Option<std::path::PathBuf>,
+    calibrate: Option<std::time::Duration>,
+) -> anyhow::Result<()> {
+    let options = match sysfs_root {
+        Some(root) => ProbeOptions::for_tree(root),
+        None => ProbeOptions::default(),
+    };
+    if let Some(budget) = calibrate {
+        let token = token::ephemeral()?;
+        let options = OpenOptions::default().token(&token);
+        for line in calibrate::every_path(&probe(&ProbeOptions::default())?, &options, budget) {
+            eprintln!("{line}");
+        }
+    }
+    let report = probe(&options)?;
+    if json {
+        output::print_line(&serde_json::to_string_pretty(&report)?)?;
+    } else {
+        output::print(&render::probe_text(&report))?;
+    }
+    Ok(())
+}
+
+/// A sweep's open options: the token from `token_file` (or `RDMA_HINT_TOKEN`), which a sweep
+/// against a `serve` over a transport that needs one must have; both ends of the in-process
+/// loopback get a fresh one otherwise (the pair is authenticated like any other, and the UCX
+/// backend connects only to authenticated peers).
+fn sweep_options(
+    token_file: Option<&std::path::Path>,
+    against_serve: bool,
+    transport: &rdma_hint::TransportId,
+) -> anyhow::Result<OpenOptions> {
+    let loaded = token::load(token_file)?;
+    if against_serve {
+        token::required_by(transport, loaded.is_some())?;
+    }
+    let token = match (loaded, against_serve) {
+        (Some(token), _) => Some(token),
+        (None, false) => Some(token::ephemeral()?),
+        (None, true) => None,
+    };
+    Ok(match token {
+        Some(token) => OpenOptions::default().token(&token),
+        None => OpenOptions::default(),
+    })
+}
+
+/// Writes a sweep's `--json` report and `--plot` to the files reserved for them.
+fn write_sweep_files(
+    report: &sweep::SweepReport,
+    json: Option<output::OutputFile>,
+    plot: Option<output::OutputFile>,
+) -> anyhow::Result<()> {
+    if let Some(file) = json {
+        let text = serde_json::to_string_pretty(report)?;
+        std::fs::write(file.path(), text).with_context(|| format!("writing {}", file.path().display()))?;
+        output::print_line(&format!("report: {}", file.path().display()))?;
+        file.done();
+    }
+    if let Some(file) = plot {
+        plot::write(report, file.path())?;
+        output::print_line(&format!("plot: {}", file.path().display()))?;
+        file.done();
+    }
+    Ok(())
+}
+
+/// `calibrate`: over both ends of the path in this process, stored unless the fit is poor.
+fn calibrate_command(
+    path: PathArgs,
+    budget: std::time::Duration,
+    fresh: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (transport, source) = path.resolve("shm")?;
+    let token = token::ephemeral()?;
+    let options = OpenOptions::default().token(&token);
+    let calibrate = if fresh { rdma_hint::recalibrate_loopback } else { rdma_hint::calibrate_loopback };
+    let calibration = calibrate(&transport, source, &options, budget)?;
+    if json {
+        output::print_line(&serde_json::to_string_pretty(&calibrate::CalibrationJson::new(&calibration))?)?;
+    } else {
+        output::print(&calibrate::text(&calibration))?;
+    }
+    Ok(())
 }

@@ -191,14 +191,36 @@ fn draw<DB: DrawingBackend>(report: &SweepReport, root: DrawingArea<DB, Shift>) 
     let x_range = (log2(low) - 0.25)..(log2(high) + 0.25);
     let powers = (log2(high).floor() - log2(low).ceil()) as usize + 1;
     let markers = markers(report);
-    let plateau = report.plateau_gbps;
+    let axis = Axis { range: x_range, powers };
+    draw_bandwidth(report, &top, &top_legend, &axis, &markers)?;
+    draw_latency(report, &bottom, &bottom_legend, axis, &markers)?;
+    root.present().map_err(|e| error(&e))?;
+    Ok(())
+}
 
+/// The block-size axis both panels share: its range (log2 of bytes) and its ticks.
+struct Axis {
+    range: std::ops::Range<f64>,
+    powers: usize,
+}
+
+/// The bandwidth panel: plateau and 90 % lines, peak and median curves, the knee and the hints.
+fn draw_bandwidth<DB: DrawingBackend>(
+    report: &SweepReport,
+    area: &DrawingArea<DB, Shift>,
+    legend: &DrawingArea<DB, Shift>,
+    axis: &Axis,
+    markers: &[Marker],
+) -> Result<(), String> {
+    let error = |e: &dyn std::fmt::Display| e.to_string();
+    let (points, plateau) = (&report.points, report.plateau_gbps);
+    let (x_range, powers) = (axis.range.clone(), axis.powers);
     // Bandwidth: from just under the slowest point (or the 90 % line) to just over the fastest.
     let fastest = points.iter().map(|p| p.peak_gbps.max(p.median_gbps)).fold(plateau, f64::max);
     let slowest = points.iter().map(|p| p.median_gbps).fold(0.9 * plateau, f64::min);
     let span = (fastest - slowest).max(fastest * 0.05);
     let y_range = (slowest - span * 0.08).max(0.0)..(fastest + span * 0.3);
-    let mut bandwidth = ChartBuilder::on(&top)
+    let mut bandwidth = ChartBuilder::on(area)
         .caption(
             format!(
                 "{} from {}: bandwidth per block size ({} per transfer, {} iterations)",
@@ -253,20 +275,31 @@ fn draw<DB: DrawingBackend>(report: &SweepReport, root: DrawingArea<DB, Shift>) 
         LegendEntry::line("median of the timed transfers (plateau and knee read from it)", MEDIAN, 2)
             .marked(Shape::Circle),
     );
-    draw_markers(&mut bandwidth, &markers, y_range, true)?;
+    draw_markers(&mut bandwidth, markers, y_range, true)?;
     for (index, marker) in markers.iter().enumerate() {
         let entry = LegendEntry::line(marker.label.clone(), marker.color, marker.width.min(5));
-        bandwidth_legend.push(if coincides(&markers, index) { entry.dashed() } else { entry });
+        bandwidth_legend.push(if coincides(markers, index) { entry.dashed() } else { entry });
     }
-    draw_legend(&top_legend, &bandwidth_legend)?;
+    draw_legend(legend, &bandwidth_legend)
+}
 
+/// The latency panel: p50 and p99 of one block at a time, on a log scale.
+fn draw_latency<DB: DrawingBackend>(
+    report: &SweepReport,
+    area: &DrawingArea<DB, Shift>,
+    legend: &DrawingArea<DB, Shift>,
+    axis: Axis,
+    markers: &[Marker],
+) -> Result<(), String> {
+    let error = |e: &dyn std::fmt::Display| e.to_string();
+    let (points, x_range, powers) = (&report.points, axis.range, axis.powers);
     // Latency: one block at a time, p50 and p99, log scale from the fastest p50 to the slowest p99,
     // ticked at 1, 2 and 5 of each decade.
     let fastest_us = points.iter().map(|p| p.p50_us).fold(f64::INFINITY, f64::min).max(0.01);
     let slowest_us = points.iter().map(|p| p.p99_us).fold(fastest_us, f64::max);
     let latency_range = (fastest_us / 1.3)..(slowest_us * 1.6);
     let ticks = latency_ticks(&latency_range);
-    let mut latency = ChartBuilder::on(&bottom)
+    let mut latency = ChartBuilder::on(area)
         .caption("latency of one block (p50 and p99)", (FAMILY, 16))
         .margin(10)
         .x_label_area_size(34)
@@ -296,11 +329,9 @@ fn draw<DB: DrawingBackend>(report: &SweepReport, root: DrawingArea<DB, Shift>) 
             .map_err(|e| error(&e))?;
         latency_legend.push(LegendEntry::line(name, color, 2).marked(Shape::Circle));
     }
-    draw_markers(&mut latency, &markers, latency_range, false)?;
+    draw_markers(&mut latency, markers, latency_range, false)?;
     latency_legend.push(LegendEntry::line("knee and hints: as above", RGBColor(120, 120, 120), 1));
-    draw_legend(&bottom_legend, &latency_legend)?;
-    root.present().map_err(|e| error(&e))?;
-    Ok(())
+    draw_legend(legend, &latency_legend)
 }
 
 /// Whether marker `index` sits on the block of an earlier one (then it is drawn dashed, so the

@@ -30,6 +30,16 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     writeln!(out, "# rdma-hint probe — sysfs root {}", report.sysfs_root)?;
     writeln!(out, "# GPU facts: {}", report.gpu_facts)?;
     writeln!(out)?;
+    for section in [sources, nics, path_matrix] {
+        section(report, out)?;
+        writeln!(out)?;
+    }
+    hints(report, out)?;
+    unavailable(report, out)
+}
+
+/// The memory sources: kind, PCI address, NUMA node, memory, link and GPU facts.
+fn sources(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     writeln!(out, "## Memory sources")?;
     writeln!(out, "{:<8} {:<5} {:<13} {:>5} {:>11}  pcie / gpu", "source", "kind", "pci", "numa", "memory")?;
     for source in &report.sources {
@@ -61,7 +71,11 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
             detail
         )?;
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// The NICs: kind, place, rate, MTU, link, state, firmware and driver.
+fn nics(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     writeln!(out, "## NICs")?;
     if report.nics.is_empty() {
         writeln!(out, "(none)")?;
@@ -86,7 +100,11 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
             or_dash(nic.driver.as_ref()),
         )?;
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// The path class of every source to every NIC.
+fn path_matrix(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     writeln!(out, "## Path matrix (source × NIC; PIX/PXB/PHB/NODE/SYS as in nvidia-smi topo -m)")?;
     if report.nics.is_empty() {
         writeln!(out, "(no NIC)")?;
@@ -110,7 +128,11 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
             writeln!(out)?;
         }
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// The hints, the defaults `get_low_latency_rdma_size_hint` answers, and each hint's reasons.
+fn hints(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     writeln!(out, "## Hints")?;
     writeln!(
         out,
@@ -158,6 +180,11 @@ fn render(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
             writeln!(out, "  - {reason}")?;
         }
     }
+    Ok(())
+}
+
+/// Pairs without a hint, backend details, what is not available here, warnings.
+fn unavailable(report: &ProbeReport, out: &mut String) -> std::fmt::Result {
     if !report.no_hint.is_empty() {
         writeln!(out)?;
         writeln!(out, "## Pairs without a hint")?;

@@ -507,34 +507,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
             args.source
         );
     }
-    let mut blocks: Vec<(u64, Marks)> = args.sizes.iter().map(|s| (*s, Marks::default())).collect();
-    let labelled = [
-        ("model", Some(&set.model)),
-        ("calibrated", set.calibrated.as_ref()),
-        ("recorded", set.recorded.as_ref()),
-    ];
-    for (label, hint) in labelled {
-        let Some(hint) = hint else { continue };
-        // A block larger than a transfer is not a block of it: such a hint is reported as not
-        // swept, not measured with a region larger than asked for.
-        if hint.block_bytes > args.transfer_bytes {
-            continue;
-        }
-        match blocks.iter_mut().find(|b| b.0 == hint.block_bytes) {
-            Some(block) => {
-                block.1.hints.push(label);
-                block.1.hint.get_or_insert_with(|| hint.clone());
-            }
-            None => blocks.push((
-                hint.block_bytes,
-                Marks { answered: false, hints: vec![label], hint: Some(hint.clone()) },
-            )),
-        }
-    }
-    for block in &mut blocks {
-        block.1.answered = block.0 == answered.block_bytes;
-    }
-    blocks.sort_unstable_by_key(|b| b.0);
+    let blocks = marked_blocks(args, &set, &answered);
     let largest = blocks.iter().map(|b| b.0).max().unwrap_or(align);
     let region_bytes = args.transfer_bytes.max(largest);
     check_memory_cap(args, region_bytes)?;
@@ -544,15 +517,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         .into_iter()
         .map(|(bytes, marks)| Ok(Block { bytes, spec: ladder_spec(bytes, align)?, marks }))
         .collect::<Result<Vec<Block>>>()?;
-    let progress = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(u64::from(args.iters));
-        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = progress_bar(args.iters);
     let mut mover = Mover::new(&endpoints)?;
     if let Some(first) = blocks.first() {
         warm_up(&mut mover, &endpoints, args, first)?;
@@ -588,27 +553,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let at_answered = verdict(answered.block_bytes);
     let cpu_peak = points.iter().map(|p| p.cpu_util).fold(0.0, f64::max);
     let record_bytes = block_to_record(knee_bytes, hints.calibrated.as_ref());
-    let recording = match (args.record, plateau_reached) {
-        (false, _) => Recording::NotAsked,
-        (true, _) if args.lanes > 1 => Recording::Skipped(format!(
-            "a curve over {} lanes: the hint cache holds the hint of one lane (sweep without --lanes to record it)",
-            args.lanes
-        )),
-        (true, false) if knee.is_some() => Recording::Skipped(format!(
-            "the plateau was not reached within the swept sizes (the knee would be the largest, {}): sweep larger blocks",
-            format_bytes(largest_swept)
-        )),
-        (true, false) => {
-            Recording::Skipped("no block reached 90 % of the plateau with the next one: nothing to record".into())
-        }
-        (true, true) => {
-            match rdma_hint::record_measurement(args.source, &transport_id, record_bytes, plateau_gbps) {
-                Ok(file) => Recording::Recorded { file, block_bytes: record_bytes },
-                // The measurement stands: the table and --json still come; the caller fails last.
-                Err(error) => Recording::Failed(error.to_string()),
-            }
-        }
-    };
+    let recording = recording(args, (knee, plateau_reached), (record_bytes, largest_swept, plateau_gbps));
     let report = SweepReport {
         backend: args.transport.backend().to_string(),
         cpu_copy_suspected: args.transport.bypasses_cpu() && cpu_peak > CPU_COPY_THRESHOLD,
@@ -633,6 +578,86 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
         points,
     };
     Ok(Outcome { report, recording })
+}
+
+/// The block sizes to sweep: those asked for, each hint the pair has (model, calibrated,
+/// recorded) that fits a transfer, marked with its labels, and which one the library answers.
+fn marked_blocks(
+    args: &SweepArgs,
+    set: &rdma_hint::HintSet,
+    answered: &rdma_hint::SizeHint,
+) -> Vec<(u64, Marks)> {
+    let mut blocks: Vec<(u64, Marks)> = args.sizes.iter().map(|s| (*s, Marks::default())).collect();
+    let labelled = [
+        ("model", Some(&set.model)),
+        ("calibrated", set.calibrated.as_ref()),
+        ("recorded", set.recorded.as_ref()),
+    ];
+    for (label, hint) in labelled {
+        let Some(hint) = hint else { continue };
+        // A block larger than a transfer is not a block of it: such a hint is reported as not
+        // swept, not measured with a region larger than asked for.
+        if hint.block_bytes > args.transfer_bytes {
+            continue;
+        }
+        match blocks.iter_mut().find(|b| b.0 == hint.block_bytes) {
+            Some(block) => {
+                block.1.hints.push(label);
+                block.1.hint.get_or_insert_with(|| hint.clone());
+            }
+            None => blocks.push((
+                hint.block_bytes,
+                Marks { answered: false, hints: vec![label], hint: Some(hint.clone()) },
+            )),
+        }
+    }
+    for block in &mut blocks {
+        block.1.answered = block.0 == answered.block_bytes;
+    }
+    blocks.sort_unstable_by_key(|b| b.0);
+    blocks
+}
+
+/// A progress bar on a terminal, nothing otherwise.
+fn progress_bar(iters: u32) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(u64::from(iters));
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Records the knee as the pair's hint where the sweep was asked to and the curve vouches for
+/// it (one lane, the plateau reached), or says why not.
+fn recording(
+    args: &SweepArgs,
+    (knee, plateau_reached): (Option<u64>, bool),
+    (record_bytes, largest_swept, plateau_gbps): (u64, u64, f64),
+) -> Recording {
+    match (args.record, plateau_reached) {
+        (false, _) => Recording::NotAsked,
+        (true, _) if args.lanes > 1 => Recording::Skipped(format!(
+            "a curve over {} lanes: the hint cache holds the hint of one lane (sweep without --lanes to record it)",
+            args.lanes
+        )),
+        (true, false) if knee.is_some() => Recording::Skipped(format!(
+            "the plateau was not reached within the swept sizes (the knee would be the largest, {}): sweep larger blocks",
+            format_bytes(largest_swept)
+        )),
+        (true, false) => {
+            Recording::Skipped("no block reached 90 % of the plateau with the next one: nothing to record".into())
+        }
+        (true, true) => {
+            match rdma_hint::record_measurement(args.source, &args.transport, record_bytes, plateau_gbps) {
+                Ok(file) => Recording::Recorded { file, block_bytes: record_bytes },
+                // The measurement stands: the table and --json still come; the caller fails last.
+                Err(error) => Recording::Failed(error.to_string()),
+            }
+        }
+    }
 }
 
 /// The block `sweep` records as the measured hint: the robust knee, or the calibrated hint when

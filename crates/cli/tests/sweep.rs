@@ -57,21 +57,18 @@ fn cores() -> f64 {
     std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
 }
 
-/// A copy moves at most this much per core (a generous bound: these paths' copies run at a
-/// fifth of it or less).
-const MAX_COPY_GBPS_PER_CORE: f64 = 50.0;
-
-/// The staged paths copy every byte with the CPU: the share read at a size covers at least the
-/// copy of what that size moved, and no reading exceeds the machine (per-transfer schedstat
-/// reads gave 1258–12812 %, and 2 % at 256 KiB where tcp moved about 4 GB/s). The floor scales
-/// with the rate, not a fixed share: beside two busy loops a starved tcp sweep moved 0.085
-/// GB/s at 16 KiB on 8 % of a core, which is what the machine gave it.
+/// The staged paths copy every byte with the CPU: a size keeps at least a tenth of a core busy,
+/// and no reading exceeds the machine (per-transfer schedstat reads gave 1258–12812 %, and 2 %
+/// at 256 KiB where tcp moved about 4 GB/s). A size starved below 1 GB/s may read less, in
+/// proportion (a tenth of a core per GB/s): beside four busy loops on two cores a tcp sweep
+/// moved 0.085 GB/s at 16 KiB on 8 % of a core, which is what the machine gave it. Not a copy
+/// rate per core: in-cache copies of 1 MiB transfers moved 30 GB/s on half a core.
 fn check_cpu_share(point: &Value, label: &str) {
     let cpu = point["cpu_util"].as_f64().unwrap();
-    let copies = point["median_gbps"].as_f64().unwrap() / MAX_COPY_GBPS_PER_CORE;
+    let floor = (point["median_gbps"].as_f64().unwrap() / 10.0).min(0.1);
     assert!(
-        cpu > 0.0 && cpu >= copies && cpu <= cores() * 1.1,
-        "{label} CPU share {cpu} on {} cores (its copies take at least {copies}): {point}",
+        cpu > 0.0 && cpu >= floor && cpu <= cores() * 1.1,
+        "{label} CPU share {cpu} on {} cores (at least {floor} expected): {point}",
         cores()
     );
 }
