@@ -28,6 +28,7 @@
 mod backend;
 pub mod contract;
 mod exposure;
+mod handshake;
 mod lanes;
 mod pair;
 pub mod peer;
