@@ -9,7 +9,7 @@ mod scheduler;
 pub use request::{validate_segments, Class, RequestError, Segment, TransferRequest, MAX_SEGMENTS};
 pub use scheduler::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
 
-use crate::error::PlanError;
+use crate::error::{PlanError, TransferError};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use driver::{Core, Refusal, Shared};
@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use thiserror::Error;
 
 /// How an engine posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,42 +91,6 @@ pub struct Delivered {
     pub bytes: u64,
     /// Blocks (work requests) posted.
     pub blocks: u64,
-}
-
-/// Why a transfer did not finish.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum EngineError {
-    /// A lane of its connection failed while one of its blocks was in flight (or every lane
-    /// failed while it was queued).
-    #[error("transport error after {confirmed_bytes} B confirmed: {source}")]
-    Transport {
-        /// The lane's error.
-        source: TransportError,
-        /// Payload bytes confirmed before it.
-        confirmed_bytes: u64,
-    },
-    /// The transfer's own deadline (given at submit) passed.
-    #[error("deadline passed after {confirmed_bytes} of {len} B confirmed")]
-    DeadlineExceeded {
-        /// Payload bytes confirmed.
-        confirmed_bytes: u64,
-        /// Payload bytes asked for.
-        len: u64,
-    },
-    /// Cancelled (or the engine dropped) before it finished; blocks already posted may still
-    /// land.
-    #[error("cancelled after {confirmed_bytes} B confirmed")]
-    Cancelled {
-        /// Payload bytes confirmed.
-        confirmed_bytes: u64,
-    },
-    /// The wait's deadline passed first; the transfer goes on and can be waited for again.
-    #[error("the wait ended at its deadline; the transfer is still running")]
-    WaitDeadline,
-    /// Not a transfer of this engine, or its result was already handed out.
-    #[error("unknown transfer (never submitted here, or already collected)")]
-    UnknownTransfer,
 }
 
 /// The transfer engine: many transfers in flight over connections to many peers, each
@@ -280,11 +243,21 @@ impl Engine {
         deadline: Instant,
     ) -> Result<TransferId, Refusal> {
         let (id, doorbell) = self.shared.lock().submit(peer.0, request, deadline)?;
-        if let Some(doorbell) = doorbell {
-            let rung = driver::ring(&doorbell);
-            self.shared.lock().finish(doorbell.0, rung);
+        let queued = match doorbell {
+            Some(doorbell) => {
+                let rung = driver::ring(&doorbell);
+                self.shared.lock().finish(doorbell.0, rung)
+            }
+            None => true,
+        };
+        // Blocks left to post are the driver's; a transfer posted whole here is retired by its
+        // waiter, and the driver is woken only once someone waits for it to (a wake-up is a
+        // system call and a thread contending for the lock on the latency path).
+        if queued {
+            self.shared.kick();
+        } else {
+            self.shared.kick_later();
         }
-        self.shared.kick();
         Ok(id)
     }
 
@@ -311,6 +284,7 @@ impl Engine {
                     match self.try_submit(peer, *request, deadline) {
                         Ok(id) => Poll::Ready(Ok(id)),
                         Err((RequestError::Full { .. }, request)) => {
+                            self.shared.kick_if_pending();
                             pending = Some(*request);
                             arm(&mut timer, deadline, cx.waker());
                             Poll::Pending
@@ -326,16 +300,18 @@ impl Engine {
 
     /// Where a transfer stands, without waiting.
     pub fn status(&self, id: TransferId) -> TransferStatus {
+        self.shared.kick_if_pending();
         self.shared.lock().sched.status(id)
     }
 
     /// What each lane of `peer`'s connection has carried, in lane order (`None`: no such
     /// peer).
     pub fn lane_stats(&self, peer: PeerId) -> Option<Vec<LaneStats>> {
+        self.shared.kick_if_pending();
         self.shared.lock().sched.lane_stats(peer.0)
     }
 
-    /// Stops posting a transfer's blocks; its wait ends in [`EngineError::Cancelled`]. `false`
+    /// Stops posting a transfer's blocks; its wait ends in [`TransferError::Cancelled`]. `false`
     /// if it had already ended or is unknown.
     pub fn cancel(&self, id: TransferId) -> bool {
         let mut core = self.shared.lock();
@@ -344,14 +320,14 @@ impl Engine {
         cancelled
     }
 
-    /// Waits until the transfer ends or `deadline` passes ([`EngineError::WaitDeadline`]: the
+    /// Waits until the transfer ends or `deadline` passes ([`TransferError::WaitDeadline`]: the
     /// transfer goes on). An ended transfer's result is handed out once; its slot is freed
     /// then, or when its last posted block retires.
     ///
     /// Each look retires what has completed itself, so a transfer whose completion is already
     /// there ends without a thread hop; it spins for [`ADAPTIVE_SPIN`] before it sleeps, woken
     /// by whoever ends the transfer.
-    pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, EngineError> {
+    pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, TransferError> {
         let mut timer: Option<DeadlineTimer> = None;
         let mut spin_until: Option<Instant> = None;
         std::future::poll_fn(|cx| loop {
@@ -364,7 +340,7 @@ impl Engine {
                 return Poll::Ready(result);
             }
             if now >= deadline {
-                return Poll::Ready(Err(EngineError::WaitDeadline));
+                return Poll::Ready(Err(TransferError::WaitDeadline));
             }
             if now < *spin_until.get_or_insert(now + ADAPTIVE_SPIN) {
                 drop(state);
@@ -375,6 +351,8 @@ impl Engine {
                 continue; // ended meanwhile: collect it
             }
             drop(state);
+            // Someone must retire the completion while this task sleeps: the driver.
+            self.shared.kick_if_pending();
             arm(&mut timer, deadline, cx.waker());
             return Poll::Pending;
         })
@@ -382,7 +360,7 @@ impl Engine {
     }
 
     /// [`wait`](Engine::wait), parking the calling thread.
-    pub fn wait_blocking(&self, id: TransferId, deadline: Instant) -> Result<Delivered, EngineError> {
+    pub fn wait_blocking(&self, id: TransferId, deadline: Instant) -> Result<Delivered, TransferError> {
         rdma_hint_backend_core::blocking::block_on(self.wait(id, deadline))
     }
 

@@ -57,14 +57,23 @@ pub enum PlanError {
     NoHintForSource(SourceId),
 }
 
-/// Why a transfer stopped. `confirmed_bytes` counts payload bytes whose completion arrived,
-/// in order from the start of the transfer; nothing beyond them is reported delivered.
+/// Why a transfer stopped, the [`Chunker`](crate::Chunker)'s or the
+/// [`Engine`](crate::Engine)'s. `confirmed_bytes` counts payload bytes whose completion
+/// arrived; nothing beyond them is reported delivered.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum TransferError {
     /// The transfer could not be planned; nothing was posted.
     #[error(transparent)]
     Plan(#[from] PlanError),
-    /// The transport failed.
+    /// The engine refused the request before posting anything ([`Engine::submit`]'s
+    /// refusals, so that `?` carries them into this type).
+    ///
+    /// [`Engine::submit`]: crate::Engine::submit
+    #[error(transparent)]
+    Refused(#[from] crate::RequestError),
+    /// The transport failed (for an engine transfer: a lane of its connection failed while
+    /// one of its blocks was in flight, or every lane failed while it was queued).
     #[error("transport error after {confirmed_bytes} B confirmed: {source}")]
     Transport {
         /// The transport's error.
@@ -72,7 +81,7 @@ pub enum TransferError {
         /// Payload bytes confirmed delivered before it.
         confirmed_bytes: u64,
     },
-    /// The deadline passed first.
+    /// The transfer's own deadline passed first.
     #[error("deadline passed after {confirmed_bytes} of {len} B confirmed")]
     DeadlineExceeded {
         /// Payload bytes confirmed delivered.
@@ -80,15 +89,33 @@ pub enum TransferError {
         /// Payload bytes asked for.
         len: u64,
     },
+    /// Cancelled (or the engine dropped) before it finished; blocks already posted may still
+    /// land.
+    #[error("cancelled after {confirmed_bytes} B confirmed")]
+    Cancelled {
+        /// Payload bytes confirmed.
+        confirmed_bytes: u64,
+    },
+    /// The wait's deadline passed first; the transfer goes on and can be waited for again.
+    #[error("the wait ended at its deadline; the transfer is still running")]
+    WaitDeadline,
+    /// Not a transfer of this engine, or its result was already handed out.
+    #[error("unknown transfer (never submitted here, or already collected)")]
+    UnknownTransfer,
 }
 
 impl TransferError {
-    /// Payload bytes confirmed delivered before the error (0 for planning errors).
+    /// Payload bytes confirmed delivered before the error (0 for planning errors and refusals,
+    /// and for a wait or an id that says nothing of the transfer's bytes).
     pub fn confirmed_bytes(&self) -> u64 {
         match self {
-            TransferError::Plan(_) => 0,
+            TransferError::Plan(_)
+            | TransferError::Refused(_)
+            | TransferError::WaitDeadline
+            | TransferError::UnknownTransfer => 0,
             TransferError::Transport { confirmed_bytes, .. }
-            | TransferError::DeadlineExceeded { confirmed_bytes, .. } => *confirmed_bytes,
+            | TransferError::DeadlineExceeded { confirmed_bytes, .. }
+            | TransferError::Cancelled { confirmed_bytes } => *confirmed_bytes,
         }
     }
 }

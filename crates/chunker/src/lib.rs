@@ -57,8 +57,8 @@ mod transfer;
 
 pub use chunker::Chunker;
 pub use engine::{
-    validate_segments, Class, Delivered, Engine, EngineConfig, EngineError, LaneStats, PeerId, RequestError,
-    Segment, TransferId, TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS, MAX_SEGMENTS, MAX_TRANSFERS,
+    validate_segments, Class, Delivered, Engine, EngineConfig, LaneStats, PeerId, RequestError, Segment,
+    TransferId, TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS, MAX_SEGMENTS, MAX_TRANSFERS,
 };
 pub use error::{PlanError, TransferError};
 pub use loopback::LoopbackTransport;

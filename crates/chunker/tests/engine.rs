@@ -3,8 +3,8 @@
 
 use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_chunker::{
-    BlockSpec, Engine, EngineConfig, EngineError, LoopbackTransport, RequestError, Segment, TransferRequest,
-    TransferStatus,
+    BlockSpec, Engine, EngineConfig, LoopbackTransport, RequestError, Segment, TransferError,
+    TransferRequest, TransferStatus,
 };
 use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion, SourceId, Transport,
@@ -233,6 +233,16 @@ fn bad_requests_are_refused_by_kind_and_post_nothing() {
         refused(TransferRequest::single(&gpu, 0, &remote, 0, 4096)),
         RequestError::NoHint(SourceId::Gpu(0))
     ));
+    // A refusal and a transfer's end are one error type to a caller that uses `?`.
+    let submit_and_wait = |request: TransferRequest| -> Result<u64, TransferError> {
+        let id = engine.submit(peer, request, soon())?;
+        Ok(engine.wait_blocking(id, soon())?.bytes)
+    };
+    let read_with_notice = TransferRequest::single(src, 0, &remote, 0, 4096).read().notify(1);
+    assert!(matches!(
+        submit_and_wait(read_with_notice),
+        Err(TransferError::Refused(RequestError::NotifyOnRead))
+    ));
     // None of it reached the transport.
     assert_eq!(engine.lane_stats(peer).unwrap()[0].posted_wrs, 0);
     assert!(matches!(engine.add_peer(Vec::new(), &[]), Err(RequestError::InvalidPeer(_))));
@@ -262,7 +272,7 @@ fn a_full_engine_says_so_and_submit_when_ready_waits_for_room() {
     });
     engine.wait_blocking(second, soon()).unwrap();
     assert!(landed(&connection, 0, 12_288) == pattern(1 << 20, 2)[..12_288]);
-    assert!(matches!(engine.wait_blocking(first, soon()), Err(EngineError::UnknownTransfer)));
+    assert!(matches!(engine.wait_blocking(first, soon()), Err(TransferError::UnknownTransfer)));
 }
 
 #[test]
@@ -276,12 +286,12 @@ fn cancel_and_deadlines_end_a_transfer_with_what_was_confirmed() {
     let cancelled = engine.submit(peer, whole(), soon()).unwrap();
     assert!(engine.cancel(cancelled));
     match engine.wait_blocking(cancelled, soon()) {
-        Err(EngineError::Cancelled { confirmed_bytes }) => assert!(confirmed_bytes < len),
+        Err(TransferError::Cancelled { confirmed_bytes }) => assert!(confirmed_bytes < len),
         other => panic!("{other:?}"),
     }
     let hurried = engine.submit(peer, whole(), Instant::now() + Duration::from_millis(1)).unwrap();
     match engine.wait_blocking(hurried, soon()) {
-        Err(EngineError::DeadlineExceeded { confirmed_bytes, len: asked }) => {
+        Err(TransferError::DeadlineExceeded { confirmed_bytes, len: asked }) => {
             assert!(confirmed_bytes < asked && asked == len)
         }
         other => panic!("{other:?}"),
@@ -303,7 +313,7 @@ fn a_wait_that_times_out_leaves_the_transfer_running() {
     let id = engine
         .submit(peer, TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, len), soon())
         .unwrap();
-    assert!(matches!(engine.wait_blocking(id, Instant::now()), Err(EngineError::WaitDeadline)));
+    assert!(matches!(engine.wait_blocking(id, Instant::now()), Err(TransferError::WaitDeadline)));
     assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
 }
 
@@ -484,7 +494,7 @@ fn a_lane_that_stops_answering_fails_its_transfers_and_frees_their_slots() {
     // The transfer's own deadline passes first; its block stays in flight.
     let id = engine.submit(peer, request(), Instant::now() + Duration::from_millis(50)).unwrap();
     let ended = engine.wait_blocking(id, soon());
-    assert!(matches!(ended, Err(EngineError::DeadlineExceeded { .. })), "{ended:?}");
+    assert!(matches!(ended, Err(TransferError::DeadlineExceeded { .. })), "{ended:?}");
     // The one slot comes free once the lane is given up (after `lane_stall`), not never.
     let started = Instant::now();
     let next = block_on(engine.submit_when_ready(peer, request(), soon()));
@@ -513,7 +523,7 @@ fn a_request_the_transport_refuses_fails_alone_and_the_lane_goes_on() {
     let good = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, 200_000);
     let good = engine.submit(peer, good, soon()).unwrap();
     match engine.wait_blocking(bad, soon()) {
-        Err(EngineError::Transport {
+        Err(TransferError::Transport {
             source: rdma_hint_core::TransportError::OutOfBounds { .. }, ..
         }) => {}
         other => panic!("{other:?}"),
@@ -612,7 +622,7 @@ fn bulk_goes_over_the_control_lane_once_every_other_lane_failed() {
     let request = || TransferRequest::single(&src, 0, &remote[0], 0, len);
     // The bulk lane never answers: its transfer fails once the lane is given up.
     let stuck = engine.submit(peer, request(), soon()).unwrap();
-    assert!(matches!(engine.wait_blocking(stuck, soon()), Err(EngineError::Transport { .. })));
+    assert!(matches!(engine.wait_blocking(stuck, soon()), Err(TransferError::Transport { .. })));
     // Then bulk goes over the one lane left, the control lane, and lands.
     let id = engine.submit(peer, request(), soon()).unwrap();
     assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
@@ -674,7 +684,7 @@ fn a_source_stays_held_until_its_last_ringing_doorbell_has_rung() {
         std::thread::sleep(Duration::from_millis(1));
     }
     gate.broken.store(true, SeqCst);
-    assert!(matches!(engine.wait_blocking(id, soon()), Err(EngineError::Transport { .. })));
+    assert!(matches!(engine.wait_blocking(id, soon()), Err(TransferError::Transport { .. })));
     let busy = lane.deregister(src.id);
     assert!(
         matches!(busy, Err(rdma_hint_core::TransportError::RegionBusy { .. })),

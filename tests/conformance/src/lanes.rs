@@ -315,7 +315,7 @@ pub fn the_engine_fails_transfers_to_a_peer_that_goes_away_in_time<B: Backend>(s
     let gone = Instant::now();
     for id in ids {
         match engine.wait_blocking(id, deadline(120)) {
-            Err(rdma_hint_chunker::EngineError::Transport { confirmed_bytes, .. }) => {
+            Err(rdma_hint_chunker::TransferError::Transport { confirmed_bytes, .. }) => {
                 assert!(confirmed_bytes < len)
             }
             // The first ones may have finished before the receiver went.

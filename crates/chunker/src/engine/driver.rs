@@ -116,10 +116,11 @@ impl Core {
         (doorbell, transport)
     }
 
-    /// Records how ringing a doorbell went.
-    pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) {
+    /// Records how ringing a doorbell went; whether blocks are left to post.
+    pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) -> bool {
         self.sched.finish_doorbell(doorbell, rung);
         self.settle();
+        self.sched.queued()
     }
 
     /// Polls every lane with requests in flight; whether anything was retired or failed.
@@ -228,6 +229,9 @@ pub(super) struct Shared {
     core: Mutex<Core>,
     /// API calls waiting for the lock: the driver yields to them between doorbells.
     contenders: AtomicUsize,
+    /// A submit posted a whole transfer without waking the driver: the next look that needs
+    /// it (a waiter going to sleep, `status`, a submitter waiting for room) wakes it.
+    kick_pending: AtomicBool,
     pub(super) stop: AtomicBool,
     pub(super) driver: OnceLock<Thread>,
 }
@@ -237,6 +241,7 @@ impl Shared {
         Shared {
             core: Mutex::new(core),
             contenders: AtomicUsize::new(0),
+            kick_pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             driver: OnceLock::new(),
         }
@@ -254,9 +259,24 @@ impl Shared {
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Wakes the driver: blocks are left to post, or completions to retire.
     pub(super) fn kick(&self) {
+        self.kick_pending.store(false, Ordering::SeqCst);
         if let Some(driver) = self.driver.get() {
             driver.unpark();
+        }
+    }
+
+    /// Leaves the driver asleep for now: what was posted is in flight, and its waiter retires
+    /// it (see `kick_pending`).
+    pub(super) fn kick_later(&self) {
+        self.kick_pending.store(true, Ordering::SeqCst);
+    }
+
+    /// Wakes the driver if a submit left it asleep with blocks in flight.
+    pub(super) fn kick_if_pending(&self) {
+        if self.kick_pending.swap(false, Ordering::SeqCst) {
+            self.kick();
         }
     }
 }

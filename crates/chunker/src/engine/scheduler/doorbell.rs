@@ -416,7 +416,7 @@ impl Scheduler {
                     let confirmed_bytes = slot.confirmed;
                     self.end(
                         posted.slot,
-                        Err(super::EngineError::Transport { source: error, confirmed_bytes }),
+                        Err(super::TransferError::Transport { source: error, confirmed_bytes }),
                     );
                     let peer = &mut self.peers[doorbell.link.peer as usize];
                     peer.latency.retain(|index| *index != posted.slot);

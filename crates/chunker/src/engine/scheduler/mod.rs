@@ -13,8 +13,9 @@ mod tests;
 
 use super::hints::Hints;
 use super::request::{Class, RequestError, Segments, TransferRequest};
-use super::{Delivered, EngineError, TransferId};
+use super::{Delivered, TransferId};
 use crate::plan::BlockSpec;
+use crate::TransferError;
 pub(crate) use doorbell::{Doorbell, Ring, Scratch};
 use lane::Lane;
 pub use lane::LaneStats;
@@ -319,10 +320,10 @@ impl Scheduler {
     /// The result of a finished transfer, once: its slot is freed (or freed when its last
     /// posted block retires). `None` while it runs; `Some(Err(Unknown))` for an id not (or no
     /// longer) this engine's.
-    pub(crate) fn collect(&mut self, id: TransferId) -> Option<Result<Delivered, EngineError>> {
+    pub(crate) fn collect(&mut self, id: TransferId) -> Option<Result<Delivered, TransferError>> {
         let Some(slot) = self.slots.get_mut(id.slot as usize).filter(|slot| slot.generation == id.generation)
         else {
-            return Some(Err(EngineError::UnknownTransfer));
+            return Some(Err(TransferError::UnknownTransfer));
         };
         match std::mem::replace(&mut slot.phase, Phase::Collected) {
             Phase::Finished(result) => {
@@ -337,12 +338,12 @@ impl Scheduler {
             }
             other => {
                 slot.phase = other;
-                Some(Err(EngineError::UnknownTransfer))
+                Some(Err(TransferError::UnknownTransfer))
             }
         }
     }
 
-    /// Stops posting a transfer's blocks; it ends [`EngineError::Cancelled`] (blocks already
+    /// Stops posting a transfer's blocks; it ends [`TransferError::Cancelled`] (blocks already
     /// posted still land). `false` if it had already ended.
     pub(crate) fn cancel(&mut self, id: TransferId) -> bool {
         if !self.is_running(id) {
@@ -351,7 +352,7 @@ impl Scheduler {
         let slot = &mut self.slots[id.slot as usize];
         slot.cancelled = true;
         let (confirmed_bytes, peer) = (slot.confirmed, slot.peer as usize);
-        self.end(id.slot, Err(EngineError::Cancelled { confirmed_bytes }));
+        self.end(id.slot, Err(TransferError::Cancelled { confirmed_bytes }));
         let peer = &mut self.peers[peer];
         peer.latency.retain(|index| *index != id.slot);
         peer.bulk.retain(|index| *index != id.slot);
@@ -367,7 +368,7 @@ impl Scheduler {
         event
     }
 
-    fn end(&mut self, index: u32, result: Result<Delivered, EngineError>) {
+    fn end(&mut self, index: u32, result: Result<Delivered, TransferError>) {
         if self.slots[index as usize].end(result) {
             self.events.push_back(Event::Ended { slot: index });
         }
@@ -489,7 +490,7 @@ impl Scheduler {
             let confirmed_bytes = slot.confirmed;
             slot.cancelled = true;
             let source = error.take().unwrap_or_else(|| TransportError::PeerGone(reason.clone()));
-            self.end(posted.slot, Err(EngineError::Transport { source, confirmed_bytes }));
+            self.end(posted.slot, Err(TransferError::Transport { source, confirmed_bytes }));
             // The block will never retire: count it out (with no bytes) so the slot can come
             // free.
             self.retire_block(Posted { bytes: 0, ..posted });
@@ -504,7 +505,7 @@ impl Scheduler {
                 if !keep {
                     let source = TransportError::PeerGone(format!("every lane to the peer failed: {reason}"));
                     let confirmed_bytes = slot.confirmed;
-                    if slot.end(Err(EngineError::Transport { source, confirmed_bytes })) {
+                    if slot.end(Err(TransferError::Transport { source, confirmed_bytes })) {
                         events.push_back(Event::Ended { slot: index });
                     }
                 }
@@ -527,7 +528,7 @@ impl Scheduler {
             let slot = &self.slots[index];
             if slot.running() && now >= slot.deadline {
                 let error =
-                    EngineError::DeadlineExceeded { confirmed_bytes: slot.confirmed, len: slot.total };
+                    TransferError::DeadlineExceeded { confirmed_bytes: slot.confirmed, len: slot.total };
                 self.end(index as u32, Err(error));
                 ended = true;
             }
@@ -612,7 +613,7 @@ impl Scheduler {
             let slot = &self.slots[index as usize];
             if slot.running() {
                 let confirmed_bytes = slot.confirmed;
-                self.end(index, Err(EngineError::Cancelled { confirmed_bytes }));
+                self.end(index, Err(TransferError::Cancelled { confirmed_bytes }));
             }
             let slot = &mut self.slots[index as usize];
             if std::mem::take(&mut slot.holds_source) {

@@ -1,7 +1,8 @@
 //! A transfer slot: where a transfer stands, which block of it goes next.
 
 use super::super::request::{Segment, Segments};
-use super::super::{Delivered, EngineError};
+use super::super::Delivered;
+use crate::TransferError;
 use rdma_hint_core::RegionId;
 use std::time::Instant;
 
@@ -18,7 +19,7 @@ pub(crate) struct Posted {
 pub(super) enum Phase {
     Free,
     Running,
-    Finished(Result<Delivered, EngineError>),
+    Finished(Result<Delivered, TransferError>),
     /// Its result was handed out; posted blocks may still be retiring.
     Collected,
 }
@@ -132,7 +133,7 @@ impl Slot {
     }
 
     /// Ends a running transfer with `result`; `false` if it had already ended.
-    pub(super) fn end(&mut self, result: Result<Delivered, EngineError>) -> bool {
+    pub(super) fn end(&mut self, result: Result<Delivered, TransferError>) -> bool {
         if !self.running() {
             return false;
         }

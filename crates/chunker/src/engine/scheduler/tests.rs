@@ -2,9 +2,10 @@
 //! and how each transfer ends.
 
 use super::{Event, LaneConfig, LinkId, Poster, Scheduler};
-use crate::engine::{Delivered, EngineError, RequestError, TransferId, TransferRequest};
+use crate::engine::{Delivered, RequestError, TransferId, TransferRequest};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
+use crate::TransferError;
 use rdma_hint_core::{
     Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, RegionId, RemoteRegion, SourceId,
     TransportError, TransportFacts, TransportId, TransportKind, WriteOp,
@@ -119,7 +120,7 @@ fn a_transfer_goes_in_hinted_blocks_the_last_signalled_with_its_notice_and_ends_
     assert_eq!(events(&mut sched), [Event::Ended { slot: 0 }]);
     assert!(matches!(sched.collect(id), Some(Ok(Delivered { bytes: 300_000, blocks: 5 }))));
     assert_eq!(events(&mut sched), [Event::Unhold { peer: 0, region: LOCAL.id }, Event::Room]);
-    assert!(matches!(sched.collect(id), Some(Err(EngineError::UnknownTransfer))), "handed out once");
+    assert!(matches!(sched.collect(id), Some(Err(TransferError::UnknownTransfer))), "handed out once");
 }
 
 #[test]
@@ -152,7 +153,7 @@ fn a_lane_lost_mid_transfer_fails_what_it_carried_and_the_other_lane_goes_on() {
     sched.handle_completions(first, &[done(ops[3].wr_id)], now);
     sched.lose_link(second, TransportError::PeerGone("reset".into()));
     match sched.collect(big) {
-        Some(Err(EngineError::Transport { confirmed_bytes, source: TransportError::PeerGone(_) })) => {
+        Some(Err(TransferError::Transport { confirmed_bytes, source: TransportError::PeerGone(_) })) => {
             assert_eq!(confirmed_bytes, 4 * BLOCK, "what the live lane confirmed before")
         }
         other => panic!("{other:?}"),
@@ -169,7 +170,7 @@ fn a_lane_lost_mid_transfer_fails_what_it_carried_and_the_other_lane_goes_on() {
     // Both lanes gone: what is queued fails, and a submit is refused.
     let queued = submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
     sched.lose_link(first, TransportError::PeerGone("reset".into()));
-    assert!(matches!(sched.collect(queued), Some(Err(EngineError::Transport { .. }))));
+    assert!(matches!(sched.collect(queued), Some(Err(TransferError::Transport { .. }))));
     let mut request = single(0, 4096);
     assert!(matches!(sched.admit(0, &mut request), Err(RequestError::PeerGone(_))));
 }
@@ -182,7 +183,7 @@ fn a_source_stays_held_while_a_doorbell_of_its_peer_rings() {
     let doorbell = sched.next_doorbell(now).unwrap();
     // The lane fails (a poll elsewhere) while the doorbell is still being rung.
     sched.lose_link(doorbell.link, TransportError::PeerGone("gone".into()));
-    assert!(matches!(sched.collect(id), Some(Err(EngineError::Transport { .. }))));
+    assert!(matches!(sched.collect(id), Some(Err(TransferError::Transport { .. }))));
     let before: Vec<Event> = events(&mut sched);
     assert!(!before.iter().any(|event| matches!(event, Event::Unhold { .. })), "{before:?}");
     sched.finish_doorbell(doorbell, Err(TransportError::PeerGone("gone".into())));
@@ -202,7 +203,7 @@ fn a_deadline_passing_ends_the_transfer_with_what_was_confirmed_and_its_slot_wai
     assert!(!sched.handle_timeout(deadline - Duration::from_millis(1)));
     assert!(sched.handle_timeout(deadline));
     match sched.collect(id) {
-        Some(Err(EngineError::DeadlineExceeded { confirmed_bytes, len })) => {
+        Some(Err(TransferError::DeadlineExceeded { confirmed_bytes, len })) => {
             assert_eq!((confirmed_bytes, len), (8 * BLOCK, 16 * BLOCK))
         }
         other => panic!("{other:?}"),
@@ -224,7 +225,7 @@ fn a_lane_that_stops_answering_is_lost_at_its_stall_time() {
     assert_eq!(sched.next_timeout(), Some(stall));
     assert!(sched.handle_timeout(stall));
     match sched.collect(id) {
-        Some(Err(EngineError::Transport { source: TransportError::DeadlineExceeded { .. }, .. })) => {}
+        Some(Err(TransferError::Transport { source: TransportError::DeadlineExceeded { .. }, .. })) => {}
         other => panic!("{other:?}"),
     }
     assert_eq!(events(&mut sched).last(), Some(&Event::Room), "its slot came free");
@@ -240,8 +241,8 @@ fn cancel_ends_a_queued_or_half_posted_transfer_and_posts_nothing_more_of_it() {
     assert!(sched.cancel(queued) && sched.cancel(half));
     assert!(!sched.cancel(half), "once");
     assert!(sched.next_doorbell(now).is_none());
-    assert!(matches!(sched.collect(queued), Some(Err(EngineError::Cancelled { confirmed_bytes: 0 }))));
-    assert!(matches!(sched.collect(half), Some(Err(EngineError::Cancelled { confirmed_bytes: 0 }))));
+    assert!(matches!(sched.collect(queued), Some(Err(TransferError::Cancelled { confirmed_bytes: 0 }))));
+    assert!(matches!(sched.collect(half), Some(Err(TransferError::Cancelled { confirmed_bytes: 0 }))));
     // The half-posted one's slot frees when its posted blocks retire.
     let before = events(&mut sched);
     assert_eq!(before.iter().filter(|event| **event == Event::Room).count(), 1, "{before:?}");
@@ -312,7 +313,7 @@ fn a_doorbell_the_transport_refuses_goes_again_a_request_at_a_time_and_only_the_
     assert!(sched.next_doorbell(now).is_none());
     sched.handle_completions(lane(0, 0), &completed.iter().map(|id| done(*id)).collect::<Vec<_>>(), now);
     assert!(matches!(sched.collect(first), Some(Ok(_))));
-    assert!(matches!(sched.collect(bad), Some(Err(EngineError::Transport { .. }))));
+    assert!(matches!(sched.collect(bad), Some(Err(TransferError::Transport { .. }))));
     assert!(matches!(sched.collect(third), Some(Ok(_))));
     assert_eq!(sched.lane_stats(0).unwrap()[0].posted_wrs, 2);
 }
