@@ -24,8 +24,9 @@ pub(crate) struct Doorbell {
     pieces: [u32; MAX_OPS_PER_POST],
     /// The gather entries of every request, in order; empty on lanes that do not pack.
     entries: Vec<GatherEntry>,
-    /// A refused request posted again alone.
-    retry: bool,
+    /// A refused request posted again alone (taken off the lane's refused queue: it is in
+    /// flight now, and goes back to the queue's front only if the lane refuses its gather).
+    retry: Option<Refused>,
     /// Its requests are reads (`ops` hold their fields; no immediate, no gather).
     reads: bool,
 }
@@ -209,7 +210,7 @@ impl Scheduler {
             ops: [WriteOp::EMPTY; MAX_OPS_PER_POST],
             pieces: [1u32; MAX_OPS_PER_POST],
             entries: std::mem::take(&mut lane.entries),
-            retry: false,
+            retry: None,
             reads: lane.reading,
         };
         doorbell.entries.clear();
@@ -303,7 +304,13 @@ impl Scheduler {
     /// (one sequence number, the last piece signalled).
     fn build_retry(&mut self, link: LinkId) -> Option<Doorbell> {
         let lane = self.lane_mut(link);
-        let refused = *lane.refused.front()?;
+        let refused = lane.refused.pop_front()?;
+        // A failure path: the few entries of one request may take an allocation.
+        let own: Vec<GatherEntry> = if refused.pieces > 1 {
+            lane.refused_entries.drain(..refused.pieces as usize).collect()
+        } else {
+            Vec::new()
+        };
         let op = WriteOp { wr_id: lane.next_seq, signalled: true, ..refused.op };
         let mut doorbell = Doorbell {
             link,
@@ -314,17 +321,16 @@ impl Scheduler {
             ops: [op; MAX_OPS_PER_POST],
             pieces: [1u32; MAX_OPS_PER_POST],
             entries: std::mem::take(&mut lane.entries),
-            retry: true,
+            retry: Some(refused),
             reads: refused.read,
         };
         doorbell.entries.clear();
         if refused.pieces > 1 {
-            let own = &lane.refused_entries.make_contiguous()[..refused.pieces as usize];
             if lane.max_pieces > 1 {
-                doorbell.entries.extend_from_slice(own);
+                doorbell.entries.extend_from_slice(&own);
                 doorbell.pieces[0] = refused.pieces;
             } else {
-                for (index, piece) in gather_op(&op, 0, refused.pieces).pieces(own).enumerate() {
+                for (index, piece) in gather_op(&op, 0, refused.pieces).pieces(&own).enumerate() {
                     doorbell.ops[index] = piece;
                 }
                 doorbell.count = refused.pieces as usize;
@@ -347,8 +353,8 @@ impl Scheduler {
         if lane.dead.is_some() {
             // The lane failed while the doorbell rang (a poll or the stall watch): its
             // requests left the in-flight queue with their transfers, nothing is left to count.
-        } else if doorbell.retry {
-            self.finish_retry(&doorbell, &entries, rung);
+        } else if let Some(refused) = doorbell.retry {
+            self.finish_retry(&doorbell, refused, &entries, rung);
         } else {
             match rung {
                 Ok(()) => {
@@ -387,6 +393,7 @@ impl Scheduler {
     fn finish_retry(
         &mut self,
         doorbell: &Doorbell,
+        refused: Refused,
         entries: &[GatherEntry],
         rung: Result<(), TransportError>,
     ) {
@@ -396,7 +403,6 @@ impl Scheduler {
             Ok(()) => {
                 lane.posted_bytes += doorbell.bytes;
                 lane.posted_wrs += 1;
-                lane.drop_first_refused();
             }
             // A transport whose capabilities promise gathers it does not take (a wrapper
             // passing them through, say): the lane stops packing, and the request goes again
@@ -406,9 +412,10 @@ impl Scheduler {
                 lane.in_flight.pop_back();
                 lane.next_seq -= 1;
                 lane.outstanding_bytes -= doorbell.bytes;
+                lane.refused.push_front(refused);
+                entries.iter().rev().for_each(|entry| lane.refused_entries.push_front(*entry));
             }
             Err(error) => {
-                lane.drop_first_refused();
                 let posted = lane.in_flight.pop_back().expect("a retry's request is in flight");
                 lane.outstanding_bytes -= doorbell.bytes;
                 let slot = &self.slots[posted.slot as usize];

@@ -147,15 +147,6 @@ impl Lane {
         !self.refused.is_empty() && self.dead.is_none() && !self.posting
     }
 
-    /// The oldest refused request was posted again, or failed alone.
-    pub(super) fn drop_first_refused(&mut self) {
-        if let Some(refused) = self.refused.pop_front() {
-            if refused.pieces > 1 {
-                self.refused_entries.drain(..refused.pieces as usize);
-            }
-        }
-    }
-
     /// The lane starts a doorbell while empty: neither the wait for a stall nor a rate sample
     /// counts the time it stood idle.
     pub(super) fn wake_up(&mut self, now: Instant) {

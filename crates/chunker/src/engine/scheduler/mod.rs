@@ -7,6 +7,8 @@
 
 mod doorbell;
 mod lane;
+#[cfg(test)]
+mod random_scripts;
 mod slot;
 #[cfg(test)]
 mod tests;
