@@ -298,23 +298,21 @@ pub(super) fn drive(shared: &Shared) {
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::SeqCst) {
         let now = Instant::now();
-        let (worked, in_flight, running, next_timeout) = {
+        let (doorbell, mut worked, in_flight, running) = {
             let mut core = shared.lock_for_driver();
             let doorbell = core.sched.next_doorbell(now).map(|doorbell| core.with_transport(doorbell));
             let mut worked = core.poll_all(now);
             worked |= core.sched.handle_timeout(now);
             core.settle();
-            drop(core);
-            // Rung without the lock: the staged shm channel copies the blocks inside the post.
-            if let Some(doorbell) = doorbell {
-                let rung = ring(&doorbell);
-                shared.lock_for_driver().finish(doorbell.0, rung);
-                worked = true;
-            }
-            let core = shared.lock_for_driver();
             let in_flight = core.sched.in_flight();
-            (worked, in_flight, in_flight || core.sched.queued(), core.sched.next_timeout())
+            (doorbell, worked, in_flight, in_flight || core.sched.queued())
         };
+        // Rung without the lock: the staged shm channel copies the blocks inside the post.
+        if let Some(doorbell) = doorbell {
+            let rung = ring(&doorbell);
+            shared.lock_for_driver().finish(doorbell.0, rung);
+            worked = true;
+        }
         if worked {
             idle_since = None;
             // A std Mutex is not fair: the driver would take it again before a woken caller
@@ -331,8 +329,8 @@ pub(super) fn drive(shared: &Shared) {
             std::thread::park();
             continue;
         }
-        let nap = next_timeout.map_or(NAP, |at| at.saturating_duration_since(now).min(NAP));
         if !in_flight {
+            let nap = nap(shared, now);
             idle_since = None;
             std::thread::park_timeout(nap);
             continue;
@@ -342,9 +340,16 @@ pub(super) fn drive(shared: &Shared) {
             std::hint::spin_loop();
             continue;
         }
-        sleep_on_lanes(shared, &mut cx, &mut busy, &mut scratch, now + nap);
+        let until = now + nap(shared, now);
+        sleep_on_lanes(shared, &mut cx, &mut busy, &mut scratch, until);
         idle_since = None;
     }
+}
+
+/// How long the driver may sleep: until the scheduler's next timeout, at most [`NAP`].
+fn nap(shared: &Shared, now: Instant) -> Duration {
+    let next = shared.lock_for_driver().sched.next_timeout();
+    next.map_or(NAP, |at| at.saturating_duration_since(now).min(NAP))
 }
 
 /// Registers the driver's waker with every lane that has requests in flight (taking what

@@ -122,6 +122,9 @@ pub(crate) struct Scheduler {
     next_peer: usize,
     stopping: bool,
     next_timeout_scan: Instant,
+    /// No running transfer's deadline is earlier (the last scan's minimum, lowered by each
+    /// submit since; it may be a transfer's that ended, which only wakes the driver early).
+    earliest_deadline: Option<Instant>,
     /// Reserved for two per slot and one `Room`: each slot ends and unholds at most once
     /// between two drains.
     events: VecDeque<Event>,
@@ -149,6 +152,7 @@ impl Scheduler {
             next_peer: 0,
             stopping: false,
             next_timeout_scan: now,
+            earliest_deadline: None,
             events: VecDeque::with_capacity(2 * max_transfers as usize + 1),
             room_pending: false,
         }
@@ -291,6 +295,7 @@ impl Scheduler {
             lanes_used: 0,
             holds_source: true,
         };
+        self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |at| at.min(deadline)));
         let peer = &mut self.peers[admitted.peer as usize];
         match request.class {
             Class::Bulk => peer.bulk.push_back(index),
@@ -526,13 +531,20 @@ impl Scheduler {
         }
         self.next_timeout_scan = now + TIMEOUT_SCAN;
         let mut ended = false;
+        self.earliest_deadline = None;
         for index in 0..self.slots.len() {
             let slot = &self.slots[index];
-            if slot.running() && now >= slot.deadline {
+            if !slot.running() {
+                continue;
+            }
+            if now >= slot.deadline {
                 let error =
                     TransferError::DeadlineExceeded { confirmed_bytes: slot.confirmed, len: slot.total };
                 self.end(index as u32, Err(error));
                 ended = true;
+            } else {
+                let deadline = slot.deadline;
+                self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |at| at.min(deadline)));
             }
         }
         if ended {
@@ -562,14 +574,13 @@ impl Scheduler {
 
     /// When [`handle_timeout`](Self::handle_timeout) next has something to end, if anything
     /// runs: the earliest deadline of a running transfer or stall of a busy lane.
+    /// Looks at no slot (a scan of thousands is what `handle_timeout` does once per
+    /// millisecond): the earliest deadline is kept as transfers come and scans pass.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let deadlines = self.slots.iter().filter(|slot| slot.running()).map(|slot| slot.deadline);
         let stalls = self.peers.iter().flat_map(|peer| &peer.lanes);
         let stalls = stalls.filter(|lane| lane.dead.is_none() && !lane.in_flight.is_empty());
-        deadlines
-            .chain(stalls.map(|lane| lane.progress_at + self.lane_stall))
-            .min()
-            .map(|at| at.max(self.next_timeout_scan))
+        let stalls = stalls.map(|lane| lane.progress_at + self.lane_stall);
+        stalls.chain(self.earliest_deadline).min().map(|at| at.max(self.next_timeout_scan))
     }
 
     /// Whether some live lane has requests in flight (the driver polls them).
