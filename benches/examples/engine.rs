@@ -7,13 +7,15 @@
 //!   gather requests of the hinted size (the default), against one contiguous transfer of the
 //!   same bytes at the hint; the three interleaved run by run, each on its own connection;
 //! * **behind bulk**: a 4 KiB transfer's submit-to-completion p50/p99 alone, and while 1 GiB
-//!   transfers run on the same connection (bulk class, and the 4 KiB one latency-first).
+//!   transfers run on the same connection (bulk class, and the 4 KiB one latency-first);
+//! * **alone**: a 4 KiB latency-first transfer on an idle connection of one lane, submit to
+//!   `wait` returning, p50/p99 of 2000 (prints `RESULT alone <id> <p50 µs> <p99 µs>`).
 //!
 //! Medians of `--runs` runs (after one warm-up); every run's bytes are checked where they
 //! landed (the 4 KiB probes' too).
 //!
 //! `engine [--mib 256] [--runs 5] [--ids staged:tcp,staged:shm] [--bulk-mib 1024] [--lane-kib N]
-//! [--queue-us N] [--rows lanes,paged,behind]` (`--lane-kib`: the engine's cap on bytes in
+//! [--queue-us N] [--rows lanes,paged,behind,alone]` (`--lane-kib`: the engine's cap on bytes in
 //! flight per lane; `--queue-us`: its queue time per lane; defaults `EngineConfig`'s)
 
 use rdma_hint::chunker::{Engine, EngineConfig, PeerId, Segment, TransferRequest};
@@ -47,7 +49,7 @@ fn args() -> Args {
         rows,
     };
     let mut given = Flags::from_env(
-        "usage: engine [--mib N] [--bulk-mib N] [--lane-kib N] [--runs N] [--queue-us N] [--rows lanes,paged,behind] [--ids ID,ID]",
+        "usage: engine [--mib N] [--bulk-mib N] [--lane-kib N] [--runs N] [--queue-us N] [--rows lanes,paged,behind,alone] [--ids ID,ID]",
     );
     while let Some(flag) = given.next_arg() {
         match flag.as_str() {
@@ -371,6 +373,24 @@ fn behind_bulk(
     }
 }
 
+/// A 4 KiB latency-first transfer on an idle connection of one lane, submit to `wait`
+/// returning, after the lane's first 256 requests (which the engine leaves to its driver):
+/// what `benches/engine-vs-write-lat.sh` sets against `write_lat`'s post-to-completion.
+fn alone_row(id: &TransportId, hint: &SizeHint) {
+    let connection = connect(id, 1, 1 << 20).expect("one lane always opens");
+    let (engine, peer) = engine_of(hint, &connection, EngineConfig::default());
+    let probe = || TransferRequest::single(&connection.source, 0, &connection.remote, 0, 4096).latency_first();
+    for _ in 0..300 {
+        run(&engine, peer, probe());
+    }
+    let mut micros: Vec<f64> = (0..2000).map(|_| run(&engine, peer, probe()).as_secs_f64() * 1e6).collect();
+    micros.sort_by(f64::total_cmp);
+    check(&connection, &[Segment { local_offset: 0, remote_offset: 0, len: 4096 }]);
+    let (p50, p99) = (percentile(&micros, 0.5), percentile(&micros, 0.99));
+    println!("{id}: 4 KiB latency-first alone, submit to wait, p50/p99 {p50:.2}/{p99:.2} us");
+    println!("RESULT alone {id} {p50:.3} {p99:.3}");
+}
+
 fn main() {
     let args = args();
     for id in &args.ids {
@@ -385,6 +405,9 @@ fn main() {
         }
         if row("behind") {
             behind_bulk_row(id, &hint, &args);
+        }
+        if row("alone") {
+            alone_row(id, &hint);
         }
     }
 }
