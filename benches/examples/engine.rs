@@ -379,7 +379,8 @@ fn behind_bulk(
 fn alone_row(id: &TransportId, hint: &SizeHint) {
     let connection = connect(id, 1, 1 << 20).expect("one lane always opens");
     let (engine, peer) = engine_of(hint, &connection, EngineConfig::default());
-    let probe = || TransferRequest::single(&connection.source, 0, &connection.remote, 0, 4096).latency_first();
+    let probe =
+        || TransferRequest::single(&connection.source, 0, &connection.remote, 0, 4096).latency_first();
     for _ in 0..300 {
         run(&engine, peer, probe());
     }
