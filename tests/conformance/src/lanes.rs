@@ -223,13 +223,7 @@ pub fn the_engine_packs_scattered_pages_at_the_hint<B: Backend>(s: &Subject<'_, 
     let source = random_bytes(len as usize, 71);
     connection.senders[0].write_region(connection.source.id, 0, &source).expect("fill the source");
     let (engine, peers) = engine_over(block, &[&connection]);
-    let segments: Vec<rdma_hint_chunker::Segment> = (0..pages)
-        .map(|k| rdma_hint_chunker::Segment {
-            local_offset: (pages - 1 - k) * 2 * page,
-            remote_offset: k * page,
-            len: page,
-        })
-        .collect();
+    let segments = scattered_pages(pages, page);
     let request = rdma_hint_chunker::TransferRequest::scatter(
         &connection.source,
         &connection.remote[0],
@@ -265,13 +259,7 @@ pub fn the_engine_reads_scattered_pages_the_peer_exposed<B: Backend>(s: &Subject
     let exposed = random_bytes(len as usize, 83);
     connection.receivers[0].write_region(connection.target.id, 0, &exposed).expect("fill the exposed region");
     let (engine, peers) = engine_over(64 * 1024, &[&connection]);
-    let segments: Vec<rdma_hint_chunker::Segment> = (0..pages)
-        .map(|k| rdma_hint_chunker::Segment {
-            local_offset: (pages - 1 - k) * 2 * page,
-            remote_offset: k * page,
-            len: page,
-        })
-        .collect();
+    let segments = scattered_pages(pages, page);
     let request = rdma_hint_chunker::TransferRequest::scatter(
         &connection.source,
         &connection.remote[0],
@@ -287,6 +275,18 @@ pub fn the_engine_reads_scattered_pages_the_peer_exposed<B: Backend>(s: &Subject
         let (landed, sent) = (&fetched[at(segment.local_offset)], &exposed[at(segment.remote_offset)]);
         assert_eq!(first_mismatch(landed, sent), None, "the page read from {}", segment.remote_offset);
     }
+}
+
+/// `pages` pages of `page` bytes, every other page of the local region in reverse order,
+/// landing back to back remotely.
+fn scattered_pages(pages: u64, page: u64) -> Vec<rdma_hint_chunker::Segment> {
+    (0..pages)
+        .map(|k| rdma_hint_chunker::Segment {
+            local_offset: (pages - 1 - k) * 2 * page,
+            remote_offset: k * page,
+            len: page,
+        })
+        .collect()
 }
 
 /// Transfers in flight to a peer whose transports close end in a typed error within the

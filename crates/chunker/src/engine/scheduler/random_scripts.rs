@@ -11,8 +11,7 @@ use crate::policy::PostPolicy;
 use crate::TransferError;
 use proptest::prelude::*;
 use rdma_hint_core::{
-    Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, RegionId, RemoteRegion, SourceId,
-    TransportError, TransportFacts, TransportId, TransportKind,
+    Completion, CompletionStatus, LocalRegion, MemoryKind, RegionId, RemoteRegion, SourceId, TransportError,
 };
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -79,28 +78,6 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn caps() -> Capabilities {
-    Capabilities {
-        facts: TransportFacts {
-            id: TransportId::Loopback,
-            kind: TransportKind::Loopback,
-            wire_gbps: 10.0,
-            nic_pcie: None,
-            per_op_overhead_us: 0.05,
-            mtu_bytes: None,
-            max_msg_bytes: 1 << 30,
-            max_payload_bytes: None,
-            queried_from_backend: true,
-            rate_note: None,
-        },
-        max_outstanding_wrs: 16,
-        max_wrs_per_post: 4,
-        max_sges: 4,
-        memory_kinds: vec![MemoryKind::Host],
-        caller_memory: Vec::new(),
-    }
-}
-
 /// What the script knows of one submitted transfer.
 struct Tracked {
     total: u64,
@@ -135,7 +112,8 @@ impl Harness {
         };
         let mut sched = Scheduler::new(SLOTS, config, Duration::from_millis(30), false, now);
         sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
-        let caps = caps();
+        // The policy below keeps 16 requests outstanding and 4 per doorbell.
+        let caps = super::tests::caps(4);
         sched.add_peer(&[&caps, &caps], &[REMOTE], now).unwrap();
         Harness {
             sched,

@@ -16,7 +16,7 @@ const LOCAL: LocalRegion = LocalRegion { id: RegionId(1), kind: MemoryKind::Host
 const REMOTE: RemoteRegion = RemoteRegion { id: RegionId(2), len: 1 << 30 };
 const BLOCK: u64 = 64 << 10;
 
-fn caps(max_sges: u32) -> Capabilities {
+pub(super) fn caps(max_sges: u32) -> Capabilities {
     Capabilities {
         facts: TransportFacts {
             id: TransportId::Loopback,
@@ -40,6 +40,11 @@ fn caps(max_sges: u32) -> Capabilities {
 
 /// A scheduler with one peer of `lanes` lanes, blocks of [`BLOCK`], and a roomy cap.
 fn scheduler(lanes: usize, control_lane: bool, now: Instant) -> Scheduler {
+    scheduler_of(lanes, control_lane, 1, now)
+}
+
+/// [`scheduler`] over lanes that gather `max_sges` ranges per request.
+fn scheduler_of(lanes: usize, control_lane: bool, max_sges: u32, now: Instant) -> Scheduler {
     let config = LaneConfig {
         policy: PostPolicy::default(),
         bytes_in_flight: 1 << 30,
@@ -48,7 +53,7 @@ fn scheduler(lanes: usize, control_lane: bool, now: Instant) -> Scheduler {
     };
     let mut sched = Scheduler::new(16, config, Duration::from_secs(10), control_lane, now);
     sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
-    let caps = caps(1);
+    let caps = caps(max_sges);
     let lanes: Vec<&Capabilities> = (0..lanes).map(|_| &caps).collect();
     assert_eq!(sched.add_peer(&lanes, &[REMOTE], now).unwrap(), 0);
     sched
@@ -346,15 +351,7 @@ fn reads(doorbell: &super::Doorbell) -> Vec<rdma_hint_core::ReadOp> {
 #[test]
 fn a_read_goes_as_reads_of_one_range_each_and_cannot_notify() {
     let now = Instant::now();
-    let config = LaneConfig {
-        policy: PostPolicy::default(),
-        bytes_in_flight: 1 << 30,
-        queue_time: Duration::from_micros(200),
-        gather_entries: 64,
-    };
-    let mut sched = Scheduler::new(16, config, Duration::from_secs(10), false, now);
-    sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
-    sched.add_peer(&[&caps(16)], &[REMOTE], now).unwrap();
+    let mut sched = scheduler_of(1, false, 16, now);
     // Four 16 KiB pages landing back to back: a write packs them into one gather request.
     let pages: Vec<crate::engine::Segment> = (0..4u64)
         .map(|k| crate::engine::Segment {
