@@ -242,7 +242,12 @@ impl Engine {
         request: TransferRequest,
         deadline: Instant,
     ) -> Result<TransferId, Refusal> {
-        let (id, doorbell) = self.shared.lock().submit(peer.0, request, deadline)?;
+        let submitted = self.shared.lock().submit(peer.0, request, deadline);
+        if matches!(submitted, Err((RequestError::Full { .. }, _))) {
+            // Slots may be waiting for blocks to retire that nobody polls yet.
+            self.shared.kick_if_pending();
+        }
+        let (id, doorbell) = submitted?;
         let queued = match doorbell {
             Some(doorbell) => {
                 let rung = driver::ring(&doorbell);
@@ -317,6 +322,9 @@ impl Engine {
         let mut core = self.shared.lock();
         let cancelled = core.sched.cancel(id);
         core.settle();
+        drop(core);
+        // Its blocks in flight still retire: the driver polls for them.
+        self.shared.kick_if_pending();
         cancelled
     }
 
@@ -335,8 +343,15 @@ impl Engine {
             let mut state = self.shared.lock();
             state.poll_all(now);
             let collected = state.sched.collect(id);
+            let holds_blocks = state.sched.holds_blocks(id);
             state.settle();
             if let Some(result) = collected {
+                drop(state);
+                // A result handed out with blocks still in flight (cancelled, past its
+                // deadline): the driver retires them and frees the slot and the source.
+                if holds_blocks {
+                    self.shared.kick_if_pending();
+                }
                 return Poll::Ready(result);
             }
             if now >= deadline {

@@ -200,6 +200,9 @@ impl Scheduler {
         let lane_index = link.lane as usize;
         let peer = &mut self.peers[link.peer as usize];
         let lane = &mut peer.lanes[lane_index];
+        if lane.switching && !lane.in_flight.is_empty() {
+            return None; // draining before it turns
+        }
         let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
         let mut doorbell = Doorbell {
             link,
@@ -214,8 +217,13 @@ impl Scheduler {
             reads: lane.reading,
         };
         doorbell.entries.clear();
-        // The lane's direction while it has requests in flight, else the first block's.
-        let mut direction = (!lane.in_flight.is_empty()).then_some(lane.reading);
+        // The lane's direction while it has requests in flight; an empty lane turns to the
+        // direction that waited, if one did, else takes the first block's.
+        let mut direction = if lane.in_flight.is_empty() {
+            std::mem::take(&mut lane.switching).then_some(!lane.reading)
+        } else {
+            Some(lane.reading)
+        };
         let (mut latency_fenced, mut bulk_fenced) = (0, 0);
         lane.wake_up(now);
         // Bytes in flight are capped (past the first block): whatever is posted on a lane is
@@ -249,7 +257,14 @@ impl Scheduler {
             // other direction than the doorbell's waits for a doorbell of its own.
             let elsewhere = slot.lanes_used & !(1u16 << lane_index) != 0;
             let fenced = last && elsewhere && slot.notify.is_some() && slot.in_flight > 0;
-            if fenced || direction.is_some_and(|reads| reads != slot.read) {
+            if direction.is_some_and(|reads| reads != slot.read) {
+                // The other direction waits: nothing more of this one until the lane turns.
+                doorbell.entries.truncate(built);
+                queue.push_front(index);
+                lane.switching = true;
+                break;
+            }
+            if fenced {
                 doorbell.entries.truncate(built);
                 queue.push_back(index);
                 if from_latency {

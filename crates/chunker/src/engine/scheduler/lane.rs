@@ -51,6 +51,9 @@ pub(crate) struct Lane {
     /// request vouches for every request before it only in its own direction on some
     /// transports (a staged tcp write completes when sent, a read when its answer is back).
     pub(super) reading: bool,
+    /// A block of the other direction waits: the lane takes no more of this direction until
+    /// its requests in flight retire, then turns (so neither direction starves the other).
+    pub(super) switching: bool,
     pub(super) outstanding_bytes: u64,
     pub(super) posted_bytes: u64,
     pub(super) posted_wrs: u64,
@@ -106,6 +109,7 @@ impl Lane {
             next_seq: 1,
             in_flight: VecDeque::with_capacity(policy.window as usize),
             reading: false,
+            switching: false,
             outstanding_bytes: 0,
             posted_bytes: 0,
             posted_wrs: 0,

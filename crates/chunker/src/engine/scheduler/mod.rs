@@ -350,6 +350,12 @@ impl Scheduler {
         }
     }
 
+    /// Whether `id`'s result was handed out while blocks of it are still in flight (its slot
+    /// frees when they retire, which someone must poll for).
+    pub(crate) fn holds_blocks(&self, id: TransferId) -> bool {
+        self.slot(id).is_some_and(|slot| matches!(slot.phase, Phase::Collected) && slot.in_flight > 0)
+    }
+
     /// Stops posting a transfer's blocks; it ends [`TransferError::Cancelled`] (blocks already
     /// posted still land). `false` if it had already ended.
     pub(crate) fn cancel(&mut self, id: TransferId) -> bool {
@@ -579,7 +585,8 @@ impl Scheduler {
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
         let stalls = self.peers.iter().flat_map(|peer| &peer.lanes);
         let stalls = stalls.filter(|lane| lane.dead.is_none() && !lane.in_flight.is_empty());
-        let stalls = stalls.map(|lane| lane.progress_at + self.lane_stall);
+        // Checked: `Duration::MAX` (no stall watch) must not overflow the instant.
+        let stalls = stalls.filter_map(|lane| lane.progress_at.checked_add(self.lane_stall));
         stalls.chain(self.earliest_deadline).min().map(|at| at.max(self.next_timeout_scan))
     }
 

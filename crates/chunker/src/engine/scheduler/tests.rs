@@ -385,15 +385,60 @@ fn a_lane_carries_one_direction_at_a_time() {
     let mut sched = scheduler(1, false, now);
     let write = submit(&mut sched, single(0, 2 * BLOCK), now + Duration::from_secs(1));
     let read = submit(&mut sched, single(4 * BLOCK, BLOCK).read(), now + Duration::from_secs(1));
+    // The write's first block; the read's turn comes next, so its second block waits too.
     let (link, ops) = post(&mut sched, now);
-    assert_eq!(ops.len(), 2, "the write's blocks alone: {ops:?}");
+    assert_eq!(ops.len(), 1, "the write's first block alone: {ops:?}");
     assert!(sched.next_doorbell(now).is_none(), "the read waits while writes are in flight");
-    sched.handle_completions(link, &[done(ops[1].wr_id)], now);
+    sched.handle_completions(link, &[done(ops[0].wr_id)], now);
     let doorbell = sched.next_doorbell(now).unwrap();
     let fetched = reads(&doorbell);
     assert_eq!((fetched.len(), fetched[0].remote_offset), (1, 4 * BLOCK));
     sched.finish_doorbell(doorbell, Ok(()));
     sched.handle_completions(link, &[done(fetched[0].wr_id)], now);
-    assert!(matches!(sched.collect(write), Some(Ok(_))));
     assert!(matches!(sched.collect(read), Some(Ok(Delivered { blocks: 1, .. }))));
+    let (_, rest) = post(&mut sched, now);
+    assert_eq!(rest[0].remote_offset, BLOCK, "then the write's second block");
+    sched.handle_completions(link, &[done(rest[0].wr_id)], now);
+    assert!(matches!(sched.collect(write), Some(Ok(Delivered { blocks: 2, .. }))));
+}
+
+#[test]
+fn a_lane_stall_of_duration_max_turns_the_stall_watch_off_without_overflow() {
+    let now = Instant::now();
+    let config = LaneConfig {
+        policy: PostPolicy::default(),
+        bytes_in_flight: 1 << 30,
+        queue_time: Duration::from_micros(200),
+        gather_entries: 64,
+    };
+    let mut sched = Scheduler::new(4, config, Duration::MAX, false, now);
+    sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
+    sched.add_peer(&[&caps(1)], &[REMOTE], now).unwrap();
+    let deadline = now + Duration::from_secs(3600);
+    submit(&mut sched, single(0, BLOCK), deadline);
+    post(&mut sched, now);
+    assert_eq!(sched.next_timeout(), Some(deadline), "the deadline alone: no stall time");
+    assert!(!sched.handle_timeout(now + Duration::from_secs(1800)));
+}
+
+#[test]
+fn a_read_behind_a_stream_of_writes_goes_once_the_lane_drains() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    submit(&mut sched, single(0, 8 * BLOCK), now + Duration::from_secs(1));
+    let (link, first) = post(&mut sched, now);
+    let read = submit(&mut sched, single(16 * BLOCK, BLOCK).read(), now + Duration::from_secs(1));
+    // Writes keep coming: none of them passes the waiting read while the lane drains.
+    submit(&mut sched, single(32 * BLOCK, 8 * BLOCK), now + Duration::from_secs(1));
+    assert!(sched.next_doorbell(now).is_none(), "the lane drains before it turns");
+    sched.handle_completions(link, &[done(first.last().unwrap().wr_id)], now);
+    let doorbell = sched.next_doorbell(now).unwrap();
+    let fetched = reads(&doorbell);
+    assert_eq!((fetched.len(), fetched[0].remote_offset), (1, 16 * BLOCK));
+    sched.finish_doorbell(doorbell, Ok(()));
+    sched.handle_completions(link, &[done(fetched[0].wr_id)], now);
+    assert!(matches!(sched.collect(read), Some(Ok(Delivered { blocks: 1, .. }))));
+    // Then the writes that waited go.
+    let (_, writes) = post(&mut sched, now);
+    assert_eq!(writes[0].remote_offset, 32 * BLOCK);
 }
