@@ -106,12 +106,19 @@ fn connect_with_tokens<B: Backend>(
     let listening = s.backend.open(listener);
     let region = listening.register(MemoryKind::Host, 4096).expect("register");
     let address = listening.bind(s.backend.listen_address()).expect("bind");
+    // The listener lives until the dialler's connect has returned: one dropped as soon as its
+    // own side connected gives its memory back, and a dialler still checking the shm ring it
+    // handed over would find its pages gone (loaded run 31: "0 B of its 266240 B are
+    // committed"), which is what a peer that leaves mid-handshake gets, not this rule's case.
     let accepting = std::thread::spawn(move || {
-        block_on(listening.connect(PeerEndpoint::Listen(address), &[region.id], deadline(seconds))).map(drop)
+        let accepted =
+            block_on(listening.connect(PeerEndpoint::Listen(address), &[region.id], deadline(seconds)));
+        (accepted.map(drop), listening)
     });
     let dialling = s.backend.open(dialler);
     let dialled = block_on(dialling.connect(PeerEndpoint::Dial(address), &[], deadline(seconds))).map(drop);
-    (accepting.join().expect("accepting"), dialled)
+    let (accepted, _listening) = accepting.join().expect("accepting");
+    (accepted, dialled)
 }
 
 /// Equal tokens connect; a different or a missing one on either side connects neither.
