@@ -28,8 +28,9 @@ declare -A lat eng
 for run in $(seq "$repeat"); do
     for side in $sides; do
         for id in $ids; do
-            read -r c50 c99 < <(completion "$BIN/$side" "$id")
-            read -r e50 e99 < <(timeout 300 "$BIN/$side/engine" --rows alone --ids "$id" | awk '/^RESULT alone/ { print $4, $5 }')
+            # A build without the row (older than it) reads "-".
+            read -r c50 c99 < <(completion "$BIN/$side" "$id") || c50=- c99=-
+            read -r e50 e99 < <(timeout 300 "$BIN/$side/engine" --rows alone --ids "$id" | awk '/^RESULT alone/ { print $4, $5 }') || e50=- e99=-
             echo "run $run $side $id: write_lat completion $c50 / $c99 us, engine alone $e50 / $e99 us"
             lat[$side $id]+="$c50 "
             eng[$side $id]+="$e50 "
@@ -42,6 +43,7 @@ for side in $sides; do
     for id in $ids; do
         # shellcheck disable=SC2086
         c=$(median ${lat[$side $id]}) e=$(median ${eng[$side $id]})
-        printf '%-6s %-12s %12s %12s %8s\n' "$side" "$id" "$c" "$e" "$(awk -v e="$e" -v c="$c" 'BEGIN { printf "%.2fx", e / c }')"
+        ratio=$(awk -v e="$e" -v c="$c" 'BEGIN { if (e == "-" || c == "-") print "-"; else printf "%.2fx", e / c }')
+        printf '%-6s %-12s %12s %12s %8s\n' "$side" "$id" "$c" "$e" "$ratio"
     done
 done
