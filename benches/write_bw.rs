@@ -4,7 +4,7 @@
 //! `ib_write_bw` / `ib_read_bw` measure), of writes or of reads. The examples only open their
 //! transport and call [`run`].
 
-use rdma_hint::{Arrival, Completion, MemoryKind, PeerEndpoint, ReadOp, Transport, TransportError, WriteOp};
+use rdma_hint::{Arrival, Completion, MemoryKind, PeerEndpoint, Transport, TransportError, WriteOp};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -82,15 +82,7 @@ pub fn run(transport: &dyn Transport, role: Role, bytes: u64) -> Result<(), Stri
                 imm: None,
             }; BATCH];
             batch[BATCH - 1].signalled = true;
-            let reads = batch.map(|op| ReadOp {
-                wr_id: op.wr_id,
-                local: op.local,
-                local_offset: op.local_offset,
-                remote: op.remote,
-                remote_offset: op.remote_offset,
-                len: op.len,
-                signalled: op.signalled,
-            });
+            let reads = batch.map(|op| op.as_read());
             let post = || match role {
                 Role::Read(..) => transport.post_reads(&reads),
                 _ => transport.post_writes(&batch),

@@ -112,6 +112,29 @@ impl WriteOp {
         imm: None,
     };
 
+    /// The read of the same ranges: `remote[remote_offset..]` fetched into
+    /// `local[local_offset..]` (a read carries no immediate).
+    ///
+    /// ```
+    /// use rdma_hint_core::{RegionId, WriteOp};
+    /// let op = WriteOp { wr_id: 3, local: RegionId(1), local_offset: 64, remote: RegionId(2),
+    ///                    remote_offset: 4096, len: 100, signalled: true, imm: Some(7) };
+    /// let read = op.as_read();
+    /// assert_eq!((read.wr_id, read.local_offset, read.remote_offset, read.len), (3, 64, 4096, 100));
+    /// assert!(read.signalled);
+    /// ```
+    pub fn as_read(&self) -> ReadOp {
+        ReadOp {
+            wr_id: self.wr_id,
+            local: self.local,
+            local_offset: self.local_offset,
+            remote: self.remote,
+            remote_offset: self.remote_offset,
+            len: self.len,
+            signalled: self.signalled,
+        }
+    }
+
     /// The one check an op gets before it is posted: not empty, within the transport's max
     /// message, and inside both regions (`local_len`, `remote_len` bytes) without overflow.
     /// Backends call it through the backend core's `RegionTable::check_write`,

@@ -116,11 +116,12 @@ impl Core {
         (doorbell, transport)
     }
 
-    /// Records how ringing a doorbell went; whether blocks are left to post.
+    /// Records how ringing a doorbell went; whether blocks of its peer are left to post.
     pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) -> bool {
+        let peer = doorbell.link.peer;
         self.sched.finish_doorbell(doorbell, rung);
         self.settle();
-        self.sched.queued()
+        self.sched.peer_queued(peer)
     }
 
     /// Polls every lane with requests in flight; whether anything was retired or failed.

@@ -56,15 +56,7 @@ impl Doorbell {
         let ops = &self.ops[..self.count];
         if self.reads {
             for (read, op) in scratch.reads.iter_mut().zip(ops) {
-                *read = ReadOp {
-                    wr_id: op.wr_id,
-                    local: op.local,
-                    local_offset: op.local_offset,
-                    remote: op.remote,
-                    remote_offset: op.remote_offset,
-                    len: op.len,
-                    signalled: op.signalled,
-                };
+                *read = op.as_read();
             }
             return Ring::Reads(&scratch.reads[..self.count]);
         }

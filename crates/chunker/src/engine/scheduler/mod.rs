@@ -106,6 +106,12 @@ struct Peer {
     bulk: VecDeque<u32>,
 }
 
+impl Peer {
+    fn queued(&self) -> bool {
+        !self.latency.is_empty() || !self.bulk.is_empty() || self.lanes.iter().any(Lane::retry_ready)
+    }
+}
+
 pub(crate) struct Scheduler {
     peers: Vec<Peer>,
     /// Source holds of freed slots whose peer had a doorbell ringing (see `unhold_source`).
@@ -601,9 +607,13 @@ impl Scheduler {
     /// Whether some transfer has blocks left to post (queued, fenced, or refused and waiting
     /// to go again).
     pub(crate) fn queued(&self) -> bool {
-        self.peers.iter().any(|peer| {
-            !peer.latency.is_empty() || !peer.bulk.is_empty() || peer.lanes.iter().any(Lane::retry_ready)
-        })
+        self.peers.iter().any(Peer::queued)
+    }
+
+    /// [`queued`](Self::queued) for one peer (a submit's: the others' were the driver's
+    /// already).
+    pub(crate) fn peer_queued(&self, peer: u32) -> bool {
+        self.peers.get(peer as usize).is_some_and(Peer::queued)
     }
 
     /// Whether `link` is live and has requests in flight (the driver polls it, or sleeps on
