@@ -10,17 +10,19 @@ pub mod write_bw;
 
 use async_trait::async_trait;
 use crossbeam_channel::{Receiver, Sender};
-use rdma_hint::chunker::PostPolicy;
-use rdma_hint::hint_core::{TransportFacts, TransportId, TransportKind};
+use rdma_hint::engine::PostPolicy;
+use rdma_hint::transport::{Capabilities, CompletionStatus, Domain, WaitMode};
+use rdma_hint::transport::{TransportFacts, TransportKind};
+use rdma_hint::TransportId;
 use rdma_hint::{
-    Arrival, Capabilities, Completion, CompletionStatus, Domain, LocalRegion, MemoryKind, PeerEndpoint,
-    RegionId, RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
+    Arrival, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion, Transport,
+    TransportError, WriteOp,
 };
 use std::net::SocketAddr;
 use std::time::Instant;
 
 /// The library's own blocking executor (allocation-free after its first call on a thread).
-pub use rdma_hint::backend_core::blocking::block_on;
+pub use rdma_hint::block_on;
 
 /// A transport that moves no bytes: every signalled op completes at once. Measures what the
 /// posting machinery itself costs per block.
@@ -84,8 +86,8 @@ impl Domain for NullTransport {
     fn read_region(&self, _region: RegionId, _offset: u64, _out: &mut [u8]) -> Result<(), TransportError> {
         Ok(())
     }
-    fn copied_bytes(&self) -> rdma_hint::CopiedBytes {
-        rdma_hint::CopiedBytes::default() // it moves no bytes at all
+    fn copied_bytes(&self) -> rdma_hint::transport::CopiedBytes {
+        rdma_hint::transport::CopiedBytes::default() // it moves no bytes at all
     }
 }
 
@@ -134,7 +136,11 @@ impl Transport for NullTransport {
         Ok(())
     }
     fn poll_completions(&self, out: &mut [Completion]) -> Result<usize, TransportError> {
-        Ok(rdma_hint::backend_core::queue::drain(&self.completions, out))
+        Ok(out
+            .iter_mut()
+            .zip(self.completions.try_iter())
+            .map(|(slot, completion)| *slot = completion)
+            .count())
     }
     async fn wait_completions(
         &self,

@@ -1,9 +1,8 @@
 //! The fixture trees classified end to end: sysfs → topology → matrix → hints.
 
-use rdma_hint::discovery::topology::NicKind;
-use rdma_hint::discovery::Topology;
-use rdma_hint::hint_core::{PathClass, SourceId};
-use rdma_hint::{probe, ProbeOptions};
+use rdma_hint::probe;
+use rdma_hint::probing::{NicKind, ProbeOptions, Topology};
+use rdma_hint_core::{PathClass, SourceId};
 use rdma_hint_integration_tests::sysfs_fixture;
 use std::collections::BTreeMap;
 
@@ -116,7 +115,7 @@ fn a_gpu_source_over_staged_shm_is_bound_by_its_pcie_link_not_memcpy() {
         host.bandwidth_gbps
     );
     assert!(gpu.reasons.iter().any(|r| r.why.contains("copy engine writes the peer")), "{:?}", gpu.reasons);
-    assert!((gpu.fixed_cost_us - (rdma_hint::STAGED_SHM_GPU_PER_BLOCK_US + 0.25)).abs() < 1e-9);
+    assert!((gpu.fixed_cost_us - (rdma_hint::model::STAGED_SHM_GPU_PER_BLOCK_US + 0.25)).abs() < 1e-9);
     // Over TCP the socket still bounds a GPU source.
     let tcp = hint(SourceId::Gpu(1), "staged:tcp");
     assert!(tcp.bandwidth_gbps <= 3.0 + 1e-9, "{}", tcp.bandwidth_gbps);

@@ -7,8 +7,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rdma_hint::chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
-use rdma_hint::hint_core::SourceId;
+use rdma_hint::engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
+use rdma_hint::Device;
 use rdma_hint::{MemoryKind, PeerEndpoint, RemoteRegion, Transport};
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ fn posting(c: &mut Criterion) {
         let local = transport.region(0, NULL_TRANSFER);
         let remote = RemoteRegion { id: local.id, len: NULL_TRANSFER };
         let mut chunker = Chunker::new(policy, transport.capabilities()).expect("policy");
-        chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));
+        chunker.set_hint(Device::Host(0), BlockSpec::new(block, 4096).expect("spec"));
         group.throughput(Throughput::Elements(NULL_TRANSFER / block));
         group.bench_with_input(BenchmarkId::from_parameter(label(block)), &block, |b, _| {
             let deadline = Instant::now() + Duration::from_secs(3600);
@@ -74,7 +74,7 @@ fn loopback(c: &mut Criterion) {
     group.bench_function("memcpy_whole", |b| b.iter(|| target.copy_from_slice(&source)));
     for block in BLOCKS {
         let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).expect("policy");
-        chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));
+        chunker.set_hint(Device::Host(0), BlockSpec::new(block, 4096).expect("spec"));
         group.throughput(Throughput::Bytes(LOOPBACK_TRANSFER));
         group.bench_with_input(BenchmarkId::from_parameter(label(block)), &block, |b, _| {
             b.iter(|| {

@@ -2,8 +2,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use rdma_hint::hint_core::{compute_hint, DriverVersions, HintPolicy, PathProfile};
-use rdma_hint::{HintCache, HintKey};
+use rdma_hint::calibration::{HintCache, HintKey};
+use rdma_hint::model::{compute_hint, DriverVersions, HintPolicy, PathProfile};
 
 fn hint_model(c: &mut Criterion) {
     let policy = HintPolicy::default();

@@ -4,8 +4,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint::{open, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, SourceId, TransportId};
+use rdma_hint::engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::{open, BlockingTransport, Device, MemoryKind, OpenOptions, PeerEndpoint, TransportId};
 use std::time::{Duration, Instant};
 
 const TRANSFER: u64 = 16 << 20;
@@ -35,7 +35,7 @@ fn staged(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(TRANSFER));
         for block in BLOCKS {
             let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).expect("policy");
-            chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));
+            chunker.set_hint(Device::Host(0), BlockSpec::new(block, 4096).expect("spec"));
             group.bench_with_input(BenchmarkId::from_parameter(block), &block, |b, _| {
                 b.iter(|| {
                     chunker

@@ -18,7 +18,7 @@
 //! [--queue-us N] [--rows lanes,paged,behind,alone]` (`--lane-kib`: the engine's cap on bytes in
 //! flight per lane; `--queue-us`: its queue time per lane; defaults `EngineConfig`'s)
 
-use rdma_hint::chunker::{Engine, EngineConfig, PeerId, Segment, TransferRequest};
+use rdma_hint::engine::{Engine, EngineConfig, PeerId, Segment, TransferRequest};
 use rdma_hint::{
     block_on, get_low_latency_rdma_size_hint_with, open_lanes, Device, Error, LocalRegion, MemoryKind,
     OpenOptions, PeerEndpoint, RemoteRegion, SizeHint, Transport, TransportId, TransportSelector,
@@ -342,7 +342,7 @@ fn behind_bulk(
         let mut bulk_done = 0u64;
         while behind.len() < 1000 {
             behind.extend(samples(&engine, latency_first, 50));
-            if !matches!(engine.status(running), rdma_hint::chunker::TransferStatus::Running { .. }) {
+            if !matches!(engine.status(running), rdma_hint::engine::TransferStatus::Running { .. }) {
                 engine.wait_blocking(running, deadline).expect("bulk transfer");
                 bulk_done += 1;
                 running = bulk(&engine);

@@ -11,14 +11,15 @@
 //!
 //! `estimate_bounds [--ids staged:shm,staged:tcp] [--source host:0] [--transfers 1000] [--max-mib 32] [--budget-ms 1000] [--stored]`
 
-use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{calibrate, estimate, LoopbackPair, OpenOptions, SourceId, TransportId};
+use rdma_hint::calibration::LoopbackPair;
+use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::{calibrate, estimate, Device, OpenOptions, TransportId};
 use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
 
 struct Args {
     ids: Vec<TransportId>,
-    source: SourceId,
+    source: Device,
     transfers: usize,
     max_bytes: u64,
     budget: Duration,
@@ -28,7 +29,7 @@ struct Args {
 fn args() -> Args {
     let mut args = Args {
         ids: vec![TransportId::STAGED_SHM, TransportId::STAGED_TCP],
-        source: SourceId::Host(0),
+        source: Device::Host(0),
         transfers: 1000,
         max_bytes: 32 << 20,
         budget: Duration::from_secs(1),
@@ -103,14 +104,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         };
         let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities())?;
-        let hint = rdma_hint::hint_set(args.source, id)?.chosen().clone();
+        let hint = rdma_hint::calibration::hint_set(args.source, id)?.chosen().clone();
         chunker.set_size_hint(&hint)?;
         // Sizes and offsets keep the path's alignment (64 KiB for GPU memory).
-        let align = hint.align_bytes.max(4096).max(if matches!(args.source, SourceId::Gpu(_)) {
-            64 << 10
-        } else {
-            0
-        });
+        let align =
+            hint.align_bytes.max(4096).max(if matches!(args.source, Device::Gpu(_)) { 64 << 10 } else { 0 });
         let pattern: Vec<u8> = (0..region).map(|i| (i * 13 % 251) as u8).collect();
         pair.sender.write_region(pair.local.id, 0, &pattern)?;
         let mut sizes = Sizes(0x9e37_79b9_7f4a_7c15);
@@ -122,7 +120,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut by_size = [(0usize, 0usize, 0usize); BINS.len()];
         // Every estimate first: reading the cache between transfers would time its file reads'
         // cache misses into the transfers.
-        let planned: Vec<(u64, rdma_hint::Estimate)> = (0..args.transfers)
+        let planned: Vec<(u64, rdma_hint::calibration::Estimate)> = (0..args.transfers)
             .map(|_| {
                 let len = sizes.next(args.max_bytes, align);
                 estimate(len, args.source, id).map(|bounds| (len, bounds))

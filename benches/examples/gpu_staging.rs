@@ -4,26 +4,25 @@
 //!
 //! `gpu_staging [TOTAL_MIB]` (default 1024 MiB moved per block size; needs libcuda).
 
-use rdma_hint::discovery::Topology;
-use rdma_hint::hint_core::{
-    compute_hint, HintPolicy, PathClass, PathProfile, SourceFacts, SourceId, SourceKind, TransportFacts,
-    TransportKind,
-};
-use rdma_hint::staged::gpu::{CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
+use rdma_hint::model::{compute_hint, HintPolicy, PathClass, PathProfile, SourceFacts, SourceKind};
+use rdma_hint::probing::ProbeOptions;
+use rdma_hint::staged::{CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
+use rdma_hint::transport::{TransportFacts, TransportKind};
+use rdma_hint::Device;
 use rdma_hint_benches::flags::Flags;
 use std::time::Instant;
 
 const BLOCKS: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 
-/// The model's hint for in-process GPU staging: B = the GPU's PCIe link (from sysfs), o = the
-/// copy-engine launch the model charges for GPU sources on the staged backend.
+/// The model's hint for in-process GPU staging: B = the GPU's PCIe link (from sysfs, as `probe`
+/// reads it), o = the copy-engine launch the model charges for GPU sources on the staged backend.
 fn model_hint() -> Option<u64> {
-    let facts = rdma_hint::discovery::gpus().ok()?.into_iter().next()?.facts;
-    let topology = Topology::discover(std::path::Path::new("/sys")).ok()?;
-    let link = topology.gpus.iter().find(|g| Some(g.pci.as_str()) == facts.pci.as_deref())?.link?;
+    let report = rdma_hint::probe(&ProbeOptions::default()).ok()?;
+    let gpu = report.sources.into_iter().find(|source| source.id == Device::Gpu(0))?;
+    let (link, facts) = (gpu.pcie?, gpu.gpu?);
     let profile = PathProfile {
         source: SourceFacts {
-            id: SourceId::Gpu(0),
+            id: Device::Gpu(0),
             numa_node: None,
             memory_bytes: facts.memory_bytes,
             pcie: Some(link),

@@ -15,11 +15,11 @@
 //!
 //! `in_place_bw [--mib 1024] [--runs 5] [--ids staged:tcp,staged:shm] [--gpu]`
 
-use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::transport::CopiedBytes;
 use rdma_hint::{
-    block_on, get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, CopiedBytes, Device,
-    LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, SizeHint, Transport, TransportId,
-    TransportSelector,
+    block_on, get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Device, LocalRegion,
+    MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, SizeHint, Transport, TransportId, TransportSelector,
 };
 use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
@@ -235,7 +235,7 @@ fn gpu_path(
     args: &Args,
     (source, target): (GpuMemory, GpuMemory),
 ) -> Result<Measured, String> {
-    use rdma_hint::cudarc::driver::{CudaContext, CudaSlice};
+    use rdma_hint::staged::cudarc::driver::{CudaContext, CudaSlice};
     let len = args.bytes;
     let hint = get_low_latency_rdma_size_hint_with(Device::Gpu(0), &TransportSelector::Id(id.clone()))
         .map_err(|e| format!("{id}: hint: {e}"))?;
@@ -253,7 +253,7 @@ fn gpu_path(
             GpuMemory::Slice => {
                 let slice = stream.clone_htod(&expected).expect("the application's CudaSlice");
                 sender
-                    .register_memory(rdma_hint::cuda_slice_memory(slice).expect("caller memory"))
+                    .register_memory(rdma_hint::staged::cuda_slice_memory(slice).expect("caller memory"))
                     .expect("register")
             }
         };
@@ -262,7 +262,7 @@ fn gpu_path(
             GpuMemory::Slice => {
                 let slice = stream.alloc_zeros::<u8>(region_len as usize).expect("the receiver's CudaSlice");
                 receiver
-                    .register_memory(rdma_hint::cuda_slice_memory(slice).expect("caller memory"))
+                    .register_memory(rdma_hint::staged::cuda_slice_memory(slice).expect("caller memory"))
                     .expect("register")
             }
         };

@@ -10,10 +10,9 @@
 //! target/release/examples/loopback_cost [TRANSPORT_ID] [WRITES] [RUNS]   # default staged:shm 2000000 5
 //! ```
 
-use rdma_hint::{
-    Arrival, Completion, CompletionStatus, LoopbackPair, OpenOptions, SourceId, Transport, TransportId,
-    WaitMode, WriteOp,
-};
+use rdma_hint::calibration::LoopbackPair;
+use rdma_hint::transport::{CompletionStatus, WaitMode};
+use rdma_hint::{Arrival, Completion, Device, OpenOptions, Transport, TransportId, WriteOp};
 use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
 
@@ -42,7 +41,7 @@ fn main() -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let options = OpenOptions::default().token(b"rdma-hint bench").wait_mode(WaitMode::BusyPoll);
     let pair =
-        LoopbackPair::open(&id, SourceId::Host(0), 4096, &options, deadline).map_err(|e| e.to_string())?;
+        LoopbackPair::open(&id, Device::Host(0), 4096, &options, deadline).map_err(|e| e.to_string())?;
     let op = WriteOp {
         wr_id: 1,
         local: pair.local.id,

@@ -3,8 +3,8 @@
 //!
 //! `posting_cost chunker|hand BLOCK_BYTES TRANSFERS`
 
-use rdma_hint::chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
-use rdma_hint::hint_core::SourceId;
+use rdma_hint::engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::Device;
 use rdma_hint::{RemoteRegion, Transport};
 use rdma_hint_benches::flags::Flags;
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
@@ -25,7 +25,7 @@ fn main() {
             let local = transport.region(0, TRANSFER);
             let remote = RemoteRegion { id: local.id, len: TRANSFER };
             let mut chunker = Chunker::new(policy, transport.capabilities()).expect("policy");
-            chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("spec"));
+            chunker.set_hint(Device::Host(0), BlockSpec::new(block, 4096).expect("spec"));
             let deadline = Instant::now() + Duration::from_secs(3600);
             for _ in 0..transfers {
                 blocks +=

@@ -19,9 +19,10 @@
 //! signalled read; `RESULT wakeup <p50> <p99>` half the round trip of a write that wakes a
 //! sleeping (`Adaptive`) receiver after 10 ms of silence.
 
+use rdma_hint::transport::WaitMode;
 use rdma_hint::{
     open, Arrival, BlockingTransport, Completion, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, ReadOp,
-    RemoteRegion, Transport, TransportId, WaitMode, WriteOp,
+    RemoteRegion, Transport, TransportId, WriteOp,
 };
 use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
@@ -71,10 +72,8 @@ fn complete(transport: &dyn Transport, deadline: Instant) {
     let mut completions = [Completion::EMPTY; 4];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::backend_core::blocking::block_on(
-            transport.wait_completions(&mut completions, deadline),
-        )
-        .expect("completion");
+        got =
+            rdma_hint::block_on(transport.wait_completions(&mut completions, deadline)).expect("completion");
     }
 }
 
@@ -83,8 +82,7 @@ fn arrive(transport: &dyn Transport, deadline: Instant) {
     let mut arrivals = [Arrival::EMPTY; 1];
     let mut got = 0;
     while got == 0 {
-        got = rdma_hint::backend_core::blocking::block_on(transport.wait_arrivals(&mut arrivals, deadline))
-            .expect("arrival");
+        got = rdma_hint::block_on(transport.wait_arrivals(&mut arrivals, deadline)).expect("arrival");
     }
 }
 
@@ -99,7 +97,7 @@ fn main() -> Result<(), String> {
     let [id, bytes, role, address, iterations] = args.as_slice() else {
         return Err("usage: write_lat TRANSPORT_ID BYTES serve|run ADDRESS ITERATIONS".into());
     };
-    let id: TransportId = id.parse().map_err(|e: rdma_hint::hint_core::TransportIdError| e.to_string())?;
+    let id: TransportId = id.parse().map_err(|e: rdma_hint::transport::TransportIdError| e.to_string())?;
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
     let iterations: usize = iterations.parse().map_err(|e| format!("iterations: {e}"))?;
     let address = address.parse().map_err(|e| format!("address: {e}"))?;

@@ -97,6 +97,9 @@ fn raw_peer_sends(bytes: Vec<u8>, authenticated: bool) -> TransportError {
     let raw = std::thread::spawn(move || {
         let mut stream = if authenticated { raw_dial(address) } else { TcpStream::connect(address).unwrap() };
         let _ = stream.write_all(&bytes);
+        // A refused hello is answered with why; a cut one with nothing (the listener waits
+        // for its rest), so this side gives up listening and leaves.
+        stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
         let mut sink = [0u8; 4096];
         let _ = stream.read(&mut sink);
         std::thread::sleep(Duration::from_millis(500));

@@ -7,7 +7,7 @@ use rdma_hint_oob::RegionDescriptor;
 use rdma_hint_ucx::wire::Hello;
 use rdma_hint_ucx::UcxTransport;
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 fn deadline(seconds: u64) -> Instant {
@@ -29,6 +29,29 @@ fn raw_dial(address: std::net::SocketAddr) -> TcpStream {
     let token = rdma_hint_oob::Token::new(TEST_TOKEN).unwrap();
     rdma_hint_oob::authenticate(&mut stream, Some(&token), rdma_hint_oob::Role::Dialer).unwrap();
     stream
+}
+
+/// The hello of a real UCX transport, caught by a raw listener it dials (a dialler speaks
+/// first; its connect then fails, as the listener leaves).
+fn genuine_hello() -> Hello {
+    let bait = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = bait.local_addr().unwrap();
+    let dialling = std::thread::spawn(move || {
+        let transport = peer_transport("tcp,self");
+        let _ = rdma_hint_backend_core::blocking::block_on(transport.connect(
+            PeerEndpoint::Dial(address),
+            &[],
+            deadline(5),
+        ));
+    });
+    let (mut caught, _) = bait.accept().unwrap();
+    caught.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let token = rdma_hint_oob::Token::new(TEST_TOKEN).unwrap();
+    rdma_hint_oob::authenticate(&mut caught, Some(&token), rdma_hint_oob::Role::Listener).unwrap();
+    let hello = Hello::decode(&mut caught).unwrap();
+    drop(caught);
+    dialling.join().unwrap();
+    hello
 }
 
 /// A listening transport that a raw socket sends `bytes` to (after authenticating when
@@ -91,13 +114,12 @@ fn a_garbage_rkey_is_refused_at_connect() {
     let receiver = peer_transport("tcp,self");
     receiver.register(MemoryKind::Host, 4096).unwrap();
     let address = receiver.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    // A genuine worker address taken from the receiver's own hello, and a corrupt rkey.
+    // A genuine worker address, and a corrupt rkey.
     let liar = std::thread::spawn(move || {
         let transport = peer_transport("tcp,self");
         let region = transport.register(MemoryKind::Host, 4096).unwrap();
+        let theirs = genuine_hello();
         let mut stream = raw_dial(address);
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let theirs = Hello::decode(&mut stream).unwrap();
         let mine = Hello {
             worker_address: theirs.worker_address.clone(),
             regions: vec![RegionDescriptor {

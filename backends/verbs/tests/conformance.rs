@@ -140,13 +140,14 @@ fn rkey_rewriting_proxy(receiver: SocketAddr) -> (SocketAddr, JoinHandle<()>) {
         let token = rdma_hint_oob::Token::new(TEST_TOKEN).unwrap();
         rdma_hint_oob::authenticate(&mut upstream, Some(&token), rdma_hint_oob::Role::Dialer).unwrap();
         rdma_hint_oob::authenticate(&mut dialer, Some(&token), rdma_hint_oob::Role::Listener).unwrap();
+        // The dialer's hello first: a listener answers with its own only then.
+        let mine = Hello::decode(&mut dialer).unwrap();
+        upstream.write_all(&mine.encode()).unwrap();
         let mut theirs = Hello::decode(&mut upstream).unwrap();
         for region in &mut theirs.regions {
             region.rkey ^= 0x5a5a;
         }
         dialer.write_all(&theirs.encode()).unwrap();
-        let mine = Hello::decode(&mut dialer).unwrap();
-        upstream.write_all(&mine.encode()).unwrap();
         let mut byte = [0u8; 1];
         upstream.read_exact(&mut byte).unwrap();
         dialer.write_all(&byte).unwrap();

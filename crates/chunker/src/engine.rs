@@ -1,6 +1,7 @@
 //! The transfer engine: many transfers in flight over connections to many peers (see
 //! [`Engine`]).
 
+mod connect;
 mod driver;
 mod hints;
 mod request;

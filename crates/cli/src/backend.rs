@@ -2,7 +2,8 @@
 //! `--device` become one [`TransportId`], opened through the facade.
 
 use anyhow::{bail, Context, Result};
-use rdma_hint::{ProbeOptions, TransportId};
+use rdma_hint::probing::ProbeOptions;
+use rdma_hint::TransportId;
 
 /// `staged` + `shm|tcp`; `ucx` + `shm|tcp` (→ `ucx:shm` / `ucx:tcp`) unless `ucx_tls` names the
 /// scope itself; `verbs` + `--device` (default: the first device this machine has). `channel`

@@ -2,7 +2,8 @@
 //! calibrated hint; `probe --calibrate` does it for every path it can open.
 
 use crate::units::format_bytes;
-use rdma_hint::{calibrate_loopback, Calibration, OpenOptions};
+use rdma_hint::calibration::{calibrate_loopback, Calibration};
+use rdma_hint::OpenOptions;
 use serde::Serialize;
 
 /// What `calibrate --json` prints: the hint's numbers first, then the whole calibration.
@@ -10,7 +11,7 @@ use serde::Serialize;
 pub(crate) struct CalibrationJson<'a> {
     block_bytes: u64,
     align_bytes: u64,
-    origin: rdma_hint::Origin,
+    origin: rdma_hint::model::Origin,
     fixed_cost_us: f64,
     bandwidth_gbps: f64,
     fit_r2: f64,
@@ -165,7 +166,7 @@ pub(crate) fn text(calibration: &Calibration) -> String {
 /// The `o` and `B` the calibrated hint is computed from (and the cache keeps): the resampled
 /// fits' medians, which can differ from the one direct fit by a few percent; a poor fit's
 /// own, where nothing is kept.
-fn hint_costs(calibration: &rdma_hint::Calibration) -> (f64, f64) {
+fn hint_costs(calibration: &rdma_hint::calibration::Calibration) -> (f64, f64) {
     match &calibration.fit.poor {
         None => (calibration.hint.fixed_cost_us, calibration.hint.bandwidth_gbps),
         Some(_) => (calibration.fit.fixed_cost_us, calibration.fit.bandwidth_gbps),
@@ -175,7 +176,7 @@ fn hint_costs(calibration: &rdma_hint::Calibration) -> (f64, f64) {
 /// Calibrates every (source, transport) pair of `report` this process can open, one after
 /// another; returns one line per pair (what it found, or why it could not).
 pub(crate) fn every_path(
-    report: &rdma_hint::ProbeReport,
+    report: &rdma_hint::probing::ProbeReport,
     options: &OpenOptions,
     budget: std::time::Duration,
 ) -> Vec<String> {

@@ -17,7 +17,8 @@ mod units;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rdma_hint::{probe, OpenOptions, ProbeOptions};
+use rdma_hint::probing::ProbeOptions;
+use rdma_hint::{probe, OpenOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,10 +74,7 @@ struct PathArgs {
 
 impl PathArgs {
     /// The transport id (`default_channel` where none was given) and the source.
-    fn resolve(
-        &self,
-        default_channel: &str,
-    ) -> anyhow::Result<(rdma_hint::TransportId, rdma_hint::SourceId)> {
+    fn resolve(&self, default_channel: &str) -> anyhow::Result<(rdma_hint::TransportId, rdma_hint::Device)> {
         let transport = self.transport.resolve(default_channel)?;
         let source = self.source.parse().map_err(|e| anyhow::anyhow!("--source {}: {e}", self.source))?;
         Ok((transport, source))
@@ -508,7 +506,11 @@ fn calibrate_command(
     let (transport, source) = path.resolve("shm")?;
     let token = token::ephemeral()?;
     let options = OpenOptions::default().token(&token);
-    let calibrate = if fresh { rdma_hint::recalibrate_loopback } else { rdma_hint::calibrate_loopback };
+    let calibrate = if fresh {
+        rdma_hint::calibration::recalibrate_loopback
+    } else {
+        rdma_hint::calibration::calibrate_loopback
+    };
     let calibration = calibrate(&transport, source, &options, budget)?;
     if json {
         output::print_line(&serde_json::to_string_pretty(&calibrate::CalibrationJson::new(&calibration))?)?;

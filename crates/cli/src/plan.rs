@@ -1,7 +1,7 @@
 //! `rdma-hint plan`: the blocks, doorbell batches and signalled requests of one transfer.
 
 use crate::units::{self, format_bytes, plural};
-use rdma_hint::chunker::{BlockSpec, ChunkPlan, PostPolicy};
+use rdma_hint::engine::{BlockSpec, ChunkPlan, PostPolicy};
 use serde_json::json;
 use std::fmt::Write;
 

@@ -1,8 +1,8 @@
 //! Text rendering of the probe report: one section per table, every number with its unit.
 
 use crate::units::format_bytes as bytes;
-use rdma_hint::discovery::topology::NicKind;
-use rdma_hint::ProbeReport;
+use rdma_hint::probing::NicKind;
+use rdma_hint::probing::ProbeReport;
 use std::fmt::Write;
 
 fn or_dash<T: ToString>(value: Option<T>) -> String {

@@ -5,7 +5,7 @@
 use crate::sweep::{SWEEP_FINISHED, SWEEP_REGION_TOO_SMALL};
 use crate::units::{format_bytes, parse_bytes};
 use anyhow::{bail, Context, Result};
-use rdma_hint::oob::Listener;
+use rdma_hint::transport::Listener;
 use rdma_hint::{
     open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, RegionId, Transport,
     TransportError, TransportId,

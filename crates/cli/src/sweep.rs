@@ -5,13 +5,14 @@ use crate::units::{format_bytes, parse_bytes};
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use rdma_hint::chunker::{
+use rdma_hint::calibration::{LoopbackLanes, LoopbackPair};
+use rdma_hint::engine::{
     BlockSpec, Chunker, Engine, EngineConfig, PeerId, PostPolicy, Transfer, TransferRequest,
 };
-use rdma_hint::hint_core::fit::{median, robust_knee, robust_plateau};
+use rdma_hint::model::{median, robust_knee, robust_plateau};
 use rdma_hint::{
-    open, BlockingTransport, LocalRegion, LoopbackLanes, LoopbackPair, MemoryKind, OpenOptions, PeerEndpoint,
-    RemoteRegion, SourceId, Transport, TransportId,
+    open, BlockingTransport, Device, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion,
+    Transport, TransportId,
 };
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -31,7 +32,7 @@ pub(crate) struct SweepArgs {
     /// How both ends are opened (the token, if any).
     pub(crate) options: OpenOptions,
     pub(crate) transport: TransportId,
-    pub(crate) source: SourceId,
+    pub(crate) source: Device,
     pub(crate) sizes: Vec<u64>,
     pub(crate) iters: u32,
     pub(crate) transfer_bytes: u64,
@@ -117,7 +118,7 @@ pub(crate) enum Recording {
 pub(crate) struct SweepReport {
     pub(crate) backend: String,
     pub(crate) transport: TransportId,
-    pub(crate) source: SourceId,
+    pub(crate) source: Device,
     pub(crate) transfer_bytes: u64,
     pub(crate) iters: u32,
     /// Lanes each transfer striped over.
@@ -133,7 +134,7 @@ pub(crate) struct SweepReport {
     pub(crate) plateau_reached: bool,
     /// The hint the library answered before this sweep, and where it came from.
     pub(crate) hint_bytes: u64,
-    pub(crate) hint_origin: rdma_hint::Origin,
+    pub(crate) hint_origin: rdma_hint::model::Origin,
     pub(crate) efficiency_at_hint: f64,
     pub(crate) hint_over_knee: f64,
     pub(crate) hints: Hints,
@@ -286,7 +287,7 @@ fn connect(args: &SweepArgs, region_bytes: u64) -> Result<Endpoints> {
 impl Endpoints {
     /// Sends `outcome` to a `serve` peer as the immediate of one small block. Best effort: a
     /// peer that cannot take it learns the same from the closed connection.
-    fn tell_peer(&self, outcome: u32, source: SourceId) {
+    fn tell_peer(&self, outcome: u32, source: Device) {
         let transport = &*self.sender;
         let block = HOST_ALIGN.min(self.remote.len).min(self.source.len);
         let Ok(spec) = BlockSpec::new(block, block) else { return };
@@ -495,10 +496,10 @@ struct Marks {
 /// Runs the sweep.
 pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
     let transport_id = args.transport.clone();
-    let set = rdma_hint::hint_set(args.source, &transport_id)
+    let set = rdma_hint::calibration::hint_set(args.source, &transport_id)
         .with_context(|| format!("no model hint for {} over {transport_id}", args.source))?;
     let answered = set.chosen().clone();
-    let align = rdma_hint::measured::ladder_alignment(&set.model);
+    let align = rdma_hint::calibration::ladder_alignment(&set.model);
     if let Some(odd) = args.sizes.iter().find(|size| *size % align != 0) {
         bail!(
             "--sizes: {} is not a multiple of the {} alignment {} needs over {transport_id}",
@@ -584,7 +585,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<Outcome> {
 /// recorded) that fits a transfer, marked with its labels, and which one the library answers.
 fn marked_blocks(
     args: &SweepArgs,
-    set: &rdma_hint::HintSet,
+    set: &rdma_hint::calibration::HintSet,
     answered: &rdma_hint::SizeHint,
 ) -> Vec<(u64, Marks)> {
     let mut blocks: Vec<(u64, Marks)> = args.sizes.iter().map(|s| (*s, Marks::default())).collect();
@@ -651,7 +652,7 @@ fn recording(
             Recording::Skipped("no block reached 90 % of the plateau with the next one: nothing to record".into())
         }
         (true, true) => {
-            match rdma_hint::record_measurement(args.source, &args.transport, record_bytes, plateau_gbps) {
+            match rdma_hint::calibration::record_measurement(args.source, &args.transport, record_bytes, plateau_gbps) {
                 Ok(file) => Recording::Recorded { file, block_bytes: record_bytes },
                 // The measurement stands: the table and --json still come; the caller fails last.
                 Err(error) => Recording::Failed(error.to_string()),
@@ -751,11 +752,11 @@ pub(crate) fn table(report: &SweepReport) -> String {
     out
 }
 
-fn origin_of(label: &str) -> rdma_hint::Origin {
+fn origin_of(label: &str) -> rdma_hint::model::Origin {
     match label {
-        "calibrated" => rdma_hint::Origin::Calibrated,
-        "recorded" => rdma_hint::Origin::Measured,
-        _ => rdma_hint::Origin::Model,
+        "calibrated" => rdma_hint::model::Origin::Calibrated,
+        "recorded" => rdma_hint::model::Origin::Measured,
+        _ => rdma_hint::model::Origin::Model,
     }
 }
 

@@ -36,8 +36,8 @@ fn sweep(dir: &Path, address: &str, extra: &[&str]) -> Output {
 
 /// A hand-written staged peer on TCP, past the (token-less) authentication and the hellos:
 /// the stream and the region `serve` exposed.
-fn raw_staged_peer(address: &str) -> (TcpStream, rdma_hint::staged::wire::ExposedRegion) {
-    use rdma_hint::staged::wire::{ChannelKind, Hello};
+fn raw_staged_peer(address: &str) -> (TcpStream, rdma_hint_staged::wire::ExposedRegion) {
+    use rdma_hint_staged::wire::{ChannelKind, Hello};
     let mut peer = TcpStream::connect(address).unwrap();
     peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     peer.write_all(&preamble(0)).unwrap();
@@ -163,7 +163,7 @@ fn a_trickling_handshake_is_cut_off_after_five_seconds() {
 /// an error line and counts as failed; `serve` lives on and serves the next peer's sweep.
 #[test]
 fn serve_survives_garbage_and_a_protocol_violation_and_serves_the_next_peer() {
-    use rdma_hint::staged::wire::{Frame, FrameKind, FLAG_IMM};
+    use rdma_hint_staged::wire::{Frame, FrameKind, FLAG_IMM};
     let dir = scratch("violation");
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "2", "--channel", "tcp"]);
@@ -326,8 +326,7 @@ fn ucx_sweep(dir: &Path, address: &str, file: &Path) -> Output {
 #[cfg(feature = "ucx")]
 #[test]
 fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
-    use rdma_hint::oob::{authenticate, RegionDescriptor, Role, Token};
-    use rdma_hint::ucx::wire::Hello;
+    use rdma_hint_oob::{authenticate, put_prefixed_u16, Backend, Hello, RegionDescriptor, Role, Token};
     let dir = scratch("ucx-serve");
     let file = token_file(&dir);
     let no_token = Command::new(env!("CARGO_BIN_EXE_rdma-hint"))
@@ -353,8 +352,13 @@ fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
         let mut insider = TcpStream::connect(&address).unwrap();
         insider.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         authenticate(&mut insider, Some(&token), Role::Dialer).unwrap();
+        // The UCX backend's connection blob: the worker address (u16 length first), no ring.
+        let mut connection = Vec::new();
+        put_prefixed_u16(&mut connection, &worker_address);
+        connection.push(0);
         let hello = Hello {
-            worker_address,
+            backend: Backend::Ucx,
+            connection,
             regions: vec![RegionDescriptor {
                 id: 0,
                 len: 4096,
@@ -362,7 +366,6 @@ fn garbage_ucx_addresses_never_reach_ucx_on_the_serving_side() {
                 flags: 0,
                 key: vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
             }],
-            ring: None,
         };
         insider.write_all(&hello.encode()).unwrap();
         let mut rest = Vec::new();
@@ -410,7 +413,7 @@ fn a_fake_ucx_server_cannot_feed_an_address_to_a_sweep() {
 /// non-zero status.
 #[test]
 fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
-    use rdma_hint::staged::wire::{ChannelKind, ExposedRegion, Frame, Hello};
+    use rdma_hint_staged::wire::{ChannelKind, ExposedRegion, Frame, Hello};
     let dir = scratch("fake-serve");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
@@ -441,7 +444,7 @@ fn a_serving_peer_that_breaks_the_protocol_fails_the_sweep() {
 /// Saying "finished" first does not excuse a violation after it: the run still fails.
 #[test]
 fn a_violation_after_the_finish_marker_still_fails_the_run() {
-    use rdma_hint::staged::wire::{Frame, FrameKind, FLAG_IMM};
+    use rdma_hint_staged::wire::{Frame, FrameKind, FLAG_IMM};
     let dir = scratch("after-finish");
     let address = free_address();
     let server = serve(&dir, &address, &["--count", "1", "--channel", "tcp"]);

@@ -309,11 +309,27 @@ fn the_sweep_keeps_model_calibrated_and_recorded_hints_apart_and_plots_png() {
 #[test]
 fn probe_calibrate_fits_every_path_and_shows_it() {
     let _alone = measuring_alone();
-    let dir = scratch("probe");
-    // A budget no busy machine makes too short (the default second fitted 1 round of 7 sizes
-    // over tcp beside four busy loops, and was refused).
-    let output = rdma_hint(&dir, &["probe", "--calibrate", "--budget-ms", CALIBRATION_BUDGET_MS]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // The default second fitted 1 round of 7 sizes over tcp beside four busy loops, and was
+    // refused; 10 s fitted 2 rounds over shm there once ("a path this slow; give a longer
+    // budget", which is right: too few rounds are no fit). A refusal for the budget is asked
+    // again, from a fresh cache, with three times the budget.
+    let mut attempts = [(CALIBRATION_BUDGET_MS, "probe"), ("30000", "probe-longer")].into_iter().peekable();
+    let (dir, output) = loop {
+        let (budget, name) = attempts.next().expect("an attempt");
+        let dir = scratch(name);
+        let output = rdma_hint(&dir, &["probe", "--calibrate", "--budget-ms", budget]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let log = String::from_utf8_lossy(&output.stderr);
+        let short = ["staged:shm", "staged:tcp"].iter().any(|transport| {
+            log.lines().any(|line| {
+                line.contains(&format!("calibrate host:0 over {transport}: "))
+                    && line.contains("give a longer budget")
+            })
+        });
+        if !short || attempts.peek().is_none() {
+            break (dir, output);
+        }
+    };
     let log = String::from_utf8_lossy(&output.stderr);
     for transport in ["staged:shm", "staged:tcp"] {
         assert!(log.contains(&format!("host:0 over {transport}: o = ")), "{log}");

@@ -74,8 +74,8 @@ read(41)
 #[test]
 fn the_fake_peers_speak_this_builds_protocol() {
     for prelude in [FAKE_SERVE_PRELUDE, FAKE_SWEEP_PRELUDE] {
-        assert!(prelude.contains(&format!("VERSION = {}\n", rdma_hint::oob::WIRE_VERSION)));
-        assert!(prelude.contains(&format!("RING_BYTES = {}\n", rdma_hint::staged::ring::RING_BYTES)));
+        assert!(prelude.contains(&format!("VERSION = {}\n", rdma_hint_oob::WIRE_VERSION)));
+        assert!(prelude.contains(&format!("RING_BYTES = {}\n", rdma_hint_staged::ring::RING_BYTES)));
     }
 }
 

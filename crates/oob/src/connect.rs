@@ -2,12 +2,13 @@
 
 use crate::auth::{authenticate_by, Role};
 use crate::codec::Deadlined;
+use crate::listener::Listener;
 use crate::token::Token;
 use rdma_hint_backend_core::wait::off_thread;
 use rdma_hint_core::{PeerEndpoint, TransportError};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -28,21 +29,39 @@ const ACCEPTS_PER_PASS: usize = 32;
 /// [`Rendezvous::allow_unauthenticated_remote`] says otherwise.
 #[derive(Debug, Default)]
 pub struct Rendezvous {
-    listener: Mutex<Option<Arc<Listener>>>,
+    /// The listener this rendezvous binds, shared by the lanes of one connection.
+    group: Arc<LaneGroup>,
     /// A listener the caller bound and shares with other transports (never replaced).
     shared: Mutex<Option<Arc<Listener>>>,
     token: Option<Token>,
     unauthenticated_remote: bool,
 }
 
+/// The lanes of one connection ([`Rendezvous::for_lane`]): they accept on one listener, and
+/// hand each other the candidates each accepted beyond its own.
+#[derive(Debug)]
+struct LaneGroup {
+    id: u64,
+    listener: Mutex<Option<Arc<Listener>>>,
+}
+
+impl Default for LaneGroup {
+    fn default() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        LaneGroup { id: NEXT.fetch_add(1, Ordering::Relaxed), listener: Mutex::default() }
+    }
+}
+
 impl Rendezvous {
-    /// A rendezvous for another lane of the same connection: the same token and remote
-    /// policy, no listener (each lane binds or dials its own).
+    /// A rendezvous for another lane of the same connection: the same token, remote policy
+    /// and listener (bound by any lane, or the caller's shared one), so that the peer's lanes
+    /// all dial one address and the lanes' connects, run at once, each take one of them.
     pub fn for_lane(&self) -> Rendezvous {
         Rendezvous {
+            group: self.group.clone(),
+            shared: Mutex::new(self.shared.lock().unwrap_or_else(PoisonError::into_inner).clone()),
             token: self.token.clone(),
             unauthenticated_remote: self.unauthenticated_remote,
-            ..Rendezvous::default()
         }
     }
 
@@ -64,12 +83,14 @@ impl Rendezvous {
 
     /// Binds the listener now (port 0 picks a free port) and returns its address. With a
     /// [shared listener](Rendezvous::share_listener), returns that one's address when `address`
-    /// names it (or asks for any port on its IP) and refuses any other.
+    /// names it (or asks for any port on its IP) and refuses any other. The lanes of one
+    /// connection share what any of them bound: a bind that names its address, or any port on
+    /// its IP, returns it; another address replaces it.
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
         let shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(shared) = shared {
             let bound = shared.local_addr();
-            return if address == bound || (address.port() == 0 && address.ip() == bound.ip()) {
+            return if names(address, bound) {
                 Ok(bound)
             } else {
                 Err(TransportError::InvalidArgument {
@@ -78,9 +99,15 @@ impl Rendezvous {
                 })
             };
         }
+        let mut slot = self.group.listener.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(bound) = slot.as_ref().map(|listener| listener.local_addr()) {
+            if names(address, bound) {
+                return Ok(bound);
+            }
+        }
         let listener = self.new_listener(address)?;
         let bound = listener.local_addr();
-        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(listener));
+        *slot = Some(Arc::new(listener));
         Ok(bound)
     }
 
@@ -162,10 +189,10 @@ impl Rendezvous {
         D: Fn(&mut dyn Read) -> Result<H, TransportError> + Send + Sync + 'static,
     {
         let listener = self.listener_for(peer)?;
-        let token = self.token.clone();
+        let (token, group) = (self.token.clone(), self.group.id);
         off_thread("oob", "the connection's handshake", deadline, move || {
             let (ours, setup) = hello()?;
-            let hello = Arc::new(Greeting { token, ours, decode });
+            let hello = Arc::new(Greeting { token, ours, decode, group });
             // Held until the setup below is done (a listener serving one peer at a time).
             let mut busy = None;
             let (mut stream, theirs) = match (peer, listener) {
@@ -176,11 +203,13 @@ impl Rendezvous {
                     (stream, theirs)
                 }
                 (PeerEndpoint::Listen(_), Some(listener)) => {
-                    let picked = accept_first(&listener, &hello, deadline)?;
-                    if listener.one_at_a_time.load(Ordering::Acquire) {
+                    let (stream, theirs) = accept_first(&listener, &hello, deadline)?;
+                    if listener.serves_one_at_a_time() {
                         busy = Some(listener.turn_away_while_busy());
                     }
-                    picked
+                    // Only the peer picked hears this side's hello (what it exposes).
+                    Deadlined::new(&stream, deadline).write_all(&hello.ours)?;
+                    (stream, theirs)
                 }
                 (PeerEndpoint::Listen(address), None) => {
                     return Err(TransportError::InvalidArgument {
@@ -208,7 +237,7 @@ impl Rendezvous {
                     self.bind(address)?;
                     return Ok(Some(shared));
                 }
-                let mut slot = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut slot = self.group.listener.lock().unwrap_or_else(PoisonError::into_inner);
                 match &*slot {
                     Some(listener) if address.port() == 0 || listener.local_addr() == address => {
                         Ok(Some(listener.clone()))
@@ -229,21 +258,34 @@ struct Greeting<D> {
     token: Option<Token>,
     ours: Vec<u8>,
     decode: D,
+    /// The lane group of the connect greeting (candidates are parked for its lanes only).
+    group: u64,
 }
 
 impl<D, H> Greeting<D>
 where
     D: Fn(&mut dyn Read) -> Result<H, TransportError>,
 {
-    /// Authenticates, sends this side's hello, decodes the peer's, all by `deadline` however
-    /// the peer paces its bytes. Failures are logged with the peer's address.
+    /// Authenticates and decodes the peer's hello, all by `deadline` however the peer paces
+    /// its bytes; a dialler sends its own hello first, a listener sends its own only to the
+    /// candidate it picks (after this), and a refusal saying why to one whose hello it
+    /// refuses. Failures are logged with the peer's address.
     fn greet(&self, stream: &TcpStream, role: Role, deadline: Instant) -> Result<H, TransportError> {
         let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
         authenticate_by(stream, self.token.as_ref(), role, deadline)?;
         let mut bounded = Deadlined::new(stream, deadline);
-        bounded.write_all(&self.ours)?;
-        (self.decode)(&mut bounded)
-            .inspect_err(|e| tracing::warn!(%peer, error = %e, "rejected peer (hello)"))
+        if role == Role::Dialer {
+            bounded.write_all(&self.ours)?;
+            return crate::hello::hello_or_refusal(&mut bounded, |theirs| (self.decode)(theirs))
+                .inspect_err(|e| tracing::warn!(%peer, error = %e, "rejected peer (hello)"));
+        }
+        let decoded = (self.decode)(&mut bounded);
+        if let Err(e) = &decoded {
+            tracing::warn!(%peer, error = %e, "rejected peer (hello)");
+            // Why, in place of the hello it will not hear (a peer that left does not read it).
+            let _ = bounded.write_all(&crate::hello::encode_refusal(&e.to_string()));
+        }
+        decoded
     }
 }
 
@@ -251,8 +293,12 @@ where
 /// on its own thread within [`HANDSHAKE_TIMEOUT`] of its arrival. When
 /// [`MAX_PENDING_HANDSHAKES`] are pending, the oldest is cut off to make room: a legitimate
 /// peer authenticates in well under a millisecond, so a flood must outpace that to crowd it out.
+///
+/// A candidate that succeeds is parked on the listener and taken by whichever connect of the
+/// greeting's lane group looks first: the lanes of one connection accept on one listener at
+/// once, and one lane's connect may accept the peer's next lane before it took its own.
 fn accept_first<D, H>(
-    listener: &Listener,
+    listener: &Arc<Listener>,
     greeting: &Arc<Greeting<D>>,
     deadline: Instant,
 ) -> Result<(TcpStream, H), TransportError>
@@ -261,14 +307,18 @@ where
     D: Fn(&mut dyn Read) -> Result<H, TransportError> + Send + Sync + 'static,
 {
     let started = Instant::now();
-    let (results, finished) = std::sync::mpsc::channel::<Result<(TcpStream, H), TransportError>>();
+    // What each candidate's thread tells the loop: parked (`Ok`), or why it was refused.
+    let (results, finished) = std::sync::mpsc::channel::<Result<(), TransportError>>();
     // Candidates still authenticating, oldest first: a clone of each stream (to cut it off)
     // and whether its thread is done.
     let mut pending: VecDeque<(TcpStream, Arc<AtomicBool>)> = VecDeque::new();
     let mut last_failure = None;
     loop {
+        if let Some(won) = listener.take_parked::<(TcpStream, H)>(greeting.group) {
+            return Ok(won);
+        }
         match finished.recv_timeout(Duration::from_millis(2)) {
-            Ok(Ok(won)) => return Ok(won),
+            Ok(Ok(())) => continue,
             Ok(Err(e)) => last_failure = Some(e),
             Err(_) => {}
         }
@@ -297,12 +347,13 @@ where
             let done = Arc::new(AtomicBool::new(false));
             pending.push_back((watch, done.clone()));
             let limit = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-            let (greeting, results) = (greeting.clone(), results.clone());
+            let (greeting, results, listener) = (greeting.clone(), results.clone(), listener.clone());
             let spawned = std::thread::Builder::new().name("oob-handshake".into()).spawn(move || {
-                let outcome = greeting.greet(&stream, Role::Listener, limit).map(|theirs| (stream, theirs));
+                let outcome = greeting.greet(&stream, Role::Listener, limit);
                 done.store(true, Ordering::Release);
-                // The loop may have finished already: then this connection is simply dropped.
-                let _ = results.send(outcome);
+                // Parked even if this loop has finished: another lane's connect takes it.
+                let told = outcome.map(|theirs| listener.park(greeting.group, (stream, theirs)));
+                let _ = results.send(told);
             });
             if spawned.is_err() {
                 pending.pop_back();
@@ -311,150 +362,10 @@ where
     }
 }
 
-/// A bound OOB listener. Bind it before telling the peer where to dial, then [`accept`](Listener::accept).
-#[derive(Debug)]
-pub struct Listener {
-    inner: TcpListener,
-    address: SocketAddr,
-    /// Whether a connect on it turns everyone else away from the moment it picked its peer
-    /// ([`Listener::serve_one_at_a_time`]).
-    one_at_a_time: AtomicBool,
-}
-
-impl Listener {
-    /// Binds `address` (port 0 picks a free port).
-    pub fn bind(address: SocketAddr) -> Result<Listener, TransportError> {
-        let inner = TcpListener::bind(address)?;
-        let address = inner.local_addr()?;
-        inner.set_nonblocking(true)?;
-        Ok(Listener { inner, address, one_at_a_time: AtomicBool::new(false) })
-    }
-
-    /// For a server that serves one peer at a time on this listener: from the moment a
-    /// connect has picked its authenticated peer until the connect returns (the rest of the
-    /// handshake, a shm hand-off), anyone else who dials is told at once that the listener is
-    /// busy ([`Listener::turn_away_while_busy`]), instead of waiting in the backlog while
-    /// that peer takes its time. The server arms its own guard once the connect returns.
-    pub fn serve_one_at_a_time(&self) {
-        self.one_at_a_time.store(true, Ordering::Release);
-    }
-
-    /// The bound address (with the port the kernel picked).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.address
-    }
-
-    /// Waits for one peer until `deadline`; the returned stream is blocking.
-    pub fn accept(&self, deadline: Instant) -> Result<TcpStream, TransportError> {
-        let started = Instant::now();
-        loop {
-            if let Some(stream) = self.try_accept()? {
-                return Ok(stream);
-            }
-            if Instant::now() >= deadline {
-                return Err(TransportError::DeadlineExceeded {
-                    what: "a peer to connect",
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// Turns away every connection that arrives until the guard is dropped, each told the
-    /// listener is busy ([`TransportError::PeerBusy`] on its side, at once) instead of
-    /// waiting in the backlog, unanswered, until its deadline. For a server that serves one
-    /// peer at a time on a shared listener, while it serves one.
-    ///
-    /// ```
-    /// use rdma_hint_oob::{authenticate, Listener, Role};
-    /// use rdma_hint_core::TransportError;
-    /// use std::sync::Arc;
-    /// let listener = Arc::new(Listener::bind("127.0.0.1:0".parse().unwrap())?);
-    /// let busy = listener.turn_away_while_busy();
-    /// let mut late = std::net::TcpStream::connect(listener.local_addr())?;
-    /// assert!(matches!(authenticate(&mut late, None, Role::Dialer), Err(TransportError::PeerBusy { .. })));
-    /// drop(busy); // from here on, connections wait to be accepted again
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn turn_away_while_busy(self: &Arc<Self>) -> BusyGuard {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (listener, stopped) = (self.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("oob-busy".into())
-            .spawn(move || listener.turn_away_until(&stopped))
-            .inspect_err(|e| tracing::warn!(error = %e, "oob: no thread to turn peers away; they wait"))
-            .ok();
-        BusyGuard { stop, thread }
-    }
-
-    fn turn_away_until(&self, stop: &AtomicBool) {
-        // Turned-away streams, read until the peer closes (closing with its preamble unread
-        // would reset the connection, and a reset can overtake the busy preamble), at most
-        // for a moment and at most so many at once.
-        const DRAINING: usize = 256;
-        const LINGER: Duration = Duration::from_millis(200);
-        let mut draining: VecDeque<(TcpStream, Instant)> = VecDeque::new();
-        let mut scratch = [0u8; 256];
-        while !stop.load(Ordering::Acquire) {
-            for _ in 0..64 {
-                let Ok(Some(stream)) = self.try_accept() else { break };
-                let _ = stream.set_nonblocking(true);
-                let _ = (&stream).write_all(&crate::auth::busy_preamble());
-                let _ = stream.shutdown(std::net::Shutdown::Write);
-                if draining.len() >= DRAINING {
-                    draining.pop_front();
-                }
-                draining.push_back((stream, Instant::now()));
-            }
-            draining.retain(|(stream, since)| {
-                let open = loop {
-                    match (&*stream).read(&mut scratch) {
-                        Ok(0) => break false,
-                        Ok(_) => {}
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
-                        Err(_) => break false,
-                    }
-                };
-                open && since.elapsed() < LINGER
-            });
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// One pending connection (blocking), or `None` if nobody is waiting.
-    fn try_accept(&self) -> Result<Option<TcpStream>, TransportError> {
-        match self.inner.accept() {
-            Ok((stream, peer)) => {
-                tracing::debug!(%peer, "oob: accepted");
-                stream.set_nonblocking(false)?;
-                Ok(Some(stream))
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(None),
-            // A connection reset before we took it is the peer's business, not the listener's.
-            Err(e) if matches!(e.kind(), ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset) => {
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-}
-
-/// While alive, its listener turns every new connection away as busy
-/// ([`Listener::turn_away_while_busy`]).
-#[derive(Debug)]
-pub struct BusyGuard {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+/// Whether a bind of `address` names the listener bound at `bound`: its address, or any port
+/// on its IP.
+fn names(address: SocketAddr, bound: SocketAddr) -> bool {
+    address == bound || (address.port() == 0 && address.ip() == bound.ip())
 }
 
 /// How long [`dial`] keeps retrying an address that refuses every attempt before it answers
@@ -522,6 +433,103 @@ pub fn confirm(stream: &mut TcpStream, ready: u8) -> Result<(), TransportError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_hint_backend_core::blocking::block_on;
+
+    fn decode(stream: &mut dyn Read) -> Result<[u8; 2], TransportError> {
+        let mut theirs = [0u8; 2];
+        stream.read_exact(&mut theirs)?;
+        Ok(theirs)
+    }
+
+    /// A meet sending `ours`, answering with the peer's hello.
+    fn meet(rendezvous: &Rendezvous, peer: PeerEndpoint, ours: [u8; 2]) -> Result<[u8; 2], TransportError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let hello = move || Ok((ours.to_vec(), |_: &mut TcpStream, theirs: [u8; 2]| Ok(theirs)));
+        block_on(rendezvous.meet(peer, deadline, hello, decode)).map(|(_, theirs)| theirs)
+    }
+
+    #[test]
+    fn the_lanes_of_a_connection_accept_on_one_address_at_once_and_pair_one_to_one() {
+        let first = Rendezvous::default();
+        let lanes: Vec<Rendezvous> =
+            std::iter::once(first.for_lane()).chain((0..3).map(|_| first.for_lane())).collect();
+        let address = lanes[0].bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        // Every lane shares the bound listener: a bind of any port on its IP names it.
+        assert_eq!(lanes[3].bind("127.0.0.1:0".parse().unwrap()).unwrap(), address);
+        let accepting: Vec<_> = lanes
+            .into_iter()
+            .enumerate()
+            .map(|(k, lane)| {
+                std::thread::spawn(move || {
+                    (k as u8, meet(&lane, PeerEndpoint::Listen(address), [b'L', k as u8]))
+                })
+            })
+            .collect();
+        let dialling: Vec<_> = (0..4u8)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    (k, meet(&Rendezvous::default(), PeerEndpoint::Dial(address), [b'D', k]))
+                })
+            })
+            .collect();
+        let mut heard_by_listener = std::collections::BTreeMap::new();
+        for lane in accepting {
+            let (k, theirs) = lane.join().unwrap();
+            heard_by_listener.insert(k, theirs.expect("every listening lane connects"));
+        }
+        let mut heard_by_dialler = std::collections::BTreeMap::new();
+        for lane in dialling {
+            let (k, theirs) = lane.join().unwrap();
+            heard_by_dialler.insert(k, theirs.expect("every dialling lane connects"));
+        }
+        // One to one: listening lane k heard dialler d exactly when dialler d heard lane k.
+        for (k, theirs) in &heard_by_listener {
+            assert_eq!(theirs[0], b'D');
+            assert_eq!(
+                heard_by_dialler[&theirs[1]],
+                [b'L', *k],
+                "{heard_by_listener:?} {heard_by_dialler:?}"
+            );
+        }
+        let mut dialers: Vec<u8> = heard_by_listener.values().map(|theirs| theirs[1]).collect();
+        dialers.sort_unstable();
+        assert_eq!(dialers, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn only_the_candidate_picked_hears_the_listeners_hello() {
+        let listening = Rendezvous::default();
+        let address = listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let accepting = std::thread::spawn(move || meet(&listening, PeerEndpoint::Listen(address), *b"LL"));
+        // Two peers authenticate and send their hello; the listener takes one of them.
+        let raw: Vec<TcpStream> = (0..2u8)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    let mut stream = TcpStream::connect(address).unwrap();
+                    crate::authenticate(&mut stream, None, Role::Dialer).unwrap();
+                    stream.write_all(&[b'D', k]).unwrap();
+                    stream
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|dialling| dialling.join().unwrap())
+            .collect();
+        let theirs = accepting.join().unwrap().unwrap();
+        let mut heard = Vec::new();
+        for (k, mut stream) in raw.into_iter().enumerate() {
+            stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            let mut byte = [0u8; 2];
+            heard.push((k as u8, stream.read(&mut byte).ok().filter(|n| *n > 0).map(|_| byte)));
+        }
+        for (k, hello) in heard {
+            if k == theirs[1] {
+                assert_eq!(hello, Some(*b"LL"), "the picked peer hears the hello");
+            } else {
+                assert_eq!(hello, None, "a peer the listener did not pick heard {hello:?}");
+            }
+        }
+    }
 
     #[test]
     fn accept_and_dial_honour_their_deadlines() {

@@ -25,6 +25,57 @@ pub const HELLO_MAGIC: [u8; 8] = *b"RDMAHINT";
 /// frames and its shm socket no longer silent).
 pub const WIRE_VERSION: u16 = 10;
 
+/// What a listener sends instead of its hello to a peer whose hello it refused (it sends its
+/// own only to the peer it picks, after that peer's): this magic, a u16 length, then why, in
+/// UTF-8 (at most [`MAX_REFUSAL_BYTES`]), so the dialler says why, not only that the
+/// connection closed.
+pub const REFUSAL_MAGIC: [u8; 8] = *b"RDMANOPE";
+
+/// The longest reason a refusal carries, bytes.
+pub const MAX_REFUSAL_BYTES: usize = 256;
+
+/// The refusal of a hello, with `why` cut to [`MAX_REFUSAL_BYTES`] on a character boundary.
+pub(crate) fn encode_refusal(why: &str) -> Vec<u8> {
+    let mut end = why.len().min(MAX_REFUSAL_BYTES);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = Vec::with_capacity(REFUSAL_MAGIC.len() + 2 + end);
+    out.extend_from_slice(&REFUSAL_MAGIC);
+    put_prefixed_u16(&mut out, &why.as_bytes()[..end]);
+    out
+}
+
+/// Decodes the peer's hello with `decode`, unless the peer sent a refusal instead: then a
+/// [`TransportError::Handshake`] carrying its reason (bounded; any bytes, shown lossily).
+pub(crate) fn hello_or_refusal<H>(
+    stream: &mut dyn Read,
+    decode: impl FnOnce(&mut dyn Read) -> Result<H, TransportError>,
+) -> Result<H, TransportError> {
+    // Byte by byte, while they could still be a refusal's: a hello (of any length) is read
+    // no further than where it parts from the refusal's magic, then handed over whole.
+    let mut magic = [0u8; 8];
+    for at in 0..REFUSAL_MAGIC.len() {
+        WireReader::new(&mut *stream).exact(&mut magic[at..=at])?;
+        if magic[at] != REFUSAL_MAGIC[at] {
+            return decode(&mut Read::chain(&magic[..=at], stream));
+        }
+    }
+    let mut reader = WireReader::new(stream);
+    let mut len = [0u8; 2];
+    reader.exact(&mut len)?;
+    let len = u16::from_le_bytes(len) as usize;
+    if len > MAX_REFUSAL_BYTES {
+        return Err(handshake_error(format!("a refusal of {len} B (at most {MAX_REFUSAL_BYTES})")));
+    }
+    let mut why = vec![0u8; len];
+    reader.exact(&mut why)?;
+    // The peer's words, shown: no control character reaches a terminal or a log line.
+    let why: String =
+        String::from_utf8_lossy(&why).chars().map(|c| if c.is_control() { '\u{fffd}' } else { c }).collect();
+    Err(handshake_error(format!("the peer refused our hello: {why}")))
+}
+
 /// Region ids a descriptor may carry: below this (a side holds [`MAX_REGIONS`] at once, and
 /// reuses freed ids).
 pub const MAX_REGION_ID: u32 = (MAX_REGIONS * 64) as u32;
@@ -220,6 +271,31 @@ mod tests {
     use super::*;
 
     const LIMITS: HelloLimits = HelloLimits { max_connection_bytes: 32, max_key_bytes: 16, known_flags: 1 };
+
+    #[test]
+    fn a_refusal_says_why_bounded_and_without_control_characters() {
+        let decode = |mut r: &mut dyn Read| Hello::decode(&mut r, Backend::Verbs, &LIMITS);
+        // A hello passes through untouched.
+        let bytes = hello().encode();
+        assert_eq!(hello_or_refusal(&mut &bytes[..], decode).unwrap(), hello());
+        // A refusal is a handshake error carrying the peer's reason.
+        let refused = hello_or_refusal(&mut &encode_refusal("use --channel tcp")[..], decode).unwrap_err();
+        assert!(refused.to_string().contains("refused our hello: use --channel tcp"), "{refused}");
+        // Cut to the bound on a character boundary; terminal escapes shown as replacements.
+        let long = format!("\u{1b}[2J{}", "é".repeat(300));
+        let encoded = encode_refusal(&long);
+        assert!(encoded.len() <= REFUSAL_MAGIC.len() + 2 + MAX_REFUSAL_BYTES);
+        let shown = hello_or_refusal(&mut &encoded[..], decode).unwrap_err().to_string();
+        assert!(!shown.contains('\u{1b}') && shown.contains("\u{fffd}[2J"), "{shown}");
+        // A length past the bound is refused before anything is allocated for it.
+        let mut oversized = REFUSAL_MAGIC.to_vec();
+        oversized.extend_from_slice(&u16::MAX.to_le_bytes());
+        let err = hello_or_refusal(&mut &oversized[..], decode).unwrap_err();
+        assert!(err.to_string().contains("a refusal of 65535 B"), "{err}");
+        // A refusal cut short is a typed error too.
+        let err = hello_or_refusal(&mut &encode_refusal("why")[..11], decode).unwrap_err();
+        assert!(matches!(err, TransportError::Handshake(_) | TransportError::PeerGone(_)), "{err}");
+    }
 
     fn hello() -> Hello {
         Hello {

@@ -29,6 +29,7 @@ mod connect;
 mod control;
 mod exposing;
 mod hello;
+mod listener;
 mod liveness;
 mod token;
 
@@ -38,12 +39,15 @@ pub use codec::{
     handshake_error, put_preamble, put_prefixed_u16, put_prefixed_u8, truncated, Deadlined, WireReader,
 };
 pub use connect::{
-    confirm, dial, prepare, BusyGuard, Listener, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
-    REFUSED_GRACE,
+    confirm, dial, prepare, Rendezvous, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, REFUSED_GRACE,
 };
 pub use control::{Control, ControlReader, Refusal, MAX_CONTROL_BODY};
 pub use exposing::Asking;
-pub use hello::{Backend, Hello, HelloLimits, RegionDescriptor, HELLO_MAGIC, MAX_REGION_ID, WIRE_VERSION};
+pub use hello::{
+    Backend, Hello, HelloLimits, RegionDescriptor, HELLO_MAGIC, MAX_REFUSAL_BYTES, MAX_REGION_ID,
+    REFUSAL_MAGIC, WIRE_VERSION,
+};
+pub use listener::{BusyGuard, Listener};
 pub use liveness::{PeerLoss, GOODBYE};
 pub use token::{Token, MAX_TOKEN_BYTES};
 

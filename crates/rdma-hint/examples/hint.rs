@@ -6,7 +6,8 @@
 //! cargo run -p rdma-hint --features ucx --example hint   # UCX hints too
 //! ```
 
-use rdma_hint::{get_low_latency_rdma_size_hint, probe, ProbeOptions};
+use rdma_hint::probing::ProbeOptions;
+use rdma_hint::{get_low_latency_rdma_size_hint, probe};
 
 fn main() -> Result<(), rdma_hint::Error> {
     let report = probe(&ProbeOptions::default())?;

@@ -10,7 +10,7 @@
 //!
 //! Changing the backend is the cargo feature and the id; nothing else.
 
-use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open, Arrival, Device, MemoryKind, OpenOptions, PeerEndpoint,
     TransportId, TransportSelector,

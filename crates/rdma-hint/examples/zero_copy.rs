@@ -10,7 +10,7 @@
 //! cargo run -p rdma-hint --features cuda --example zero_copy -- staged:shm --gpu
 //! ```
 
-use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open, Arrival, BlockingTransport, CallerMemory, Device, OpenOptions,
     PeerEndpoint, Transport, TransportId, TransportSelector,
@@ -84,14 +84,14 @@ fn host(id: &TransportId) -> Result<(), Box<dyn std::error::Error>> {
 
 #[cfg(feature = "cuda")]
 fn gpu(id: &TransportId) -> Result<(), Box<dyn std::error::Error>> {
-    use rdma_hint::cudarc::driver::{CudaContext, CudaSlice};
+    use rdma_hint::staged::cudarc::driver::{CudaContext, CudaSlice};
     let stream = CudaContext::new(0)?.default_stream();
     let data: Vec<u8> = (0..LEN as usize).map(|i| (i % 253) as u8).collect();
     let options = OpenOptions::default().token(b"example token");
     let (sender, receiver) = (open(id, &options)?, open(id, &options)?);
-    let source = sender.register_memory(rdma_hint::cuda_slice_memory(stream.clone_htod(&data)?)?)?;
-    let target =
-        receiver.register_memory(rdma_hint::cuda_slice_memory(stream.alloc_zeros::<u8>(data.len())?)?)?;
+    let source = sender.register_memory(rdma_hint::staged::cuda_slice_memory(stream.clone_htod(&data)?)?)?;
+    let target = receiver
+        .register_memory(rdma_hint::staged::cuda_slice_memory(stream.alloc_zeros::<u8>(data.len())?)?)?;
     // A kernel could fill the source in place through `sender.device_pointer(source.id)`.
     send(id, Device::Gpu(0), (&*sender, source), (&*receiver, target))?;
     let _mine: CudaSlice<u8> = sender.release(source.id)?.take().map_err(|_| "not the slice given")?;

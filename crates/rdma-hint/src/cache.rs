@@ -25,10 +25,11 @@ type Slot = Mutex<Option<(DriverVersions, Result<SizeHint, HintError>)>>;
 /// for one computation instead of repeating it.
 ///
 /// ```
-/// use rdma_hint::hint_core::{compute_hint, DriverVersions, HintPolicy, PathProfile, SourceId, TransportId};
-/// use rdma_hint::{HintCache, HintKey};
+/// use rdma_hint::calibration::{HintCache, HintKey};
+/// use rdma_hint::model::{compute_hint, DriverVersions, HintPolicy, PathProfile};
+/// use rdma_hint::{Device, TransportId};
 /// let cache = HintCache::new();
-/// let key = HintKey { source: SourceId::Host(0), transport: TransportId::Verbs("mlx5_0".into()) };
+/// let key = HintKey { source: Device::Host(0), transport: TransportId::Verbs("mlx5_0".into()) };
 /// let profile = PathProfile::example_host_nic();
 /// let first = cache.get_or_compute(&key, &DriverVersions::default(), || compute_hint(&profile, &HintPolicy::default()));
 /// let again = cache.get_or_compute(&key, &DriverVersions::default(), || unreachable!("cached"));

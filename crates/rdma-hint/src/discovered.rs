@@ -6,7 +6,7 @@
 //! every waiter is woken when it ends. The lock is only ever held for a few field updates, never
 //! while discovering, so no caller, sync or async, waits on it for long.
 //!
-//! Each discovery belongs to a generation: a [`forget`] (`rdma_hint::refresh`) starts a new one,
+//! Each discovery belongs to a generation: a [`forget`] (`rdma_hint::probing::refresh`) starts a new one,
 //! so a discovery that began before it is not published after it; a discovery that fails (or
 //! panics) tells every caller that waited for it, not only the first.
 
@@ -197,4 +197,10 @@ pub(crate) fn forget() {
         std::mem::take(&mut live.waiters)
     };
     wake_all(waiters);
+}
+
+/// Forgets the discovered machine so the next call reads sysfs and the drivers again (after a
+/// driver or firmware update, hot-plug). Cached hints whose versions changed are recomputed.
+pub fn refresh() {
+    forget();
 }

@@ -13,7 +13,7 @@
 //! UCX shm transfers ran at 0.91 of their calibration's medians in some runs and 0.96–1.04 in
 //! others; the H200 host's shm level moves with a raw `memcpy`'s), which no single
 //! calibration's own spread shows. Where the pair's stored calibration pools earlier ones
-//! ([`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) of the last day), each
+//! ([`POOLED_CALIBRATIONS`](crate::calibration::POOLED_CALIBRATIONS) of the last day), each
 //! predicts the transfer: the estimate is their median, its bounds the lowest low and the
 //! highest high, so they span the levels the pair has been seen at.
 
@@ -55,21 +55,22 @@ pub struct Estimate {
 }
 
 /// The predicted time of a transfer of `len` bytes from `device` over `transport`, cut at the
-/// hint [`hint_set`](crate::hint_set) chooses, with bounds from the stored calibration's
+/// hint [`hint_set`](crate::calibration::hint_set) chooses, with bounds from the stored calibration's
 /// margins. [`Error::NotCalibrated`] until `rdma-hint calibrate` (or
 /// [`calibrate`](fn@crate::calibrate)) stored one for the pair; zero bytes is an
 /// invalid argument.
 ///
 /// ```
-/// use rdma_hint::{calibrate_loopback, estimate, OpenOptions, SourceId, TransportId};
+/// use rdma_hint::{estimate, Device, OpenOptions, TransportId};
+/// use rdma_hint::calibration::calibrate_loopback;
 /// use std::time::Duration;
 /// # let cache = std::env::temp_dir().join(format!("rdma-hint-doc-estimate-{}", std::process::id()));
 /// # std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
 /// let id = TransportId::STAGED_SHM;
 /// // Generous: an idle machine ends at the most rounds long before it, a busy one still fits
 /// // the fewest.
-/// let calibration = calibrate_loopback(&id, SourceId::Host(0), &OpenOptions::default(), Duration::from_secs(20))?;
-/// match estimate(1 << 30, SourceId::Host(0), &id) {
+/// let calibration = calibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), Duration::from_secs(20))?;
+/// match estimate(1 << 30, Device::Host(0), &id) {
 ///     Ok(one_gib) => {
 ///         assert!(one_gib.low_seconds <= one_gib.seconds && one_gib.seconds <= one_gib.high_seconds);
 ///         println!("1 GiB: {:.1} ms ({:.1}…{:.1}), {:.2} GB/s", one_gib.seconds * 1e3,

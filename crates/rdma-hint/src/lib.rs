@@ -19,12 +19,12 @@
 //! ```
 //!
 //! Backends are cargo features: `staged` (default), `verbs`, `ucx`, `cuda`. [`open`] opens any
-//! compiled-in one by the id `rdma-hint probe` prints; the [`chunker`] moves data over it in
+//! compiled-in one by the id `rdma-hint probe` prints; the [`engine`] moves data over it in
 //! the hint's blocks. The async methods never block their thread and need no particular
-//! runtime; blocking callers use [`BlockingTransport`] and [`Chunker::write_blocking`](chunker::Chunker::write_blocking).
+//! runtime; blocking callers use [`BlockingTransport`] and [`Chunker::write_blocking`](engine::Chunker::write_blocking).
 //!
 //! ```
-//! use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
+//! use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
 //! use rdma_hint::{open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportId};
 //! use std::time::{Duration, Instant};
 //!
@@ -75,72 +75,126 @@ pub struct EngineDocDoctests;
 mod backends;
 mod cache;
 mod cache_files;
-pub mod calibrate;
+mod calibrate;
 mod discovered;
 mod error;
 mod estimate;
 mod loopback;
 mod margins;
-pub mod measured;
+mod measured;
 mod open;
 mod probe;
 mod profiles;
+mod records;
 
-pub use backends::{Absence, BackendDetail};
-pub use cache::{HintCache, HintKey};
-pub use calibrate::{calibrate, calibrate_loopback, recalibrate_loopback, Calibration};
+// The root: hints, opening a transport, the contract's everyday types, the two errors. Every
+// public item has one path: the rest is in the modules below, each listing what it holds.
+pub use calibrate::calibrate;
 pub use error::Error;
-pub use estimate::{estimate, Estimate};
-pub use loopback::{LoopbackLanes, LoopbackPair};
-pub use measured::HintSet;
-pub use open::{open, open_lanes, OpenOptions, StagedChannelId, TransportId};
-pub use probe::{probe, NoHint, ProbeOptions, ProbeReport, SourceEntry};
-pub use profiles::{ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US, STAGED_SHM_GPU_PER_BLOCK_US};
-/// The backend core backends share to meet the `Transport` contract: region tables, event queues,
-/// deadline waits, blocking adapters.
-pub use rdma_hint_backend_core as backend_core;
+pub use estimate::estimate;
+pub use open::{open, open_lanes, OpenOptions};
+pub use probe::probe;
 pub use rdma_hint_backend_core::blocking::block_on;
 pub use rdma_hint_backend_core::BlockingTransport;
-pub use rdma_hint_chunker as chunker;
-/// The pure core: the path model (profiles, hints, fits) and the `Transport` contract with its
-/// plain types (no I/O).
-pub use rdma_hint_core as hint_core;
-/// DeepEP-compatible buffer sizing (`get_low_latency_rdma_size_hint` in DeepEP's sense).
-pub use rdma_hint_core::deepep;
-pub use rdma_hint_core::{
-    Arrival, CallerMemory, CallerMemoryPath, Capabilities, Completion, CompletionStatus, CopiedBytes, Domain,
-    ForeignMemory, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, Refused, RegionId,
-    RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
-};
-pub use rdma_hint_core::{HintError, HintPolicy, Origin, PathClass, Reason, SizeHint, SourceId};
-/// Facts about this machine: sysfs PCIe topology, GPUs through the CUDA driver.
-pub use rdma_hint_discovery as discovery;
-/// The out-of-band handshake every backend uses: mutual authentication by pre-shared token
-/// (`authenticate`, `Token`), the listener's limits, the liveness goodbye. For tools that speak
-/// the protocol themselves (tests, proxies, alternative peers).
-pub use rdma_hint_oob as oob;
-/// The staged backend's own API (GPU facts, the in-process GPU staging pipeline).
-#[cfg(feature = "staged")]
-pub use rdma_hint_staged as staged;
-/// The cudarc the GPU paths use (allocate the `CudaSlice`s you register with it).
-#[cfg(all(feature = "cuda", feature = "staged"))]
-pub use rdma_hint_staged::cudarc;
-/// A cudarc `CudaSlice<u8>` as [`CallerMemory`]: registered in place by the staged backend,
-/// handed back by [`Transport::release`] (`take::<CudaSlice<u8>>()`).
-#[cfg(all(feature = "cuda", feature = "staged"))]
-pub use rdma_hint_staged::gpu::cuda_slice_memory;
-/// The UCX backend's own API (UCX's estimate, the lanes it chose).
-#[cfg(feature = "ucx")]
-pub use rdma_hint_ucx as ucx;
-/// The verbs backend's own API (device facts as `ibv_query_device` reports them).
-#[cfg(feature = "verbs")]
-pub use rdma_hint_verbs as verbs;
-
 /// A memory source: a GPU by CUDA ordinal, or a host NUMA node.
-pub type Device = SourceId;
+pub use rdma_hint_core::SourceId as Device;
+pub use rdma_hint_core::{
+    Arrival, CallerMemory, Completion, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, RegionId, RemoteRegion,
+    SizeHint, Transport, TransportError, TransportId, WriteOp,
+};
 
+/// The rest of the transport contract: completions, gathers, capabilities, wait modes,
+/// memory the caller lends, and the out-of-band listener a server shares across transports.
+pub mod transport {
+    pub use rdma_hint_backend_core::{MAX_REGIONS, MAX_REGION_BYTES};
+    pub use rdma_hint_core::{
+        CallerMemoryPath, Capabilities, CompletionStatus, CopiedBytes, Domain, ForeignMemory, GatherEntry,
+        GatherOp, Refused, StagedChannelId, TransportFacts, TransportIdError, TransportKind, WaitMode,
+        MAX_OPS_PER_POST,
+    };
+    pub use rdma_hint_oob::Listener;
+}
+
+/// Moving data in the hint's blocks: the [`Engine`](engine::Engine) (many transfers, many peers,
+/// lanes), the one-transport [`Chunker`](engine::Chunker), and their plans and policies.
+pub mod engine {
+    pub use rdma_hint_chunker::{
+        Block, BlockSpec, Blocks, ChunkPlan, Chunker, Class, Delivered, Engine, EngineConfig, LaneStats,
+        LoopbackTransport, PeerId, PlanError, PostPolicy, RequestError, Segment, SignalSchedule, Transfer,
+        TransferError, TransferId, TransferReport, TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS,
+        MAX_SEGMENTS, MAX_TRANSFERS,
+    };
+}
+
+/// Measuring the path instead of modelling it: calibration (a loopback or a peer), recorded
+/// knees, the cache of hints, the bounds of an estimate.
+pub mod calibration {
+    pub use crate::cache::{HintCache, HintKey};
+    pub use crate::calibrate::{
+        calibrate_loopback, recalibrate_loopback, Calibration, CalibrationPoint, Flatness, LadderTiming,
+        Margins, DEFAULT_BUDGET, LADDER_TOP_BYTES, LOOPBACK_REGION_BYTES, MAX_BUDGET, MAX_HINT_SPREAD,
+        MAX_ROUNDS, MIN_ROUNDS, PREDICTION_TAIL, RESAMPLES,
+    };
+    pub use crate::estimate::Estimate;
+    pub use crate::loopback::{LoopbackLanes, LoopbackPair};
+    pub use crate::measured::POOLED_CALIBRATIONS;
+    pub use crate::measured::{ladder_alignment, HintSet};
+    pub use crate::records::{forget_calibrations, hint_set, record_measurement};
+}
+
+/// The path model: what a hint is computed from, why it says what it says, the fits.
+pub mod model {
+    pub use crate::profiles::{
+        ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US, STAGED_SHM_GPU_PER_BLOCK_US,
+    };
+    pub use rdma_hint_core::fit::{median, robust_knee, robust_plateau};
+    pub use rdma_hint_core::{
+        compute_hint, DriverVersions, GpuFacts, HintError, HintPolicy, Origin, PathClass, PathProfile,
+        PcieLink, Reason, SourceFacts, SourceKind,
+    };
+}
+
+/// What `probe` finds on this machine, and forgetting it after a driver update.
+pub mod probing {
+    pub use crate::backends::{Absence, BackendDetail};
+    pub use crate::discovered::refresh;
+    pub use crate::probe::{NoHint, ProbeOptions, ProbeReport, SourceEntry};
+    pub use rdma_hint_discovery::topology::NicKind;
+    pub use rdma_hint_discovery::Topology;
+}
+
+/// DeepEP-compatible buffer sizing (`get_low_latency_rdma_size_hint` in DeepEP's sense).
+pub mod deepep {
+    pub use rdma_hint_core::deepep::{low_latency_rdma_size_hint, max_tokens_for_budget};
+}
+
+/// The staged backend's own API: its transport, and GPU memory (the cudarc the GPU paths use,
+/// a `CudaSlice<u8>` as [`CallerMemory`], the in-process GPU staging pipeline).
+#[cfg(feature = "staged")]
+pub mod staged {
+    #[cfg(feature = "cuda")]
+    pub use rdma_hint_staged::cudarc;
+    #[cfg(feature = "cuda")]
+    pub use rdma_hint_staged::gpu::{cuda_slice_memory, CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
+    pub use rdma_hint_staged::{StagedChannel, StagedTransport};
+}
+
+/// The UCX backend's own API: its transport, UCX's own estimate, its log.
+#[cfg(feature = "ucx")]
+pub mod ucx {
+    pub use rdma_hint_ucx::{route_log_to_stderr, version, Estimate as UcxEstimate, UcxTransport};
+}
+
+/// The verbs backend's own API: its transport, the devices as `ibv_query_device` reports them.
+#[cfg(feature = "verbs")]
+pub mod verbs {
+    pub use rdma_hint_verbs::{devices, library_loaded, DeviceFacts, VerbsTransport};
+}
+
+use cache::{HintCache, HintKey};
+use open::StagedChannelId;
 use probe::Inventory;
-use rdma_hint_core::PathProfile;
+use rdma_hint_core::{HintPolicy, Origin, PathProfile};
 use std::sync::Arc;
 
 /// Which transport a hint is for.
@@ -173,62 +227,12 @@ fn live_inventory() -> Result<Arc<Inventory>, Error> {
     discovered::inventory_blocking()
 }
 
-/// Forgets the discovered machine so the next call reads sysfs and the drivers again (after a
-/// driver or firmware update, hot-plug). Cached hints whose versions changed are recomputed.
-pub fn refresh() {
-    discovered::forget();
-}
-
 fn cached_hint(profile: &PathProfile) -> Result<SizeHint, Error> {
     let key = HintKey { source: profile.source.id, transport: profile.transport.id.clone() };
     let file = measured::cache_file();
     Ok(HintCache::global().get_or_compute(&key, &profile.versions, || {
         measured::hint(profile, &HintPolicy::default(), file.as_deref())
     })?)
-}
-
-/// Records a measured knee for `device` over `transport` (as `rdma-hint sweep` does) in the
-/// cache file, keyed by the versions the machine runs now, and drops the in-process cache so
-/// the next hint uses it. Returns the file written.
-pub fn record_measurement(
-    device: Device,
-    transport: &TransportId,
-    knee_bytes: u64,
-    plateau_gbps: f64,
-) -> Result<std::path::PathBuf, Error> {
-    let profile = &profile_of(device, transport)?;
-    let file = measured::cache_file().ok_or_else(|| Error::Cache {
-        why: "no cache directory: set RDMA_HINT_CACHE_DIR, XDG_CACHE_HOME or HOME".into(),
-    })?;
-    let entry = measured::MeasuredHint {
-        source: device,
-        transport: transport.clone(),
-        versions: profile.versions.clone(),
-        knee_bytes,
-        plateau_gbps,
-        measured_at_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    };
-    measured::store(&file, entry)
-        .map_err(|e| Error::Cache { why: format!("writing {}: {e}", file.display()) })?;
-    HintCache::global().clear();
-    Ok(file)
-}
-
-/// Forgets the stored calibrations of `device` over `transport`, the pooled ones included (the
-/// next calibration starts a new pool): after moving a card or a NIC the driver versions do not
-/// tell. Returns the calibration file, or `None` without a cache directory.
-pub fn forget_calibrations(
-    device: Device,
-    transport: &TransportId,
-) -> Result<Option<std::path::PathBuf>, Error> {
-    let Some(file) = measured::cache_file() else { return Ok(None) };
-    let calibrations = measured::calibration_file(&file);
-    measured::store_calibration(&file, device, transport, None)
-        .map_err(|e| Error::Cache { why: format!("writing {}: {e}", calibrations.display()) })?;
-    HintCache::global().clear();
-    Ok(Some(calibrations))
 }
 
 /// The path profile of `device` over the transport with id `transport`, as discovery found it
@@ -275,13 +279,6 @@ fn profile_in(inventory: &Inventory, device: Device, transport: &TransportId) ->
         }
         _ => Err(unknown()),
     }
-}
-
-/// The model's, the calibrated and the recorded hint of `device` over `transport`, kept apart
-/// (`rdma-hint sweep` compares all three with the curve it measures).
-pub fn hint_set(device: Device, transport: &TransportId) -> Result<HintSet, Error> {
-    let profile = profile_of(device, transport)?;
-    Ok(measured::hint_set(&profile, &HintPolicy::default(), measured::cache_file().as_deref())?)
 }
 
 /// The block size and alignment to use for transfers from `device` over the best transport.
@@ -395,7 +392,7 @@ mod tests {
 
     #[test]
     fn unknown_device_names_what_exists() {
-        let inventory = Inventory::discover(&ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
+        let inventory = Inventory::discover(&probing::ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
         match hint_from(&inventory, Device::Gpu(99), &TransportSelector::Auto) {
             Err(Error::UnknownDevice { available, .. }) => assert!(available.contains("host:0")),
             other => panic!("expected UnknownDevice, got {other:?}"),
@@ -405,7 +402,7 @@ mod tests {
     #[cfg(feature = "staged")]
     #[test]
     fn auto_without_nic_takes_the_first_software_transport_measured_first() {
-        let inventory = Inventory::discover(&ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
+        let inventory = Inventory::discover(&probing::ProbeOptions::for_tree(std::env::temp_dir())).unwrap();
         let hint = hint_from(&inventory, Device::Host(0), &TransportSelector::Auto).unwrap();
         // A fixture tree has no UCX; staged:shm comes first unless this machine measured one.
         assert!(

@@ -14,10 +14,11 @@ use std::time::Instant;
 /// `region_bytes` in the source's memory, and the receiver's host region it writes into.
 ///
 /// ```
-/// use rdma_hint::{LoopbackPair, OpenOptions, SourceId, TransportId};
+/// use rdma_hint::{Device, OpenOptions, TransportId};
+/// use rdma_hint::calibration::LoopbackPair;
 /// use std::time::{Duration, Instant};
 /// let deadline = Instant::now() + Duration::from_secs(30);
-/// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, SourceId::Host(0), 1 << 20, &OpenOptions::default(), deadline)?;
+/// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, Device::Host(0), 1 << 20, &OpenOptions::default(), deadline)?;
 /// assert_eq!(pair.remote.len, 1 << 20);
 /// # Ok::<(), rdma_hint::Error>(())
 /// ```
@@ -86,10 +87,11 @@ fn connect_over_loopback(
 /// regions; every lane reaches them.
 ///
 /// ```
-/// use rdma_hint::{LoopbackLanes, OpenOptions, SourceId, TransportId};
+/// use rdma_hint::{Device, OpenOptions, TransportId};
+/// use rdma_hint::calibration::LoopbackLanes;
 /// use std::time::{Duration, Instant};
 /// let deadline = Instant::now() + Duration::from_secs(30);
-/// let lanes = LoopbackLanes::open(&TransportId::STAGED_TCP, SourceId::Host(0), 1 << 20, &OpenOptions::default(), 2, deadline)?;
+/// let lanes = LoopbackLanes::open(&TransportId::STAGED_TCP, Device::Host(0), 1 << 20, &OpenOptions::default(), 2, deadline)?;
 /// assert_eq!((lanes.senders.len(), lanes.remote.len), (2, 1 << 20));
 /// # Ok::<(), rdma_hint::Error>(())
 /// ```

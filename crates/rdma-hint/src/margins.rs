@@ -5,7 +5,7 @@ use rdma_hint_core::fit::Interval;
 use serde::{Deserialize, Serialize};
 
 /// How uncertain a calibration's figures are: central [`CONFIDENCE`](rdma_hint_core::fit::CONFIDENCE) intervals from
-/// [`RESAMPLES`](crate::calibrate::RESAMPLES) bootstrap resamples of the interleaved timings, and the spread of single
+/// [`RESAMPLES`](crate::calibration::RESAMPLES) bootstrap resamples of the interleaved timings, and the spread of single
 /// transfers, which [`estimate`](crate::estimate) turns into a time's bounds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Margins {
@@ -19,7 +19,7 @@ pub struct Margins {
     /// interpolates, by block size.
     pub ladder: Vec<LadderTiming>,
     /// A streaming transfer's time over its size's median, pooled over the sizes: the
-    /// [`PREDICTION_TAIL`](crate::calibrate::PREDICTION_TAIL) and `1 − PREDICTION_TAIL` quantiles (unitless).
+    /// [`PREDICTION_TAIL`](crate::calibration::PREDICTION_TAIL) and `1 − PREDICTION_TAIL` quantiles (unitless).
     pub stream_ratio: Interval,
     /// The same for the one-block transfers: how far a transfer's first block strays.
     pub single_block_ratio: Interval,

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// A fitted path: what `rdma-hint calibrate` stores (only fits that are not poor).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CalibratedPath {
+pub(crate) struct CalibratedPath {
     /// Memory source.
     pub source: SourceId,
     /// Transport id (`staged:shm`, …).
@@ -61,7 +61,7 @@ pub struct CalibratedPath {
 /// fitted line gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BlockRule {
+pub(crate) enum BlockRule {
     /// The resampled fits disagreed by more than 2×: the smallest block whose lower bound
     /// still reaches the target efficiency, or the measured knee where that is smaller.
     Robust,
@@ -73,7 +73,7 @@ pub enum BlockRule {
 
 impl BlockRule {
     /// Why the block was chosen, in the words of a hint's reason.
-    pub fn why(self) -> &'static str {
+    pub(crate) fn why(self) -> &'static str {
         match self {
             BlockRule::Raised => "the measured curve reaches 97 % of its plateau only at a larger block, which is answered as the ladder block nearest to it (at most twice the ladder block where it reaches 90 %, and twice the line's block)",
             BlockRule::Lowered => "the line promises more at its block than the measured curve's plateau, so the block where the curve reaches 97 % of that plateau is answered",
@@ -90,12 +90,12 @@ impl BlockRule {
 pub const POOLED_CALIBRATIONS: usize = 5;
 /// Oldest an earlier calibration may be, measured before the newest, to be pooled with it: a
 /// day, in seconds. Older ones are dropped when a calibration is stored.
-pub const POOL_MAX_AGE_S: u64 = 24 * 3600;
+pub(crate) const POOL_MAX_AGE_S: u64 = 24 * 3600;
 
 /// An earlier calibration of the same pair, as the newest one pools it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct EarlierCalibration {
+pub(crate) struct EarlierCalibration {
     /// When it was measured (seconds since the Unix epoch).
     pub measured_at_unix: u64,
     /// The block it answered alone (under the default policy, as `rdma-hint calibrate`
@@ -109,7 +109,7 @@ pub struct EarlierCalibration {
 impl CalibratedPath {
     /// An entry for `profile`'s path with the fitted `o` (µs) and `B` (GB/s), measured now,
     /// without margins: what a hint is computed from.
-    pub fn fitted(
+    pub(crate) fn fitted(
         profile: &PathProfile,
         fixed_cost_us: f64,
         bandwidth_gbps: f64,
@@ -137,7 +137,7 @@ impl CalibratedPath {
     /// [`POOLED_CALIBRATIONS`] − 1 of those measured at most [`POOL_MAX_AGE_S`] before this one
     /// (and not after it: a clock that went back starts a new pool). Entries without
     /// [`CalibratedPath::own_block_bytes`] (files from before pooling) are not pooled.
-    pub fn pooled_with(mut self, previous: Option<CalibratedPath>) -> CalibratedPath {
+    pub(crate) fn pooled_with(mut self, previous: Option<CalibratedPath>) -> CalibratedPath {
         let now = self.measured_at_unix;
         // A stored calibration from after this one: the clock went back, and a new pool starts.
         let Some(previous) = previous.filter(|previous| previous.measured_at_unix <= now) else {
@@ -160,7 +160,7 @@ impl CalibratedPath {
 
     /// The blocks the pool answered alone, oldest first, this calibration's last (given its
     /// own block).
-    pub fn pooled_blocks(&self, own_block_bytes: u64) -> Vec<u64> {
+    pub(crate) fn pooled_blocks(&self, own_block_bytes: u64) -> Vec<u64> {
         self.earlier.iter().map(|e| e.block_bytes).chain([own_block_bytes]).collect()
     }
 }
@@ -171,7 +171,7 @@ impl CalibratedPath {
 /// their blend is a block no run measured, and 32 and 64 KiB pooled to 45 KiB fell past twice
 /// a 16 KiB knee over the 2-core VM's shm. The smaller, because a block too small costs a share
 /// of the bandwidth where one too large holds the link for longer than its latency promised.
-pub fn median_block(blocks: &[u64]) -> Option<u64> {
+pub(crate) fn median_block(blocks: &[u64]) -> Option<u64> {
     let mut sorted = blocks.to_vec();
     sorted.sort_unstable();
     let middle = sorted.len() / 2;
@@ -348,7 +348,7 @@ fn lookup_entry<T: Entry>(
 
 /// One measured result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MeasuredHint {
+pub(crate) struct MeasuredHint {
     /// Memory source.
     pub source: SourceId,
     /// Transport id (`staged:shm`, …).
@@ -366,37 +366,38 @@ pub struct MeasuredHint {
 /// The cache file: `$RDMA_HINT_CACHE_DIR/measured.json`, else `$XDG_CACHE_HOME/rdma-hint/…`,
 /// else `~/.cache/rdma-hint/…` (absolute paths only). `None` without one, or when the directory
 /// is not this user's alone (said once, as a warning): the cache is a trust boundary.
-pub fn cache_file() -> Option<PathBuf> {
+pub(crate) fn cache_file() -> Option<PathBuf> {
     Some(crate::cache_files::cache_dir()?.join("measured.json"))
 }
 
 /// The largest knee a record may hold: no transport's sweet spot lies past it, and a larger
 /// one would size every sweep's region to it.
-pub const MAX_RECORDED_KNEE_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_RECORDED_KNEE_BYTES: u64 = 1 << 30;
 /// The largest plateau a record may hold, in GB/s (a hundred times any link today).
-pub const MAX_RECORDED_PLATEAU_GBPS: f64 = 10_000.0;
+pub(crate) const MAX_RECORDED_PLATEAU_GBPS: f64 = 10_000.0;
 /// The smallest, in GB/s (a kilobyte a second): below it the fixed cost a knee implies runs
 /// off every bound (a denormal plateau made it infinite).
-pub const MIN_RECORDED_PLATEAU_GBPS: f64 = 1e-6;
+pub(crate) const MIN_RECORDED_PLATEAU_GBPS: f64 = 1e-6;
 
 /// The calibration file beside the measured-knee file `file`: `calibrated.json`.
-pub fn calibration_file(file: &Path) -> PathBuf {
+pub(crate) fn calibration_file(file: &Path) -> PathBuf {
     file.with_file_name("calibrated.json")
 }
 
 /// Every entry in `file` (none if it is missing or unreadable: a cache, not a source of truth).
-pub fn load(file: &Path) -> Vec<MeasuredHint> {
+#[cfg(test)]
+pub(crate) fn load(file: &Path) -> Vec<MeasuredHint> {
     load_entries(file)
 }
 
 /// Stores `entry` in `file`, replacing the entry of the same source and transport.
-pub fn store(file: &Path, entry: MeasuredHint) -> std::io::Result<()> {
+pub(crate) fn store(file: &Path, entry: MeasuredHint) -> std::io::Result<()> {
     store_entry(file, entry.source, &entry.transport.clone(), Some(entry))
 }
 
 /// Stores a calibration in the calibration file beside `file`, replacing the one of the same
 /// source and transport; `None` removes it (and the calibrations it pools).
-pub fn store_calibration(
+pub(crate) fn store_calibration(
     file: &Path,
     source: SourceId,
     transport: &TransportId,
@@ -406,7 +407,7 @@ pub fn store_calibration(
 }
 
 /// The entry for this pair under exactly these versions; stale entries are ignored.
-pub fn lookup(
+pub(crate) fn lookup(
     file: &Path,
     source: SourceId,
     transport: &TransportId,
@@ -416,7 +417,7 @@ pub fn lookup(
 }
 
 /// The calibration for this pair under exactly these versions, from the file beside `file`.
-pub fn lookup_calibration(
+pub(crate) fn lookup_calibration(
     file: &Path,
     source: SourceId,
     transport: &TransportId,
@@ -428,7 +429,7 @@ pub fn lookup_calibration(
 /// Share of the efficiency a policy leaves on the table that a calibrated hint aims to win
 /// back, for a curve the line fits whole (GPU copies: exactly `o + s/B`): with the default 0.9
 /// target, 0.92 of the fitted `B`, 1.28× past the fitted 90 % point.
-pub const CALIBRATION_MARGIN: f64 = 0.2;
+pub(crate) const CALIBRATION_MARGIN: f64 = 0.2;
 /// The same for a curve that bends more gradually than the line (points dropped as off the
 /// line, `PathFit::gradual`: host memcpy and socket paths): 0.94 of `B`, 1.74× past the fitted
 /// 90 % point.
@@ -438,14 +439,14 @@ pub const CALIBRATION_MARGIN: f64 = 0.2;
 /// than their line does, exact ones right where it does; over 60 calibrate + sweep runs on
 /// 2-core and H200 hosts (`benches/fidelity.sh`), these two margins met that target more
 /// often (44) than one margin for both (37 at 0.93).
-pub const GRADUAL_CALIBRATION_MARGIN: f64 = 0.4;
+pub(crate) const GRADUAL_CALIBRATION_MARGIN: f64 = 0.4;
 
 /// The policy a calibrated hint is computed under: `policy`'s target raised by
 /// [`CALIBRATION_MARGIN`] (or [`GRADUAL_CALIBRATION_MARGIN`]), within the model's bounds: the
 /// policy's smallest block (16 KiB by default), or the smallest block the calibration measured
 /// if that is larger (a fit says nothing below its ladder). A fit of a busy machine that puts
 /// the 90 % point at a few KiB is not answered below the documented floor.
-pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -> HintPolicy {
+pub(crate) fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -> HintPolicy {
     let eta = policy.target_efficiency;
     let margin = if gradual { GRADUAL_CALIBRATION_MARGIN } else { CALIBRATION_MARGIN };
     HintPolicy {
@@ -457,7 +458,7 @@ pub fn calibrated_policy(policy: &HintPolicy, model: &SizeHint, gradual: bool) -
 
 /// The hint from a stored calibration (`model`: the model's hint of the same path, whose
 /// alignment bounds the calibrated block from below).
-pub fn calibrated_hint(
+pub(crate) fn calibrated_hint(
     profile: &PathProfile,
     policy: &HintPolicy,
     model: &SizeHint,
@@ -514,13 +515,13 @@ pub struct HintSet {
     pub calibrated: Option<SizeHint>,
     /// The knee recorded by `rdma-hint sweep`.
     pub recorded: Option<SizeHint>,
-    /// Which one [`hint`] answers: the newer of calibrated and recorded (the recorded knee
+    /// Which one [`hint`](crate::hint) answers: the newer of calibrated and recorded (the recorded knee
     /// when both are of the same second), else the model's.
     pub chosen: Origin,
 }
 
 impl HintSet {
-    /// The hint [`hint`] answers.
+    /// The hint [`hint`](crate::hint) answers.
     pub fn chosen(&self) -> &SizeHint {
         match self.chosen {
             Origin::Calibrated => self.calibrated.as_ref().unwrap_or(&self.model),
@@ -531,7 +532,7 @@ impl HintSet {
 }
 
 /// All three hints of `profile` (see [`HintSet`]).
-pub fn hint_set(
+pub(crate) fn hint_set(
     profile: &PathProfile,
     policy: &HintPolicy,
     file: Option<&Path>,
@@ -554,7 +555,11 @@ pub fn hint_set(
 /// The hint for `profile`: the model's, unless `file` (or the calibration file beside it)
 /// holds a knee or a calibration measured under the same versions — the newer of the two wins.
 /// The one place the facade and the probe compute hints.
-pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> Result<SizeHint, HintError> {
+pub(crate) fn hint(
+    profile: &PathProfile,
+    policy: &HintPolicy,
+    file: Option<&Path>,
+) -> Result<SizeHint, HintError> {
     hint_set(profile, policy, file).map(|set| set.chosen().clone())
 }
 
@@ -564,7 +569,7 @@ pub fn hint(profile: &PathProfile, policy: &HintPolicy, file: Option<&Path>) -> 
 /// the fixed cost `o` is the one that puts the knee there (`o = knee/B · (1/0.9 − 1)`). The
 /// model's own `B`, `o` and efficiency reasons go: mixed with a measured `B` they predicted
 /// a quarter of the plateau at a knee the sweep measured at 90 %.
-pub fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
+pub(crate) fn apply(mut hint: SizeHint, measured: &MeasuredHint) -> SizeHint {
     // Checked: `lookup` bounds the knee, but `apply` is public and a knee near u64::MAX
     // wrapped to a zero block here once.
     let block = measured
@@ -609,7 +614,7 @@ const KNEE_SHARE: f64 = 0.9;
 
 /// `2026-12-01 09:20 UTC` for seconds since the Unix epoch (the proleptic Gregorian calendar,
 /// Howard Hinnant's days-to-civil algorithm; no time-zone database needed).
-pub fn utc_date_time(unix_seconds: u64) -> String {
+pub(crate) fn utc_date_time(unix_seconds: u64) -> String {
     let days = unix_seconds / 86_400;
     let (hour, minute) = (unix_seconds % 86_400 / 3600, unix_seconds % 3600 / 60);
     let z = days + 719_468;

@@ -2,7 +2,7 @@
 //! `rdma-hint probe` prints it, [`open`] turns it into a [`Transport`] with [`OpenOptions`].
 
 use crate::error::Error;
-pub use rdma_hint_core::{StagedChannelId, TransportId};
+pub(crate) use rdma_hint_core::{StagedChannelId, TransportId};
 use rdma_hint_core::{Transport, WaitMode};
 use rdma_hint_oob::Listener;
 use std::fmt;
@@ -12,7 +12,8 @@ use std::sync::Arc;
 /// [`WaitMode::Adaptive`].
 ///
 /// ```
-/// use rdma_hint::{OpenOptions, WaitMode};
+/// use rdma_hint::OpenOptions;
+/// use rdma_hint::transport::WaitMode;
 /// let options = OpenOptions::default().token(b"pre-shared secret").wait_mode(WaitMode::BusyPoll);
 /// assert!(format!("{options:?}").contains("redacted"));
 /// ```
@@ -87,7 +88,8 @@ impl OpenOptions {
     /// `connect(PeerEndpoint::Listen(listener.local_addr()))` accepts on it.
     ///
     /// ```
-    /// use rdma_hint::{oob::Listener, open, OpenOptions, Transport, TransportId};
+    /// use rdma_hint::{open, OpenOptions, Transport, TransportId};
+    /// use rdma_hint::transport::Listener;
     /// use std::sync::Arc;
     /// let listener = Arc::new(Listener::bind("127.0.0.1:0".parse().unwrap())?);
     /// let options = OpenOptions::default().listener(listener.clone());
@@ -155,12 +157,12 @@ pub fn open(id: &TransportId, options: &OpenOptions) -> Result<Box<dyn Transport
 
 /// Opens `lanes` unconnected transports of one connection: the same backend, token and wait
 /// mode over one region table (a region registered on one lane has the same id and memory on
-/// all), for [`Engine::add_peer`](crate::chunker::Engine::add_peer) to stripe blocks over.
-/// Connect each lane to the peer's lane of the same index (each binds or dials its own
-/// address). A listener given in `options` serves a single lane only: with two or more, each
-/// lane binds its own.
+/// all), for an [`Engine`](crate::engine::Engine) to stripe blocks over. Connect them all
+/// with one [`Engine::connect`](crate::engine::Engine::connect): the lanes share one listener
+/// (the one in `options`, or the one any lane binds), every lane of the peer dials that one
+/// address, and the lanes pair in whatever order they arrive.
 ///
-/// Every backend opens lanes, up to [`MAX_LANES`](crate::chunker::MAX_LANES): the staged
+/// Every backend opens lanes, up to [`MAX_LANES`](crate::engine::MAX_LANES): the staged
 /// backend sockets or channels over one region table, UCX workers of one context (on
 /// `ucx:tcp` a socket each), verbs QPs in one protection domain over the same MRs. Zero
 /// lanes, or more than that, is [`Error::Lanes`].
@@ -189,8 +191,6 @@ pub fn open_lanes(
     if lanes == 1 {
         return Ok(vec![Arc::from(open(id, options)?)]);
     }
-    // A listener serves a single lane: with two or more, each lane binds its own.
-    let options = &OpenOptions { listener: None, ..options.clone() };
     match id {
         #[cfg(feature = "staged")]
         TransportId::Staged(channel) => {

@@ -243,7 +243,8 @@ impl Inventory {
 /// Probes a machine (or a sysfs tree) and computes every hint.
 ///
 /// ```
-/// use rdma_hint::{probe, ProbeOptions};
+/// use rdma_hint::probe;
+/// use rdma_hint::probing::ProbeOptions;
 /// // A tree with nothing in it still yields host hints over the staged backend.
 /// let empty = std::env::temp_dir();
 /// let report = probe(&ProbeOptions::for_tree(&empty)).unwrap();

@@ -360,3 +360,91 @@ pub fn a_source_an_engine_transfer_names_is_held_until_collected<B: Backend>(s: 
     assert_eq!(back.take::<Vec<u8>>().expect("the Vec comes back").len(), len as usize);
     c.senders[0].release(decoy.id).expect("release the other memory");
 }
+
+/// Lanes opened together on one side, not yet connected: `lanes` transports (fewer where the
+/// backend opens no lanes), as `Arc<dyn Transport>` for an engine.
+fn unconnected_lanes<B: Backend>(backend: &B, lanes: usize) -> Vec<std::sync::Arc<dyn Transport>> {
+    let first = backend.open(backend.token());
+    let mut opened: Vec<std::sync::Arc<dyn Transport>> = Vec::new();
+    while opened.len() + 1 < lanes {
+        match backend.open_lane(&first) {
+            Some(lane) => opened.push(std::sync::Arc::new(lane)),
+            None => break,
+        }
+    }
+    opened.insert(0, std::sync::Arc::new(first));
+    opened
+}
+
+/// One call connects a peer over all its lanes on each side (the listener's lanes accepting on
+/// one address at once); writes and reads go over them byte-exact; a region the receiver
+/// exposes later through its engine is taken by the sender's engine without being told, and
+/// once withdrawn no transfer reaches it.
+pub fn the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_later<B: Backend>(
+    s: &Subject<'_, B>,
+) {
+    let _process = shared();
+    let len = s.backend.scale().ladder_max_bytes.clamp(1 << 20, 4 << 20);
+    let (receivers, senders) = (unconnected_lanes(s.backend, 2), unconnected_lanes(s.backend, 2));
+    let target = receivers[0].register(MemoryKind::Host, len).expect("register the target");
+    let late = receivers[0].register(MemoryKind::Host, len).expect("register the region exposed later");
+    let source = senders[0].register(MemoryKind::Host, len).expect("register the source");
+    let back = senders[0].register(MemoryKind::Host, len).expect("register where reads land");
+    let engine = |block: u64| {
+        let engine =
+            rdma_hint_chunker::Engine::new(rdma_hint_chunker::EngineConfig::default()).expect("engine");
+        engine.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("block spec"));
+        engine
+    };
+    let (listening, dialling) = (std::sync::Arc::new(engine(64 * 1024)), engine(64 * 1024));
+    let address = receivers[0].bind(s.backend.listen_address()).expect("bind");
+    let accepting = std::thread::spawn({
+        let (listening, receivers) = (listening.clone(), receivers.clone());
+        move || {
+            listening.connect_blocking(receivers, PeerEndpoint::Listen(address), &[target.id], deadline(20))
+        }
+    });
+    let (peer, remote) = dialling
+        .connect_blocking(senders.clone(), PeerEndpoint::Dial(address), &[], deadline(20))
+        .expect("dial");
+    let (their_peer, _) = accepting.join().expect("accepting thread").expect("accept every lane");
+    assert_eq!(remote, [rdma_hint_core::RemoteRegion { id: target.id, len }]);
+
+    let data = random_bytes(len as usize, 47);
+    senders[0].write_region(source.id, 0, &data).expect("fill the source");
+    let request = rdma_hint_chunker::TransferRequest::single(&source, 0, &remote[0], 0, len);
+    let id = dialling.submit(peer, request.clone().notify(0xc0), deadline(60)).expect("submit the write");
+    assert_eq!(dialling.wait_blocking(id, deadline(60)).expect("the write").bytes, len);
+    let mut arrivals = [Arrival::EMPTY; 1];
+    block_on(listening.wait_arrivals(their_peer, &mut arrivals, deadline(60))).expect("the write's arrival");
+    assert_eq!(arrivals[0].imm, 0xc0);
+    assert_eq!(first_mismatch(&read_all(&*receivers[1], target.id, len), &data), None, "the write landed");
+    let request = rdma_hint_chunker::TransferRequest::single(&back, 0, &remote[0], 0, len);
+    let id = dialling.submit(peer, request.read(), deadline(60)).expect("submit the read");
+    assert_eq!(dialling.wait_blocking(id, deadline(60)).expect("the read").bytes, len);
+    assert_eq!(first_mismatch(&read_all(&*senders[1], back.id, len), &data), None, "the read fetched");
+
+    block_on(listening.expose(their_peer, late.id, deadline(20))).expect("expose on every lane");
+    let later = rdma_hint_core::RemoteRegion { id: late.id, len };
+    let request = rdma_hint_chunker::TransferRequest::single(&source, 0, &later, 0, len);
+    let id = dialling.submit(peer, request.clone(), deadline(60)).expect("a region exposed later is taken");
+    assert_eq!(dialling.wait_blocking(id, deadline(60)).expect("the write to it").bytes, len);
+    assert_eq!(first_mismatch(&read_all(&*receivers[0], late.id, len), &data), None, "it landed");
+
+    block_on(listening.withdraw(their_peer, late.id, deadline(20))).expect("withdraw on every lane");
+    receivers[0].write_region(late.id, 0, &vec![0u8; len as usize]).expect("clear the withdrawn region");
+    match dialling.submit(peer, request, deadline(60)) {
+        Err(rdma_hint_chunker::RequestError::UnknownRemoteRegion { .. }) => {}
+        Ok(id) => match dialling.wait_blocking(id, deadline(60)) {
+            Err(rdma_hint_chunker::TransferError::Transport { source, .. }) => {
+                assert!(matches!(source, TransportError::RegionWithdrawn(_)), "{source}")
+            }
+            other => panic!("a transfer to a withdrawn region: {other:?}"),
+        },
+        Err(other) => panic!("a transfer to a withdrawn region refused as {other}"),
+    }
+    assert!(
+        read_all(&*receivers[0], late.id, len).iter().all(|b| *b == 0),
+        "bytes reached a withdrawn region"
+    );
+}

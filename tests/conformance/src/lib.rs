@@ -81,6 +81,7 @@ macro_rules! suite {
                 the_engine_fails_transfers_to_a_peer_that_goes_away_in_time,
                 the_engine_packs_scattered_pages_at_the_hint,
                 the_engine_reads_scattered_pages_the_peer_exposed,
+                the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_later,
                 a_source_an_engine_transfer_names_is_held_until_collected,
                 reads_fetch_the_peers_exposed_bytes_exactly,
                 bad_reads_fail_before_posting,

@@ -3,12 +3,9 @@
 //! smol and the library's blocking API.
 #![forbid(unsafe_code)]
 
-use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{
-    get_low_latency_rdma_size_hint_with, open, Arrival, Capabilities, Completion, Device, Domain,
-    GatherEntry, GatherOp, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RegionId, RemoteRegion,
-    Transport, TransportError, TransportId, TransportSelector, WaitMode, WriteOp,
-};
+use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::{Arrival, Completion, Device, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, TransportId, TransportSelector, WriteOp, get_low_latency_rdma_size_hint_with, open};
+use rdma_hint::transport::{Capabilities, Domain, GatherEntry, GatherOp, WaitMode};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

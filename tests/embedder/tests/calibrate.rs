@@ -1,11 +1,10 @@
 //! Calibration from outside, through the facade only: an embedder's own connected pair,
 //! calibrated, then the hint the library answers, then data moved in that hint's blocks.
 
-use rdma_hint::chunker::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{
-    calibrate, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport, Device, LoopbackPair,
-    OpenOptions, Origin, TransportId, TransportSelector,
-};
+use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::{Arrival, BlockingTransport, Device, OpenOptions, TransportId, TransportSelector, calibrate, get_low_latency_rdma_size_hint_with};
+use rdma_hint::calibration::LoopbackPair;
+use rdma_hint::model::Origin;
 use std::time::{Duration, Instant};
 
 /// Ten times the library's default budget (as the CLI's tests give theirs): on a machine two
@@ -58,12 +57,12 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     }
     // A recalibration (after moving a card) starts a new pool of its own run.
     let fresh =
-        rdma_hint::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), BUDGET).unwrap();
+        rdma_hint::calibration::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), BUDGET).unwrap();
     if fresh.fit.poor.is_none() {
         assert_eq!(fresh.pooled_blocks_bytes, [fresh.own_block_bytes.unwrap()]);
         assert_eq!(Some(fresh.hint.block_bytes), fresh.own_block_bytes);
     }
-    assert!(rdma_hint::forget_calibrations(Device::Host(0), &id).unwrap().is_some());
+    assert!(rdma_hint::calibration::forget_calibrations(Device::Host(0), &id).unwrap().is_some());
     let forgotten = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id)).unwrap();
     assert_ne!(forgotten.origin, Origin::Calibrated, "forgotten: {forgotten:?}");
     let _ = std::fs::remove_dir_all(cache);

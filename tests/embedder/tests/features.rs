@@ -1,10 +1,8 @@
 //! A backend this build lacks is `Error::FeatureMissing { feature }` from every entry point an
 //! embedder calls with a transport id: `open`, the hint, the hint set, calibration.
 
-use rdma_hint::{
-    calibrate_loopback, get_low_latency_rdma_size_hint_with, hint_set, open, Device, Error, OpenOptions,
-    TransportId, TransportSelector,
-};
+use rdma_hint::{Device, Error, OpenOptions, TransportId, TransportSelector, get_low_latency_rdma_size_hint_with, open};
+use rdma_hint::calibration::{calibrate_loopback, hint_set};
 
 fn missing() -> Vec<(TransportId, &'static str)> {
     let mut ids = Vec::new();

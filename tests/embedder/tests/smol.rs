@@ -18,7 +18,7 @@ fn pairs_move_verified_bytes_under_smol() {
 #[test]
 fn pairs_move_verified_bytes_with_the_blocking_api() {
     for id in ids() {
-        let blocks = rdma_hint::backend_core::blocking::block_on(verified_transfer(&id, 3, 1 << 20));
+        let blocks = rdma_hint::block_on(verified_transfer(&id, 3, 1 << 20));
         assert!(blocks.unwrap_or_else(|e| panic!("{e}")) > 0);
     }
 }

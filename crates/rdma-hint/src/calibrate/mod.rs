@@ -88,7 +88,7 @@ pub struct Calibration {
     pub own_block_bytes: Option<u64>,
     /// The blocks of the calibrations the hint pools, oldest first, this run's last: the pair's
     /// stored calibrations of the last day, at most
-    /// [`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) (empty for a poor fit).
+    /// [`POOLED_CALIBRATIONS`](crate::calibration::POOLED_CALIBRATIONS) (empty for a poor fit).
     pub pooled_blocks_bytes: Vec<u64>,
     /// Median timings per block size.
     pub points: Vec<CalibrationPoint>,
@@ -151,7 +151,7 @@ pub const PREDICTION_TAIL: f64 = 0.01;
 /// because a curve's 90 % point wanders with the noise of a busy machine (on the 2-core machine
 /// a sweep's block at its calibration's 0.95 point reached 0.87 to 0.93 of the plateau over
 /// ucx:shm) and the hint should hold in every run, not half of them.
-pub const CURVE_KNEE_SHARE: f64 = 0.97;
+pub(crate) const CURVE_KNEE_SHARE: f64 = 0.97;
 /// Bytes a timed transfer streams at most (fewer where the budget or the region is short):
 /// past the caches, as a sweep's transfers are.
 const UNIFORM_BYTES: u64 = 16 << 20;
@@ -191,21 +191,22 @@ pub struct Flatness {
 ///
 /// A good fit is stored in the hint cache (`calibrated.json` beside the measured knees, keyed
 /// like them), pooled with the pair's calibrations of the last day
-/// ([`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) at most): the hint
+/// ([`POOLED_CALIBRATIONS`](crate::calibration::POOLED_CALIBRATIONS) at most): the hint
 /// `get_low_latency_rdma_size_hint` answers, until a newer sweep records a knee, is the median
 /// of their own blocks. A poor fit stores nothing, leaves the pool as it was and answers it,
 /// the recorded knee or the model's hint, with the reason.
 ///
 /// ```
-/// use rdma_hint::{calibrate, LoopbackPair, OpenOptions, SourceId, TransportId};
+/// use rdma_hint::{calibrate, Device, OpenOptions, TransportId};
+/// use rdma_hint::calibration::LoopbackPair;
 /// use std::time::{Duration, Instant};
 /// # let cache = std::env::temp_dir().join(format!("rdma-hint-doc-calibrate-{}", std::process::id()));
 /// # std::env::set_var("RDMA_HINT_CACHE_DIR", &cache);
 /// let deadline = Instant::now() + Duration::from_secs(30);
-/// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, SourceId::Host(0), 16 << 20, &OpenOptions::default(), deadline)?;
+/// let pair = LoopbackPair::open(&TransportId::STAGED_SHM, Device::Host(0), 16 << 20, &OpenOptions::default(), deadline)?;
 /// // Generous: an idle machine ends at the most rounds long before it, a busy one still fits
 /// // the fewest.
-/// let calibration = calibrate(&*pair.sender, SourceId::Host(0), &pair.local, &pair.remote, Duration::from_secs(20))?;
+/// let calibration = calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, Duration::from_secs(20))?;
 /// assert!(calibration.hint.block_bytes > 0 && calibration.budget_ms == 20_000.0);
 /// println!("o = {:.2} µs, B = {:.1} GB/s, R² = {:.3}", calibration.fit.fixed_cost_us,
 ///          calibration.fit.bandwidth_gbps, calibration.fit.r2);
@@ -533,7 +534,7 @@ fn keep(mut calibration: Calibration, entry: Option<CalibratedPath>) -> Calibrat
 /// is not calibrated, and nothing of it is stored.
 ///
 /// The calibration joins the pair's pool: the hint answers the median block of the last
-/// [`POOLED_CALIBRATIONS`](crate::measured::POOLED_CALIBRATIONS) calibrations of the day.
+/// [`POOLED_CALIBRATIONS`](crate::calibration::POOLED_CALIBRATIONS) calibrations of the day.
 pub fn calibrate_loopback(
     id: &TransportId,
     source: Device,

@@ -180,6 +180,18 @@ impl Scheduler {
         self.peers.len()
     }
 
+    /// Replaces the regions `peer` exposed (it exposed or withdrew some since it was added);
+    /// whether the list changed.
+    pub(crate) fn set_remote(&mut self, peer: u32, remote: &[RemoteRegion]) -> bool {
+        match self.peers.get_mut(peer as usize) {
+            Some(state) if state.remote != remote => {
+                state.remote = remote.to_vec();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Adds a peer of one lane per entry of `lanes` (their capabilities); its id.
     pub(crate) fn add_peer(
         &mut self,
