@@ -13,7 +13,7 @@ floors = {
     "rdma-hint-core": 0, "rdma-hint-ucx-sys": 0,
     "rdma-hint-cuda": 1, "rdma-hint-stream-copy": 1,
     "rdma-hint-backend-core": 2, "rdma-hint-discovery": 2,
-    "rdma-hint-oob": 3, "rdma-hint-chunker": 3,
+    "rdma-hint-oob": 3, "rdma-hint-engine": 3,
     "rdma-hint-verbs": 4, "rdma-hint-ucx": 4, "rdma-hint-staged": 4,
     "rdma-hint": 5,
     "rdma-hint-cli": 6,
@@ -62,7 +62,7 @@ echo "hint-core is pure"
 # The engine's scheduler is a state machine without I/O: no transport, no lock, no thread, no
 # waker, no clock of its own (time is passed in). Its tests (tests.rs, random_scripts.rs) may
 # read the clock.
-sched=crates/chunker/src/engine/scheduler
+sched=crates/engine/src/engine/scheduler
 [ -d "$sched" ] || { echo "no $sched" >&2; exit 1; }
 if grep -rnE 'dyn Transport|Transport::|impl Transport|Instant::now|SystemTime|std::(sync|thread|fs|net|process)|\bWaker\b|\basync\b|\.await\b' "$sched" --include='*.rs' |
     grep -vE "^$sched/(tests|random_scripts)\.rs:|^[^:]+:[0-9]+: *//"; then

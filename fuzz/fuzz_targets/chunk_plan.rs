@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_hint_chunker::{BlockSpec, ChunkPlan};
+use rdma_hint_engine::{BlockSpec, ChunkPlan};
 
 fn u64_at(data: &[u8], at: usize) -> u64 {
     let mut bytes = [0u8; 8];

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_hint_chunker::{
+use rdma_hint_engine::{
     validate_segments, BlockSpec, Engine, EngineConfig, LoopbackTransport, PeerId, Segment, TransferRequest,
 };
 use rdma_hint_core::{LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};

@@ -46,9 +46,9 @@ fn without_a_driver_the_error_says_so() {
 }
 
 mod transport {
-    use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
     use rdma_hint_core::SourceId;
     use rdma_hint_core::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, WriteOp};
+    use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
     use rdma_hint_staged::{StagedChannel, StagedTransport};
     use std::time::{Duration, Instant};
 
@@ -221,8 +221,8 @@ mod transport {
 /// back intact, and device memory the driver does not vouch for refused.
 mod caller_memory {
     use rdma_hint_backend_core::blocking::block_on;
-    use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
     use rdma_hint_core::{Arrival, CallerMemory, PeerEndpoint, SourceId, Transport, TransportError, WriteOp};
+    use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
     use rdma_hint_staged::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
     use rdma_hint_staged::gpu::cuda_slice_memory;
     use rdma_hint_staged::{StagedChannel, StagedTransport};

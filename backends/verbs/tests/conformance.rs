@@ -7,11 +7,11 @@
 //! harness (`scripts/vm/verbs-tests.sh`, which CI runs) runs them with `--ignored` where
 //! `RXE_DEV` names the rxe device and `RXE_NETDEV` the netdev under it.
 
-use rdma_hint_chunker::{Transfer, TransferError};
 use rdma_hint_conformance::{
     chunker, deadline, pair, spawn_receiver, suite, Backend, Scale, Transport, TEST_TOKEN,
 };
 use rdma_hint_core::{CallerMemory, MemoryKind, PeerEndpoint, TransportError};
+use rdma_hint_engine::{Transfer, TransferError};
 use rdma_hint_verbs::wire::Hello;
 use rdma_hint_verbs::VerbsTransport;
 use std::io::{Read, Write};

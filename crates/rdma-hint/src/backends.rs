@@ -52,7 +52,7 @@ fn staged_transports() -> Vec<SoftwareTransport> {
             SoftwareTransport {
                 detail: Some(format!(
                     "lanes: up to {} per connection (open_lanes; the engine stripes blocks of the source's hint over them, each lane at that hint); a request gathers up to {} local ranges",
-                    rdma_hint_chunker::MAX_LANES,
+                    rdma_hint_engine::MAX_LANES,
                     caps.max_sges
                 )),
                 facts: caps.facts,
@@ -98,7 +98,7 @@ pub(crate) fn ucx_transport(scope: &str) -> Result<SoftwareTransport, String> {
             estimate.gbps,
             estimate.overhead_us,
             estimate.lanes,
-            rdma_hint_chunker::MAX_LANES,
+            rdma_hint_engine::MAX_LANES,
             ucx.capabilities().max_sges,
             clamped.map(|note| format!("; {note}")).unwrap_or_default()
         )),

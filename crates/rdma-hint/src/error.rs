@@ -113,10 +113,10 @@ pub enum Error {
     Transport(#[from] TransportError),
     /// A chunked transfer failed (with the bytes confirmed before it did).
     #[error(transparent)]
-    Transfer(#[from] rdma_hint_chunker::TransferError),
+    Transfer(#[from] rdma_hint_engine::TransferError),
     /// A transfer could not be planned (sizes, alignment, regions, policy).
     #[error(transparent)]
-    Plan(#[from] rdma_hint_chunker::PlanError),
+    Plan(#[from] rdma_hint_engine::PlanError),
 }
 
 impl From<rdma_hint_core::TransportIdError> for Error {

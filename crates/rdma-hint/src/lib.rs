@@ -118,7 +118,7 @@ pub mod transport {
 /// Moving data in the hint's blocks: the [`Engine`](engine::Engine) (many transfers, many peers,
 /// lanes), the one-transport [`Chunker`](engine::Chunker), and their plans and policies.
 pub mod engine {
-    pub use rdma_hint_chunker::{
+    pub use rdma_hint_engine::{
         Block, BlockSpec, Blocks, ChunkPlan, Chunker, Class, Delivered, Engine, EngineConfig, LaneStats,
         LoopbackTransport, PeerId, PlanError, PostPolicy, RequestError, Segment, SignalSchedule, Transfer,
         TransferError, TransferId, TransferReport, TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS,

@@ -184,7 +184,7 @@ pub fn open_lanes(
     lanes: usize,
 ) -> Result<Vec<Arc<dyn Transport>>, Error> {
     let refuse = |why: String| Error::Lanes { transport: id.clone(), lanes, why };
-    let max = rdma_hint_chunker::MAX_LANES;
+    let max = rdma_hint_engine::MAX_LANES;
     if lanes == 0 || lanes > max {
         return Err(refuse(format!("give 1 to {max} lanes")));
     }

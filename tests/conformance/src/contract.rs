@@ -6,12 +6,12 @@ use crate::pair::{chunker, deadline, pair, round_trip, Pair};
 use crate::peer::{spawn, spawn_receiver};
 use crate::Subject;
 use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
-use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{
     Arrival, CallerMemory, Completion, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint,
     RegionId, Transport, TransportError, WaitMode, WriteOp,
 };
+use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
 use rdma_hint_integration_tests::{
     first_mismatch, held, held_change, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
 };

@@ -9,11 +9,11 @@ use crate::pair::{chunker, deadline, pair, round_trip};
 use crate::reads::read_between;
 use crate::Subject;
 use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
-use rdma_hint_chunker::Transfer;
 use rdma_hint_core::{
     Arrival, CallerMemory, Completion, CompletionStatus, MemoryKind, ReadOp, RegionId, RemoteRegion,
     Transport, TransportError, WriteOp,
 };
+use rdma_hint_engine::Transfer;
 use rdma_hint_integration_tests::{first_mismatch, random_bytes};
 use std::sync::mpsc;
 

@@ -5,11 +5,11 @@ use crate::contract::shared;
 use crate::pair::deadline;
 use crate::Subject;
 use rdma_hint_backend_core::blocking::{block_on, BlockingTransport};
-use rdma_hint_chunker::BlockSpec;
 use rdma_hint_core::{
     Arrival, CallerMemory, Completion, LocalRegion, MemoryKind, PeerEndpoint, RegionId, SourceId, Transport,
     TransportError, WriteOp,
 };
+use rdma_hint_engine::BlockSpec;
 use rdma_hint_integration_tests::{first_mismatch, random_bytes};
 use std::time::{Duration, Instant};
 
@@ -64,8 +64,8 @@ fn open_lanes<B: Backend>(backend: &B, lanes: usize, len: u64) -> Lanes<B::Trans
 fn engine_over<T: Transport + 'static>(
     block: u64,
     connections: &[&Lanes<T>],
-) -> (rdma_hint_chunker::Engine, Vec<rdma_hint_chunker::PeerId>) {
-    let engine = rdma_hint_chunker::Engine::new(rdma_hint_chunker::EngineConfig::default()).expect("engine");
+) -> (rdma_hint_engine::Engine, Vec<rdma_hint_engine::PeerId>) {
+    let engine = rdma_hint_engine::Engine::new(rdma_hint_engine::EngineConfig::default()).expect("engine");
     engine.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096.min(block)).expect("block spec"));
     let peers = connections
         .iter()
@@ -169,7 +169,7 @@ pub fn the_engine_moves_mixed_transfers_to_two_peers_over_their_lanes<B: Backend
     for (index, (peer, connection)) in peers.iter().zip(&connections).enumerate() {
         for k in 0..8u64 {
             let (offset, len) = (k * slot, sizes[k as usize % 4].clamp(1, slot));
-            let request = rdma_hint_chunker::TransferRequest::single(
+            let request = rdma_hint_engine::TransferRequest::single(
                 &connection.source,
                 offset,
                 &connection.remote[0],
@@ -224,7 +224,7 @@ pub fn the_engine_packs_scattered_pages_at_the_hint<B: Backend>(s: &Subject<'_, 
     connection.senders[0].write_region(connection.source.id, 0, &source).expect("fill the source");
     let (engine, peers) = engine_over(block, &[&connection]);
     let segments = scattered_pages(pages, page);
-    let request = rdma_hint_chunker::TransferRequest::scatter(
+    let request = rdma_hint_engine::TransferRequest::scatter(
         &connection.source,
         &connection.remote[0],
         segments.clone(),
@@ -260,7 +260,7 @@ pub fn the_engine_reads_scattered_pages_the_peer_exposed<B: Backend>(s: &Subject
     connection.receivers[0].write_region(connection.target.id, 0, &exposed).expect("fill the exposed region");
     let (engine, peers) = engine_over(64 * 1024, &[&connection]);
     let segments = scattered_pages(pages, page);
-    let request = rdma_hint_chunker::TransferRequest::scatter(
+    let request = rdma_hint_engine::TransferRequest::scatter(
         &connection.source,
         &connection.remote[0],
         segments.clone(),
@@ -279,9 +279,9 @@ pub fn the_engine_reads_scattered_pages_the_peer_exposed<B: Backend>(s: &Subject
 
 /// `pages` pages of `page` bytes, every other page of the local region in reverse order,
 /// landing back to back remotely.
-fn scattered_pages(pages: u64, page: u64) -> Vec<rdma_hint_chunker::Segment> {
+fn scattered_pages(pages: u64, page: u64) -> Vec<rdma_hint_engine::Segment> {
     (0..pages)
-        .map(|k| rdma_hint_chunker::Segment {
+        .map(|k| rdma_hint_engine::Segment {
             local_offset: (pages - 1 - k) * 2 * page,
             remote_offset: k * page,
             len: page,
@@ -299,7 +299,7 @@ pub fn the_engine_fails_transfers_to_a_peer_that_goes_away_in_time<B: Backend>(s
     let (engine, peers) = engine_over(64 * 1024.min(len), &[&connection]);
     let ids: Vec<_> = (0..4)
         .map(|_| {
-            let request = rdma_hint_chunker::TransferRequest::single(
+            let request = rdma_hint_engine::TransferRequest::single(
                 &connection.source,
                 0,
                 &connection.remote[0],
@@ -315,7 +315,7 @@ pub fn the_engine_fails_transfers_to_a_peer_that_goes_away_in_time<B: Backend>(s
     let gone = Instant::now();
     for id in ids {
         match engine.wait_blocking(id, deadline(120)) {
-            Err(rdma_hint_chunker::TransferError::Transport { confirmed_bytes, .. }) => {
+            Err(rdma_hint_engine::TransferError::Transport { confirmed_bytes, .. }) => {
                 assert!(confirmed_bytes < len)
             }
             // The first ones may have finished before the receiver went.
@@ -338,7 +338,7 @@ pub fn a_source_an_engine_transfer_names_is_held_until_collected<B: Backend>(s: 
     let source =
         c.senders[0].register_memory(CallerMemory::from(data.clone())).expect("register caller memory");
     let (engine, peers) = engine_over(64 * 1024, &[&c]);
-    let request = rdma_hint_chunker::TransferRequest::single(&source, 0, &c.remote[0], 0, len);
+    let request = rdma_hint_engine::TransferRequest::single(&source, 0, &c.remote[0], 0, len);
     let id = engine.submit(peers[0], request, deadline(60)).expect("submit");
     let busy = |what: &str, result: Result<(), TransportError>| {
         assert!(
@@ -392,7 +392,7 @@ pub fn the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_l
     let back = senders[0].register(MemoryKind::Host, len).expect("register where reads land");
     let engine = |block: u64| {
         let engine =
-            rdma_hint_chunker::Engine::new(rdma_hint_chunker::EngineConfig::default()).expect("engine");
+            rdma_hint_engine::Engine::new(rdma_hint_engine::EngineConfig::default()).expect("engine");
         engine.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).expect("block spec"));
         engine
     };
@@ -412,21 +412,21 @@ pub fn the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_l
 
     let data = random_bytes(len as usize, 47);
     senders[0].write_region(source.id, 0, &data).expect("fill the source");
-    let request = rdma_hint_chunker::TransferRequest::single(&source, 0, &remote[0], 0, len);
+    let request = rdma_hint_engine::TransferRequest::single(&source, 0, &remote[0], 0, len);
     let id = dialling.submit(peer, request.clone().notify(0xc0), deadline(60)).expect("submit the write");
     assert_eq!(dialling.wait_blocking(id, deadline(60)).expect("the write").bytes, len);
     let mut arrivals = [Arrival::EMPTY; 1];
     block_on(listening.wait_arrivals(their_peer, &mut arrivals, deadline(60))).expect("the write's arrival");
     assert_eq!(arrivals[0].imm, 0xc0);
     assert_eq!(first_mismatch(&read_all(&*receivers[1], target.id, len), &data), None, "the write landed");
-    let request = rdma_hint_chunker::TransferRequest::single(&back, 0, &remote[0], 0, len);
+    let request = rdma_hint_engine::TransferRequest::single(&back, 0, &remote[0], 0, len);
     let id = dialling.submit(peer, request.read(), deadline(60)).expect("submit the read");
     assert_eq!(dialling.wait_blocking(id, deadline(60)).expect("the read").bytes, len);
     assert_eq!(first_mismatch(&read_all(&*senders[1], back.id, len), &data), None, "the read fetched");
 
     block_on(listening.expose(their_peer, late.id, deadline(20))).expect("expose on every lane");
     let later = rdma_hint_core::RemoteRegion { id: late.id, len };
-    let request = rdma_hint_chunker::TransferRequest::single(&source, 0, &later, 0, len);
+    let request = rdma_hint_engine::TransferRequest::single(&source, 0, &later, 0, len);
     let id = dialling.submit(peer, request.clone(), deadline(60)).expect("a region exposed later is taken");
     assert_eq!(dialling.wait_blocking(id, deadline(60)).expect("the write to it").bytes, len);
     assert_eq!(first_mismatch(&read_all(&*receivers[0], late.id, len), &data), None, "it landed");
@@ -434,9 +434,9 @@ pub fn the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_l
     block_on(listening.withdraw(their_peer, late.id, deadline(20))).expect("withdraw on every lane");
     receivers[0].write_region(late.id, 0, &vec![0u8; len as usize]).expect("clear the withdrawn region");
     match dialling.submit(peer, request, deadline(60)) {
-        Err(rdma_hint_chunker::RequestError::UnknownRemoteRegion { .. }) => {}
+        Err(rdma_hint_engine::RequestError::UnknownRemoteRegion { .. }) => {}
         Ok(id) => match dialling.wait_blocking(id, deadline(60)) {
-            Err(rdma_hint_chunker::TransferError::Transport { source, .. }) => {
+            Err(rdma_hint_engine::TransferError::Transport { source, .. }) => {
                 assert!(matches!(source, TransportError::RegionWithdrawn(_)), "{source}")
             }
             other => panic!("a transfer to a withdrawn region: {other:?}"),

@@ -2,9 +2,9 @@
 
 use crate::backend::Backend;
 use rdma_hint_backend_core::blocking::block_on;
-use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport};
+use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint_integration_tests::{first_mismatch, random_bytes};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

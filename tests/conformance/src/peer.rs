@@ -4,8 +4,8 @@
 use crate::backend::{Backend, TEST_TOKEN};
 use crate::pair::{chunker, deadline};
 use rdma_hint_backend_core::blocking::block_on;
-use rdma_hint_chunker::Transfer;
 use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, Transport, TransportError};
+use rdma_hint_engine::Transfer;
 use rdma_hint_integration_tests::{env, first_mismatch, peer_role, random_bytes, Peer};
 use std::io::Write;
 use std::net::SocketAddr;

@@ -3,8 +3,8 @@
 
 use super::{Error, MIN_BLOCKS_PER_RUN, RUN_REJOIN_BYTES, TRANSFER_DEADLINE};
 use crate::Device;
-use rdma_hint_chunker::{BlockSpec, Chunker, PostPolicy, Transfer};
 use rdma_hint_core::{LocalRegion, RemoteRegion, Transport};
+use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
 use std::time::Instant;
 
 /// Where the next timed transfer starts: runs walk through the whole region, so each one

@@ -2,9 +2,9 @@
 //! counted by a global allocator.
 
 use rdma_hint_backend_core::blocking::block_on;
-use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
+use rdma_hint_engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -63,7 +63,7 @@ fn a_transfer_allocates_nothing() {
 #[test]
 fn an_engine_transfer_allocates_nothing_once_warm() {
     let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    use rdma_hint_chunker::{Engine, EngineConfig, TransferRequest};
+    use rdma_hint_engine::{Engine, EngineConfig, TransferRequest};
     use std::future::Future;
     use std::sync::Arc;
     use std::task::{Context, Poll, Waker};

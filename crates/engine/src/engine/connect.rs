@@ -25,7 +25,7 @@ impl Engine {
     /// [`TransportError::Handshake`] if the peer's lanes exposed different regions.
     ///
     /// ```
-    /// use rdma_hint_chunker::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferRequest};
+    /// use rdma_hint_engine::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferRequest};
     /// use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
     /// use std::sync::Arc;
     /// use std::time::{Duration, Instant};

@@ -48,7 +48,7 @@ impl Segments {
 /// (paged) list of ranges between one local and one remote region.
 ///
 /// ```
-/// use rdma_hint_chunker::{Segment, TransferRequest};
+/// use rdma_hint_engine::{Segment, TransferRequest};
 /// use rdma_hint_core::{LocalRegion, MemoryKind, RegionId, RemoteRegion};
 /// let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
 /// let remote = RemoteRegion { id: RegionId(0), len: 1 << 20 };
@@ -239,7 +239,7 @@ pub enum RequestError {
 /// payload bytes.
 ///
 /// ```
-/// use rdma_hint_chunker::{validate_segments, RequestError, Segment};
+/// use rdma_hint_engine::{validate_segments, RequestError, Segment};
 /// let mut segments = vec![
 ///     Segment { local_offset: 0, remote_offset: 0, len: 4096 },
 ///     Segment { local_offset: 4096, remote_offset: 4096, len: 4096 }, // continues the first

@@ -16,7 +16,7 @@ use serde::Serialize;
 /// request outstanding when it waits. W ≥ 2k keeps the queue from draining while waiting.
 ///
 /// ```
-/// use rdma_hint_chunker::PostPolicy;
+/// use rdma_hint_engine::PostPolicy;
 /// let policy = PostPolicy::default();
 /// assert_eq!((policy.wrs_per_doorbell, policy.signal_every, policy.window), (8, 8, 64));
 /// assert!(PostPolicy { window: 4, ..policy }.validate().is_err());
@@ -71,7 +71,7 @@ impl PostPolicy {
     /// pipeline posts ([`SignalSchedule`]), every k-th block and the last.
     ///
     /// ```
-    /// use rdma_hint_chunker::PostPolicy;
+    /// use rdma_hint_engine::PostPolicy;
     /// let policy = PostPolicy { signal_every: 4, ..PostPolicy::default() };
     /// let signalled: Vec<u64> = (0..10).zip(policy.signalled_blocks(10)).filter(|b| b.1).map(|b| b.0).collect();
     /// assert_eq!(signalled, [3, 7, 9]);

@@ -106,7 +106,7 @@ pub struct Delivered {
 /// thread; [`Engine::wait_blocking`] is its twin for callers without a runtime.
 ///
 /// ```
-/// use rdma_hint_chunker::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferRequest};
+/// use rdma_hint_engine::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferRequest};
 /// use rdma_hint_core::{MemoryKind, PeerEndpoint, SourceId, Transport};
 /// use std::sync::Arc;
 /// use std::time::{Duration, Instant};

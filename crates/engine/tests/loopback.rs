@@ -1,11 +1,11 @@
 //! Real transfers through the loopback transport: random bytes, verified where they land.
 
-use rdma_hint_chunker::{
-    BlockSpec, Chunker, LoopbackTransport, PlanError, PostPolicy, Transfer, TransferError,
-};
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, TransportError,
+};
+use rdma_hint_engine::{
+    BlockSpec, Chunker, LoopbackTransport, PlanError, PostPolicy, Transfer, TransferError,
 };
 use rdma_hint_integration_tests::random_bytes;
 use std::time::{Duration, Instant};

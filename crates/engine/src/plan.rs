@@ -10,7 +10,7 @@ use serde::Serialize;
 /// power-of-two `align_bytes`.
 ///
 /// ```
-/// use rdma_hint_chunker::{BlockSpec, PlanError};
+/// use rdma_hint_engine::{BlockSpec, PlanError};
 /// use rdma_hint_core::HintError;
 /// assert!(BlockSpec::new(256 * 1024, 4096).is_ok());
 /// assert_eq!(BlockSpec::new(0, 4096), Err(PlanError::Spec(HintError::ZeroBlock)));
@@ -39,7 +39,7 @@ impl BlockSpec {
     /// leave headroom rather than take the full hint.
     ///
     /// ```
-    /// use rdma_hint_chunker::BlockSpec;
+    /// use rdma_hint_engine::BlockSpec;
     /// let hint = BlockSpec::new(256 * 1024, 4096).unwrap();
     /// assert_eq!(hint.shrunk(0.5).block_bytes(), 128 * 1024);
     /// assert_eq!(hint.shrunk(0.0001).block_bytes(), 4096);
@@ -82,7 +82,7 @@ pub struct Block {
 /// arithmetic (`Copy`, no block list).
 ///
 /// ```
-/// use rdma_hint_chunker::{Block, BlockSpec, ChunkPlan};
+/// use rdma_hint_engine::{Block, BlockSpec, ChunkPlan};
 /// let spec = BlockSpec::new(64 * 1024, 4096).unwrap();
 /// let plan = ChunkPlan::new(1 << 20, 0, 150_000, spec).unwrap();
 /// assert_eq!(plan.block_count(), 3);

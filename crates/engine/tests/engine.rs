@@ -2,12 +2,12 @@
 //! back-pressure, cancel and deadlines, every byte checked where it landed.
 
 use rdma_hint_backend_core::blocking::block_on;
-use rdma_hint_chunker::{
-    BlockSpec, Engine, EngineConfig, LoopbackTransport, RequestError, Segment, TransferError,
-    TransferRequest, TransferStatus,
-};
 use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RegionId, RemoteRegion, SourceId, Transport,
+};
+use rdma_hint_engine::{
+    BlockSpec, Engine, EngineConfig, LoopbackTransport, RequestError, Segment, TransferError,
+    TransferRequest, TransferStatus,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ fn engine(max_transfers: u32) -> Engine {
     engine
 }
 
-fn add(engine: &Engine, connection: &Connection) -> rdma_hint_chunker::PeerId {
+fn add(engine: &Engine, connection: &Connection) -> rdma_hint_engine::PeerId {
     let lanes = connection.lanes.iter().map(|lane| lane.clone() as Arc<dyn Transport>).collect();
     engine.add_peer(lanes, &connection.remote).unwrap()
 }
@@ -116,7 +116,7 @@ fn both_lanes_carry_blocks_of_one_large_transfer() {
     let peer = add(&engine, &connection);
     let request = TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, len);
     let delivered = engine.wait_blocking(engine.submit(peer, request, soon()).unwrap(), soon()).unwrap();
-    assert_eq!(delivered, rdma_hint_chunker::Delivered { bytes: len, blocks: len / BLOCK });
+    assert_eq!(delivered, rdma_hint_engine::Delivered { bytes: len, blocks: len / BLOCK });
     assert!(landed(&connection, 0, len) == pattern(len, 3));
     let moved: Vec<u64> = engine.lane_stats(peer).unwrap().iter().map(|lane| lane.posted_bytes).collect();
     assert!(moved.iter().all(|bytes| *bytes > 0), "bytes per lane: {moved:?}");

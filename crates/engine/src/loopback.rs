@@ -103,7 +103,7 @@ impl LoopbackTransport {
     /// queues over the same regions (same ids, same bytes), as a backend's lanes are.
     ///
     /// ```
-    /// use rdma_hint_chunker::LoopbackTransport;
+    /// use rdma_hint_engine::LoopbackTransport;
     /// use rdma_hint_core::{MemoryKind, Transport};
     /// let first = LoopbackTransport::new(64);
     /// let region = first.register(MemoryKind::Host, 4096).unwrap();

@@ -3,12 +3,12 @@
 
 use async_trait::async_trait;
 use mockall::mock;
-use rdma_hint_chunker::{BlockSpec, ChunkPlan, Pipeline, PostPolicy, Transfer, TransferError};
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
+use rdma_hint_engine::{BlockSpec, ChunkPlan, Pipeline, PostPolicy, Transfer, TransferError};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -115,7 +115,7 @@ fn run(
     policy: PostPolicy,
     len: u64,
     block: u64,
-) -> Result<rdma_hint_chunker::TransferReport, TransferError> {
+) -> Result<rdma_hint_engine::TransferReport, TransferError> {
     let mut pipeline = Pipeline::new(policy, nic.capabilities()).unwrap();
     let plan = ChunkPlan::new(len + block, 0, len, BlockSpec::new(block, 4096).unwrap()).unwrap();
     let remote = RemoteRegion { id: RegionId(1), len: len + block };

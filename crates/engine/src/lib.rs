@@ -1,4 +1,4 @@
-//! # rdma-hint-chunker
+//! # rdma-hint-engine
 //!
 //! Moves data in exactly the blocks a hint asks for, over any [`Transport`].
 //!
@@ -17,7 +17,7 @@
 //!   completions through a crossbeam queue) for tests and benches.
 //!
 //! ```
-//! use rdma_hint_chunker::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
+//! use rdma_hint_engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
 //! use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
 //! use rdma_hint_core::SourceId;
 //! use std::time::{Duration, Instant};
