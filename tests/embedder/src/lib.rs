@@ -3,9 +3,24 @@
 //! smol and the library's blocking API.
 #![forbid(unsafe_code)]
 
+/// docs/engine.md's examples, built and run here, outside the workspace, against the facade
+/// alone (as the facade's own doctests run them inside it).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/engine.md")]
+pub struct EngineDocExamples;
+
+/// The README's example, likewise.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExample;
+
 use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{Arrival, Completion, Device, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, TransportId, TransportSelector, WriteOp, get_low_latency_rdma_size_hint_with, open};
 use rdma_hint::transport::{Capabilities, Domain, GatherEntry, GatherOp, WaitMode};
+use rdma_hint::{
+    get_low_latency_rdma_size_hint_with, open, Arrival, Completion, Device, LocalRegion, MemoryKind,
+    OpenOptions, PeerEndpoint, RegionId, RemoteRegion, Transport, TransportError, TransportId,
+    TransportSelector, WriteOp,
+};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

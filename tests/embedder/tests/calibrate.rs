@@ -1,10 +1,13 @@
 //! Calibration from outside, through the facade only: an embedder's own connected pair,
 //! calibrated, then the hint the library answers, then data moved in that hint's blocks.
 
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{Arrival, BlockingTransport, Device, OpenOptions, TransportId, TransportSelector, calibrate, get_low_latency_rdma_size_hint_with};
 use rdma_hint::calibration::LoopbackPair;
+use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
 use rdma_hint::model::Origin;
+use rdma_hint::{
+    calibrate, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport, Device, OpenOptions,
+    TransportId, TransportSelector,
+};
 use std::time::{Duration, Instant};
 
 /// Ten times the library's default budget (as the CLI's tests give theirs): on a machine two
@@ -57,7 +60,8 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     }
     // A recalibration (after moving a card) starts a new pool of its own run.
     let fresh =
-        rdma_hint::calibration::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), BUDGET).unwrap();
+        rdma_hint::calibration::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), BUDGET)
+            .unwrap();
     if fresh.fit.poor.is_none() {
         assert_eq!(fresh.pooled_blocks_bytes, [fresh.own_block_bytes.unwrap()]);
         assert_eq!(Some(fresh.hint.block_bytes), fresh.own_block_bytes);

@@ -6,7 +6,10 @@
 mod common;
 use common::{longest_poll, tick};
 use rdma_hint::engine::{Engine, EngineConfig, PeerId, TransferRequest};
-use rdma_hint::{Device, Error, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, Transport, TransportId, TransportSelector, get_low_latency_rdma_size_hint_with, open_lanes};
+use rdma_hint::{
+    get_low_latency_rdma_size_hint_with, open_lanes, Device, Error, LocalRegion, MemoryKind, OpenOptions,
+    PeerEndpoint, RemoteRegion, Transport, TransportId, TransportSelector,
+};
 use rdma_hint_embedder::{ids, payload};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,10 @@
 //! after which the sender's posts to it are typed errors, and takes its `Vec` back intact.
 
 use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{Arrival, CallerMemory, Device, MemoryKind, OpenOptions, PeerEndpoint, TransportError, TransportSelector, WriteOp, block_on, get_low_latency_rdma_size_hint_with, open};
+use rdma_hint::{
+    block_on, get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Device, MemoryKind,
+    OpenOptions, PeerEndpoint, TransportError, TransportSelector, WriteOp,
+};
 use rdma_hint_embedder::{ids, payload};
 use std::time::{Duration, Instant};
 

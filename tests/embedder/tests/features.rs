@@ -1,8 +1,10 @@
 //! A backend this build lacks is `Error::FeatureMissing { feature }` from every entry point an
 //! embedder calls with a transport id: `open`, the hint, the hint set, calibration.
 
-use rdma_hint::{Device, Error, OpenOptions, TransportId, TransportSelector, get_low_latency_rdma_size_hint_with, open};
 use rdma_hint::calibration::{calibrate_loopback, hint_set};
+use rdma_hint::{
+    get_low_latency_rdma_size_hint_with, open, Device, Error, OpenOptions, TransportId, TransportSelector,
+};
 
 fn missing() -> Vec<(TransportId, &'static str)> {
     let mut ids = Vec::new();

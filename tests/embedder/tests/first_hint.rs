@@ -11,7 +11,7 @@
 
 mod common;
 use common::tick;
-use rdma_hint::{Device, TransportSelector, get_low_latency_rdma_size_hint_with, hint};
+use rdma_hint::{get_low_latency_rdma_size_hint_with, hint, Device, TransportSelector};
 use rdma_hint_embedder::{ids, Pair};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;

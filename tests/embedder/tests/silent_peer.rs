@@ -2,8 +2,10 @@
 //! its event until the deadline) and ends at the deadline with a typed error; `BusyPoll` is
 //! the mode that spins.
 
-use rdma_hint::{Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportError, open};
 use rdma_hint::transport::WaitMode;
+use rdma_hint::{
+    open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportError,
+};
 use rdma_hint_embedder::ids;
 use std::collections::BTreeMap;
 use std::sync::Mutex;

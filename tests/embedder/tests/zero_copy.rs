@@ -5,7 +5,10 @@
 //! `read_region` anywhere, and the transports' own counters agree.
 
 use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
-use rdma_hint::{Arrival, CallerMemory, Device, OpenOptions, PeerEndpoint, TransportError, TransportSelector, block_on, get_low_latency_rdma_size_hint_with, open};
+use rdma_hint::{
+    block_on, get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Device, OpenOptions,
+    PeerEndpoint, TransportError, TransportSelector,
+};
 use rdma_hint_embedder::{ids, payload};
 use std::time::{Duration, Instant};
 
