@@ -219,12 +219,19 @@ impl Engine {
         &self,
         lanes: Vec<Arc<dyn Transport>>,
         remote: &[RemoteRegion],
-    ) -> Result<PeerId, RequestError> {
-        self.shared.lock().add_peer(lanes, remote).map(PeerId)
+    ) -> Result<PeerId, TransportError> {
+        self.shared
+            .lock()
+            .add_peer(lanes, remote)
+            .map(PeerId)
+            .map_err(|error| TransportError::InvalidArgument { what: "lanes", why: error.to_string() })
     }
 
     /// Checks `request` and queues it for `peer`; it must finish by `deadline`. Never waits
-    /// for a slot or a completion: with every slot taken it answers [`RequestError::Full`] (see
+    /// for a slot or a completion. A refusal is [`TransferError::Refused`] with the
+    /// [`RequestError`] that says why, and nothing is posted: the one error type of a
+    /// transfer, from its submit to its end. With every slot taken it answers
+    /// `Refused(`[`RequestError::Full`]`)` (see
     /// [`submit_when_ready`](Engine::submit_when_ready)). It does post what the lanes have room
     /// for at once, a doorbell per lane, which takes what the transport's `post_writes` takes
     /// (the staged shm channel copies the blocks there).
@@ -233,8 +240,8 @@ impl Engine {
         peer: PeerId,
         request: TransferRequest,
         deadline: Instant,
-    ) -> Result<TransferId, RequestError> {
-        self.try_submit(peer, request, deadline).map_err(|(error, _)| error)
+    ) -> Result<TransferId, TransferError> {
+        self.try_submit(peer, request, deadline).map_err(|(error, _)| TransferError::Refused(error))
     }
 
     fn try_submit(
@@ -270,6 +277,15 @@ impl Engine {
     /// [`submit`](Engine::submit), waiting (without blocking the thread) for a free slot until
     /// `deadline` instead of answering [`RequestError::Full`].
     pub async fn submit_when_ready(
+        &self,
+        peer: PeerId,
+        request: TransferRequest,
+        deadline: Instant,
+    ) -> Result<TransferId, TransferError> {
+        self.submit_when_ready_or_refused(peer, request, deadline).await.map_err(TransferError::Refused)
+    }
+
+    async fn submit_when_ready_or_refused(
         &self,
         peer: PeerId,
         request: TransferRequest,

@@ -208,7 +208,10 @@ fn bad_requests_are_refused_by_kind_and_post_nothing() {
     let peer = add(&engine, &connection);
     let remote = connection.remote[0];
     let src = &connection.src;
-    let refused = |request: TransferRequest| engine.submit(peer, request, soon()).unwrap_err();
+    let refused = |request: TransferRequest| match engine.submit(peer, request, soon()) {
+        Err(TransferError::Refused(why)) => why,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
     assert!(matches!(
         refused(TransferRequest::single(src, 0, &remote, 1 << 20, 1)),
         RequestError::OutOfRegion { side: "remote", .. }
@@ -245,7 +248,10 @@ fn bad_requests_are_refused_by_kind_and_post_nothing() {
     ));
     // None of it reached the transport.
     assert_eq!(engine.lane_stats(peer).unwrap()[0].posted_wrs, 0);
-    assert!(matches!(engine.add_peer(Vec::new(), &[]), Err(RequestError::InvalidPeer(_))));
+    assert!(matches!(
+        engine.add_peer(Vec::new(), &[]),
+        Err(rdma_hint_core::TransportError::InvalidArgument { what: "lanes", .. })
+    ));
 }
 
 #[test]
@@ -259,10 +265,10 @@ fn a_full_engine_says_so_and_submit_when_ready_waits_for_room() {
     let second = engine.submit(peer, request(4096), soon()).unwrap();
     // Slots stay taken until their results are collected.
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(
-        engine.submit(peer, request(8192), soon()).unwrap_err(),
-        RequestError::Full { max_transfers: 2 }
-    );
+    assert!(matches!(
+        engine.submit(peer, request(8192), soon()),
+        Err(TransferError::Refused(RequestError::Full { max_transfers: 2 }))
+    ));
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| block_on(engine.submit_when_ready(peer, request(8192), soon())));
         std::thread::sleep(Duration::from_millis(20));
@@ -498,7 +504,7 @@ fn a_lane_that_stops_answering_fails_its_transfers_and_frees_their_slots() {
     // The one slot comes free once the lane is given up (after `lane_stall`), not never.
     let started = Instant::now();
     let next = block_on(engine.submit_when_ready(peer, request(), soon()));
-    assert!(matches!(next, Err(RequestError::PeerGone(_))), "{next:?}");
+    assert!(matches!(next, Err(TransferError::Refused(RequestError::PeerGone(_)))), "{next:?}");
     assert!(started.elapsed() < Duration::from_secs(5), "the slot came free after {:?}", started.elapsed());
     assert!(engine.lane_stats(peer).unwrap()[0].failed.is_some());
 }
@@ -514,7 +520,10 @@ fn a_request_the_transport_refuses_fails_alone_and_the_lane_goes_on() {
     let forged = LocalRegion { id: RegionId(77), ..connection.src };
     let bad =
         engine.submit(peer, TransferRequest::single(&forged, 0, &connection.remote[0], 0, 4096), soon());
-    assert!(matches!(bad, Err(RequestError::LocalRegion { id: RegionId(77), .. })), "{bad:?}");
+    assert!(
+        matches!(bad, Err(TransferError::Refused(RequestError::LocalRegion { id: RegionId(77), .. }))),
+        "{bad:?}"
+    );
     // A real region given with a forged length passes the engine's checks and the hold: only
     // the transport's own bounds check at post time can catch it.
     let stretched = LocalRegion { len: 4 << 20, ..connection.src };
@@ -540,10 +549,13 @@ fn a_transport_cannot_be_two_lanes() {
     let lane = connection.lanes[0].clone() as Arc<dyn Transport>;
     assert!(matches!(
         engine.add_peer(vec![lane.clone(), lane.clone()], &connection.remote),
-        Err(RequestError::InvalidPeer(_))
+        Err(rdma_hint_core::TransportError::InvalidArgument { what: "lanes", .. })
     ));
     engine.add_peer(vec![lane.clone()], &connection.remote).unwrap();
-    assert!(matches!(engine.add_peer(vec![lane], &connection.remote), Err(RequestError::InvalidPeer(_))));
+    assert!(matches!(
+        engine.add_peer(vec![lane], &connection.remote),
+        Err(rdma_hint_core::TransportError::InvalidArgument { what: "lanes", .. })
+    ));
 }
 
 #[test]
@@ -647,7 +659,7 @@ fn a_hint_for_another_transport_is_refused_naming_both() {
     let request = || TransferRequest::single(&connection.src, 0, &connection.remote[0], 0, 200_000);
     let refused = engine.submit(peer, request(), soon());
     assert!(
-        matches!(&refused, Err(RequestError::HintForAnotherTransport { hinted, lanes, .. })
+        matches!(&refused, Err(TransferError::Refused(RequestError::HintForAnotherTransport { hinted, lanes, .. }))
             if hinted == "staged:shm" && lanes == &TransportId::Loopback.to_string()),
         "{refused:?}"
     );

@@ -434,7 +434,9 @@ pub fn the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_l
     block_on(listening.withdraw(their_peer, late.id, deadline(20))).expect("withdraw on every lane");
     receivers[0].write_region(late.id, 0, &vec![0u8; len as usize]).expect("clear the withdrawn region");
     match dialling.submit(peer, request, deadline(60)) {
-        Err(rdma_hint_engine::RequestError::UnknownRemoteRegion { .. }) => {}
+        Err(rdma_hint_engine::TransferError::Refused(
+            rdma_hint_engine::RequestError::UnknownRemoteRegion { .. },
+        )) => {}
         Ok(id) => match dialling.wait_blocking(id, deadline(60)) {
             Err(rdma_hint_engine::TransferError::Transport { source, .. }) => {
                 assert!(matches!(source, TransportError::RegionWithdrawn(_)), "{source}")

@@ -70,7 +70,7 @@ impl Engine {
                 other.len()
             )));
         }
-        let id = self.add_peer(lanes, &remote).map_err(|error| invalid(error.to_string()))?;
+        let id = self.add_peer(lanes, &remote)?;
         Ok((id, remote))
     }
 
