@@ -1,7 +1,7 @@
 //! Errors of planning and of transfers.
 
 use rdma_hint_core::TransportError;
-use rdma_hint_core::{HintError, SourceId};
+use rdma_hint_core::{ErrorKind, HintError, SourceId};
 use thiserror::Error;
 
 /// Why a plan cannot be made. Nothing has been posted when one of these is returned.
@@ -104,7 +104,35 @@ pub enum TransferError {
     UnknownTransfer,
 }
 
+impl PlanError {
+    /// What kind of failure this is: always the call's ([`ErrorKind::InvalidInput`]): a plan
+    /// fails on its inputs alone.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidInput
+    }
+}
+
 impl TransferError {
+    /// What kind of failure this is (a refusal's or a transport's own kind, through them).
+    ///
+    /// ```
+    /// use rdma_hint_core::ErrorKind;
+    /// use rdma_hint_engine::{RequestError, TransferError};
+    /// let full = TransferError::Refused(RequestError::Full { max_transfers: 4096 });
+    /// assert_eq!(full.kind(), ErrorKind::Busy); // wait for a transfer to end, or submit_when_ready
+    /// assert_eq!(TransferError::WaitDeadline.kind(), ErrorKind::Deadline);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TransferError::Plan(error) => error.kind(),
+            TransferError::Refused(error) => error.kind(),
+            TransferError::Transport { source, .. } => source.kind(),
+            TransferError::DeadlineExceeded { .. } | TransferError::WaitDeadline => ErrorKind::Deadline,
+            TransferError::Cancelled { .. } => ErrorKind::Cancelled,
+            TransferError::UnknownTransfer => ErrorKind::InvalidInput,
+        }
+    }
+
     /// Payload bytes confirmed delivered before the error (0 for planning errors and refusals,
     /// and for a wait or an id that says nothing of the transfer's bytes).
     pub fn confirmed_bytes(&self) -> u64 {

@@ -40,6 +40,7 @@ pub mod caller_memory;
 pub mod deepep;
 pub mod domain;
 pub mod error;
+pub mod error_kind;
 pub mod fit;
 pub mod model;
 pub mod pcie;
@@ -54,6 +55,7 @@ pub mod wait_mode;
 pub use caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, ForeignMemory, Refused};
 pub use domain::Domain;
 pub use error::HintError;
+pub use error_kind::ErrorKind;
 pub use model::{compute_hint, HintPolicy, Origin, Reason, SizeHint};
 pub use pcie::PcieLink;
 pub use profile::{

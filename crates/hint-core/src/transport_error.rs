@@ -1,5 +1,6 @@
 //! The one error type of every transport.
 
+use crate::error_kind::ErrorKind;
 use crate::region::{MemoryKind, RegionId};
 use std::net::SocketAddr;
 use thiserror::Error;
@@ -170,4 +171,33 @@ pub enum TransportError {
     /// I/O error of the out-of-band channel or a software transport.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl TransportError {
+    /// What kind of failure this is: what the caller can do about it.
+    pub fn kind(&self) -> ErrorKind {
+        use TransportError as E;
+        match self {
+            E::Unavailable { .. } | E::UnsupportedMemory { .. } => ErrorKind::Unsupported,
+            E::Registration { .. } | E::Completion { .. } | E::Io(_) => ErrorKind::System,
+            E::OutOfMemory { .. } => ErrorKind::Exhausted,
+            E::UnregisteredRegion(_)
+            | E::RegionWithdrawn(_)
+            | E::OutOfBounds { .. }
+            | E::ZeroLength { .. }
+            | E::MessageTooLarge { .. }
+            | E::TooManyEntries { .. }
+            | E::NotConnected
+            | E::AlreadyConnected
+            | E::Misaligned { .. }
+            | E::InvalidArgument { .. } => ErrorKind::InvalidInput,
+            E::QueueFull { .. } | E::RegionBusy { .. } => ErrorKind::Busy,
+            E::DeadlineExceeded { .. } => ErrorKind::Deadline,
+            E::PeerGone(_)
+            | E::Refused { .. }
+            | E::PeerBusy { .. }
+            | E::Unauthorized { .. }
+            | E::Handshake(_) => ErrorKind::Peer,
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Errors of the facade.
 
 use rdma_hint_core::TransportError;
-use rdma_hint_core::{HintError, SourceId, TransportId};
+use rdma_hint_core::{ErrorKind, HintError, SourceId, TransportId};
 use rdma_hint_discovery::sysfs::DiscoveryError;
 use thiserror::Error;
 
@@ -117,6 +117,38 @@ pub enum Error {
     /// A transfer could not be planned (sizes, alignment, regions, policy).
     #[error(transparent)]
     Plan(#[from] rdma_hint_engine::PlanError),
+}
+
+impl Error {
+    /// What kind of failure this is: what the caller can do about it (a transport's or a
+    /// transfer's own kind, through them).
+    ///
+    /// ```
+    /// use rdma_hint::{get_low_latency_rdma_size_hint_with, Device, ErrorKind, TransportSelector};
+    /// let nowhere = TransportSelector::Id("verbs:nonexistent".parse()?);
+    /// // No such device here, or no verbs backend in this build: either way, not here.
+    /// let error = get_low_latency_rdma_size_hint_with(Device::Host(0), &nowhere).unwrap_err();
+    /// assert!(matches!(error.kind(), ErrorKind::Unsupported | ErrorKind::InvalidInput), "{error}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Discovery(_) | Error::DiscoveryFailed { .. } | Error::Cache { .. } => ErrorKind::System,
+            Error::Hint(_)
+            | Error::UnknownDevice { .. }
+            | Error::UnknownTransport { .. }
+            | Error::InvalidTransportId { .. }
+            | Error::Lanes { .. } => ErrorKind::InvalidInput,
+            Error::NoPath { .. }
+            | Error::NoTransport { .. }
+            | Error::FeatureMissing { .. }
+            | Error::NotCalibrated { .. }
+            | Error::Unavailable { .. } => ErrorKind::Unsupported,
+            Error::Transport(error) => error.kind(),
+            Error::Transfer(error) => error.kind(),
+            Error::Plan(error) => error.kind(),
+        }
+    }
 }
 
 impl From<rdma_hint_core::TransportIdError> for Error {

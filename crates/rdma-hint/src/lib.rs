@@ -99,8 +99,8 @@ pub use rdma_hint_backend_core::BlockingTransport;
 /// A memory source: a GPU by CUDA ordinal, or a host NUMA node.
 pub use rdma_hint_core::SourceId as Device;
 pub use rdma_hint_core::{
-    Arrival, CallerMemory, Completion, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, RegionId, RemoteRegion,
-    SizeHint, Transport, TransportError, TransportId, WriteOp,
+    Arrival, CallerMemory, Completion, ErrorKind, LocalRegion, MemoryKind, PeerEndpoint, ReadOp, RegionId,
+    RemoteRegion, SizeHint, Transport, TransportError, TransportId, WriteOp,
 };
 
 /// The rest of the transport contract: completions, gathers, capabilities, wait modes,

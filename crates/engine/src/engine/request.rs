@@ -1,7 +1,7 @@
 //! What a caller asks the engine to move, and the checks a request passes before the engine
 //! takes it: every segment inside both regions, nothing empty, nothing past the bounds.
 
-use rdma_hint_core::{LocalRegion, RegionId, RemoteRegion, SourceId};
+use rdma_hint_core::{ErrorKind, LocalRegion, RegionId, RemoteRegion, SourceId};
 use thiserror::Error;
 
 /// Segments one request may list, at most (a paged KV cache of 1 Mi pages).
@@ -232,6 +232,30 @@ pub enum RequestError {
     /// The engine is shutting down.
     #[error("the engine is shutting down")]
     Stopped,
+}
+
+impl RequestError {
+    /// What kind of refusal this is: the request's own fault, every slot taken
+    /// ([`ErrorKind::Busy`]), a peer with no lane left, or an engine shutting down.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RequestError::Full { .. } => ErrorKind::Busy,
+            RequestError::PeerGone(_) => ErrorKind::Peer,
+            RequestError::Stopped => ErrorKind::Cancelled,
+            RequestError::NoSegments
+            | RequestError::TooManySegments { .. }
+            | RequestError::ZeroLength { .. }
+            | RequestError::OutOfRegion { .. }
+            | RequestError::UnknownRemoteRegion { .. }
+            | RequestError::UnknownPeer(_)
+            | RequestError::NoHint(_)
+            | RequestError::UnknownSource
+            | RequestError::InvalidPeer(_)
+            | RequestError::LocalRegion { .. }
+            | RequestError::HintForAnotherTransport { .. }
+            | RequestError::NotifyOnRead => ErrorKind::InvalidInput,
+        }
+    }
 }
 
 /// Checks `segments` against a local region of `local_len` and a remote one of `remote_len`
