@@ -241,7 +241,14 @@ impl Engine {
         request: TransferRequest,
         deadline: Instant,
     ) -> Result<TransferId, TransferError> {
-        self.try_submit(peer, request, deadline).map_err(|(error, _)| TransferError::Refused(error))
+        match self.try_submit(peer, request, deadline) {
+            Ok(id) => Ok(id),
+            // The peer may have exposed it since it was added: look again, once.
+            Err((RequestError::UnknownRemoteRegion { .. }, request)) if self.reload_remote(peer) => {
+                self.try_submit(peer, *request, deadline).map_err(|(error, _)| TransferError::Refused(error))
+            }
+            Err((error, _)) => Err(TransferError::Refused(error)),
+        }
     }
 
     fn try_submit(

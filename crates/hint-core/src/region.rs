@@ -50,7 +50,7 @@ pub struct LocalRegion {
 }
 
 /// A region the peer exposed during [`Transport::connect`](crate::Transport::connect).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RemoteRegion {
     /// Handle for [`WriteOp::remote`](crate::WriteOp::remote).
     pub id: RegionId,

@@ -29,56 +29,97 @@ const ACCEPTS_PER_PASS: usize = 32;
 /// [`Rendezvous::allow_unauthenticated_remote`] says otherwise.
 #[derive(Debug, Default)]
 pub struct Rendezvous {
-    /// The listener this rendezvous binds, shared by the lanes of one connection.
+    /// What the lanes of one connection share: the listener, the token, the policy.
     group: Arc<LaneGroup>,
-    /// A listener the caller bound and shares with other transports (never replaced).
-    shared: Mutex<Option<Arc<Listener>>>,
-    token: Option<Token>,
-    unauthenticated_remote: bool,
 }
 
-/// The lanes of one connection ([`Rendezvous::for_lane`]): they accept on one listener, and
-/// hand each other the candidates each accepted beyond its own.
+/// The lanes of one connection ([`Rendezvous::for_lane`]): one token and remote policy (a lane
+/// cannot accept peers another lane would refuse), one listener, and the candidates each
+/// accepted beyond its own, handed to the others.
 #[derive(Debug)]
 struct LaneGroup {
     id: u64,
+    /// The listener a lane bound.
     listener: Mutex<Option<Arc<Listener>>>,
+    /// A listener the caller bound and shares with other transports (never replaced).
+    shared: Mutex<Option<Arc<Listener>>>,
+    policy: Mutex<Policy>,
+    /// Accepting connects of the group under way: when the last ends, what it parked goes.
+    accepting: std::sync::atomic::AtomicUsize,
+}
+
+/// Who may connect.
+#[derive(Debug, Default, Clone)]
+struct Policy {
+    token: Option<Token>,
+    unauthenticated_remote: bool,
 }
 
 impl Default for LaneGroup {
     fn default() -> Self {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        LaneGroup { id: NEXT.fetch_add(1, Ordering::Relaxed), listener: Mutex::default() }
+        LaneGroup {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            listener: Mutex::default(),
+            shared: Mutex::default(),
+            policy: Mutex::default(),
+            accepting: Default::default(),
+        }
+    }
+}
+
+impl LaneGroup {
+    fn policy(&self) -> Policy {
+        self.policy.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// An accepting connect of a lane group under way on `listener`; the last one to end drops the
+/// candidates the group parked there (a peer's lane nobody will take hears the close at once).
+struct Accepting {
+    group: Arc<LaneGroup>,
+    listener: Arc<Listener>,
+}
+
+impl Accepting {
+    fn new(group: &Arc<LaneGroup>, listener: &Arc<Listener>) -> Accepting {
+        group.accepting.fetch_add(1, Ordering::AcqRel);
+        Accepting { group: group.clone(), listener: listener.clone() }
+    }
+}
+
+impl Drop for Accepting {
+    fn drop(&mut self) {
+        if self.group.accepting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.listener.drop_parked(self.group.id);
+        }
     }
 }
 
 impl Rendezvous {
-    /// A rendezvous for another lane of the same connection: the same token, remote policy
-    /// and listener (bound by any lane, or the caller's shared one), so that the peer's lanes
-    /// all dial one address and the lanes' connects, run at once, each take one of them.
+    /// A rendezvous for another lane of the same connection: one token and remote policy for
+    /// all (set on any lane, before or after this, it holds for every lane), and one listener
+    /// (bound by any lane, or the caller's shared one), so that the peer's lanes all dial one
+    /// address and the lanes' connects, run at once, each take one of them.
     pub fn for_lane(&self) -> Rendezvous {
-        Rendezvous {
-            group: self.group.clone(),
-            shared: Mutex::new(self.shared.lock().unwrap_or_else(PoisonError::into_inner).clone()),
-            token: self.token.clone(),
-            unauthenticated_remote: self.unauthenticated_remote,
-        }
+        Rendezvous { group: self.group.clone() }
     }
 
-    /// Peers must prove they hold `token` (and this side proves it too), see [`authenticate`](crate::authenticate).
+    /// Peers must prove they hold `token` (and this side proves it too), see
+    /// [`authenticate`](crate::authenticate). Every lane of the connection holds it.
     pub fn set_token(&mut self, token: Token) {
-        self.token = Some(token);
+        self.group.policy.lock().unwrap_or_else(PoisonError::into_inner).token = Some(token);
     }
 
     /// Whether peers must prove a token.
     pub fn has_token(&self) -> bool {
-        self.token.is_some()
+        self.group.policy().token.is_some()
     }
 
     /// Lets this side listen on a non-loopback address without a token: anyone who can reach
     /// it may then connect and write into the regions it exposes.
     pub fn allow_unauthenticated_remote(&mut self) {
-        self.unauthenticated_remote = true;
+        self.group.policy.lock().unwrap_or_else(PoisonError::into_inner).unauthenticated_remote = true;
     }
 
     /// Binds the listener now (port 0 picks a free port) and returns its address. With a
@@ -87,7 +128,7 @@ impl Rendezvous {
     /// connection share what any of them bound: a bind that names its address, or any port on
     /// its IP, returns it; another address replaces it.
     pub fn bind(&self, address: SocketAddr) -> Result<SocketAddr, TransportError> {
-        let shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let shared = self.group.shared.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(shared) = shared {
             let bound = shared.local_addr();
             return if names(address, bound) {
@@ -102,6 +143,7 @@ impl Rendezvous {
         let mut slot = self.group.listener.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(bound) = slot.as_ref().map(|listener| listener.local_addr()) {
             if names(address, bound) {
+                self.check_listen_address(bound)?;
                 return Ok(bound);
             }
         }
@@ -116,12 +158,13 @@ impl Rendezvous {
     /// The address rule of [`Rendezvous::bind`] applies: set the token first.
     pub fn share_listener(&self, listener: Arc<Listener>) -> Result<(), TransportError> {
         self.check_listen_address(listener.local_addr())?;
-        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
+        *self.group.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(listener);
         Ok(())
     }
 
     fn check_listen_address(&self, address: SocketAddr) -> Result<(), TransportError> {
-        if !address.ip().is_loopback() && self.token.is_none() && !self.unauthenticated_remote {
+        let policy = self.group.policy();
+        if !address.ip().is_loopback() && policy.token.is_none() && !policy.unauthenticated_remote {
             return Err(TransportError::InvalidArgument {
                 what: "listen address",
                 why: format!(
@@ -189,7 +232,10 @@ impl Rendezvous {
         D: Fn(&mut dyn Read) -> Result<H, TransportError> + Send + Sync + 'static,
     {
         let listener = self.listener_for(peer)?;
-        let (token, group) = (self.token.clone(), self.group.id);
+        let (token, group) = (self.group.policy().token, self.group.id);
+        // Counted before the handshake's thread starts, so that the lanes' connects, polled
+        // one after another, all count before any can finish and drop what the group parked.
+        let accepting = listener.as_ref().map(|listener| Accepting::new(&self.group, listener));
         off_thread("oob", "the connection's handshake", deadline, move || {
             let (ours, setup) = hello()?;
             let hello = Arc::new(Greeting { token, ours, decode, group });
@@ -203,7 +249,9 @@ impl Rendezvous {
                     (stream, theirs)
                 }
                 (PeerEndpoint::Listen(_), Some(listener)) => {
-                    let (stream, theirs) = accept_first(&listener, &hello, deadline)?;
+                    let picked = accept_first(&listener, &hello, deadline);
+                    drop(accepting);
+                    let (stream, theirs) = picked?;
                     if listener.serves_one_at_a_time() {
                         busy = Some(listener.turn_away_while_busy());
                     }
@@ -232,14 +280,15 @@ impl Rendezvous {
         match peer {
             PeerEndpoint::Dial(_) => Ok(None),
             PeerEndpoint::Listen(address) => {
-                let shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                let shared = self.group.shared.lock().unwrap_or_else(PoisonError::into_inner).clone();
                 if let Some(shared) = shared {
                     self.bind(address)?;
                     return Ok(Some(shared));
                 }
                 let mut slot = self.group.listener.lock().unwrap_or_else(PoisonError::into_inner);
                 match &*slot {
-                    Some(listener) if address.port() == 0 || listener.local_addr() == address => {
+                    Some(listener) if names(address, listener.local_addr()) => {
+                        self.check_listen_address(listener.local_addr())?;
                         Ok(Some(listener.clone()))
                     }
                     _ => {
@@ -282,8 +331,14 @@ where
         let decoded = (self.decode)(&mut bounded);
         if let Err(e) = &decoded {
             tracing::warn!(%peer, error = %e, "rejected peer (hello)");
-            // Why, in place of the hello it will not hear (a peer that left does not read it).
-            let _ = bounded.write_all(&crate::hello::encode_refusal(&e.to_string()));
+            // Why, in place of the hello it will not hear (a peer that left does not read it);
+            // then closed for writing and drained a moment, so that closing with the peer's
+            // bytes unread does not reset the connection before the refusal is read.
+            if bounded.write_all(&crate::hello::encode_refusal(&e.to_string())).is_ok() {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                let linger = deadline.min(Instant::now() + Duration::from_millis(200));
+                let _ = std::io::copy(&mut Deadlined::new(stream, linger), &mut std::io::sink());
+            }
         }
         decoded
     }
@@ -494,6 +549,24 @@ mod tests {
         let mut dialers: Vec<u8> = heard_by_listener.values().map(|theirs| theirs[1]).collect();
         dialers.sort_unstable();
         assert_eq!(dialers, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn the_lanes_of_a_connection_hold_one_token_whenever_it_is_set() {
+        let mut first = Rendezvous::default();
+        let lane = first.for_lane();
+        first.set_token(Token::new(b"the group's token").unwrap());
+        assert!(lane.has_token(), "a token set after the lane was opened holds for it too");
+        let address = lane.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let accepting = std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_millis(800);
+            let hello = move || Ok((b"LL".to_vec(), |_: &mut TcpStream, theirs: [u8; 2]| Ok(theirs)));
+            block_on(lane.meet(PeerEndpoint::Listen(address), deadline, hello, decode))
+        });
+        // A dialler without the token is refused by the lane opened before the token was set.
+        let stranger = meet(&Rendezvous::default(), PeerEndpoint::Dial(address), *b"D0");
+        assert!(stranger.is_err(), "{stranger:?}");
+        assert!(accepting.join().unwrap().is_err(), "the lane took a peer without the token");
     }
 
     #[test]

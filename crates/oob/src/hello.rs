@@ -70,10 +70,10 @@ pub(crate) fn hello_or_refusal<H>(
     }
     let mut why = vec![0u8; len];
     reader.exact(&mut why)?;
-    // The peer's words, shown: no control character reaches a terminal or a log line.
-    let why: String =
-        String::from_utf8_lossy(&why).chars().map(|c| if c.is_control() { '\u{fffd}' } else { c }).collect();
-    Err(handshake_error(format!("the peer refused our hello: {why}")))
+    // The peer's words, shown as printable ASCII only: no control, bidirectional or
+    // invisible character reaches a terminal or a log line, and they are quoted as the peer's.
+    let why: String = why.iter().map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' }).collect();
+    Err(handshake_error(format!("the peer refused our hello, saying: \"{why}\"")))
 }
 
 /// Region ids a descriptor may carry: below this (a side holds [`MAX_REGIONS`] at once, and
@@ -280,13 +280,17 @@ mod tests {
         assert_eq!(hello_or_refusal(&mut &bytes[..], decode).unwrap(), hello());
         // A refusal is a handshake error carrying the peer's reason.
         let refused = hello_or_refusal(&mut &encode_refusal("use --channel tcp")[..], decode).unwrap_err();
-        assert!(refused.to_string().contains("refused our hello: use --channel tcp"), "{refused}");
-        // Cut to the bound on a character boundary; terminal escapes shown as replacements.
-        let long = format!("\u{1b}[2J{}", "é".repeat(300));
+        assert!(
+            refused.to_string().contains("refused our hello, saying: \"use --channel tcp\""),
+            "{refused}"
+        );
+        // Cut to the bound on a character boundary; escapes, bidirectional overrides and any
+        // other byte that is not printable ASCII shown as `?`.
+        let long = format!("\u{1b}[2J\u{202e}{}", "é".repeat(300));
         let encoded = encode_refusal(&long);
         assert!(encoded.len() <= REFUSAL_MAGIC.len() + 2 + MAX_REFUSAL_BYTES);
         let shown = hello_or_refusal(&mut &encoded[..], decode).unwrap_err().to_string();
-        assert!(!shown.contains('\u{1b}') && shown.contains("\u{fffd}[2J"), "{shown}");
+        assert!(shown.is_ascii() && !shown.contains('\u{1b}') && shown.contains("?[2J???"), "{shown}");
         // A length past the bound is refused before anything is allocated for it.
         let mut oversized = REFUSAL_MAGIC.to_vec();
         oversized.extend_from_slice(&u16::MAX.to_le_bytes());

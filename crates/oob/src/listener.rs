@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Authenticated candidates a listener holds at once for the connects of a lane group; more
-/// push the oldest out (each one needs the token, so only an insider can fill it).
-const MAX_PARKED: usize = 64;
+/// Authenticated candidates a listener holds at once for the connects of lane groups (a group
+/// needs at most its lanes less one); more push the oldest out. Each needs the token, so only
+/// an insider can fill it, and each holds a socket and a decoded hello (a UCX hello with every
+/// region's key is megabytes).
+const MAX_PARKED: usize = 16;
 
 /// A candidate that authenticated and sent a hello that decoded, waiting for a connect of
 /// its lane group to take it: the connect that accepted it had already picked another.
@@ -68,6 +70,13 @@ impl Listener {
             );
         }
         parked.push_back(Parked { group, since: Instant::now(), candidate: Box::new(candidate) });
+    }
+
+    /// Drops what `group` parked: its last accepting connect has ended, and nobody will take
+    /// them (their peers hear the close now, not at their deadline).
+    pub(crate) fn drop_parked(&self, group: u64) {
+        let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
+        parked.retain(|p| p.group != group);
     }
 
     /// The oldest candidate a connect of `group` parked with type `T`, if any.

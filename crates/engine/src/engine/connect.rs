@@ -54,6 +54,10 @@ impl Engine {
         if lanes.is_empty() || lanes.len() > crate::MAX_LANES {
             return Err(invalid(format!("{} lanes; give 1 to {}", lanes.len(), crate::MAX_LANES)));
         }
+        if lanes.iter().enumerate().any(|(at, lane)| lanes[..at].iter().any(|other| Arc::ptr_eq(other, lane)))
+        {
+            return Err(invalid("a transport is given twice: each lane is a transport of its own".into()));
+        }
         if let PeerEndpoint::Listen(address) = peer {
             one_listener(&lanes, address)?;
         }
@@ -109,6 +113,23 @@ impl Engine {
     ) -> Result<(), TransportError> {
         let lanes = self.shared.lock().transports(peer.0).ok_or(TransportError::NotConnected)?;
         on_every_lane(&lanes, |lane| lane.withdraw(region, deadline)).await.into_iter().collect()
+    }
+}
+
+impl Engine {
+    /// Reloads the regions `peer` exposes, those every lane lists (a transfer's blocks go over
+    /// any of them); whether they changed. Only a refused submit's path takes it: it asks each
+    /// lane's transport and allocates, without the engine's lock, so the other peers' posting
+    /// and the driver go on meanwhile.
+    pub(super) fn reload_remote(&self, peer: PeerId) -> bool {
+        let Some(lanes) = self.shared.lock().transports(peer.0) else { return false };
+        let mut lists = lanes.iter().map(|lane| lane.peer_regions());
+        let Some(first) = lists.next() else { return false };
+        let others: Vec<std::collections::HashSet<RemoteRegion>> =
+            lists.map(|list| list.into_iter().collect()).collect();
+        let on_every_lane: Vec<RemoteRegion> =
+            first.into_iter().filter(|region| others.iter().all(|list| list.contains(region))).collect();
+        self.shared.lock().sched.set_remote(peer.0, &on_every_lane)
     }
 }
 

@@ -83,13 +83,6 @@ impl Core {
     ) -> Result<(TransferId, Option<Rung>), Refusal> {
         let admitted = match self.sched.admit(peer, &mut request) {
             Ok(admitted) => admitted,
-            // The peer may have exposed it since it was added: look again, once.
-            Err(RequestError::UnknownRemoteRegion { .. }) if self.reload_remote(peer) => {
-                match self.sched.admit(peer, &mut request) {
-                    Ok(admitted) => admitted,
-                    Err(error) => return Err((error, Box::new(request))),
-                }
-            }
             Err(error) => return Err((error, Box::new(request))),
         };
         if let Err(error) = self.hold_source(peer, request.local.id) {
@@ -102,18 +95,6 @@ impl Core {
         let rung = doorbell.map(|doorbell| self.with_transport(doorbell));
         self.settle();
         Ok((id, rung))
-    }
-
-    /// Reloads the regions `peer` exposes from its lanes (those every lane may post to: a
-    /// transfer's blocks go over any of them); whether they changed. Only on a refusal's path:
-    /// it asks each lane's transport and allocates.
-    fn reload_remote(&mut self, peer: u32) -> bool {
-        let Some(links) = self.links.get(peer as usize) else { return false };
-        let lists: Vec<Vec<RemoteRegion>> = links.iter().map(|link| link.transport.peer_regions()).collect();
-        let Some((first, others)) = lists.split_first() else { return false };
-        let on_every_lane: Vec<RemoteRegion> =
-            first.iter().filter(|region| others.iter().all(|list| list.contains(region))).copied().collect();
-        self.sched.set_remote(peer, &on_every_lane)
     }
 
     /// Holds `region` on every lane of `peer` (lanes may share one region table, or not:
