@@ -389,13 +389,22 @@ where
         // to collect a finished handshake and to check the deadline.
         for _ in 0..ACCEPTS_PER_PASS {
             let Some(stream) = listener.try_accept()? else { break };
-            if pending.len() >= MAX_PENDING_HANDSHAKES {
-                if let Some((oldest, _)) = pending.pop_front() {
-                    tracing::warn!(
-                        peer = ?oldest.peer_addr().ok(),
-                        "oob: {MAX_PENDING_HANDSHAKES} handshakes pending; the oldest was cut off"
-                    );
-                    let _ = oldest.shutdown(std::net::Shutdown::Both);
+            // The bound is the listener's, whichever lane's loop accepted: lanes accepting on
+            // one port at once do not multiply it.
+            if listener.handshakes() >= MAX_PENDING_HANDSHAKES {
+                match pending.pop_front() {
+                    Some((oldest, _)) => {
+                        tracing::warn!(
+                            peer = ?oldest.peer_addr().ok(),
+                            "oob: {MAX_PENDING_HANDSHAKES} handshakes pending; the oldest was cut off"
+                        );
+                        let _ = oldest.shutdown(std::net::Shutdown::Both);
+                    }
+                    None => {
+                        tracing::warn!("oob: {MAX_PENDING_HANDSHAKES} handshakes pending on this listener; a new one was closed");
+                        let _ = stream.shutdown(std::net::Shutdown::Both);
+                        continue;
+                    }
                 }
             }
             let Ok(watch) = stream.try_clone() else { continue };
@@ -403,7 +412,9 @@ where
             pending.push_back((watch, done.clone()));
             let limit = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
             let (greeting, results, listener) = (greeting.clone(), results.clone(), listener.clone());
+            let handshaking = listener.handshaking();
             let spawned = std::thread::Builder::new().name("oob-handshake".into()).spawn(move || {
+                let _handshaking = handshaking;
                 let outcome = greeting.greet(&stream, Role::Listener, limit);
                 done.store(true, Ordering::Release);
                 // Parked even if this loop has finished: another lane's connect takes it.

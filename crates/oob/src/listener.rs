@@ -6,7 +6,7 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,17 @@ pub struct Listener {
     /// accept on one listener at once, and a candidate one lane's connect authenticated after
     /// it had picked its own is another lane's peer, not a stray to drop.
     parked: Mutex<VecDeque<Parked>>,
+    /// Handshakes under way on connections it accepted, whichever connect's loop accepted them.
+    handshakes: Arc<AtomicUsize>,
+}
+
+/// One handshake under way on a listener's connection, counted until dropped.
+pub(crate) struct Handshaking(Arc<AtomicUsize>);
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for Listener {
@@ -49,7 +60,24 @@ impl Listener {
         let inner = TcpListener::bind(address)?;
         let address = inner.local_addr()?;
         inner.set_nonblocking(true)?;
-        Ok(Listener { inner, address, one_at_a_time: AtomicBool::new(false), parked: Mutex::default() })
+        Ok(Listener {
+            inner,
+            address,
+            one_at_a_time: AtomicBool::new(false),
+            parked: Mutex::default(),
+            handshakes: Arc::default(),
+        })
+    }
+
+    /// Handshakes under way on this listener's connections.
+    pub(crate) fn handshakes(&self) -> usize {
+        self.handshakes.load(Ordering::Acquire)
+    }
+
+    /// Counts one more handshake under way, until the returned guard is dropped.
+    pub(crate) fn handshaking(&self) -> Handshaking {
+        self.handshakes.fetch_add(1, Ordering::AcqRel);
+        Handshaking(self.handshakes.clone())
     }
 
     /// Whether [`Listener::serve_one_at_a_time`] was called.
