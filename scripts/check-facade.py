@@ -19,7 +19,7 @@ MAX_ERROR_TYPES = 3
 # `TransferError`): what is left of #54's item 4. The check fails if any other appears, and
 # reports these until they are gone.
 NOT_YET_FOLDED = {
-    "HintError", "PlanError", "Refused", "TransportIdError",
+    "HintError", "PlanError", "Refused",
     # Returned by the facade without a path to name them: GPU probing, DeepEP sizing, sysfs.
     "GpuProbeError", "DeepEpError", "DiscoveryError",
 }

@@ -97,7 +97,7 @@ fn main() -> Result<(), String> {
     let [id, bytes, role, address, iterations] = args.as_slice() else {
         return Err("usage: write_lat TRANSPORT_ID BYTES serve|run ADDRESS ITERATIONS".into());
     };
-    let id: TransportId = id.parse().map_err(|e: rdma_hint::transport::TransportIdError| e.to_string())?;
+    let id: TransportId = id.parse().map_err(|e: rdma_hint::TransportError| e.to_string())?;
     let bytes: u64 = bytes.parse().map_err(|e| format!("bytes: {e}"))?;
     let iterations: usize = iterations.parse().map_err(|e| format!("iterations: {e}"))?;
     let address = address.parse().map_err(|e| format!("address: {e}"))?;

@@ -68,7 +68,7 @@ pub use transport::{
     Transport, WriteOp, MAX_OPS_PER_POST,
 };
 pub use transport_error::TransportError;
-pub use transport_id::{StagedChannelId, TransportId, TransportIdError};
+pub use transport_id::{StagedChannelId, TransportId};
 pub use validate::{validate_hint, HintLimits};
 pub use wait_mode::WaitMode;
 

@@ -1,19 +1,9 @@
 //! [`TransportId`]: a transport named exactly as `rdma-hint probe` prints it, typed, so an id is
 //! parsed once and compared, stored and displayed the same way everywhere.
 
+use crate::TransportError;
 use std::fmt;
 use std::str::FromStr;
-use thiserror::Error;
-
-/// A transport id that does not parse, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("invalid transport id `{id}`: {why}")]
-pub struct TransportIdError {
-    /// What was given.
-    pub id: String,
-    /// What is wrong with it.
-    pub why: String,
-}
 
 /// The channel of the staged backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -69,7 +59,7 @@ impl TransportId {
     pub const STAGED_TCP: TransportId = TransportId::Staged(StagedChannelId::Tcp);
 
     /// A verbs id for RDMA device `device` (`mlx5_0`, `rxe0`).
-    pub fn verbs(device: &str) -> Result<TransportId, TransportIdError> {
+    pub fn verbs(device: &str) -> Result<TransportId, TransportError> {
         format!("verbs:{device}").parse()
     }
 
@@ -85,7 +75,7 @@ impl TransportId {
     }
 
     /// A UCX id for a `UCX_TLS` value (`shm,self` → `ucx:shm`; `None` → `ucx:default`).
-    pub fn ucx_for_tls(tls: Option<&str>) -> Result<TransportId, TransportIdError> {
+    pub fn ucx_for_tls(tls: Option<&str>) -> Result<TransportId, TransportError> {
         let names: Vec<&str> = tls
             .unwrap_or_default()
             .split(',')
@@ -147,10 +137,15 @@ fn is_name(text: &str, extra: &[char]) -> bool {
 }
 
 impl FromStr for TransportId {
-    type Err = TransportIdError;
+    /// An id that does not parse is [`TransportError::InvalidArgument`] (`what` is
+    /// `"transport id"`), saying what was given and what is wrong with it.
+    type Err = TransportError;
 
-    fn from_str(text: &str) -> Result<TransportId, TransportIdError> {
-        let invalid = |why: &str| TransportIdError { id: text.to_string(), why: why.to_string() };
+    fn from_str(text: &str) -> Result<TransportId, TransportError> {
+        let invalid = |why: &str| TransportError::InvalidArgument {
+            what: "transport id",
+            why: format!("`{}`: {why}", text.escape_debug()),
+        };
         if text == "loopback" {
             return Ok(TransportId::Loopback);
         }

@@ -150,9 +150,3 @@ impl Error {
         }
     }
 }
-
-impl From<rdma_hint_core::TransportIdError> for Error {
-    fn from(error: rdma_hint_core::TransportIdError) -> Error {
-        Error::InvalidTransportId { id: error.id, why: error.why }
-    }
-}

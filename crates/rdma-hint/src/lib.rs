@@ -109,8 +109,7 @@ pub mod transport {
     pub use rdma_hint_backend_core::{MAX_REGIONS, MAX_REGION_BYTES};
     pub use rdma_hint_core::{
         CallerMemoryPath, Capabilities, CompletionStatus, CopiedBytes, Domain, ForeignMemory, GatherEntry,
-        GatherOp, Refused, StagedChannelId, TransportFacts, TransportIdError, TransportKind, WaitMode,
-        MAX_OPS_PER_POST,
+        GatherOp, Refused, StagedChannelId, TransportFacts, TransportKind, WaitMode, MAX_OPS_PER_POST,
     };
     pub use rdma_hint_oob::Listener;
 }

@@ -333,7 +333,10 @@ mod tests {
         assert!(serde_json::from_str::<TransportId>("\"staged:x\"").is_err());
         for bad in ["", "staged", "staged:", "ucx:", "ucx:tcp;rm", "verbs:a b", "nccl:x", "verbs:(none)"] {
             assert!(
-                matches!(bad.parse::<TransportId>(), Err(rdma_hint_core::TransportIdError { .. })),
+                matches!(
+                    bad.parse::<TransportId>(),
+                    Err(rdma_hint_core::TransportError::InvalidArgument { what: "transport id", .. })
+                ),
                 "{bad}"
             );
         }
