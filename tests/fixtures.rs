@@ -1,8 +1,9 @@
 //! The fixture trees classified end to end: sysfs → topology → matrix → hints.
 
 use rdma_hint::probe;
-use rdma_hint::probing::{NicKind, ProbeOptions, Topology};
+use rdma_hint::probing::{NicKind, ProbeOptions};
 use rdma_hint_core::{PathClass, SourceId};
+use rdma_hint_discovery::Topology;
 use rdma_hint_integration_tests::sysfs_fixture;
 use std::collections::BTreeMap;
 

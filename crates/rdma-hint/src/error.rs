@@ -108,6 +108,9 @@ pub enum Error {
         #[source]
         source: TransportError,
     },
+    /// DeepEP refuses these sizes (see [`deepep`](crate::deepep)).
+    #[error(transparent)]
+    DeepEp(#[from] rdma_hint_core::deepep::DeepEpError),
     /// A transport operation failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -138,6 +141,7 @@ impl Error {
             | Error::UnknownDevice { .. }
             | Error::UnknownTransport { .. }
             | Error::InvalidTransportId { .. }
+            | Error::DeepEp(_)
             | Error::Lanes { .. } => ErrorKind::InvalidInput,
             Error::NoPath { .. }
             | Error::NoTransport { .. }

@@ -159,12 +159,46 @@ pub mod probing {
     pub use crate::discovered::refresh;
     pub use crate::probe::{NoHint, ProbeOptions, ProbeReport, SourceEntry};
     pub use rdma_hint_discovery::topology::NicKind;
-    pub use rdma_hint_discovery::Topology;
 }
 
 /// DeepEP-compatible buffer sizing (`get_low_latency_rdma_size_hint` in DeepEP's sense).
 pub mod deepep {
-    pub use rdma_hint_core::deepep::{low_latency_rdma_size_hint, max_tokens_for_budget};
+    pub use rdma_hint_core::deepep::{DeepEpError, DeepEpSize};
+
+    /// The RDMA buffer DeepEP's low-latency mode allocates for these sizes (its
+    /// `get_low_latency_rdma_size_hint`), or [`Error::DeepEp`](crate::Error::DeepEp) for
+    /// sizes DeepEP refuses.
+    ///
+    /// ```
+    /// let size = rdma_hint::deepep::low_latency_rdma_size_hint(128, 7168, 16, 256)?;
+    /// assert!(size.bytes > 0);
+    /// assert!(rdma_hint::deepep::low_latency_rdma_size_hint(0, 7168, 16, 256).is_err());
+    /// # Ok::<(), rdma_hint::Error>(())
+    /// ```
+    pub fn low_latency_rdma_size_hint(
+        num_max_dispatch_tokens_per_rank: u64,
+        hidden: u64,
+        num_ranks: u64,
+        num_experts: u64,
+    ) -> Result<DeepEpSize, crate::Error> {
+        Ok(rdma_hint_core::deepep::low_latency_rdma_size_hint(
+            num_max_dispatch_tokens_per_rank,
+            hidden,
+            num_ranks,
+            num_experts,
+        )?)
+    }
+
+    /// The most dispatch tokens per rank whose buffer fits `budget_bytes`, or
+    /// [`Error::DeepEp`](crate::Error::DeepEp).
+    pub fn max_tokens_for_budget(
+        budget_bytes: u64,
+        hidden: u64,
+        num_ranks: u64,
+        num_experts: u64,
+    ) -> Result<u64, crate::Error> {
+        Ok(rdma_hint_core::deepep::max_tokens_for_budget(budget_bytes, hidden, num_ranks, num_experts)?)
+    }
 }
 
 /// The staged backend's own API: its transport, and GPU memory (the cudarc the GPU paths use,
@@ -173,6 +207,7 @@ pub mod deepep {
 pub mod staged {
     #[cfg(feature = "cuda")]
     pub use rdma_hint_staged::cudarc;
+    pub use rdma_hint_staged::gpu::GpuProbeError;
     #[cfg(feature = "cuda")]
     pub use rdma_hint_staged::gpu::{cuda_slice_memory, CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
     pub use rdma_hint_staged::{StagedChannel, StagedTransport};
