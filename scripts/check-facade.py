@@ -19,7 +19,7 @@ MAX_ERROR_TYPES = 3
 # `TransferError`): what is left of #54's item 4. The check fails if any other appears, and
 # reports these until they are gone.
 NOT_YET_FOLDED = {
-    "HintError", "PlanError", "Refused",
+    "HintError", "Refused",
     # The staged backend's GPU API (`staged::Gpu`, `cuda_slice_memory`, ...).
     "GpuProbeError",
 }

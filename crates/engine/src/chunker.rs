@@ -24,7 +24,7 @@ pub struct Chunker {
 
 impl Chunker {
     /// A chunker with no hints yet, posting with `policy` fitted to `caps`.
-    pub fn new(policy: PostPolicy, caps: &Capabilities) -> Result<Chunker, PlanError> {
+    pub fn new(policy: PostPolicy, caps: &Capabilities) -> Result<Chunker, TransferError> {
         Ok(Chunker {
             hints: BTreeMap::new(),
             host_node: 0,
@@ -39,7 +39,7 @@ impl Chunker {
     }
 
     /// Sets the block spec of `hint.source` from the hint.
-    pub fn set_size_hint(&mut self, hint: &SizeHint) -> Result<(), PlanError> {
+    pub fn set_size_hint(&mut self, hint: &SizeHint) -> Result<(), TransferError> {
         self.hints.insert(hint.source, BlockSpec::from_hint(hint)?);
         Ok(())
     }
@@ -71,7 +71,7 @@ impl Chunker {
     }
 
     /// The block spec used for `source` (after the latency-first knob).
-    pub fn spec_for(&self, source: SourceId) -> Result<BlockSpec, PlanError> {
+    pub fn spec_for(&self, source: SourceId) -> Result<BlockSpec, TransferError> {
         let spec = *self.hints.get(&source).ok_or(PlanError::NoHintForSource(source))?;
         Ok(self.latency_first.map_or(spec, |fraction| spec.shrunk(fraction)))
     }
@@ -83,7 +83,7 @@ impl Chunker {
         local: &LocalRegion,
         offset: u64,
         len: u64,
-    ) -> Result<ChunkPlan, PlanError> {
+    ) -> Result<ChunkPlan, TransferError> {
         ChunkPlan::new(local.len, offset, len, self.spec_for(source)?)
     }
 

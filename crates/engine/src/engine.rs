@@ -142,26 +142,29 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// An engine with no peers and no hints; starts its driver thread.
-    pub fn new(config: EngineConfig) -> Result<Engine, PlanError> {
+    pub fn new(config: EngineConfig) -> Result<Engine, TransferError> {
         config.policy.validate()?;
         if config.policy.wrs_per_doorbell as usize > MAX_OPS_PER_POST {
             return Err(PlanError::InvalidPolicy(format!(
                 "wrs_per_doorbell {} exceeds the engine's {}",
                 config.policy.wrs_per_doorbell, MAX_OPS_PER_POST
-            )));
+            ))
+            .into());
         }
         if config.gather_entries == 0 || config.gather_entries > scheduler::MAX_PIECES {
             return Err(PlanError::InvalidPolicy(format!(
                 "gather_entries {} is outside 1..={}",
                 config.gather_entries,
                 scheduler::MAX_PIECES
-            )));
+            ))
+            .into());
         }
         if config.max_transfers == 0 || config.max_transfers > MAX_TRANSFERS {
             return Err(PlanError::InvalidPolicy(format!(
                 "max_transfers {} is outside 1..={MAX_TRANSFERS}",
                 config.max_transfers
-            )));
+            ))
+            .into());
         }
         let lanes = LaneConfig {
             policy: config.policy,
@@ -193,7 +196,7 @@ impl Engine {
     /// computed for (`hint.transport`): a peer over another transport takes its own hint, and
     /// a transfer to one with none is refused with
     /// [`RequestError::HintForAnotherTransport`] rather than cut at a block that is not its.
-    pub fn set_size_hint(&self, hint: &SizeHint) -> Result<(), PlanError> {
+    pub fn set_size_hint(&self, hint: &SizeHint) -> Result<(), TransferError> {
         self.shared.lock().sched.set_hint(
             hint.source,
             Some(hint.transport.clone()),

@@ -60,7 +60,7 @@ const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
 impl Pipeline {
     /// A pipeline for a transport with `caps`; the policy is fitted to the transport's limits.
-    pub fn new(policy: PostPolicy, caps: &Capabilities) -> Result<Pipeline, PlanError> {
+    pub fn new(policy: PostPolicy, caps: &Capabilities) -> Result<Pipeline, TransferError> {
         policy.validate()?;
         let policy = policy.fitted_to(caps);
         policy.validate()?;

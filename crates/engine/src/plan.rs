@@ -1,7 +1,7 @@
 //! Block plans: fixed-length blocks on a grid anchored at the region start, tail padded to the
 //! alignment.
 
-use crate::error::PlanError;
+use crate::error::{PlanError, TransferError};
 use rdma_hint_core::validate::validate_shape;
 use rdma_hint_core::SizeHint;
 use serde::Serialize;
@@ -10,11 +10,12 @@ use serde::Serialize;
 /// power-of-two `align_bytes`.
 ///
 /// ```
-/// use rdma_hint_engine::{BlockSpec, PlanError};
+/// use rdma_hint_engine::{BlockSpec, PlanError, TransferError};
 /// use rdma_hint_core::HintError;
 /// assert!(BlockSpec::new(256 * 1024, 4096).is_ok());
-/// assert_eq!(BlockSpec::new(0, 4096), Err(PlanError::Spec(HintError::ZeroBlock)));
-/// assert!(matches!(BlockSpec::new(6000, 4096), Err(PlanError::Spec(HintError::BlockNotMultipleOfAlign { .. }))));
+/// assert!(matches!(BlockSpec::new(0, 4096), Err(TransferError::Plan(PlanError::Spec(HintError::ZeroBlock)))));
+/// let uneven = BlockSpec::new(6000, 4096);
+/// assert!(matches!(uneven, Err(TransferError::Plan(PlanError::Spec(HintError::BlockNotMultipleOfAlign { .. })))));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct BlockSpec {
@@ -24,13 +25,13 @@ pub struct BlockSpec {
 
 impl BlockSpec {
     /// Checks and builds a spec.
-    pub fn new(block_bytes: u64, align_bytes: u64) -> Result<BlockSpec, PlanError> {
-        validate_shape(block_bytes, align_bytes)?;
+    pub fn new(block_bytes: u64, align_bytes: u64) -> Result<BlockSpec, TransferError> {
+        validate_shape(block_bytes, align_bytes).map_err(PlanError::from)?;
         Ok(BlockSpec { block_bytes, align_bytes })
     }
 
     /// The block and alignment of a hint.
-    pub fn from_hint(hint: &SizeHint) -> Result<BlockSpec, PlanError> {
+    pub fn from_hint(hint: &SizeHint) -> Result<BlockSpec, TransferError> {
         BlockSpec::new(hint.block_bytes, hint.align_bytes)
     }
 
@@ -102,9 +103,9 @@ pub struct ChunkPlan {
 
 impl ChunkPlan {
     /// Plans `len` bytes at `offset` of a region of `region_len` bytes.
-    pub fn new(region_len: u64, offset: u64, len: u64, spec: BlockSpec) -> Result<ChunkPlan, PlanError> {
+    pub fn new(region_len: u64, offset: u64, len: u64, spec: BlockSpec) -> Result<ChunkPlan, TransferError> {
         if len == 0 {
-            return Err(PlanError::ZeroLength);
+            return Err(TransferError::from(PlanError::ZeroLength));
         }
         let end = offset.checked_add(len).filter(|end| *end <= region_len).ok_or(PlanError::OutOfRegion {
             side: "local",
@@ -113,7 +114,11 @@ impl ChunkPlan {
             region_len,
         })?;
         if !offset.is_multiple_of(spec.align_bytes) {
-            return Err(PlanError::MisalignedOffset { side: "local", offset, align_bytes: spec.align_bytes });
+            return Err(TransferError::from(PlanError::MisalignedOffset {
+                side: "local",
+                offset,
+                align_bytes: spec.align_bytes,
+            }));
         }
         let padded_end = end.div_ceil(spec.align_bytes).checked_mul(spec.align_bytes);
         let padded_end = padded_end.filter(|padded| *padded <= region_len).ok_or_else(|| {
@@ -262,6 +267,18 @@ impl ExactSizeIterator for Blocks {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan, or the planning error a `TransferError::Plan` carries.
+    fn planned(region_len: u64, offset: u64, len: u64, spec: BlockSpec) -> Result<ChunkPlan, PlanError> {
+        ChunkPlan::new(region_len, offset, len, spec).map_err(plan_error)
+    }
+
+    fn plan_error(error: TransferError) -> PlanError {
+        match error {
+            TransferError::Plan(error) => error,
+            other => panic!("not a planning error: {other}"),
+        }
+    }
     use proptest::prelude::*;
 
     fn spec(block: u64, align: u64) -> BlockSpec {
@@ -271,22 +288,22 @@ mod tests {
     #[test]
     fn edge_sizes() {
         let s = spec(4096, 512);
-        let one = ChunkPlan::new(8192, 0, 1, s).unwrap();
+        let one = planned(8192, 0, 1, s).unwrap();
         assert_eq!(one.block_count(), 1);
         assert_eq!(one.block(0), Block { offset: 0, payload_len: 1, wire_len: 512 });
-        let exact = ChunkPlan::new(8192, 0, 4096, s).unwrap();
+        let exact = planned(8192, 0, 4096, s).unwrap();
         assert_eq!(exact.block_count(), 1);
         assert_eq!(exact.block(0).wire_len, 4096);
-        let plus_one = ChunkPlan::new(8192, 0, 4097, s).unwrap();
+        let plus_one = planned(8192, 0, 4097, s).unwrap();
         assert_eq!(plus_one.block_count(), 2);
         assert_eq!(plus_one.block(1), Block { offset: 4096, payload_len: 1, wire_len: 512 });
-        let minus_one = ChunkPlan::new(8192, 0, 4095, s).unwrap();
+        let minus_one = planned(8192, 0, 4095, s).unwrap();
         assert_eq!(minus_one.block(0), Block { offset: 0, payload_len: 4095, wire_len: 4096 });
     }
 
     #[test]
     fn mid_cell_start_keeps_the_grid() {
-        let plan = ChunkPlan::new(1 << 20, 3 * 4096, 3 * 65536, spec(65536, 4096)).unwrap();
+        let plan = planned(1 << 20, 3 * 4096, 3 * 65536, spec(65536, 4096)).unwrap();
         let blocks: Vec<Block> = plan.blocks().collect();
         assert_eq!(blocks[0], Block { offset: 12288, payload_len: 65536 - 12288, wire_len: 65536 - 12288 });
         assert_eq!(blocks[1].offset, 65536);
@@ -297,12 +314,12 @@ mod tests {
     #[test]
     fn typed_errors() {
         let s = spec(4096, 512);
-        assert_eq!(ChunkPlan::new(8192, 0, 0, s), Err(PlanError::ZeroLength));
-        assert!(matches!(ChunkPlan::new(8192, 4096, 8192, s), Err(PlanError::OutOfRegion { .. })));
-        assert!(matches!(ChunkPlan::new(u64::MAX, u64::MAX - 1, 8, s), Err(PlanError::OutOfRegion { .. })));
-        assert!(matches!(ChunkPlan::new(8192, 100, 1, s), Err(PlanError::MisalignedOffset { .. })));
+        assert_eq!(planned(8192, 0, 0, s), Err(PlanError::ZeroLength));
+        assert!(matches!(planned(8192, 4096, 8192, s), Err(PlanError::OutOfRegion { .. })));
+        assert!(matches!(planned(u64::MAX, u64::MAX - 1, 8, s), Err(PlanError::OutOfRegion { .. })));
+        assert!(matches!(planned(8192, 100, 1, s), Err(PlanError::MisalignedOffset { .. })));
         assert_eq!(
-            ChunkPlan::new(1000, 0, 1000, s),
+            planned(1000, 0, 1000, s),
             Err(PlanError::PaddingOutsideRegion {
                 side: "local",
                 padded_end: 1024,
@@ -311,7 +328,7 @@ mod tests {
             })
         );
         assert_eq!(
-            BlockSpec::new(4096, 0),
+            BlockSpec::new(4096, 0).map_err(plan_error),
             Err(PlanError::Spec(rdma_hint_core::HintError::AlignNotPowerOfTwo { align_bytes: 0 }))
         );
     }
@@ -329,7 +346,7 @@ mod tests {
             let spec = spec(align * block_units, align);
             let offset = offset_units * align;
             let region = offset + len + slack;
-            match ChunkPlan::new(region, offset, len, spec) {
+            match planned(region, offset, len, spec) {
                 Ok(plan) => {
                     let mut cursor = offset;
                     for (i, block) in plan.blocks().enumerate() {

@@ -1,6 +1,6 @@
 //! How blocks become work requests: batch size per doorbell, signalling, window.
 
-use crate::error::PlanError;
+use crate::error::{PlanError, TransferError};
 use rdma_hint_core::Capabilities;
 use serde::Serialize;
 
@@ -39,22 +39,23 @@ impl Default for PostPolicy {
 
 impl PostPolicy {
     /// Checks the relations between N, k and W.
-    pub fn validate(&self) -> Result<(), PlanError> {
+    pub fn validate(&self) -> Result<(), TransferError> {
         let PostPolicy { wrs_per_doorbell, signal_every, window } = *self;
         if wrs_per_doorbell == 0 || signal_every == 0 || window == 0 {
             return Err(PlanError::InvalidPolicy(format!(
                 "wrs_per_doorbell ({wrs_per_doorbell}), signal_every ({signal_every}) and window ({window}) must be at least 1"
-            )));
+            )).into());
         }
         if window < wrs_per_doorbell {
             return Err(PlanError::InvalidPolicy(format!(
                 "window {window} is smaller than a batch of {wrs_per_doorbell} work requests"
-            )));
+            ))
+            .into());
         }
         if window < signal_every {
             return Err(PlanError::InvalidPolicy(format!(
                 "window {window} is smaller than the signalling interval {signal_every}: the pipeline would wait with no completion coming"
-            )));
+            )).into());
         }
         Ok(())
     }
