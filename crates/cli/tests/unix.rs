@@ -469,17 +469,20 @@ fn recorded_hints_carry_the_measured_bandwidth_and_a_date() {
     // Up to 8 MiB, so the curve reaches its plateau (and a knee is recorded) on a loaded
     // machine too: over QUICK's two sizes, noise alone decides whether the larger is the knee.
     // A busy moment can dent the curve so that no knee is confirmed within the sizes (the
-    // sweep then says so and records nothing): up to three sweeps, until one records.
-    let sizes = ["--sizes", "16K..8M", "--iters", "1", "--transfer", "8M", "--latency-samples", "5"];
+    // sweep then says so and records nothing): the median of three transfers per size, and up
+    // to five sweeps, until one records (one iteration a size, three sweeps, recorded nothing
+    // beside four busy loops once).
+    let sizes = ["--sizes", "16K..8M", "--iters", "3", "--transfer", "8M", "--latency-samples", "5"];
     let mut sweep = Value::Null;
-    for _ in 0..3 {
+    for attempt in 1..=5 {
         let output = run(&dir, &[&["sweep", "--json", json.to_str().unwrap()], &sizes[..]].concat());
         assert!(output.status.success(), "{}", stderr(&output));
         sweep = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         if dir.join("measured.json").exists() {
             break;
         }
-        assert!(String::from_utf8_lossy(&output.stdout).contains("recorded: nothing ("), "says why");
+        let said = String::from_utf8_lossy(&output.stdout);
+        assert!(said.contains("recorded: nothing (") && attempt < 5, "no knee recorded in 5 sweeps: {said}");
     }
     let probe: Value = serde_json::from_slice(&run(&dir, &["probe", "--json"]).stdout).unwrap();
     let hint =
