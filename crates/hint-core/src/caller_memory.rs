@@ -292,6 +292,14 @@ pub struct Refused {
     pub memory: CallerMemory,
 }
 
+impl Refused {
+    /// The kind of the transport's reason ([`TransportError::kind`]): a `Refused` is a
+    /// [`TransportError`] with the caller's memory handed back.
+    pub fn kind(&self) -> crate::ErrorKind {
+        self.error.kind()
+    }
+}
+
 impl From<Refused> for TransportError {
     /// The reason alone (the memory is dropped), for `?` in functions that return
     /// [`TransportError`].

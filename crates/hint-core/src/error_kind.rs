@@ -66,5 +66,12 @@ mod tests {
         for (error, kind) in cases {
             assert_eq!(error.kind(), kind, "{error}");
         }
+        // A refused registration is its reason's kind, the memory handed back.
+        let refused = crate::Refused {
+            error: E::OutOfMemory { len: 8, available: 0, limited_by: "the cap".into() },
+            memory: crate::CallerMemory::from(vec![7u8; 8]),
+        };
+        assert_eq!(refused.kind(), ErrorKind::Exhausted);
+        assert_eq!(refused.memory.len(), 8);
     }
 }
