@@ -247,3 +247,31 @@ impl Drop for BusyGuard {
 fn expire(parked: &mut VecDeque<Parked>) {
     parked.retain(|p| p.since.elapsed() < crate::HANDSHAKE_TIMEOUT);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parked_candidates_are_bounded_kept_apart_by_group_and_type_and_dropped_with_their_group() {
+        let listener = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        // More than the bound: the oldest go first.
+        for k in 0..MAX_PARKED as u32 + 4 {
+            listener.park(1, k);
+        }
+        listener.park(2, 99u32);
+        listener.park(1, "another type");
+        // Another group's, or another type's, is never taken.
+        assert_eq!(listener.take_parked::<u64>(1), None);
+        assert_eq!(listener.take_parked::<u32>(3), None);
+        assert_eq!(listener.take_parked::<&str>(1), Some("another type"));
+        // The bound held (the 4 oldest and then the next 2 pushed out), and the rest come
+        // oldest first.
+        let mine: Vec<u32> = std::iter::from_fn(|| listener.take_parked::<u32>(1)).collect();
+        assert_eq!(mine, (6..MAX_PARKED as u32 + 4).collect::<Vec<_>>());
+        listener.park(1, 7u32);
+        listener.drop_parked(1);
+        assert_eq!(listener.take_parked::<u32>(1), None, "dropped with its group");
+        assert_eq!(listener.take_parked::<u32>(2), Some(99), "another group's stays");
+    }
+}
