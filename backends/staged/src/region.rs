@@ -64,7 +64,7 @@ impl Staging {
         #[cfg(feature = "cuda")]
         {
             if let Some(peer) = self.peer.as_mut() {
-                peer.wait().map_err(gpu_error)?;
+                peer.wait()?;
             }
             self.in_flight.clear();
         }
@@ -122,18 +122,17 @@ pub(crate) fn copy_to_peer(
             staging.fence_host();
             if staging.peer.as_ref().is_none_or(|p| p.gpu().ordinal() != gpu.ordinal()) {
                 staging.settle()?;
-                staging.peer = Some(crate::gpu::PeerCopier::new(gpu).map_err(gpu_error)?);
+                staging.peer = Some(crate::gpu::PeerCopier::new(gpu)?);
             }
             let Some(peer) = staging.peer.as_mut() else {
-                return Err(gpu_error(crate::gpu::GpuProbeError::Invalid("no copier".into())));
+                return Err(crate::gpu::invalid("no copier".into()));
             };
             let destination = (target.range_ptr(to, len)?, usize_of(len)?);
             // SAFETY: the peer mapping stays mapped while the copier knows it (kept in
             // `pinned` until `release_withdrawn` unpins it, or until the link's threads end, the
             // copier first); `memory` is kept in `in_flight` until `settle`, so the source stays
             // allocated while a copy is queued.
-            unsafe { peer.copy(buffer, usize_of(from)?, destination, target.mapping()) }
-                .map_err(gpu_error)?;
+            unsafe { peer.copy(buffer, usize_of(from)?, destination, target.mapping()) }?;
             if !staging.pinned.iter().any(|kept| std::sync::Arc::ptr_eq(kept, target_mapping)) {
                 staging.pinned.push(target_mapping.clone());
             }
@@ -167,11 +166,6 @@ fn usize_of(value: u64) -> Result<usize, TransportError> {
         .map_err(|_| TransportError::MessageTooLarge { len: value, max_msg_bytes: usize::MAX as u64 })
 }
 
-#[cfg(feature = "cuda")]
-fn gpu_error(error: crate::gpu::GpuProbeError) -> TransportError {
-    TransportError::Io(std::io::Error::other(error.to_string()))
-}
-
 impl RegionMemory {
     /// Registers `len` bytes of `kind` memory.
     pub(crate) fn allocate(kind: MemoryKind, len: u64, shared: bool) -> Result<RegionMemory, TransportError> {
@@ -180,12 +174,9 @@ impl RegionMemory {
             MemoryKind::Host => Ok(RegionMemory::Host(Memory::host(len)?)),
             #[cfg(feature = "cuda")]
             MemoryKind::CudaDevice { ordinal } => {
-                use crate::gpu::GpuProbeError;
                 let size = usize_of(len)?;
-                let unavailable = |e: GpuProbeError| match e {
-                    GpuProbeError::NoDriver | GpuProbeError::NotCompiled => {
-                        TransportError::Unavailable { backend: crate::BACKEND, reason: e.to_string() }
-                    }
+                let unavailable = |e: TransportError| match e {
+                    TransportError::Unavailable { .. } => e,
                     other => TransportError::Registration { len, reason: other.to_string() },
                 };
                 let gpu = crate::gpu::Gpu::open(ordinal).map_err(unavailable)?;
@@ -268,7 +259,7 @@ impl RegionMemory {
                 let source = bounce.range_ptr(offset, len)?;
                 // SAFETY: `source..+len` lies in the bounce (checked by `range_ptr`), mapped for
                 // the call; the peer wrote it before announcing the write.
-                unsafe { buffer.upload_raw(usize_of(offset)?, source, usize_of(len)?) }.map_err(gpu_error)?;
+                unsafe { buffer.upload_raw(usize_of(offset)?, source, usize_of(len)?) }?;
                 Ok(false)
             }
         }
@@ -314,7 +305,7 @@ impl RegionMemory {
         match self {
             RegionMemory::Host(memory) => memory.copy_in(offset, data),
             #[cfg(feature = "cuda")]
-            RegionMemory::Gpu(buffer, _) => buffer.upload(usize_of(offset)?, data).map_err(gpu_error),
+            RegionMemory::Gpu(buffer, _) => buffer.upload(usize_of(offset)?, data),
         }
     }
 
@@ -322,7 +313,7 @@ impl RegionMemory {
         match self {
             RegionMemory::Host(memory) => memory.copy_out(offset, out),
             #[cfg(feature = "cuda")]
-            RegionMemory::Gpu(buffer, _) => buffer.download(usize_of(offset)?, out).map_err(gpu_error),
+            RegionMemory::Gpu(buffer, _) => buffer.download(usize_of(offset)?, out),
         }
     }
 

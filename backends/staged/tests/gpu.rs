@@ -2,8 +2,9 @@
 //! on a GPU machine with `cargo test -p rdma-hint-staged --features cuda --test gpu -- --ignored`.
 #![cfg(feature = "cuda")]
 
+use rdma_hint_core::TransportError;
 use rdma_hint_integration_tests::random_bytes;
-use rdma_hint_staged::gpu::{CopyDirection, DeviceBuffer, Gpu, GpuProbeError, StagingPipeline};
+use rdma_hint_staged::gpu::{CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
 
 #[test]
 #[ignore = "needs an NVIDIA GPU and libcuda"]
@@ -28,20 +29,22 @@ fn gpu_to_gpu_staging_is_byte_exact_for_odd_sizes() {
 #[ignore = "needs an NVIDIA GPU and libcuda"]
 fn bad_gpu_requests_are_typed_errors() {
     let gpu = Gpu::open(0).expect("a GPU with libcuda");
-    assert!(matches!(DeviceBuffer::new(&gpu, 0), Err(GpuProbeError::Invalid(_))));
+    assert!(matches!(DeviceBuffer::new(&gpu, 0), Err(TransportError::InvalidArgument { .. })));
     let small = DeviceBuffer::new(&gpu, 4096).unwrap();
-    assert!(matches!(small.upload(4000, &[0; 200]), Err(GpuProbeError::Invalid(_))));
+    assert!(matches!(small.upload(4000, &[0; 200]), Err(TransportError::InvalidArgument { .. })));
     let mut pipeline = StagingPipeline::new(&gpu, 4096, 4, 4).unwrap();
     assert!(pipeline.run(CopyDirection::GpuToGpu, Some(&small), None, 4096).is_err());
     assert!(pipeline.run(CopyDirection::GpuToGpu, Some(&small), Some(&small), 8192).is_err(), "past the end");
-    assert!(matches!(Gpu::open(4096), Err(GpuProbeError::Driver { .. })), "no such ordinal");
+    assert!(matches!(Gpu::open(4096), Err(TransportError::Driver { .. })), "no such ordinal");
 }
 
 #[test]
 fn without_a_driver_the_error_says_so() {
     match Gpu::open(0) {
         Ok(_) => {}
-        Err(e) => assert!(matches!(e, GpuProbeError::NoDriver | GpuProbeError::Driver { .. }), "{e}"),
+        Err(e) => {
+            assert!(matches!(e, TransportError::Unavailable { .. } | TransportError::Driver { .. }), "{e}")
+        }
     }
 }
 
@@ -342,13 +345,10 @@ mod caller_memory {
             // SAFETY: each is refused before anything reads it (the test checks that).
             let memory = unsafe { CallerMemory::cuda_device(0, device_ptr, len) };
             let refused = transport.register_memory(memory).expect_err(what);
+            let TransportError::MemoryRefused { error, .. } = refused else { panic!("{what}: {refused:?}") };
             assert!(
-                matches!(
-                    refused.error,
-                    TransportError::Registration { .. } | TransportError::Misaligned { .. }
-                ),
-                "{what}: {:?}",
-                refused.error
+                matches!(*error, TransportError::Registration { .. } | TransportError::Misaligned { .. }),
+                "{what}: {error:?}"
             );
         }
         drop(slice);

@@ -81,12 +81,9 @@ fn a_dma_buf_on_rxe_is_a_typed_refusal() {
     // SAFETY: refused before anything is registered (the test checks that); `file` outlives it.
     let memory = unsafe { CallerMemory::dma_buf(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 4096) };
     let refused = transport.register_memory(memory).expect_err("a dma-buf on rxe");
-    assert!(
-        matches!(refused.error, TransportError::UnsupportedMemory { kind: MemoryKind::DmaBuf }),
-        "{:?}",
-        refused.error
-    );
-    assert_eq!(refused.memory.len(), 4096);
+    let TransportError::MemoryRefused { error, memory } = refused else { panic!("{refused:?}") };
+    assert!(matches!(*error, TransportError::UnsupportedMemory { kind: MemoryKind::DmaBuf }), "{error:?}");
+    assert_eq!(memory.len(), 4096);
 }
 
 #[test]

@@ -256,7 +256,7 @@ impl<M: DomainRegion + 'static, L: Lane> rdma_hint_core::Domain for DomainCore<M
         self.take(region, |_| Ok(()), |table, id| self.source.remove(table, id)).map(drop)
     }
 
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, TransportError> {
         let memory = admit(memory, &self.caller_paths)?;
         let (kind, len) = (memory.kind(), memory.len());
         let members = self.source.serialised().then(|| self.lanes.members());

@@ -6,7 +6,7 @@
 //! GPU memory uses `init_driver` and `driver_error` (feature `driver`), so every driver call is
 //! checked the same way.
 
-use rdma_hint_core::GpuFacts;
+use rdma_hint_core::{GpuFacts, TransportError};
 use thiserror::Error;
 
 /// Why no GPU facts are available.
@@ -29,6 +29,20 @@ pub enum GpuProbeError {
     /// A size or range the GPU path cannot take.
     #[error("invalid GPU request: {0}")]
     Invalid(String),
+}
+
+impl From<GpuProbeError> for TransportError {
+    /// The transport error an embedder handles: no driver or no `cuda` feature is
+    /// `Unavailable`, a driver call's failure `Driver`, a bad size or range `InvalidArgument`.
+    fn from(error: GpuProbeError) -> TransportError {
+        match error {
+            GpuProbeError::NotCompiled | GpuProbeError::NoDriver => {
+                TransportError::Unavailable { backend: "cuda", reason: error.to_string() }
+            }
+            GpuProbeError::Driver { call, detail } => TransportError::Driver { call, detail },
+            GpuProbeError::Invalid(why) => TransportError::InvalidArgument { what: "GPU request", why },
+        }
+    }
 }
 
 /// One GPU as the CUDA driver numbers it.

@@ -185,14 +185,15 @@ impl Domain for LoopbackTransport {
 
     /// Takes caller memory given as a `Vec<u8>` (other forms are refused: this transport
     /// moves bytes with safe slice copies only).
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, TransportError> {
         let memory = admit(memory, &self.caps.caller_memory)?;
         if memory.len() > MAX_REGION_BYTES {
             let reason = format!("length must be 1 B … {MAX_REGION_BYTES} B");
             return Err(Refused {
                 error: TransportError::Registration { len: memory.len(), reason },
                 memory,
-            });
+            }
+            .into());
         }
         match memory.take::<Vec<u8>>() {
             Ok(buffer) => Ok(self.insert(buffer, true)),
@@ -202,7 +203,8 @@ impl Domain for LoopbackTransport {
                     why: "the loopback transport registers caller memory given as Vec<u8> only".into(),
                 },
                 memory,
-            }),
+            }
+            .into()),
         }
     }
 

@@ -31,7 +31,6 @@
 #![allow(unsafe_code)]
 
 use crate::region::MemoryKind;
-use crate::transport_error::TransportError;
 use std::any::Any;
 use std::fmt;
 
@@ -95,52 +94,6 @@ impl ForeignMemory {
     /// Whether the memory is empty (which no transport registers).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The checks every backend makes before it touches the memory: not empty, at most
-    /// `max_bytes`, no address overflow, the first byte aligned ([`CALLER_ALIGN_BYTES`], or
-    /// [`DMA_BUF_ALIGN_BYTES`] for a dma-buf offset), a descriptor that can be one.
-    ///
-    /// ```
-    /// use rdma_hint_core::{ForeignMemory, TransportError};
-    /// let ok = ForeignMemory::Host { address: 0x10000, len: 4096 };
-    /// assert!(ok.validate(1 << 40).is_ok());
-    /// let odd = ForeignMemory::Host { address: 0x10001, len: 4096 };
-    /// assert!(matches!(odd.validate(1 << 40), Err(TransportError::Misaligned { .. })));
-    /// let empty = ForeignMemory::Host { address: 0x10000, len: 0 };
-    /// assert!(matches!(empty.validate(1 << 40), Err(TransportError::Registration { len: 0, .. })));
-    /// ```
-    pub fn validate(&self, max_bytes: u64) -> Result<(), TransportError> {
-        let len = self.len();
-        let refuse = |reason: String| TransportError::Registration { len, reason };
-        if len == 0 {
-            return Err(refuse("caller memory of zero bytes: register at least one byte".into()));
-        }
-        if len > max_bytes {
-            return Err(refuse(format!("caller memory larger than the {max_bytes} B a region may hold")));
-        }
-        let (what, start, align) = match *self {
-            ForeignMemory::Host { address, .. } => ("host address", address as u64, CALLER_ALIGN_BYTES),
-            ForeignMemory::CudaDevice { device_ptr, .. } => {
-                ("device pointer", device_ptr, CALLER_ALIGN_BYTES)
-            }
-            ForeignMemory::DmaBuf { fd, offset, .. } => {
-                if fd < 0 {
-                    return Err(refuse(format!("{fd} is not a file descriptor")));
-                }
-                ("dma-buf offset", offset, DMA_BUF_ALIGN_BYTES)
-            }
-        };
-        if start == 0 && !matches!(self, ForeignMemory::DmaBuf { .. }) {
-            return Err(refuse(format!("a null {what}")));
-        }
-        if start.checked_add(len).is_none() {
-            return Err(refuse(format!("{what} {start:#x} + {len} B overflows")));
-        }
-        if start % align != 0 {
-            return Err(TransportError::Misaligned { what, value: start, align_bytes: align });
-        }
-        Ok(())
     }
 }
 
@@ -278,33 +231,6 @@ impl From<bytes::BytesMut> for CallerMemory {
 impl fmt::Debug for CallerMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallerMemory").field("memory", &self.memory).field("owned", &self.is_owned()).finish()
-    }
-}
-
-/// A refused [`register_memory`](crate::Transport::register_memory): why, and the memory,
-/// handed back untouched.
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct Refused {
-    /// Why the transport refused.
-    pub error: TransportError,
-    /// The caller's memory, as it was given.
-    pub memory: CallerMemory,
-}
-
-impl Refused {
-    /// The kind of the transport's reason ([`TransportError::kind`]): a `Refused` is a
-    /// [`TransportError`] with the caller's memory handed back.
-    pub fn kind(&self) -> crate::ErrorKind {
-        self.error.kind()
-    }
-}
-
-impl From<Refused> for TransportError {
-    /// The reason alone (the memory is dropped), for `?` in functions that return
-    /// [`TransportError`].
-    fn from(refused: Refused) -> TransportError {
-        refused.error
     }
 }
 

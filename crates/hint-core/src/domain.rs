@@ -4,7 +4,8 @@
 //! (each a [`Transport`](crate::Transport): a connection, or one lane of one) post from its
 //! regions and expose them.
 
-use crate::caller_memory::{CallerMemory, CopiedBytes, Refused};
+use crate::admission::Refused;
+use crate::caller_memory::{CallerMemory, CopiedBytes};
 use crate::region::{LocalRegion, MemoryKind, RegionId};
 use crate::transport_error::TransportError;
 
@@ -34,12 +35,12 @@ pub trait Domain: Send + Sync {
     /// region read and write the caller's bytes, with the copies
     /// [`Capabilities::caller_memory`](crate::Capabilities::caller_memory) lists. Checked first
     /// ([`ForeignMemory::validate`](crate::ForeignMemory::validate): zero, oversized,
-    /// misaligned); a refusal hands the memory back in [`Refused`].
+    /// misaligned); a refusal hands the memory back in [`TransportError::MemoryRefused`].
     ///
     /// The default, for transports whose [`Capabilities::caller_memory`](crate::Capabilities::caller_memory) is empty, refuses
     /// every kind with [`TransportError::UnsupportedMemory`].
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
-        Err(Refused { error: TransportError::UnsupportedMemory { kind: memory.kind() }, memory })
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, TransportError> {
+        Err(Refused { error: TransportError::UnsupportedMemory { kind: memory.kind() }, memory }.into())
     }
 
     /// Unregisters a region made by [`register_memory`](Domain::register_memory) and hands

@@ -67,11 +67,13 @@ mod tests {
             assert_eq!(error.kind(), kind, "{error}");
         }
         // A refused registration is its reason's kind, the memory handed back.
-        let refused = crate::Refused {
+        let refused = E::from(crate::Refused {
             error: E::OutOfMemory { len: 8, available: 0, limited_by: "the cap".into() },
             memory: crate::CallerMemory::from(vec![7u8; 8]),
-        };
+        });
         assert_eq!(refused.kind(), ErrorKind::Exhausted);
-        assert_eq!(refused.memory.len(), 8);
+        assert!(matches!(refused, E::MemoryRefused { ref memory, .. } if memory.len() == 8));
+        let driver = E::Driver { call: "cuMemAlloc", detail: "out of memory".into() };
+        assert_eq!(driver.kind(), ErrorKind::System);
     }
 }

@@ -36,6 +36,7 @@
 // (contracts only; it runs no unsafe operation) and allows itself that much.
 #![deny(unsafe_code)]
 
+pub mod admission;
 pub mod caller_memory;
 pub mod deepep;
 pub mod domain;
@@ -52,7 +53,8 @@ pub mod transport_id;
 pub mod validate;
 pub mod wait_mode;
 
-pub use caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, ForeignMemory, Refused};
+pub use admission::Refused;
+pub use caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, ForeignMemory};
 pub use domain::Domain;
 pub use error::HintError;
 pub use error_kind::ErrorKind;

@@ -81,7 +81,7 @@ impl Default for HintPolicy {
 
 impl HintPolicy {
     /// Checks every field; the model calls this first.
-    pub fn validate(&self) -> Result<(), HintError> {
+    pub(crate) fn validate(&self) -> Result<(), HintError> {
         let eta = self.target_efficiency;
         if !(eta.is_finite() && eta > 0.0 && eta <= 0.999) {
             return Err(HintError::InvalidPolicy {

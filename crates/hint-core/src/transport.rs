@@ -5,7 +5,7 @@
 //! pre-sized buffers) and rings one doorbell for the whole slice; completions are drained into a
 //! caller-provided slice. Neither allocates.
 
-use crate::caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes, Refused};
+use crate::caller_memory::{CallerMemory, CallerMemoryPath, CopiedBytes};
 use crate::domain::Domain;
 use crate::profile::TransportFacts;
 use crate::region::{LocalRegion, MemoryKind, RegionId, RemoteRegion};
@@ -491,7 +491,7 @@ pub trait Transport: Send + Sync {
 
     /// [`Domain::register_memory`] of this link's domain: registers memory the caller owns in
     /// place.
-    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, Refused> {
+    fn register_memory(&self, memory: CallerMemory) -> Result<LocalRegion, TransportError> {
         self.domain().register_memory(memory)
     }
 

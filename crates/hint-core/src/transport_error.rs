@@ -1,5 +1,6 @@
 //! The one error type of every transport.
 
+use crate::caller_memory::CallerMemory;
 use crate::error_kind::ErrorKind;
 use crate::region::{MemoryKind, RegionId};
 use std::net::SocketAddr;
@@ -171,6 +172,23 @@ pub enum TransportError {
     /// I/O error of the out-of-band channel or a software transport.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// A registration of caller memory was refused: `error` says why, and the caller's memory
+    /// comes back untouched in `memory`.
+    #[error("{error}")]
+    MemoryRefused {
+        /// Why the transport refused.
+        error: Box<TransportError>,
+        /// The caller's memory, as it was given.
+        memory: CallerMemory,
+    },
+    /// A GPU driver call failed.
+    #[error("GPU driver call {call} failed: {detail}")]
+    Driver {
+        /// The call.
+        call: &'static str,
+        /// The driver's error.
+        detail: String,
+    },
 }
 
 impl TransportError {
@@ -179,7 +197,8 @@ impl TransportError {
         use TransportError as E;
         match self {
             E::Unavailable { .. } | E::UnsupportedMemory { .. } => ErrorKind::Unsupported,
-            E::Registration { .. } | E::Completion { .. } | E::Io(_) => ErrorKind::System,
+            E::Registration { .. } | E::Completion { .. } | E::Io(_) | E::Driver { .. } => ErrorKind::System,
+            E::MemoryRefused { error, .. } => error.kind(),
             E::OutOfMemory { .. } => ErrorKind::Exhausted,
             E::UnregisteredRegion(_)
             | E::RegionWithdrawn(_)

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// What a cached hint is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct HintKey {
+pub(crate) struct HintKey {
     /// Memory source.
-    pub source: SourceId,
+    pub(crate) source: SourceId,
     /// Transport identity (`verbs:mlx5_0`, `staged:tcp`, …).
-    pub transport: TransportId,
+    pub(crate) transport: TransportId,
 }
 
 type Slot = Mutex<Option<(DriverVersions, Result<SizeHint, HintError>)>>;
@@ -22,32 +22,20 @@ type Slot = Mutex<Option<(DriverVersions, Result<SizeHint, HintError>)>>;
 ///
 /// An entry is valid only for the driver/firmware versions it was computed under: a lookup with
 /// other versions recomputes and replaces it. Concurrent callers asking for the same key wait
-/// for one computation instead of repeating it.
-///
-/// ```
-/// use rdma_hint::calibration::{HintCache, HintKey};
-/// use rdma_hint::model::{compute_hint, DriverVersions, HintPolicy, PathProfile};
-/// use rdma_hint::{Device, TransportId};
-/// let cache = HintCache::new();
-/// let key = HintKey { source: Device::Host(0), transport: TransportId::Verbs("mlx5_0".into()) };
-/// let profile = PathProfile::example_host_nic();
-/// let first = cache.get_or_compute(&key, &DriverVersions::default(), || compute_hint(&profile, &HintPolicy::default()));
-/// let again = cache.get_or_compute(&key, &DriverVersions::default(), || unreachable!("cached"));
-/// assert_eq!(first, again);
-/// ```
+/// for one computation instead of repeating it (the tests below).
 #[derive(Debug, Default)]
-pub struct HintCache {
+pub(crate) struct HintCache {
     slots: Mutex<HashMap<HintKey, Arc<Slot>>>,
 }
 
 impl HintCache {
     /// An empty cache.
-    pub fn new() -> HintCache {
+    pub(crate) fn new() -> HintCache {
         HintCache::default()
     }
 
     /// The process-wide cache the facade uses.
-    pub fn global() -> &'static HintCache {
+    pub(crate) fn global() -> &'static HintCache {
         static GLOBAL: OnceLock<HintCache> = OnceLock::new();
         GLOBAL.get_or_init(HintCache::new)
     }
@@ -60,7 +48,7 @@ impl HintCache {
 
     /// The cached answer for `key` under `versions`, computing it with `compute` if it is absent
     /// or was computed under other versions.
-    pub fn get_or_compute(
+    pub(crate) fn get_or_compute(
         &self,
         key: &HintKey,
         versions: &DriverVersions,
@@ -79,14 +67,8 @@ impl HintCache {
         answer
     }
 
-    /// Stores a hint (typically a measured one), replacing whatever was there.
-    pub fn insert(&self, key: &HintKey, versions: &DriverVersions, hint: SizeHint) {
-        let slot = self.slot(key);
-        *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some((versions.clone(), Ok(hint)));
-    }
-
     /// Drops every entry.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 }
@@ -94,7 +76,7 @@ impl HintCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_hint_core::model::{compute_hint, HintPolicy, Origin};
+    use rdma_hint_core::model::{compute_hint, HintPolicy};
     use rdma_hint_core::profile::PathProfile;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -141,23 +123,5 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         cache.get_or_compute(&key(), &new, compute).unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
-    }
-
-    #[test]
-    fn inserted_measurement_wins_until_versions_change() {
-        let cache = HintCache::new();
-        let profile = PathProfile::example_gpu_nic();
-        let versions = DriverVersions::default();
-        let mut measured = compute_hint(&profile, &HintPolicy::default()).unwrap();
-        measured.origin = Origin::Measured;
-        cache.insert(&key(), &versions, measured.clone());
-        let got = cache
-            .get_or_compute(&key(), &versions, || compute_hint(&profile, &HintPolicy::default()))
-            .unwrap();
-        assert_eq!(got.origin, Origin::Measured);
-        let other = DriverVersions { gpu_driver: Some("13.1".into()), ..Default::default() };
-        let got =
-            cache.get_or_compute(&key(), &other, || compute_hint(&profile, &HintPolicy::default())).unwrap();
-        assert_eq!(got.origin, Origin::Model);
     }
 }

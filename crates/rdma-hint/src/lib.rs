@@ -109,7 +109,7 @@ pub mod transport {
     pub use rdma_hint_backend_core::{MAX_REGIONS, MAX_REGION_BYTES};
     pub use rdma_hint_core::{
         CallerMemoryPath, Capabilities, CompletionStatus, CopiedBytes, Domain, ForeignMemory, GatherEntry,
-        GatherOp, Refused, StagedChannelId, TransportFacts, TransportKind, WaitMode, MAX_OPS_PER_POST,
+        GatherOp, StagedChannelId, TransportFacts, TransportKind, WaitMode, MAX_OPS_PER_POST,
     };
     pub use rdma_hint_oob::Listener;
 }
@@ -128,7 +128,6 @@ pub mod engine {
 /// Measuring the path instead of modelling it: calibration (a loopback or a peer), recorded
 /// knees, the cache of hints, the bounds of an estimate.
 pub mod calibration {
-    pub use crate::cache::{HintCache, HintKey};
     pub use crate::calibrate::{
         calibrate_loopback, recalibrate_loopback, Calibration, CalibrationPoint, Flatness, LadderTiming,
         Margins, DEFAULT_BUDGET, LADDER_TOP_BYTES, LOOPBACK_REGION_BYTES, MAX_BUDGET, MAX_HINT_SPREAD,
@@ -147,10 +146,26 @@ pub mod model {
         ASSUMED_MAX_MSG_BYTES, NIC_PER_OP_US, SOFT_ROCE_PER_OP_US, STAGED_SHM_GPU_PER_BLOCK_US,
     };
     pub use rdma_hint_core::fit::{median, robust_knee, robust_plateau};
+    use rdma_hint_core::SizeHint;
     pub use rdma_hint_core::{
-        compute_hint, DriverVersions, GpuFacts, HintError, HintPolicy, Origin, PathClass, PathProfile,
-        PcieLink, Reason, SourceFacts, SourceKind,
+        DriverVersions, GpuFacts, HintError, HintPolicy, Origin, PathClass, PathProfile, PcieLink, Reason,
+        SourceFacts, SourceKind,
     };
+
+    /// The model's hint for `profile` under `policy`, or [`Error::Hint`](crate::Error::Hint)
+    /// (a policy or profile out of range, or a path with no low-latency route).
+    ///
+    /// ```
+    /// use rdma_hint::model::{compute_hint, HintPolicy, PathProfile};
+    /// let hint = compute_hint(&PathProfile::example_gpu_nic(), &HintPolicy::default())?;
+    /// assert!(hint.block_bytes > 0 && hint.block_bytes % hint.align_bytes == 0);
+    /// let bad = HintPolicy { target_efficiency: 1.5, ..HintPolicy::default() };
+    /// assert!(compute_hint(&PathProfile::example_gpu_nic(), &bad).is_err());
+    /// # Ok::<(), rdma_hint::Error>(())
+    /// ```
+    pub fn compute_hint(profile: &PathProfile, policy: &HintPolicy) -> Result<SizeHint, crate::Error> {
+        Ok(rdma_hint_core::compute_hint(profile, policy)?)
+    }
 }
 
 /// What `probe` finds on this machine, and forgetting it after a driver update.
@@ -207,7 +222,6 @@ pub mod deepep {
 pub mod staged {
     #[cfg(feature = "cuda")]
     pub use rdma_hint_staged::cudarc;
-    pub use rdma_hint_staged::gpu::GpuProbeError;
     #[cfg(feature = "cuda")]
     pub use rdma_hint_staged::gpu::{cuda_slice_memory, CopyDirection, DeviceBuffer, Gpu, StagingPipeline};
     pub use rdma_hint_staged::{StagedChannel, StagedTransport};

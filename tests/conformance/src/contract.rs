@@ -601,13 +601,15 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
     let _shared = shared();
     let lone = s.backend.open(s.backend.token());
     let refused = lone.register_memory(CallerMemory::from(Vec::new())).expect_err("zero bytes");
-    assert!(matches!(refused.error, TransportError::Registration { len: 0, .. }), "{:?}", refused.error);
+    let TransportError::MemoryRefused { error, .. } = refused else { panic!("{refused:?}") };
+    assert!(matches!(*error, TransportError::Registration { len: 0, .. }), "{error:?}");
     // A buffer whose first byte sits one past an aligned address (safe code can make one).
     let mut odd = bytes::BytesMut::from(&[5u8; 4097][..]);
     bytes::Buf::advance(&mut odd, 1);
     let refused = lone.register_memory(CallerMemory::from(odd)).expect_err("misaligned");
-    assert!(matches!(refused.error, TransportError::Misaligned { .. }), "{:?}", refused.error);
-    let back: bytes::BytesMut = refused.memory.take().expect("the refused buffer comes back");
+    let TransportError::MemoryRefused { error, memory } = refused else { panic!("{refused:?}") };
+    assert!(matches!(*error, TransportError::Misaligned { .. }), "{error:?}");
+    let back: bytes::BytesMut = memory.take().expect("the refused buffer comes back");
     assert_eq!(&back[..], &[5u8; 4096][..]);
     let owned = lone.register(MemoryKind::Host, 4096).expect("register");
     assert!(matches!(lone.release(owned.id), Err(TransportError::InvalidArgument { .. })), "transport-owned");

@@ -89,3 +89,19 @@ fn an_application_s_own_vec_moves_into_its_own_vec_without_copies_in_or_out() {
         println!("{id}: {len} B from the application's Vec into the application's Vec; copies {path:?}");
     }
 }
+
+/// A registration the transport refuses is a `TransportError` like any other (the one error of
+/// links and memory), of its reason's kind, with the application's buffer handed back in it.
+#[test]
+fn refused_memory_comes_back_inside_the_transport_error() {
+    for id in ids() {
+        let transport =
+            open(&id, &OpenOptions::default().token(b"embedder")).unwrap_or_else(|e| panic!("{id}: {e}"));
+        let err = transport.register_memory(CallerMemory::from(Vec::<u8>::new())).expect_err("zero bytes");
+        let kind = err.kind();
+        let TransportError::MemoryRefused { error, memory } = err else { panic!("{id}: {err:?}") };
+        assert_eq!(kind, error.kind(), "{id}: the refusal is of its reason's kind");
+        assert!(matches!(*error, TransportError::Registration { len: 0, .. }), "{id}: {error}");
+        assert_eq!(memory.take::<Vec<u8>>().expect("the buffer comes back"), Vec::<u8>::new());
+    }
+}

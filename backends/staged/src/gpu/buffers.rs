@@ -1,7 +1,8 @@
 //! GPU contexts, device buffers and pinned host buffers.
 
-use super::{driver_error, init_driver, GpuProbeError};
+use super::{driver_error, init_driver, invalid};
 use cudarc::driver::{result, sys};
+use rdma_hint_core::TransportError;
 use rdma_hint_core::{CallerMemory, ForeignMemory};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ unsafe impl Sync for Gpu {}
 
 impl Gpu {
     /// Retains the primary context of GPU `ordinal`.
-    pub fn open(ordinal: u32) -> Result<Arc<Gpu>, GpuProbeError> {
+    pub fn open(ordinal: u32) -> Result<Arc<Gpu>, TransportError> {
         init_driver()?;
         let device = result::device::get(ordinal as i32).map_err(driver_error("cuDeviceGet"))?;
         // SAFETY: `device` is a valid handle from cuDeviceGet.
@@ -39,7 +40,7 @@ impl Gpu {
     }
 
     /// Makes this GPU's context current on the calling thread.
-    pub fn bind(&self) -> Result<(), GpuProbeError> {
+    pub fn bind(&self) -> Result<(), TransportError> {
         // SAFETY: `context` is a retained primary context, valid until drop.
         unsafe { result::ctx::set_current(self.context) }.map_err(driver_error("cuCtxSetCurrent"))
     }
@@ -74,7 +75,7 @@ enum Owner {
 fn pointer_attribute<T: Default>(
     ptr: sys::CUdeviceptr,
     attribute: sys::CUpointer_attribute,
-) -> Result<T, GpuProbeError> {
+) -> Result<T, TransportError> {
     let mut value = T::default();
     // SAFETY: `value` is a live `T` of the size the attribute writes (an int for the ordinal,
     // a CUdeviceptr or size_t for the range, as the driver documents); the driver only reads
@@ -87,9 +88,9 @@ fn pointer_attribute<T: Default>(
 
 impl DeviceBuffer {
     /// Allocates `len` bytes on `gpu` (plain `cuMemAlloc`, never managed memory).
-    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<DeviceBuffer, GpuProbeError> {
+    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<DeviceBuffer, TransportError> {
         if len == 0 {
-            return Err(GpuProbeError::Invalid("a device buffer has at least one byte".into()));
+            return Err(invalid("a device buffer has at least one byte".into()));
         }
         gpu.bind()?;
         // SAFETY: the context is current; the returned pointer is owned by this value.
@@ -103,17 +104,17 @@ impl DeviceBuffer {
     pub(crate) fn caller(
         gpu: &Arc<Gpu>,
         memory: CallerMemory,
-    ) -> Result<DeviceBuffer, (GpuProbeError, CallerMemory)> {
+    ) -> Result<DeviceBuffer, (TransportError, CallerMemory)> {
         let ForeignMemory::CudaDevice { ordinal, device_ptr, len } = memory.memory() else {
-            return Err((GpuProbeError::Invalid("not CUDA device memory".into()), memory));
+            return Err((invalid("not CUDA device memory".into()), memory));
         };
         let checked = (|| {
-            let size = usize::try_from(len).map_err(|_| GpuProbeError::Invalid(format!("{len} B")))?;
+            let size = usize::try_from(len).map_err(|_| invalid(format!("{len} B")))?;
             gpu.bind()?;
             let owner: i32 =
                 pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?;
             if u32::try_from(owner).ok() != Some(ordinal) || ordinal != gpu.ordinal() {
-                return Err(GpuProbeError::Invalid(format!(
+                return Err(invalid(format!(
                     "device pointer {device_ptr:#x} is memory of GPU {owner}, not GPU {ordinal}"
                 )));
             }
@@ -125,7 +126,7 @@ impl DeviceBuffer {
                 pointer_attribute(device_ptr, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE)?;
             let end = start.checked_add(span as u64);
             if device_ptr.checked_add(len).zip(end).is_none_or(|(want, have)| want > have) {
-                return Err(GpuProbeError::Invalid(format!(
+                return Err(invalid(format!(
                     "{device_ptr:#x}+{len} B runs past its allocation ({start:#x}+{span} B)"
                 )));
             }
@@ -176,14 +177,16 @@ impl DeviceBuffer {
     }
 
     /// Device address of byte `offset` (checked against the length).
-    pub fn address(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, GpuProbeError> {
-        offset.checked_add(len).filter(|end| *end <= self.len).map(|_| self.ptr + offset as u64).ok_or_else(
-            || GpuProbeError::Invalid(format!("{offset}+{len} B outside a {} B device buffer", self.len)),
-        )
+    pub fn address(&self, offset: usize, len: usize) -> Result<sys::CUdeviceptr, TransportError> {
+        offset
+            .checked_add(len)
+            .filter(|end| *end <= self.len)
+            .map(|_| self.ptr + offset as u64)
+            .ok_or_else(|| invalid(format!("{offset}+{len} B outside a {} B device buffer", self.len)))
     }
 
     /// Copies `data` in at `offset` (synchronous).
-    pub fn upload(&self, offset: usize, data: &[u8]) -> Result<(), GpuProbeError> {
+    pub fn upload(&self, offset: usize, data: &[u8]) -> Result<(), TransportError> {
         let destination = self.address(offset, data.len())?;
         self.gpu.bind()?;
         // SAFETY: `destination..+len` is inside this allocation (checked); `data` is a live slice.
@@ -193,7 +196,7 @@ impl DeviceBuffer {
     }
 
     /// Copies out from `offset` into `out` (synchronous).
-    pub fn download(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuProbeError> {
+    pub fn download(&self, offset: usize, out: &mut [u8]) -> Result<(), TransportError> {
         let source = self.address(offset, out.len())?;
         self.gpu.bind()?;
         // SAFETY: `source..+len` is inside this allocation (checked); `out` is a live slice.
@@ -213,7 +216,7 @@ impl DeviceBuffer {
         offset: usize,
         source: *const u8,
         len: usize,
-    ) -> Result<(), GpuProbeError> {
+    ) -> Result<(), TransportError> {
         let destination = self.address(offset, len)?;
         self.gpu.bind()?;
         // SAFETY: `destination..+len` is inside this allocation (checked); the source is the
@@ -232,7 +235,7 @@ impl DeviceBuffer {
         offset: usize,
         destination: *mut u8,
         len: usize,
-    ) -> Result<(), GpuProbeError> {
+    ) -> Result<(), TransportError> {
         let source = self.address(offset, len)?;
         self.gpu.bind()?;
         // SAFETY: `source..+len` is inside this allocation (checked); the destination is the
@@ -276,7 +279,7 @@ impl HostRegistration {
         gpu: &Arc<Gpu>,
         base: *mut u8,
         len: usize,
-    ) -> Result<HostRegistration, GpuProbeError> {
+    ) -> Result<HostRegistration, TransportError> {
         gpu.bind()?;
         // SAFETY: a live mapping for the registration's life (this function's contract); the
         // driver only locks its pages.
@@ -308,9 +311,9 @@ unsafe impl Send for PinnedBuffer {}
 
 impl PinnedBuffer {
     /// Allocates `len` bytes of portable pinned memory.
-    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<PinnedBuffer, GpuProbeError> {
+    pub fn new(gpu: &Arc<Gpu>, len: usize) -> Result<PinnedBuffer, TransportError> {
         if len == 0 {
-            return Err(GpuProbeError::Invalid("a pinned buffer has at least one byte".into()));
+            return Err(invalid("a pinned buffer has at least one byte".into()));
         }
         gpu.bind()?;
         // SAFETY: the context is current; the pointer is owned by this value.
@@ -330,15 +333,13 @@ impl PinnedBuffer {
     }
 
     /// Address of byte `offset` as the driver sees it (checked against the length).
-    pub fn address(&self, offset: usize, len: usize) -> Result<*mut u8, GpuProbeError> {
+    pub fn address(&self, offset: usize, len: usize) -> Result<*mut u8, TransportError> {
         offset
             .checked_add(len)
             .filter(|end| *end <= self.len)
             // SAFETY: in bounds of the allocation (checked).
             .map(|_| unsafe { self.ptr.add(offset) })
-            .ok_or_else(|| {
-                GpuProbeError::Invalid(format!("{offset}+{len} B outside a {} B pinned buffer", self.len))
-            })
+            .ok_or_else(|| invalid(format!("{offset}+{len} B outside a {} B pinned buffer", self.len)))
     }
 }
 
@@ -363,7 +364,7 @@ impl Drop for PinnedBuffer {
 /// assert_eq!(memory.len(), 1 << 20);
 /// # Ok(()) }
 /// ```
-pub fn cuda_slice_memory(slice: cudarc::driver::CudaSlice<u8>) -> Result<CallerMemory, GpuProbeError> {
+pub fn cuda_slice_memory(slice: cudarc::driver::CudaSlice<u8>) -> Result<CallerMemory, TransportError> {
     use cudarc::driver::DevicePtr;
     slice.stream().synchronize().map_err(driver_error("cuStreamSynchronize"))?;
     let (device_ptr, recorded) = slice.device_ptr(slice.stream());

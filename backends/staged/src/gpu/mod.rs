@@ -25,6 +25,24 @@ pub use pipeline::{CopyDirection, StagingPipeline};
 #[cfg(feature = "cuda")]
 pub use staging::{SocketStaging, STAGING_HALF_BYTES};
 
+/// Loads the driver once (`cuInit`): no driver is [`TransportError::Unavailable`].
 #[cfg(feature = "cuda")]
-pub(crate) use rdma_hint_cuda::{driver_error, init_driver};
+pub(crate) fn init_driver() -> Result<(), rdma_hint_core::TransportError> {
+    Ok(rdma_hint_cuda::init_driver()?)
+}
+
+/// Maps a driver error to [`TransportError::Driver`](rdma_hint_core::TransportError::Driver)
+/// naming the call.
+#[cfg(feature = "cuda")]
+pub(crate) fn driver_error(
+    call: &'static str,
+) -> impl Fn(cudarc::driver::DriverError) -> rdma_hint_core::TransportError {
+    move |err| rdma_hint_core::TransportError::Driver { call, detail: format!("{err:?}") }
+}
+
+/// A size or range the GPU path cannot take.
+#[cfg(feature = "cuda")]
+pub(crate) fn invalid(why: String) -> rdma_hint_core::TransportError {
+    rdma_hint_core::TransportError::InvalidArgument { what: "GPU request", why }
+}
 pub use rdma_hint_cuda::{probe_gpus, visible_ordinals, CudaGpu, GpuProbeError};

@@ -6,8 +6,9 @@
 //! (15 GB/s and a knee at 8 MiB on an H200); queued into pinned memory it is the copy engine's.
 
 use super::buffers::{DeviceBuffer, Gpu};
-use super::{driver_error, GpuProbeError};
+use super::{driver_error, invalid};
 use cudarc::driver::{result, sys};
+use rdma_hint_core::TransportError;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ unsafe impl Send for PeerCopier {}
 
 impl PeerCopier {
     /// A copier for `gpu`, with its own stream.
-    pub(crate) fn new(gpu: &Arc<Gpu>) -> Result<PeerCopier, GpuProbeError> {
+    pub(crate) fn new(gpu: &Arc<Gpu>) -> Result<PeerCopier, TransportError> {
         gpu.bind()?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(driver_error("cuStreamCreate"))?;
@@ -82,10 +83,10 @@ impl PeerCopier {
         offset: usize,
         (destination, len): (*mut u8, usize),
         mapping: (*mut u8, usize),
-    ) -> Result<(), GpuProbeError> {
+    ) -> Result<(), TransportError> {
         let (start, base) = (destination as usize, mapping.0 as usize);
         if start < base || start.checked_add(len).is_none_or(|end| end > base + mapping.1) {
-            return Err(GpuProbeError::Invalid("a copy outside the peer's mapping".into()));
+            return Err(invalid("a copy outside the peer's mapping".into()));
         }
         if !self.pinned(mapping.0, mapping.1) {
             self.wait()?;
@@ -129,7 +130,7 @@ impl PeerCopier {
     }
 
     /// Returns once every queued copy has landed.
-    pub(crate) fn wait(&mut self) -> Result<(), GpuProbeError> {
+    pub(crate) fn wait(&mut self) -> Result<(), TransportError> {
         if !self.queued {
             return Ok(());
         }

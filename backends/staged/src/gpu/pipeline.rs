@@ -3,8 +3,9 @@
 //! many work requests per doorbell) where the driver has it.
 
 use super::buffers::{DeviceBuffer, Gpu, PinnedBuffer};
-use super::{driver_error, GpuProbeError};
+use super::{driver_error, invalid};
 use cudarc::driver::{result, sys};
+use rdma_hint_core::TransportError;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -71,14 +72,14 @@ impl StagingPipeline {
         block_bytes: usize,
         group_blocks: usize,
         groups: usize,
-    ) -> Result<StagingPipeline, GpuProbeError> {
+    ) -> Result<StagingPipeline, TransportError> {
         if block_bytes == 0 || group_blocks == 0 || groups == 0 {
-            return Err(GpuProbeError::Invalid("block, group and ring sizes must be at least 1".into()));
+            return Err(invalid("block, group and ring sizes must be at least 1".into()));
         }
         let ring_bytes = block_bytes
             .checked_mul(group_blocks)
             .and_then(|b| b.checked_mul(groups))
-            .ok_or_else(|| GpuProbeError::Invalid("ring size overflows".into()))?;
+            .ok_or_else(|| invalid("ring size overflows".into()))?;
         gpu.bind()?;
         let ring = PinnedBuffer::new(gpu, ring_bytes)?;
         let stream = || {
@@ -132,19 +133,19 @@ impl StagingPipeline {
     /// Submits the `count` copies in `dsts`/`srcs`/`sizes` on `stream`.
     /// Makes `stream` (one of this pipeline's) wait for `event` (one of its events) before the
     /// work queued on it next.
-    fn stream_waits(&self, stream: sys::CUstream, event: sys::CUevent) -> Result<(), GpuProbeError> {
+    fn stream_waits(&self, stream: sys::CUstream, event: sys::CUevent) -> Result<(), TransportError> {
         // SAFETY: the pipeline's streams and events live as long as `self`; only those are passed.
         unsafe { result::stream::wait_event(stream, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
             .map_err(driver_error("cuStreamWaitEvent"))
     }
 
     /// Records `event` (one of this pipeline's) on `stream` (one of its streams).
-    fn record(&self, event: sys::CUevent, stream: sys::CUstream) -> Result<(), GpuProbeError> {
+    fn record(&self, event: sys::CUevent, stream: sys::CUstream) -> Result<(), TransportError> {
         // SAFETY: as in `stream_waits`: live handles owned by `self`.
         unsafe { result::event::record(event, stream) }.map_err(driver_error("cuEventRecord"))
     }
 
-    fn submit(&mut self, count: usize, to_device: bool, stream: sys::CUstream) -> Result<(), GpuProbeError> {
+    fn submit(&mut self, count: usize, to_device: bool, stream: sys::CUstream) -> Result<(), TransportError> {
         if self.batch {
             let mut attributes = sys::CUmemcpyAttributes {
                 srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
@@ -205,11 +206,11 @@ impl StagingPipeline {
         source: Option<&DeviceBuffer>,
         target: Option<&DeviceBuffer>,
         len: usize,
-    ) -> Result<(), GpuProbeError> {
+    ) -> Result<(), TransportError> {
         let needs_source = direction != CopyDirection::HostToGpu;
         let needs_target = direction != CopyDirection::GpuToHost;
         if len == 0 || (needs_source && source.is_none()) || (needs_target && target.is_none()) {
-            return Err(GpuProbeError::Invalid(format!("{direction:?} of {len} B needs its buffers")));
+            return Err(invalid(format!("{direction:?} of {len} B needs its buffers")));
         }
         // Check whole ranges before anything is enqueued, so a bad request moves nothing.
         for buffer in [source.filter(|_| needs_source), target.filter(|_| needs_target)].into_iter().flatten()
@@ -260,8 +261,8 @@ impl StagingPipeline {
         ring_group: usize,
         to_device: bool,
         buffer: Option<&DeviceBuffer>,
-    ) -> Result<(), GpuProbeError> {
-        let buffer = buffer.ok_or_else(|| GpuProbeError::Invalid("missing device buffer".into()))?;
+    ) -> Result<(), TransportError> {
+        let buffer = buffer.ok_or_else(|| invalid("missing device buffer".into()))?;
         for i in 0..count {
             let offset = (group * self.group_blocks + i) * self.block_bytes;
             let size = self.block_bytes.min(len - offset);

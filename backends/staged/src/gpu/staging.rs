@@ -2,8 +2,9 @@
 //! fills (or drains) one pinned half while the socket drains (or fills) the other.
 
 use super::buffers::{DeviceBuffer, Gpu, PinnedBuffer};
-use super::{driver_error, GpuProbeError};
+use super::driver_error;
 use cudarc::driver::{result, sys};
+use rdma_hint_core::TransportError;
 use std::ffi::c_void;
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -23,13 +24,13 @@ pub struct SocketStaging {
 // SAFETY: the stream and events are owned handles used by one thread at a time (`&mut self`).
 unsafe impl Send for SocketStaging {}
 
-fn io_error(error: GpuProbeError) -> std::io::Error {
+fn io_error(error: TransportError) -> std::io::Error {
     std::io::Error::other(error.to_string())
 }
 
 impl SocketStaging {
     /// Staging for `gpu`.
-    pub fn new(gpu: &Arc<Gpu>) -> Result<SocketStaging, GpuProbeError> {
+    pub fn new(gpu: &Arc<Gpu>) -> Result<SocketStaging, TransportError> {
         gpu.bind()?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(driver_error("cuStreamCreate"))?;
@@ -53,7 +54,7 @@ impl SocketStaging {
         &self.gpu
     }
 
-    fn wait(&self, half: usize) -> Result<(), GpuProbeError> {
+    fn wait(&self, half: usize) -> Result<(), TransportError> {
         // SAFETY: live event.
         unsafe { result::event::synchronize(self.done[half]) }.map_err(driver_error("cuEventSynchronize"))
     }
@@ -64,7 +65,7 @@ impl SocketStaging {
         offset: usize,
         len: usize,
         half: usize,
-    ) -> Result<(), GpuProbeError> {
+    ) -> Result<(), TransportError> {
         let source = buffer.address(offset, len)?;
         let target = self.halves[half].address(0, len)?;
         // SAFETY: both ranges were checked against their allocations; the half is not read until
