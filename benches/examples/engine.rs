@@ -9,7 +9,8 @@
 //! * **behind bulk**: a 4 KiB transfer's submit-to-completion p50/p99 alone, and while 1 GiB
 //!   transfers run on the same connection (bulk class, and the 4 KiB one latency-first);
 //! * **alone**: a 4 KiB latency-first transfer on an idle connection of one lane, submit to
-//!   `wait` returning, p50/p99 of 2000 (prints `RESULT alone <id> <p50 µs> <p99 µs>`).
+//!   `wait` returning, p50/p99 of 2000 (prints `RESULT alone <id> <p50 µs> <p99 µs>`; `ALONE_N`
+//!   in the environment sets how many: a profiler wants a million).
 //!
 //! Medians of `--runs` runs (after one warm-up); every run's bytes are checked where they
 //! landed (the 4 KiB probes' too).
@@ -384,7 +385,8 @@ fn alone_row(id: &TransportId, hint: &SizeHint) {
     for _ in 0..300 {
         run(&engine, peer, probe());
     }
-    let mut micros: Vec<f64> = (0..2000).map(|_| run(&engine, peer, probe()).as_secs_f64() * 1e6).collect();
+    let n = std::env::var("ALONE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let mut micros: Vec<f64> = (0..n).map(|_| run(&engine, peer, probe()).as_secs_f64() * 1e6).collect();
     micros.sort_by(f64::total_cmp);
     check(&connection, &[Segment { local_offset: 0, remote_offset: 0, len: 4096 }]);
     let (p50, p99) = (percentile(&micros, 0.5), percentile(&micros, 0.99));

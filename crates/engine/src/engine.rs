@@ -74,6 +74,10 @@ impl Default for EngineConfig {
 /// The most transfers one engine tracks.
 pub const MAX_TRANSFERS: u32 = 1 << 16;
 
+/// The longest a waiter polls a latency-first transfer before it sleeps: a path whose small
+/// transfers take longer than this has nothing to gain over two thread wake-ups.
+const LATENCY_FIRST_POLL: Duration = Duration::from_micros(100);
+
 /// A connection of an [`Engine`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerId(u32);
@@ -267,8 +271,8 @@ impl Engine {
         }
         let (id, doorbell) = submitted?;
         let queued = match doorbell {
-            Some(doorbell) => {
-                let rung = driver::ring(&doorbell);
+            Some(mut doorbell) => {
+                let rung = driver::ring(&mut doorbell);
                 self.shared.lock().finish(doorbell.0, rung)
             }
             None => true,
@@ -360,17 +364,22 @@ impl Engine {
     /// then, or when its last posted block retires.
     ///
     /// Each look retires what has completed itself, so a transfer whose completion is already
-    /// there ends without a thread hop; it spins for [`ADAPTIVE_SPIN`] before it sleeps, woken
-    /// by whoever ends the transfer.
+    /// there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`] before it sleeps, woken
+    /// by whoever ends the transfer. A latency-first transfer is polled for up to twice as
+    /// long as its peer's latest ones took (at most 100 µs), yielding the
+    /// thread's core between looks past the first [`ADAPTIVE_SPIN`]: a path slower than a
+    /// wake-up (a socket) then ends in its waiter too, without two thread hops.
     pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, TransferError> {
         let mut timer: Option<DeadlineTimer> = None;
         let mut spin_until: Option<Instant> = None;
+        let mut poll_until: Option<Instant> = None;
         std::future::poll_fn(|cx| loop {
             let now = Instant::now();
             let mut state = self.shared.lock();
             state.poll_all(now);
             let collected = state.sched.collect(id);
             let holds_blocks = state.sched.holds_blocks(id);
+            let expected = state.sched.expected_latency(id);
             state.settle();
             if let Some(result) = collected {
                 drop(state);
@@ -387,6 +396,12 @@ impl Engine {
             if now < *spin_until.get_or_insert(now + ADAPTIVE_SPIN) {
                 drop(state);
                 std::hint::spin_loop();
+                continue;
+            }
+            let poll = expected.map_or(Duration::ZERO, |took| (took * 2).min(LATENCY_FIRST_POLL));
+            if now < *poll_until.get_or_insert(now + poll) {
+                drop(state);
+                std::thread::yield_now();
                 continue;
             }
             if !state.wake_when_done(id, cx.waker()) {

@@ -4,7 +4,7 @@
 //! and carries out its events.
 
 use super::request::{RequestError, TransferRequest};
-use super::scheduler::{Doorbell, Event, LinkId, Ring, Scheduler, Scratch};
+use super::scheduler::{Doorbell, Event, LinkId, Ring, Scheduler};
 use super::TransferId;
 use rdma_hint_core::{Completion, RegionId, RemoteRegion, Transport, TransportError};
 use std::pin::Pin;
@@ -89,8 +89,8 @@ impl Core {
             let (id, why) = (request.local.id, error.to_string());
             return Err((RequestError::LocalRegion { id, why }, Box::new(request)));
         }
-        let id = self.sched.queue(admitted, request, deadline);
         let now = Instant::now();
+        let id = self.sched.queue(admitted, request, deadline, now);
         let doorbell = self.sched.next_doorbell_for(peer, super::scheduler::Poster::Caller, now);
         let rung = doorbell.map(|doorbell| self.with_transport(doorbell));
         self.settle();
@@ -217,9 +217,8 @@ impl Core {
 }
 
 /// Posts a doorbell's requests with one call.
-pub(super) fn ring((doorbell, transport): &Rung) -> Result<(), TransportError> {
-    let mut scratch = Scratch::EMPTY;
-    match doorbell.ring(&mut scratch) {
+pub(super) fn ring((doorbell, transport): &mut Rung) -> Result<(), TransportError> {
+    match doorbell.ring() {
         Ring::Writes(ops) => transport.post_writes(ops),
         Ring::Gathers(ops, entries) => transport.post_gather_writes(ops, entries),
         Ring::Reads(ops) => transport.post_reads(ops),
@@ -309,8 +308,8 @@ pub(super) fn drive(shared: &Shared) {
             (doorbell, worked, in_flight, in_flight || core.sched.queued())
         };
         // Rung without the lock: the staged shm channel copies the blocks inside the post.
-        if let Some(doorbell) = doorbell {
-            let rung = ring(&doorbell);
+        if let Some(mut doorbell) = doorbell {
+            let rung = ring(&mut doorbell);
             shared.lock_for_driver().finish(doorbell.0, rung);
             worked = true;
         }

@@ -1,13 +1,14 @@
 //! Doorbells: the scheduler builds one per lane (blocks of its peer's queued transfers), the
 //! driver rings it with the lane's transport, and the scheduler records how that went.
 
-use super::lane::{pick_lane, Refused};
+use super::lane::{pick_lane, DoorbellOps, Refused};
 use super::slot::Posted;
 use super::{LinkId, Poster, Scheduler, WARM_WRS};
-use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, TransportError, WriteOp, MAX_OPS_PER_POST};
+use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, TransportError, WriteOp};
 use std::time::Instant;
 
-/// Work requests for one lane, to be posted with one call (see [`Doorbell::ring`]).
+/// Work requests for one lane, to be posted with one call (see [`Doorbell::ring`]). Small: its
+/// ops live in the lane's [`DoorbellOps`], lent to it while it rings.
 pub(crate) struct Doorbell {
     pub(crate) link: LinkId,
     first_seq: u64,
@@ -17,29 +18,13 @@ pub(crate) struct Doorbell {
     requests: u64,
     /// Payload bytes of its requests.
     bytes: u64,
-    /// A packed request's entry here holds its first piece's local range and its whole
-    /// remote range and length.
-    ops: [WriteOp; MAX_OPS_PER_POST],
-    /// Per request, its local ranges in `entries` (on lanes that pack).
-    pieces: [u32; MAX_OPS_PER_POST],
-    /// The gather entries of every request, in order; empty on lanes that do not pack.
-    entries: Vec<GatherEntry>,
+    /// The lane's room for the ops (one doorbell per lane rings at a time).
+    ops: Box<DoorbellOps>,
     /// A refused request posted again alone (taken off the lane's refused queue: it is in
     /// flight now, and goes back to the queue's front only if the lane refuses its gather).
     retry: Option<Refused>,
     /// Its requests are reads (`ops` hold their fields; no immediate, no gather).
     reads: bool,
-}
-
-/// Room to turn a doorbell's requests into the ops its call takes.
-pub(crate) struct Scratch {
-    gathers: [GatherOp; MAX_OPS_PER_POST],
-    reads: [ReadOp; MAX_OPS_PER_POST],
-}
-
-impl Scratch {
-    pub(crate) const EMPTY: Scratch =
-        Scratch { gathers: [GatherOp::EMPTY; MAX_OPS_PER_POST], reads: [ReadOp::EMPTY; MAX_OPS_PER_POST] };
 }
 
 /// What the transport is handed: plain writes, gather writes where a request packs several
@@ -51,24 +36,26 @@ pub(crate) enum Ring<'a> {
 }
 
 impl Doorbell {
-    /// The call to make; `scratch` holds the gather or read ops where there are any.
-    pub(crate) fn ring<'a>(&'a self, scratch: &'a mut Scratch) -> Ring<'a> {
-        let ops = &self.ops[..self.count];
+    /// The call to make: plain writes, or the gather or read forms written into the lane's room.
+    pub(crate) fn ring(&mut self) -> Ring<'_> {
+        let count = self.count;
+        let room = &mut *self.ops;
+        let ops = &room.writes[..count];
         if self.reads {
-            for (read, op) in scratch.reads.iter_mut().zip(ops) {
+            for (read, op) in room.reads.iter_mut().zip(ops) {
                 *read = op.as_read();
             }
-            return Ring::Reads(&scratch.reads[..self.count]);
+            return Ring::Reads(&room.reads[..count]);
         }
-        if self.pieces[..self.count].iter().all(|pieces| *pieces == 1) {
+        if room.pieces[..count].iter().all(|pieces| *pieces == 1) {
             return Ring::Writes(ops);
         }
         let mut first = 0;
         for (index, op) in ops.iter().enumerate() {
-            scratch.gathers[index] = gather_op(op, first, self.pieces[index]);
-            first += self.pieces[index];
+            room.gathers[index] = gather_op(op, first, room.pieces[index]);
+            first += room.pieces[index];
         }
-        Ring::Gathers(&scratch.gathers[..self.count], &self.entries)
+        Ring::Gathers(&room.gathers[..count], &room.entries)
     }
 }
 
@@ -202,13 +189,11 @@ impl Scheduler {
             count: 0,
             requests: 0,
             bytes: 0,
-            ops: [WriteOp::EMPTY; MAX_OPS_PER_POST],
-            pieces: [1u32; MAX_OPS_PER_POST],
-            entries: std::mem::take(&mut lane.entries),
+            ops: lane.doorbell_ops.take()?,
             retry: None,
             reads: lane.reading,
         };
-        doorbell.entries.clear();
+        doorbell.ops.entries.clear();
         // The lane's direction while it has requests in flight; an empty lane turns to the
         // direction that waited, if one did, else takes the first block's.
         let mut direction = if lane.in_flight.is_empty() {
@@ -233,10 +218,10 @@ impl Scheduler {
             let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
             let Some(index) = queue.pop_front() else { break };
             let slot = &mut self.slots[index as usize];
-            let built = doorbell.entries.len();
+            let built = doorbell.ops.entries.len();
             // Reads are not packed: a read lands in one local range.
             let max_pieces = if slot.read { 1 } else { lane.max_pieces };
-            let (local, entries) = (slot.local, &mut doorbell.entries);
+            let (local, entries) = (slot.local, &mut doorbell.ops.entries);
             let block = slot.next_block(max_pieces, |offset, len| {
                 if max_pieces > 1 {
                     entries.push(GatherEntry { local, offset, len });
@@ -251,13 +236,13 @@ impl Scheduler {
             let fenced = last && elsewhere && slot.notify.is_some() && slot.in_flight > 0;
             if direction.is_some_and(|reads| reads != slot.read) {
                 // The other direction waits: nothing more of this one until the lane turns.
-                doorbell.entries.truncate(built);
+                doorbell.ops.entries.truncate(built);
                 queue.push_front(index);
                 lane.switching = true;
                 break;
             }
             if fenced {
-                doorbell.entries.truncate(built);
+                doorbell.ops.entries.truncate(built);
                 queue.push_back(index);
                 if from_latency {
                     latency_fenced += 1;
@@ -267,7 +252,7 @@ impl Scheduler {
                 continue;
             }
             let seq = lane.next_seq + count as u64;
-            doorbell.ops[count] = WriteOp {
+            doorbell.ops.writes[count] = WriteOp {
                 wr_id: seq,
                 local: slot.local,
                 local_offset: block.local_offset,
@@ -284,7 +269,7 @@ impl Scheduler {
                 bytes: block.len,
             });
             (direction, doorbell.reads, lane.reading) = (Some(slot.read), slot.read, slot.read);
-            doorbell.pieces[count] = block.pieces;
+            doorbell.ops.pieces[count] = block.pieces;
             slot.lanes_used |= 1u16 << lane_index;
             lane.largest_block = lane.largest_block.max(block.len);
             slot.advance(&block);
@@ -295,10 +280,10 @@ impl Scheduler {
             count += 1;
         }
         if count == 0 {
-            lane.entries = doorbell.entries;
+            lane.doorbell_ops = Some(doorbell.ops);
             return None;
         }
-        doorbell.ops[count - 1].signalled = true;
+        doorbell.ops.writes[count - 1].signalled = true;
         (doorbell.count, doorbell.requests) = (count, count as u64);
         lane.next_seq += count as u64;
         lane.outstanding_bytes += doorbell.bytes;
@@ -319,26 +304,30 @@ impl Scheduler {
             Vec::new()
         };
         let op = WriteOp { wr_id: lane.next_seq, signalled: true, ..refused.op };
+        let Some(ops) = lane.doorbell_ops.take() else {
+            lane.refused.push_front(refused);
+            return None;
+        };
         let mut doorbell = Doorbell {
             link,
             first_seq: lane.next_seq,
             count: 1,
             requests: 1,
             bytes: op.len,
-            ops: [op; MAX_OPS_PER_POST],
-            pieces: [1u32; MAX_OPS_PER_POST],
-            entries: std::mem::take(&mut lane.entries),
+            ops,
             retry: Some(refused),
             reads: refused.read,
         };
-        doorbell.entries.clear();
+        let room = &mut *doorbell.ops;
+        room.entries.clear();
+        (room.writes[0], room.pieces[0]) = (op, 1);
         if refused.pieces > 1 {
             if lane.max_pieces > 1 {
-                doorbell.entries.extend_from_slice(&own);
-                doorbell.pieces[0] = refused.pieces;
+                room.entries.extend_from_slice(&own);
+                room.pieces[0] = refused.pieces;
             } else {
                 for (index, piece) in gather_op(&op, 0, refused.pieces).pieces(&own).enumerate() {
-                    doorbell.ops[index] = piece;
+                    (room.writes[index], room.pieces[index]) = (piece, 1);
                 }
                 doorbell.count = refused.pieces as usize;
             }
@@ -352,16 +341,15 @@ impl Scheduler {
     }
 
     /// Records how ringing `doorbell` went.
-    pub(crate) fn finish_doorbell(&mut self, mut doorbell: Doorbell, rung: Result<(), TransportError>) {
+    pub(crate) fn finish_doorbell(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) {
         let link = doorbell.link;
-        let entries = std::mem::take(&mut doorbell.entries);
         let lane = self.lane_mut(link);
         lane.posting = false;
         if lane.dead.is_some() {
             // The lane failed while the doorbell rang (a poll or the stall watch): its
             // requests left the in-flight queue with their transfers, nothing is left to count.
         } else if let Some(refused) = doorbell.retry {
-            self.finish_retry(&doorbell, refused, &entries, rung);
+            self.finish_retry(&doorbell, refused, rung);
         } else {
             match rung {
                 Ok(()) => {
@@ -378,9 +366,9 @@ impl Scheduler {
                     let kept = lane.in_flight.len() - doorbell.count;
                     let mut first = 0;
                     for (index, posted) in lane.in_flight.drain(kept..).enumerate() {
-                        let (op, pieces) = (doorbell.ops[index], doorbell.pieces[index]);
+                        let (op, pieces) = (doorbell.ops.writes[index], doorbell.ops.pieces[index]);
                         if pieces > 1 {
-                            let own = &entries[first..first + pieces as usize];
+                            let own = &doorbell.ops.entries[first..first + pieces as usize];
                             lane.refused_entries.extend(own.iter().copied());
                         }
                         first += pieces as usize;
@@ -392,18 +380,13 @@ impl Scheduler {
                 Err(error) => self.lose_link(link, error),
             }
         }
-        self.lane_mut(link).entries = entries;
+        self.lane_mut(link).doorbell_ops = Some(doorbell.ops);
         self.end_deferred_unholds(link.peer);
     }
 
     /// Records how posting a refused request alone went: it fails its own transfer only.
-    fn finish_retry(
-        &mut self,
-        doorbell: &Doorbell,
-        refused: Refused,
-        entries: &[GatherEntry],
-        rung: Result<(), TransportError>,
-    ) {
+    fn finish_retry(&mut self, doorbell: &Doorbell, refused: Refused, rung: Result<(), TransportError>) {
+        let entries = &doorbell.ops.entries;
         let lane = self.lane_mut(doorbell.link);
         let gathered = entries.len() > 1;
         match rung {

@@ -3,7 +3,7 @@
 //! the driver rings what the scheduler builds for it.
 
 use super::slot::Posted;
-use rdma_hint_core::{Capabilities, GatherEntry, WriteOp};
+use rdma_hint_core::{Capabilities, GatherEntry, GatherOp, ReadOp, WriteOp, MAX_OPS_PER_POST};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -65,8 +65,8 @@ pub(crate) struct Lane {
     pub(super) dead: Option<String>,
     /// Local ranges one work request may gather on this lane (1: no packing).
     pub(super) max_pieces: u32,
-    /// The gather entries of the doorbell being built (lent to it while it rings).
-    pub(super) entries: Vec<GatherEntry>,
+    /// Room for the lane's doorbell (lent to it while it rings: `None` then).
+    pub(super) doorbell_ops: Option<Box<DoorbellOps>>,
     /// Requests of a doorbell the transport refused whole, posted again one per doorbell so
     /// that a bad one fails alone (empty but on that failure path).
     pub(super) refused: VecDeque<Refused>,
@@ -89,11 +89,6 @@ impl Lane {
     pub(super) fn new(caps: &Capabilities, config: &LaneConfig, now: Instant) -> Lane {
         let policy = config.policy.fitted_to(caps);
         let max_pieces = caps.max_sges.clamp(1, config.gather_entries);
-        let entries = if max_pieces > 1 {
-            Vec::with_capacity(rdma_hint_core::MAX_OPS_PER_POST * max_pieces as usize)
-        } else {
-            Vec::new()
-        };
         Lane {
             window: policy.window,
             per_post: policy.wrs_per_doorbell,
@@ -117,7 +112,7 @@ impl Lane {
             posting: false,
             dead: None,
             max_pieces,
-            entries,
+            doorbell_ops: Some(DoorbellOps::new(max_pieces)),
             refused: VecDeque::new(),
             refused_entries: VecDeque::new(),
         }
@@ -227,6 +222,39 @@ pub struct LaneStats {
     pub outstanding_bytes: u64,
     /// Why the lane stopped, if it failed.
     pub failed: Option<String>,
+}
+
+/// A lane's room for one doorbell's work requests and the forms its call takes, allocated
+/// with the lane and reused: building and ringing a doorbell neither allocates nor clears it
+/// (a doorbell reads only its first `count` entries, each written as it is built).
+pub(crate) struct DoorbellOps {
+    /// A packed request's entry here holds its first piece's local range and its whole
+    /// remote range and length.
+    pub(super) writes: [WriteOp; MAX_OPS_PER_POST],
+    /// Per request, its local ranges in `entries` (on lanes that pack).
+    pub(super) pieces: [u32; MAX_OPS_PER_POST],
+    /// The gather entries of every request, in order; empty on lanes that do not pack.
+    pub(super) entries: Vec<GatherEntry>,
+    pub(super) gathers: [GatherOp; MAX_OPS_PER_POST],
+    pub(super) reads: [ReadOp; MAX_OPS_PER_POST],
+}
+
+impl DoorbellOps {
+    /// Room for a lane that packs up to `max_pieces` ranges a request.
+    pub(super) fn new(max_pieces: u32) -> Box<DoorbellOps> {
+        let entries = if max_pieces > 1 {
+            Vec::with_capacity(MAX_OPS_PER_POST * max_pieces as usize)
+        } else {
+            Vec::new()
+        };
+        Box::new(DoorbellOps {
+            writes: [WriteOp::EMPTY; MAX_OPS_PER_POST],
+            pieces: [1; MAX_OPS_PER_POST],
+            entries,
+            gathers: [GatherOp::EMPTY; MAX_OPS_PER_POST],
+            reads: [ReadOp::EMPTY; MAX_OPS_PER_POST],
+        })
+    }
 }
 
 #[cfg(test)]

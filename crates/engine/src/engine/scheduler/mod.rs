@@ -18,7 +18,7 @@ use super::request::{Class, RequestError, Segments, TransferRequest};
 use super::{Delivered, TransferId};
 use crate::plan::BlockSpec;
 use crate::TransferError;
-pub(crate) use doorbell::{Doorbell, Ring, Scratch};
+pub(crate) use doorbell::{Doorbell, Ring};
 use lane::Lane;
 pub use lane::LaneStats;
 pub(crate) use lane::{LaneConfig, MAX_PIECES};
@@ -104,6 +104,9 @@ struct Peer {
     bulk_next: bool,
     latency: VecDeque<u32>,
     bulk: VecDeque<u32>,
+    /// How long its latency-first transfers took from queue to end, lately (an average that
+    /// weighs the last one by 1/8): how long a waiter may expect to poll before one ends.
+    latency_first_took: Option<Duration>,
 }
 
 impl Peer {
@@ -221,6 +224,7 @@ impl Scheduler {
             bulk_next: false,
             latency: VecDeque::with_capacity(slots),
             bulk: VecDeque::with_capacity(slots),
+            latency_first_took: None,
         });
         Ok(self.peers.len() as u32 - 1)
     }
@@ -288,6 +292,7 @@ impl Scheduler {
         admitted: Admitted,
         request: TransferRequest,
         deadline: Instant,
+        now: Instant,
     ) -> TransferId {
         let index = self.free.pop().expect("admit found a free slot and nothing took it since");
         let slot = &mut self.slots[index as usize];
@@ -312,6 +317,8 @@ impl Scheduler {
             cancelled: false,
             lanes_used: 0,
             holds_source: true,
+            latency_first: request.class == Class::LatencyFirst,
+            queued_at: now,
         };
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |at| at.min(deadline)));
         let peer = &mut self.peers[admitted.peer as usize];
@@ -338,6 +345,13 @@ impl Scheduler {
     }
 
     /// Whether `id` is still running (its waiter may wait for its [`Event::Ended`]).
+    /// For a running latency-first transfer, how long its peer's latest took from queue to
+    /// end (on average, lately); `None` for bulk, or before any ended.
+    pub(crate) fn expected_latency(&self, id: TransferId) -> Option<Duration> {
+        let slot = self.slot(id).filter(|slot| slot.running() && slot.latency_first)?;
+        self.peers[slot.peer as usize].latency_first_took
+    }
+
     pub(crate) fn is_running(&self, id: TransferId) -> bool {
         self.slot(id).is_some_and(Slot::running)
     }
@@ -472,7 +486,15 @@ impl Scheduler {
                 lane.outstanding_bytes -= posted.bytes;
                 retired_bytes += posted.bytes;
                 worked = true;
+                let running = self.slots[posted.slot as usize].running();
                 self.retire_block(posted);
+                let slot = &self.slots[posted.slot as usize];
+                if running && slot.latency_first && matches!(slot.phase, Phase::Finished(Ok(_))) {
+                    let took = now.saturating_duration_since(slot.queued_at);
+                    let peer = &mut self.peers[slot.peer as usize];
+                    peer.latency_first_took =
+                        Some(peer.latency_first_took.map_or(took, |average| (average * 7 + took) / 8));
+                }
             }
         }
         if retired_bytes > 0 {

@@ -159,7 +159,7 @@ impl Harness {
                 if self.ringing.is_empty() {
                     return;
                 }
-                let doorbell = self.ringing.remove(which % self.ringing.len());
+                let mut doorbell = self.ringing.remove(which % self.ringing.len());
                 let rung = match outcome {
                     0 => Err(TransportError::UnregisteredRegion(RegionId(1))),
                     1 => Err(TransportError::PeerGone("reset".into())),
@@ -167,8 +167,7 @@ impl Harness {
                     _ => Ok(()),
                 };
                 if rung.is_ok() {
-                    let mut scratch = super::Scratch::EMPTY;
-                    let signalled: Vec<u64> = match doorbell.ring(&mut scratch) {
+                    let signalled: Vec<u64> = match doorbell.ring() {
                         super::Ring::Writes(ops) => {
                             ops.iter().filter(|op| op.signalled).map(|op| op.wr_id).collect()
                         }
@@ -217,7 +216,8 @@ impl Harness {
 
     fn submit(&mut self, mut request: TransferRequest, total: u64, deadline_ms: u64) {
         if let Ok(admitted) = self.sched.admit(0, &mut request) {
-            let id = self.sched.queue(admitted, request, self.now + Duration::from_millis(deadline_ms));
+            let id =
+                self.sched.queue(admitted, request, self.now + Duration::from_millis(deadline_ms), self.now);
             self.slot_owner.insert(id.slot, id);
             self.ids.push(id);
             self.tracked.insert(id, Tracked { total, ended: 0, collected: false, unholds: 0 });

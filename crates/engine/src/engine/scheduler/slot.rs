@@ -48,6 +48,9 @@ pub(super) struct Slot {
     /// Whether it holds its local region on every lane of its peer (the driver took the
     /// hold at submit; an `Unhold` event ends it).
     pub(super) holds_source: bool,
+    /// Latency-first: its time from queue to end teaches its peer's expected latency.
+    pub(super) latency_first: bool,
+    pub(super) queued_at: Instant,
 }
 
 /// One work request's worth of a transfer (see [`Slot::next_block`]).
@@ -87,6 +90,8 @@ impl Slot {
             cancelled: false,
             lanes_used: 0,
             holds_source: false,
+            latency_first: false,
+            queued_at: now,
         }
     }
 

@@ -59,9 +59,19 @@ fn scheduler_of(lanes: usize, control_lane: bool, max_sges: u32, now: Instant) -
     sched
 }
 
-fn submit(sched: &mut Scheduler, mut request: TransferRequest, deadline: Instant) -> TransferId {
+/// Queues `request` a second before its deadline (every script's deadline is a second ahead).
+fn submit(sched: &mut Scheduler, request: TransferRequest, deadline: Instant) -> TransferId {
+    submit_at(sched, request, deadline, deadline - Duration::from_secs(1))
+}
+
+fn submit_at(
+    sched: &mut Scheduler,
+    mut request: TransferRequest,
+    deadline: Instant,
+    now: Instant,
+) -> TransferId {
     let admitted = sched.admit(0, &mut request).unwrap();
-    sched.queue(admitted, request, deadline)
+    sched.queue(admitted, request, deadline, now)
 }
 
 fn single(offset: u64, len: u64) -> TransferRequest {
@@ -70,16 +80,15 @@ fn single(offset: u64, len: u64) -> TransferRequest {
 
 /// The ops of the next doorbell the driver would ring, rung successfully.
 fn post(sched: &mut Scheduler, now: Instant) -> (LinkId, Vec<WriteOp>) {
-    let doorbell = sched.next_doorbell(now).expect("a doorbell to ring");
+    let mut doorbell = sched.next_doorbell(now).expect("a doorbell to ring");
     let link = doorbell.link;
-    let ops = writes(&doorbell);
+    let ops = writes(&mut doorbell);
     sched.finish_doorbell(doorbell, Ok(()));
     (link, ops)
 }
 
-fn writes(doorbell: &super::Doorbell) -> Vec<WriteOp> {
-    let mut scratch = super::Scratch::EMPTY;
-    match doorbell.ring(&mut scratch) {
+fn writes(doorbell: &mut super::Doorbell) -> Vec<WriteOp> {
+    match doorbell.ring() {
         super::Ring::Writes(ops) => ops.to_vec(),
         other => panic!("plain writes expected: {}", describe(&other)),
     }
@@ -165,9 +174,9 @@ fn a_lane_lost_mid_transfer_fails_what_it_carried_and_the_other_lane_goes_on() {
     }
     // A transfer after it goes over the lane that lives.
     let small = submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
-    let doorbell = sched.next_doorbell(now).unwrap();
+    let mut doorbell = sched.next_doorbell(now).unwrap();
     assert_eq!(doorbell.link, first);
-    let wr_id = writes(&doorbell)[0].wr_id;
+    let wr_id = writes(&mut doorbell)[0].wr_id;
     sched.finish_doorbell(doorbell, Ok(()));
     // The big transfer's blocks on the live lane still retire (its slot comes free then).
     sched.handle_completions(first, &[done(wr_id)], now);
@@ -256,6 +265,29 @@ fn cancel_ends_a_queued_or_half_posted_transfer_and_posts_nothing_more_of_it() {
 }
 
 #[test]
+fn a_peers_latency_first_transfers_teach_how_long_a_waiter_may_poll() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let deadline = now + Duration::from_secs(1);
+    let first = submit_at(&mut sched, single(0, 4096).latency_first(), deadline, now);
+    assert_eq!(sched.expected_latency(first), None, "none ended yet");
+    let (link, ops) = post(&mut sched, now);
+    sched.handle_completions(link, &[done(ops[0].wr_id)], now + Duration::from_micros(80));
+    assert!(matches!(sched.collect(first), Some(Ok(_))));
+    let later = now + Duration::from_micros(100);
+    let second = submit_at(&mut sched, single(0, 4096).latency_first(), deadline, later);
+    assert_eq!(sched.expected_latency(second), Some(Duration::from_micros(80)));
+    let (link, ops) = post(&mut sched, later);
+    sched.handle_completions(link, &[done(ops[0].wr_id)], later + Duration::from_micros(16));
+    assert_eq!(sched.expected_latency(second), None, "ended: nothing to wait for");
+    let third = submit_at(&mut sched, single(0, 4096).latency_first(), deadline, later);
+    // An average that weighs the latest by an eighth: (7 × 80 + 16) / 8.
+    assert_eq!(sched.expected_latency(third), Some(Duration::from_micros(72)));
+    let bulk = submit_at(&mut sched, single(0, 4096), deadline, later);
+    assert_eq!(sched.expected_latency(bulk), None, "bulk waiters do not poll long");
+}
+
+#[test]
 fn a_latency_first_transfer_goes_before_bulk_blocks_not_yet_posted() {
     let now = Instant::now();
     let mut sched = scheduler(1, false, now);
@@ -273,8 +305,8 @@ fn a_control_lane_carries_latency_first_transfers_alone() {
     submit(&mut sched, single(0, 64 * BLOCK), now + Duration::from_secs(1));
     submit(&mut sched, single(0, 4096).latency_first(), now + Duration::from_secs(1));
     let mut seen = Vec::new();
-    while let Some(doorbell) = sched.next_doorbell(now) {
-        seen.push((doorbell.link.lane, writes(&doorbell).iter().map(|op| op.len).collect::<Vec<_>>()));
+    while let Some(mut doorbell) = sched.next_doorbell(now) {
+        seen.push((doorbell.link.lane, writes(&mut doorbell).iter().map(|op| op.len).collect::<Vec<_>>()));
         sched.finish_doorbell(doorbell, Ok(()));
     }
     assert!(seen.contains(&(1, vec![4096])), "{seen:?}");
@@ -297,16 +329,16 @@ fn a_doorbell_the_transport_refuses_goes_again_a_request_at_a_time_and_only_the_
     let first = submit(&mut sched, single(0, BLOCK), now + Duration::from_secs(1));
     let bad = submit(&mut sched, single(BLOCK, BLOCK), now + Duration::from_secs(1));
     let third = submit(&mut sched, single(2 * BLOCK, BLOCK), now + Duration::from_secs(1));
-    let doorbell = sched.next_doorbell(now).unwrap();
-    assert_eq!(writes(&doorbell).len(), 3);
+    let mut doorbell = sched.next_doorbell(now).unwrap();
+    assert_eq!(writes(&mut doorbell).len(), 3);
     sched.finish_doorbell(doorbell, Err(TransportError::UnregisteredRegion(RegionId(1))));
     assert!(sched.queued(), "the refused requests wait to go again");
     let mut completed = Vec::new();
     for (index, outcome) in
         [Ok(()), Err(TransportError::UnregisteredRegion(RegionId(1))), Ok(())].into_iter().enumerate()
     {
-        let doorbell = sched.next_doorbell(now).expect("one request per doorbell");
-        let ops = writes(&doorbell);
+        let mut doorbell = sched.next_doorbell(now).expect("one request per doorbell");
+        let ops = writes(&mut doorbell);
         assert_eq!(ops.len(), 1);
         assert!(ops[0].signalled);
         assert_eq!(ops[0].remote_offset, index as u64 * BLOCK, "in their order");
@@ -340,9 +372,8 @@ fn a_submit_refused_changes_nothing_and_a_full_scheduler_says_so() {
     assert!(events(&mut sched).is_empty());
 }
 
-fn reads(doorbell: &super::Doorbell) -> Vec<rdma_hint_core::ReadOp> {
-    let mut scratch = super::Scratch::EMPTY;
-    match doorbell.ring(&mut scratch) {
+fn reads(doorbell: &mut super::Doorbell) -> Vec<rdma_hint_core::ReadOp> {
+    match doorbell.ring() {
         super::Ring::Reads(ops) => ops.to_vec(),
         other => panic!("reads expected: {}", describe(&other)),
     }
@@ -365,8 +396,8 @@ fn a_read_goes_as_reads_of_one_range_each_and_cannot_notify() {
         TransferRequest::scatter(&LOCAL, &REMOTE, pages.clone()).read(),
         now + Duration::from_secs(1),
     );
-    let doorbell = sched.next_doorbell(now).unwrap();
-    let ops = reads(&doorbell);
+    let mut doorbell = sched.next_doorbell(now).unwrap();
+    let ops = reads(&mut doorbell);
     assert_eq!(
         ops.iter().map(|op| (op.local_offset, op.remote_offset, op.len)).collect::<Vec<_>>(),
         pages.iter().map(|p| (p.local_offset, p.remote_offset, p.len)).collect::<Vec<_>>()
@@ -390,8 +421,8 @@ fn a_lane_carries_one_direction_at_a_time() {
     assert_eq!(ops.len(), 1, "the write's first block alone: {ops:?}");
     assert!(sched.next_doorbell(now).is_none(), "the read waits while writes are in flight");
     sched.handle_completions(link, &[done(ops[0].wr_id)], now);
-    let doorbell = sched.next_doorbell(now).unwrap();
-    let fetched = reads(&doorbell);
+    let mut doorbell = sched.next_doorbell(now).unwrap();
+    let fetched = reads(&mut doorbell);
     assert_eq!((fetched.len(), fetched[0].remote_offset), (1, 4 * BLOCK));
     sched.finish_doorbell(doorbell, Ok(()));
     sched.handle_completions(link, &[done(fetched[0].wr_id)], now);
@@ -432,8 +463,8 @@ fn a_read_behind_a_stream_of_writes_goes_once_the_lane_drains() {
     submit(&mut sched, single(32 * BLOCK, 8 * BLOCK), now + Duration::from_secs(1));
     assert!(sched.next_doorbell(now).is_none(), "the lane drains before it turns");
     sched.handle_completions(link, &[done(first.last().unwrap().wr_id)], now);
-    let doorbell = sched.next_doorbell(now).unwrap();
-    let fetched = reads(&doorbell);
+    let mut doorbell = sched.next_doorbell(now).unwrap();
+    let fetched = reads(&mut doorbell);
     assert_eq!((fetched.len(), fetched[0].remote_offset), (1, 16 * BLOCK));
     sched.finish_doorbell(doorbell, Ok(()));
     sched.handle_completions(link, &[done(fetched[0].wr_id)], now);
