@@ -2,12 +2,17 @@
 //! rkeys, worker addresses, shm handles) leaves this process before the peer proved it holds
 //! the pre-shared token, and the token itself never crosses the wire.
 //!
-//! Both sides send `b"RDHAUTH1"` · flags u8 (bit 0: this side has a token) · a fresh 32-byte
-//! nonce. When both have a token, each then sends
+//! Both sides send `b"RDHAUTH1"` · flags u8 (bit 0: this side has a token) · a 32-byte nonce
+//! (its connection's 8-byte tag, then 24 bytes fresh from the OS). When both have a token,
+//! each then sends
 //! `HMAC-SHA-256(token, "rdma-hint/auth/v1" · sender role · sender nonce · receiver nonce)` and
 //! checks the peer's in constant time. The role byte (`D` dialer, `L` listener) stops a reply
 //! being reflected back; fresh nonces on both sides stop a recorded one being replayed. A side
 //! with a token refuses a peer without one, and the other way round, each saying which.
+//!
+//! The tag is the same on every lane of one connection: a listening connection of several
+//! lanes takes the lanes of one peer only, by its tag, however other peers' lanes interleave
+//! with them.
 //!
 //! A listener that is busy with another peer sends the preamble with flag bit 1 (busy), a
 //! zero nonce and nothing else, and closes: the dialler answers
@@ -28,6 +33,11 @@ use std::net::TcpStream;
 /// First bytes of the authentication preamble.
 pub const AUTH_MAGIC: [u8; 8] = *b"RDHAUTH1";
 const NONCE_BYTES: usize = 32;
+/// Bytes of a connection's tag, at the start of each of its lanes' nonces.
+pub(crate) const TAG_BYTES: usize = 8;
+
+/// The lanes of one connection, as the nonces of their authentication say.
+pub(crate) type ConnectionTag = [u8; TAG_BYTES];
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"rdma-hint/auth/v1";
 const HAS_TOKEN: u8 = 1;
@@ -100,6 +110,24 @@ pub fn authenticate_by(
     role: Role,
     deadline: std::time::Instant,
 ) -> Result<(), TransportError> {
+    authenticate_tagged(stream, token, role, deadline, new_tag()?).map(drop)
+}
+
+/// A fresh connection tag.
+pub(crate) fn new_tag() -> Result<ConnectionTag, TransportError> {
+    let mut tag = [0u8; TAG_BYTES];
+    getrandom::fill(&mut tag).map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
+    Ok(tag)
+}
+
+/// [`authenticate_by`] with this side's nonce starting with `tag`; the peer's tag.
+pub(crate) fn authenticate_tagged(
+    stream: &TcpStream,
+    token: Option<&Token>,
+    role: Role,
+    deadline: std::time::Instant,
+    tag: ConnectionTag,
+) -> Result<ConnectionTag, TransportError> {
     let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
     let refuse = |why: &str| {
         tracing::warn!(%peer, why, "rejected peer (authentication)");
@@ -107,7 +135,9 @@ pub fn authenticate_by(
     };
     let mut stream = Deadlined::new(stream, deadline);
     let mut ours = [0u8; NONCE_BYTES];
-    getrandom::fill(&mut ours).map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
+    ours[..TAG_BYTES].copy_from_slice(&tag);
+    getrandom::fill(&mut ours[TAG_BYTES..])
+        .map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
     let mut preamble = Vec::with_capacity(AUTH_MAGIC.len() + 1 + NONCE_BYTES);
     preamble.extend_from_slice(&AUTH_MAGIC);
     preamble.push(if token.is_some() { HAS_TOKEN } else { 0 });
@@ -133,8 +163,9 @@ pub fn authenticate_by(
     if theirs == ours {
         return Err(refuse("the peer echoed this side's nonce"));
     }
+    let their_tag: ConnectionTag = theirs[..TAG_BYTES].try_into().expect("a nonce starts with a tag");
     let token = match (token, flags & HAS_TOKEN != 0) {
-        (None, false) => return Ok(()),
+        (None, false) => return Ok(their_tag),
         (Some(_), false) => return Err(refuse("this side requires a token; the peer has none")),
         (None, true) => return Err(refuse("the peer requires a token; this side has none")),
         (Some(token), true) => token,
@@ -143,7 +174,8 @@ pub fn authenticate_by(
     stream.write_all(&proof)?;
     let mut presented = [0u8; MAC_BYTES];
     WireReader::new(&mut stream).exact(&mut presented)?;
-    mac(token, role.peer(), &theirs, &ours).verify_slice(&presented).map_err(|_| refuse("wrong token"))
+    mac(token, role.peer(), &theirs, &ours).verify_slice(&presented).map_err(|_| refuse("wrong token"))?;
+    Ok(their_tag)
 }
 
 /// What a busy listener sends before it closes (see the module doc).

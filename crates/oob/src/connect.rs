@@ -1,6 +1,6 @@
 //! Establishing the OOB TCP connection within a deadline.
 
-use crate::auth::{authenticate_by, Role};
+use crate::auth::{authenticate_tagged, new_tag, ConnectionTag, Role};
 use crate::codec::Deadlined;
 use crate::listener::Listener;
 use crate::token::Token;
@@ -46,6 +46,11 @@ struct LaneGroup {
     policy: Mutex<Policy>,
     /// Accepting connects of the group under way: when the last ends, what it parked goes.
     accepting: std::sync::atomic::AtomicUsize,
+    /// Its lanes' tag, at the start of each one's authentication nonce.
+    tag: ConnectionTag,
+    /// The tag of the peer whose lanes its accepting connects take (set by the first to take
+    /// one, cleared when the last ends): the lanes of one peer only.
+    paired: Arc<Mutex<Option<ConnectionTag>>>,
 }
 
 /// Who may connect.
@@ -58,12 +63,22 @@ struct Policy {
 impl Default for LaneGroup {
     fn default() -> Self {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Without the OS's randomness (which does not fail on Linux), a tag this process
+        // alone makes: its id, the group's, and the time.
+        let tag = new_tag().unwrap_or_else(|_| {
+            let nanos =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            (u64::from(std::process::id()) << 40 ^ id << 20 ^ nanos.as_nanos() as u64).to_le_bytes()
+        });
         LaneGroup {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            id,
             listener: Mutex::default(),
             shared: Mutex::default(),
             policy: Mutex::default(),
             accepting: Default::default(),
+            tag,
+            paired: Arc::default(),
         }
     }
 }
@@ -92,6 +107,7 @@ impl Drop for Accepting {
     fn drop(&mut self) {
         if self.group.accepting.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.listener.drop_parked(self.group.id);
+            *self.group.paired.lock().unwrap_or_else(PoisonError::into_inner) = None;
         }
     }
 }
@@ -233,19 +249,20 @@ impl Rendezvous {
     {
         let listener = self.listener_for(peer)?;
         let (token, group) = (self.group.policy().token, self.group.id);
+        let (tag, paired) = (self.group.tag, self.group.paired.clone());
         // Counted before the handshake's thread starts, so that the lanes' connects, polled
         // one after another, all count before any can finish and drop what the group parked.
         let accepting = listener.as_ref().map(|listener| Accepting::new(&self.group, listener));
         off_thread("oob", "the connection's handshake", deadline, move || {
             let (ours, setup) = hello()?;
-            let hello = Arc::new(Greeting { token, ours, decode, group });
+            let hello = Arc::new(Greeting { token, ours, decode, group, tag, paired });
             // Held until the setup below is done (a listener serving one peer at a time).
             let mut busy = None;
             let (mut stream, theirs) = match (peer, listener) {
                 (PeerEndpoint::Dial(address), _) => {
                     let stream = dial(address, deadline)?;
                     prepare(&stream, deadline)?;
-                    let theirs = hello.greet(&stream, Role::Dialer, deadline)?;
+                    let (theirs, _) = hello.greet(&stream, Role::Dialer, deadline)?;
                     (stream, theirs)
                 }
                 (PeerEndpoint::Listen(_), Some(listener)) => {
@@ -309,6 +326,9 @@ struct Greeting<D> {
     decode: D,
     /// The lane group of the connect greeting (candidates are parked for its lanes only).
     group: u64,
+    /// The group's tag, and the tag of the peer its lanes pair with.
+    tag: ConnectionTag,
+    paired: Arc<Mutex<Option<ConnectionTag>>>,
 }
 
 impl<D, H> Greeting<D>
@@ -319,13 +339,19 @@ where
     /// its bytes; a dialler sends its own hello first, a listener sends its own only to the
     /// candidate it picks (after this), and a refusal saying why to one whose hello it
     /// refuses. Failures are logged with the peer's address.
-    fn greet(&self, stream: &TcpStream, role: Role, deadline: Instant) -> Result<H, TransportError> {
+    fn greet(
+        &self,
+        stream: &TcpStream,
+        role: Role,
+        deadline: Instant,
+    ) -> Result<(H, ConnectionTag), TransportError> {
         let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-        authenticate_by(stream, self.token.as_ref(), role, deadline)?;
+        let their_tag = authenticate_tagged(stream, self.token.as_ref(), role, deadline, self.tag)?;
         let mut bounded = Deadlined::new(stream, deadline);
         if role == Role::Dialer {
             bounded.write_all(&self.ours)?;
             return crate::hello::hello_or_refusal(&mut bounded, |theirs| (self.decode)(theirs))
+                .map(|theirs| (theirs, their_tag))
                 .inspect_err(|e| tracing::warn!(%peer, error = %e, "rejected peer (hello)"));
         }
         let decoded = (self.decode)(&mut bounded);
@@ -340,7 +366,21 @@ where
                 let _ = std::io::copy(&mut Deadlined::new(stream, linger), &mut std::io::sink());
             }
         }
-        decoded
+        decoded.map(|theirs| (theirs, their_tag))
+    }
+}
+
+impl<D> Greeting<D> {
+    /// A candidate a lane of this greeting's group parked, of the peer the group pairs with
+    /// (any, before the group took one: that one's peer is then the group's).
+    fn take_parked<H: Send + 'static>(&self, listener: &Listener) -> Option<(TcpStream, H)> {
+        let mut paired = self.paired.lock().unwrap_or_else(PoisonError::into_inner);
+        let (stream, theirs, tag) = listener
+            .take_parked::<(TcpStream, H, ConnectionTag)>(self.group, |candidate| {
+                paired.is_none_or(|tag| tag == candidate.2)
+            })?;
+        *paired = Some(tag);
+        Some((stream, theirs))
     }
 }
 
@@ -369,7 +409,7 @@ where
     let mut pending: VecDeque<(TcpStream, Arc<AtomicBool>)> = VecDeque::new();
     let mut last_failure = None;
     loop {
-        if let Some(won) = listener.take_parked::<(TcpStream, H)>(greeting.group) {
+        if let Some(won) = greeting.take_parked::<H>(listener) {
             return Ok(won);
         }
         match finished.recv_timeout(Duration::from_millis(2)) {
@@ -418,7 +458,7 @@ where
                 let outcome = greeting.greet(&stream, Role::Listener, limit);
                 done.store(true, Ordering::Release);
                 // Parked even if this loop has finished: another lane's connect takes it.
-                let told = outcome.map(|theirs| listener.park(greeting.group, (stream, theirs)));
+                let told = outcome.map(|(theirs, tag)| listener.park(greeting.group, (stream, theirs, tag)));
                 let _ = results.send(told);
             });
             if spawned.is_err() {
@@ -531,11 +571,11 @@ mod tests {
                 })
             })
             .collect();
+        let peer = Rendezvous::default();
         let dialling: Vec<_> = (0..4u8)
             .map(|k| {
-                std::thread::spawn(move || {
-                    (k, meet(&Rendezvous::default(), PeerEndpoint::Dial(address), [b'D', k]))
-                })
+                let lane = peer.for_lane();
+                std::thread::spawn(move || (k, meet(&lane, PeerEndpoint::Dial(address), [b'D', k])))
             })
             .collect();
         let mut heard_by_listener = std::collections::BTreeMap::new();
@@ -560,6 +600,36 @@ mod tests {
         let mut dialers: Vec<u8> = heard_by_listener.values().map(|theirs| theirs[1]).collect();
         dialers.sort_unstable();
         assert_eq!(dialers, [0, 1, 2, 3]);
+    }
+
+    /// Two peers dialling a listening connection of two lanes at once: its lanes pair with
+    /// the lanes of one peer only (the first it took), never one lane of each, even when the
+    /// other peer's lane arrives between them.
+    #[test]
+    fn a_connections_lanes_pair_with_the_lanes_of_one_peer_only() {
+        let first = Rendezvous::default();
+        let lanes = [first.for_lane(), first.for_lane()];
+        let address = lanes[0].bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let accepting: Vec<_> = lanes
+            .into_iter()
+            .map(|lane| std::thread::spawn(move || meet(&lane, PeerEndpoint::Listen(address), *b"LL")))
+            .collect();
+        let peer_a = Rendezvous::default();
+        let a1 = peer_a.for_lane();
+        // A's first lane connects; then B's only lane arrives before A's second.
+        assert_eq!(meet(&peer_a, PeerEndpoint::Dial(address), *b"A0").unwrap(), *b"LL");
+        let peer_b = std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let hello = move || Ok((b"B0".to_vec(), |_: &mut TcpStream, theirs: [u8; 2]| Ok(theirs)));
+            block_on(Rendezvous::default().meet(PeerEndpoint::Dial(address), deadline, hello, decode))
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(meet(&a1, PeerEndpoint::Dial(address), *b"A1").unwrap(), *b"LL");
+        let mut heard: Vec<[u8; 2]> =
+            accepting.into_iter().map(|lane| lane.join().unwrap().unwrap()).collect();
+        heard.sort_unstable();
+        assert_eq!(heard, [*b"A0", *b"A1"], "a lane of each peer");
+        assert!(peer_b.join().unwrap().is_err(), "B's lane was taken by a connection that is A's");
     }
 
     #[test]

@@ -22,8 +22,9 @@ pub const HELLO_MAGIC: [u8; 8] = *b"RDMAHINT";
 /// descriptor, where before each backend had its own hello and version; 8: the verbs blob says
 /// how many of the peer's reads it serves at once; 9: control frames after the hello, for
 /// regions exposed and withdrawn after connect; 10: the staged backend's too, its TCP `Control`
-/// frames and its shm socket no longer silent).
-pub const WIRE_VERSION: u16 = 10;
+/// frames and its shm socket no longer silent; 11: the lanes of one connection carry its tag
+/// in their authentication nonces, and a listening connection takes one peer's lanes only).
+pub const WIRE_VERSION: u16 = 11;
 
 /// What a listener sends instead of its hello to a peer whose hello it refused (it sends its
 /// own only to the peer it picks, after that peer's): this magic, a u16 length, then why, in

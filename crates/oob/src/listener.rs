@@ -107,11 +107,18 @@ impl Listener {
         parked.retain(|p| p.group != group);
     }
 
-    /// The oldest candidate a connect of `group` parked with type `T`, if any.
-    pub(crate) fn take_parked<T: Send + 'static>(&self, group: u64) -> Option<T> {
+    /// The oldest candidate a connect of `group` parked with type `T` that `wanted` accepts,
+    /// if any.
+    pub(crate) fn take_parked<T: Send + 'static>(
+        &self,
+        group: u64,
+        wanted: impl Fn(&T) -> bool,
+    ) -> Option<T> {
         let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
         expire(&mut parked);
-        let at = parked.iter().position(|p| p.group == group && p.candidate.is::<T>())?;
+        let at = parked
+            .iter()
+            .position(|p| p.group == group && p.candidate.downcast_ref::<T>().is_some_and(&wanted))?;
         let taken = parked.remove(at)?;
         taken.candidate.downcast::<T>().ok().map(|candidate| *candidate)
     }
@@ -262,16 +269,16 @@ mod tests {
         listener.park(2, 99u32);
         listener.park(1, "another type");
         // Another group's, or another type's, is never taken.
-        assert_eq!(listener.take_parked::<u64>(1), None);
-        assert_eq!(listener.take_parked::<u32>(3), None);
-        assert_eq!(listener.take_parked::<&str>(1), Some("another type"));
+        assert_eq!(listener.take_parked::<u64>(1, |_| true), None);
+        assert_eq!(listener.take_parked::<u32>(3, |_| true), None);
+        assert_eq!(listener.take_parked::<&str>(1, |_| true), Some("another type"));
         // The bound held (the 4 oldest and then the next 2 pushed out), and the rest come
         // oldest first.
-        let mine: Vec<u32> = std::iter::from_fn(|| listener.take_parked::<u32>(1)).collect();
+        let mine: Vec<u32> = std::iter::from_fn(|| listener.take_parked::<u32>(1, |_| true)).collect();
         assert_eq!(mine, (6..MAX_PARKED as u32 + 4).collect::<Vec<_>>());
         listener.park(1, 7u32);
         listener.drop_parked(1);
-        assert_eq!(listener.take_parked::<u32>(1), None, "dropped with its group");
-        assert_eq!(listener.take_parked::<u32>(2), Some(99), "another group's stays");
+        assert_eq!(listener.take_parked::<u32>(1, |_| true), None, "dropped with its group");
+        assert_eq!(listener.take_parked::<u32>(2, |_| true), Some(99), "another group's stays");
     }
 }
