@@ -5,8 +5,8 @@ use rdma_hint::calibration::LoopbackPair;
 use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
 use rdma_hint::model::Origin;
 use rdma_hint::{
-    calibrate, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport, Device, OpenOptions,
-    TransportId, TransportSelector,
+    calibrate, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport, Device, Error, OpenOptions,
+    TransportError, TransportId, TransportSelector,
 };
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,20 @@ use std::time::{Duration, Instant};
 /// more (loaded run 19 of #52); an embedder's CI is rarely idle either.
 const BUDGET: Duration = Duration::from_secs(10);
 
+/// `attempt(BUDGET)`, asked once more with three times the budget when the machine was too
+/// busy to fit enough rounds in it: the library refuses such a fit rather than answer it (in
+/// the Soft-RoCE VM beside two busy loops on its host, 10 s fitted 2 rounds: loaded run 36 of
+/// #52). A refused calibration keeps nothing, so the second ask starts clean.
+fn patiently<T>(attempt: impl Fn(Duration) -> Result<T, Error>) -> Result<T, Error> {
+    match attempt(BUDGET) {
+        Err(Error::Transport(TransportError::InvalidArgument { what: "calibration", why })) => {
+            eprintln!("calibration refused ({why}); asked again with {:?}", BUDGET * 3);
+            attempt(BUDGET * 3)
+        }
+        other => other,
+    }
+}
+
 #[test]
 fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     let cache = std::env::temp_dir().join(format!("rdma-hint-embedder-calibrate-{}", std::process::id()));
@@ -22,7 +36,9 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     let id = TransportId::STAGED_SHM;
     let deadline = Instant::now() + Duration::from_secs(60);
     let pair = LoopbackPair::open(&id, Device::Host(0), 32 << 20, &OpenOptions::default(), deadline).unwrap();
-    let calibration = calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, BUDGET).unwrap();
+    let calibration =
+        patiently(|budget| calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, budget))
+            .unwrap();
     assert!(calibration.elapsed_ms > 0.0 && calibration.points.len() >= 3);
     let hint =
         get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone())).unwrap();
@@ -48,7 +64,9 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     assert!(landed == data);
     // A second calibration pools with the first: the hint answers the median of both runs' own
     // blocks. Forgetting the pair's calibrations leaves none behind.
-    let second = calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, BUDGET).unwrap();
+    let second =
+        patiently(|budget| calibrate(&*pair.sender, Device::Host(0), &pair.local, &pair.remote, budget))
+            .unwrap();
     if calibration.fit.poor.is_none() && second.fit.poor.is_none() {
         assert_eq!(
             second.pooled_blocks_bytes,
@@ -59,9 +77,10 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
         assert_eq!(pooled.block_bytes, second.hint.block_bytes);
     }
     // A recalibration (after moving a card) starts a new pool of its own run.
-    let fresh =
-        rdma_hint::calibration::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), BUDGET)
-            .unwrap();
+    let fresh = patiently(|budget| {
+        rdma_hint::calibration::recalibrate_loopback(&id, Device::Host(0), &OpenOptions::default(), budget)
+    })
+    .unwrap();
     if fresh.fit.poor.is_none() {
         assert_eq!(fresh.pooled_blocks_bytes, [fresh.own_block_bytes.unwrap()]);
         assert_eq!(Some(fresh.hint.block_bytes), fresh.own_block_bytes);
