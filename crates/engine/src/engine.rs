@@ -366,7 +366,7 @@ impl Engine {
     /// Each look retires what has completed itself, so a transfer whose completion is already
     /// there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`] before it sleeps, woken
     /// by whoever ends the transfer. A latency-first transfer is polled for up to twice as
-    /// long as its peer's latest ones took (at most 100 µs), yielding the
+    /// long as its peer's latest ones took (at most 100 µs more), yielding the
     /// thread's core between looks past the first [`ADAPTIVE_SPIN`]: a path slower than a
     /// wake-up (a socket) then ends in its waiter too, without two thread hops.
     pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, TransferError> {

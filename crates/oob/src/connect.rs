@@ -106,8 +106,13 @@ impl Accepting {
 impl Drop for Accepting {
     fn drop(&mut self) {
         if self.group.accepting.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.listener.drop_parked(self.group.id);
-            *self.group.paired.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            // Under the pairing's lock, and only if no connect of the group started since: a
+            // new one takes a candidate (and pairs) under this lock, after this reset.
+            let mut paired = self.group.paired.lock().unwrap_or_else(PoisonError::into_inner);
+            if self.group.accepting.load(Ordering::Acquire) == 0 {
+                self.listener.drop_parked(self.group.id);
+                *paired = None;
+            }
         }
     }
 }
@@ -379,8 +384,20 @@ impl<D> Greeting<D> {
             .take_parked::<(TcpStream, H, ConnectionTag)>(self.group, |candidate| {
                 paired.is_none_or(|tag| tag == candidate.2)
             })?;
-        *paired = Some(tag);
+        if paired.replace(tag).is_none() {
+            // Another peer's lanes parked for the group can never be taken now: closed at
+            // once (they hear it), and no longer taking room the peer's own lanes need.
+            listener.drop_parked_where::<(TcpStream, H, ConnectionTag)>(self.group, |candidate| {
+                candidate.2 != tag
+            });
+        }
         Some((stream, theirs))
+    }
+
+    /// Whether a candidate of `tag` can still be taken by the group (else it is closed, not
+    /// parked).
+    fn wanted(&self, tag: ConnectionTag) -> bool {
+        self.paired.lock().unwrap_or_else(PoisonError::into_inner).is_none_or(|paired| paired == tag)
     }
 }
 
@@ -458,7 +475,15 @@ where
                 let outcome = greeting.greet(&stream, Role::Listener, limit);
                 done.store(true, Ordering::Release);
                 // Parked even if this loop has finished: another lane's connect takes it.
-                let told = outcome.map(|(theirs, tag)| listener.park(greeting.group, (stream, theirs, tag)));
+                let told = outcome.and_then(|(theirs, tag)| {
+                    if !greeting.wanted(tag) {
+                        return Err(TransportError::Handshake(
+                            "a lane of another peer than the one this connection took".into(),
+                        ));
+                    }
+                    listener.park(greeting.group, (stream, theirs, tag));
+                    Ok(())
+                });
                 let _ = results.send(told);
             });
             if spawned.is_err() {
@@ -619,9 +644,11 @@ mod tests {
         // A's first lane connects; then B's only lane arrives before A's second.
         assert_eq!(meet(&peer_a, PeerEndpoint::Dial(address), *b"A0").unwrap(), *b"LL");
         let peer_b = std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(3);
+            let (started, deadline) = (Instant::now(), Instant::now() + Duration::from_secs(30));
             let hello = move || Ok((b"B0".to_vec(), |_: &mut TcpStream, theirs: [u8; 2]| Ok(theirs)));
-            block_on(Rendezvous::default().meet(PeerEndpoint::Dial(address), deadline, hello, decode))
+            let met =
+                block_on(Rendezvous::default().meet(PeerEndpoint::Dial(address), deadline, hello, decode));
+            (met, started.elapsed())
         });
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(meet(&a1, PeerEndpoint::Dial(address), *b"A1").unwrap(), *b"LL");
@@ -629,7 +656,10 @@ mod tests {
             accepting.into_iter().map(|lane| lane.join().unwrap().unwrap()).collect();
         heard.sort_unstable();
         assert_eq!(heard, [*b"A0", *b"A1"], "a lane of each peer");
-        assert!(peer_b.join().unwrap().is_err(), "B's lane was taken by a connection that is A's");
+        let (met, took) = peer_b.join().unwrap();
+        assert!(met.is_err(), "B's lane was taken by a connection that is A's");
+        // Closed as soon as it authenticated, not left to its deadline.
+        assert!(took < Duration::from_secs(15), "B's lane waited {took:?}");
     }
 
     #[test]

@@ -107,6 +107,12 @@ impl Listener {
         parked.retain(|p| p.group != group);
     }
 
+    /// Drops what `group` parked with type `T` that `unwanted` says no connect will take.
+    pub(crate) fn drop_parked_where<T: Send + 'static>(&self, group: u64, unwanted: impl Fn(&T) -> bool) {
+        let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
+        parked.retain(|p| p.group != group || !p.candidate.downcast_ref::<T>().is_some_and(&unwanted));
+    }
+
     /// The oldest candidate a connect of `group` parked with type `T` that `wanted` accepts,
     /// if any.
     pub(crate) fn take_parked<T: Send + 'static>(

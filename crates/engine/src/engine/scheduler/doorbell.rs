@@ -296,7 +296,12 @@ impl Scheduler {
     /// (one sequence number, the last piece signalled).
     fn build_retry(&mut self, link: LinkId) -> Option<Doorbell> {
         let lane = self.lane_mut(link);
-        let refused = lane.refused.pop_front()?;
+        // The lane's room first: without it (its doorbell still rings) nothing is taken.
+        let ops = lane.doorbell_ops.take()?;
+        let Some(refused) = lane.refused.pop_front() else {
+            lane.doorbell_ops = Some(ops);
+            return None;
+        };
         // A failure path: the few entries of one request may take an allocation.
         let own: Vec<GatherEntry> = if refused.pieces > 1 {
             lane.refused_entries.drain(..refused.pieces as usize).collect()
@@ -304,10 +309,6 @@ impl Scheduler {
             Vec::new()
         };
         let op = WriteOp { wr_id: lane.next_seq, signalled: true, ..refused.op };
-        let Some(ops) = lane.doorbell_ops.take() else {
-            lane.refused.push_front(refused);
-            return None;
-        };
         let mut doorbell = Doorbell {
             link,
             first_seq: lane.next_seq,
