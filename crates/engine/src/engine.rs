@@ -379,7 +379,6 @@ impl Engine {
             state.poll_all(now);
             let collected = state.sched.collect(id);
             let holds_blocks = state.sched.holds_blocks(id);
-            let expected = state.sched.expected_latency(id);
             state.settle();
             if let Some(result) = collected {
                 drop(state);
@@ -398,8 +397,11 @@ impl Engine {
                 std::hint::spin_loop();
                 continue;
             }
-            let poll = expected.map_or(Duration::ZERO, |took| (took * 2).min(LATENCY_FIRST_POLL));
-            if now < *poll_until.get_or_insert(now + poll) {
+            let poll_until = *poll_until.get_or_insert_with(|| {
+                let expected = state.sched.expected_latency(id);
+                now + expected.map_or(Duration::ZERO, |took| (took * 2).min(LATENCY_FIRST_POLL))
+            });
+            if now < poll_until {
                 drop(state);
                 std::thread::yield_now();
                 continue;

@@ -116,8 +116,13 @@ pub fn authenticate_by(
 /// A fresh connection tag.
 pub(crate) fn new_tag() -> Result<ConnectionTag, TransportError> {
     let mut tag = [0u8; TAG_BYTES];
-    getrandom::fill(&mut tag).map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
+    fill_random(&mut tag)?;
     Ok(tag)
+}
+
+/// `out` filled from the OS's randomness.
+fn fill_random(out: &mut [u8]) -> Result<(), TransportError> {
+    getrandom::fill(out).map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))
 }
 
 /// [`authenticate_by`] with this side's nonce starting with `tag`; the peer's tag.
@@ -136,8 +141,7 @@ pub(crate) fn authenticate_tagged(
     let mut stream = Deadlined::new(stream, deadline);
     let mut ours = [0u8; NONCE_BYTES];
     ours[..TAG_BYTES].copy_from_slice(&tag);
-    getrandom::fill(&mut ours[TAG_BYTES..])
-        .map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
+    fill_random(&mut ours[TAG_BYTES..])?;
     let mut preamble = Vec::with_capacity(AUTH_MAGIC.len() + 1 + NONCE_BYTES);
     preamble.extend_from_slice(&AUTH_MAGIC);
     preamble.push(if token.is_some() { HAS_TOKEN } else { 0 });

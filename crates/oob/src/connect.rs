@@ -50,7 +50,7 @@ struct LaneGroup {
     tag: ConnectionTag,
     /// The tag of the peer whose lanes its accepting connects take (set by the first to take
     /// one, cleared when the last ends): the lanes of one peer only.
-    paired: Arc<Mutex<Option<ConnectionTag>>>,
+    paired: Mutex<Option<ConnectionTag>>,
 }
 
 /// Who may connect.
@@ -78,7 +78,7 @@ impl Default for LaneGroup {
             policy: Mutex::default(),
             accepting: Default::default(),
             tag,
-            paired: Arc::default(),
+            paired: Mutex::default(),
         }
     }
 }
@@ -253,14 +253,13 @@ impl Rendezvous {
         D: Fn(&mut dyn Read) -> Result<H, TransportError> + Send + Sync + 'static,
     {
         let listener = self.listener_for(peer)?;
-        let (token, group) = (self.group.policy().token, self.group.id);
-        let (tag, paired) = (self.group.tag, self.group.paired.clone());
+        let (token, group) = (self.group.policy().token, self.group.clone());
         // Counted before the handshake's thread starts, so that the lanes' connects, polled
         // one after another, all count before any can finish and drop what the group parked.
         let accepting = listener.as_ref().map(|listener| Accepting::new(&self.group, listener));
         off_thread("oob", "the connection's handshake", deadline, move || {
             let (ours, setup) = hello()?;
-            let hello = Arc::new(Greeting { token, ours, decode, group, tag, paired });
+            let hello = Arc::new(Greeting { token, ours, decode, group });
             // Held until the setup below is done (a listener serving one peer at a time).
             let mut busy = None;
             let (mut stream, theirs) = match (peer, listener) {
@@ -329,11 +328,9 @@ struct Greeting<D> {
     token: Option<Token>,
     ours: Vec<u8>,
     decode: D,
-    /// The lane group of the connect greeting (candidates are parked for its lanes only).
-    group: u64,
-    /// The group's tag, and the tag of the peer its lanes pair with.
-    tag: ConnectionTag,
-    paired: Arc<Mutex<Option<ConnectionTag>>>,
+    /// The lane group of the connect greeting (candidates are parked for its lanes only, and
+    /// its tag starts this side's nonce).
+    group: Arc<LaneGroup>,
 }
 
 impl<D, H> Greeting<D>
@@ -351,7 +348,7 @@ where
         deadline: Instant,
     ) -> Result<(H, ConnectionTag), TransportError> {
         let peer = stream.peer_addr().map_or_else(|_| "unknown".to_string(), |a| a.to_string());
-        let their_tag = authenticate_tagged(stream, self.token.as_ref(), role, deadline, self.tag)?;
+        let their_tag = authenticate_tagged(stream, self.token.as_ref(), role, deadline, self.group.tag)?;
         let mut bounded = Deadlined::new(stream, deadline);
         if role == Role::Dialer {
             bounded.write_all(&self.ours)?;
@@ -379,15 +376,15 @@ impl<D> Greeting<D> {
     /// A candidate a lane of this greeting's group parked, of the peer the group pairs with
     /// (any, before the group took one: that one's peer is then the group's).
     fn take_parked<H: Send + 'static>(&self, listener: &Listener) -> Option<(TcpStream, H)> {
-        let mut paired = self.paired.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut paired = self.group.paired.lock().unwrap_or_else(PoisonError::into_inner);
         let (stream, theirs, tag) = listener
-            .take_parked::<(TcpStream, H, ConnectionTag)>(self.group, |candidate| {
-                paired.is_none_or(|tag| tag == candidate.2)
+            .take_parked::<(TcpStream, H, ConnectionTag)>(self.group.id, |candidate| {
+                pairs_with(*paired, candidate.2)
             })?;
         if paired.replace(tag).is_none() {
             // Another peer's lanes parked for the group can never be taken now: closed at
             // once (they hear it), and no longer taking room the peer's own lanes need.
-            listener.drop_parked_where::<(TcpStream, H, ConnectionTag)>(self.group, |candidate| {
+            listener.drop_parked_where::<(TcpStream, H, ConnectionTag)>(self.group.id, |candidate| {
                 candidate.2 != tag
             });
         }
@@ -397,8 +394,13 @@ impl<D> Greeting<D> {
     /// Whether a candidate of `tag` can still be taken by the group (else it is closed, not
     /// parked).
     fn wanted(&self, tag: ConnectionTag) -> bool {
-        self.paired.lock().unwrap_or_else(PoisonError::into_inner).is_none_or(|paired| paired == tag)
+        pairs_with(*self.group.paired.lock().unwrap_or_else(PoisonError::into_inner), tag)
     }
+}
+
+/// Whether a lane of `tag` may join a group that `paired` with a peer (any, before it has).
+fn pairs_with(paired: Option<ConnectionTag>, tag: ConnectionTag) -> bool {
+    paired.is_none_or(|paired| paired == tag)
 }
 
 /// Accepts until one connection authenticates and sends a hello that decodes, each candidate
@@ -481,7 +483,7 @@ where
                             "a lane of another peer than the one this connection took".into(),
                         ));
                     }
-                    listener.park(greeting.group, (stream, theirs, tag));
+                    listener.park(greeting.group.id, (stream, theirs, tag));
                     Ok(())
                 });
                 let _ = results.send(told);

@@ -31,18 +31,19 @@ pub(crate) fn init_driver() -> Result<(), rdma_hint_core::TransportError> {
     Ok(rdma_hint_cuda::init_driver()?)
 }
 
-/// Maps a driver error to [`TransportError::Driver`](rdma_hint_core::TransportError::Driver)
-/// naming the call.
+/// [`rdma_hint_cuda::driver_error`], as the transport error it converts to
+/// ([`TransportError::Driver`](rdma_hint_core::TransportError::Driver) naming the call).
 #[cfg(feature = "cuda")]
 pub(crate) fn driver_error(
     call: &'static str,
 ) -> impl Fn(cudarc::driver::DriverError) -> rdma_hint_core::TransportError {
-    move |err| rdma_hint_core::TransportError::Driver { call, detail: format!("{err:?}") }
+    let probe_error = rdma_hint_cuda::driver_error(call);
+    move |err| probe_error(err).into()
 }
 
-/// A size or range the GPU path cannot take.
+/// A size or range the GPU path cannot take, as the transport error it converts to.
 #[cfg(feature = "cuda")]
 pub(crate) fn invalid(why: String) -> rdma_hint_core::TransportError {
-    rdma_hint_core::TransportError::InvalidArgument { what: "GPU request", why }
+    GpuProbeError::Invalid(why).into()
 }
 pub use rdma_hint_cuda::{probe_gpus, visible_ordinals, CudaGpu, GpuProbeError};

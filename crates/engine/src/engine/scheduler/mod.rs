@@ -344,7 +344,6 @@ impl Scheduler {
         }
     }
 
-    /// Whether `id` is still running (its waiter may wait for its [`Event::Ended`]).
     /// For a running latency-first transfer, how long its peer's latest took from queue to
     /// end (on average, lately); `None` for bulk, or before any ended.
     pub(crate) fn expected_latency(&self, id: TransferId) -> Option<Duration> {
@@ -352,6 +351,7 @@ impl Scheduler {
         self.peers[slot.peer as usize].latency_first_took
     }
 
+    /// Whether `id` is still running (its waiter may wait for its [`Event::Ended`]).
     pub(crate) fn is_running(&self, id: TransferId) -> bool {
         self.slot(id).is_some_and(Slot::running)
     }
@@ -486,14 +486,8 @@ impl Scheduler {
                 lane.outstanding_bytes -= posted.bytes;
                 retired_bytes += posted.bytes;
                 worked = true;
-                let running = self.slots[posted.slot as usize].running();
-                self.retire_block(posted);
-                let slot = &self.slots[posted.slot as usize];
-                if running && slot.latency_first && matches!(slot.phase, Phase::Finished(Ok(_))) {
-                    let took = now.saturating_duration_since(slot.queued_at);
-                    let peer = &mut self.peers[slot.peer as usize];
-                    peer.latency_first_took =
-                        Some(peer.latency_first_took.map_or(took, |average| (average * 7 + took) / 8));
+                if self.retire_block(posted) {
+                    self.learn_latency(posted.slot, now);
                 }
             }
         }
@@ -503,10 +497,11 @@ impl Scheduler {
         worked
     }
 
-    fn retire_block(&mut self, posted: Posted) {
+    /// Retires one posted block; whether it was its transfer's last, which delivered it.
+    fn retire_block(&mut self, posted: Posted) -> bool {
         let slot = &mut self.slots[posted.slot as usize];
         if slot.generation != posted.generation {
-            return;
+            return false;
         }
         slot.in_flight -= 1;
         slot.confirmed += posted.bytes;
@@ -514,9 +509,23 @@ impl Scheduler {
             Phase::Running if slot.in_flight == 0 && slot.all_posted() => {
                 let delivered = Delivered { bytes: slot.total, blocks: slot.blocks };
                 self.end(posted.slot, Ok(delivered));
+                return true;
             }
             Phase::Collected if slot.in_flight == 0 => self.release(posted.slot),
             _ => {}
+        }
+        false
+    }
+
+    /// A transfer delivered at `now`: a latency-first one's time from queue to end joins its
+    /// peer's average (the latest weighs an eighth).
+    fn learn_latency(&mut self, index: u32, now: Instant) {
+        let slot = &self.slots[index as usize];
+        if slot.latency_first {
+            let took = now.saturating_duration_since(slot.queued_at);
+            let peer = &mut self.peers[slot.peer as usize];
+            peer.latency_first_took =
+                Some(peer.latency_first_took.map_or(took, |average| (average * 7 + took) / 8));
         }
     }
 
