@@ -7,7 +7,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rdma_hint::engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
+use rdma_hint::engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, TransferRequest};
 use rdma_hint::Device;
 use rdma_hint::{MemoryKind, PeerEndpoint, RemoteRegion, Transport};
 use rdma_hint_benches::{block_on, hand_written_loop, NullTransport};
@@ -39,8 +39,12 @@ fn posting(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::from_parameter(label(block)), &block, |b, _| {
             let deadline = Instant::now() + Duration::from_secs(3600);
             b.iter(|| {
-                block_on(chunker.write(&transport, Transfer::new(&local, &remote, NULL_TRANSFER), deadline))
-                    .expect("transfer")
+                block_on(chunker.transfer(
+                    &transport,
+                    TransferRequest::single(&local, 0, &remote, 0, NULL_TRANSFER),
+                    deadline,
+                ))
+                .expect("transfer")
             })
         });
     }
@@ -78,8 +82,12 @@ fn loopback(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(LOOPBACK_TRANSFER));
         group.bench_with_input(BenchmarkId::from_parameter(label(block)), &block, |b, _| {
             b.iter(|| {
-                block_on(chunker.write(&transport, Transfer::new(&src, &remote, LOOPBACK_TRANSFER), deadline))
-                    .expect("transfer")
+                block_on(chunker.transfer(
+                    &transport,
+                    TransferRequest::single(&src, 0, &remote, 0, LOOPBACK_TRANSFER),
+                    deadline,
+                ))
+                .expect("transfer")
             })
         });
     }

@@ -4,7 +4,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rdma_hint::engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{BlockSpec, Chunker, PostPolicy, TransferRequest};
 use rdma_hint::{open, BlockingTransport, Device, MemoryKind, OpenOptions, PeerEndpoint, TransportId};
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,11 @@ fn staged(c: &mut Criterion) {
             group.bench_with_input(BenchmarkId::from_parameter(block), &block, |b, _| {
                 b.iter(|| {
                     chunker
-                        .write_blocking(&*sender, Transfer::new(&source, &remote, TRANSFER), deadline)
+                        .transfer_blocking(
+                            &*sender,
+                            TransferRequest::single(&source, 0, &remote, 0, TRANSFER),
+                            deadline,
+                        )
                         .expect("transfer")
                 })
             });

@@ -12,7 +12,7 @@
 //! `estimate_bounds [--ids staged:shm,staged:tcp] [--source host:0] [--transfers 1000] [--max-mib 32] [--budget-ms 1000] [--stored]`
 
 use rdma_hint::calibration::LoopbackPair;
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::{calibrate, estimate, Device, OpenOptions, TransportId};
 use rdma_hint_benches::flags::Flags;
 use std::time::{Duration, Instant};
@@ -136,8 +136,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // estimates ran 1.3–1.5x their estimate over staged:shm, the rest at 1.0.
         let warm_up = Instant::now();
         while warm_up.elapsed() < WARM_UP {
-            let whole = Transfer::new(&pair.local, &pair.remote, region).from_source(args.source);
-            chunker.write_blocking(&*pair.sender, whole, Instant::now() + Duration::from_secs(30))?;
+            let whole =
+                TransferRequest::single(&pair.local, 0, &pair.remote, 0, region).from_source(args.source);
+            chunker.transfer_blocking(&*pair.sender, whole, Instant::now() + Duration::from_secs(30))?;
         }
         for (index, (len, bounds)) in planned.into_iter().enumerate() {
             // Walking through the region, as calibration does: each transfer streams memory the
@@ -147,9 +148,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let at = cursor;
             cursor = (cursor + len).next_multiple_of(align);
-            let transfer = Transfer::new(&pair.local, &pair.remote, len).at(at, at).from_source(args.source);
+            let transfer =
+                TransferRequest::single(&pair.local, at, &pair.remote, at, len).from_source(args.source);
             let started = Instant::now();
-            chunker.write_blocking(&*pair.sender, transfer, started + Duration::from_secs(30))?;
+            chunker.transfer_blocking(&*pair.sender, transfer, started + Duration::from_secs(30))?;
             let seconds = started.elapsed().as_secs_f64();
             ratios.push(seconds / bounds.seconds);
             widths.push(bounds.high_seconds / bounds.low_seconds);

@@ -15,7 +15,7 @@
 //!
 //! `in_place_bw [--mib 1024] [--runs 5] [--ids staged:tcp,staged:shm] [--gpu]`
 
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::transport::CopiedBytes;
 use rdma_hint::{
     block_on, get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Device, LocalRegion,
@@ -98,8 +98,12 @@ impl Pair {
                 block_on(receiver.wait_arrivals(&mut arrivals, deadline())).expect("arrival");
                 assert_eq!(arrivals[0].imm, imm, "the arrival of this run");
             });
-            block_on(chunker.write(&**sender, Transfer::new(source, remote, len).notify(imm), deadline()))
-                .expect("write");
+            block_on(chunker.transfer(
+                &**sender,
+                TransferRequest::single(source, 0, remote, 0, len).notify(imm),
+                deadline(),
+            ))
+            .expect("write");
             arriving.join().expect("arrival thread");
         });
     }

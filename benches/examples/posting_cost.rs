@@ -3,7 +3,7 @@
 //!
 //! `posting_cost chunker|hand BLOCK_BYTES TRANSFERS`
 
-use rdma_hint::engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{BlockSpec, Chunker, PostPolicy, TransferRequest};
 use rdma_hint::Device;
 use rdma_hint::{RemoteRegion, Transport};
 use rdma_hint_benches::flags::Flags;
@@ -28,10 +28,13 @@ fn main() {
             chunker.set_hint(Device::Host(0), BlockSpec::new(block, 4096).expect("spec"));
             let deadline = Instant::now() + Duration::from_secs(3600);
             for _ in 0..transfers {
-                blocks +=
-                    block_on(chunker.write(&transport, Transfer::new(&local, &remote, TRANSFER), deadline))
-                        .expect("transfer")
-                        .blocks;
+                blocks += block_on(chunker.transfer(
+                    &transport,
+                    TransferRequest::single(&local, 0, &remote, 0, TRANSFER),
+                    deadline,
+                ))
+                .expect("transfer")
+                .blocks;
             }
         }
         "hand" => {

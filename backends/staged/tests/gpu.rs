@@ -51,7 +51,7 @@ fn without_a_driver_the_error_says_so() {
 mod transport {
     use rdma_hint_core::SourceId;
     use rdma_hint_core::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, WriteOp};
-    use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+    use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, TransferRequest};
     use rdma_hint_staged::{StagedChannel, StagedTransport};
     use std::time::{Duration, Instant};
 
@@ -99,9 +99,9 @@ mod transport {
             self.sender.write_region(source.id, 0, data).unwrap();
             let mut chunker = Chunker::new(PostPolicy::default(), self.sender.capabilities()).unwrap();
             chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(320 * 1024, 64 * 1024).unwrap());
-            rdma_hint_backend_core::blocking::block_on(chunker.write(
+            rdma_hint_backend_core::blocking::block_on(chunker.transfer(
                 &self.sender,
-                Transfer::new(source, &self.remote, len).notify(1),
+                TransferRequest::single(source, 0, &self.remote, 0, len).notify(1),
                 self.deadline,
             ))
             .unwrap();
@@ -225,7 +225,7 @@ mod transport {
 mod caller_memory {
     use rdma_hint_backend_core::blocking::block_on;
     use rdma_hint_core::{Arrival, CallerMemory, PeerEndpoint, SourceId, Transport, TransportError, WriteOp};
-    use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+    use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, TransferRequest};
     use rdma_hint_staged::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
     use rdma_hint_staged::gpu::cuda_slice_memory;
     use rdma_hint_staged::{StagedChannel, StagedTransport};
@@ -267,8 +267,12 @@ mod caller_memory {
 
             let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).unwrap();
             chunker.set_hint(SourceId::Gpu(0), BlockSpec::new(1 << 20, 64 * 1024).unwrap());
-            block_on(chunker.write(&sender, Transfer::new(&source, &remote, len).notify(3), deadline))
-                .unwrap();
+            block_on(chunker.transfer(
+                &sender,
+                TransferRequest::single(&source, 0, &remote, 0, len).notify(3),
+                deadline,
+            ))
+            .unwrap();
             let mut arrivals = [Arrival::EMPTY; 1];
             block_on(receiver.wait_arrivals(&mut arrivals, deadline)).unwrap();
             assert!(receiver.release(target.id).is_err(), "exposed to the connected peer");

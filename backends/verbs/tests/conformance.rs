@@ -11,7 +11,7 @@ use rdma_hint_conformance::{
     chunker, deadline, pair, spawn_receiver, suite, Backend, Scale, Transport, TEST_TOKEN,
 };
 use rdma_hint_core::{CallerMemory, MemoryKind, PeerEndpoint, TransportError};
-use rdma_hint_engine::{Transfer, TransferError};
+use rdma_hint_engine::{TransferError, TransferRequest};
 use rdma_hint_verbs::wire::Hello;
 use rdma_hint_verbs::VerbsTransport;
 use std::io::{Read, Write};
@@ -103,9 +103,9 @@ fn the_link_going_down_mid_transfer_fails_the_sender_in_time() {
         link
     });
     let started = Instant::now();
-    let result = rdma_hint_backend_core::blocking::block_on(chunker(&p.sender, 64 * 1024).write(
+    let result = rdma_hint_backend_core::blocking::block_on(chunker(&p.sender, 64 * 1024).transfer(
         &p.sender,
-        Transfer::new(&p.source, &p.remote, len),
+        TransferRequest::single(&p.source, 0, &p.remote, 0, len),
         started + Duration::from_secs(20),
     ));
     let elapsed = started.elapsed();
@@ -171,9 +171,9 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     ))
     .unwrap()[0];
     let started = Instant::now();
-    let result = rdma_hint_backend_core::blocking::block_on(chunker(&transport, 64 * 1024).write(
+    let result = rdma_hint_backend_core::blocking::block_on(chunker(&transport, 64 * 1024).transfer(
         &transport,
-        Transfer::new(&source, &remote, 1 << 20),
+        TransferRequest::single(&source, 0, &remote, 0, 1 << 20),
         deadline(30),
     ));
     match result {
@@ -189,9 +189,9 @@ fn a_wrong_rkey_fails_as_a_typed_completion_error() {
     }
     assert!(started.elapsed() < Duration::from_secs(30));
     // The QP is in error now: later posts fail at once with a typed error.
-    let again = rdma_hint_backend_core::blocking::block_on(chunker(&transport, 4096).write(
+    let again = rdma_hint_backend_core::blocking::block_on(chunker(&transport, 4096).transfer(
         &transport,
-        Transfer::new(&source, &remote, 4096),
+        TransferRequest::single(&source, 0, &remote, 0, 4096),
         deadline(5),
     ));
     assert!(

@@ -20,19 +20,19 @@ pub(crate) struct PlanArgs {
     /// Alignment (a power of two).
     #[arg(long, value_parser = units::parse_bytes)]
     pub(crate) align: u64,
-    /// Start of the transfer in the region (a multiple of --align).
+    /// Start of the transfer in the region (on --align, every block starts aligned).
     #[arg(long, value_parser = units::parse_bytes, default_value = "0")]
     pub(crate) offset: u64,
-    /// Registered region size (default: offset + len rounded up to --align).
+    /// Registered region size (default: offset + len).
     #[arg(long, value_parser = units::parse_bytes)]
     pub(crate) region: Option<u64>,
     /// Work requests per doorbell.
     #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
     pub(crate) batch: u32,
-    /// Signal every k-th work request (and the last).
+    /// Signal every k-th work request of a doorbell (and its last, and the transfer's last).
     #[arg(long, value_parser = units::parse_count_u32, default_value = "8")]
     pub(crate) signal_every: u32,
-    /// Print JSON: {"blocks":[{offset,payload_len,wire_len}],"batches":[[..]],"signalled":[..]}.
+    /// Print JSON: {"blocks":[{offset,len}],"batches":[[..]],"signalled":[..]}.
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -44,7 +44,6 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
         None => args
             .offset
             .checked_add(args.len)
-            .and_then(|end| end.checked_next_multiple_of(args.align))
             .ok_or_else(|| anyhow::anyhow!("offset + len overflows 64 bits"))?,
     };
     let plan = ChunkPlan::new(region, args.offset, args.len, spec)?;
@@ -67,8 +66,6 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
             "region_bytes": plan.region_len(),
             "block_bytes": spec.block_bytes(),
             "align_bytes": spec.align_bytes(),
-            "wire_bytes": plan.wire_bytes(),
-            "padding_bytes": plan.wire_bytes() - plan.len(),
             "blocks": plan.blocks().collect::<Vec<_>>(),
             "batches": batches,
             "signalled": signalled.collect::<Vec<_>>(),
@@ -81,28 +78,23 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
     // Writing to a String cannot fail.
     let _ = writeln!(
         out,
-        "{} at offset {} in a {} region: {} of {} ({} aligned), {} on the wire ({} B padding)",
+        "{} at offset {} in a {} region: {} of {} ({} aligned), the last what is left",
         format_bytes(plan.len()),
         plan.offset(),
         format_bytes(plan.region_len()),
         plural(count, "block"),
         format_bytes(spec.block_bytes()),
         format_bytes(spec.align_bytes()),
-        format_bytes(plan.wire_bytes()),
-        plan.wire_bytes() - plan.len()
     );
     let _ = writeln!(
         out,
-        "{} of ≤ {}; {signalled_count} signalled (every {} and the last)",
+        "{} of ≤ {}; {signalled_count} signalled (every {} of a doorbell, its last and the transfer's last)",
         plural(policy.batch_count(count), "doorbell"),
         plural(u64::from(policy.wrs_per_doorbell), "work request"),
         policy.signal_every
     );
-    let _ = writeln!(
-        out,
-        "{:>8} {:>14} {:>12} {:>12} {:>6} {:>9}",
-        "block", "offset B", "payload B", "wire B", "batch", "signalled"
-    );
+    let _ =
+        writeln!(out, "{:>8} {:>14} {:>12} {:>6} {:>9}", "block", "offset B", "bytes", "batch", "signalled");
     let shown = |i: u64| i < 16 || i + 4 >= count;
     let mut previous = None;
     for (index, signalled) in (0..count).zip(policy.signalled_blocks(count)).filter(|(i, _)| shown(*i)) {
@@ -113,10 +105,9 @@ pub(crate) fn run(args: &PlanArgs) -> anyhow::Result<String> {
         let block = plan.block(index);
         let _ = writeln!(
             out,
-            "{index:>8} {:>14} {:>12} {:>12} {:>6} {:>9}",
+            "{index:>8} {:>14} {:>12} {:>6} {:>9}",
             block.offset,
-            block.payload_len,
-            block.wire_len,
+            block.len,
             index / u64::from(policy.wrs_per_doorbell),
             if signalled { "yes" } else { "" }
         );

@@ -6,9 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdma_hint::calibration::{LoopbackLanes, LoopbackPair};
-use rdma_hint::engine::{
-    BlockSpec, Chunker, Engine, EngineConfig, PeerId, PostPolicy, Transfer, TransferRequest,
-};
+use rdma_hint::engine::{BlockSpec, Chunker, Engine, EngineConfig, PeerId, PostPolicy, TransferRequest};
 use rdma_hint::model::{median, robust_knee, robust_plateau};
 use rdma_hint::{
     open, BlockingTransport, Device, LocalRegion, MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion,
@@ -293,9 +291,9 @@ impl Endpoints {
         let Ok(spec) = BlockSpec::new(block, block) else { return };
         let Ok(mut chunker) = Chunker::new(PostPolicy::default(), transport.capabilities()) else { return };
         chunker.set_hint(source, spec);
-        let transfer = Transfer::new(&self.source, &self.remote, block).notify(outcome);
+        let transfer = TransferRequest::single(&self.source, 0, &self.remote, 0, block).notify(outcome);
         let deadline = Instant::now() + Duration::from_secs(10);
-        if let Err(e) = chunker.write_blocking(transport, transfer.from_source(source), deadline) {
+        if let Err(e) = chunker.transfer_blocking(transport, transfer.from_source(source), deadline) {
             tracing::debug!(error = %e, "could not tell the peer how the sweep ended");
         }
     }
@@ -315,7 +313,7 @@ fn warm_up(mover: &mut Mover, endpoints: &Endpoints, args: &SweepArgs, block: &B
     let transfer = streamed(endpoints, args, block.bytes);
     let started = Instant::now();
     while started.elapsed() < WARM_UP {
-        mover.write(endpoints, args, transfer)?;
+        mover.write(endpoints, args, &transfer)?;
     }
     Ok(())
 }
@@ -329,9 +327,9 @@ fn ladder_spec(block: u64, align: u64) -> Result<BlockSpec> {
 /// The transfer a point streams in blocks of `block`: whole blocks only, never past the region
 /// (at least one block, at most the transfer size); a serve peer hears from us once per
 /// transfer, the loopback receiver drains nothing.
-fn streamed<'a>(endpoints: &'a Endpoints, args: &SweepArgs, block: u64) -> Transfer<'a> {
+fn streamed(endpoints: &Endpoints, args: &SweepArgs, block: u64) -> TransferRequest {
     let len = (args.transfer_bytes / block).max(1) * block;
-    let transfer = Transfer::new(&endpoints.source, &endpoints.remote, len);
+    let transfer = TransferRequest::single(&endpoints.source, 0, &endpoints.remote, 0, len);
     if args.peer.is_some() {
         transfer.notify(SWEEP_PROGRESS)
     } else {
@@ -351,14 +349,17 @@ struct Block {
 /// the engine over several. One mover serves the whole sweep, aimed at each block in turn
 /// (engines on the same lanes would take each other's completions).
 enum Mover {
-    Chunker(Chunker),
+    Chunker(Box<Chunker>),
     Engine(Engine, PeerId),
 }
 
 impl Mover {
     fn new(endpoints: &Endpoints) -> Result<Mover> {
         if endpoints.lanes.len() == 1 {
-            return Ok(Mover::Chunker(Chunker::new(PostPolicy::default(), endpoints.sender.capabilities())?));
+            return Ok(Mover::Chunker(Box::new(Chunker::new(
+                PostPolicy::default(),
+                endpoints.sender.capabilities(),
+            )?)));
         }
         let engine = Engine::new(EngineConfig::default())?;
         let peer = engine.add_peer(endpoints.lanes.clone(), &[endpoints.remote])?;
@@ -377,17 +378,17 @@ impl Mover {
         Ok(())
     }
 
-    /// Moves `transfer` (its first `len` bytes) and waits until it is delivered.
-    fn write(&mut self, endpoints: &Endpoints, args: &SweepArgs, transfer: Transfer<'_>) -> Result<()> {
+    /// Moves `request` and waits until it is delivered.
+    fn write(&mut self, endpoints: &Endpoints, args: &SweepArgs, request: &TransferRequest) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
+        // One range: the clone copies it, no allocation.
+        let request = request.clone().from_source(args.source);
         match self {
             Mover::Chunker(chunker) => {
-                chunker.write_blocking(&*endpoints.sender, transfer.from_source(args.source), deadline)?;
+                chunker.transfer_blocking(&*endpoints.sender, request, deadline)?;
             }
             Mover::Engine(engine, peer) => {
-                let request =
-                    TransferRequest::single(&endpoints.source, 0, &endpoints.remote, 0, transfer.len);
-                let id = engine.submit(*peer, request.from_source(args.source), deadline)?;
+                let id = engine.submit(*peer, request, deadline)?;
                 engine.wait_blocking(id, deadline)?;
             }
         }
@@ -419,11 +420,11 @@ fn measure_curve(
     blocks: &[Block],
     progress: &ProgressBar,
 ) -> Result<Vec<Point>> {
-    let transfers: Vec<Transfer<'_>> = blocks.iter().map(|b| streamed(endpoints, args, b.bytes)).collect();
+    let transfers: Vec<TransferRequest> = blocks.iter().map(|b| streamed(endpoints, args, b.bytes)).collect();
     // Every size's first transfer is not timed: it pays for what the later ones find warm.
     for (block, transfer) in blocks.iter().zip(&transfers) {
         mover.aim(args, block)?;
-        mover.write(endpoints, args, *transfer)?;
+        mover.write(endpoints, args, transfer)?;
     }
     let mut tallies = vec![Tally::default(); blocks.len()];
     for round in 0..args.iters {
@@ -431,12 +432,12 @@ fn measure_curve(
         for step in 0..blocks.len() {
             let index = if round % 2 == 0 { step } else { blocks.len() - 1 - step };
             mover.aim(args, &blocks[index])?;
-            let transfer = transfers[index];
+            let transfer = &transfers[index];
             let started = Instant::now();
             mover.write(endpoints, args, transfer)?;
             let wall_s = started.elapsed().as_secs_f64();
             let tally = &mut tallies[index];
-            tally.rates.push(transfer.len as f64 / wall_s / 1e9);
+            tally.rates.push(transfer.len() as f64 / wall_s / 1e9);
             tally.wall_s += wall_s;
         }
         progress.inc(1);
@@ -447,22 +448,22 @@ fn measure_curve(
         mover.aim(args, block)?;
         let peak = tally.rates.iter().copied().fold(0.0, f64::max);
         let median_gbps = median(&mut tally.rates).unwrap_or(f64::NAN);
-        let avg_gbps = transfer.len as f64 * f64::from(args.iters) / tally.wall_s / 1e9;
+        let avg_gbps = transfer.len() as f64 * f64::from(args.iters) / tally.wall_s / 1e9;
         // Apart from the timed rounds: one interval long enough for the process clock to count
         // every thread (see `cpu_share`).
-        let cpu_util = crate::cpu_share::share_while(|| mover.write(endpoints, args, *transfer))?;
+        let cpu_util = crate::cpu_share::share_while(|| mover.write(endpoints, args, transfer))?;
         // Latency: one block at a time, signalled, as ib_write_lat does.
         let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-        let single = Transfer::new(&endpoints.source, &endpoints.remote, block.bytes);
+        let single = TransferRequest::single(&endpoints.source, 0, &endpoints.remote, 0, block.bytes);
         for _ in 0..args.latency_samples {
             let started = Instant::now();
-            mover.write(endpoints, args, single)?;
+            mover.write(endpoints, args, &single)?;
             histogram.saturating_record((started.elapsed().as_nanos() as u64).max(1));
         }
         // A serve peer hears from us after each size's samples too: every size's samples back
         // to back (gigabytes at the default sizes) could outlast its idle timeout on a slow path.
         if args.peer.is_some() {
-            mover.write(endpoints, args, single.notify(SWEEP_PROGRESS))?;
+            mover.write(endpoints, args, &single.clone().notify(SWEEP_PROGRESS))?;
         }
         let us = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
         let (p50_us, p99_us) = (us(0.5), us(0.99));

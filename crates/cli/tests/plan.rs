@@ -27,11 +27,10 @@ fn json_lists_blocks_batches_and_signalled() {
     let blocks = plan["blocks"].as_array().unwrap();
     assert_eq!(blocks.len(), 3);
     assert_eq!(blocks[2]["offset"], 131072);
-    assert_eq!(blocks[2]["payload_len"], 150000 - 131072);
-    assert_eq!(blocks[2]["wire_len"], 20480);
+    assert_eq!(blocks[2]["len"], 150000 - 131072, "the last block is what is left, not padded");
     assert_eq!(plan["batches"], serde_json::json!([[0, 1], [2]]));
     assert_eq!(plan["signalled"], serde_json::json!([1, 2]));
-    let payload: u64 = blocks.iter().map(|b| b["payload_len"].as_u64().unwrap()).sum();
+    let payload: u64 = blocks.iter().map(|b| b["len"].as_u64().unwrap()).sum();
     assert_eq!(payload, 150000);
 }
 
@@ -51,9 +50,7 @@ fn invalid_arguments_exit_with_one_line() {
         &["--len", "1M", "--block", "0", "--align", "4K"][..],
         &["--len", "1M", "--block", "64K", "--align", "3000"][..],
         &["--len", "1M", "--block", "6000", "--align", "4K"][..],
-        &["--len", "1M", "--block", "64K", "--align", "4K", "--offset", "100"][..],
         &["--len", "1M", "--block", "64K", "--align", "4K", "--region", "1000"][..],
-        &["--len", "1000", "--block", "64K", "--align", "4K", "--region", "1000"][..],
         &["--len", "1M", "--block", "64K", "--align", "4K", "--batch", "0"][..],
         &["--len", "lots", "--block", "64K", "--align", "4K"][..],
     ] {
@@ -62,5 +59,32 @@ fn invalid_arguments_exit_with_one_line() {
         let stderr = String::from_utf8(output.stderr).unwrap();
         assert!(!stderr.is_empty() && output.stdout.is_empty(), "{args:?}");
         assert!(stderr.trim_end().lines().count() <= 3, "{stderr}");
+    }
+}
+
+#[test]
+fn a_range_is_planned_exactly_wherever_it_starts() {
+    // The whole of a 1000 B region (no room for padding) and a range off the alignment: both
+    // are cut from their start, the last block what is left, nothing past the range.
+    for (args, blocks) in [
+        (
+            &["--len", "1000", "--block", "64K", "--align", "4K", "--region", "1000", "--json"][..],
+            vec![(0, 1000)],
+        ),
+        (
+            &["--len", "70000", "--block", "64K", "--align", "4K", "--offset", "100", "--json"][..],
+            vec![(100, 65536), (65636, 70000 - 65536)],
+        ),
+    ] {
+        let output = plan(args);
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let got: Vec<(u64, u64)> = plan["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["offset"].as_u64().unwrap(), b["len"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(got, blocks, "{args:?}");
     }
 }

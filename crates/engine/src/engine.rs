@@ -5,7 +5,7 @@ mod connect;
 mod driver;
 mod hints;
 mod request;
-mod scheduler;
+pub(crate) mod scheduler;
 
 pub use request::{validate_segments, Class, RequestError, Segment, TransferRequest, MAX_SEGMENTS};
 pub use scheduler::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};

@@ -1,7 +1,7 @@
 //! Errors of planning and of transfers.
 
 use rdma_hint_core::TransportError;
-use rdma_hint_core::{ErrorKind, HintError, SourceId};
+use rdma_hint_core::{ErrorKind, HintError};
 use thiserror::Error;
 
 /// Why a plan cannot be made. Nothing has been posted when one of these is returned.
@@ -14,16 +14,6 @@ pub enum PlanError {
     /// is not a power of two, a block that is not a whole number of alignment units).
     #[error(transparent)]
     Spec(#[from] HintError),
-    /// A transfer offset (local or remote) that is not aligned.
-    #[error("{side} offset {offset} B is not a multiple of the alignment {align_bytes} B")]
-    MisalignedOffset {
-        /// `local` or `remote`.
-        side: &'static str,
-        /// Offset given.
-        offset: u64,
-        /// Alignment required.
-        align_bytes: u64,
-    },
     /// The transfer runs past the end of a region.
     #[error("{side} range {offset}+{len} B lies outside the {region_len} B region")]
     OutOfRegion {
@@ -36,25 +26,10 @@ pub enum PlanError {
         /// Region length.
         region_len: u64,
     },
-    /// The tail's alignment padding would run past the end of a region.
-    #[error("padding the tail to {padded_end} B runs past the end of the {side} region ({region_len} B); register {padding} B more or pick a smaller alignment")]
-    PaddingOutsideRegion {
-        /// `local` or `remote`.
-        side: &'static str,
-        /// End of the padded tail, in region offsets.
-        padded_end: u64,
-        /// Region length.
-        region_len: u64,
-        /// Bytes missing.
-        padding: u64,
-    },
     /// A posting policy that cannot work (window smaller than a batch, signalling rarer than
     /// the window).
     #[error("invalid posting policy: {0}")]
     InvalidPolicy(String),
-    /// No hint is set for the source of the region.
-    #[error("no block hint set for {0}; call Chunker::set_hint first")]
-    NoHintForSource(SourceId),
 }
 
 /// Why a transfer stopped, the [`Chunker`](crate::Chunker)'s or the

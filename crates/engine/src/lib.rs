@@ -1,23 +1,23 @@
 //! # rdma-hint-engine
 //!
-//! Moves data in exactly the blocks a hint asks for, over any [`Transport`].
+//! Moves data in exactly the blocks a hint asks for, over any [`Transport`]: one scheduler,
+//! one request type, one result and one error, whether a thread drives it or the caller.
 //!
-//! * [`ChunkPlan`] cuts a transfer into fixed-length blocks on a grid anchored at the region
-//!   start; every block starts aligned and the tail is padded up to the alignment, so every round
-//!   has the same alignment state (the fix for jitter). Plans are `Copy` arithmetic: no block list
-//!   is ever allocated.
-//! * [`PostPolicy`] groups blocks into batches of up to N work requests per doorbell, signals
-//!   every k-th and the last, and keeps up to W outstanding.
-//! * [`Chunker`] holds one hint per memory source (a GPU behind a switch and a direct GPU get
-//!   different blocks) and runs the pipeline: pre-sized buffers, no allocation while posting.
 //! * [`Engine`] keeps many transfers in flight over connections to many peers, each
 //!   connection one or more lanes: `submit` never blocks, completions are routed back by
-//!   `wr_id`, blocks of concurrent transfers interleave.
+//!   `wr_id`, blocks of concurrent transfers interleave; its driver thread rings the doorbells.
+//! * [`Chunker`] is the same scheduler over one transport the caller lends it per transfer,
+//!   driven inside [`Chunker::transfer`] by the caller's own task: no thread, no peer to add.
+//! * A [`TransferRequest`] is a write or a read, of one range or scattered segments, announced
+//!   to the receiver or not; it is cut at the hint of its source ([`BlockSpec`]), from its
+//!   start, the last block what is left ([`ChunkPlan`] is that arithmetic, for display).
+//! * [`PostPolicy`] groups blocks into doorbells of up to N work requests, signals every k-th
+//!   and each doorbell's last, and keeps up to W outstanding.
 //! * [`LoopbackTransport`] is a real in-process transport (two regions, `memcpy` on post,
 //!   completions through a crossbeam queue) for tests and benches.
 //!
 //! ```
-//! use rdma_hint_engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
+//! use rdma_hint_engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, TransferRequest};
 //! use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
 //! use rdma_hint_core::SourceId;
 //! use std::time::{Duration, Instant};
@@ -32,10 +32,9 @@
 //!
 //! let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
 //! chunker.set_hint(SourceId::Host(0), BlockSpec::new(64 * 1024, 4096).unwrap());
-//! let transfer = Transfer::new(&src, &remote, 100_000).notify(42);
-//! let report = rdma_hint_backend_core::blocking::block_on(chunker.write(&transport, transfer, deadline)).unwrap();
-//! assert_eq!(report.payload_bytes, 100_000);
-//! assert_eq!(report.blocks, 2);
+//! let request = TransferRequest::single(&src, 0, &remote, 0, 100_000).notify(42);
+//! let delivered = chunker.transfer_blocking(&transport, request, deadline).unwrap();
+//! assert_eq!((delivered.bytes, delivered.blocks), (100_000, 2));
 //! // The receiver side learns that the whole transfer landed.
 //! let mut arrivals = [rdma_hint_core::Arrival::EMPTY; 4];
 //! assert_eq!(transport.poll_arrivals(&mut arrivals).unwrap(), 1);
@@ -50,10 +49,8 @@ mod chunker;
 mod engine;
 mod error;
 mod loopback;
-mod pipeline;
 mod plan;
 mod policy;
-mod transfer;
 
 pub use chunker::Chunker;
 pub use engine::{
@@ -62,10 +59,8 @@ pub use engine::{
 };
 pub use error::{PlanError, TransferError};
 pub use loopback::LoopbackTransport;
-pub use pipeline::{Pipeline, TransferReport};
 pub use plan::{Block, BlockSpec, Blocks, ChunkPlan};
-pub use policy::{PostPolicy, SignalSchedule};
-pub use transfer::Transfer;
+pub use policy::PostPolicy;
 
 #[doc(no_inline)]
 pub use rdma_hint_core::Transport;

@@ -8,12 +8,13 @@ use serde::Serialize;
 ///
 /// * `wrs_per_doorbell` (N): work requests per `post_writes` call (NCCL posts 8; perftest's
 ///   `--post_list` any);
-/// * `signal_every` (k): every k-th block and the last one ask for a completion (perftest's
-///   `cq_mod`); one completion retires every block posted before it;
+/// * `signal_every` (k): every k-th work request of a doorbell, its last and a transfer's last
+///   ask for a completion (perftest's `cq_mod`); one completion retires every request posted
+///   before it on its lane;
 /// * `window` (W): work requests outstanding at most (bounded by `max_qp_wr` and the CQ).
 ///
-/// W ≥ N and W ≥ k, so the pipeline can always post a whole batch and always has a signalled
-/// request outstanding when it waits. W ≥ 2k keeps the queue from draining while waiting.
+/// W ≥ N and W ≥ k, so a whole batch can always be posted and a signalled request is always
+/// outstanding when a transfer waits. W ≥ 2N keeps the queue from draining while it waits.
 ///
 /// ```
 /// use rdma_hint_engine::PostPolicy;
@@ -68,8 +69,8 @@ impl PostPolicy {
         PostPolicy { wrs_per_doorbell, signal_every: self.signal_every.min(window).max(1), window }
     }
 
-    /// Which of `count` blocks ask for a completion, in block order: the schedule the
-    /// pipeline posts ([`SignalSchedule`]), every k-th block and the last.
+    /// Which of `count` blocks of a transfer on an idle lane ask for a completion, in block
+    /// order: in each batch of N, every k-th and the batch's last; and the transfer's last.
     ///
     /// ```
     /// use rdma_hint_engine::PostPolicy;
@@ -78,13 +79,20 @@ impl PostPolicy {
     /// assert_eq!(signalled, [3, 7, 9]);
     /// ```
     pub fn signalled_blocks(&self, count: u64) -> impl Iterator<Item = bool> {
-        let mut schedule = SignalSchedule::new(self);
-        (0..count).map(move |index| schedule.next_is_signalled() || index + 1 == count)
+        let (per_post, every) =
+            (u64::from(self.wrs_per_doorbell.max(1)), u64::from(self.signal_every.max(1)));
+        (0..count).map(move |index| {
+            let in_batch = index % per_post + 1;
+            in_batch.is_multiple_of(every) || in_batch == per_post || index + 1 == count
+        })
     }
 
-    /// Signalled work requests of a transfer of `count` blocks: ⌈count / k⌉.
+    /// Signalled work requests of a transfer of `count` blocks on an idle lane.
     pub fn signalled_count(&self, count: u64) -> u64 {
-        count.div_ceil(u64::from(self.signal_every))
+        // A batch of n asks for ⌈n / k⌉: the multiples of k, and its last unless it is one.
+        let (per_post, every) =
+            (u64::from(self.wrs_per_doorbell.max(1)), u64::from(self.signal_every.max(1)));
+        count / per_post * per_post.div_ceil(every) + (count % per_post).div_ceil(every)
     }
 
     /// Batch `batch` of a plan with `count` blocks, as a range of block indices.
@@ -94,7 +102,6 @@ impl PostPolicy {
     }
 
     /// The block index one past the batch that starts at block `start` (of `count`).
-    #[inline]
     pub fn batch_end(&self, start: u64, count: u64) -> u64 {
         (start + u64::from(self.wrs_per_doorbell)).min(count)
     }
@@ -102,33 +109,5 @@ impl PostPolicy {
     /// Number of batches (doorbells) for `count` blocks.
     pub fn batch_count(&self, count: u64) -> u64 {
         count.div_ceil(u64::from(self.wrs_per_doorbell))
-    }
-}
-
-/// Walks the signalling schedule one block at a time: every k-th block of a transfer asks for a
-/// completion (the caller adds the last block). A countdown, so the posting loop divides
-/// nothing.
-#[derive(Debug, Clone, Copy)]
-pub struct SignalSchedule {
-    signal_every: u32,
-    until_signal: u32,
-}
-
-impl SignalSchedule {
-    /// The schedule of `policy`, at the first block of a transfer.
-    pub fn new(policy: &PostPolicy) -> SignalSchedule {
-        let signal_every = policy.signal_every.max(1);
-        SignalSchedule { signal_every, until_signal: signal_every }
-    }
-
-    /// Advances one block: whether it is a k-th block.
-    #[inline]
-    pub fn next_is_signalled(&mut self) -> bool {
-        self.until_signal -= 1;
-        if self.until_signal == 0 {
-            self.until_signal = self.signal_every;
-            return true;
-        }
-        false
     }
 }

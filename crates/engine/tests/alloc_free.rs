@@ -4,7 +4,7 @@
 use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{MemoryKind, PeerEndpoint, Transport};
-use rdma_hint_engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, Transfer};
+use rdma_hint_engine::{BlockSpec, Chunker, LoopbackTransport, PostPolicy, TransferRequest};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -47,13 +47,15 @@ fn a_transfer_allocates_nothing() {
     let mut chunker = Chunker::new(PostPolicy::default(), transport.capabilities()).unwrap();
     chunker.set_hint(SourceId::Host(0), BlockSpec::new(16 * 1024, 4096).unwrap());
     // Warm up once (first-use initialisation in the runtime, if any).
-    block_on(chunker.write(&transport, Transfer::new(&src, &remote, 1 << 20), deadline)).unwrap();
+    block_on(chunker.transfer(&transport, TransferRequest::single(&src, 0, &remote, 0, 1 << 20), deadline))
+        .unwrap();
 
     ALLOCATIONS.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
-    let report = block_on(chunker.write(&transport, Transfer::new(&src, &remote, (8 << 20) - 5), deadline));
+    let request = TransferRequest::single(&src, 0, &remote, 0, (8 << 20) - 5);
+    let delivered = block_on(chunker.transfer(&transport, request, deadline));
     COUNTING.store(false, Ordering::SeqCst);
-    assert_eq!(report.unwrap().blocks, 512);
+    assert_eq!(delivered.unwrap().blocks, 512);
     assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "allocations during a 512-block transfer");
 }
 
@@ -63,7 +65,7 @@ fn a_transfer_allocates_nothing() {
 #[test]
 fn an_engine_transfer_allocates_nothing_once_warm() {
     let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    use rdma_hint_engine::{Engine, EngineConfig, TransferRequest};
+    use rdma_hint_engine::{Engine, EngineConfig};
     use std::future::Future;
     use std::sync::Arc;
     use std::task::{Context, Poll, Waker};

@@ -5,7 +5,7 @@ use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, TransportError,
 };
 use rdma_hint_engine::{
-    BlockSpec, Chunker, LoopbackTransport, PlanError, PostPolicy, Transfer, TransferError,
+    BlockSpec, Chunker, LoopbackTransport, PostPolicy, RequestError, TransferError, TransferRequest,
 };
 use rdma_hint_integration_tests::random_bytes;
 use std::time::{Duration, Instant};
@@ -42,20 +42,21 @@ fn random_sizes_arrive_byte_exact() {
     let block = 64 * 1024;
     let align = 4096;
     let sizes = [1, block - 1, block, block + 1, 4095, 1 << 20, 3 * (1 << 20) + 3, 8 << 20];
+    // Offsets off the alignment too: the engine cuts from wherever a range starts.
+    let offsets = [(0, 0), (4096, 8192), (block, 3 * 4096), (100, 7)];
     let s = setup(16 << 20);
     let mut chunker = chunker(&s.transport, block, align);
     let before = random_bytes(16 << 20, 99);
     for (i, &len) in sizes.iter().enumerate() {
-        for (local_offset, remote_offset) in [(0, 0), (4096, 8192), (block, 3 * 4096)] {
+        for (local_offset, remote_offset) in offsets {
             let data = random_bytes(len as usize, i as u64 * 31 + local_offset);
             s.transport.write_region(s.src.id, local_offset, &data).unwrap();
             s.transport.write_region(s.dst.id, 0, &before).unwrap();
-            let imm = i as u32 * 10 + (local_offset / 4096) as u32;
-            let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset).notify(imm);
-            let report =
-                rdma_hint_backend_core::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
-                    .unwrap();
-            assert_eq!(report.payload_bytes, len);
+            let imm = i as u32 * 100 + local_offset as u32 % 97;
+            let request =
+                TransferRequest::single(&s.src, local_offset, &s.dst, remote_offset, len).notify(imm);
+            let delivered = chunker.transfer_blocking(&s.transport, request, deadline()).unwrap();
+            assert_eq!(delivered.bytes, len);
             let mut arrivals = [Arrival::EMPTY; 2];
             assert_eq!(
                 rdma_hint_backend_core::blocking::block_on(
@@ -76,11 +77,11 @@ fn random_sizes_arrive_byte_exact() {
             let mut head = vec![0u8; remote_offset as usize];
             s.transport.read_region(s.dst.id, 0, &mut head).unwrap();
             assert!(head[..] == before[..remote_offset as usize]);
-            // Padding stays within the alignment boundary after the payload.
-            let padded_end = (remote_offset + len).div_ceil(align) * align;
-            let mut tail = vec![0u8; (16 << 20) - padded_end as usize];
-            s.transport.read_region(s.dst.id, padded_end, &mut tail).unwrap();
-            assert!(tail[..] == before[padded_end as usize..]);
+            // Nor anything after it: the last block is what is left, never padded past it.
+            let end = remote_offset + len;
+            let mut tail = vec![0u8; (16 << 20) - end as usize];
+            s.transport.read_region(s.dst.id, end, &mut tail).unwrap();
+            assert!(tail[..] == before[end as usize..], "len {len} at {remote_offset}: bytes past the range");
         }
     }
 }
@@ -94,30 +95,17 @@ fn each_source_gets_its_own_hint() {
     chunker.set_hint(SourceId::Gpu(3), BlockSpec::new(512 * 1024, 65536).unwrap());
     let data = random_bytes(1 << 20, 5);
     s.transport.write_region(s.src.id, 0, &data).unwrap();
-    let node0 = rdma_hint_backend_core::blocking::block_on(chunker.write(
-        &s.transport,
-        Transfer::new(&s.src, &s.dst, 1 << 20),
-        deadline(),
-    ))
-    .unwrap();
+    let whole = || TransferRequest::single(&s.src, 0, &s.dst, 0, 1 << 20);
+    let node0 = chunker.transfer_blocking(&s.transport, whole(), deadline()).unwrap();
     chunker.set_host_node(1);
-    let node1 = rdma_hint_backend_core::blocking::block_on(chunker.write(
-        &s.transport,
-        Transfer::new(&s.src, &s.dst, 1 << 20),
-        deadline(),
-    ))
-    .unwrap();
+    let node1 = chunker.transfer_blocking(&s.transport, whole(), deadline()).unwrap();
     assert_eq!((node0.blocks, node1.blocks), (4, 16));
-    let gpu = LocalRegion { id: s.src.id, kind: MemoryKind::CudaDevice { ordinal: 3 }, len: s.src.len };
-    assert_eq!(chunker.source_of(gpu.kind), Some(SourceId::Gpu(3)));
-    assert_eq!(chunker.plan_as(SourceId::Gpu(3), &gpu, 0, 1 << 20).unwrap().block_count(), 2);
+    assert_eq!(chunker.source_of(MemoryKind::CudaDevice { ordinal: 3 }), Some(SourceId::Gpu(3)));
+    let as_gpu =
+        chunker.transfer_blocking(&s.transport, whole().from_source(SourceId::Gpu(3)), deadline()).unwrap();
+    assert_eq!(as_gpu.blocks, 2, "the GPU's 512 KiB hint");
     chunker.set_latency_first(Some(0.5));
-    let shrunk = rdma_hint_backend_core::blocking::block_on(chunker.write(
-        &s.transport,
-        Transfer::new(&s.src, &s.dst, 1 << 20),
-        deadline(),
-    ))
-    .unwrap();
+    let shrunk = chunker.transfer_blocking(&s.transport, whole(), deadline()).unwrap();
     assert_eq!(shrunk.blocks, 32, "latency-first halves the 64 KiB hint of node 1");
     let mut arrived = vec![0u8; 1 << 20];
     s.transport.read_region(s.dst.id, 0, &mut arrived).unwrap();
@@ -131,24 +119,24 @@ fn bad_requests_are_typed_and_move_nothing() {
     let marker = random_bytes(1 << 20, 7);
     s.transport.write_region(s.dst.id, 0, &marker).unwrap();
     let write = |chunker: &mut Chunker, local_offset, remote_offset, len| {
-        let transfer = Transfer::new(&s.src, &s.dst, len).at(local_offset, remote_offset);
-        rdma_hint_backend_core::blocking::block_on(chunker.write(&s.transport, transfer, deadline()))
+        let request = TransferRequest::single(&s.src, local_offset, &s.dst, remote_offset, len);
+        match chunker.transfer_blocking(&s.transport, request, deadline()) {
+            Err(TransferError::Refused(why)) => why,
+            other => panic!("{local_offset} {remote_offset} {len}: not refused: {other:?}"),
+        }
     };
-    assert!(matches!(write(&mut chunker, 0, 0, 0), Err(TransferError::Plan(PlanError::ZeroLength))));
+    assert!(matches!(write(&mut chunker, 0, 0, 0), RequestError::ZeroLength { .. }));
     assert!(matches!(
         write(&mut chunker, 0, 0, (1 << 20) + 1),
-        Err(TransferError::Plan(PlanError::OutOfRegion { .. }))
+        RequestError::OutOfRegion { side: "local", .. }
     ));
-    assert!(matches!(
-        write(&mut chunker, 100, 0, 10),
-        Err(TransferError::Plan(PlanError::MisalignedOffset { .. }))
-    ));
+    assert!(matches!(write(&mut chunker, u64::MAX, 0, 2), RequestError::OutOfRegion { side: "local", .. }));
     assert!(matches!(
         write(&mut chunker, 0, (1 << 20) - 4096, 8192),
-        Err(TransferError::Plan(PlanError::OutOfRegion { side: "remote", .. }))
+        RequestError::OutOfRegion { side: "remote", .. }
     ));
     let mut unknown = Chunker::new(PostPolicy::default(), s.transport.capabilities()).unwrap();
-    assert!(matches!(write(&mut unknown, 0, 0, 10), Err(TransferError::Plan(PlanError::NoHintForSource(_)))));
+    assert!(matches!(write(&mut unknown, 0, 0, 10), RequestError::NoHint(_)));
     let mut arrivals = [Arrival::EMPTY; 1];
     assert_eq!(s.transport.poll_arrivals(&mut arrivals).unwrap(), 0, "no arrival for refused transfers");
     let mut after = vec![0u8; 1 << 20];
@@ -162,21 +150,18 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
     let mut chunker = chunker(&s.transport, 65536, 4096);
     let private = s.transport.register(MemoryKind::Host, 1 << 20).unwrap();
     let not_exposed = RemoteRegion { id: private.id, len: private.len };
-    let result = rdma_hint_backend_core::blocking::block_on(chunker.write(
-        &s.transport,
-        Transfer::new(&s.src, &not_exposed, 4096),
-        deadline(),
-    ));
+    let request = TransferRequest::single(&s.src, 0, &not_exposed, 0, 4096);
+    let result = chunker.transfer_blocking(&s.transport, request, deadline());
     assert!(matches!(
         result,
         Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), confirmed_bytes: 0 })
     ));
     s.transport.deregister(s.src.id).unwrap();
-    let result = rdma_hint_backend_core::blocking::block_on(chunker.write(
+    let result = chunker.transfer_blocking(
         &s.transport,
-        Transfer::new(&s.src, &s.dst, 4096),
+        TransferRequest::single(&s.src, 0, &s.dst, 0, 4096),
         deadline(),
-    ));
+    );
     assert!(matches!(
         result,
         Err(TransferError::Transport { source: TransportError::UnregisteredRegion(_), .. })
@@ -192,17 +177,14 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
     ));
 }
 
-/// The loopback transport completes every write at once, so the pipeline never waits; the
+/// The loopback transport completes every write at once, so the chunker never waits; the
 /// deadline must still end a transfer that outlives it.
 #[test]
 fn a_deadline_passes_even_when_completions_are_always_ready() {
     let s = setup(64 << 20);
     let mut chunker = chunker(&s.transport, 4096, 4096);
-    let result = rdma_hint_backend_core::blocking::block_on(chunker.write(
-        &s.transport,
-        Transfer::new(&s.src, &s.dst, 64 << 20),
-        Instant::now(),
-    ));
+    let request = TransferRequest::single(&s.src, 0, &s.dst, 0, 64 << 20);
+    let result = chunker.transfer_blocking(&s.transport, request, Instant::now());
     match result {
         Err(TransferError::DeadlineExceeded { confirmed_bytes, len }) => assert!(confirmed_bytes < len),
         other => panic!("expected the deadline, got {other:?}"),

@@ -1,14 +1,18 @@
-//! Posting behaviour against a mocked transport: batch sizes, signalling pattern, window,
-//! error and deadline handling. (Data movement itself is tested on the loopback transport.)
+//! The chunker's posting against a mocked transport: doorbell sizes, signalling, window, exact
+//! tails, error and deadline handling. (Data movement itself is tested on the loopback
+//! transport.)
 
 use async_trait::async_trait;
 use mockall::mock;
+use rdma_hint_core::SourceId;
 use rdma_hint_core::{
     Arrival, Capabilities, Completion, CompletionStatus, LocalRegion, MemoryKind, PeerEndpoint, RegionId,
     RemoteRegion, Transport, TransportError, WaitMode, WriteOp,
 };
 use rdma_hint_core::{TransportFacts, TransportKind};
-use rdma_hint_engine::{BlockSpec, ChunkPlan, Pipeline, PostPolicy, Transfer, TransferError};
+use rdma_hint_engine::{
+    BlockSpec, Chunker, Delivered, PostPolicy, RequestError, TransferError, TransferRequest,
+};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -63,7 +67,8 @@ fn caps(max_outstanding: u32, max_per_post: u32) -> Capabilities {
 }
 
 /// A NIC model inside the mock: posted signalled WRs complete in order when polled; records
-/// every batch and the peak number of outstanding WRs.
+/// every doorbell and the peak number of outstanding WRs. Work request numbers are the lane's
+/// sequence, from 1: block `i` of a first transfer is `wr_id` `i + 1`.
 #[derive(Default)]
 struct Wire {
     batches: Vec<Vec<WriteOp>>,
@@ -72,7 +77,7 @@ struct Wire {
     peak_outstanding: u64,
 }
 
-fn nic_with_wire(caps: Capabilities, wire: Arc<Mutex<Wire>>, fail_wr: Option<u64>) -> MockNic {
+fn nic_with_wire(caps: Capabilities, wire: Arc<Mutex<Wire>>, fail_block: Option<u64>) -> MockNic {
     let mut nic = MockNic::new();
     nic.expect_hold().returning(|_| Ok(()));
     nic.expect_unhold().return_const(());
@@ -84,7 +89,7 @@ fn nic_with_wire(caps: Capabilities, wire: Arc<Mutex<Wire>>, fail_wr: Option<u64
         wire.outstanding += ops.len() as u64;
         wire.peak_outstanding = wire.peak_outstanding.max(wire.outstanding);
         for op in ops.iter().filter(|op| op.signalled) {
-            let failed = fail_wr == Some(op.wr_id & 0xffff_ffff);
+            let failed = fail_block == Some(op.wr_id - 1);
             let status =
                 if failed { CompletionStatus::Failed { code: 10 } } else { CompletionStatus::Success };
             wire.pending.push_back(Completion { wr_id: op.wr_id, status });
@@ -97,10 +102,9 @@ fn nic_with_wire(caps: Capabilities, wire: Arc<Mutex<Wire>>, fail_wr: Option<u64
         // Deliver one completion per poll, retiring everything up to it, as an RC QP would.
         match wire.pending.pop_front() {
             Some(completion) => {
-                let last_index = completion.wr_id & 0xffff_ffff;
                 let posted: u64 = wire.batches.iter().map(|b| b.len() as u64).sum();
                 let retired_before = posted - wire.outstanding;
-                wire.outstanding -= (last_index + 1).saturating_sub(retired_before);
+                wire.outstanding -= completion.wr_id.saturating_sub(retired_before);
                 out[0] = completion;
                 Ok(1)
             }
@@ -110,50 +114,50 @@ fn nic_with_wire(caps: Capabilities, wire: Arc<Mutex<Wire>>, fail_wr: Option<u64
     nic
 }
 
-fn run(
-    nic: &MockNic,
-    policy: PostPolicy,
-    len: u64,
-    block: u64,
-) -> Result<rdma_hint_engine::TransferReport, TransferError> {
-    let mut pipeline = Pipeline::new(policy, nic.capabilities()).unwrap();
-    let plan = ChunkPlan::new(len + block, 0, len, BlockSpec::new(block, 4096).unwrap()).unwrap();
+fn chunker(nic: &MockNic, policy: PostPolicy, block: u64) -> Chunker {
+    let mut chunker = Chunker::new(policy, nic.capabilities()).unwrap();
+    chunker.set_hint(SourceId::Host(0), BlockSpec::new(block, 4096).unwrap());
+    chunker
+}
+
+fn run(nic: &MockNic, policy: PostPolicy, len: u64, block: u64) -> Result<Delivered, TransferError> {
+    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: len + block };
     let remote = RemoteRegion { id: RegionId(1), len: len + block };
     let deadline = Instant::now() + Duration::from_secs(5);
-    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: len + block };
-    rdma_hint_backend_core::blocking::block_on(pipeline.run(
-        nic,
-        &plan,
-        &Transfer::new(&local, &remote, len).notify(9),
-        deadline,
-    ))
+    let request = TransferRequest::single(&local, 0, &remote, 0, len).notify(9);
+    chunker(nic, policy, block).transfer_blocking(nic, request, deadline)
 }
 
 #[test]
-fn batches_signalling_and_window() {
+fn doorbells_signalling_and_window() {
     let wire = Arc::new(Mutex::new(Wire::default()));
     let nic = nic_with_wire(caps(64, 16), wire.clone(), None);
     let policy = PostPolicy { wrs_per_doorbell: 8, signal_every: 4, window: 16 };
     // 45 blocks of 64 KiB, the last one partial.
-    let report = run(&nic, policy, 44 * 65536 + 1000, 65536).unwrap();
-    assert_eq!(report.blocks, 45);
-    assert_eq!(report.doorbells, 6);
+    let delivered = run(&nic, policy, 44 * 65536 + 1000, 65536).unwrap();
+    assert_eq!((delivered.bytes, delivered.blocks), (44 * 65536 + 1000, 45));
     let wire = wire.lock().unwrap();
-    let sizes: Vec<usize> = wire.batches.iter().map(Vec::len).collect();
-    assert_eq!(sizes, [8, 8, 8, 8, 8, 5], "N per doorbell, remainder last");
-    let signalled: Vec<u64> =
-        wire.batches.iter().flatten().filter(|op| op.signalled).map(|op| op.wr_id & 0xffff_ffff).collect();
-    assert_eq!(signalled, [3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 44], "every 4th and the last");
+    assert!(wire.batches.iter().all(|ops| !ops.is_empty() && ops.len() <= 8), "N per doorbell at most");
+    assert_eq!(
+        wire.batches[..2].iter().map(Vec::len).collect::<Vec<_>>(),
+        [8, 8],
+        "whole doorbells while the window has room"
+    );
+    for ops in &wire.batches {
+        for (index, op) in ops.iter().enumerate() {
+            let expected = (index + 1) % 4 == 0 || index + 1 == ops.len();
+            assert_eq!(op.signalled, expected, "every 4th of a doorbell and its last: {ops:?}");
+        }
+    }
     assert!(wire.peak_outstanding <= 16, "window respected: peak {}", wire.peak_outstanding);
     let ops: Vec<&WriteOp> = wire.batches.iter().flatten().collect();
     assert!(ops
         .iter()
         .enumerate()
         .all(|(i, op)| op.local_offset == i as u64 * 65536 && op.remote_offset == op.local_offset));
-    assert_eq!(ops.last().unwrap().len, 4096, "tail padded to the 4 KiB alignment");
+    assert_eq!(ops.last().unwrap().len, 1000, "the tail is what is left: no byte past the range is sent");
     assert_eq!(ops.last().unwrap().imm, Some(9), "the notification rides on the last block");
     assert!(ops[..ops.len() - 1].iter().all(|op| op.imm.is_none()));
-    assert_eq!(report.signalled, 12);
 }
 
 #[test]
@@ -161,8 +165,8 @@ fn policy_is_fitted_to_the_transport() {
     let wire = Arc::new(Mutex::new(Wire::default()));
     let nic = nic_with_wire(caps(8, 4), wire.clone(), None);
     let policy = PostPolicy { wrs_per_doorbell: 32, signal_every: 16, window: 128 };
-    let pipeline = Pipeline::new(policy, nic.capabilities()).unwrap();
-    assert_eq!(pipeline.policy(), PostPolicy { wrs_per_doorbell: 4, signal_every: 8, window: 8 });
+    let chunker = Chunker::new(policy, nic.capabilities()).unwrap();
+    assert_eq!(chunker.policy(), PostPolicy { wrs_per_doorbell: 4, signal_every: 8, window: 8 });
     run(&nic, policy, 20 * 65536, 65536).unwrap();
     let wire = wire.lock().unwrap();
     assert!(wire.batches.iter().all(|b| b.len() <= 4));
@@ -187,6 +191,24 @@ fn failed_completion_reports_confirmed_prefix() {
 }
 
 #[test]
+fn a_failed_transfer_leaves_the_chunker_usable() {
+    let wire = Arc::new(Mutex::new(Wire::default()));
+    let nic = nic_with_wire(caps(64, 16), wire.clone(), Some(3));
+    let policy = PostPolicy { wrs_per_doorbell: 8, signal_every: 4, window: 16 };
+    let mut chunker = chunker(&nic, policy, 65536);
+    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
+    let remote = RemoteRegion { id: RegionId(1), len: 1 << 20 };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let first =
+        chunker.transfer_blocking(&nic, TransferRequest::single(&local, 0, &remote, 0, 1 << 20), deadline);
+    assert!(matches!(first, Err(TransferError::Transport { confirmed_bytes: 0, .. })), "{first:?}");
+    // The failing number is behind the lane now: the next transfer goes through whole.
+    let second =
+        chunker.transfer_blocking(&nic, TransferRequest::single(&local, 0, &remote, 0, 1 << 20), deadline);
+    assert_eq!(second.map(|d| d.bytes).ok(), Some(1 << 20));
+}
+
+#[test]
 fn silent_transport_hits_the_deadline_instead_of_hanging() {
     let mut nic = MockNic::new();
     nic.expect_hold().returning(|_| Ok(()));
@@ -198,18 +220,15 @@ fn silent_transport_hits_the_deadline_instead_of_hanging() {
         std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
         Err(TransportError::DeadlineExceeded { what: "mock", waited_ms: 50 })
     });
-    let mut pipeline = Pipeline::new(PostPolicy::default(), nic.capabilities()).unwrap();
-    let plan = ChunkPlan::new(1 << 20, 0, 1 << 20, BlockSpec::new(65536, 4096).unwrap()).unwrap();
+    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
     let remote = RemoteRegion { id: RegionId(1), len: 1 << 20 };
     let started = Instant::now();
-    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
-    let transfer = Transfer::new(&local, &remote, 1 << 20);
-    let result = rdma_hint_backend_core::blocking::block_on(pipeline.run(
+    let request = TransferRequest::single(&local, 0, &remote, 0, 1 << 20);
+    let result = chunker(&nic, PostPolicy::default(), 65536).transfer_blocking(
         &nic,
-        &plan,
-        &transfer,
+        request,
         started + Duration::from_millis(50),
-    ));
+    );
     assert!(
         matches!(result, Err(TransferError::DeadlineExceeded { confirmed_bytes: 0, len: 1048576 })),
         "{result:?}"
@@ -232,24 +251,28 @@ fn post_error_stops_the_transfer() {
 }
 
 #[test]
-fn bad_remote_ranges_fail_before_posting() {
+fn bad_ranges_fail_before_posting() {
     let mut nic = MockNic::new();
     nic.expect_hold().returning(|_| Ok(()));
     nic.expect_unhold().return_const(());
     nic.expect_capabilities().return_const(caps(64, 16));
     nic.expect_post_writes().never();
-    let mut pipeline = Pipeline::new(PostPolicy::default(), nic.capabilities()).unwrap();
-    let plan = ChunkPlan::new(1 << 20, 0, 100_000, BlockSpec::new(65536, 4096).unwrap()).unwrap();
+    let mut chunker = chunker(&nic, PostPolicy::default(), 65536);
     let deadline = Instant::now() + Duration::from_secs(1);
-    for (remote_len, remote_offset) in
-        [(99_999, 0), (100_000, 0), (1 << 20, 100), (1 << 20, (1 << 20) - 4096)]
-    {
+    let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
+    for (local_offset, remote_len, remote_offset) in [
+        (0, 99_999, 0),
+        (0, 1 << 20, (1 << 20) - 4096),
+        ((1 << 20) - 99_999, 1 << 20, 0),
+        (0, 1 << 20, u64::MAX),
+    ] {
         let remote = RemoteRegion { id: RegionId(1), len: remote_len };
-        let local = LocalRegion { id: RegionId(0), kind: MemoryKind::Host, len: 1 << 20 };
-        let transfer = Transfer::new(&local, &remote, 100_000).at(0, remote_offset);
-        let result =
-            rdma_hint_backend_core::blocking::block_on(pipeline.run(&nic, &plan, &transfer, deadline));
-        assert!(matches!(result, Err(TransferError::Plan(_))), "{remote_len} {remote_offset}: {result:?}");
+        let request = TransferRequest::single(&local, local_offset, &remote, remote_offset, 100_000);
+        let result = chunker.transfer_blocking(&nic, request, deadline);
+        assert!(
+            matches!(result, Err(TransferError::Refused(RequestError::OutOfRegion { .. }))),
+            "{local_offset} {remote_len} {remote_offset}: {result:?}"
+        );
     }
 }
 
@@ -261,6 +284,6 @@ fn invalid_policies_are_rejected() {
         PostPolicy { window: 4, wrs_per_doorbell: 8, signal_every: 2 },
         PostPolicy { window: 8, wrs_per_doorbell: 8, signal_every: 16 },
     ] {
-        assert!(Pipeline::new(policy, &c).is_err(), "{policy:?}");
+        assert!(Chunker::new(policy, &c).is_err(), "{policy:?}");
     }
 }

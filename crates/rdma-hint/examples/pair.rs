@@ -10,7 +10,7 @@
 //!
 //! Changing the backend is the cargo feature and the id; nothing else.
 
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open, Arrival, Device, MemoryKind, OpenOptions, PeerEndpoint,
     TransportId, TransportSelector,
@@ -47,10 +47,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut arrivals = [Arrival::EMPTY; 4];
     let started = Instant::now();
     let (written, arrived) = tokio::join!(
-        chunker.write(&*sender, Transfer::new(&source, &remote, LEN).notify(42), deadline),
+        chunker.transfer(&*sender, TransferRequest::single(&source, 0, &remote, 0, LEN).notify(42), deadline),
         receiver.wait_arrivals(&mut arrivals, deadline),
     );
-    let report = written?;
+    let delivered = written?;
     arrived?;
     let elapsed = started.elapsed();
 
@@ -59,10 +59,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(arrivals[0].imm, 42, "the arrival carries the immediate");
     assert!(landed == payload, "the bytes that arrived differ from those sent");
     println!(
-        "{} B in {} blocks, {} doorbells, {:.2} ms ({:.2} GB/s); bytes verified",
-        report.payload_bytes,
-        report.blocks,
-        report.doorbells,
+        "{} B in {} blocks, {:.2} ms ({:.2} GB/s); bytes verified",
+        delivered.bytes,
+        delivered.blocks,
         elapsed.as_secs_f64() * 1e3,
         LEN as f64 / elapsed.as_secs_f64() / 1e9
     );

@@ -10,7 +10,7 @@
 //! cargo run -p rdma-hint --features cuda --example zero_copy -- staged:shm --gpu
 //! ```
 
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open, Arrival, BlockingTransport, CallerMemory, Device, OpenOptions,
     PeerEndpoint, Transport, TransportId, TransportSelector,
@@ -39,8 +39,11 @@ fn send(
         let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline)?[0];
         let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities())?;
         chunker.set_size_hint(&hint)?;
-        let report =
-            chunker.write_blocking(sender, Transfer::new(&source, &remote, LEN).notify(1), deadline)?;
+        let report = chunker.transfer_blocking(
+            sender,
+            TransferRequest::single(&source, 0, &remote, 0, LEN).notify(1),
+            deadline,
+        )?;
         receiving.join().expect("receiver thread")?;
         println!(
             "{id}: {LEN} B in {} blocks of {} B, from the sender's memory into the receiver's",

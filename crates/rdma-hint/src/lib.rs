@@ -21,10 +21,10 @@
 //! Backends are cargo features: `staged` (default), `verbs`, `ucx`, `cuda`. [`open`] opens any
 //! compiled-in one by the id `rdma-hint probe` prints; the [`engine`] moves data over it in
 //! the hint's blocks. The async methods never block their thread and need no particular
-//! runtime; blocking callers use [`BlockingTransport`] and [`Chunker::write_blocking`](engine::Chunker::write_blocking).
+//! runtime; blocking callers use [`BlockingTransport`] and [`Chunker::transfer_blocking`](engine::Chunker::transfer_blocking).
 //!
 //! ```
-//! use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+//! use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 //! use rdma_hint::{open, Arrival, BlockingTransport, MemoryKind, OpenOptions, PeerEndpoint, Transport, TransportId};
 //! use std::time::{Duration, Instant};
 //!
@@ -49,7 +49,7 @@
 //! let remote = sender.connect_blocking(PeerEndpoint::Dial(address), &[], deadline)?[0];
 //! let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities())?;
 //! chunker.set_size_hint(&hint)?;
-//! chunker.write_blocking(&*sender, Transfer::new(&source, &remote, len).notify(9), deadline)?;
+//! chunker.transfer_blocking(&*sender, TransferRequest::single(&source, 0, &remote, 0, len).notify(9), deadline)?;
 //! let (imm, landed) = accepting.join().unwrap()?;
 //! assert_eq!(imm, 9);
 //! assert!(landed.iter().all(|b| *b == 7));
@@ -115,13 +115,13 @@ pub mod transport {
 }
 
 /// Moving data in the hint's blocks: the [`Engine`](engine::Engine) (many transfers, many peers,
-/// lanes), the one-transport [`Chunker`](engine::Chunker), and their plans and policies.
+/// lanes, its own thread) and the [`Chunker`](engine::Chunker) (its scheduler over one transport,
+/// driven by the caller), one request, one result and one error for both.
 pub mod engine {
     pub use rdma_hint_engine::{
         Block, BlockSpec, Blocks, ChunkPlan, Chunker, Class, Delivered, Engine, EngineConfig, LaneStats,
-        LoopbackTransport, PeerId, PlanError, PostPolicy, RequestError, Segment, SignalSchedule, Transfer,
-        TransferError, TransferId, TransferReport, TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS,
-        MAX_SEGMENTS, MAX_TRANSFERS,
+        LoopbackTransport, PeerId, PlanError, PostPolicy, RequestError, Segment, TransferError, TransferId,
+        TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS, MAX_SEGMENTS, MAX_TRANSFERS,
     };
 }
 

@@ -11,7 +11,7 @@ use rdma_hint_core::{
     Arrival, CallerMemory, Completion, GatherEntry, GatherOp, LocalRegion, MemoryKind, PeerEndpoint,
     RegionId, Transport, TransportError, WaitMode, WriteOp,
 };
-use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer, TransferError, TransferReport};
+use rdma_hint_engine::{BlockSpec, Chunker, Delivered, PostPolicy, TransferError, TransferRequest};
 use rdma_hint_integration_tests::{
     first_mismatch, held, held_change, ip, is_root, open_fds, random_bytes, resident_kib, threads, TwoHosts,
 };
@@ -45,7 +45,7 @@ fn ladder(max: u64) -> Vec<u64> {
 
 /// Asserts that `result` is a failed transfer the way a dead peer fails one: a typed transport
 /// error (or the deadline), fewer bytes confirmed than asked.
-fn assert_failed_short(what: &str, result: Result<TransferReport, TransferError>, len: u64) {
+fn assert_failed_short(what: &str, result: Result<Delivered, TransferError>, len: u64) {
     match result {
         Err(TransferError::Transport {
             source: TransportError::PeerGone(_) | TransportError::Completion { .. },
@@ -82,9 +82,9 @@ pub fn writes_to_a_peer_process_arrive_byte_exact<B: Backend>(s: &Subject<'_, B>
         let remote =
             block_on(transport.connect(PeerEndpoint::Dial(address), &[], deadline(30))).expect("dial");
         assert_eq!(remote.len(), 1, "the peer exposes one region");
-        let transfer = Transfer::new(&source, &remote[0], len).notify(7);
-        let report = block_on(chunker(&transport, 64 * 1024).write(&transport, transfer, deadline(60)));
-        assert_eq!(report.expect("transfer").payload_bytes, len);
+        let transfer = TransferRequest::single(&source, 0, &remote[0], 0, len).notify(7);
+        let report = block_on(chunker(&transport, 64 * 1024).transfer(&transport, transfer, deadline(60)));
+        assert_eq!(report.expect("transfer").bytes, len);
         assert_eq!(peer.expect("RESULT"), format!("OK {len}"), "{len} B");
     }
 }
@@ -112,8 +112,12 @@ pub fn writes_in_both_directions_at_once_complete<B: Backend>(s: &Subject<'_, B>
         let remote = block_on(t.connect(peer, &[target.id], deadline(30))).expect("connect")[0];
         let mut chunker = Chunker::new(policy, t.capabilities()).expect("policy");
         chunker.set_hint(SourceId::Host(0), BlockSpec::new(256 * 1024, 4096).expect("spec"));
-        block_on(chunker.write(t, Transfer::new(&source, &remote, len).notify(seed), deadline(60)))
-            .expect("write");
+        block_on(chunker.transfer(
+            t,
+            TransferRequest::single(&source, 0, &remote, 0, len).notify(seed),
+            deadline(60),
+        ))
+        .expect("write");
         let mut arrivals = [Arrival::EMPTY; 1];
         block_on(t.wait_arrivals(&mut arrivals, deadline(60))).expect("arrival");
         let mut arrived = vec![0u8; len as usize];
@@ -134,9 +138,9 @@ pub fn a_deadline_shorter_than_the_transfer_stops_it_in_time<B: Backend>(s: &Sub
     let len = scale.long_transfer_bytes;
     let p = pair(s.backend, len, s.backend.listen_address());
     let started = Instant::now();
-    let result = block_on(chunker(&p.sender, 4096).write(
+    let result = block_on(chunker(&p.sender, 4096).transfer(
         &p.sender,
-        Transfer::new(&p.source, &p.remote, len),
+        TransferRequest::single(&p.source, 0, &p.remote, 0, len),
         started + Duration::from_millis(20),
     ));
     match result {
@@ -166,9 +170,9 @@ pub fn a_receiver_that_goes_away_fails_the_sender_in_time<B: Backend>(s: &Subjec
         drop(receiver);
     });
     let started = Instant::now();
-    let result = block_on(chunker(&sender, 4096).write(
+    let result = block_on(chunker(&sender, 4096).transfer(
         &sender,
-        Transfer::new(&source, &remote, len),
+        TransferRequest::single(&source, 0, &remote, 0, len),
         started + Duration::from_secs(4 * scale.report_within_s),
     ));
     closer.join().expect("closer");
@@ -195,9 +199,9 @@ pub fn a_receiver_process_killed_mid_transfer_fails_the_sender_in_time<B: Backen
     });
     let mut chunker = chunker(&transport, 4096);
     let started = Instant::now();
-    let result = block_on(chunker.write(
+    let result = block_on(chunker.transfer(
         &transport,
-        Transfer::new(&source, &remote, len).notify(1),
+        TransferRequest::single(&source, 0, &remote, 0, len).notify(1),
         started + Duration::from_secs(4 * scale.report_within_s),
     ));
     drop(killer.join().expect("killer"));
@@ -207,9 +211,9 @@ pub fn a_receiver_process_killed_mid_transfer_fails_the_sender_in_time<B: Backen
         "took {:?}",
         started.elapsed()
     );
-    let again = block_on(chunker.write(
+    let again = block_on(chunker.transfer(
         &transport,
-        Transfer::new(&source, &remote, 4096),
+        TransferRequest::single(&source, 0, &remote, 0, 4096),
         deadline(scale.report_within_s),
     ));
     assert!(
@@ -326,9 +330,9 @@ pub fn a_hundred_failed_transfers_leak_nothing<B: Backend>(s: &Subject<'_, B>) {
                 std::thread::sleep(Duration::from_micros(500));
                 drop(receiver);
             });
-            let result = block_on(chunker(&sender, 4096).write(
+            let result = block_on(chunker(&sender, 4096).transfer(
                 &sender,
-                Transfer::new(&source, &remote, len),
+                TransferRequest::single(&source, 0, &remote, 0, len),
                 deadline(30),
             ));
             closer.join().expect("closer");

@@ -13,7 +13,7 @@ use rdma_hint_core::{
     Arrival, CallerMemory, Completion, CompletionStatus, MemoryKind, ReadOp, RegionId, RemoteRegion,
     Transport, TransportError, WriteOp,
 };
-use rdma_hint_engine::Transfer;
+use rdma_hint_engine::TransferRequest;
 use rdma_hint_integration_tests::{first_mismatch, random_bytes};
 use std::sync::mpsc;
 
@@ -42,8 +42,12 @@ pub fn regions_exposed_after_connect_are_written_read_and_withdrawn<B: Backend>(
     let expected = random_bytes(len as usize, 0xe1);
     p.sender.write_region(from.id, 0, &expected).expect("fill the source");
     let mut chunks = chunker(&p.sender, 64 * 1024);
-    block_on(chunks.write(&p.sender, Transfer::new(&from, &remote, len).notify(0x1a7e), deadline(60)))
-        .expect("write the late region");
+    block_on(chunks.transfer(
+        &p.sender,
+        TransferRequest::single(&from, 0, &remote, 0, len).notify(0x1a7e),
+        deadline(60),
+    ))
+    .expect("write the late region");
     let mut arrivals = [Arrival::EMPTY; 1];
     block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(60))).expect("the write's arrival");
     assert_eq!(arrivals[0].imm, 0x1a7e);
@@ -94,8 +98,12 @@ pub fn regions_exposed_after_connect_are_written_read_and_withdrawn<B: Backend>(
     p.receiver.expose_blocking(again.id, deadline(20)).expect("expose once more");
     let remote = listed(&p.sender, again.id).expect("listed once more");
     assert_eq!(remote.len, len / 2, "the id's new region, not its old one");
-    block_on(chunks.write(&p.sender, Transfer::new(&from, &remote, len / 2).notify(0x1a7f), deadline(60)))
-        .expect("write the region exposed once more");
+    block_on(chunks.transfer(
+        &p.sender,
+        TransferRequest::single(&from, 0, &remote, 0, len / 2).notify(0x1a7f),
+        deadline(60),
+    ))
+    .expect("write the region exposed once more");
     block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(60))).expect("its arrival");
     let mut landed = vec![0u8; len as usize / 2];
     p.receiver.read_region(again.id, 0, &mut landed).expect("read it");

@@ -4,7 +4,7 @@ use crate::backend::Backend;
 use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_core::SourceId;
 use rdma_hint_core::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport};
-use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, TransferRequest};
 use rdma_hint_integration_tests::{first_mismatch, random_bytes};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -59,8 +59,8 @@ pub fn chunker<T: Transport + ?Sized>(transport: &T, block: u64) -> Chunker {
 pub fn round_trip<T: Transport>(p: &Pair<T>, chunker: &mut Chunker, len: u64, seed: u64, imm: u32) {
     let expected = random_bytes(len as usize, seed);
     p.sender.write_region(p.source.id, 0, &expected).expect("fill the source");
-    let transfer = Transfer::new(&p.source, &p.remote, len).notify(imm);
-    block_on(chunker.write(&p.sender, transfer, deadline(60))).expect("transfer");
+    let transfer = TransferRequest::single(&p.source, 0, &p.remote, 0, len).notify(imm);
+    block_on(chunker.transfer(&p.sender, transfer, deadline(60))).expect("transfer");
     let mut arrivals = [Arrival::EMPTY; 1];
     block_on(p.receiver.wait_arrivals(&mut arrivals, deadline(60))).expect("arrival");
     assert_eq!((arrivals[0].imm, arrivals[0].region), (imm, p.target.id), "the arrival of {len} B");

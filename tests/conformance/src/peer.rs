@@ -5,7 +5,7 @@ use crate::backend::{Backend, TEST_TOKEN};
 use crate::pair::{chunker, deadline};
 use rdma_hint_backend_core::blocking::block_on;
 use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, Transport, TransportError};
-use rdma_hint_engine::Transfer;
+use rdma_hint_engine::TransferRequest;
 use rdma_hint_integration_tests::{env, first_mismatch, peer_role, random_bytes, Peer};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -98,16 +98,16 @@ fn sender<T: Transport>(transport: &T, outcome: bool) {
     };
     say("CONNECTED".into());
     let mut chunker = chunker(transport, 64 * 1024);
-    let transfer = Transfer::new(&source, &remote, len).notify(7);
+    let transfer = TransferRequest::single(&source, 0, &remote, 0, len).notify(7);
     if !outcome {
-        let report = block_on(chunker.write(transport, transfer, deadline(300))).expect("transfer");
-        say(format!("SENT {}", report.payload_bytes));
+        let report = block_on(chunker.transfer(transport, transfer, deadline(300))).expect("transfer");
+        say(format!("SENT {}", report.bytes));
         std::thread::sleep(Duration::from_secs(5));
         return;
     }
     let started = Instant::now();
     let limit = Duration::from_millis(env("DEADLINE_MS").parse().expect("DEADLINE_MS"));
-    let result = block_on(chunker.write(transport, transfer, started + limit));
+    let result = block_on(chunker.transfer(transport, transfer, started + limit));
     let elapsed = started.elapsed().as_millis();
     match result {
         Ok(_) => say(format!("OUTCOME {elapsed} completed")),

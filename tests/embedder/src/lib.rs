@@ -14,7 +14,7 @@ pub struct EngineDocExamples;
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExample;
 
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::transport::{Capabilities, Domain, GatherEntry, GatherOp, WaitMode};
 use rdma_hint::{
     get_low_latency_rdma_size_hint_with, open, Arrival, Completion, Device, LocalRegion, MemoryKind,
@@ -192,8 +192,8 @@ impl Pair {
             .map_err(|e| fail("chunker", &e))?;
         chunker.set_size_hint(&self.hint).map_err(|e| fail("hint", &e))?;
         let mut arrivals = [Arrival::EMPTY; 4];
-        let transfer = Transfer::new(&self.source, &remote, self.len).notify(self.imm);
-        let writing = chunker.write(&self.sender, transfer, deadline);
+        let transfer = TransferRequest::single(&self.source, 0, &remote, 0, self.len).notify(self.imm);
+        let writing = chunker.transfer(&self.sender, transfer, deadline);
         let arriving = self.receiver.wait_arrivals(&mut arrivals, deadline);
         let (written, arrived) = join(writing, arriving).await;
         let report = written.map_err(|e| fail("write", &e))?;

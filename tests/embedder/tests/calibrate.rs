@@ -2,7 +2,7 @@
 //! calibrated, then the hint the library answers, then data moved in that hint's blocks.
 
 use rdma_hint::calibration::LoopbackPair;
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::model::Origin;
 use rdma_hint::{
     calibrate, get_low_latency_rdma_size_hint_with, Arrival, BlockingTransport, Device, Error, OpenOptions,
@@ -55,7 +55,11 @@ fn a_calibrated_hint_is_answered_and_moves_verified_bytes() {
     let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities()).unwrap();
     chunker.set_size_hint(&hint).unwrap();
     chunker
-        .write_blocking(&*pair.sender, Transfer::new(&pair.local, &pair.remote, len).notify(5), deadline)
+        .transfer_blocking(
+            &*pair.sender,
+            TransferRequest::single(&pair.local, 0, &pair.remote, 0, len).notify(5),
+            deadline,
+        )
         .unwrap();
     let mut arrivals = [Arrival::EMPTY; 4];
     assert!(pair.receiver.wait_arrivals_blocking(&mut arrivals, deadline).unwrap() >= 1);

@@ -3,7 +3,7 @@
 //! regions and writes it in the hint's blocks with a notification; the receiver withdraws it,
 //! after which the sender's posts to it are typed errors, and takes its `Vec` back intact.
 
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::{
     block_on, get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Device, MemoryKind,
     OpenOptions, PeerEndpoint, TransportError, TransportSelector, WriteOp,
@@ -44,8 +44,12 @@ fn memory_registered_after_connect_is_exposed_written_and_withdrawn() {
         sender.write_region(source.id, 0, &expected).expect("fill");
         let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).expect("chunker");
         chunker.set_size_hint(&hint).expect("hint");
-        block_on(chunker.write(&*sender, Transfer::new(&source, &remote, len).notify(5), deadline))
-            .unwrap_or_else(|e| panic!("{id}: write: {e}"));
+        block_on(chunker.transfer(
+            &*sender,
+            TransferRequest::single(&source, 0, &remote, 0, len).notify(5),
+            deadline,
+        ))
+        .unwrap_or_else(|e| panic!("{id}: write: {e}"));
         let mut arrivals = [Arrival::EMPTY; 1];
         block_on(receiver.wait_arrivals(&mut arrivals, deadline))
             .unwrap_or_else(|e| panic!("{id}: arrival: {e}"));

@@ -4,7 +4,7 @@
 //! sender writes nothing more), and handed back intact. No `write_region` or
 //! `read_region` anywhere, and the transports' own counters agree.
 
-use rdma_hint::engine::{Chunker, PostPolicy, Transfer};
+use rdma_hint::engine::{Chunker, PostPolicy, TransferRequest};
 use rdma_hint::{
     block_on, get_low_latency_rdma_size_hint_with, open, Arrival, CallerMemory, Device, OpenOptions,
     PeerEndpoint, TransportError, TransportSelector,
@@ -51,8 +51,12 @@ fn an_application_s_own_vec_moves_into_its_own_vec_without_copies_in_or_out() {
                 .unwrap_or_else(|e| panic!("{id}: dial: {e}"))[0];
             let mut chunker = Chunker::new(PostPolicy::default(), sender.capabilities()).expect("chunker");
             chunker.set_size_hint(&hint).expect("hint");
-            block_on(chunker.write(&*sender, Transfer::new(&source, &remote, len).notify(77), deadline))
-                .unwrap_or_else(|e| panic!("{id}: write: {e}"));
+            block_on(chunker.transfer(
+                &*sender,
+                TransferRequest::single(&source, 0, &remote, 0, len).notify(77),
+                deadline,
+            ))
+            .unwrap_or_else(|e| panic!("{id}: write: {e}"));
             (accepting.join().expect("receiver thread"), remote)
         });
         let arrival = received.unwrap_or_else(|e| panic!("{id}: receive: {e}"));

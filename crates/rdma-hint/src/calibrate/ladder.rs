@@ -4,7 +4,7 @@
 use super::{Error, MIN_BLOCKS_PER_RUN, RUN_REJOIN_BYTES, TRANSFER_DEADLINE};
 use crate::Device;
 use rdma_hint_core::{LocalRegion, RemoteRegion, Transport};
-use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, Transfer};
+use rdma_hint_engine::{BlockSpec, Chunker, PostPolicy, TransferRequest};
 use std::time::Instant;
 
 /// Where the next timed transfer starts: runs walk through the whole region, so each one
@@ -121,9 +121,9 @@ impl<'a> Ladder<'a> {
 
     fn time_at(&mut self, block: u64, len: u64, at: u64) -> Result<f64, Error> {
         self.chunker.set_hint(self.source, BlockSpec::new(block, self.align)?);
-        let transfer = Transfer::new(self.local, self.remote, len).at(at, at);
+        let transfer = TransferRequest::single(self.local, at, self.remote, at, len);
         let started = Instant::now();
-        self.chunker.write_blocking(
+        self.chunker.transfer_blocking(
             self.transport,
             transfer.from_source(self.source),
             started + TRANSFER_DEADLINE,

@@ -259,7 +259,7 @@ impl Scheduler {
                 remote: slot.remote,
                 remote_offset: block.remote_offset,
                 len: block.len,
-                signalled: last,
+                signalled: last || (count as u64 + 1).is_multiple_of(lane.signal_every),
                 imm: if last { slot.notify } else { None },
             };
             lane.in_flight.push_back(Posted {

@@ -175,6 +175,10 @@ impl Scheduler {
         self.host_node = node;
     }
 
+    pub(crate) fn host_node(&self) -> u32 {
+        self.host_node
+    }
+
     pub(crate) fn max_transfers(&self) -> u32 {
         self.slots.len() as u32
     }
@@ -188,7 +192,10 @@ impl Scheduler {
     pub(crate) fn set_remote(&mut self, peer: u32, remote: &[RemoteRegion]) -> bool {
         match self.peers.get_mut(peer as usize) {
             Some(state) if state.remote != remote => {
-                state.remote = remote.to_vec();
+                // Into the room it has: a chunker's transfer to the region of its last one
+                // allocates nothing.
+                state.remote.clear();
+                state.remote.extend_from_slice(remote);
                 true
             }
             _ => false,
@@ -574,6 +581,13 @@ impl Scheduler {
                 keep
             });
         }
+    }
+
+    /// Takes a lost lane back into service, empty (a chunker's borrowed transport: its next
+    /// post says whether it still can). Its sequence numbers go on from where they were, so a
+    /// late completion of a request lost with it retires nothing posted since.
+    pub(crate) fn revive_link(&mut self, link: LinkId) {
+        self.lane_mut(link).dead = None;
     }
 
     /// Ends the transfers whose deadline passed and fails the lanes that stalled (their
