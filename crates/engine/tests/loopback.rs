@@ -5,7 +5,7 @@ use rdma_hint_core::{
     Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, Transport, TransportError,
 };
 use rdma_hint_engine::{
-    BlockSpec, Chunker, LoopbackTransport, PostPolicy, RequestError, TransferError, TransferRequest,
+    BlockSpec, Chunker, LoopbackTransport, PostPolicy, RequestError, Segment, TransferError, TransferRequest,
 };
 use rdma_hint_integration_tests::random_bytes;
 use std::time::{Duration, Instant};
@@ -110,6 +110,42 @@ fn each_source_gets_its_own_hint() {
     let mut arrived = vec![0u8; 1 << 20];
     s.transport.read_region(s.dst.id, 0, &mut arrived).unwrap();
     assert!(arrived == data);
+}
+
+/// The chunker moves what the engine moves: a read fetches the exposed range into the local
+/// one, a scatter list lands each segment where it says and is announced once, bytes checked.
+#[test]
+fn the_chunker_reads_and_scatters() {
+    let s = setup(4 << 20);
+    let mut chunker = chunker(&s.transport, 64 * 1024, 4096);
+    let theirs = random_bytes(1 << 20, 21);
+    s.transport.write_region(s.dst.id, 0, &theirs).unwrap();
+    let read = TransferRequest::single(&s.src, 8192, &s.dst, 4096, 300_000).read();
+    let delivered = chunker.transfer_blocking(&s.transport, read, deadline()).unwrap();
+    assert_eq!((delivered.bytes, delivered.blocks), (300_000, 5));
+    let mut fetched = vec![0u8; 300_000];
+    s.transport.read_region(s.src.id, 8192, &mut fetched).unwrap();
+    assert!(fetched[..] == theirs[4096..4096 + 300_000], "the read fetched the exposed bytes");
+
+    let ours = random_bytes(3 << 20, 22);
+    s.transport.write_region(s.src.id, 0, &ours).unwrap();
+    let segments = vec![
+        Segment { local_offset: 0, remote_offset: 1 << 20, len: 5000 },
+        Segment { local_offset: 100_000, remote_offset: 7, len: 200_000 },
+        Segment { local_offset: 2 << 20, remote_offset: 3 << 20, len: 4096 },
+    ];
+    let scatter = TransferRequest::scatter(&s.src, &s.dst, segments.clone()).notify(5);
+    let delivered = chunker.transfer_blocking(&s.transport, scatter, deadline()).unwrap();
+    assert_eq!(delivered.bytes, 5000 + 200_000 + 4096);
+    for segment in &segments {
+        let mut landed = vec![0u8; segment.len as usize];
+        s.transport.read_region(s.dst.id, segment.remote_offset, &mut landed).unwrap();
+        let sent = &ours[segment.local_offset as usize..(segment.local_offset + segment.len) as usize];
+        assert!(landed[..] == *sent, "{segment:?}");
+    }
+    let mut arrivals = [Arrival::EMPTY; 4];
+    assert_eq!(s.transport.poll_arrivals(&mut arrivals).unwrap(), 1, "one arrival, for the scatter");
+    assert_eq!(arrivals[0].imm, 5);
 }
 
 #[test]

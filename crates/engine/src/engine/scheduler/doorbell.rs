@@ -1,8 +1,8 @@
 //! Doorbells: the scheduler builds one per lane (blocks of its peer's queued transfers), the
 //! driver rings it with the lane's transport, and the scheduler records how that went.
 
-use super::lane::{pick_lane, DoorbellOps, Refused};
-use super::slot::Posted;
+use super::lane::{pick_lane, DoorbellOps, Lane, Refused};
+use super::slot::{Block, Posted, Slot};
 use super::{LinkId, Poster, Scheduler, WARM_WRS};
 use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, TransportError, WriteOp};
 use std::time::Instant;
@@ -94,6 +94,43 @@ fn refuses_the_ops(error: &TransportError) -> bool {
             | TransportError::InvalidArgument { .. }
             | TransportError::TooManyEntries { .. }
     )
+}
+
+/// Records `block` of slot `index` as the doorbell's request `count` on `lane` (signalled
+/// if it is its transfer's last; `build_doorbell` marks the rest of the signalled ones).
+#[inline]
+fn put_block(
+    doorbell: &mut Doorbell,
+    lane: &mut Lane,
+    lane_index: usize,
+    slot: &mut Slot,
+    index: u32,
+    block: &Block,
+    count: usize,
+) {
+    let seq = lane.next_seq + count as u64;
+    doorbell.ops.writes[count] = WriteOp {
+        wr_id: seq,
+        local: slot.local,
+        local_offset: block.local_offset,
+        remote: slot.remote,
+        remote_offset: block.remote_offset,
+        len: block.len,
+        signalled: block.last,
+        imm: if block.last { slot.notify } else { None },
+    };
+    lane.in_flight.push_back(Posted { seq, slot: index, generation: slot.generation, bytes: block.len });
+    doorbell.ops.pieces[count] = block.pieces;
+    slot.lanes_used |= 1u16 << lane_index;
+    lane.largest_block = lane.largest_block.max(block.len);
+    slot.advance(block);
+    doorbell.bytes += block.len;
+}
+
+/// Whether the transfer's announcing block may have to wait for its blocks on other lanes
+/// (see `build_doorbell`): its run of whole blocks then leaves the last one to the full checks.
+fn fenced_at_end(slot: &Slot, lane_index: usize) -> bool {
+    slot.notify.is_some() && slot.lanes_used & !(1u16 << lane_index) != 0
 }
 
 impl Scheduler {
@@ -251,39 +288,40 @@ impl Scheduler {
                 }
                 continue;
             }
-            let seq = lane.next_seq + count as u64;
-            doorbell.ops.writes[count] = WriteOp {
-                wr_id: seq,
-                local: slot.local,
-                local_offset: block.local_offset,
-                remote: slot.remote,
-                remote_offset: block.remote_offset,
-                len: block.len,
-                signalled: last || (count as u64 + 1).is_multiple_of(lane.signal_every),
-                imm: if last { slot.notify } else { None },
-            };
-            lane.in_flight.push_back(Posted {
-                seq,
-                slot: index,
-                generation: slot.generation,
-                bytes: block.len,
-            });
             (direction, doorbell.reads, lane.reading) = (Some(slot.read), slot.read, slot.read);
-            doorbell.ops.pieces[count] = block.pieces;
-            slot.lanes_used |= 1u16 << lane_index;
-            lane.largest_block = lane.largest_block.max(block.len);
-            slot.advance(&block);
-            doorbell.bytes += block.len;
+            put_block(&mut doorbell, lane, lane_index, slot, index, &block, count);
+            count += 1;
+            // Alone in its peer's queues, the transfer's next blocks would come back to it one
+            // queue round trip each: they go in at once while they are plain whole blocks.
+            if peer.latency.is_empty() && peer.bulk.is_empty() && !fenced_at_end(slot, lane_index) {
+                // The lane has requests in flight now: its room is its cap's.
+                let room_bytes = lane.cap().saturating_sub(lane.outstanding_bytes).min(half_cap);
+                while count < room && doorbell.bytes < room_bytes {
+                    let Some(block) = slot.next_whole_block() else { break };
+                    if max_pieces > 1 {
+                        doorbell.ops.entries.push(GatherEntry {
+                            local,
+                            offset: block.local_offset,
+                            len: block.len,
+                        });
+                    }
+                    put_block(&mut doorbell, lane, lane_index, slot, index, &block, count);
+                    count += 1;
+                }
+            }
             if !slot.all_posted() {
+                let queue = if from_latency { &mut peer.latency } else { &mut peer.bulk };
                 queue.push_back(index);
             }
-            count += 1;
         }
         if count == 0 {
             lane.doorbell_ops = Some(doorbell.ops);
             return None;
         }
-        doorbell.ops.writes[count - 1].signalled = true;
+        let ops = &mut doorbell.ops.writes[..count];
+        let every = lane.signal_every as usize;
+        ops.iter_mut().skip(every - 1).step_by(every).for_each(|op| op.signalled = true);
+        ops[count - 1].signalled = true;
         (doorbell.count, doorbell.requests) = (count, count as u64);
         lane.next_seq += count as u64;
         lane.outstanding_bytes += doorbell.bytes;

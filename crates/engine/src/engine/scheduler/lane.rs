@@ -25,7 +25,7 @@ pub(crate) struct Lane {
     pub(super) window: u32,
     pub(super) per_post: u32,
     /// Every this many requests of a doorbell asks for a completion (and its last).
-    pub(super) signal_every: u64,
+    pub(super) signal_every: u32,
     /// The configured cap on payload bytes in flight.
     bytes_in_flight: u64,
     /// How long the bytes in flight may take to drain at the lane's rate (see [`Lane::cap`]).
@@ -94,7 +94,7 @@ impl Lane {
         Lane {
             window: policy.window,
             per_post: policy.wrs_per_doorbell,
-            signal_every: u64::from(policy.signal_every.max(1)),
+            signal_every: policy.signal_every.max(1),
             bytes_in_flight: config.bytes_in_flight,
             queue_time: config.queue_time,
             rate: 0.0,

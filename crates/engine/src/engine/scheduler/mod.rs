@@ -483,18 +483,26 @@ impl Scheduler {
                 self.lose_link(link, TransportError::Completion { wr_id: completion.wr_id, code });
                 return true;
             }
+            // A run of one transfer's blocks at a time: a bulk transfer's window retires in a
+            // few steps, not a step per block.
             loop {
                 let lane = self.lane_mut(link);
-                let Some(posted) = lane.in_flight.front().copied().filter(|p| p.seq <= completion.wr_id)
+                let Some(first) = lane.in_flight.front().copied().filter(|p| p.seq <= completion.wr_id)
                 else {
                     break;
                 };
-                lane.in_flight.pop_front();
-                lane.outstanding_bytes -= posted.bytes;
-                retired_bytes += posted.bytes;
+                let (mut blocks, mut bytes) = (0, 0);
+                while let Some(posted) = lane.in_flight.front().filter(|p| {
+                    p.seq <= completion.wr_id && p.slot == first.slot && p.generation == first.generation
+                }) {
+                    (blocks, bytes) = (blocks + 1, bytes + posted.bytes);
+                    lane.in_flight.pop_front();
+                }
+                lane.outstanding_bytes -= bytes;
+                retired_bytes += bytes;
                 worked = true;
-                if self.retire_block(posted) {
-                    self.learn_latency(posted.slot, now);
+                if self.retire_blocks(Posted { bytes, ..first }, blocks) {
+                    self.learn_latency(first.slot, now);
                 }
             }
         }
@@ -506,11 +514,17 @@ impl Scheduler {
 
     /// Retires one posted block; whether it was its transfer's last, which delivered it.
     fn retire_block(&mut self, posted: Posted) -> bool {
+        self.retire_blocks(posted, 1)
+    }
+
+    /// Retires `blocks` posted blocks of one transfer, `posted.bytes` of them in all; whether
+    /// the last of them was its transfer's last, which delivered it.
+    fn retire_blocks(&mut self, posted: Posted, blocks: u64) -> bool {
         let slot = &mut self.slots[posted.slot as usize];
         if slot.generation != posted.generation {
             return false;
         }
-        slot.in_flight -= 1;
+        slot.in_flight -= blocks;
         slot.confirmed += posted.bytes;
         match slot.phase {
             Phase::Running if slot.in_flight == 0 && slot.all_posted() => {

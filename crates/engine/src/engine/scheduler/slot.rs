@@ -104,6 +104,10 @@ impl Slot {
     /// at most (segments smaller than the hint share one work request). Each local range goes
     /// to `piece` as (offset, len). `None` once all are posted.
     pub(super) fn next_block(&self, max_pieces: u32, mut piece: impl FnMut(u64, u64)) -> Option<Block> {
+        if let Some(block) = self.next_whole_block() {
+            piece(block.local_offset, block.len);
+            return Some(block);
+        }
         let segments = self.segments.as_slice();
         let first = segments.get(self.segment)?;
         let (mut segment, mut offset) = (self.segment, self.offset);
@@ -127,6 +131,32 @@ impl Slot {
         Some(Block { local_offset, remote_offset, len, pieces, last, segment, offset })
     }
 
+    /// [`next_block`](Self::next_block) where it is one piece and packs nothing: a whole
+    /// block of the current segment, or the rest of the last one. `None` where it would pack
+    /// the segments after it, or once all are posted.
+    #[inline]
+    pub(super) fn next_whole_block(&self) -> Option<Block> {
+        let segments = self.segments.as_slice();
+        let at = segments.get(self.segment)?;
+        let left = at.len - self.offset;
+        if left < self.block_bytes && self.segment + 1 < segments.len() {
+            return None;
+        }
+        let len = left.min(self.block_bytes);
+        let (segment, offset) =
+            if len == left { (self.segment + 1, 0) } else { (self.segment, self.offset + len) };
+        Some(Block {
+            local_offset: at.local_offset + self.offset,
+            remote_offset: at.remote_offset + self.offset,
+            len,
+            pieces: 1,
+            last: segment == segments.len(),
+            segment,
+            offset,
+        })
+    }
+
+    #[inline]
     pub(super) fn advance(&mut self, block: &Block) {
         (self.segment, self.offset) = (block.segment, block.offset);
         self.blocks += 1;
