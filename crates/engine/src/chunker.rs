@@ -1,11 +1,13 @@
 //! The engine's scheduler for one borrowed transport, driven by the caller's own task.
 
 use crate::engine::scheduler::{Event, LaneConfig, LinkId, Poster, Ring, Scheduler};
-use crate::engine::{Delivered, TransferRequest};
-use crate::error::TransferError;
+use crate::engine::{Delivered, EngineConfig, TransferId, TransferRequest, MAX_TRANSFERS};
+use crate::error::{PlanError, TransferError};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
-use rdma_hint_core::{Capabilities, Completion, MemoryKind, RegionId, Transport, TransportError};
+use rdma_hint_core::{
+    Capabilities, Completion, MemoryKind, RegionId, Transport, TransportError, MAX_OPS_PER_POST,
+};
 use rdma_hint_core::{SizeHint, SourceId};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -27,6 +29,9 @@ pub struct Chunker {
     /// The specs as set, before the latency-first fraction shrinks them.
     hints: BTreeMap<SourceId, BlockSpec>,
     latency_first: Option<f64>,
+    /// The transfer a `transfer` call runs, until it hands out its result: set still at the
+    /// next call only if the caller dropped that call's future mid-way.
+    running: Option<TransferId>,
 }
 
 impl std::fmt::Debug for Chunker {
@@ -47,6 +52,14 @@ impl Chunker {
         policy.validate()?;
         let policy = policy.fitted_to(caps);
         policy.validate()?;
+        // What the engine checks of its policy, after fitting: a transport may claim more.
+        if policy.wrs_per_doorbell as usize > MAX_OPS_PER_POST || policy.window >= MAX_TRANSFERS {
+            return Err(PlanError::InvalidPolicy(format!(
+                "{} work requests per doorbell (at most {MAX_OPS_PER_POST}) and a window of {} (below {MAX_TRANSFERS})",
+                policy.wrs_per_doorbell, policy.window
+            ))
+            .into());
+        }
         let lanes = LaneConfig {
             policy,
             // The window alone bounds what is in flight: one transfer at a time has the lane.
@@ -57,10 +70,14 @@ impl Chunker {
         let now = Instant::now();
         // A slot per request the window holds, and one: a transfer that ended early (its
         // deadline) keeps its slot while its posted blocks retire, the next one still has one.
-        let mut sched = Scheduler::new(policy.window + 1, lanes, Duration::MAX, false, now);
+        // The engine's stall watch: requests the transport never answers (its connection was
+        // replaced, say) cannot hold the window for ever; the lane is lost, and revived at the
+        // next transfer.
+        let stall = EngineConfig::default().lane_stall;
+        let mut sched = Scheduler::new(policy.window + 1, lanes, stall, false, now);
         sched.add_peer(&[caps], &[], now).map_err(TransferError::Refused)?;
         let completions = vec![Completion::EMPTY; policy.window as usize];
-        Ok(Chunker { sched, policy, completions, hints: BTreeMap::new(), latency_first: None })
+        Ok(Chunker { sched, policy, completions, hints: BTreeMap::new(), latency_first: None, running: None })
     }
 
     /// Sets the block spec for one source.
@@ -107,6 +124,13 @@ impl Chunker {
         mut request: TransferRequest,
         deadline: Instant,
     ) -> Result<Delivered, TransferError> {
+        // A call whose future was dropped mid-way left its transfer queued: none of its
+        // blocks is posted from here (its source is no longer held), and its slot frees as
+        // those already posted retire.
+        if let Some(abandoned) = self.running.take() {
+            self.sched.cancel(abandoned);
+            let _ = self.sched.collect(abandoned);
+        }
         // A lane a failed completion took down lives again: the transport says at its next
         // post whether it still can.
         self.sched.revive_link(LINK);
@@ -118,6 +142,7 @@ impl Chunker {
             .map_err(|source| TransferError::Transport { source, confirmed_bytes: 0 })?;
         let now = Instant::now();
         let id = self.sched.queue(admitted, request, deadline, now);
+        self.running = Some(id);
         let mut slice_start = now;
         loop {
             let now = Instant::now();
@@ -129,6 +154,7 @@ impl Chunker {
             {
             }
             if let Some(result) = self.sched.collect(id) {
+                self.running = None;
                 return result;
             }
             if worked {

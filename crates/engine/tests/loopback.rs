@@ -213,6 +213,33 @@ fn unregistered_or_unexposed_memory_fails_before_posting() {
     ));
 }
 
+/// A transfer whose future the caller drops mid-way (a `select!`, a `timeout`) posts nothing
+/// more: the next transfer moves its own bytes only, and dropping more calls than the chunker
+/// has slots never leaves it full.
+#[test]
+fn a_dropped_transfer_posts_nothing_more_and_gives_its_slot_back() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let s = setup(64 << 20);
+    let mut chunker = chunker(&s.transport, 4096, 4096);
+    s.transport.write_region(s.src.id, 0, &vec![0xaa; 60 << 20]).unwrap();
+    s.transport.write_region(s.src.id, 60 << 20, &[0xbb; 4096]).unwrap();
+    let whole = || TransferRequest::single(&s.src, 0, &s.dst, 0, 60 << 20);
+    for call in 0..70 {
+        let mut transfer = std::pin::pin!(chunker.transfer(&s.transport, whole(), deadline()));
+        let polled = transfer.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        assert!(polled.is_pending(), "call {call}: 60 MiB in 4 KiB blocks outlasts a time slice: {polled:?}");
+    }
+    let mut before = vec![0u8; 64 << 20];
+    s.transport.read_region(s.dst.id, 0, &mut before).unwrap();
+    let elsewhere = TransferRequest::single(&s.src, 60 << 20, &s.dst, 0, 4096);
+    assert_eq!(chunker.transfer_blocking(&s.transport, elsewhere, deadline()).unwrap().bytes, 4096);
+    let mut after = vec![0u8; 64 << 20];
+    s.transport.read_region(s.dst.id, 0, &mut after).unwrap();
+    assert!(after[..4096].iter().all(|b| *b == 0xbb));
+    assert!(after[4096..] == before[4096..], "a dropped transfer's blocks were posted after it was dropped");
+}
+
 /// The loopback transport completes every write at once, so the chunker never waits; the
 /// deadline must still end a transfer that outlives it.
 #[test]

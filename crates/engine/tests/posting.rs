@@ -286,4 +286,7 @@ fn invalid_policies_are_rejected() {
     ] {
         assert!(Chunker::new(policy, &c).is_err(), "{policy:?}");
     }
+    // More per doorbell than a doorbell holds, on a transport that claims to take them.
+    let roomy = caps(1024, 256);
+    assert!(Chunker::new(PostPolicy { wrs_per_doorbell: 128, signal_every: 8, window: 256 }, &roomy).is_err());
 }

@@ -232,9 +232,14 @@ impl Scheduler {
         };
         doorbell.ops.entries.clear();
         // The lane's direction while it has requests in flight; an empty lane turns to the
-        // direction that waited, if one did, else takes the first block's.
+        // direction that waited, if a transfer of it still waits, else takes the first block's.
         let mut direction = if lane.in_flight.is_empty() {
-            std::mem::take(&mut lane.switching).then_some(!lane.reading)
+            let waited = std::mem::take(&mut lane.switching).then_some(!lane.reading);
+            let slots = &self.slots;
+            let queued = |reads: &bool| {
+                peer.latency.iter().chain(&peer.bulk).any(|&index| slots[index as usize].read == *reads)
+            };
+            waited.filter(queued)
         } else {
             Some(lane.reading)
         };

@@ -468,8 +468,9 @@ impl Scheduler {
     }
 
     /// Retires, per completion of `link`, every work request posted on it up to its number
-    /// (cumulatively: stale or repeated numbers retire nothing more). A failed completion
-    /// fails the lane. Whether anything was retired or failed.
+    /// (cumulatively: stale or repeated numbers retire nothing more). A failed completion of
+    /// a request in flight fails the lane; numbers the lane never posted, and failures of
+    /// requests no longer in flight, change nothing. Whether anything was retired or failed.
     pub(crate) fn handle_completions(
         &mut self,
         link: LinkId,
@@ -479,9 +480,20 @@ impl Scheduler {
         let mut retired_bytes = 0;
         let mut worked = false;
         for completion in completions {
-            if let CompletionStatus::Failed { code } = completion.status {
-                self.lose_link(link, TransportError::Completion { wr_id: completion.wr_id, code });
-                return true;
+            let lane = self.lane(link);
+            // A number the lane never posted vouches for nothing; a failure of a request no
+            // longer in flight (lost with its lane, or a late answer to one an earlier
+            // failure already took out) is not this lane's news any more.
+            let posted = completion.wr_id < lane.next_seq;
+            let in_flight = lane.in_flight.front().is_some_and(|oldest| oldest.seq <= completion.wr_id);
+            match completion.status {
+                _ if !posted => continue,
+                CompletionStatus::Failed { .. } if !in_flight => continue,
+                CompletionStatus::Failed { code } => {
+                    self.lose_link(link, TransportError::Completion { wr_id: completion.wr_id, code });
+                    return true;
+                }
+                CompletionStatus::Success => {}
             }
             // A run of one transfer's blocks at a time: a bulk transfer's window retires in a
             // few steps, not a step per block.

@@ -473,3 +473,46 @@ fn a_read_behind_a_stream_of_writes_goes_once_the_lane_drains() {
     let (_, writes) = post(&mut sched, now);
     assert_eq!(writes[0].remote_offset, 32 * BLOCK);
 }
+
+/// A read that waited for the lane to turn and then ended (cancelled here; its deadline does
+/// the same) leaves no turn behind: a write queued after it goes once the lane is empty, not
+/// at its deadline.
+#[test]
+fn a_lane_turns_only_for_a_transfer_that_still_waits() {
+    let now = Instant::now();
+    let deadline = now + Duration::from_secs(1);
+    let mut sched = scheduler(1, false, now);
+    let write = submit(&mut sched, single(0, BLOCK), deadline);
+    let (link, ops) = post(&mut sched, now);
+    let read = submit(&mut sched, single(BLOCK, BLOCK).read(), deadline);
+    assert!(sched.next_doorbell(now).is_none(), "the read waits for the write in flight");
+    assert!(sched.cancel(read));
+    sched.handle_completions(link, &[done(ops[0].wr_id)], now);
+    assert!(matches!(sched.collect(write), Some(Ok(_))));
+    assert!(matches!(sched.collect(read), Some(Err(TransferError::Cancelled { .. }))));
+    submit(&mut sched, single(2 * BLOCK, BLOCK), deadline);
+    let (_, ops) = post(&mut sched, now);
+    assert_eq!(ops[0].remote_offset, 2 * BLOCK);
+}
+
+/// A late failure of a request no longer in flight (lost with its lane, here after an earlier
+/// failure took the lane down) fails nothing the lane carries now, and a number the lane never
+/// posted retires nothing: what is in flight ends by its own completions.
+#[test]
+fn stale_failures_and_numbers_never_posted_change_nothing() {
+    let now = Instant::now();
+    let deadline = now + Duration::from_secs(1);
+    let mut sched = scheduler(1, false, now);
+    let first = submit(&mut sched, single(0, 4 * BLOCK), deadline);
+    let (link, ops) = post(&mut sched, now);
+    let failed = |wr_id| Completion { wr_id, status: CompletionStatus::Failed { code: 5 } };
+    sched.handle_completions(link, &[failed(ops[1].wr_id)], now);
+    assert!(matches!(sched.collect(first), Some(Err(TransferError::Transport { .. }))));
+    sched.revive_link(link);
+    let second = submit(&mut sched, single(0, 2 * BLOCK), deadline);
+    let (_, again) = post(&mut sched, now);
+    sched.handle_completions(link, &[failed(ops[3].wr_id), done(u64::MAX), done(again[1].wr_id + 7)], now);
+    assert!(sched.is_running(second), "stale and unposted numbers ended the second transfer");
+    sched.handle_completions(link, &[done(again[1].wr_id)], now);
+    assert!(matches!(sched.collect(second), Some(Ok(Delivered { bytes, blocks: 2 })) if bytes == 2 * BLOCK));
+}
