@@ -187,7 +187,7 @@ pub struct SizeHint {
     pub transport: TransportId,
     /// Block size to post, in bytes.
     pub block_bytes: u64,
-    /// Alignment every block start and padded tail keeps, in bytes.
+    /// Alignment in bytes: every block of a range that starts on it starts on it too.
     pub align_bytes: u64,
     /// Distance class of the path (`class` in JSON).
     #[serde(rename = "class")]

@@ -153,8 +153,9 @@ pub struct Pair {
 }
 
 impl Pair {
-    /// Opens both sides through `rdma_hint::open`, registers `len` bytes (plus the tail
-    /// padding) on each and fills the source (synchronous work, done before the clock runs).
+    /// Opens both sides through `rdma_hint::open`, registers `len` bytes (rounded up to the
+    /// hint's alignment) on each and fills the source (synchronous work, done before the clock
+    /// runs).
     pub fn prepare(id: &TransportId, pair: u32, len: u64) -> Result<Pair, String> {
         let fail = |what: &str, e: &dyn std::fmt::Display| format!("{id} pair {pair}: {what}: {e}");
         let hint = get_low_latency_rdma_size_hint_with(Device::Host(0), &TransportSelector::Id(id.clone()))
@@ -162,7 +163,7 @@ impl Pair {
         let options = OpenOptions::default().token(b"embedder");
         let sender = TimedPosts::new(open(id, &options).map_err(|e| fail("open", &e))?);
         let receiver = open(id, &options).map_err(|e| fail("open", &e))?;
-        // The tail block is padded to the alignment: both regions have room for it.
+        // Buffers in whole alignment units, as an embedder's usually are; `len` of them move.
         let region_len = len.next_multiple_of(hint.align_bytes);
         let source = sender.register(MemoryKind::Host, region_len).map_err(|e| fail("register", &e))?;
         let target = receiver.register(MemoryKind::Host, region_len).map_err(|e| fail("register", &e))?;
