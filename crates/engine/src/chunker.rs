@@ -1,6 +1,6 @@
 //! The engine's scheduler for one borrowed transport, driven by the caller's own task.
 
-use crate::engine::scheduler::{Event, LaneConfig, LinkId, Poster, Ring, Scheduler};
+use crate::engine::scheduler::{Event, LaneConfig, LinkId, Poster, Scheduler};
 use crate::engine::{Delivered, EngineConfig, TransferId, TransferRequest, MAX_TRANSFERS};
 use crate::error::{PlanError, TransferError};
 use crate::plan::BlockSpec;
@@ -184,11 +184,7 @@ impl Chunker {
     fn post<T: Transport + ?Sized>(&mut self, transport: &T, now: Instant) -> bool {
         let mut rang = false;
         while let Some(mut doorbell) = self.sched.next_doorbell_for(LINK.peer, Poster::Driver, now) {
-            let rung = match doorbell.ring() {
-                Ring::Writes(ops) => transport.post_writes(ops),
-                Ring::Gathers(ops, entries) => transport.post_gather_writes(ops, entries),
-                Ring::Reads(ops) => transport.post_reads(ops),
-            };
+            let rung = doorbell.post_on(transport);
             self.sched.finish_doorbell(doorbell, rung);
             rang = true;
         }

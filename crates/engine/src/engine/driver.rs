@@ -4,7 +4,7 @@
 //! and carries out its events.
 
 use super::request::{RequestError, TransferRequest};
-use super::scheduler::{Doorbell, Event, LinkId, Ring, Scheduler};
+use super::scheduler::{Doorbell, Event, LinkId, Scheduler};
 use super::TransferId;
 use rdma_hint_core::{Completion, RegionId, RemoteRegion, Transport, TransportError};
 use std::pin::Pin;
@@ -218,11 +218,7 @@ impl Core {
 
 /// Posts a doorbell's requests with one call.
 pub(super) fn ring((doorbell, transport): &mut Rung) -> Result<(), TransportError> {
-    match doorbell.ring() {
-        Ring::Writes(ops) => transport.post_writes(ops),
-        Ring::Gathers(ops, entries) => transport.post_gather_writes(ops, entries),
-        Ring::Reads(ops) => transport.post_reads(ops),
-    }
+    doorbell.post_on(&**transport)
 }
 
 pub(super) struct Shared {

@@ -59,6 +59,21 @@ impl Doorbell {
     }
 }
 
+impl Doorbell {
+    /// Posts its requests on `transport` with one call (the lane's: the driver's or a
+    /// chunker's).
+    pub(crate) fn post_on<T: rdma_hint_core::Transport + ?Sized>(
+        &mut self,
+        transport: &T,
+    ) -> Result<(), TransportError> {
+        match self.ring() {
+            Ring::Writes(ops) => transport.post_writes(ops),
+            Ring::Gathers(ops, entries) => transport.post_gather_writes(ops, entries),
+            Ring::Reads(ops) => transport.post_reads(ops),
+        }
+    }
+}
+
 fn gather_op(op: &WriteOp, first: u32, count: u32) -> GatherOp {
     GatherOp {
         wr_id: op.wr_id,

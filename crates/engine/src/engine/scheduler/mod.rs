@@ -18,7 +18,9 @@ use super::request::{Class, RequestError, Segments, TransferRequest};
 use super::{Delivered, TransferId};
 use crate::plan::BlockSpec;
 use crate::TransferError;
-pub(crate) use doorbell::{Doorbell, Ring};
+pub(crate) use doorbell::Doorbell;
+#[cfg(test)]
+use doorbell::Ring;
 use lane::Lane;
 pub use lane::LaneStats;
 pub(crate) use lane::{LaneConfig, MAX_PIECES};
