@@ -10,21 +10,28 @@
 //!   transfers run on the same connection (bulk class, and the 4 KiB one latency-first);
 //! * **alone**: a 4 KiB latency-first transfer on an idle connection of one lane, submit to
 //!   `wait` returning, p50/p99 of 2000 (prints `RESULT alone <id> <p50 µs> <p99 µs>`; `ALONE_N`
-//!   in the environment sets how many: a profiler wants a million).
+//!   in the environment sets how many: a profiler wants a million), both sides in the default
+//!   `Adaptive` wait mode;
+//! * **alone-busy**: the same with the transport as `write_lat` measures it: both sides in
+//!   `BusyPoll`, the peer spinning on its arrivals, each probe announced (an immediate), so that
+//!   engine and transport are set side by side on one configuration (`RESULT alone-busy ...`).
 //!
 //! Medians of `--runs` runs (after one warm-up); every run's bytes are checked where they
 //! landed (the 4 KiB probes' too).
 //!
 //! `engine [--mib 256] [--runs 5] [--ids staged:tcp,staged:shm] [--bulk-mib 1024] [--lane-kib N]
-//! [--queue-us N] [--rows lanes,paged,behind,alone]` (`--lane-kib`: the engine's cap on bytes in
+//! [--queue-us N] [--rows lanes,paged,behind,alone,alone-busy]` (`--lane-kib`: the engine's cap on bytes in
 //! flight per lane; `--queue-us`: its queue time per lane; defaults `EngineConfig`'s)
 
 use rdma_hint::engine::{Engine, EngineConfig, PeerId, Segment, TransferRequest};
+use rdma_hint::transport::WaitMode;
 use rdma_hint::{
-    block_on, get_low_latency_rdma_size_hint_with, open_lanes, Device, Error, LocalRegion, MemoryKind,
-    OpenOptions, PeerEndpoint, RemoteRegion, SizeHint, Transport, TransportId, TransportSelector,
+    block_on, get_low_latency_rdma_size_hint_with, open_lanes, Arrival, Device, Error, LocalRegion,
+    MemoryKind, OpenOptions, PeerEndpoint, RemoteRegion, SizeHint, Transport, TransportError, TransportId,
+    TransportSelector,
 };
 use rdma_hint_benches::flags::Flags;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,7 +57,7 @@ fn args() -> Args {
         rows,
     };
     let mut given = Flags::from_env(
-        "usage: engine [--mib N] [--bulk-mib N] [--lane-kib N] [--runs N] [--queue-us N] [--rows lanes,paged,behind,alone] [--ids ID,ID]",
+        "usage: engine [--mib N] [--bulk-mib N] [--lane-kib N] [--runs N] [--queue-us N] [--rows lanes,paged,behind,alone,alone-busy] [--ids ID,ID]",
     );
     while let Some(flag) = given.next_arg() {
         match flag.as_str() {
@@ -86,7 +93,12 @@ struct Connection {
 }
 
 fn connect(id: &TransportId, lanes: usize, len: u64) -> Option<Connection> {
-    let options = OpenOptions::default().token(TOKEN);
+    connect_in(id, lanes, len, WaitMode::Adaptive)
+}
+
+/// [`connect`], both sides in wait mode `mode`.
+fn connect_in(id: &TransportId, lanes: usize, len: u64, mode: WaitMode) -> Option<Connection> {
+    let options = OpenOptions::default().token(TOKEN).wait_mode(mode);
     let open = |n| match open_lanes(id, &options, n) {
         Ok(opened) => Some(opened),
         Err(Error::Lanes { .. }) => None,
@@ -376,22 +388,70 @@ fn behind_bulk(
 
 /// A 4 KiB latency-first transfer on an idle connection of one lane, submit to `wait`
 /// returning, after the lane's first 256 requests (which the engine leaves to its driver):
-/// what `benches/engine-vs-write-lat.sh` sets against `write_lat`'s post-to-completion.
-fn alone_row(id: &TransportId, hint: &SizeHint) {
-    let connection = connect(id, 1, 1 << 20).expect("one lane always opens");
+/// what `benches/engine-vs-write-lat.sh` sets against `write_lat`'s post-to-completion. In
+/// `BusyPoll`, set up as `write_lat` is: the peer spins on its arrivals and each probe carries
+/// an immediate, so the engine is measured on the transport `write_lat` measures.
+fn alone_row(id: &TransportId, hint: &SizeHint, mode: WaitMode) {
+    let busy = mode == WaitMode::BusyPoll;
+    let connection = connect_in(id, 1, 1 << 20, mode).expect("one lane always opens");
     let (engine, peer) = engine_of(hint, &connection, EngineConfig::default());
-    let probe =
-        || TransferRequest::single(&connection.source, 0, &connection.remote, 0, 4096).latency_first();
-    for _ in 0..300 {
-        run(&engine, peer, probe());
-    }
+    let probe = || {
+        let request =
+            TransferRequest::single(&connection.source, 0, &connection.remote, 0, 4096).latency_first();
+        if busy {
+            request.notify(1)
+        } else {
+            request
+        }
+    };
     let n = std::env::var("ALONE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
-    let mut micros: Vec<f64> = (0..n).map(|_| run(&engine, peer, probe()).as_secs_f64() * 1e6).collect();
+    let stop = AtomicBool::new(false);
+    let mut micros: Vec<f64> = std::thread::scope(|scope| {
+        let peer_spins = busy.then(|| scope.spawn(|| spin_on_arrivals(&*connection.receivers[0], &stop)));
+        for _ in 0..300 {
+            run(&engine, peer, probe());
+        }
+        let micros = (0..n).map(|_| run(&engine, peer, probe()).as_secs_f64() * 1e6).collect();
+        stop.store(true, Ordering::Relaxed);
+        if let Some(peer_spins) = peer_spins {
+            let arrived = peer_spins.join().expect("the peer's thread");
+            assert_eq!(arrived, 300 + n, "{id}: one arrival per probe");
+        }
+        micros
+    });
     micros.sort_by(f64::total_cmp);
     check(&connection, &[Segment { local_offset: 0, remote_offset: 0, len: 4096 }]);
     let (p50, p99) = (percentile(&micros, 0.5), percentile(&micros, 0.99));
-    println!("{id}: 4 KiB latency-first alone, submit to wait, p50/p99 {p50:.2}/{p99:.2} us");
-    println!("RESULT alone {id} {p50:.3} {p99:.3}");
+    let (row, both) = if busy { ("alone-busy", "BusyPoll") } else { ("alone", "Adaptive") };
+    println!(
+        "{id}: 4 KiB latency-first alone, both sides {both}, submit to wait, p50/p99 {p50:.2}/{p99:.2} us"
+    );
+    println!("RESULT {row} {id} {p50:.3} {p99:.3}");
+}
+
+/// The peer of the `BusyPoll` alone row, as `write_lat`'s: spins on its arrivals until `stop`
+/// (and what is still on its way after); how many arrived.
+fn spin_on_arrivals(receiver: &dyn Transport, stop: &AtomicBool) -> usize {
+    let mut arrivals = [Arrival::EMPTY; 64];
+    let mut arrived = 0;
+    let mut quiet_after_stop = false;
+    loop {
+        let deadline = Instant::now() + Duration::from_millis(10);
+        match block_on(receiver.wait_arrivals(&mut arrivals, deadline)) {
+            Ok(got) => {
+                arrived += got;
+                quiet_after_stop = false;
+            }
+            // Every probe completed before `stop`: two quiet looks after it leave none behind.
+            Err(TransportError::DeadlineExceeded { .. }) if stop.load(Ordering::Relaxed) => {
+                if std::mem::replace(&mut quiet_after_stop, true) {
+                    return arrived;
+                }
+            }
+            Err(TransportError::DeadlineExceeded { .. }) => {}
+            Err(other) => panic!("arrivals: {other}"),
+        }
+    }
 }
 
 fn main() {
@@ -410,7 +470,10 @@ fn main() {
             behind_bulk_row(id, &hint, &args);
         }
         if row("alone") {
-            alone_row(id, &hint);
+            alone_row(id, &hint, WaitMode::Adaptive);
+        }
+        if row("alone-busy") {
+            alone_row(id, &hint, WaitMode::BusyPoll);
         }
     }
 }

@@ -177,7 +177,11 @@ impl StagedTransport {
     }
 
     fn link(&self) -> Result<&Link, TransportError> {
-        self.link.get().ok_or(TransportError::NotConnected)
+        // Matched, not `ok_or`: on every post and poll, an unused error is still dropped.
+        match self.link.get() {
+            Some(link) => Ok(link),
+            None => Err(TransportError::NotConnected),
+        }
     }
 
     /// This side's hello: the exposed regions, and on the shm channel where to take them.

@@ -268,7 +268,9 @@ impl<T: RegionLen> RegionTable<T> {
         max_msg_bytes: u64,
     ) -> Result<(&'a T, &'a R), TransportError> {
         let local = self.get(op.local)?;
-        let remote = remote.ok_or(TransportError::UnregisteredRegion(op.remote))?;
+        let Some(remote) = remote else {
+            return Err(TransportError::UnregisteredRegion(op.remote));
+        };
         op.check_lens(local.region_len(), remote.region_len(), max_msg_bytes)?;
         Ok((local, remote))
     }

@@ -13,7 +13,7 @@ pub use scheduler::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
 use crate::error::{PlanError, TransferError};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
-use driver::{Core, Refusal, Shared};
+use driver::{Core, Rang, Refusal, Shared};
 use rdma_hint_backend_core::timer::DeadlineTimer;
 use rdma_hint_backend_core::wait::ADAPTIVE_SPIN;
 use rdma_hint_core::{
@@ -264,19 +264,29 @@ impl Engine {
         request: TransferRequest,
         deadline: Instant,
     ) -> Result<TransferId, Refusal> {
-        let submitted = self.shared.lock().submit(peer.0, request, deadline);
-        if matches!(submitted, Err((RequestError::Full { .. }, _))) {
-            // Slots may be waiting for blocks to retire that nobody polls yet.
-            self.shared.kick_if_pending();
-        }
-        let (id, doorbell) = submitted?;
-        let queued = match doorbell {
-            Some(mut doorbell) => {
-                let rung = driver::ring(&mut doorbell);
-                self.shared.lock().finish(doorbell.0, rung)
+        let mut core = self.shared.lock();
+        let (id, doorbell) = match core.submit(peer.0, request, deadline) {
+            Ok(submitted) => submitted,
+            Err(refusal) => {
+                drop(core);
+                if matches!(refusal, (RequestError::Full { .. }, _)) {
+                    // Slots may be waiting for blocks to retire that nobody polls yet.
+                    self.shared.kick_if_pending();
+                }
+                return Err(refusal);
             }
-            None => true,
         };
+        let queued = match doorbell.map(|doorbell| core.ring_if_small(doorbell)) {
+            None => true,
+            Some(Rang::Here { queued }) => queued,
+            Some(Rang::Later(mut large)) => {
+                drop(core);
+                let rung = driver::ring(&mut large);
+                core = self.shared.lock();
+                core.finish(large.0, rung)
+            }
+        };
+        drop(core);
         // Blocks left to post are the driver's; a transfer posted whole here is retired by its
         // waiter, and the driver is woken only once someone waits for it to (a wake-up is a
         // system call and a thread contending for the lock on the latency path).
@@ -363,8 +373,9 @@ impl Engine {
     /// transfer goes on). An ended transfer's result is handed out once; its slot is freed
     /// then, or when its last posted block retires.
     ///
-    /// Each look retires what has completed itself, so a transfer whose completion is already
-    /// there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`] before it sleeps, woken
+    /// Each look polls the lanes that carry the transfer's blocks (only those: another lane's
+    /// bulk is the driver's) and retires what has completed there itself, so a transfer whose
+    /// completion is already there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`] before it sleeps, woken
     /// by whoever ends the transfer. A latency-first transfer is polled for up to twice as
     /// long as its peer's latest ones took (at most 100 µs more), yielding the
     /// thread's core between looks past the first [`ADAPTIVE_SPIN`]: a path slower than a
@@ -376,11 +387,11 @@ impl Engine {
         std::future::poll_fn(|cx| loop {
             let now = Instant::now();
             let mut state = self.shared.lock();
-            state.poll_all(now);
+            state.poll_lanes_of(id, now);
             let collected = state.sched.collect(id);
-            let holds_blocks = state.sched.holds_blocks(id);
             state.settle();
             if let Some(result) = collected {
+                let holds_blocks = state.sched.holds_blocks(id);
                 drop(state);
                 // A result handed out with blocks still in flight (cancelled, past its
                 // deadline): the driver retires them and frees the slot and the source.

@@ -331,6 +331,14 @@ struct Wrapper {
     inner: LoopbackTransport,
     silent: bool,
     gate: Option<Arc<Gate>>,
+    pollers: Option<Arc<Pollers>>,
+}
+
+/// Which threads polled a [`Wrapper`]'s completions while `recording`.
+#[derive(Default)]
+struct Pollers {
+    recording: std::sync::atomic::AtomicBool,
+    threads: std::sync::Mutex<Vec<std::thread::ThreadId>>,
 }
 
 /// Holds a [`Wrapper`]'s posts until opened, and breaks its completions on demand: a doorbell
@@ -420,6 +428,11 @@ impl Transport for Wrapper {
         &self,
         out: &mut [rdma_hint_core::Completion],
     ) -> Result<usize, rdma_hint_core::TransportError> {
+        if let Some(pollers) =
+            self.pollers.as_ref().filter(|p| p.recording.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            pollers.threads.lock().unwrap().push(std::thread::current().id());
+        }
         if self.silent {
             return Ok(0);
         }
@@ -455,7 +468,8 @@ impl Transport for Wrapper {
 
 #[test]
 fn a_lane_that_promises_gathers_it_does_not_take_stops_packing_and_loses_nothing() {
-    let lane = Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false, gate: None });
+    let lane =
+        Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false, gate: None, pollers: None });
     let len = 4 << 20;
     let src = lane.register(MemoryKind::Host, len).unwrap();
     let dst = lane.register(MemoryKind::Host, len).unwrap();
@@ -486,7 +500,8 @@ fn a_lane_that_promises_gathers_it_does_not_take_stops_packing_and_loses_nothing
 
 #[test]
 fn a_lane_that_stops_answering_fails_its_transfers_and_frees_their_slots() {
-    let silent = Arc::new(Wrapper { inner: LoopbackTransport::new(64), silent: true, gate: None });
+    let silent =
+        Arc::new(Wrapper { inner: LoopbackTransport::new(64), silent: true, gate: None, pollers: None });
     let src = silent.register(MemoryKind::Host, 1 << 20).unwrap();
     let dst = silent.register(MemoryKind::Host, 1 << 20).unwrap();
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
@@ -611,6 +626,60 @@ fn a_control_lane_carries_latency_first_transfers_alone_and_bulk_the_others() {
 }
 
 #[test]
+fn a_waiter_polls_the_lanes_of_its_own_transfer_only() {
+    // Polling a lane does that lane's work on the caller's thread (UCX progresses its puts,
+    // staged tcp pumps its socket): a latency-first transfer on the control lane must not wait
+    // while its waiter polls the bulk lane. Here the bulk lane's doorbell hangs in its post, so
+    // that lane has requests in flight the whole time the small transfers are waited for.
+    let len = 8 << 20;
+    let first = LoopbackTransport::new(256);
+    let src = first.register(MemoryKind::Host, len).unwrap();
+    let dst = first.register(MemoryKind::Host, len).unwrap();
+    first.write_region(src.id, 0, &pattern(len, 5)).unwrap();
+    let control = Arc::new(first.open_lane());
+    let (gate, pollers) = (Arc::new(Gate::default()), Arc::new(Pollers::default()));
+    let bulk_lane =
+        Wrapper { inner: first, silent: false, gate: Some(gate.clone()), pollers: Some(pollers.clone()) };
+    let bulk_lane = Arc::new(bulk_lane);
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(bulk_lane.connect(listen, &[dst.id], soon())).unwrap();
+    block_on(control.connect(listen, &[dst.id], soon())).unwrap();
+    let engine = Engine::new(EngineConfig { control_lane: true, ..EngineConfig::default() }).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
+    let lanes: Vec<Arc<dyn Transport>> = vec![bulk_lane.clone(), control.clone()];
+    let peer = engine.add_peer(lanes, &remote).unwrap();
+    let small = |k: u64| {
+        let at = len - 4096 * (1 + k % 64);
+        TransferRequest::single(&src, at, &remote[0], at, 4096).latency_first()
+    };
+    // Past the control lane's first requests (the driver's), so that callers post on it.
+    for k in 0..300 {
+        engine.wait_blocking(engine.submit(peer, small(k), soon()).unwrap(), soon()).unwrap();
+    }
+    let bulk = engine.submit(peer, TransferRequest::single(&src, 0, &remote[0], 0, len / 2), soon()).unwrap();
+    while !gate.waiting.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    pollers.recording.store(true, std::sync::atomic::Ordering::SeqCst);
+    for k in 0..32 {
+        assert_eq!(
+            engine.wait_blocking(engine.submit(peer, small(k), soon()).unwrap(), soon()).unwrap().bytes,
+            4096
+        );
+    }
+    pollers.recording.store(false, std::sync::atomic::Ordering::SeqCst);
+    let here = std::thread::current().id();
+    assert!(!pollers.threads.lock().unwrap().contains(&here), "the waiter polled the bulk lane");
+    gate.open();
+    assert_eq!(engine.wait_blocking(bulk, soon()).unwrap().bytes, len / 2);
+    let (mut arrived, expected) = (vec![0u8; len as usize], pattern(len, 5));
+    control.read_region(dst.id, 0, &mut arrived).unwrap();
+    let tail = (len - 64 * 4096) as usize;
+    assert!(arrived[..len as usize / 2] == expected[..len as usize / 2], "the bulk transfer's bytes");
+    assert!(arrived[tail..] == expected[tail..], "the small transfers' bytes");
+}
+
+#[test]
 fn bulk_goes_over_the_control_lane_once_every_other_lane_failed() {
     let first = LoopbackTransport::new(256);
     let len = 4 << 20;
@@ -618,7 +687,7 @@ fn bulk_goes_over_the_control_lane_once_every_other_lane_failed() {
     let dst = first.register(MemoryKind::Host, len).unwrap();
     first.write_region(src.id, 0, &pattern(len, 23)).unwrap();
     let control = Arc::new(first.open_lane());
-    let silent = Arc::new(Wrapper { inner: first, silent: true, gate: None });
+    let silent = Arc::new(Wrapper { inner: first, silent: true, gate: None, pollers: None });
     let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
     let remote = block_on(silent.connect(listen, &[dst.id], soon())).unwrap();
     block_on(control.connect(listen, &[dst.id], soon())).unwrap();
@@ -678,8 +747,12 @@ fn a_hint_for_another_transport_is_refused_naming_both() {
 fn a_source_stays_held_until_its_last_ringing_doorbell_has_rung() {
     use std::sync::atomic::Ordering::SeqCst;
     let gate = Arc::new(Gate::default());
-    let lane =
-        Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false, gate: Some(gate.clone()) });
+    let lane = Arc::new(Wrapper {
+        inner: LoopbackTransport::new(256),
+        silent: false,
+        gate: Some(gate.clone()),
+        pollers: None,
+    });
     let len = 16u64 << 20;
     let src = lane.register(MemoryKind::Host, len).unwrap();
     let dst = lane.register(MemoryKind::Host, len).unwrap();

@@ -372,7 +372,9 @@ impl Link {
     /// every write announced.
     fn mapped<'v>(view: &'v RemoteView<'_>, id: RegionId) -> Result<(&'v Memory, bool), TransportError> {
         let remote = view.get(id)?;
-        let mapping = remote.mapped.as_ref().ok_or(TransportError::UnregisteredRegion(id))?;
+        let Some(mapping) = remote.mapped.as_ref() else {
+            return Err(TransportError::UnregisteredRegion(id));
+        };
         Ok((mapping.get()?, remote.notify_each_write))
     }
 

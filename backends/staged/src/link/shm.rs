@@ -148,7 +148,9 @@ impl Link {
                 let (target, notify_each_write) = Link::mapped(remote, op.remote)?;
                 for piece in request.pieces() {
                     let source = regions.get(piece.local)?.memory.host();
-                    let source = source.ok_or(TransportError::UnregisteredRegion(piece.local))?;
+                    let Some(source) = source else {
+                        return Err(TransportError::UnregisteredRegion(piece.local));
+                    };
                     let run = Some(&mut producer.run);
                     source.copy_to(piece.local_offset, target, piece.remote_offset, piece.len, run)?;
                 }

@@ -9,7 +9,7 @@ use super::TransferId;
 use rdma_hint_core::{Completion, RegionId, RemoteRegion, Transport, TransportError};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -20,6 +20,20 @@ pub(super) type Refusal = (RequestError, Box<TransferRequest>);
 
 /// A doorbell and the transport that rings it.
 pub(super) type Rung = (Doorbell, Arc<dyn Transport>);
+
+/// A doorbell of at most this many payload bytes rings with the engine's lock held: its post
+/// takes about what a second round of the lock would (the staged shm channel copies 16 KiB in a
+/// microsecond or two), and the transfer then needs no second lock to record it. Larger ones
+/// ring without the lock, which the copies would hold from other callers and the driver.
+const RING_UNDER_LOCK: u64 = 16 << 10;
+
+/// What [`Core::ring_if_small`] did with a doorbell.
+pub(super) enum Rang {
+    /// Rung with the lock held; whether blocks of its peer are left to post.
+    Here { queued: bool },
+    /// Too large: to ring without the lock, then [`Core::finish`].
+    Later(Rung),
+}
 
 /// The scheduler and what it needs the world for, under one lock.
 pub(super) struct Core {
@@ -80,7 +94,7 @@ impl Core {
         peer: u32,
         mut request: TransferRequest,
         deadline: Instant,
-    ) -> Result<(TransferId, Option<Rung>), Refusal> {
+    ) -> Result<(TransferId, Option<Doorbell>), Refusal> {
         let admitted = match self.sched.admit(peer, &mut request) {
             Ok(admitted) => admitted,
             Err(error) => return Err((error, Box::new(request))),
@@ -90,11 +104,11 @@ impl Core {
             return Err((RequestError::LocalRegion { id, why }, Box::new(request)));
         }
         let now = Instant::now();
+        let class = request.class;
         let id = self.sched.queue(admitted, request, deadline, now);
-        let doorbell = self.sched.next_doorbell_for(peer, super::scheduler::Poster::Caller, now);
-        let rung = doorbell.map(|doorbell| self.with_transport(doorbell));
+        let doorbell = self.sched.next_doorbell_for(peer, super::scheduler::Poster::Caller(class), now);
         self.settle();
-        Ok((id, rung))
+        Ok((id, doorbell))
     }
 
     /// Holds `region` on every lane of `peer` (lanes may share one region table, or not:
@@ -116,6 +130,18 @@ impl Core {
         (doorbell, transport)
     }
 
+    /// Rings `doorbell` here, with the lock held, if it is small enough ([`RING_UNDER_LOCK`])
+    /// and records how that went; a larger one comes back with its transport.
+    pub(super) fn ring_if_small(&mut self, doorbell: Doorbell) -> Rang {
+        if doorbell.bytes() > RING_UNDER_LOCK {
+            return Rang::Later(self.with_transport(doorbell));
+        }
+        let mut doorbell = doorbell;
+        let link = doorbell.link;
+        let rung = doorbell.post_on(&*self.links[link.peer as usize][link.lane as usize].transport);
+        Rang::Here { queued: self.finish(doorbell, rung) }
+    }
+
     /// Records how ringing a doorbell went; whether blocks of its peer are left to post.
     pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) -> bool {
         let peer = doorbell.link.peer;
@@ -135,15 +161,37 @@ impl Core {
         worked
     }
 
+    /// Polls the lanes that carry a block of transfer `id` (none once it ended, or while
+    /// nothing of it is posted: the driver posts and polls then); whether anything was
+    /// retired or failed. A waiter polls these alone: polling a lane does that lane's work on
+    /// the polling thread (UCX progresses its puts, staged tcp pumps its socket), which a
+    /// latency-first transfer must not wait behind.
+    pub(super) fn poll_lanes_of(&mut self, id: TransferId, now: Instant) -> bool {
+        let Some((peer, mut lanes)) = self.sched.lanes_of(id) else { return false };
+        let mut worked = false;
+        while lanes != 0 {
+            let lane = lanes.trailing_zeros();
+            lanes &= lanes - 1;
+            worked |= self.poll_link(LinkId { peer, lane }, now);
+        }
+        worked
+    }
+
     fn poll_link(&mut self, link: LinkId, now: Instant) -> bool {
         if !self.sched.has_in_flight(link) {
             return false;
         }
         let io = &mut self.links[link.peer as usize][link.lane as usize];
-        let mut completions = std::mem::take(&mut io.completions);
-        let polled = io.transport.poll_completions(&mut completions);
-        let worked = self.completed(link, polled.map(|ready| &completions[..ready]), now);
-        self.links[link.peer as usize][link.lane as usize].completions = completions;
+        let polled = io.transport.poll_completions(&mut io.completions);
+        let worked = match polled {
+            Ok(0) => false,
+            Ok(ready) => self.sched.handle_completions(link, &io.completions[..ready], now),
+            Err(error) => {
+                self.sched.lose_link(link, error);
+                true
+            }
+        };
+        self.settle();
         worked
     }
 
@@ -180,7 +228,14 @@ impl Core {
     }
 
     /// Carries out what the scheduler asked for: wake waiters, end holds.
+    #[inline]
     pub(super) fn settle(&mut self) {
+        if self.sched.has_events() {
+            self.settle_events();
+        }
+    }
+
+    fn settle_events(&mut self) {
         while let Some(event) = self.sched.poll_event() {
             match event {
                 Event::Ended { slot } => {
@@ -244,6 +299,13 @@ impl Shared {
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A free lock is taken at once; only a caller that has to wait counts as a contender
+        // (two locked instructions the uncontended path does without).
+        match self.core.try_lock() {
+            Ok(core) => return core,
+            Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {}
+        }
         self.contenders.fetch_add(1, Ordering::SeqCst);
         let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
         self.contenders.fetch_sub(1, Ordering::SeqCst);
@@ -266,7 +328,10 @@ impl Shared {
     /// Leaves the driver asleep for now: what was posted is in flight, and its waiter retires
     /// it (see `kick_pending`).
     pub(super) fn kick_later(&self) {
-        self.kick_pending.store(true, Ordering::SeqCst);
+        // Mostly set already (only a kick clears it): a load spares the locked store.
+        if !self.kick_pending.load(Ordering::SeqCst) {
+            self.kick_pending.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Wakes the driver if a submit left it asleep with blocks in flight.
@@ -294,20 +359,25 @@ pub(super) fn drive(shared: &Shared) {
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::SeqCst) {
         let now = Instant::now();
-        let (doorbell, mut worked, in_flight, running) = {
+        let (doorbell, worked, in_flight, running) = {
             let mut core = shared.lock_for_driver();
-            let doorbell = core.sched.next_doorbell(now).map(|doorbell| core.with_transport(doorbell));
-            let mut worked = core.poll_all(now);
+            let doorbell = core.sched.next_doorbell(now);
+            let mut worked = doorbell.is_some();
+            let doorbell = doorbell.and_then(|doorbell| match core.ring_if_small(doorbell) {
+                Rang::Here { .. } => None,
+                Rang::Later(rung) => Some(rung),
+            });
+            worked |= core.poll_all(now);
             worked |= core.sched.handle_timeout(now);
             core.settle();
             let in_flight = core.sched.in_flight();
             (doorbell, worked, in_flight, in_flight || core.sched.queued())
         };
-        // Rung without the lock: the staged shm channel copies the blocks inside the post.
+        // A large doorbell rings without the lock: the staged shm channel copies the blocks
+        // inside the post.
         if let Some(mut doorbell) = doorbell {
             let rung = ring(&mut doorbell);
             shared.lock_for_driver().finish(doorbell.0, rung);
-            worked = true;
         }
         if worked {
             idle_since = None;

@@ -3,7 +3,7 @@
 
 use super::lane::{pick_lane, DoorbellOps, Lane, Refused};
 use super::slot::{Block, Posted, Slot};
-use super::{LinkId, Poster, Scheduler, WARM_WRS};
+use super::{Class, LinkId, Poster, Scheduler, WARM_WRS};
 use rdma_hint_core::{GatherEntry, GatherOp, ReadOp, TransportError, WriteOp};
 use std::time::Instant;
 
@@ -60,6 +60,11 @@ impl Doorbell {
 }
 
 impl Doorbell {
+    /// Payload bytes of its requests.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Posts its requests on `transport` with one call (the lane's: the driver's or a
     /// chunker's).
     pub(crate) fn post_on<T: rdma_hint_core::Transport + ?Sized>(
@@ -137,7 +142,7 @@ fn put_block(
     lane.in_flight.push_back(Posted { seq, slot: index, generation: slot.generation, bytes: block.len });
     doorbell.ops.pieces[count] = block.pieces;
     slot.lanes_used |= 1u16 << lane_index;
-    lane.largest_block = lane.largest_block.max(block.len);
+    lane.note_block(block.len);
     slot.advance(block);
     doorbell.bytes += block.len;
 }
@@ -189,25 +194,32 @@ impl Scheduler {
             && peer.lanes[lanes - 1].dead.is_none()
             && peer.lanes[..lanes - 1].iter().any(|lane| lane.dead.is_none()))
         .then_some(lanes - 1);
+        // A latency-first submit rings latency-first blocks only: a bulk block on its doorbell
+        // would be posted (on the staged shm channel, copied) by its caller before the submit
+        // returned. The driver, which the submit wakes, posts the bulk.
+        let latency_caller = poster == Poster::Caller(Class::LatencyFirst);
         let mut choices = [None, None];
         match control {
             Some(last) => {
                 let latency = (!peer.latency.is_empty() && peer.lanes[last].available())
                     .then_some((last, Classes::Latency));
-                let bulk = (!peer.bulk.is_empty())
+                let bulk = (!peer.bulk.is_empty() && !latency_caller)
                     .then(|| pick_lane(&peer.lanes[..last], peer.last_lane))
                     .flatten()
                     .map(|lane| (lane, Classes::Bulk));
                 choices = if peer.bulk_next { [bulk, latency] } else { [latency, bulk] };
             }
-            None => choices[0] = pick_lane(&peer.lanes, peer.last_lane).map(|lane| (lane, Classes::Both)),
+            None => {
+                let classes = if latency_caller { Classes::Latency } else { Classes::Both };
+                choices[0] = pick_lane(&peer.lanes, peer.last_lane).map(|lane| (lane, classes));
+            }
         }
         for (lane_index, classes) in choices.into_iter().flatten() {
             // A lane's first doorbells are left to the driver thread: they may cost
             // milliseconds the caller's thread should not spend (the staged shm channel maps
             // the peer's region at its first write into it).
             let peer = &self.peers[peer_index as usize];
-            if poster == Poster::Caller && peer.lanes[lane_index].posted_wrs < WARM_WRS {
+            if poster != Poster::Driver && peer.lanes[lane_index].posted_wrs < WARM_WRS {
                 continue;
             }
             let link = LinkId { peer: peer_index, lane: lane_index as u32 };
@@ -340,7 +352,12 @@ impl Scheduler {
         }
         let ops = &mut doorbell.ops.writes[..count];
         let every = lane.signal_every as usize;
-        ops.iter_mut().skip(every - 1).step_by(every).for_each(|op| op.signalled = true);
+        // Every `every`-th request and the last ask for a completion.
+        let mut signalled = every - 1;
+        while signalled < count {
+            ops[signalled].signalled = true;
+            signalled += every;
+        }
         ops[count - 1].signalled = true;
         (doorbell.count, doorbell.requests) = (count, count as u64);
         lane.next_seq += count as u64;

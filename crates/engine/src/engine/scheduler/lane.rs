@@ -37,6 +37,9 @@ pub(crate) struct Lane {
     /// time the lane stood empty, so a sample measures busy time).
     window_bytes: u64,
     window_at: Instant,
+    /// When the current sample spans enough to be folded (see [`fold_rate`]): until then a
+    /// retirement compares two instants and measures no duration.
+    sample_due: Instant,
     /// When the lane last emptied.
     idle_since: Option<Instant>,
     /// A rate sample was taken (the first is dropped: it holds the lane's first posts, which
@@ -44,9 +47,12 @@ pub(crate) struct Lane {
     sampled: bool,
     /// The peer's control lane: latency-first transfers only, capped by `bytes_in_flight` alone
     /// (its rate is that of lone small transfers, not of the link).
-    pub(super) control: bool,
+    control: bool,
     /// The largest block posted on the lane.
-    pub(super) largest_block: u64,
+    largest_block: u64,
+    /// [`Lane::cap`], kept as the rate and the largest block change (every doorbell asks for
+    /// it, some of them several times).
+    cap_bytes: u64,
     pub(super) next_seq: u64,
     pub(super) in_flight: VecDeque<Posted>,
     /// The requests in flight are reads. A lane carries one direction at a time: a signalled
@@ -100,10 +106,12 @@ impl Lane {
             rate: 0.0,
             window_bytes: 0,
             window_at: now,
+            sample_due: now + shortest_sample(config.queue_time),
             idle_since: None,
             sampled: false,
             control: false,
             largest_block: 0,
+            cap_bytes: config.bytes_in_flight,
             next_seq: 1,
             in_flight: VecDeque::with_capacity(policy.window as usize),
             reading: false,
@@ -125,10 +133,29 @@ impl Lane {
     /// measured rate (so work submitted now waits about that long behind it), at least two of
     /// its largest blocks (one landing while the next is sent), at most the configured cap.
     pub(super) fn cap(&self) -> u64 {
-        if self.control {
-            return self.bytes_in_flight;
+        self.cap_bytes
+    }
+
+    fn refresh_cap(&mut self) {
+        self.cap_bytes = if self.control {
+            self.bytes_in_flight
+        } else {
+            cap(self.rate, self.queue_time, self.largest_block, self.bytes_in_flight)
+        };
+    }
+
+    /// Makes it the peer's control lane (see [`Lane::cap`]).
+    pub(super) fn make_control(&mut self) {
+        self.control = true;
+        self.refresh_cap();
+    }
+
+    /// A block of `len` bytes is posted on the lane.
+    pub(super) fn note_block(&mut self, len: u64) {
+        if len > self.largest_block {
+            self.largest_block = len;
+            self.refresh_cap();
         }
-        cap(self.rate, self.queue_time, self.largest_block, self.bytes_in_flight)
     }
 
     /// Whether another doorbell of `batch_bytes` may grow (one block always goes out).
@@ -155,7 +182,9 @@ impl Lane {
         if self.in_flight.is_empty() {
             self.progress_at = now;
             if let Some(idle) = self.idle_since.take() {
-                self.window_at += now.saturating_duration_since(idle);
+                let idle_for = now.saturating_duration_since(idle);
+                self.window_at += idle_for;
+                self.sample_due += idle_for;
             }
         }
     }
@@ -164,13 +193,17 @@ impl Lane {
     pub(super) fn retired(&mut self, bytes: u64, now: Instant) {
         self.progress_at = now;
         self.window_bytes += bytes;
-        let window = (self.window_bytes, now.saturating_duration_since(self.window_at));
-        if let Some(rate) = fold_rate(self.rate, window, self.queue_time) {
-            if self.sampled {
-                self.rate = rate;
+        if now >= self.sample_due {
+            let window = (self.window_bytes, now.saturating_duration_since(self.window_at));
+            if let Some(rate) = fold_rate(self.rate, window, self.queue_time) {
+                if self.sampled {
+                    self.rate = rate;
+                    self.refresh_cap();
+                }
+                self.sampled = true;
+                (self.window_bytes, self.window_at) = (0, now);
+                self.sample_due = now + shortest_sample(self.queue_time);
             }
-            self.sampled = true;
-            (self.window_bytes, self.window_at) = (0, now);
         }
         if self.in_flight.is_empty() {
             self.idle_since = Some(now);
@@ -193,11 +226,16 @@ pub(super) fn cap(rate: f64, queue_time: Duration, largest_block: u64, configure
 /// lane held back by its cap, or by a sender with little to send, retires less than it
 /// could), so the rate is the best sample, decaying slowly toward what the lane delivers now.
 pub(super) fn fold_rate(rate: f64, (bytes, took): (u64, Duration), queue_time: Duration) -> Option<f64> {
-    if bytes == 0 || took < (queue_time / 4).max(Duration::from_micros(20)) {
+    if bytes == 0 || took < shortest_sample(queue_time) {
         return None;
     }
     let sample = bytes as f64 / took.as_secs_f64();
     Some(sample.max(rate * RATE_DECAY))
+}
+
+/// The shortest window a rate sample spans: a quarter of the queue time, at least 20 µs.
+fn shortest_sample(queue_time: Duration) -> Duration {
+    (queue_time / 4).max(Duration::from_micros(20))
 }
 
 /// What a lane's best rate keeps of itself per sample (halves in about 14 samples).
@@ -206,6 +244,9 @@ const RATE_DECAY: f64 = 0.95;
 /// The live lane with room and the fewest outstanding bytes; ties go round, starting after
 /// `last` (a channel that completes inside the post always has none outstanding).
 pub(super) fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
+    if let [only] = lanes {
+        return only.available().then_some(0);
+    }
     let count = lanes.len();
     (1..=count)
         .map(|step| ((last + step) % count, &lanes[(last + step) % count]))

@@ -59,12 +59,12 @@ pub(crate) enum Event {
     Unhold { peer: u32, region: RegionId },
 }
 
-/// Who builds a doorbell: the driver thread, or a caller's `submit` (which leaves a lane's
-/// first posts to the driver).
+/// Who builds a doorbell: the driver thread, or a caller's `submit` of a transfer of that
+/// class (which leaves a lane's first posts to the driver).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Poster {
     Driver,
-    Caller,
+    Caller(Class),
 }
 
 /// What a transfer looks like from outside.
@@ -106,9 +106,10 @@ struct Peer {
     bulk_next: bool,
     latency: VecDeque<u32>,
     bulk: VecDeque<u32>,
-    /// How long its latency-first transfers took from queue to end, lately (an average that
-    /// weighs the last one by 1/8): how long a waiter may expect to poll before one ends.
-    latency_first_took: Option<Duration>,
+    /// How long its latency-first transfers took from queue to end, lately, in nanoseconds (an
+    /// average that weighs the last one by 1/8; integers, since `Duration` arithmetic divides):
+    /// how long a waiter may expect to poll before one ends.
+    latency_first_took_ns: Option<u64>,
 }
 
 impl Peer {
@@ -221,7 +222,7 @@ impl Scheduler {
         let mut built: Vec<Lane> = lanes.iter().map(|caps| Lane::new(caps, &self.lanes, now)).collect();
         let count = built.len();
         if self.control_lane && count > 1 {
-            built[count - 1].control = true;
+            built[count - 1].make_control();
         }
         let slots = self.slots.len();
         self.peers.push(Peer {
@@ -233,7 +234,7 @@ impl Scheduler {
             bulk_next: false,
             latency: VecDeque::with_capacity(slots),
             bulk: VecDeque::with_capacity(slots),
-            latency_first_took: None,
+            latency_first_took_ns: None,
         });
         Ok(self.peers.len() as u32 - 1)
     }
@@ -357,7 +358,7 @@ impl Scheduler {
     /// end (on average, lately); `None` for bulk, or before any ended.
     pub(crate) fn expected_latency(&self, id: TransferId) -> Option<Duration> {
         let slot = self.slot(id).filter(|slot| slot.running() && slot.latency_first)?;
-        self.peers[slot.peer as usize].latency_first_took
+        self.peers[slot.peer as usize].latency_first_took_ns.map(Duration::from_nanos)
     }
 
     /// Whether `id` is still running (its waiter may wait for its [`Event::Ended`]).
@@ -391,6 +392,12 @@ impl Scheduler {
         }
     }
 
+    /// The peer of a running transfer and its lanes that carried a block of it (bit `n`:
+    /// lane `n`): the lanes its waiter polls.
+    pub(crate) fn lanes_of(&self, id: TransferId) -> Option<(u32, u16)> {
+        self.slot(id).filter(|slot| slot.running()).map(|slot| (slot.peer, slot.lanes_used))
+    }
+
     /// Whether `id`'s result was handed out while blocks of it are still in flight (its slot
     /// frees when they retire, which someone must poll for).
     pub(crate) fn holds_blocks(&self, id: TransferId) -> bool {
@@ -414,6 +421,12 @@ impl Scheduler {
     }
 
     /// The next thing the driver must do, in the order they happened.
+    /// Whether [`poll_event`](Self::poll_event) has one to give.
+    #[inline]
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     pub(crate) fn poll_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front();
         if event == Some(Event::Room) {
@@ -557,10 +570,13 @@ impl Scheduler {
     fn learn_latency(&mut self, index: u32, now: Instant) {
         let slot = &self.slots[index as usize];
         if slot.latency_first {
-            let took = now.saturating_duration_since(slot.queued_at);
+            let took =
+                u64::try_from(now.saturating_duration_since(slot.queued_at).as_nanos()).unwrap_or(u64::MAX);
             let peer = &mut self.peers[slot.peer as usize];
-            peer.latency_first_took =
-                Some(peer.latency_first_took.map_or(took, |average| (average * 7 + took) / 8));
+            peer.latency_first_took_ns = Some(
+                peer.latency_first_took_ns
+                    .map_or(took, |average| average.saturating_mul(7).saturating_add(took) / 8),
+            );
         }
     }
 

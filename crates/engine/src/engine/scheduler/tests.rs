@@ -2,7 +2,7 @@
 //! and how each transfer ends.
 
 use super::{Event, LaneConfig, LinkId, Poster, Scheduler};
-use crate::engine::{Delivered, RequestError, TransferId, TransferRequest};
+use crate::engine::{Class, Delivered, RequestError, TransferId, TransferRequest};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use crate::TransferError;
@@ -318,8 +318,45 @@ fn callers_leave_a_lanes_first_doorbells_to_the_driver() {
     let now = Instant::now();
     let mut sched = scheduler(1, false, now);
     submit(&mut sched, single(0, 4096), now + Duration::from_secs(1));
-    assert!(sched.next_doorbell_for(0, Poster::Caller, now).is_none());
+    assert!(sched.next_doorbell_for(0, Poster::Caller(Class::Bulk), now).is_none());
     assert!(sched.next_doorbell_for(0, Poster::Driver, now).is_some());
+}
+
+/// Posts and retires 4 KiB transfers of both classes on every lane until each has posted more
+/// than the driver's share of first requests, so that callers post too.
+fn warm(sched: &mut Scheduler, lanes: u32, now: Instant) {
+    for round in 0..(super::WARM_WRS + 1) * 2 * u64::from(lanes) {
+        let request = if round % 2 == 0 { single(0, 4096) } else { single(0, 4096).latency_first() };
+        let id = submit(sched, request, now + Duration::from_secs(1));
+        let (link, ops) = post(sched, now);
+        assert!(sched.handle_completions(link, &[done(ops[0].wr_id)], now));
+        assert!(matches!(sched.collect(id), Some(Ok(_))));
+        events(sched);
+    }
+}
+
+#[test]
+fn a_latency_first_submit_rings_no_bulk_block_on_its_callers_thread() {
+    // Bulk queued behind it must not ride the latency-first caller's doorbell: that caller would
+    // copy (on the staged shm channel) half a lane's cap of someone else's bytes before its
+    // submit returned. The driver posts the bulk.
+    for (lanes, control_lane) in [(1, false), (2, true), (2, false)] {
+        let now = Instant::now();
+        let mut sched = scheduler(lanes, control_lane, now);
+        warm(&mut sched, lanes as u32, now);
+        submit(&mut sched, single(0, 64 * BLOCK), now + Duration::from_secs(1));
+        submit(&mut sched, single(0, 4096).latency_first(), now + Duration::from_secs(1));
+        let mut caller =
+            sched.next_doorbell_for(0, Poster::Caller(Class::LatencyFirst), now).expect("its doorbell");
+        assert_eq!(writes(&mut caller).iter().map(|op| op.len).collect::<Vec<_>>(), [4096], "{lanes} lanes");
+        sched.finish_doorbell(caller, Ok(()));
+        assert!(
+            sched.next_doorbell_for(0, Poster::Caller(Class::LatencyFirst), now).is_none(),
+            "{lanes} lanes"
+        );
+        let (_, bulk) = post(&mut sched, now);
+        assert!(bulk.iter().all(|op| op.len == BLOCK), "{lanes} lanes: the driver posts the bulk");
+    }
 }
 
 #[test]
