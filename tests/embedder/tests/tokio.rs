@@ -1,7 +1,8 @@
 //! 16 pairs at once, 32 MiB each, through `rdma_hint::open` under a tokio multi-thread runtime
-//! with 2 workers, for every backend this build can run, while a 1 ms sleep loop on the same
-//! runtime measures how late it wakes: a connect or a wait that blocked a worker would show up
-//! there. Every byte that landed is compared with what was sent.
+//! with 2 workers, for every backend this build can run. Every poll of a pair's task is timed:
+//! a connect or a wait that blocked a worker holds one poll for its deadline or its peer. A 1 ms
+//! sleep loop on the same runtime (and one on a runtime of its own) reports how late it woke.
+//! Every byte that landed is compared with what was sent.
 
 mod common;
 use common::{longest_poll, tick};
@@ -31,8 +32,8 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
     let baseline = baseline_runtime.handle();
     // In the Soft-RoCE VM (RDMA_HINT_EMBEDDER_SOFTWARE_NIC set) the CPU is emulated and the NIC
     // is the kernel: one `ibv_post_send` does the NIC's work (~14 ms per doorbell there) and
-    // starting a thread takes tens of ms, so the 100 ms bound cannot hold and is reported, not
-    // asserted; bytes, concurrency and joined connects still are. The sharp test that waits
+    // starting a thread takes tens of ms, so the bound on a poll cannot hold and is reported,
+    // not asserted; bytes, concurrency and joined connects still are. The sharp test that waits
     // sleep there is silent_peer.rs (CPU of an adaptive wait, run in the VM too).
     let software_nic = std::env::var_os("RDMA_HINT_EMBEDDER_SOFTWARE_NIC").is_some();
     for id in ids() {
@@ -79,15 +80,15 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
             longest_post.as_secs_f64() * 1e3
         );
         if software_nic {
-            println!("{id}: lateness reported, not asserted (software NIC on an emulated CPU)");
+            println!("{id}: the longest poll reported, not asserted (software NIC on an emulated CPU)");
         } else {
-            // 1 s: a wait or a handshake that blocked a worker holds it for its deadline or its
-            // peer (seconds), far past this. What is not blocking stays under it however busy
-            // the machine: the scheduler alone preempts a worker mid-poll for up to ~50 ms on a
-            // loaded 2-core machine (worst polls of 29–46 ms), a noisier VM of the same kind saw
-            // 131 ms, and beside two busy loops and another test run 374 ms (a 250 ms bound
-            // failed there).
-            assert!(late < Duration::from_secs(1), "{id}: the 1 ms ticker was {late:?} late");
+            // 1 s: a wait or a handshake that blocked a worker holds its poll for its deadline or
+            // its peer (seconds), far past this. A poll that is not blocking stays under it
+            // however busy the machine: beside two busy loops, a build and a profiler, the
+            // longest was 113 ms. The ticker's lateness is not the verdict: it waits behind every
+            // task's poll on the two workers, so it grows with tasks times load (1.65 s there,
+            // with no poll longer than 113 ms).
+            assert!(longest < Duration::from_secs(1), "{id}: a poll of a pair's task took {longest:?}");
         }
     }
 }
