@@ -375,8 +375,8 @@ impl Engine {
     ///
     /// Each look polls the lanes that carry the transfer's blocks (only those: another lane's
     /// bulk is the driver's) and retires what has completed there itself, so a transfer whose
-    /// completion is already there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`] before it sleeps, woken
-    /// by whoever ends the transfer. A latency-first transfer is polled for up to twice as
+    /// completion is already there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`]
+    /// before it sleeps, woken by whoever ends the transfer. A latency-first transfer is polled for up to twice as
     /// long as its peer's latest ones took (at most 100 µs more), yielding the
     /// thread's core between looks past the first [`ADAPTIVE_SPIN`]: a path slower than a
     /// wake-up (a socket) then ends in its waiter too, without two thread hops.

@@ -1,7 +1,7 @@
 //! The engine's I/O around its [`Scheduler`]: the lanes' transports, the waiters' wakers, the
 //! driver thread. Everything here acts on what the scheduler decides: it rings the doorbells
-//! the scheduler builds, feeds it each lane's completions (one place: [`Core::completed`]),
-//! and carries out its events.
+//! the scheduler builds, feeds it each lane's completions (one place:
+//! [`Scheduler::take_polled`]), and carries out its events.
 
 use super::request::{RequestError, TransferRequest};
 use super::scheduler::{Doorbell, Event, LinkId, Scheduler};
@@ -183,33 +183,20 @@ impl Core {
         }
         let io = &mut self.links[link.peer as usize][link.lane as usize];
         let polled = io.transport.poll_completions(&mut io.completions);
-        let worked = match polled {
-            Ok(0) => false,
-            Ok(ready) => self.sched.handle_completions(link, &io.completions[..ready], now),
-            Err(error) => {
-                self.sched.lose_link(link, error);
-                true
-            }
-        };
+        let worked = self.sched.take_polled(link, polled.map(|ready| &io.completions[..ready]), now);
         self.settle();
         worked
     }
 
-    /// The one place completions reach the scheduler: what a poll of `link` (or a wait on
-    /// it) answered. Whether anything was retired or failed.
+    /// What a wait on `link` answered (see [`Scheduler::take_polled`]); whether anything was
+    /// retired or failed.
     pub(super) fn completed(
         &mut self,
         link: LinkId,
         polled: Result<&[Completion], TransportError>,
         now: Instant,
     ) -> bool {
-        let worked = match polled {
-            Ok(completions) => self.sched.handle_completions(link, completions, now),
-            Err(error) => {
-                self.sched.lose_link(link, error);
-                true
-            }
-        };
+        let worked = self.sched.take_polled(link, polled, now);
         self.settle();
         worked
     }

@@ -420,13 +420,13 @@ impl Scheduler {
         true
     }
 
-    /// The next thing the driver must do, in the order they happened.
     /// Whether [`poll_event`](Self::poll_event) has one to give.
     #[inline]
     pub(crate) fn has_events(&self) -> bool {
         !self.events.is_empty()
     }
 
+    /// The next thing the driver must do, in the order they happened.
     pub(crate) fn poll_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front();
         if event == Some(Event::Room) {
@@ -537,6 +537,23 @@ impl Scheduler {
             self.lane_mut(link).retired(retired_bytes, now);
         }
         worked
+    }
+
+    /// What a poll of `link` (or a wait on it) answered: the one place the engine's
+    /// completions reach the scheduler. Whether anything was retired or failed.
+    pub(crate) fn take_polled(
+        &mut self,
+        link: LinkId,
+        polled: Result<&[Completion], TransportError>,
+        now: Instant,
+    ) -> bool {
+        match polled {
+            Ok(completions) => self.handle_completions(link, completions, now),
+            Err(error) => {
+                self.lose_link(link, error);
+                true
+            }
+        }
     }
 
     /// Retires one posted block; whether it was its transfer's last, which delivered it.
