@@ -13,7 +13,7 @@ pub use scheduler::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
 use crate::error::{PlanError, TransferError};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
-use driver::{Core, Rang, Refusal, Shared};
+use driver::{Core, Refusal, Shared};
 use rdma_hint_backend_core::timer::DeadlineTimer;
 use rdma_hint_backend_core::wait::ADAPTIVE_SPIN;
 use rdma_hint_core::{
@@ -276,17 +276,16 @@ impl Engine {
                 return Err(refusal);
             }
         };
-        let queued = match doorbell.map(|doorbell| core.ring_if_small(doorbell)) {
-            None => true,
-            Some(Rang::Here { queued }) => queued,
-            Some(Rang::Later(mut large)) => {
-                drop(core);
-                let rung = driver::ring(&mut large);
-                core = self.shared.lock();
-                core.finish(large.0, rung)
-            }
-        };
+        let doorbell = doorbell.map(|doorbell| core.with_transport(doorbell));
         drop(core);
+        // Rung without the lock (see the driver's ring).
+        let queued = match doorbell {
+            Some(mut doorbell) => {
+                let rung = driver::ring(&mut doorbell);
+                self.shared.lock().finish(doorbell.0, rung)
+            }
+            None => true,
+        };
         // Blocks left to post are the driver's; a transfer posted whole here is retired by its
         // waiter, and the driver is woken only once someone waits for it to (a wake-up is a
         // system call and a thread contending for the lock on the latency path).
@@ -373,8 +372,8 @@ impl Engine {
     /// transfer goes on). An ended transfer's result is handed out once; its slot is freed
     /// then, or when its last posted block retires.
     ///
-    /// Each look polls the lanes that carry the transfer's blocks (only those: another lane's
-    /// bulk is the driver's) and retires what has completed there itself, so a transfer whose
+    /// Each look polls the lanes that have carried the transfer's blocks (only those: another
+    /// lane's bulk is the driver's) and retires what has completed there itself, so a transfer whose
     /// completion is already there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`]
     /// before it sleeps, woken by whoever ends the transfer. A latency-first transfer is polled for up to twice as
     /// long as its peer's latest ones took (at most 100 µs more), yielding the

@@ -657,7 +657,9 @@ fn a_waiter_polls_the_lanes_of_its_own_transfer_only() {
         engine.wait_blocking(engine.submit(peer, small(k), soon()).unwrap(), soon()).unwrap();
     }
     let bulk = engine.submit(peer, TransferRequest::single(&src, 0, &remote[0], 0, len / 2), soon()).unwrap();
+    let until = soon();
     while !gate.waiting.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(Instant::now() < until, "the bulk lane's doorbell never reached its post");
         std::thread::yield_now();
     }
     pollers.recording.store(true, std::sync::atomic::Ordering::SeqCst);

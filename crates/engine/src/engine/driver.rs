@@ -21,20 +21,6 @@ pub(super) type Refusal = (RequestError, Box<TransferRequest>);
 /// A doorbell and the transport that rings it.
 pub(super) type Rung = (Doorbell, Arc<dyn Transport>);
 
-/// A doorbell of at most this many payload bytes rings with the engine's lock held: its post
-/// takes about what a second round of the lock would (the staged shm channel copies 16 KiB in a
-/// microsecond or two), and the transfer then needs no second lock to record it. Larger ones
-/// ring without the lock, which the copies would hold from other callers and the driver.
-const RING_UNDER_LOCK: u64 = 16 << 10;
-
-/// What [`Core::ring_if_small`] did with a doorbell.
-pub(super) enum Rang {
-    /// Rung with the lock held; whether blocks of its peer are left to post.
-    Here { queued: bool },
-    /// Too large: to ring without the lock, then [`Core::finish`].
-    Later(Rung),
-}
-
 /// The scheduler and what it needs the world for, under one lock.
 pub(super) struct Core {
     pub(super) sched: Scheduler,
@@ -130,18 +116,6 @@ impl Core {
         (doorbell, transport)
     }
 
-    /// Rings `doorbell` here, with the lock held, if it is small enough ([`RING_UNDER_LOCK`])
-    /// and records how that went; a larger one comes back with its transport.
-    pub(super) fn ring_if_small(&mut self, doorbell: Doorbell) -> Rang {
-        if doorbell.bytes() > RING_UNDER_LOCK {
-            return Rang::Later(self.with_transport(doorbell));
-        }
-        let mut doorbell = doorbell;
-        let link = doorbell.link;
-        let rung = doorbell.post_on(&*self.links[link.peer as usize][link.lane as usize].transport);
-        Rang::Here { queued: self.finish(doorbell, rung) }
-    }
-
     /// Records how ringing a doorbell went; whether blocks of its peer are left to post.
     pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) -> bool {
         let peer = doorbell.link.peer;
@@ -161,7 +135,7 @@ impl Core {
         worked
     }
 
-    /// Polls the lanes that carry a block of transfer `id` (none once it ended, or while
+    /// Polls the lanes that have carried a block of transfer `id` (none once it ended, or while
     /// nothing of it is posted: the driver posts and polls then); whether anything was
     /// retired or failed. A waiter polls these alone: polling a lane does that lane's work on
     /// the polling thread (UCX progresses its puts, staged tcp pumps its socket), which a
@@ -348,20 +322,16 @@ pub(super) fn drive(shared: &Shared) {
         let now = Instant::now();
         let (doorbell, worked, in_flight, running) = {
             let mut core = shared.lock_for_driver();
-            let doorbell = core.sched.next_doorbell(now);
+            let doorbell = core.sched.next_doorbell(now).map(|doorbell| core.with_transport(doorbell));
             let mut worked = doorbell.is_some();
-            let doorbell = doorbell.and_then(|doorbell| match core.ring_if_small(doorbell) {
-                Rang::Here { .. } => None,
-                Rang::Later(rung) => Some(rung),
-            });
             worked |= core.poll_all(now);
             worked |= core.sched.handle_timeout(now);
             core.settle();
             let in_flight = core.sched.in_flight();
             (doorbell, worked, in_flight, in_flight || core.sched.queued())
         };
-        // A large doorbell rings without the lock: the staged shm channel copies the blocks
-        // inside the post.
+        // Rung without the lock: the staged shm channel copies the blocks inside the post, and
+        // a post may wait (UCX for room on the peer's notice ring, staged tcp for its socket).
         if let Some(mut doorbell) = doorbell {
             let rung = ring(&mut doorbell);
             shared.lock_for_driver().finish(doorbell.0, rung);

@@ -60,11 +60,6 @@ impl Doorbell {
 }
 
 impl Doorbell {
-    /// Payload bytes of its requests.
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
     /// Posts its requests on `transport` with one call (the lane's: the driver's or a
     /// chunker's).
     pub(crate) fn post_on<T: rdma_hint_core::Transport + ?Sized>(
@@ -225,7 +220,8 @@ impl Scheduler {
             let link = LinkId { peer: peer_index, lane: lane_index as u32 };
             if let Some(doorbell) = self.build_doorbell(link, classes, now) {
                 let peer = &mut self.peers[peer_index as usize];
-                if classes != Classes::Latency {
+                // The control lane is no turn of the others' round.
+                if control != Some(lane_index) {
                     peer.last_lane = lane_index;
                 }
                 if poster == Poster::Driver {

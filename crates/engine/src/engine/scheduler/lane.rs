@@ -106,7 +106,8 @@ impl Lane {
             rate: 0.0,
             window_bytes: 0,
             window_at: now,
-            sample_due: now + shortest_sample(config.queue_time),
+            // Checked: the chunker's lanes have no queue time (`Duration::MAX`).
+            sample_due: now.checked_add(shortest_sample(config.queue_time)).unwrap_or(now),
             idle_since: None,
             sampled: false,
             control: false,
@@ -184,7 +185,7 @@ impl Lane {
             if let Some(idle) = self.idle_since.take() {
                 let idle_for = now.saturating_duration_since(idle);
                 self.window_at += idle_for;
-                self.sample_due += idle_for;
+                self.sample_due = self.sample_due.checked_add(idle_for).unwrap_or(self.sample_due);
             }
         }
     }
@@ -202,7 +203,7 @@ impl Lane {
                 }
                 self.sampled = true;
                 (self.window_bytes, self.window_at) = (0, now);
-                self.sample_due = now + shortest_sample(self.queue_time);
+                self.sample_due = now.checked_add(shortest_sample(self.queue_time)).unwrap_or(now);
             }
         }
         if self.in_flight.is_empty() {
