@@ -408,6 +408,9 @@ fn alone_row(id: &TransportId, hint: &SizeHint, mode: WaitMode) {
     let stop = AtomicBool::new(false);
     let mut micros: Vec<f64> = std::thread::scope(|scope| {
         let peer_spins = busy.then(|| scope.spawn(|| spin_on_arrivals(&*connection.receivers[0], &stop)));
+        // Stops the peer's thread however this ends: a failed transfer panics, and the scope
+        // would otherwise wait for that thread for ever.
+        let _stops = StopOnDrop(&stop);
         for _ in 0..300 {
             run(&engine, peer, probe());
         }
@@ -427,6 +430,15 @@ fn alone_row(id: &TransportId, hint: &SizeHint, mode: WaitMode) {
         "{id}: 4 KiB latency-first alone, both sides {both}, submit to wait, p50/p99 {p50:.2}/{p99:.2} us"
     );
     println!("RESULT {row} {id} {p50:.3} {p99:.3}");
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// The peer of the `BusyPoll` alone row, as `write_lat`'s: spins on its arrivals until `stop`

@@ -7,7 +7,7 @@
 //!
 //! The same round through the transfer engine (`MODE` `engine`: submit a 4 KiB latency-first
 //! transfer with an immediate, take its arrival, `wait` for it), against the transport posted
-//! by hand with the same op (`raw`), runs alternating (`both`, the default): what the engine
+//! by hand with the same op (`raw`), runs alternating (`both`): what the engine
 //! adds per transfer, with no second CPU and no wake-up in it. Under `valgrind --tool=callgrind`
 //! one mode at a time counts the instructions of each.
 //!
@@ -63,8 +63,11 @@ fn main() -> Result<(), String> {
     let id: TransportId =
         args.next().unwrap_or_else(|| "staged:shm".into()).parse().map_err(|e| format!("{e}"))?;
     let writes: u64 = args.next().map_or(Ok(2_000_000), |a| a.parse()).map_err(|e| format!("writes: {e}"))?;
-    let runs =
-        args.next().map_or(Ok(5), |a| a.parse::<usize>()).map_err(|e| format!("runs: {e}"))?.clamp(1, 100);
+    let runs = args.next().map_or(Ok(5), |a| a.parse::<usize>()).map_err(|e| format!("runs: {e}"))?;
+    // Each run writes a pattern of its own (a byte of its number): at most 100 tell apart.
+    if !(1..=100).contains(&runs) {
+        return Err(format!("runs: {runs}; give 1 to 100"));
+    }
     let mode = args.next().unwrap_or_else(|| "write".into());
     let deadline = Instant::now() + Duration::from_secs(60);
     let options = OpenOptions::default().token(b"rdma-hint bench").wait_mode(WaitMode::BusyPoll);
@@ -77,7 +80,7 @@ fn main() -> Result<(), String> {
             let per_write = (0..runs)
                 .map(|run| checked(&ends, run as u8, 8, || hand_posted(&ends, 8, writes)))
                 .collect::<Result<Vec<_>, _>>()?;
-            println!("{id}: {} per write (post, arrival, completion)", summary(&per_write));
+            report(&id, "write (post, arrival, completion)", &per_write);
         }
         "raw" | "engine" | "both" => against_the_engine(&id, &ends, &sender, writes, runs, &mode)?,
         other => return Err(format!("{other}: {usage}")),
@@ -162,31 +165,33 @@ fn against_the_engine(
     runs: usize,
     mode: &str,
 ) -> Result<(), String> {
-    let engine = Engine::new(EngineConfig::default()).map_err(|e| e.to_string())?;
-    engine.set_hint(Device::Host(0), BlockSpec::new(TRANSFER, 4096).map_err(|e| e.to_string())?);
-    let peer = engine.add_peer(vec![sender.clone()], &[ends.remote]).map_err(|e| e.to_string())?;
-    if mode != "raw" {
-        engine_rounds(&engine, peer, ends, WARM)?;
-    }
+    // No engine (nor its driver thread) where only the hand-posted side runs.
+    let engine = match mode {
+        "raw" => None,
+        _ => {
+            let engine = Engine::new(EngineConfig::default()).map_err(|e| e.to_string())?;
+            engine.set_hint(Device::Host(0), BlockSpec::new(TRANSFER, 4096).map_err(|e| e.to_string())?);
+            let peer = engine.add_peer(vec![sender.clone()], &[ends.remote]).map_err(|e| e.to_string())?;
+            engine_rounds(&engine, peer, ends, WARM)?;
+            Some((engine, peer))
+        }
+    };
     let (mut raw, mut through) = (Vec::new(), Vec::new());
     for run in 0..runs {
         if mode != "engine" {
             raw.push(checked(ends, 2 * run as u8, TRANSFER, || hand_posted(ends, TRANSFER, writes))?);
         }
-        if mode != "raw" {
+        if let Some((engine, peer)) = &engine {
             through.push(checked(ends, 2 * run as u8 + 1, TRANSFER, || {
-                engine_rounds(&engine, peer, ends, writes)
+                engine_rounds(engine, *peer, ends, writes)
             })?);
         }
     }
     if !raw.is_empty() {
-        println!("{id}: posted by hand, {} per 4 KiB write (post, arrival, completion)", summary(&raw));
+        report(id, "4 KiB write posted by hand (post, arrival, completion)", &raw);
     }
     if !through.is_empty() {
-        println!(
-            "{id}: through the engine, {} per 4 KiB transfer (submit, arrival, wait)",
-            summary(&through)
-        );
+        report(id, "4 KiB transfer through the engine (submit, arrival, wait)", &through);
     }
     if mode == "both" {
         let (hand, ours) = (median(&raw), median(&through));
@@ -201,8 +206,10 @@ fn median(values: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
 
-/// "X ns, median of N runs: a b c".
-fn summary(ns: &[f64]) -> String {
-    let runs: Vec<String> = ns.iter().map(|ns| format!("{ns:.1}")).collect();
-    format!("{:.1} ns, median of {} runs: {}", median(ns), ns.len(), runs.join(" "))
+/// Prints "ID: X ns per WHAT, median of N runs: a b c" (the runs sorted).
+fn report(id: &TransportId, what: &str, ns: &[f64]) {
+    let mut sorted = ns.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let runs: Vec<String> = sorted.iter().map(|ns| format!("{ns:.1}")).collect();
+    println!("{id}: {:.1} ns per {what}, median of {} runs: {}", median(ns), ns.len(), runs.join(" "));
 }

@@ -239,9 +239,10 @@ impl Engine {
     /// [`RequestError`] that says why, and nothing is posted: the one error type of a
     /// transfer, from its submit to its end. With every slot taken it answers
     /// `Refused(`[`RequestError::Full`]`)` (see
-    /// [`submit_when_ready`](Engine::submit_when_ready)). It does post what the lanes have room
-    /// for at once, a doorbell per lane, which takes what the transport's `post_writes` takes
-    /// (the staged shm channel copies the blocks there).
+    /// [`submit_when_ready`](Engine::submit_when_ready)). It rings one doorbell at most, on
+    /// the calling thread, which takes what the transport's `post_writes` takes (the staged shm
+    /// channel copies the blocks there): none on a lane's first requests (the driver's), and a
+    /// latency-first submit rings latency-first blocks only. What is left is the driver's.
     pub fn submit(
         &self,
         peer: PeerId,

@@ -33,7 +33,7 @@ fn sixteen_concurrent_pairs_move_verified_bytes_without_stalling_the_runtime() {
     // In the Soft-RoCE VM (RDMA_HINT_EMBEDDER_SOFTWARE_NIC set) the CPU is emulated and the NIC
     // is the kernel: one `ibv_post_send` does the NIC's work (~14 ms per doorbell there) and
     // starting a thread takes tens of ms, so the bound on a poll cannot hold and is reported,
-    // not asserted; bytes, concurrency and joined connects still are. The sharp test that waits
+    // not asserted; bytes and joined connects still are. The sharp test that waits
     // sleep there is silent_peer.rs (CPU of an adaptive wait, run in the VM too).
     let software_nic = std::env::var_os("RDMA_HINT_EMBEDDER_SOFTWARE_NIC").is_some();
     for id in ids() {

@@ -175,6 +175,11 @@ impl Scheduler {
     ) -> Option<Doorbell> {
         let peer = self.peers.get(peer_index as usize)?;
         if let Some(lane) = peer.lanes.iter().position(super::lane::Lane::retry_ready) {
+            // A refused request goes first, alone, from the driver: a caller would post
+            // someone else's request (bulk, perhaps) before its own submit returned.
+            if poster != Poster::Driver {
+                return None;
+            }
             return self.build_retry(LinkId { peer: peer_index, lane: lane as u32 });
         }
         if peer.latency.is_empty() && peer.bulk.is_empty() {

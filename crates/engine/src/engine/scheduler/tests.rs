@@ -360,6 +360,23 @@ fn a_latency_first_submit_rings_no_bulk_block_on_its_callers_thread() {
 }
 
 #[test]
+fn a_refused_request_goes_again_from_the_driver_not_from_a_callers_submit() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    warm(&mut sched, 1, now);
+    submit(&mut sched, single(0, 4 * BLOCK), now + Duration::from_secs(1));
+    let refused = sched.next_doorbell(now).expect("the bulk's doorbell");
+    sched.finish_doorbell(refused, Err(TransportError::UnregisteredRegion(RegionId(1))));
+    submit(&mut sched, single(0, 4096).latency_first(), now + Duration::from_secs(1));
+    assert!(
+        sched.next_doorbell_for(0, Poster::Caller(Class::LatencyFirst), now).is_none(),
+        "a caller would post the refused bulk request before its own submit returned"
+    );
+    let (_, retry) = post(&mut sched, now);
+    assert_eq!(retry.iter().map(|op| op.len).collect::<Vec<_>>(), [BLOCK], "the driver's retry, alone");
+}
+
+#[test]
 fn a_doorbell_the_transport_refuses_goes_again_a_request_at_a_time_and_only_the_bad_one_fails() {
     let now = Instant::now();
     let mut sched = scheduler(1, false, now);
