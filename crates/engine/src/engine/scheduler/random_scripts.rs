@@ -4,8 +4,8 @@
 //! once, a delivered one with its bytes, a failed one with no more confirmed than asked for,
 //! every hold ends once and only after its result was handed out, and nothing is lost.
 
-use super::{Event, LaneConfig, LinkId, Scheduler};
-use crate::engine::{Delivered, TransferId, TransferRequest};
+use super::{Event, LaneConfig, LinkId, Poster, Scheduler};
+use crate::engine::{Class, Delivered, TransferId, TransferRequest};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use crate::TransferError;
@@ -34,6 +34,10 @@ enum Step {
         pages: u64,
     },
     Build,
+    /// A caller's submit builds its doorbell (of its class), past the lanes' first requests.
+    BuildCaller {
+        latency_first: bool,
+    },
     Finish {
         which: usize,
         outcome: u8,
@@ -76,6 +80,11 @@ fn step() -> impl Strategy<Value = Step> {
         (0usize..8).prop_map(|which| Step::Cancel { which }),
         (0usize..8).prop_map(|which| Step::Collect { which }),
     ]
+}
+
+/// [`step`], and callers' doorbells among the driver's.
+fn step_with_callers() -> impl Strategy<Value = Step> {
+    prop_oneof![step(), any::<bool>().prop_map(|latency_first| Step::BuildCaller { latency_first })]
 }
 
 /// What the script knows of one submitted transfer.
@@ -155,6 +164,12 @@ impl Harness {
                     self.ringing.push(doorbell);
                 }
             }
+            Step::BuildCaller { latency_first } => {
+                let class = if latency_first { Class::LatencyFirst } else { Class::Bulk };
+                if let Some(doorbell) = self.sched.next_doorbell_for(0, Poster::Caller(class), self.now) {
+                    self.ringing.push(doorbell);
+                }
+            }
             Step::Finish { which, outcome } => {
                 if self.ringing.is_empty() {
                     return;
@@ -212,6 +227,37 @@ impl Harness {
             }
         }
         self.drain();
+    }
+
+    /// [`Harness::new`] past every lane's first requests (the driver's), so that callers
+    /// build doorbells too: 4 KiB transfers of both classes posted, completed and collected
+    /// outside the script's books.
+    fn warmed() -> Harness {
+        let mut harness = Harness::new();
+        let sched = &mut harness.sched;
+        for round in 0..(super::WARM_WRS + 1) * 2 * u64::from(LANES) {
+            let mut request = TransferRequest::single(&LOCAL, 0, &REMOTE, 0, 4096);
+            if round % 2 == 1 {
+                request = request.latency_first();
+            }
+            let admitted = sched.admit(0, &mut request).expect("a free slot");
+            let id = sched.queue(admitted, request, harness.now + Duration::from_secs(1), harness.now);
+            let mut doorbell = sched.next_doorbell(harness.now).expect("its doorbell");
+            let link = doorbell.link;
+            let wr_id = match doorbell.ring() {
+                super::Ring::Writes(ops) => ops[ops.len() - 1].wr_id,
+                _ => unreachable!("a plain 4 KiB write"),
+            };
+            sched.finish_doorbell(doorbell, Ok(()));
+            sched.handle_completions(
+                link,
+                &[Completion { wr_id, status: CompletionStatus::Success }],
+                harness.now,
+            );
+            assert!(matches!(sched.collect(id), Some(Ok(_))));
+            while sched.poll_event().is_some() {}
+        }
+        harness
     }
 
     fn submit(&mut self, mut request: TransferRequest, total: u64, deadline_ms: u64) {
@@ -308,6 +354,15 @@ proptest! {
     #[test]
     fn every_transfer_ends_once_and_lets_its_hold_go_once(steps in proptest::collection::vec(step(), 1..60)) {
         let mut harness = Harness::new();
+        for step in &steps {
+            harness.run(step);
+        }
+        harness.settle();
+    }
+
+    #[test]
+    fn callers_and_the_driver_together_end_every_transfer_once(steps in proptest::collection::vec(step_with_callers(), 1..60)) {
+        let mut harness = Harness::warmed();
         for step in &steps {
             harness.run(step);
         }
