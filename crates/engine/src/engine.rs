@@ -265,20 +265,12 @@ impl Engine {
         request: TransferRequest,
         deadline: Instant,
     ) -> Result<TransferId, Refusal> {
-        let mut core = self.shared.lock();
-        let (id, doorbell) = match core.submit(peer.0, request, deadline) {
-            Ok(submitted) => submitted,
-            Err(refusal) => {
-                drop(core);
-                if matches!(refusal, (RequestError::Full { .. }, _)) {
-                    // Slots may be waiting for blocks to retire that nobody polls yet.
-                    self.shared.kick_if_pending();
-                }
-                return Err(refusal);
-            }
-        };
-        let doorbell = doorbell.map(|doorbell| core.with_transport(doorbell));
-        drop(core);
+        let submitted = self.shared.lock().submit(peer.0, request, deadline);
+        if matches!(submitted, Err((RequestError::Full { .. }, _))) {
+            // Slots may be waiting for blocks to retire that nobody polls yet.
+            self.shared.kick_if_pending();
+        }
+        let (id, doorbell) = submitted?;
         // Rung without the lock (see the driver's ring).
         let queued = match doorbell {
             Some(mut doorbell) => {
@@ -374,12 +366,13 @@ impl Engine {
     /// then, or when its last posted block retires.
     ///
     /// Each look polls the lanes that have carried the transfer's blocks (only those: another
-    /// lane's bulk is the driver's) and retires what has completed there itself, so a transfer whose
-    /// completion is already there ends without a thread hop; it polls for [`ADAPTIVE_SPIN`]
-    /// before it sleeps, woken by whoever ends the transfer. A latency-first transfer is polled for up to twice as
-    /// long as its peer's latest ones took (at most 100 µs more), yielding the
-    /// thread's core between looks past the first [`ADAPTIVE_SPIN`]: a path slower than a
-    /// wake-up (a socket) then ends in its waiter too, without two thread hops.
+    /// lane's bulk is the driver's) and retires what has completed there itself, so a
+    /// transfer whose completion is already there ends without a thread hop; it polls for
+    /// [`ADAPTIVE_SPIN`] before it sleeps, woken by whoever ends the transfer. A latency-first
+    /// transfer is polled for up to twice as long as its peer's latest ones took (at most 100 µs
+    /// more), yielding the thread's core between looks past the first [`ADAPTIVE_SPIN`]: a
+    /// path slower than a wake-up (a socket) then ends in its waiter too, without two thread
+    /// hops.
     pub async fn wait(&self, id: TransferId, deadline: Instant) -> Result<Delivered, TransferError> {
         let mut timer: Option<DeadlineTimer> = None;
         let mut spin_until: Option<Instant> = None;

@@ -80,7 +80,7 @@ impl Core {
         peer: u32,
         mut request: TransferRequest,
         deadline: Instant,
-    ) -> Result<(TransferId, Option<Doorbell>), Refusal> {
+    ) -> Result<(TransferId, Option<Rung>), Refusal> {
         let admitted = match self.sched.admit(peer, &mut request) {
             Ok(admitted) => admitted,
             Err(error) => return Err((error, Box::new(request))),
@@ -93,8 +93,9 @@ impl Core {
         let class = request.class;
         let id = self.sched.queue(admitted, request, deadline, now);
         let doorbell = self.sched.next_doorbell_for(peer, super::scheduler::Poster::Caller(class), now);
+        let rung = doorbell.map(|doorbell| self.with_transport(doorbell));
         self.settle();
-        Ok((id, doorbell))
+        Ok((id, rung))
     }
 
     /// Holds `region` on every lane of `peer` (lanes may share one region table, or not:
@@ -320,11 +321,10 @@ pub(super) fn drive(shared: &Shared) {
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::SeqCst) {
         let now = Instant::now();
-        let (doorbell, worked, in_flight, running) = {
+        let (doorbell, mut worked, in_flight, running) = {
             let mut core = shared.lock_for_driver();
             let doorbell = core.sched.next_doorbell(now).map(|doorbell| core.with_transport(doorbell));
-            let mut worked = doorbell.is_some();
-            worked |= core.poll_all(now);
+            let mut worked = core.poll_all(now);
             worked |= core.sched.handle_timeout(now);
             core.settle();
             let in_flight = core.sched.in_flight();
@@ -335,6 +335,7 @@ pub(super) fn drive(shared: &Shared) {
         if let Some(mut doorbell) = doorbell {
             let rung = ring(&mut doorbell);
             shared.lock_for_driver().finish(doorbell.0, rung);
+            worked = true;
         }
         if worked {
             idle_since = None;
