@@ -227,6 +227,7 @@ impl Core {
 
     /// Has `waker` woken when a slot comes free.
     pub(super) fn wake_on_room(&mut self, waker: &Waker) {
+        self.sched.want_room();
         if !self.room_waiters.iter().any(|w| w.will_wake(waker)) {
             self.room_waiters.push(waker.clone());
         }

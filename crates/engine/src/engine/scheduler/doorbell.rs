@@ -20,9 +20,9 @@ pub(crate) struct Doorbell {
     bytes: u64,
     /// The lane's room for the ops (one doorbell per lane rings at a time).
     ops: Box<DoorbellOps>,
-    /// A refused request posted again alone (taken off the lane's refused queue: it is in
-    /// flight now, and goes back to the queue's front only if the lane refuses its gather).
-    retry: Option<Refused>,
+    /// It posts a refused request again alone (kept in the lane's `retrying` while it rings,
+    /// so a doorbell stays a few words to move).
+    retry: bool,
     /// Its requests are reads (`ops` hold their fields; no immediate, no gather).
     reads: bool,
 }
@@ -223,7 +223,8 @@ impl Scheduler {
                 continue;
             }
             let link = LinkId { peer: peer_index, lane: lane_index as u32 };
-            if let Some(doorbell) = self.build_doorbell(link, classes, now) {
+            let built = self.build_lone(link, classes, now).or_else(|| self.build_doorbell(link, classes, now));
+            if let Some(doorbell) = built {
                 let peer = &mut self.peers[peer_index as usize];
                 // The control lane is no turn of the others' round.
                 if control != Some(lane_index) {
@@ -236,6 +237,57 @@ impl Scheduler {
             }
         }
         None
+    }
+
+    /// [`build_doorbell`](Self::build_doorbell) for the commonest small case: the queues
+    /// `classes` names hold one transfer, one block long, none of it posted yet. It builds
+    /// what `build_doorbell` would (the same request, number and counts) without its loop over
+    /// the queues, their fences and turns of direction; `None` where the case does not hold.
+    /// The link's lane was picked available (alive, with room, no doorbell ringing).
+    fn build_lone(&mut self, link: LinkId, classes: Classes, now: Instant) -> Option<Doorbell> {
+        let lane_index = link.lane as usize;
+        let peer = &mut self.peers[link.peer as usize];
+        let (latency, bulk) = (peer.latency.len(), peer.bulk.len());
+        let queue = match classes {
+            Classes::Both if latency + bulk == 1 => {
+                if latency == 1 {
+                    &mut peer.latency
+                } else {
+                    &mut peer.bulk
+                }
+            }
+            Classes::Latency if latency == 1 => &mut peer.latency,
+            Classes::Bulk if bulk == 1 => &mut peer.bulk,
+            _ => return None,
+        };
+        let index = *queue.front()?;
+        let slot = &mut self.slots[index as usize];
+        let lane = &mut peer.lanes[lane_index];
+        let turning = lane.switching || (!lane.in_flight.is_empty() && lane.reading != slot.read);
+        if turning || slot.blocks != 0 {
+            return None;
+        }
+        let block = slot.next_whole_block().filter(|block| block.last)?;
+        let mut doorbell = Doorbell {
+            link,
+            first_seq: lane.next_seq,
+            count: 1,
+            requests: 1,
+            bytes: 0,
+            ops: lane.doorbell_ops.take()?,
+            retry: false,
+            reads: slot.read,
+        };
+        queue.pop_front();
+        doorbell.ops.entries.clear();
+        lane.wake_up(now);
+        lane.reading = slot.read;
+        // Its transfer's last block: signalled, and announced if the transfer is.
+        put_block(&mut doorbell, lane, lane_index, slot, index, &block, 0);
+        lane.next_seq += 1;
+        lane.outstanding_bytes += doorbell.bytes;
+        lane.posting = true;
+        Some(doorbell)
     }
 
     /// A doorbell for `link` of blocks from the queues `classes` names; `None` when none can
@@ -255,7 +307,7 @@ impl Scheduler {
             requests: 0,
             bytes: 0,
             ops: lane.doorbell_ops.take()?,
-            retry: None,
+            retry: false,
             reads: lane.reading,
         };
         doorbell.ops.entries.clear();
@@ -392,7 +444,7 @@ impl Scheduler {
             requests: 1,
             bytes: op.len,
             ops,
-            retry: Some(refused),
+            retry: true,
             reads: refused.read,
         };
         let room = &mut *doorbell.ops;
@@ -410,6 +462,7 @@ impl Scheduler {
             }
         }
         lane.in_flight.push_back(Posted { seq: doorbell.first_seq, ..refused.posted });
+        lane.retrying = Some(refused);
         lane.reading = refused.read;
         lane.next_seq += 1;
         lane.outstanding_bytes += doorbell.bytes;
@@ -422,10 +475,11 @@ impl Scheduler {
         let link = doorbell.link;
         let lane = self.lane_mut(link);
         lane.posting = false;
+        let retried = if doorbell.retry { lane.retrying.take() } else { None };
         if lane.dead.is_some() {
             // The lane failed while the doorbell rang (a poll or the stall watch): its
             // requests left the in-flight queue with their transfers, nothing is left to count.
-        } else if let Some(refused) = doorbell.retry {
+        } else if let Some(refused) = retried {
             self.finish_retry(&doorbell, refused, rung);
         } else {
             match rung {

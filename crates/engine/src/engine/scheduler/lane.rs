@@ -80,6 +80,10 @@ pub(crate) struct Lane {
     pub(super) refused: VecDeque<Refused>,
     /// The gather entries of `refused`, in order.
     pub(super) refused_entries: VecDeque<GatherEntry>,
+    /// The refused request a doorbell of this lane posts again while it rings (taken off
+    /// `refused`: it is in flight now, and goes back to the front only if the lane refuses
+    /// its gather).
+    pub(super) retrying: Option<Refused>,
 }
 
 /// A request of a refused doorbell, waiting to be posted alone.
@@ -127,6 +131,7 @@ impl Lane {
             doorbell_ops: Some(DoorbellOps::new(max_pieces)),
             refused: VecDeque::new(),
             refused_entries: VecDeque::new(),
+            retrying: None,
         }
     }
 

@@ -53,7 +53,7 @@ pub(crate) struct LinkId {
 pub(crate) enum Event {
     /// A transfer ended: wake its waiter.
     Ended { slot: u32 },
-    /// A slot came free: wake the submitters waiting for room.
+    /// A slot came free while submitters wait for room ([`Scheduler::want_room`]): wake them.
     Room,
     /// A transfer's hold on its source ends: unhold `region` on every lane of `peer`.
     Unhold { peer: u32, region: RegionId },
@@ -141,6 +141,9 @@ pub(crate) struct Scheduler {
     /// between two drains.
     events: VecDeque<Event>,
     room_pending: bool,
+    /// A submitter waits for a free slot (see [`want_room`](Self::want_room)): only then does
+    /// a freed slot cost an event.
+    room_wanted: bool,
 }
 
 impl Scheduler {
@@ -167,6 +170,7 @@ impl Scheduler {
             earliest_deadline: None,
             events: VecDeque::with_capacity(2 * max_transfers as usize + 1),
             room_pending: false,
+            room_wanted: false,
         }
     }
 
@@ -420,6 +424,12 @@ impl Scheduler {
         true
     }
 
+    /// A submitter waits for a free slot: the next slot freed brings an [`Event::Room`] (one
+    /// for every submitter waiting then; a later one asks again).
+    pub(crate) fn want_room(&mut self) {
+        self.room_wanted = true;
+    }
+
     /// Whether [`poll_event`](Self::poll_event) has one to give.
     #[inline]
     pub(crate) fn has_events(&self) -> bool {
@@ -430,7 +440,7 @@ impl Scheduler {
     pub(crate) fn poll_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front();
         if event == Some(Event::Room) {
-            self.room_pending = false;
+            (self.room_pending, self.room_wanted) = (false, false);
         }
         event
     }
@@ -446,7 +456,7 @@ impl Scheduler {
         self.unhold_source(index);
         self.slots[index as usize].phase = Phase::Free;
         self.free.push(index);
-        if !std::mem::replace(&mut self.room_pending, true) {
+        if self.room_wanted && !std::mem::replace(&mut self.room_pending, true) {
             self.events.push_back(Event::Room);
         }
     }

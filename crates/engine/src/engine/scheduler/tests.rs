@@ -132,6 +132,7 @@ fn a_transfer_goes_in_hinted_blocks_the_last_signalled_with_its_notice_and_ends_
     assert!(sched.collect(id).is_none(), "running until its completion");
     assert!(sched.handle_completions(link, &[done(ops[4].wr_id)], now));
     assert_eq!(events(&mut sched), [Event::Ended { slot: 0 }]);
+    sched.want_room();
     assert!(matches!(sched.collect(id), Some(Ok(Delivered { bytes: 300_000, blocks: 5 }))));
     assert_eq!(events(&mut sched), [Event::Unhold { peer: 0, region: LOCAL.id }, Event::Room]);
     assert!(matches!(sched.collect(id), Some(Err(TransferError::UnknownTransfer))), "handed out once");
@@ -223,10 +224,29 @@ fn a_deadline_passing_ends_the_transfer_with_what_was_confirmed_and_its_slot_wai
         other => panic!("{other:?}"),
     }
     assert!(sched.next_doorbell(deadline).is_none(), "nothing more of it is posted");
+    sched.want_room();
     assert!(!events(&mut sched).contains(&Event::Room), "its posted blocks still hold the slot");
     sched.handle_completions(link, &[done(later[7].wr_id)], deadline);
     assert!(events(&mut sched).contains(&Event::Room), "freed once they retired");
     assert_eq!(sched.next_timeout(), None, "nothing runs, nothing is in flight");
+}
+
+#[test]
+fn a_freed_slot_is_news_only_while_a_submitter_waits_for_room() {
+    let now = Instant::now();
+    let mut sched = scheduler(1, false, now);
+    let deadline = now + Duration::from_secs(1);
+    let round = |sched: &mut Scheduler| {
+        let id = submit(sched, single(0, BLOCK), deadline);
+        let (link, ops) = post(sched, now);
+        sched.handle_completions(link, &[done(ops[0].wr_id)], now);
+        assert!(sched.collect(id).is_some_and(|result| result.is_ok()));
+        events(sched)
+    };
+    assert!(!round(&mut sched).contains(&Event::Room), "nobody waits: no event");
+    sched.want_room();
+    assert!(round(&mut sched).contains(&Event::Room), "a submitter waits: woken");
+    assert!(!round(&mut sched).contains(&Event::Room), "once: a waiter still refused asks again");
 }
 
 #[test]
@@ -236,6 +256,7 @@ fn a_lane_that_stops_answering_is_lost_at_its_stall_time() {
     let id = submit(&mut sched, single(0, BLOCK), now + Duration::from_secs(60));
     post(&mut sched, now);
     let stall = now + Duration::from_secs(10);
+    sched.want_room();
     assert_eq!(sched.next_timeout(), Some(stall));
     assert!(sched.handle_timeout(stall));
     match sched.collect(id) {
@@ -255,11 +276,13 @@ fn cancel_ends_a_queued_or_half_posted_transfer_and_posts_nothing_more_of_it() {
     assert!(sched.cancel(queued) && sched.cancel(half));
     assert!(!sched.cancel(half), "once");
     assert!(sched.next_doorbell(now).is_none());
+    sched.want_room();
     assert!(matches!(sched.collect(queued), Some(Err(TransferError::Cancelled { confirmed_bytes: 0 }))));
     assert!(matches!(sched.collect(half), Some(Err(TransferError::Cancelled { confirmed_bytes: 0 }))));
     // The half-posted one's slot frees when its posted blocks retire.
     let before = events(&mut sched);
     assert_eq!(before.iter().filter(|event| **event == Event::Room).count(), 1, "{before:?}");
+    sched.want_room();
     sched.handle_completions(link, &[done(ops[7].wr_id)], now);
     assert!(events(&mut sched).contains(&Event::Room));
 }
