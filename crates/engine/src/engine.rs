@@ -228,7 +228,6 @@ impl Engine {
         remote: &[RemoteRegion],
     ) -> Result<PeerId, TransportError> {
         self.shared
-            .lock()
             .add_peer(lanes, remote)
             .map(PeerId)
             .map_err(|error| TransportError::InvalidArgument { what: "lanes", why: error.to_string() })
@@ -271,11 +270,10 @@ impl Engine {
             self.shared.kick_if_pending();
         }
         let (id, doorbell) = submitted?;
-        // Rung without the lock (see the driver's ring).
         let queued = match doorbell {
             Some(mut doorbell) => {
-                let rung = driver::ring(&mut doorbell);
-                self.shared.lock().finish(doorbell.0, rung)
+                let rung = self.shared.ring(&mut doorbell);
+                self.shared.lock().finish(doorbell, rung)
             }
             None => true,
         };

@@ -4,7 +4,7 @@
 //! [`Scheduler::take_polled`]), and carries out its events.
 
 use super::request::{RequestError, TransferRequest};
-use super::scheduler::{Doorbell, Event, LinkId, Scheduler};
+use super::scheduler::{Doorbell, Event, LinkId, Scheduler, MAX_PEERS};
 use super::TransferId;
 use rdma_hint_core::{Completion, RegionId, RemoteRegion, Transport, TransportError};
 use std::pin::Pin;
@@ -17,9 +17,6 @@ use std::time::{Duration, Instant};
 /// A refused request, with the request handed back (boxed: refusals are rare, the `Ok` path
 /// stays small).
 pub(super) type Refusal = (RequestError, Box<TransferRequest>);
-
-/// A doorbell and the transport that rings it.
-pub(super) type Rung = (Doorbell, Arc<dyn Transport>);
 
 /// The scheduler and what it needs the world for, under one lock.
 pub(super) struct Core {
@@ -80,7 +77,7 @@ impl Core {
         peer: u32,
         mut request: TransferRequest,
         deadline: Instant,
-    ) -> Result<(TransferId, Option<Rung>), Refusal> {
+    ) -> Result<(TransferId, Option<Doorbell>), Refusal> {
         let admitted = match self.sched.admit(peer, &mut request) {
             Ok(admitted) => admitted,
             Err(error) => return Err((error, Box::new(request))),
@@ -93,9 +90,8 @@ impl Core {
         let class = request.class;
         let id = self.sched.queue(admitted, request, deadline, now);
         let doorbell = self.sched.next_doorbell_for(peer, super::scheduler::Poster::Caller(class), now);
-        let rung = doorbell.map(|doorbell| self.with_transport(doorbell));
         self.settle();
-        Ok((id, rung))
+        Ok((id, doorbell))
     }
 
     /// Holds `region` on every lane of `peer` (lanes may share one region table, or not:
@@ -109,12 +105,6 @@ impl Core {
             }
         }
         Ok(())
-    }
-
-    pub(super) fn with_transport(&self, doorbell: Doorbell) -> Rung {
-        let link = doorbell.link;
-        let transport = self.links[link.peer as usize][link.lane as usize].transport.clone();
-        (doorbell, transport)
     }
 
     /// Records how ringing a doorbell went; whether blocks of its peer are left to post.
@@ -234,13 +224,12 @@ impl Core {
     }
 }
 
-/// Posts a doorbell's requests with one call.
-pub(super) fn ring((doorbell, transport): &mut Rung) -> Result<(), TransportError> {
-    doorbell.post_on(&**transport)
-}
-
 pub(super) struct Shared {
     core: Mutex<Core>,
+    /// Per peer, its lanes' transports: set once, when the peer is added (before its id is
+    /// handed out), and never changed, so a doorbell rings on its lane without the lock and
+    /// without taking a count on the transport (two locked instructions a doorbell).
+    lanes: Box<[OnceLock<Box<[Arc<dyn Transport>]>>]>,
     /// API calls waiting for the lock: the driver yields to them between doorbells.
     contenders: AtomicUsize,
     /// A submit posted a whole transfer without waking the driver: the next look that needs
@@ -254,11 +243,36 @@ impl Shared {
     pub(super) fn new(core: Core) -> Shared {
         Shared {
             core: Mutex::new(core),
+            lanes: (0..MAX_PEERS).map(|_| OnceLock::new()).collect(),
             contenders: AtomicUsize::new(0),
             kick_pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             driver: OnceLock::new(),
         }
+    }
+
+    /// Adds a connection of `lanes` (see [`Core::add_peer`]); its id.
+    pub(super) fn add_peer(
+        &self,
+        lanes: Vec<Arc<dyn Transport>>,
+        remote: &[RemoteRegion],
+    ) -> Result<u32, RequestError> {
+        let mut core = self.lock();
+        let peer = core.add_peer(lanes.clone(), remote)?;
+        // Under the lock that numbered it: no doorbell of the peer is built before this.
+        let fresh = self.lanes[peer as usize].set(lanes.into_boxed_slice()).is_ok();
+        debug_assert!(fresh, "a peer's number is handed out once");
+        Ok(peer)
+    }
+
+    /// Posts a doorbell's requests on its lane's transport with one call (without the lock:
+    /// the staged shm channel copies the blocks inside the post, and a post may wait).
+    pub(super) fn ring(&self, doorbell: &mut Doorbell) -> Result<(), TransportError> {
+        let link = doorbell.link;
+        let lanes = self.lanes[link.peer as usize]
+            .get()
+            .expect("a peer's lanes are set before its number is handed out");
+        doorbell.post_on(&*lanes[link.lane as usize])
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
@@ -324,7 +338,7 @@ pub(super) fn drive(shared: &Shared) {
         let now = Instant::now();
         let (doorbell, mut worked, in_flight, running) = {
             let mut core = shared.lock_for_driver();
-            let doorbell = core.sched.next_doorbell(now).map(|doorbell| core.with_transport(doorbell));
+            let doorbell = core.sched.next_doorbell(now);
             let mut worked = core.poll_all(now);
             worked |= core.sched.handle_timeout(now);
             core.settle();
@@ -334,8 +348,8 @@ pub(super) fn drive(shared: &Shared) {
         // Rung without the lock: the staged shm channel copies the blocks inside the post, and
         // a post may wait (UCX for room on the peer's notice ring, staged tcp for its socket).
         if let Some(mut doorbell) = doorbell {
-            let rung = ring(&mut doorbell);
-            shared.lock_for_driver().finish(doorbell.0, rung);
+            let rung = shared.ring(&mut doorbell);
+            shared.lock_for_driver().finish(doorbell, rung);
             worked = true;
         }
         if worked {

@@ -223,7 +223,8 @@ impl Scheduler {
                 continue;
             }
             let link = LinkId { peer: peer_index, lane: lane_index as u32 };
-            let built = self.build_lone(link, classes, now).or_else(|| self.build_doorbell(link, classes, now));
+            let built =
+                self.build_lone(link, classes, now).or_else(|| self.build_doorbell(link, classes, now));
             if let Some(doorbell) = built {
                 let peer = &mut self.peers[peer_index as usize];
                 // The control lane is no turn of the others' round.
