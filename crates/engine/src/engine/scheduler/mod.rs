@@ -144,6 +144,9 @@ pub(crate) struct Scheduler {
     /// A submitter waits for a free slot (see [`want_room`](Self::want_room)): only then does
     /// a freed slot cost an event.
     room_wanted: bool,
+    /// Tests build every doorbell with the queues' loop, to check `build_lone` against it.
+    #[cfg(test)]
+    loop_only: bool,
 }
 
 impl Scheduler {
@@ -171,6 +174,8 @@ impl Scheduler {
             events: VecDeque::with_capacity(2 * max_transfers as usize + 1),
             room_pending: false,
             room_wanted: false,
+            #[cfg(test)]
+            loop_only: false,
         }
     }
 

@@ -105,6 +105,9 @@ struct Harness {
     ringing: Vec<super::Doorbell>,
     /// Signalled request numbers posted per lane.
     posted: Vec<(LinkId, u64)>,
+    /// What the scheduler built, answered and handed out, step by step (see
+    /// `a_lone_blocks_doorbell_is_what_the_queues_loop_builds`).
+    trace: Vec<String>,
 }
 
 const LOCAL: LocalRegion = LocalRegion { id: RegionId(1), kind: MemoryKind::Host, len: 1 << 30 };
@@ -132,6 +135,7 @@ impl Harness {
             slot_owner: HashMap::new(),
             ringing: Vec::new(),
             posted: Vec::new(),
+            trace: Vec::new(),
         }
     }
 
@@ -160,15 +164,13 @@ impl Harness {
                 self.submit(TransferRequest::scatter(&LOCAL, &REMOTE, segments), pages * page, 40);
             }
             Step::Build => {
-                if let Some(doorbell) = self.sched.next_doorbell(self.now) {
-                    self.ringing.push(doorbell);
-                }
+                let doorbell = self.sched.next_doorbell(self.now);
+                self.built(doorbell);
             }
             Step::BuildCaller { latency_first } => {
                 let class = if latency_first { Class::LatencyFirst } else { Class::Bulk };
-                if let Some(doorbell) = self.sched.next_doorbell_for(0, Poster::Caller(class), self.now) {
-                    self.ringing.push(doorbell);
-                }
+                let doorbell = self.sched.next_doorbell_for(0, Poster::Caller(class), self.now);
+                self.built(doorbell);
             }
             Step::Finish { which, outcome } => {
                 if self.ringing.is_empty() {
@@ -227,6 +229,21 @@ impl Harness {
             }
         }
         self.drain();
+        let statuses: Vec<_> = self.ids.iter().map(|id| self.sched.status(*id)).collect();
+        self.trace.push(format!("{:?} {statuses:?}", self.sched.lane_stats(0)));
+    }
+
+    /// Records a doorbell built, every request of it, and keeps it ringing.
+    fn built(&mut self, doorbell: Option<super::Doorbell>) {
+        let Some(mut doorbell) = doorbell else { return self.trace.push("no doorbell".into()) };
+        let link = doorbell.link;
+        let requests = match doorbell.ring() {
+            super::Ring::Writes(ops) => format!("writes {ops:?}"),
+            super::Ring::Reads(ops) => format!("reads {ops:?}"),
+            super::Ring::Gathers(ops, entries) => format!("gathers {ops:?} of {entries:?}"),
+        };
+        self.trace.push(format!("{link:?} {requests}"));
+        self.ringing.push(doorbell);
     }
 
     /// [`Harness::new`] past every lane's first requests (the driver's), so that callers
@@ -276,6 +293,7 @@ impl Harness {
 
     fn collect(&mut self, id: TransferId) {
         let result = self.sched.collect(id);
+        self.trace.push(format!("{id:?}: {result:?}"));
         let tracked = self.tracked.get_mut(&id).unwrap();
         match result {
             None => assert!(!tracked.collected && tracked.ended == 0, "running after its end"),
@@ -294,6 +312,7 @@ impl Harness {
 
     fn drain(&mut self) {
         while let Some(event) = self.sched.poll_event() {
+            self.trace.push(format!("{event:?}"));
             match event {
                 Event::Ended { slot } => {
                     let id = self.slot_owner[&slot];
@@ -358,6 +377,17 @@ proptest! {
             harness.run(step);
         }
         harness.settle();
+    }
+
+    #[test]
+    fn a_lone_blocks_doorbell_is_what_the_queues_loop_builds(steps in proptest::collection::vec(step_with_callers(), 1..60)) {
+        let (mut lone, mut looped) = (Harness::warmed(), Harness::warmed());
+        looped.sched.loop_only = true;
+        for step in &steps {
+            lone.run(step);
+            looped.run(step);
+            prop_assert_eq!(&lone.trace, &looped.trace, "after {:?}", step);
+        }
     }
 
     #[test]

@@ -593,3 +593,27 @@ fn stale_failures_and_numbers_never_posted_change_nothing() {
     sched.handle_completions(link, &[done(again[1].wr_id)], now);
     assert!(matches!(sched.collect(second), Some(Ok(Delivered { bytes, blocks: 2 })) if bytes == 2 * BLOCK));
 }
+
+/// A one-block read alone in the queues (built without the queues' loop) turns an idle lane
+/// that last carried writes: a write submitted while it is in flight waits for it.
+#[test]
+fn a_lone_read_turns_its_lane_and_a_write_waits_for_it() {
+    let now = Instant::now();
+    let deadline = now + Duration::from_secs(1);
+    let mut sched = scheduler(1, false, now);
+    let write = submit(&mut sched, single(0, BLOCK), deadline);
+    let (link, ops) = post(&mut sched, now);
+    sched.handle_completions(link, &[done(ops[0].wr_id)], now);
+    assert!(matches!(sched.collect(write), Some(Ok(_))));
+    let read = submit(&mut sched, single(4 * BLOCK, BLOCK).read(), deadline);
+    let mut doorbell = sched.next_doorbell(now).unwrap();
+    let fetched = reads(&mut doorbell);
+    sched.finish_doorbell(doorbell, Ok(()));
+    let later = submit(&mut sched, single(0, BLOCK), deadline);
+    assert!(sched.next_doorbell(now).is_none(), "the write waits while the read is in flight");
+    sched.handle_completions(link, &[done(fetched[0].wr_id)], now);
+    assert!(matches!(sched.collect(read), Some(Ok(Delivered { blocks: 1, .. }))));
+    let (_, writes) = post(&mut sched, now);
+    sched.handle_completions(link, &[done(writes[0].wr_id)], now);
+    assert!(matches!(sched.collect(later), Some(Ok(Delivered { blocks: 1, .. }))));
+}
