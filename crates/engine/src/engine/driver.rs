@@ -224,12 +224,15 @@ impl Core {
     }
 }
 
+/// A peer's lanes' transports, in lane order.
+type LaneTransports = Box<[Arc<dyn Transport>]>;
+
 pub(super) struct Shared {
     core: Mutex<Core>,
     /// Per peer, its lanes' transports: set once, when the peer is added (before its id is
     /// handed out), and never changed, so a doorbell rings on its lane without the lock and
     /// without taking a count on the transport (two locked instructions a doorbell).
-    lanes: Box<[OnceLock<Box<[Arc<dyn Transport>]>>]>,
+    lanes: Box<[OnceLock<LaneTransports>]>,
     /// API calls waiting for the lock: the driver yields to them between doorbells.
     contenders: AtomicUsize,
     /// A submit posted a whole transfer without waking the driver: the next look that needs
