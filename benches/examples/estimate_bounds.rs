@@ -91,118 +91,123 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "path", "hint", "inside", "below", "above", "inside %", "median t/est", "median hi/lo"
     );
     for id in &args.ids {
-        let region = (64u64 << 20).max(args.max_bytes);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let options = OpenOptions::default().token(b"estimate-bounds");
-        let pair = LoopbackPair::open(id, args.source, region, &options, deadline)?;
-        let calibrated = match args.stored {
-            true => "stored".to_string(),
-            false => {
-                let calibration =
-                    calibrate(&*pair.sender, args.source, &pair.local, &pair.remote, args.budget)?;
-                format!("calibrated in {:.0} ms", calibration.elapsed_ms)
-            }
-        };
-        let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities())?;
-        let hint = rdma_hint::calibration::hint_set(args.source, id)?.chosen().clone();
-        chunker.set_size_hint(&hint)?;
-        // Sizes and offsets keep the path's alignment (64 KiB for GPU memory).
-        let align =
-            hint.align_bytes.max(4096).max(if matches!(args.source, Device::Gpu(_)) { 64 << 10 } else { 0 });
-        let pattern: Vec<u8> = (0..region).map(|i| (i * 13 % 251) as u8).collect();
-        pair.sender.write_region(pair.local.id, 0, &pattern)?;
-        let mut sizes = Sizes(0x9e37_79b9_7f4a_7c15);
-        let (mut inside, mut below, mut above) = (0usize, 0usize, 0usize);
-        let mut ratios = Vec::with_capacity(args.transfers);
-        // How wide the bounds are, high over low: bounds that hold by being wide say so here.
-        let mut widths = Vec::with_capacity(args.transfers);
-        let mut cursor = 0u64;
-        let mut by_size = [(0usize, 0usize, 0usize); BINS.len()];
-        // Every estimate first: reading the cache between transfers would time its file reads'
-        // cache misses into the transfers.
-        let planned: Vec<(u64, rdma_hint::calibration::Estimate)> = (0..args.transfers)
-            .map(|_| {
-                let len = sizes.next(args.max_bytes, align);
-                estimate(len, args.source, id).map(|bounds| (len, bounds))
-            })
-            .collect::<Result<_, _>>()?;
-        let pooled = planned.first().map_or(0, |(_, bounds)| bounds.pooled_calibrations);
-        // The checks' buffers, allocated and touched before anything is timed: allocating and
-        // freeing tens of MiB between transfers slowed the next few dozen by 1.2–1.5x on the
-        // 2-core VM.
-        let (mut landed, mut sent) = (vec![1u8; args.max_bytes as usize], vec![1u8; args.max_bytes as usize]);
-        // Streamed right before the timed transfers, as a sweep does before its first point: on
-        // the 2-core VM the first ~80 transfers after calibration, the pattern's write and the
-        // estimates ran 1.3–1.5x their estimate over staged:shm, the rest at 1.0.
-        let warm_up = Instant::now();
-        while warm_up.elapsed() < WARM_UP {
-            let whole =
-                TransferRequest::single(&pair.local, 0, &pair.remote, 0, region).from_source(args.source);
-            chunker.transfer_blocking(&*pair.sender, whole, Instant::now() + Duration::from_secs(30))?;
-        }
-        for (index, (len, bounds)) in planned.into_iter().enumerate() {
-            // Walking through the region, as calibration does: each transfer streams memory the
-            // last ones did not just leave in the caches.
-            if cursor + len > region {
-                cursor = 0;
-            }
-            let at = cursor;
-            cursor = (cursor + len).next_multiple_of(align);
-            let transfer =
-                TransferRequest::single(&pair.local, at, &pair.remote, at, len).from_source(args.source);
-            let started = Instant::now();
-            chunker.transfer_blocking(&*pair.sender, transfer, started + Duration::from_secs(30))?;
-            let seconds = started.elapsed().as_secs_f64();
-            ratios.push(seconds / bounds.seconds);
-            widths.push(bounds.high_seconds / bounds.low_seconds);
-            let bin = BINS.iter().position(|&top| len <= top).unwrap_or(BINS.len() - 1);
-            match seconds {
-                s if s < bounds.low_seconds => {
-                    below += 1;
-                    by_size[bin].1 += 1;
-                }
-                s if s > bounds.high_seconds => {
-                    above += 1;
-                    by_size[bin].2 += 1;
-                }
-                _ => {
-                    inside += 1;
-                    by_size[bin].0 += 1;
-                }
-            }
-            if index % 100 == 0 {
-                let (landed, sent) = (&mut landed[..len as usize], &mut sent[..len as usize]);
-                pair.receiver.read_region(pair.target.id, at, landed)?;
-                pair.sender.read_region(pair.local.id, at, sent)?;
-                assert_eq!(landed, sent, "{id}: the bytes of a {len} B transfer differ");
-            }
-        }
-        ratios.sort_by(f64::total_cmp);
-        widths.sort_by(f64::total_cmp);
-        println!(
-            "{:<12} {:>6} KiB {:>8} {:>8} {:>8} {:>9.1} % {:>12.2} {:>12.2}   ({calibrated}, {} pooled)",
-            id.to_string(),
-            hint.block_bytes >> 10,
-            inside,
-            below,
-            above,
-            100.0 * inside as f64 / args.transfers as f64,
-            ratios[ratios.len() / 2],
-            widths[widths.len() / 2],
-            pooled,
-        );
-        let mut floor = 0;
-        for (&top, (inside, below, above)) in BINS.iter().zip(by_size) {
-            let range = match top {
-                u64::MAX => format!("{} KiB and more", floor >> 10),
-                top => format!("{}…{} KiB", floor >> 10, top >> 10),
-            };
-            println!("{:>14} {range}: {inside} inside, {below} below, {above} above", "");
-            floor = top;
-        }
+        measure_path(id, &args)?;
     }
     if !args.stored {
         let _ = std::fs::remove_dir_all(cache);
+    }
+    Ok(())
+}
+
+/// Calibrates path `id` (unless the stored calibration is asked for), then times
+/// `args.transfers` transfers against their estimates and prints where each fell.
+fn measure_path(id: &TransportId, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let region = (64u64 << 20).max(args.max_bytes);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let options = OpenOptions::default().token(b"estimate-bounds");
+    let pair = LoopbackPair::open(id, args.source, region, &options, deadline)?;
+    let calibrated = match args.stored {
+        true => "stored".to_string(),
+        false => {
+            let calibration = calibrate(&*pair.sender, args.source, &pair.local, &pair.remote, args.budget)?;
+            format!("calibrated in {:.0} ms", calibration.elapsed_ms)
+        }
+    };
+    let mut chunker = Chunker::new(PostPolicy::default(), pair.sender.capabilities())?;
+    let hint = rdma_hint::calibration::hint_set(args.source, id)?.chosen().clone();
+    chunker.set_size_hint(&hint)?;
+    // Sizes and offsets keep the path's alignment (64 KiB for GPU memory).
+    let align =
+        hint.align_bytes.max(4096).max(if matches!(args.source, Device::Gpu(_)) { 64 << 10 } else { 0 });
+    let pattern: Vec<u8> = (0..region).map(|i| (i * 13 % 251) as u8).collect();
+    pair.sender.write_region(pair.local.id, 0, &pattern)?;
+    let mut sizes = Sizes(0x9e37_79b9_7f4a_7c15);
+    let (mut inside, mut below, mut above) = (0usize, 0usize, 0usize);
+    let mut ratios = Vec::with_capacity(args.transfers);
+    // How wide the bounds are, high over low: bounds that hold by being wide say so here.
+    let mut widths = Vec::with_capacity(args.transfers);
+    let mut cursor = 0u64;
+    let mut by_size = [(0usize, 0usize, 0usize); BINS.len()];
+    // Every estimate first: reading the cache between transfers would time its file reads'
+    // cache misses into the transfers.
+    let planned: Vec<(u64, rdma_hint::calibration::Estimate)> = (0..args.transfers)
+        .map(|_| {
+            let len = sizes.next(args.max_bytes, align);
+            estimate(len, args.source, id).map(|bounds| (len, bounds))
+        })
+        .collect::<Result<_, _>>()?;
+    let pooled = planned.first().map_or(0, |(_, bounds)| bounds.pooled_calibrations);
+    // The checks' buffers, allocated and touched before anything is timed: allocating and
+    // freeing tens of MiB between transfers slowed the next few dozen by 1.2–1.5x on the
+    // 2-core VM.
+    let (mut landed, mut sent) = (vec![1u8; args.max_bytes as usize], vec![1u8; args.max_bytes as usize]);
+    // Streamed right before the timed transfers, as a sweep does before its first point: on
+    // the 2-core VM the first ~80 transfers after calibration, the pattern's write and the
+    // estimates ran 1.3–1.5x their estimate over staged:shm, the rest at 1.0.
+    let warm_up = Instant::now();
+    while warm_up.elapsed() < WARM_UP {
+        let whole = TransferRequest::single(&pair.local, 0, &pair.remote, 0, region).from_source(args.source);
+        chunker.transfer_blocking(&*pair.sender, whole, Instant::now() + Duration::from_secs(30))?;
+    }
+    for (index, (len, bounds)) in planned.into_iter().enumerate() {
+        // Walking through the region, as calibration does: each transfer streams memory the
+        // last ones did not just leave in the caches.
+        if cursor + len > region {
+            cursor = 0;
+        }
+        let at = cursor;
+        cursor = (cursor + len).next_multiple_of(align);
+        let transfer =
+            TransferRequest::single(&pair.local, at, &pair.remote, at, len).from_source(args.source);
+        let started = Instant::now();
+        chunker.transfer_blocking(&*pair.sender, transfer, started + Duration::from_secs(30))?;
+        let seconds = started.elapsed().as_secs_f64();
+        ratios.push(seconds / bounds.seconds);
+        widths.push(bounds.high_seconds / bounds.low_seconds);
+        let bin = BINS.iter().position(|&top| len <= top).unwrap_or(BINS.len() - 1);
+        match seconds {
+            s if s < bounds.low_seconds => {
+                below += 1;
+                by_size[bin].1 += 1;
+            }
+            s if s > bounds.high_seconds => {
+                above += 1;
+                by_size[bin].2 += 1;
+            }
+            _ => {
+                inside += 1;
+                by_size[bin].0 += 1;
+            }
+        }
+        if index % 100 == 0 {
+            let (landed, sent) = (&mut landed[..len as usize], &mut sent[..len as usize]);
+            pair.receiver.read_region(pair.target.id, at, landed)?;
+            pair.sender.read_region(pair.local.id, at, sent)?;
+            assert_eq!(landed, sent, "{id}: the bytes of a {len} B transfer differ");
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    widths.sort_by(f64::total_cmp);
+    println!(
+        "{:<12} {:>6} KiB {:>8} {:>8} {:>8} {:>9.1} % {:>12.2} {:>12.2}   ({calibrated}, {} pooled)",
+        id.to_string(),
+        hint.block_bytes >> 10,
+        inside,
+        below,
+        above,
+        100.0 * inside as f64 / args.transfers as f64,
+        ratios[ratios.len() / 2],
+        widths[widths.len() / 2],
+        pooled,
+    );
+    let mut floor = 0;
+    for (&top, (inside, below, above)) in BINS.iter().zip(by_size) {
+        let range = match top {
+            u64::MAX => format!("{} KiB and more", floor >> 10),
+            top => format!("{}…{} KiB", floor >> 10, top >> 10),
+        };
+        println!("{:>14} {range}: {inside} inside, {below} below, {above} above", "");
+        floor = top;
     }
     Ok(())
 }

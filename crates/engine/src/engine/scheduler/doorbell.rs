@@ -142,6 +142,24 @@ fn put_block(
     doorbell.bytes += block.len;
 }
 
+/// Closes a doorbell of `count` requests built on `lane`: every `signal_every`-th request and
+/// the last ask for a completion, and the doorbell takes its numbers and bytes from the lane,
+/// which rings no other until it is finished.
+fn seal(doorbell: &mut Doorbell, lane: &mut Lane, count: usize) {
+    let ops = &mut doorbell.ops.writes[..count];
+    let every = lane.signal_every as usize;
+    let mut signalled = every - 1;
+    while signalled < count {
+        ops[signalled].signalled = true;
+        signalled += every;
+    }
+    ops[count - 1].signalled = true;
+    (doorbell.count, doorbell.requests) = (count, count as u64);
+    lane.next_seq += count as u64;
+    lane.outstanding_bytes += doorbell.bytes;
+    lane.posting = true;
+}
+
 /// Whether the transfer's announcing block may have to wait for its blocks on other lanes
 /// (see `build_doorbell`): its run of whole blocks then leaves the last one to the full checks.
 fn fenced_at_end(slot: &Slot, lane_index: usize) -> bool {
@@ -283,8 +301,8 @@ impl Scheduler {
         let mut doorbell = Doorbell {
             link,
             first_seq: lane.next_seq,
-            count: 1,
-            requests: 1,
+            count: 0,
+            requests: 0,
             bytes: 0,
             ops: lane.doorbell_ops.take()?,
             retry: false,
@@ -296,9 +314,7 @@ impl Scheduler {
         lane.reading = slot.read;
         // Its transfer's last block: signalled, and announced if the transfer is.
         put_block(&mut doorbell, lane, lane_index, slot, index, &block, 0);
-        lane.next_seq += 1;
-        lane.outstanding_bytes += doorbell.bytes;
-        lane.posting = true;
+        seal(&mut doorbell, lane, 1);
         Some(doorbell)
     }
 
@@ -415,19 +431,7 @@ impl Scheduler {
             lane.doorbell_ops = Some(doorbell.ops);
             return None;
         }
-        let ops = &mut doorbell.ops.writes[..count];
-        let every = lane.signal_every as usize;
-        // Every `every`-th request and the last ask for a completion.
-        let mut signalled = every - 1;
-        while signalled < count {
-            ops[signalled].signalled = true;
-            signalled += every;
-        }
-        ops[count - 1].signalled = true;
-        (doorbell.count, doorbell.requests) = (count, count as u64);
-        lane.next_seq += count as u64;
-        lane.outstanding_bytes += doorbell.bytes;
-        lane.posting = true;
+        seal(&mut doorbell, lane, count);
         Some(doorbell)
     }
 
