@@ -37,7 +37,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== the floors hold (docs/architecture.md)"
 ./scripts/check-layering.sh
-echo "== every Rust file under 800 lines, every function at most 120"
+echo "== every Rust file at most 800 lines, every function at most 120"
 python3 scripts/check-sizes.py
 echo "== the declared minimum Rust holds for every locked dependency"
 ./scripts/check-msrv.sh

@@ -112,7 +112,7 @@ fn refuses_the_ops(error: &TransportError) -> bool {
 }
 
 /// Records `block` of slot `index` as the doorbell's request `count` on `lane` (signalled
-/// if it is its transfer's last; `build_doorbell` marks the rest of the signalled ones).
+/// if it is its transfer's last; `seal` marks the rest of the signalled ones).
 #[inline]
 fn put_block(
     doorbell: &mut Doorbell,
@@ -242,6 +242,10 @@ impl Scheduler {
             }
             let link = LinkId { peer: peer_index, lane: lane_index as u32 };
             let lone = if self.lone_path() { self.build_lone(link, classes, now) } else { None };
+            #[cfg(test)]
+            if let (Some(built), Some(_)) = (&mut self.lone_built, &lone) {
+                *built += 1;
+            }
             let built = lone.or_else(|| self.build_doorbell(link, classes, now));
             if let Some(doorbell) = built {
                 let peer = &mut self.peers[peer_index as usize];
@@ -266,7 +270,7 @@ impl Scheduler {
     /// Whether `build_lone` may build (tests compare it with the queues' loop alone).
     #[cfg(test)]
     fn lone_path(&self) -> bool {
-        !self.loop_only
+        self.lone_built.is_some()
     }
 
     /// [`build_doorbell`](Self::build_doorbell) for the commonest small case: the queues

@@ -53,7 +53,8 @@ pub(crate) struct LinkId {
 pub(crate) enum Event {
     /// A transfer ended: wake its waiter.
     Ended { slot: u32 },
-    /// A slot came free while submitters wait for room ([`Scheduler::want_room`]): wake them.
+    /// A slot came free while submitters wait for room ([`Scheduler::want_room`]), or the
+    /// engine stops: wake them.
     Room,
     /// A transfer's hold on its source ends: unhold `region` on every lane of `peer`.
     Unhold { peer: u32, region: RegionId },
@@ -144,9 +145,10 @@ pub(crate) struct Scheduler {
     /// A submitter waits for a free slot (see [`want_room`](Self::want_room)): only then does
     /// a freed slot cost an event.
     room_wanted: bool,
-    /// Tests build every doorbell with the queues' loop, to check `build_lone` against it.
+    /// Tests: how many doorbells `build_lone` built, or `None` to build every one with the
+    /// queues' loop (to check `build_lone` against it).
     #[cfg(test)]
-    loop_only: bool,
+    lone_built: Option<u64>,
 }
 
 impl Scheduler {
@@ -175,7 +177,7 @@ impl Scheduler {
             room_pending: false,
             room_wanted: false,
             #[cfg(test)]
-            loop_only: false,
+            lone_built: Some(0),
         }
     }
 

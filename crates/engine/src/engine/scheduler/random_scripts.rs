@@ -115,6 +115,11 @@ const REMOTE: RemoteRegion = RemoteRegion { id: RegionId(2), len: 1 << 30 };
 
 impl Harness {
     fn new() -> Harness {
+        Harness::with(false)
+    }
+
+    /// A harness whose peer's last lane is a control lane, or not.
+    fn with(control_lane: bool) -> Harness {
         let now = Instant::now();
         let config = LaneConfig {
             policy: PostPolicy { wrs_per_doorbell: 4, signal_every: 4, window: 16 },
@@ -122,7 +127,7 @@ impl Harness {
             queue_time: Duration::from_micros(200),
             gather_entries: 4,
         };
-        let mut sched = Scheduler::new(SLOTS, config, Duration::from_millis(30), false, now);
+        let mut sched = Scheduler::new(SLOTS, config, Duration::from_millis(30), control_lane, now);
         sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
         // The policy below keeps 16 requests outstanding and 4 per doorbell.
         let caps = super::tests::caps(4);
@@ -250,7 +255,12 @@ impl Harness {
     /// build doorbells too: 4 KiB transfers of both classes posted, completed and collected
     /// outside the script's books.
     fn warmed() -> Harness {
-        let mut harness = Harness::new();
+        Harness::warmed_with(false)
+    }
+
+    /// [`Harness::warmed`] of [`Harness::with`] `control_lane`.
+    fn warmed_with(control_lane: bool) -> Harness {
+        let mut harness = Harness::with(control_lane);
         let sched = &mut harness.sched;
         for round in 0..(super::WARM_WRS + 1) * 2 * u64::from(LANES) {
             let mut request = TransferRequest::single(&LOCAL, 0, &REMOTE, 0, 4096);
@@ -380,9 +390,12 @@ proptest! {
     }
 
     #[test]
-    fn a_lone_blocks_doorbell_is_what_the_queues_loop_builds(steps in proptest::collection::vec(step_with_callers(), 1..60)) {
-        let (mut lone, mut looped) = (Harness::warmed(), Harness::warmed());
-        looped.sched.loop_only = true;
+    fn a_lone_blocks_doorbell_is_what_the_queues_loop_builds(
+        steps in proptest::collection::vec(step_with_callers(), 1..60),
+        control_lane in any::<bool>(),
+    ) {
+        let (mut lone, mut looped) = (Harness::warmed_with(control_lane), Harness::warmed_with(control_lane));
+        looped.sched.lone_built = None;
         for step in &steps {
             lone.run(step);
             looped.run(step);

@@ -617,3 +617,22 @@ fn a_lone_read_turns_its_lane_and_a_write_waits_for_it() {
     sched.handle_completions(link, &[done(writes[0].wr_id)], now);
     assert!(matches!(sched.collect(later), Some(Ok(Delivered { blocks: 1, .. }))));
 }
+
+/// The random scripts compare `build_lone` with the queues' loop; this pins that the lone path
+/// is the one a lone one-block transfer takes (and not one of two blocks, or of two transfers).
+#[test]
+fn a_lone_one_block_transfer_takes_the_lone_path_and_others_the_loop() {
+    let now = Instant::now();
+    let deadline = now + Duration::from_secs(1);
+    let mut sched = scheduler(1, false, now);
+    submit(&mut sched, single(0, 4096).notify(3), deadline);
+    let (_, ops) = post(&mut sched, now);
+    assert!(ops[0].signalled && ops[0].imm == Some(3));
+    assert_eq!(sched.lone_built, Some(1));
+    submit(&mut sched, single(0, 2 * BLOCK), deadline);
+    post(&mut sched, now);
+    submit(&mut sched, single(0, 4096), deadline);
+    submit(&mut sched, single(0, 4096), deadline);
+    post(&mut sched, now);
+    assert_eq!(sched.lone_built, Some(1), "two blocks, or two transfers: the loop");
+}
