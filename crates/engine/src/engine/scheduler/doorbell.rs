@@ -60,6 +60,23 @@ impl Doorbell {
 }
 
 impl Doorbell {
+    /// An empty doorbell for `link`, in its lane's room for ops (`None` while another of the
+    /// lane's rings): its numbers start at the lane's next.
+    fn open(link: LinkId, lane: &mut Lane, reads: bool) -> Option<Doorbell> {
+        let mut ops = lane.doorbell_ops.take()?;
+        ops.entries.clear();
+        Some(Doorbell {
+            link,
+            first_seq: lane.next_seq,
+            count: 0,
+            requests: 0,
+            bytes: 0,
+            ops,
+            retry: false,
+            reads,
+        })
+    }
+
     /// Posts its requests on `transport` with one call (the lane's: the driver's or a
     /// chunker's).
     pub(crate) fn post_on<T: rdma_hint_core::Transport + ?Sized>(
@@ -302,18 +319,8 @@ impl Scheduler {
             return None;
         }
         let block = slot.next_whole_block().filter(|block| block.last)?;
-        let mut doorbell = Doorbell {
-            link,
-            first_seq: lane.next_seq,
-            count: 0,
-            requests: 0,
-            bytes: 0,
-            ops: lane.doorbell_ops.take()?,
-            retry: false,
-            reads: slot.read,
-        };
+        let mut doorbell = Doorbell::open(link, lane, slot.read)?;
         queue.pop_front();
-        doorbell.ops.entries.clear();
         lane.wake_up(now);
         lane.reading = slot.read;
         // Its transfer's last block: signalled, and announced if the transfer is.
@@ -332,17 +339,7 @@ impl Scheduler {
             return None; // draining before it turns
         }
         let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
-        let mut doorbell = Doorbell {
-            link,
-            first_seq: lane.next_seq,
-            count: 0,
-            requests: 0,
-            bytes: 0,
-            ops: lane.doorbell_ops.take()?,
-            retry: false,
-            reads: lane.reading,
-        };
-        doorbell.ops.entries.clear();
+        let mut doorbell = Doorbell::open(link, lane, lane.reading)?;
         // The lane's direction while it has requests in flight; an empty lane turns to the
         // direction that waited, if a transfer of it still waits, else takes the first block's.
         let mut direction = if lane.in_flight.is_empty() {
