@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The engine's own instructions per transfer, which no load on the machine moves: callgrind
+# The engine's own instructions per transfer, which load on the machine moves little (the lane's
+# rate sample is timed: a busier machine samples more often, some 20 a transfer): callgrind
 # counts what runs inside `Engine::submit` and `Engine::wait_blocking` for `loopback_cost`'s
 # engine rounds (a 4 KiB latency-first transfer with an immediate, its arrival, its wait; one
 # thread), then what runs inside the transport's `post_writes` and `poll_completions` alone;
