@@ -20,9 +20,6 @@ pub(crate) struct Doorbell {
     bytes: u64,
     /// The lane's room for the ops (one doorbell per lane rings at a time).
     ops: Box<DoorbellOps>,
-    /// It posts a refused request again alone (kept in the lane's `retrying` while it rings,
-    /// so a doorbell stays a few words to move).
-    retry: bool,
     /// Its requests are reads (`ops` hold their fields; no immediate, no gather).
     reads: bool,
 }
@@ -65,16 +62,7 @@ impl Doorbell {
     fn open(link: LinkId, lane: &mut Lane, reads: bool) -> Option<Doorbell> {
         let mut ops = lane.doorbell_ops.take()?;
         ops.entries.clear();
-        Some(Doorbell {
-            link,
-            first_seq: lane.next_seq,
-            count: 0,
-            requests: 0,
-            bytes: 0,
-            ops,
-            retry: false,
-            reads,
-        })
+        Some(Doorbell { link, first_seq: lane.next_seq, count: 0, requests: 0, bytes: 0, ops, reads })
     }
 
     /// Posts its requests on `transport` with one call (the lane's: the driver's or a
@@ -442,11 +430,9 @@ impl Scheduler {
     fn build_retry(&mut self, link: LinkId) -> Option<Doorbell> {
         let lane = self.lane_mut(link);
         // The lane's room first: without it (its doorbell still rings) nothing is taken.
-        let ops = lane.doorbell_ops.take()?;
-        let Some(refused) = lane.refused.pop_front() else {
-            lane.doorbell_ops = Some(ops);
-            return None;
-        };
+        let refused = *lane.refused.front()?;
+        let mut doorbell = Doorbell::open(link, lane, refused.read)?;
+        lane.refused.pop_front();
         // A failure path: the few entries of one request may take an allocation.
         let own: Vec<GatherEntry> = if refused.pieces > 1 {
             lane.refused_entries.drain(..refused.pieces as usize).collect()
@@ -454,18 +440,8 @@ impl Scheduler {
             Vec::new()
         };
         let op = WriteOp { wr_id: lane.next_seq, signalled: true, ..refused.op };
-        let mut doorbell = Doorbell {
-            link,
-            first_seq: lane.next_seq,
-            count: 1,
-            requests: 1,
-            bytes: op.len,
-            ops,
-            retry: true,
-            reads: refused.read,
-        };
+        (doorbell.count, doorbell.requests, doorbell.bytes) = (1, 1, op.len);
         let room = &mut *doorbell.ops;
-        room.entries.clear();
         (room.writes[0], room.pieces[0]) = (op, 1);
         if refused.pieces > 1 {
             if lane.max_pieces > 1 {
@@ -492,7 +468,8 @@ impl Scheduler {
         let link = doorbell.link;
         let lane = self.lane_mut(link);
         lane.posting = false;
-        let retried = if doorbell.retry { lane.retrying.take() } else { None };
+        // Set by a retry's doorbell alone, and one doorbell of a lane rings at a time.
+        let retried = lane.retrying.take();
         if lane.dead.is_some() {
             // The lane failed while the doorbell rang (a poll or the stall watch): its
             // requests left the in-flight queue with their transfers, nothing is left to count.

@@ -82,7 +82,7 @@ pub(crate) struct Lane {
     pub(super) refused_entries: VecDeque<GatherEntry>,
     /// The refused request a doorbell of this lane posts again while it rings (taken off
     /// `refused`: it is in flight now, and goes back to the front only if the lane refuses
-    /// its gather).
+    /// its gather); `Some` says the ringing doorbell is that retry.
     pub(super) retrying: Option<Refused>,
 }
 
