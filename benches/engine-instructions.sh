@@ -21,7 +21,7 @@ fi
 count() { # bin id toggles... -> instructions inside the toggled functions
     local bin=$1 id=$2
     shift 2
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no "$@" \
+    valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file=/dev/null --collect-atstart=no "$@" \
         "$bin/loopback_cost" "$id" "$n" 1 engine 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 printf '%-6s %-12s %14s %18s %12s\n' side id "submit+wait" "transport post+poll" "engine own"

@@ -56,6 +56,7 @@ impl NullTransport {
                 max_sges: 1,
                 memory_kinds: vec![MemoryKind::Host],
                 caller_memory: Vec::new(),
+                posts_without_waiting: false,
             },
             completed,
             completions,

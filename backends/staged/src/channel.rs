@@ -86,6 +86,10 @@ pub fn capabilities(channel: StagedChannel) -> Capabilities {
         max_sges: crate::request::MAX_SGES,
         memory_kinds,
         caller_memory,
+        // shm: a post copies its blocks into the peer's mapping (or queues them for the sender
+        // thread, never waiting for room) and returns. TCP in `BusyPoll` sends from the
+        // posting thread, and a full socket makes the send wait.
+        posts_without_waiting: channel == StagedChannel::SharedMemory,
     }
 }
 

@@ -216,6 +216,8 @@ pub(crate) fn capabilities(id: TransportId, estimate: &Estimate, max_outstanding
         max_sges: MAX_SGES,
         memory_kinds: vec![MemoryKind::Host],
         caller_memory,
+        // A put may wait for room on the peer's notice ring.
+        posts_without_waiting: false,
     }
 }
 

@@ -308,6 +308,9 @@ impl VerbsTransport {
             max_sges: qp.max_sges(),
             memory_kinds: vec![MemoryKind::Host],
             caller_memory: crate::region::caller_memory_paths(&pd),
+            // `ibv_post_send` returns at once (ENOMEM on a full send queue), but the engine's
+            // ring under its lock has not run over Soft-RoCE yet: not vouched for.
+            posts_without_waiting: false,
         };
         // SAFETY: ibv_send_wr, ibv_sge and ibv_wc are plain C structs; all-zero is valid.
         let (wrs, sges, wcs) = unsafe {

@@ -5,6 +5,7 @@
 
 use crate::caller_memory::{admit, busy_exposed, busy_in_flight, not_caller_memory, CopyMeter};
 use crate::lanes::{Lane, LaneGroup};
+use crate::region_holds::Holds;
 use crate::region_memory::{DomainRegion, Lease, MemorySource};
 use crate::RegionTable;
 use rdma_hint_core::{
@@ -51,6 +52,8 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// ```
 pub struct DomainCore<M, L> {
     regions: RwLock<RegionTable<M>>,
+    /// The table's hold words, counted without its lock.
+    holds: Holds,
     lanes: LaneGroup<L>,
     /// How the backend makes and unmakes region memory.
     source: Box<dyn MemorySource<M>>,
@@ -92,8 +95,10 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
         source: impl MemorySource<M> + 'static,
         caller_memory: Vec<CallerMemoryPath>,
     ) -> Self {
+        let table = RegionTable::new(max_regions);
         DomainCore {
-            regions: RwLock::new(RegionTable::new(max_regions)),
+            holds: table.holds(),
+            regions: RwLock::new(table),
             lanes: LaneGroup::default(),
             source: Box::new(source),
             caller_paths: caller_memory,
@@ -104,8 +109,10 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
     /// A domain that allocates nothing (its regions go into [`regions_mut`](Self::regions_mut)
     /// directly): the rules alone, for tests of them.
     pub fn bare(max_regions: usize) -> Self {
+        let table = RegionTable::new(max_regions);
         DomainCore {
-            regions: RwLock::new(RegionTable::new(max_regions)),
+            holds: table.holds(),
+            regions: RwLock::new(table),
             lanes: LaneGroup::default(),
             source: Box::new(NoSource),
             caller_paths: Vec::new(),
@@ -145,12 +152,12 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
 
     /// A queued transfer names `region`: it cannot be taken until [`unhold`](DomainCore::unhold).
     pub fn hold(&self, region: RegionId) -> Result<(), TransportError> {
-        self.regions().hold(region)
+        self.holds.hold(region)
     }
 
     /// The transfer that held `region` is collected.
     pub fn unhold(&self, region: RegionId) {
-        self.regions().unhold(region);
+        self.holds.unhold(region);
     }
 
     /// Whether the peer of some lane may write `region`.

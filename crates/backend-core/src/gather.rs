@@ -40,7 +40,8 @@ impl Pieces for WriteOp {
 /// #     max_msg_bytes: 1 << 30, max_payload_bytes: None, queried_from_backend: true,
 /// #     rate_note: None };
 /// let caps = Capabilities { facts, max_outstanding_wrs: 64, max_wrs_per_post: 64, max_sges: 32,
-///                           memory_kinds: vec![], caller_memory: vec![] };
+///                           memory_kinds: vec![], caller_memory: vec![],
+///                           posts_without_waiting: false };
 /// let (len, pieces) = gathered(&ops, &entries, &caps, |views| {
 ///     Ok((views[0].head().len, views[0].pieces().count()))
 /// }).unwrap();

@@ -36,6 +36,7 @@ pub mod memory_limit;
 pub mod peer_gone;
 pub mod peer_regions;
 pub mod queue;
+pub mod region_holds;
 pub mod region_memory;
 pub mod region_table;
 pub mod ring;

@@ -1,8 +1,8 @@
 //! The table of registered regions every backend keeps: ids are slot indices, freed slots are
 //! reused, and looking up an id that is not registered is a typed error.
 
+use crate::region_holds::Holds;
 use rdma_hint_core::{CallerMemory, Refused, RegionId, TransportError, WriteOp};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Regions one transport holds at once, and the most one side may expose to its peer (a
 /// hello announcing more is malformed).
@@ -36,6 +36,8 @@ pub trait RegionLen {
 pub struct RegionTable<T> {
     /// Each live region with the bytes the transport allocated for it (0 for caller memory).
     slots: Vec<Option<Slot<T>>>,
+    /// Per slot, whether a region lives there and how many transfers hold it.
+    holds: Holds,
     max: usize,
     memory_cap: Option<u64>,
     held_bytes: u64,
@@ -47,17 +49,20 @@ struct Slot<T> {
     region: T,
     /// Bytes the transport allocated for it (0 for caller memory).
     held_bytes: u64,
-    /// Queued transfers that name it ([`RegionTable::hold`]): while any does, it cannot be
-    /// removed, so its id cannot be handed to other memory under them. Counted through `&self`
-    /// (a transport's read lock): a transfer engine holds and unholds under its own lock, which
-    /// must never wait for a post holding the read lock across a socket send.
-    holds: AtomicU32,
 }
 
 impl<T> RegionTable<T> {
-    /// An empty table holding at most `max` regions at once.
+    /// An empty table holding at most `max` regions at once (at most [`MAX_REGIONS`]).
     pub fn new(max: usize) -> RegionTable<T> {
-        RegionTable { slots: Vec::new(), max, memory_cap: None, held_bytes: 0 }
+        let max = max.min(MAX_REGIONS);
+        RegionTable { slots: Vec::new(), holds: Holds::new(max), max, memory_cap: None, held_bytes: 0 }
+    }
+
+    /// The table's hold words, for holding and letting go of regions without the table's lock
+    /// (a transfer engine does so under its own lock, which must never wait for a post holding
+    /// the table's read lock across a socket send).
+    pub fn holds(&self) -> Holds {
+        self.holds.clone()
     }
 
     /// Caps the bytes of memory the transport allocates for its live regions (caller memory
@@ -139,7 +144,8 @@ impl<T> RegionTable<T> {
                 self.slots.len() - 1
             }
         };
-        self.slots[index] = Some(Slot { region, held_bytes, holds: AtomicU32::new(0) });
+        self.slots[index] = Some(Slot { region, held_bytes });
+        self.holds.open(index);
         RegionId(index as u32)
     }
 
@@ -158,21 +164,12 @@ impl<T> RegionTable<T> {
     /// assert_eq!(table.remove(id).unwrap(), "a");
     /// ```
     pub fn hold(&self, id: RegionId) -> Result<(), TransportError> {
-        let slot = self.slot(id)?;
-        let counted =
-            slot.holds.fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| holds.checked_add(1));
-        counted.map(drop).map_err(|_| TransportError::RegionBusy {
-            region: id,
-            why: "4 294 967 295 transfers already name it",
-        })
+        self.holds.hold(id)
     }
 
     /// Ends one [`hold`](RegionTable::hold) of `id` (none held, or not registered: nothing).
     pub fn unhold(&self, id: RegionId) {
-        if let Ok(slot) = self.slot(id) {
-            let _ =
-                slot.holds.fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| holds.checked_sub(1));
-        }
+        self.holds.unhold(id);
     }
 
     fn slot(&self, id: RegionId) -> Result<&Slot<T>, TransportError> {
@@ -203,16 +200,22 @@ impl<T> RegionTable<T> {
     /// `Ok` unless a queued transfer holds `id` ([`hold`](RegionTable::hold)); an
     /// unregistered id is [`TransportError::UnregisteredRegion`].
     pub fn check_unheld(&self, id: RegionId) -> Result<(), TransportError> {
-        match self.slot(id)?.holds.load(Ordering::Acquire) {
-            0 => Ok(()),
-            _ => Err(busy_held(id)),
+        self.slot(id)?;
+        match self.holds.held(id) {
+            false => Ok(()),
+            true => Err(busy_held(id)),
         }
     }
 
     /// Unregisters `id` and hands its region back; [`TransportError::RegionBusy`] while a
     /// queued transfer holds it.
     pub fn remove(&mut self, id: RegionId) -> Result<T, TransportError> {
-        self.check_unheld(id)?;
+        self.slot(id)?;
+        // One swap of the slot's word: a hold racing it either counted first (and this is
+        // refused) or finds nothing living there.
+        if !self.holds.close(id) {
+            return Err(busy_held(id));
+        }
         let slot = self.slots[id.0 as usize].take().ok_or(TransportError::UnregisteredRegion(id))?;
         self.held_bytes -= slot.held_bytes;
         Ok(slot.region)
@@ -227,6 +230,7 @@ impl<T> RegionTable<T> {
     /// Unregisters every region, with its id, in id order.
     pub fn drain(&mut self) -> impl Iterator<Item = (RegionId, T)> + '_ {
         self.held_bytes = 0;
+        self.holds.close_all();
         (self.slots.drain(..).enumerate())
             .filter_map(|(index, slot)| slot.map(|slot| (RegionId(index as u32), slot.region)))
     }

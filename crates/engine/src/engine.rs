@@ -264,18 +264,35 @@ impl Engine {
         request: TransferRequest,
         deadline: Instant,
     ) -> Result<TransferId, Refusal> {
-        let submitted = self.shared.lock().submit(peer.0, request, deadline);
-        if matches!(submitted, Err((RequestError::Full { .. }, _))) {
-            // Slots may be waiting for blocks to retire that nobody polls yet.
-            self.shared.kick_if_pending();
-        }
-        let (id, doorbell) = submitted?;
+        let mut core = self.shared.lock();
+        let (id, doorbell) = match core.submit(peer.0, request, deadline) {
+            Ok(submitted) => submitted,
+            Err(refusal) => {
+                drop(core);
+                if matches!(refusal, (RequestError::Full { .. }, _)) {
+                    // Slots may be waiting for blocks to retire that nobody polls yet.
+                    self.shared.kick_if_pending();
+                }
+                return Err(refusal);
+            }
+        };
         let queued = match doorbell {
+            // One lock round trip fewer on the latency path, where the post cannot hold it long.
+            Some(mut doorbell) if core.rings_under_lock(&doorbell) => {
+                let rung = self.shared.ring(&mut doorbell);
+                let queued = core.finish(doorbell, rung);
+                drop(core);
+                queued
+            }
             Some(mut doorbell) => {
+                drop(core);
                 let rung = self.shared.ring(&mut doorbell);
                 self.shared.lock().finish(doorbell, rung)
             }
-            None => true,
+            None => {
+                drop(core);
+                true
+            }
         };
         // Blocks left to post are the driver's; a transfer posted whole here is retired by its
         // waiter, and the driver is woken only once someone waits for it to (a wake-up is a

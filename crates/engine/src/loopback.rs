@@ -88,6 +88,8 @@ impl LoopbackTransport {
                     receive_copies: Some(0),
                     medium_copies: 1,
                 }],
+                // A post is its copy and a queued completion.
+                posts_without_waiting: true,
             },
             regions: std::sync::Arc::default(),
             completed,

@@ -12,6 +12,10 @@ use rdma_hint_engine::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod wrapper;
+
+use wrapper::{Gate, Pollers, Wrapper};
+
 const BLOCK: u64 = 64 * 1024;
 
 struct Connection {
@@ -321,149 +325,6 @@ fn a_wait_that_times_out_leaves_the_transfer_running() {
         .unwrap();
     assert!(matches!(engine.wait_blocking(id, Instant::now()), Err(TransferError::WaitDeadline)));
     assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
-}
-
-/// A lane over the loopback that passes its capabilities through (`max_sges` 32) but not its
-/// gathers (the trait's default takes one-entry gathers only), as a careless wrapper would;
-/// when `silent`, a lane whose peer stops answering: posts land (the loopback copies them)
-/// but no completion ever comes back, as from a peer that stalls without closing.
-struct Wrapper {
-    inner: LoopbackTransport,
-    silent: bool,
-    gate: Option<Arc<Gate>>,
-    pollers: Option<Arc<Pollers>>,
-}
-
-/// Which threads polled a [`Wrapper`]'s completions while `recording`.
-#[derive(Default)]
-struct Pollers {
-    recording: std::sync::atomic::AtomicBool,
-    threads: std::sync::Mutex<Vec<std::thread::ThreadId>>,
-}
-
-/// Holds a [`Wrapper`]'s posts until opened, and breaks its completions on demand: a doorbell
-/// still ringing outside the engine's lock while the lane fails.
-#[derive(Default)]
-struct Gate {
-    /// Posts that pass before the gate closes.
-    passes: std::sync::atomic::AtomicU32,
-    open: std::sync::Mutex<bool>,
-    opened: std::sync::Condvar,
-    waiting: std::sync::atomic::AtomicBool,
-    broken: std::sync::atomic::AtomicBool,
-}
-
-impl Gate {
-    fn pass(&self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.passes.fetch_update(SeqCst, SeqCst, |left| left.checked_sub(1)).is_ok() {
-            return;
-        }
-        self.waiting.store(true, SeqCst);
-        let open = self.open.lock().unwrap();
-        let _open = self.opened.wait_timeout_while(open, Duration::from_secs(20), |open| !*open).unwrap();
-    }
-
-    fn open(&self) {
-        *self.open.lock().unwrap() = true;
-        self.opened.notify_all();
-    }
-}
-
-#[async_trait::async_trait]
-impl Transport for Wrapper {
-    fn domain(&self) -> &dyn rdma_hint_core::Domain {
-        self.inner.domain()
-    }
-    fn capabilities(&self) -> &rdma_hint_core::Capabilities {
-        self.inner.capabilities()
-    }
-    fn bind(
-        &self,
-        address: std::net::SocketAddr,
-    ) -> Result<std::net::SocketAddr, rdma_hint_core::TransportError> {
-        self.inner.bind(address)
-    }
-    fn set_wait_mode(&self, mode: rdma_hint_core::WaitMode) {
-        self.inner.set_wait_mode(mode)
-    }
-    fn wait_mode(&self) -> rdma_hint_core::WaitMode {
-        self.inner.wait_mode()
-    }
-    async fn connect(
-        &self,
-        peer: PeerEndpoint,
-        expose: &[RegionId],
-        deadline: Instant,
-    ) -> Result<Vec<RemoteRegion>, rdma_hint_core::TransportError> {
-        self.inner.connect(peer, expose, deadline).await
-    }
-    async fn expose(
-        &self,
-        region: RegionId,
-        deadline: Instant,
-    ) -> Result<(), rdma_hint_core::TransportError> {
-        self.inner.expose(region, deadline).await
-    }
-    async fn withdraw(
-        &self,
-        region: RegionId,
-        deadline: Instant,
-    ) -> Result<(), rdma_hint_core::TransportError> {
-        self.inner.withdraw(region, deadline).await
-    }
-    fn peer_regions(&self) -> Vec<rdma_hint_core::RemoteRegion> {
-        self.inner.peer_regions()
-    }
-    fn post_writes(&self, ops: &[rdma_hint_core::WriteOp]) -> Result<(), rdma_hint_core::TransportError> {
-        if let Some(gate) = &self.gate {
-            gate.pass();
-        }
-        self.inner.post_writes(ops)
-    }
-    fn post_reads(&self, ops: &[rdma_hint_core::ReadOp]) -> Result<(), rdma_hint_core::TransportError> {
-        self.inner.post_reads(ops)
-    }
-    fn poll_completions(
-        &self,
-        out: &mut [rdma_hint_core::Completion],
-    ) -> Result<usize, rdma_hint_core::TransportError> {
-        if let Some(pollers) =
-            self.pollers.as_ref().filter(|p| p.recording.load(std::sync::atomic::Ordering::SeqCst))
-        {
-            pollers.threads.lock().unwrap().push(std::thread::current().id());
-        }
-        if self.silent {
-            return Ok(0);
-        }
-        if self.gate.as_ref().is_some_and(|gate| gate.broken.load(std::sync::atomic::Ordering::SeqCst)) {
-            return Err(rdma_hint_core::TransportError::PeerGone("the gate broke the lane".into()));
-        }
-        self.inner.poll_completions(out)
-    }
-    async fn wait_completions(
-        &self,
-        out: &mut [rdma_hint_core::Completion],
-        deadline: Instant,
-    ) -> Result<usize, rdma_hint_core::TransportError> {
-        if !self.silent {
-            return self.inner.wait_completions(out, deadline).await;
-        }
-        Err(rdma_hint_core::TransportError::DeadlineExceeded {
-            what: "a completion",
-            waited_ms: deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
-        })
-    }
-    fn poll_arrivals(&self, out: &mut [Arrival]) -> Result<usize, rdma_hint_core::TransportError> {
-        self.inner.poll_arrivals(out)
-    }
-    async fn wait_arrivals(
-        &self,
-        out: &mut [Arrival],
-        deadline: Instant,
-    ) -> Result<usize, rdma_hint_core::TransportError> {
-        self.inner.wait_arrivals(out, deadline).await
-    }
 }
 
 #[test]
@@ -782,5 +643,74 @@ fn a_source_stays_held_until_its_last_ringing_doorbell_has_rung() {
     while lane.deregister(src.id).is_err() {
         assert!(Instant::now() < until, "still held after the doorbell rang");
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether a `lane_stats` call (which takes the engine's lock) from another thread returns
+/// while `engine`'s caller is blocked in its post at `gate`: the caller rang outside the lock.
+fn lock_free_while_posting(engine: &Engine, peer: rdma_hint_engine::PeerId, gate: &Gate) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let until = Instant::now() + Duration::from_secs(10);
+    while !gate.waiting.load(SeqCst) {
+        assert!(Instant::now() < until, "the submit never reached its post");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let answered = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            engine.lane_stats(peer);
+            answered.store(true, SeqCst);
+        });
+        // Free, the lock answers within microseconds; held, never until the gate opens.
+        let until = Instant::now() + Duration::from_millis(500);
+        while !answered.load(SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let free = answered.load(SeqCst);
+        gate.open();
+        free
+    })
+}
+
+#[test]
+fn a_small_doorbell_rings_under_the_lock_where_posts_never_wait_and_a_large_one_outside_it() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for (len, under_lock) in [(4096u64, true), (BLOCK, false)] {
+        let gate = Arc::new(Gate::default());
+        // The loopback's posts never wait (its capabilities say so); the gate makes this
+        // lane's wait, so the test sees which side of the lock the caller's post is on.
+        let lane = Arc::new(Wrapper {
+            inner: LoopbackTransport::new(256),
+            silent: false,
+            gate: Some(gate.clone()),
+            pollers: None,
+        });
+        assert!(lane.capabilities().posts_without_waiting);
+        let src = lane.register(MemoryKind::Host, BLOCK).unwrap();
+        let dst = lane.register(MemoryKind::Host, BLOCK).unwrap();
+        lane.write_region(src.id, 0, &pattern(BLOCK, 5)).unwrap();
+        let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+        let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+        let engine = engine(16);
+        let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
+        let one = || TransferRequest::single(&src, 0, &remote[0], 0, len).latency_first();
+        // A lane's first doorbells are the driver's; past them, the caller rings its own.
+        gate.passes.store(u32::MAX, SeqCst);
+        for _ in 0..300 {
+            let id = engine.submit(peer, one(), soon()).unwrap();
+            engine.wait_blocking(id, soon()).unwrap();
+        }
+        gate.passes.store(0, SeqCst);
+        let free = std::thread::scope(|scope| {
+            let submitting = scope.spawn(|| engine.submit(peer, one(), soon()).unwrap());
+            let free = lock_free_while_posting(&engine, peer, &gate);
+            let id = submitting.join().unwrap();
+            assert_eq!(engine.wait_blocking(id, soon()).unwrap().bytes, len);
+            free
+        });
+        assert_eq!(free, !under_lock, "{len} B: rung under the lock {}", !free);
+        let mut landed = vec![0u8; len as usize];
+        lane.read_region(dst.id, 0, &mut landed).unwrap();
+        assert_eq!(landed, pattern(BLOCK, 5)[..len as usize]);
     }
 }

@@ -63,6 +63,7 @@ fn caps(max_outstanding: u32, max_per_post: u32) -> Capabilities {
         max_sges: 1,
         memory_kinds: vec![MemoryKind::Host],
         caller_memory: Vec::new(),
+        posts_without_waiting: false,
     }
 }
 

@@ -35,6 +35,12 @@ pub struct Capabilities {
     /// [`TransportError::UnsupportedMemory`].
     #[serde(default)]
     pub caller_memory: Vec<CallerMemoryPath>,
+    /// A post returns without waiting for the peer, the network or room another thread makes
+    /// (it may copy its own blocks first, and take locks other posters hold as briefly): a
+    /// caller may post a small doorbell while holding a lock of its own (the transfer engine
+    /// does, sparing a lock round trip per transfer). `false` unless the backend vouches for it.
+    #[serde(default)]
+    pub posts_without_waiting: bool,
 }
 
 impl Capabilities {

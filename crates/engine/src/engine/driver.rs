@@ -14,6 +14,10 @@ use std::task::{Context, Poll, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+/// The largest doorbell a caller rings holding the engine's lock (where the lane's posts never
+/// wait): a 16 KiB copy takes a couple of microseconds at most.
+const RING_UNDER_LOCK_BYTES: u64 = 16 << 10;
+
 /// A refused request, with the request handed back (boxed: refusals are rare, the `Ok` path
 /// stays small).
 pub(super) type Refusal = (RequestError, Box<TransferRequest>);
@@ -30,6 +34,8 @@ pub(super) struct Core {
 
 struct LinkIo {
     transport: Arc<dyn Transport>,
+    /// Its transport's [`posts_without_waiting`](rdma_hint_core::Capabilities::posts_without_waiting).
+    posts_without_waiting: bool,
     /// Room for a window of completions, polled into.
     completions: Vec<Completion>,
 }
@@ -58,7 +64,8 @@ impl Core {
         let peer = self.sched.add_peer(&caps, remote, Instant::now())?;
         let links = lanes.into_iter().enumerate().map(|(lane, transport)| {
             let window = self.sched.window(LinkId { peer, lane: lane as u32 });
-            LinkIo { transport, completions: vec![Completion::EMPTY; window] }
+            let posts_without_waiting = transport.capabilities().posts_without_waiting;
+            LinkIo { transport, posts_without_waiting, completions: vec![Completion::EMPTY; window] }
         });
         self.links.push(links.collect());
         Ok(peer)
@@ -105,6 +112,15 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Whether the caller that built `doorbell` rings it holding the lock: its lane's posts
+    /// never wait, and it is small enough that the post (a copy, on the staged shm channel)
+    /// keeps the lock from others no longer than a lock round trip would cost them.
+    pub(super) fn rings_under_lock(&self, doorbell: &Doorbell) -> bool {
+        let link = doorbell.link;
+        doorbell.bytes() <= RING_UNDER_LOCK_BYTES
+            && self.links[link.peer as usize][link.lane as usize].posts_without_waiting
     }
 
     /// Records how ringing a doorbell went; whether blocks of its peer are left to post.

@@ -33,6 +33,11 @@ pub(crate) enum Ring<'a> {
 }
 
 impl Doorbell {
+    /// Payload bytes of its requests.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// The call to make: plain writes, or the gather or read forms written into the lane's room.
     pub(crate) fn ring(&mut self) -> Ring<'_> {
         let count = self.count;

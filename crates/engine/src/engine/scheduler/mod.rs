@@ -270,10 +270,9 @@ impl Scheduler {
             return Err(RequestError::Stopped);
         }
         let peer_state = self.peers.get(peer as usize).ok_or(RequestError::UnknownPeer(peer))?;
-        if let Some(reasons) =
-            peer_state.lanes.iter().map(|lane| lane.dead.as_ref()).collect::<Option<Vec<_>>>()
-        {
-            return Err(RequestError::PeerGone(reasons.first().map_or(String::new(), |why| why.to_string())));
+        if peer_state.lanes.iter().all(|lane| lane.dead.is_some()) {
+            let why = peer_state.lanes.first().and_then(|lane| lane.dead.as_ref());
+            return Err(RequestError::PeerGone(why.map_or(String::new(), |why| why.to_string())));
         }
         if request.read && request.notify.is_some() {
             return Err(RequestError::NotifyOnRead);

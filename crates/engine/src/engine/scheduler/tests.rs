@@ -35,6 +35,7 @@ pub(super) fn caps(max_sges: u32) -> Capabilities {
         max_sges,
         memory_kinds: vec![MemoryKind::Host],
         caller_memory: Vec::new(),
+        posts_without_waiting: false,
     }
 }
 
