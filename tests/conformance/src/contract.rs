@@ -717,4 +717,5 @@ pub fn caller_memory_moves_in_place_and_comes_back_intact<B: Backend>(s: &Subjec
 pub use crate::exposure::*;
 pub use crate::handshake::*;
 pub use crate::lanes::*;
+pub use crate::posting::*;
 pub use crate::reads::*;

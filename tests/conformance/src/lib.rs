@@ -32,6 +32,7 @@ mod handshake;
 mod lanes;
 mod pair;
 pub mod peer;
+mod posting;
 mod reads;
 
 pub use backend::{Backend, Scale, TEST_TOKEN};
@@ -83,6 +84,7 @@ macro_rules! suite {
                 the_engine_reads_scattered_pages_the_peer_exposed,
                 the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_later,
                 a_source_an_engine_transfer_names_is_held_until_collected,
+                a_post_that_never_waits_answers_while_the_peer_stalls,
                 reads_fetch_the_peers_exposed_bytes_exactly,
                 bad_reads_fail_before_posting,
                 reads_from_a_peer_that_went_away_end_in_time,
