@@ -33,15 +33,18 @@ pub(crate) struct Lane {
     /// Bytes per second the lane has retired at best lately (a max that decays); 0 until
     /// measured.
     rate: f64,
-    /// Bytes retired since `window_at`, the start of the current rate sample (moved on by the
-    /// time the lane stood empty, so a sample measures busy time).
+    /// Bytes retired since the current rate sample began, `window_busy_ns` into the lane's busy
+    /// time (time with requests in flight: a sample measures that, not the gaps between
+    /// transfers). Kept in nanoseconds: a lone transfer starts and empties its lane each time,
+    /// and shifting instants by each gap cost more than the rest of the lane's bookkeeping.
     window_bytes: u64,
-    window_at: Instant,
-    /// When the current sample spans enough to be folded (see [`fold_rate`]): until then a
-    /// retirement compares two instants and measures no duration.
-    sample_due: Instant,
-    /// When the lane last emptied.
-    idle_since: Option<Instant>,
+    window_busy_ns: u64,
+    /// The busy time at which the current sample spans enough to be folded (see [`fold_rate`]).
+    sample_due_ns: u64,
+    /// Busy time before `busy_since`.
+    busy_ns: u64,
+    /// Since when the lane has had requests in flight (`None` while it stands empty).
+    busy_since: Option<Instant>,
     /// A rate sample was taken (the first is dropped: it holds the lane's first posts, which
     /// may map the peer's region).
     sampled: bool,
@@ -109,10 +112,11 @@ impl Lane {
             queue_time: config.queue_time,
             rate: 0.0,
             window_bytes: 0,
-            window_at: now,
-            // Checked: the chunker's lanes have no queue time (`Duration::MAX`).
-            sample_due: now.checked_add(shortest_sample(config.queue_time)).unwrap_or(now),
-            idle_since: None,
+            window_busy_ns: 0,
+            // Saturated: the chunker's lanes have no queue time (`Duration::MAX`).
+            sample_due_ns: nanos(shortest_sample(config.queue_time)),
+            busy_ns: 0,
+            busy_since: Some(now),
             sampled: false,
             control: false,
             largest_block: 0,
@@ -187,11 +191,7 @@ impl Lane {
     pub(super) fn wake_up(&mut self, now: Instant) {
         if self.in_flight.is_empty() {
             self.progress_at = now;
-            if let Some(idle) = self.idle_since.take() {
-                let idle_for = now.saturating_duration_since(idle);
-                self.window_at += idle_for;
-                self.sample_due = self.sample_due.checked_add(idle_for).unwrap_or(self.sample_due);
-            }
+            self.busy_since.get_or_insert(now);
         }
     }
 
@@ -199,22 +199,29 @@ impl Lane {
     pub(super) fn retired(&mut self, bytes: u64, now: Instant) {
         self.progress_at = now;
         self.window_bytes += bytes;
-        if now >= self.sample_due {
-            let window = (self.window_bytes, now.saturating_duration_since(self.window_at));
+        let busy_for = self.busy_since.map_or(0, |since| nanos(now.saturating_duration_since(since)));
+        let busy = self.busy_ns.saturating_add(busy_for);
+        if busy >= self.sample_due_ns {
+            let window = (self.window_bytes, Duration::from_nanos(busy - self.window_busy_ns));
             if let Some(rate) = fold_rate(self.rate, window, self.queue_time) {
                 if self.sampled {
                     self.rate = rate;
                     self.refresh_cap();
                 }
                 self.sampled = true;
-                (self.window_bytes, self.window_at) = (0, now);
-                self.sample_due = now.checked_add(shortest_sample(self.queue_time)).unwrap_or(now);
+                (self.window_bytes, self.window_busy_ns) = (0, busy);
+                self.sample_due_ns = busy.saturating_add(nanos(shortest_sample(self.queue_time)));
             }
         }
         if self.in_flight.is_empty() {
-            self.idle_since = Some(now);
+            (self.busy_ns, self.busy_since) = (busy, None);
         }
     }
+}
+
+/// `duration` in whole nanoseconds, saturated (584 years).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// [`Lane::cap`] of a lane retiring `rate` bytes per second (0: not measured yet).
@@ -309,8 +316,33 @@ impl DoorbellOps {
 
 #[cfg(test)]
 mod tests {
-    use super::{cap, fold_rate};
-    use std::time::Duration;
+    use super::{cap, fold_rate, Lane, LaneConfig};
+    use crate::engine::scheduler::slot::Posted;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_lane_measures_its_rate_over_the_time_it_was_busy_not_the_gaps_between_transfers() {
+        let config = LaneConfig {
+            policy: crate::policy::PostPolicy::default(),
+            bytes_in_flight: 64 << 20,
+            queue_time: Duration::from_micros(200),
+            gather_entries: 1,
+        };
+        let start = Instant::now();
+        let mut lane = Lane::new(&crate::engine::scheduler::tests::caps(1), &config, start);
+        let at = |micros: u64| start + Duration::from_micros(micros);
+        // Each round: 100 KB in flight for 10 us (10 GB/s busy), then 1 ms with nothing in
+        // flight. The first sample is dropped (a lane's first posts may map the peer's region).
+        for round in 0..20 {
+            let began = 1010 * round;
+            lane.wake_up(at(began));
+            lane.in_flight.push_back(Posted { seq: round + 1, slot: 0, generation: 0, bytes: 100_000 });
+            lane.in_flight.pop_front();
+            lane.retired(100_000, at(began + 10));
+        }
+        // Counted over wall time it would read 0.1 GB/s.
+        assert!((lane.rate - 1e10).abs() < 1e6, "{} B/s", lane.rate);
+    }
 
     #[test]
     fn a_rate_sample_spans_a_quarter_of_the_queue_time_and_the_best_one_decays_slowly() {
