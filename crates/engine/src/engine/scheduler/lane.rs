@@ -318,7 +318,7 @@ impl DoorbellOps {
 mod tests {
     use super::{cap, fold_rate, Lane, LaneConfig};
     use crate::engine::scheduler::slot::Posted;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     #[test]
     fn a_lane_measures_its_rate_over_the_time_it_was_busy_not_the_gaps_between_transfers() {
@@ -328,7 +328,7 @@ mod tests {
             queue_time: Duration::from_micros(200),
             gather_entries: 1,
         };
-        let start = Instant::now();
+        let start = crate::engine::scheduler::tests::clock();
         let mut lane = Lane::new(&crate::engine::scheduler::tests::caps(1), &config, start);
         let at = |micros: u64| start + Duration::from_micros(micros);
         // Each round: 100 KB in flight for 10 us (10 GB/s busy), then 1 ms with nothing in
