@@ -36,7 +36,11 @@ impl Holds {
     }
 
     fn word(&self, id: RegionId) -> Result<&AtomicU32, TransportError> {
-        self.0.get(id.0 as usize).ok_or(TransportError::UnregisteredRegion(id))
+        // Not `ok_or`: an error built and dropped on every hold costs more than the hold.
+        match self.0.get(id.0 as usize) {
+            Some(word) => Ok(word),
+            None => Err(TransportError::UnregisteredRegion(id)),
+        }
     }
 
     /// Counts one more transfer naming `id`; refused when no region lives there.

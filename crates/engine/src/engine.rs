@@ -467,15 +467,23 @@ impl Engine {
         out: &mut [Arrival],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        let lanes = self.shared.lock().transports(peer.0).ok_or(TransportError::NotConnected)?;
-        if let [only] = lanes.as_slice() {
+        let Some(lanes) = self.shared.transports(peer.0) else { return Err(TransportError::NotConnected) };
+        // What is there already is taken without a wait's future (a transport's async call is
+        // a boxed future: an allocation per call).
+        for lane in lanes {
+            match lane.poll_arrivals(&mut *out)? {
+                0 => {}
+                got => return Ok(got),
+            }
+        }
+        if let [only] = lanes {
             return only.wait_arrivals(out, deadline).await;
         }
         // Each poll gives every lane's wait one look (registering this task's waker with each);
         // whichever lane hears first wakes the task.
         std::future::poll_fn(|cx| {
             let mut expired = 0;
-            for lane in &lanes {
+            for lane in lanes {
                 let polled = lane.wait_arrivals(&mut *out, deadline).as_mut().poll(cx);
                 match polled {
                     Poll::Ready(Err(TransportError::DeadlineExceeded { .. })) => expired += 1,

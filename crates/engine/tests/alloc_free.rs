@@ -99,4 +99,34 @@ fn an_engine_transfer_allocates_nothing_once_warm() {
     COUNTING.store(false, Ordering::SeqCst);
     assert_eq!(blocks, 400);
     assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "allocations during 100 engine transfers");
+    // A lone small transfer waited for with `wait_blocking`, announced, and its arrival taken
+    // through the engine (the loopback's peer is itself): none either.
+    let mut arrivals = [rdma_hint_core::Arrival::EMPTY; 4];
+    let mut announced = |imm: u32| {
+        let request = TransferRequest::single(&src, 0, &remote, 0, 4096).latency_first().notify(imm);
+        let id = engine.submit(peer, request, deadline).unwrap();
+        let delivered = engine.wait_blocking(id, deadline).unwrap();
+        let mut wait = std::pin::pin!(engine.wait_arrivals(peer, &mut arrivals, deadline));
+        let mut cx = Context::from_waker(Waker::noop());
+        let arrived = loop {
+            if let Poll::Ready(result) = wait.as_mut().poll(&mut cx) {
+                break result.unwrap();
+            }
+        };
+        (delivered.bytes, arrived)
+    };
+    announced(0);
+    let mut moved = Vec::with_capacity(100);
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for imm in 1..=100 {
+        moved.push(announced(imm));
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    assert!(moved.iter().all(|&(bytes, arrived)| bytes == 4096 && arrived == 1), "{moved:?}");
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::SeqCst),
+        0,
+        "allocations during 100 announced transfers and their arrivals"
+    );
 }

@@ -99,8 +99,8 @@ impl Engine {
         region: RegionId,
         deadline: Instant,
     ) -> Result<(), TransportError> {
-        let lanes = self.shared.lock().transports(peer.0).ok_or(TransportError::NotConnected)?;
-        on_every_lane(&lanes, |lane| lane.expose(region, deadline)).await.into_iter().collect()
+        let Some(lanes) = self.shared.transports(peer.0) else { return Err(TransportError::NotConnected) };
+        on_every_lane(lanes, |lane| lane.expose(region, deadline)).await.into_iter().collect()
     }
 
     /// Withdraws `region` from `peer` on every lane that exposes it (see
@@ -111,8 +111,8 @@ impl Engine {
         region: RegionId,
         deadline: Instant,
     ) -> Result<(), TransportError> {
-        let lanes = self.shared.lock().transports(peer.0).ok_or(TransportError::NotConnected)?;
-        on_every_lane(&lanes, |lane| lane.withdraw(region, deadline)).await.into_iter().collect()
+        let Some(lanes) = self.shared.transports(peer.0) else { return Err(TransportError::NotConnected) };
+        on_every_lane(lanes, |lane| lane.withdraw(region, deadline)).await.into_iter().collect()
     }
 }
 
@@ -122,7 +122,7 @@ impl Engine {
     /// lane's transport and allocates, without the engine's lock, so the other peers' posting
     /// and the driver go on meanwhile.
     pub(super) fn reload_remote(&self, peer: PeerId) -> bool {
-        let Some(lanes) = self.shared.lock().transports(peer.0) else { return false };
+        let Some(lanes) = self.shared.transports(peer.0) else { return false };
         let mut lists = lanes.iter().map(|lane| lane.peer_regions());
         let Some(first) = lists.next() else { return false };
         let others: Vec<std::collections::HashSet<RemoteRegion>> =

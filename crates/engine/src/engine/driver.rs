@@ -71,10 +71,6 @@ impl Core {
         Ok(peer)
     }
 
-    pub(super) fn transports(&self, peer: u32) -> Option<Vec<Arc<dyn Transport>>> {
-        Some(self.links.get(peer as usize)?.iter().map(|link| link.transport.clone()).collect())
-    }
-
     /// Checks the request, holds its source on every lane of the peer (from here until the
     /// scheduler's `Unhold`: the source can be neither released nor its id reused for other
     /// memory while a block of it may still be posted), queues it, and builds the doorbell
@@ -282,6 +278,11 @@ impl Shared {
         let fresh = self.lanes[peer as usize].set(lanes.into_boxed_slice()).is_ok();
         debug_assert!(fresh, "a peer's number is handed out once");
         Ok(peer)
+    }
+
+    /// `peer`'s lanes' transports, without the lock and without a copy (`None`: no such peer).
+    pub(super) fn transports(&self, peer: u32) -> Option<&[Arc<dyn Transport>]> {
+        self.lanes.get(peer as usize)?.get().map(|lanes| &lanes[..])
     }
 
     /// Posts a doorbell's requests on its lane's transport with one call (without the lock:
