@@ -430,8 +430,8 @@ impl Engine {
     /// [`wait`](Engine::wait), parking the calling thread.
     pub fn wait_blocking(&self, id: TransferId, deadline: Instant) -> Result<Delivered, TransferError> {
         // A transfer already done (a lone one on a channel that completes inside its post) is
-        // collected without setting up a future, whose waker and state cost a fifth of the
-        // engine's share of such a transfer.
+        // collected without setting up a future (its waker and state were about 110 of the
+        // engine's 2400 instructions for such a transfer).
         match self.look(id, Instant::now()) {
             Look::Ended(result) => result,
             Look::Running(state) => {
