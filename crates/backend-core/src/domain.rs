@@ -130,7 +130,9 @@ impl<M: 'static, L: Lane> DomainCore<M, L> {
         self.regions.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The region table, write-locked (what registering takes).
+    /// The region table, write-locked (what registering takes). Change what it holds, never
+    /// the table itself: its hold words are shared with the domain, which holds regions
+    /// without the lock.
     pub fn regions_mut(&self) -> RwLockWriteGuard<'_, RegionTable<M>> {
         self.regions.write().unwrap_or_else(PoisonError::into_inner)
     }

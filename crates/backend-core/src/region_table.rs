@@ -227,7 +227,9 @@ impl<T> RegionTable<T> {
             .filter_map(|(index, slot)| slot.as_ref().map(|slot| (RegionId(index as u32), &slot.region)))
     }
 
-    /// Unregisters every region, with its id, in id order.
+    /// Unregisters every region, with its id, in id order: at the domain's end, when no
+    /// transfer holds any (their holds end with them: a hold's end after this, on an id placed
+    /// again meanwhile, would end the new region's hold).
     pub fn drain(&mut self) -> impl Iterator<Item = (RegionId, T)> + '_ {
         self.held_bytes = 0;
         self.holds.close_all();

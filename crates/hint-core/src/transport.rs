@@ -35,10 +35,14 @@ pub struct Capabilities {
     /// [`TransportError::UnsupportedMemory`].
     #[serde(default)]
     pub caller_memory: Vec<CallerMemoryPath>,
-    /// A post returns without waiting for the peer, the network or room another thread makes
-    /// (it may copy its own blocks first, and take locks other posters hold as briefly): a
-    /// caller may post a small doorbell while holding a lock of its own (the transfer engine
-    /// does, sparing a lock round trip per transfer). `false` unless the backend vouches for it.
+    /// A post returns without waiting for the peer, the network or room another thread makes:
+    /// it may copy its own blocks first, and take the locks every post takes (other posters
+    /// hold them as briefly; the region table's read lock waits for a registration, which
+    /// holds the table while it allocates, and for an `access_region` closure). A caller may
+    /// then post a small doorbell while holding a lock of its own (the transfer engine does,
+    /// sparing a lock round trip per transfer); such a caller must not register regions or
+    /// run an `access_region` closure that takes that lock. `false` unless the backend
+    /// vouches for it.
     #[serde(default)]
     pub posts_without_waiting: bool,
 }

@@ -39,12 +39,12 @@ pub(super) fn caps(max_sges: u32) -> Capabilities {
     }
 }
 
-/// A scheduler with one peer of `lanes` lanes, blocks of [`BLOCK`], and a roomy cap.
 /// The clock, for the scheduler's tests outside this file (the scheduler reads none).
 pub(super) fn clock() -> Instant {
     Instant::now()
 }
 
+/// A scheduler with one peer of `lanes` lanes, blocks of [`BLOCK`], and a roomy cap.
 fn scheduler(lanes: usize, control_lane: bool, now: Instant) -> Scheduler {
     scheduler_of(lanes, control_lane, 1, now)
 }
