@@ -610,12 +610,7 @@ fn a_hint_for_another_transport_is_refused_naming_both() {
 fn a_source_stays_held_until_its_last_ringing_doorbell_has_rung() {
     use std::sync::atomic::Ordering::SeqCst;
     let gate = Arc::new(Gate::default());
-    let lane = Arc::new(Wrapper {
-        inner: LoopbackTransport::new(256),
-        silent: false,
-        gate: Some(gate.clone()),
-        pollers: None,
-    });
+    let lane = Arc::new(Wrapper::gated(&gate));
     let len = 16u64 << 20;
     let src = lane.register(MemoryKind::Host, len).unwrap();
     let dst = lane.register(MemoryKind::Host, len).unwrap();
@@ -686,12 +681,7 @@ fn a_small_doorbell_rings_under_the_lock_where_posts_never_wait_and_a_large_one_
         let gate = Arc::new(Gate::default());
         // The loopback's posts never wait (its capabilities say so); the gate makes this
         // lane's wait, so the test sees which side of the lock the caller's post is on.
-        let lane = Arc::new(Wrapper {
-            inner: LoopbackTransport::new(256),
-            silent: false,
-            gate: Some(gate.clone()),
-            pollers: None,
-        });
+        let lane = Arc::new(Wrapper::gated(&gate));
         assert!(lane.capabilities().posts_without_waiting);
         let src = lane.register(MemoryKind::Host, BLOCK).unwrap();
         let dst = lane.register(MemoryKind::Host, BLOCK).unwrap();

@@ -17,6 +17,13 @@ pub(crate) struct Wrapper {
     pub(crate) pollers: Option<Arc<Pollers>>,
 }
 
+impl Wrapper {
+    /// A fresh loopback lane whose posts wait at `gate`.
+    pub(crate) fn gated(gate: &Arc<Gate>) -> Wrapper {
+        Wrapper { inner: LoopbackTransport::new(256), silent: false, gate: Some(gate.clone()), pollers: None }
+    }
+}
+
 /// Which threads polled a [`Wrapper`]'s completions while `recording`.
 #[derive(Default)]
 pub(crate) struct Pollers {
