@@ -15,13 +15,17 @@ const LIVE: u32 = 1 << 31;
 
 /// The hold words of one table's slots (cloned: the same words).
 ///
+/// A held region cannot be removed, so neither its memory nor its id can change under the
+/// transfer that names it:
+///
 /// ```
 /// use rdma_hint_backend_core::RegionTable;
+/// use rdma_hint_core::TransportError;
 /// let mut table = RegionTable::new(4);
 /// let id = table.insert_with(4096, || Ok("a")).unwrap();
 /// let holds = table.holds(); // kept outside the table's lock
 /// holds.hold(id).unwrap();
-/// assert!(table.remove(id).is_err()); // held
+/// assert!(matches!(table.remove(id), Err(TransportError::RegionBusy { .. })));
 /// holds.unhold(id);
 /// assert_eq!(table.remove(id).unwrap(), "a");
 /// assert!(holds.hold(id).is_err()); // nothing lives there now

@@ -149,29 +149,6 @@ impl<T> RegionTable<T> {
         RegionId(index as u32)
     }
 
-    /// Marks `id` as named by a transfer that is queued or in flight: until as many
-    /// [`unhold`](RegionTable::unhold)s, [`remove`](RegionTable::remove) answers
-    /// [`TransportError::RegionBusy`], so neither the memory nor the id can change under it.
-    ///
-    /// ```
-    /// use rdma_hint_core::TransportError;
-    /// use rdma_hint_backend_core::RegionTable;
-    /// let mut table = RegionTable::new(4);
-    /// let id = table.insert_with(4096, || Ok("a")).unwrap();
-    /// table.hold(id).unwrap(); // `&self`: under a transport's read lock
-    /// assert!(matches!(table.remove(id), Err(TransportError::RegionBusy { .. })));
-    /// table.unhold(id);
-    /// assert_eq!(table.remove(id).unwrap(), "a");
-    /// ```
-    pub fn hold(&self, id: RegionId) -> Result<(), TransportError> {
-        self.holds.hold(id)
-    }
-
-    /// Ends one [`hold`](RegionTable::hold) of `id` (none held, or not registered: nothing).
-    pub fn unhold(&self, id: RegionId) {
-        self.holds.unhold(id);
-    }
-
     fn slot(&self, id: RegionId) -> Result<&Slot<T>, TransportError> {
         match self.slots.get(id.0 as usize) {
             Some(Some(slot)) => Ok(slot),
@@ -197,7 +174,7 @@ impl<T> RegionTable<T> {
         self.slot_mut(id).map(|slot| &mut slot.region)
     }
 
-    /// `Ok` unless a queued transfer holds `id` ([`hold`](RegionTable::hold)); an
+    /// `Ok` unless a queued transfer holds `id` ([`Holds::hold`]); an
     /// unregistered id is [`TransportError::UnregisteredRegion`].
     pub fn check_unheld(&self, id: RegionId) -> Result<(), TransportError> {
         self.slot(id)?;
