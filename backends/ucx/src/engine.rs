@@ -175,13 +175,6 @@ impl Engine {
         }
     }
 
-    /// Whether `notices` more would not fit the peer's notice ring now (direct writes only).
-    pub(crate) fn ring_full(&mut self, notices: u64) -> bool {
-        self.direct.as_mut().is_some_and(|direct| {
-            direct.producer.room(&direct.ring.view(), notices).is_ok_and(|free| free < notices)
-        })
-    }
-
     /// Whether `connect` already ran.
     pub(crate) fn is_connected(&self) -> bool {
         !self.ep.is_null() || self.signals.gone.is_gone()
@@ -381,7 +374,7 @@ impl Engine {
         let Some(direct) = self.direct.as_mut() else { return Ok(0) };
         match direct.producer.room(&direct.ring.view(), notices).map(|free| free >= notices) {
             Ok(true) => {}
-            // The caller waits for room a little, without the engine (`ring_full`).
+            // The caller tries again later: a post never waits for the peer.
             Ok(false) => return Err(TransportError::QueueFull { given: ops.len() as u32, max: 0 }),
             Err(why) => {
                 self.fail(why.clone());

@@ -216,8 +216,10 @@ pub(crate) fn capabilities(id: TransportId, estimate: &Estimate, max_outstanding
         max_sges: MAX_SGES,
         memory_kinds: vec![MemoryKind::Host],
         caller_memory,
-        // A put may wait for room on the peer's notice ring.
-        posts_without_waiting: false,
+        // A post copies (direct) or hands UCX non-blocking puts, under the worker's lock,
+        // which the progress thread holds for one bounded `ucp_worker_progress`; a full notice
+        // ring on the peer answers `QueueFull` at once.
+        posts_without_waiting: true,
     }
 }
 

@@ -25,10 +25,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// How long a direct write waits for room on the peer's notice ring before it answers
-/// `QueueFull` (nothing moved): a ring's worth of notices the peer has not taken in that time
-/// is a peer not taking them.
-const RING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Signalled writes (and notices, and batches) that may be in flight at once.
 const MAX_OUTSTANDING: usize = 1024;
 
@@ -84,47 +80,31 @@ impl UcxTransport {
     /// destination, `remote` the peer's source.
     fn post_as(&self, ops: &[impl Pieces], direction: Direction) -> Result<(), TransportError> {
         self.caps.check_post(ops.len())?;
-        // A receiver that takes its notices falls behind a writer that only copies: the writer
-        // waits for room on its ring a little, as a NIC retries a receiver not ready, with the
-        // engine let go between looks (the receiver's wake-up and this lane's progress need it).
-        // Only a refused post pays for the clock and the count.
-        let mut patience = None;
-        loop {
-            let mut engine = self.shared.engine();
-            if !engine.is_connected() {
-                return Err(TransportError::NotConnected);
-            }
-            if let Some(why) = engine.gone() {
-                return Err(TransportError::PeerGone(why.to_string()));
-            }
-            let table = self.domain.core.regions();
-            match engine.post(
-                ops,
-                direction,
-                &table,
-                self.caps.facts.max_msg_bytes,
-                self.shared.completions.len(),
-            ) {
-                Err(TransportError::QueueFull { .. })
-                    if *patience.get_or_insert_with(|| Instant::now() + RING_PATIENCE) > Instant::now()
-                        && engine
-                            .ring_full(ops.iter().filter(|op| op.head().imm.is_some()).count() as u64) =>
-                {
-                    drop((table, engine));
-                    std::thread::yield_now();
-                }
-                posted => {
-                    let copied = posted?;
-                    if copied > 0 {
-                        self.domain.core.copies().in_transit(copied);
-                    }
-                    if engine.busy() {
-                        self.shared.wake();
-                    }
-                    return Ok(());
-                }
-            }
+        let mut engine = self.shared.engine();
+        if !engine.is_connected() {
+            return Err(TransportError::NotConnected);
         }
+        if let Some(why) = engine.gone() {
+            return Err(TransportError::PeerGone(why.to_string()));
+        }
+        let table = self.domain.core.regions();
+        // A full notice ring on the peer answers `QueueFull` at once (nothing moved): the
+        // caller tries again later (the engine backs off), as a NIC retries a receiver not
+        // ready, and no post waits for the peer.
+        let copied = engine.post(
+            ops,
+            direction,
+            &table,
+            self.caps.facts.max_msg_bytes,
+            self.shared.completions.len(),
+        )?;
+        if copied > 0 {
+            self.domain.core.copies().in_transit(copied);
+        }
+        if engine.busy() {
+            self.shared.wake();
+        }
+        Ok(())
     }
 
     /// Opens a UCP context and worker restricted to `tls` (`UCX_TLS` syntax, e.g. `shm,self`

@@ -360,6 +360,48 @@ fn a_lane_that_promises_gathers_it_does_not_take_stops_packing_and_loses_nothing
 }
 
 #[test]
+fn a_lane_whose_queue_is_full_now_and_then_delivers_every_transfer_and_goes_on() {
+    let len = 16 << 20;
+    let gate = Arc::new(Gate { full_every: 3.into(), ..Gate::default() });
+    gate.open();
+    let lane = Arc::new(Wrapper::gated(&gate));
+    let src = lane.register(MemoryKind::Host, len).unwrap();
+    let dst = lane.register(MemoryKind::Host, len).unwrap();
+    let bytes = pattern(len, 29);
+    lane.write_region(src.id, 0, &bytes).unwrap();
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    let engine = engine(64);
+    let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
+    // Transfers of one to four blocks (and a short one), many in flight at once, each
+    // announced: a full queue (every third post) loses, doubles and misplaces none of them.
+    let sizes = [4096, BLOCK, 3 * BLOCK + 100, 4 * BLOCK];
+    let (mut at, mut ids) = (0, Vec::new());
+    for k in 0..64u32 {
+        let size = sizes[k as usize % sizes.len()];
+        let request = TransferRequest::single(&src, at, &remote[0], at, size).notify(k);
+        ids.push((engine.submit(peer, request, soon()).unwrap(), size));
+        at += size;
+    }
+    for (id, size) in ids {
+        assert_eq!(engine.wait_blocking(id, soon()).expect("delivered despite the full queue").bytes, size);
+    }
+    let mut landed = vec![0u8; at as usize];
+    lane.read_region(dst.id, 0, &mut landed).unwrap();
+    assert!(landed == bytes[..at as usize], "the bytes landed where they belong");
+    let mut arrivals = vec![Arrival::EMPTY; 64];
+    let mut imms = Vec::new();
+    while imms.len() < 64 {
+        let got = lane.poll_arrivals(&mut arrivals).unwrap();
+        imms.extend(arrivals[..got].iter().map(|arrival| arrival.imm));
+    }
+    imms.sort_unstable();
+    assert_eq!(imms, (0..64).collect::<Vec<_>>(), "every notice once");
+    assert!(engine.lane_stats(peer).unwrap()[0].failed.is_none(), "a full queue loses no lane");
+    assert!(gate.posts.load(std::sync::atomic::Ordering::SeqCst) >= 3, "the queue was full at least once");
+}
+
+#[test]
 fn a_lane_that_stops_answering_fails_its_transfers_and_frees_their_slots() {
     let silent =
         Arc::new(Wrapper { inner: LoopbackTransport::new(64), silent: true, gate: None, pollers: None });

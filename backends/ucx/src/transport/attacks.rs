@@ -146,6 +146,14 @@ fn a_receiver_that_takes_nothing_fills_its_ring_and_the_writer_is_told_so() {
     }
     let full = sender.post_writes(&[notify(u32::MAX)]).unwrap_err();
     assert!(matches!(full, TransportError::QueueFull { .. }), "{full}");
+    // Told at once: a post never waits for the peer (the transfer engine rings small posts
+    // holding its own lock). A hundred refusals that each waited even 5 ms would take 500.
+    let asked = Instant::now();
+    for _ in 0..100 {
+        let again = sender.post_writes(&[notify(u32::MAX)]).unwrap_err();
+        assert!(matches!(again, TransportError::QueueFull { .. }), "{again}");
+    }
+    assert!(asked.elapsed() < Duration::from_millis(250), "refusals waited: {:?}", asked.elapsed());
     // Nothing of the refused write was announced; once the receiver takes, the writer goes on.
     let mut arrivals = vec![Arrival::EMPTY; 64];
     let got = receiver.poll_arrivals(&mut arrivals).unwrap();

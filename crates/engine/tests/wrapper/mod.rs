@@ -1,5 +1,5 @@
 //! A lane over the loopback that can be made to misbehave: stop answering, hold its posts at a
-//! gate, break, or record who polled it.
+//! gate, break, find its queue full now and then, or record who polled it.
 
 use rdma_hint_core::{Arrival, PeerEndpoint, RegionId, RemoteRegion, Transport};
 use rdma_hint_engine::LoopbackTransport;
@@ -41,6 +41,10 @@ pub(crate) struct Gate {
     pub(crate) opened: std::sync::Condvar,
     pub(crate) waiting: std::sync::atomic::AtomicBool,
     pub(crate) broken: std::sync::atomic::AtomicBool,
+    /// Every this many posts answers `QueueFull` and moves nothing (0: none does), as a
+    /// transport whose queue (or its peer's) is full now and then.
+    pub(crate) full_every: std::sync::atomic::AtomicU32,
+    pub(crate) posts: std::sync::atomic::AtomicU32,
 }
 
 impl Gate {
@@ -52,6 +56,13 @@ impl Gate {
         self.waiting.store(true, SeqCst);
         let open = self.open.lock().unwrap();
         let _open = self.opened.wait_timeout_while(open, Duration::from_secs(20), |open| !*open).unwrap();
+    }
+
+    /// Whether this post finds the queue full (see `full_every`).
+    pub(crate) fn full_now(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let every = self.full_every.load(SeqCst);
+        every > 0 && self.posts.fetch_add(1, SeqCst) % every == every - 1
     }
 
     pub(crate) fn open(&self) {
@@ -107,6 +118,9 @@ impl Transport for Wrapper {
     }
     fn post_writes(&self, ops: &[rdma_hint_core::WriteOp]) -> Result<(), rdma_hint_core::TransportError> {
         if let Some(gate) = &self.gate {
+            if gate.full_now() {
+                return Err(rdma_hint_core::TransportError::QueueFull { given: ops.len() as u32, max: 0 });
+            }
             gate.pass();
         }
         self.inner.post_writes(ops)

@@ -22,6 +22,8 @@ pub(crate) struct Doorbell {
     ops: Box<DoorbellOps>,
     /// Its requests are reads (`ops` hold their fields; no immediate, no gather).
     reads: bool,
+    /// When it was built: a lane whose transport answers it `QueueFull` waits from then.
+    built_at: Instant,
 }
 
 /// What the transport is handed: plain writes, gather writes where a request packs several
@@ -64,10 +66,11 @@ impl Doorbell {
 impl Doorbell {
     /// An empty doorbell for `link`, in its lane's room for ops (`None` while another of the
     /// lane's rings): its numbers start at the lane's next.
-    fn open(link: LinkId, lane: &mut Lane, reads: bool) -> Option<Doorbell> {
+    fn open(link: LinkId, lane: &mut Lane, reads: bool, now: Instant) -> Option<Doorbell> {
         let mut ops = lane.doorbell_ops.take()?;
         ops.entries.clear();
-        Some(Doorbell { link, first_seq: lane.next_seq, count: 0, requests: 0, bytes: 0, ops, reads })
+        let first_seq = lane.next_seq;
+        Some(Doorbell { link, first_seq, count: 0, requests: 0, bytes: 0, ops, reads, built_at: now })
     }
 
     /// Posts its requests on `transport` with one call (the lane's: the driver's or a
@@ -202,13 +205,13 @@ impl Scheduler {
         now: Instant,
     ) -> Option<Doorbell> {
         let peer = self.peers.get(peer_index as usize)?;
-        if let Some(lane) = peer.lanes.iter().position(super::lane::Lane::retry_ready) {
+        if let Some(lane) = peer.lanes.iter().position(|lane| lane.retry_ready(now)) {
             // A refused request goes first, alone, from the driver: a caller would post
             // someone else's request (bulk, perhaps) before its own submit returned.
             if poster != Poster::Driver {
                 return None;
             }
-            return self.build_retry(LinkId { peer: peer_index, lane: lane as u32 });
+            return self.build_retry(LinkId { peer: peer_index, lane: lane as u32 }, now);
         }
         if peer.latency.is_empty() && peer.bulk.is_empty() {
             return None;
@@ -312,7 +315,7 @@ impl Scheduler {
             return None;
         }
         let block = slot.next_whole_block().filter(|block| block.last)?;
-        let mut doorbell = Doorbell::open(link, lane, slot.read)?;
+        let mut doorbell = Doorbell::open(link, lane, slot.read, now)?;
         queue.pop_front();
         lane.wake_up(now);
         lane.reading = slot.read;
@@ -332,7 +335,7 @@ impl Scheduler {
             return None; // draining before it turns
         }
         let room = (lane.window as usize - lane.in_flight.len()).min(lane.per_post as usize);
-        let mut doorbell = Doorbell::open(link, lane, lane.reading)?;
+        let mut doorbell = Doorbell::open(link, lane, lane.reading, now)?;
         // The lane's direction while it has requests in flight; an empty lane turns to the
         // direction that waited, if a transfer of it still waits, else takes the first block's.
         let mut direction = if lane.in_flight.is_empty() {
@@ -431,29 +434,26 @@ impl Scheduler {
 
     /// A doorbell of the lane's oldest refused request alone, signalled; after the lane
     /// refused gathers it promised, a gathering request goes as its pieces in one plain post
-    /// (one sequence number, the last piece signalled).
-    fn build_retry(&mut self, link: LinkId) -> Option<Doorbell> {
+    /// (one sequence number, the last piece signalled). A request whose transfer ended
+    /// meanwhile (its deadline, a cancel, another lane lost) is counted out, not posted.
+    fn build_retry(&mut self, link: LinkId, now: Instant) -> Option<Doorbell> {
+        self.drop_ended_refused(link);
         let lane = self.lane_mut(link);
         // The lane's room first: without it (its doorbell still rings) nothing is taken.
         let refused = *lane.refused.front()?;
-        let mut doorbell = Doorbell::open(link, lane, refused.read)?;
+        let mut doorbell = Doorbell::open(link, lane, refused.read, now)?;
         lane.refused.pop_front();
-        // A failure path: the few entries of one request may take an allocation.
-        let own: Vec<GatherEntry> = if refused.pieces > 1 {
-            lane.refused_entries.drain(..refused.pieces as usize).collect()
-        } else {
-            Vec::new()
-        };
         let op = WriteOp { wr_id: lane.next_seq, signalled: true, ..refused.op };
         (doorbell.count, doorbell.requests, doorbell.bytes) = (1, 1, op.len);
         let room = &mut *doorbell.ops;
         (room.writes[0], room.pieces[0]) = (op, 1);
         if refused.pieces > 1 {
+            // Kept in the room either way: a refusal of the whole post gives them back.
+            room.entries.extend(lane.refused_entries.drain(..refused.pieces as usize));
             if lane.max_pieces > 1 {
-                room.entries.extend_from_slice(&own);
                 room.pieces[0] = refused.pieces;
             } else {
-                for (index, piece) in gather_op(&op, 0, refused.pieces).pieces(&own).enumerate() {
+                for (index, piece) in gather_op(&op, 0, refused.pieces).pieces(&room.entries).enumerate() {
                     (room.writes[index], room.pieces[index]) = (piece, 1);
                 }
                 doorbell.count = refused.pieces as usize;
@@ -466,6 +466,23 @@ impl Scheduler {
         lane.outstanding_bytes += doorbell.bytes;
         lane.posting = true;
         Some(doorbell)
+    }
+
+    /// Counts out the refused requests at the front of `link`'s lane whose transfers ended.
+    fn drop_ended_refused(&mut self, link: LinkId) {
+        loop {
+            let lane = &mut self.peers[link.peer as usize].lanes[link.lane as usize];
+            let Some(refused) = lane.refused.front().copied() else { return };
+            let slot = &self.slots[refused.posted.slot as usize];
+            if slot.generation == refused.posted.generation && slot.running() {
+                return;
+            }
+            lane.refused.pop_front();
+            if refused.pieces > 1 {
+                lane.refused_entries.drain(..refused.pieces as usize);
+            }
+            self.retire_block(Posted { bytes: 0, ..refused.posted });
+        }
     }
 
     /// Records how ringing `doorbell` went.
@@ -485,26 +502,19 @@ impl Scheduler {
                 Ok(()) => {
                     lane.posted_bytes += doorbell.bytes;
                     lane.posted_wrs += doorbell.requests;
+                    lane.took_a_post();
                 }
-                Err(error) if refuses_the_ops(&error) => {
-                    // Checked before anything was posted: a bad request (a region deregistered
-                    // since its submit, say) fails alone and the lane goes on. Nothing of the
-                    // doorbell reached the transport, so its numbers are handed out again, a
-                    // request per doorbell.
-                    lane.next_seq = doorbell.first_seq;
-                    lane.outstanding_bytes -= doorbell.bytes;
-                    let kept = lane.in_flight.len() - doorbell.count;
-                    let mut first = 0;
-                    for (index, posted) in lane.in_flight.drain(kept..).enumerate() {
-                        let (op, pieces) = (doorbell.ops.writes[index], doorbell.ops.pieces[index]);
-                        if pieces > 1 {
-                            let own = &doorbell.ops.entries[first..first + pieces as usize];
-                            lane.refused_entries.extend(own.iter().copied());
-                        }
-                        first += pieces as usize;
-                        lane.refused.push_back(Refused { op, read: doorbell.reads, pieces, posted });
-                    }
+                // No room in the transport's queue (or the peer's) now: nothing was posted,
+                // and the requests go again, in order, once the lane has waited.
+                Err(TransportError::QueueFull { .. }) => {
+                    lane.back_off(doorbell.built_at);
+                    take_back(lane, &doorbell);
                 }
+                // Checked before anything was posted: a bad request (a region deregistered
+                // since its submit, say) fails alone and the lane goes on. Nothing of the
+                // doorbell reached the transport, so its numbers are handed out again, a
+                // request per doorbell.
+                Err(error) if refuses_the_ops(&error) => take_back(lane, &doorbell),
                 // Nothing of the doorbell counts as posted: its entries leave the queue with
                 // the lane's earlier ones, and their transfers fail.
                 Err(error) => self.lose_link(link, error),
@@ -514,26 +524,27 @@ impl Scheduler {
         self.end_deferred_unholds(link.peer);
     }
 
-    /// Records how posting a refused request alone went: it fails its own transfer only.
+    /// Records how posting a refused request alone went: it fails its own transfer only, or
+    /// waits again where the transport had no room for it.
     fn finish_retry(&mut self, doorbell: &Doorbell, refused: Refused, rung: Result<(), TransportError>) {
-        let entries = &doorbell.ops.entries;
         let lane = self.lane_mut(doorbell.link);
-        let gathered = entries.len() > 1;
+        let gathered = doorbell.ops.pieces[0] > 1;
         match rung {
             Ok(()) => {
                 lane.posted_bytes += doorbell.bytes;
                 lane.posted_wrs += 1;
+                lane.took_a_post();
+            }
+            Err(TransportError::QueueFull { .. }) => {
+                lane.back_off(doorbell.built_at);
+                take_back_retry(lane, doorbell, refused);
             }
             // A transport whose capabilities promise gathers it does not take (a wrapper
             // passing them through, say): the lane stops packing, and the request goes again
             // as its pieces.
             Err(TransportError::TooManyEntries { .. }) if gathered => {
                 lane.max_pieces = 1;
-                lane.in_flight.pop_back();
-                lane.next_seq -= 1;
-                lane.outstanding_bytes -= doorbell.bytes;
-                lane.refused.push_front(refused);
-                entries.iter().rev().for_each(|entry| lane.refused_entries.push_front(*entry));
+                take_back_retry(lane, doorbell, refused);
             }
             Err(error) => {
                 let posted = lane.in_flight.pop_back().expect("a retry's request is in flight");
@@ -552,5 +563,33 @@ impl Scheduler {
                 }
             }
         }
+    }
+}
+
+/// Puts a retry's request, which the transport did not take, back at the front of its lane's
+/// refused queue, its entries with it, and hands its sequence number out again.
+fn take_back_retry(lane: &mut Lane, doorbell: &Doorbell, refused: Refused) {
+    lane.in_flight.pop_back();
+    lane.next_seq -= 1;
+    lane.outstanding_bytes -= doorbell.bytes;
+    lane.refused.push_front(refused);
+    doorbell.ops.entries.iter().rev().for_each(|entry| lane.refused_entries.push_front(*entry));
+}
+
+/// Puts the requests of `doorbell`, which the transport refused whole, back on its lane's
+/// refused queue in order, and hands their sequence numbers out again.
+fn take_back(lane: &mut Lane, doorbell: &Doorbell) {
+    lane.next_seq = doorbell.first_seq;
+    lane.outstanding_bytes -= doorbell.bytes;
+    let kept = lane.in_flight.len() - doorbell.count;
+    let mut first = 0;
+    for (index, posted) in lane.in_flight.drain(kept..).enumerate() {
+        let (op, pieces) = (doorbell.ops.writes[index], doorbell.ops.pieces[index]);
+        if pieces > 1 {
+            let own = &doorbell.ops.entries[first..first + pieces as usize];
+            lane.refused_entries.extend(own.iter().copied());
+        }
+        first += pieces as usize;
+        lane.refused.push_back(Refused { op, read: doorbell.reads, pieces, posted });
     }
 }

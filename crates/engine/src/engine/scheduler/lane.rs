@@ -87,7 +87,20 @@ pub(crate) struct Lane {
     /// `refused`: it is in flight now, and goes back to the front only if the lane refuses
     /// its gather); `Some` says the ringing doorbell is that retry.
     pub(super) retrying: Option<Refused>,
+    /// The transport last answered `QueueFull` (its queue, or the peer's, had no room): the
+    /// requests it refused wait in `refused` until then, and no new doorbell overtakes them.
+    pub(super) full_until: Option<Instant>,
+    /// How long the lane waits after its next `QueueFull`: doubled by each in a row, from
+    /// [`FIRST_BACKOFF`] to [`LAST_BACKOFF`]; zero once a post is taken.
+    backoff: Duration,
 }
+
+/// The first wait after a transport's `QueueFull`: about what a peer polling in a loop takes
+/// to make room.
+const FIRST_BACKOFF: Duration = Duration::from_micros(16);
+/// The longest wait between two tries on a full queue (a peer that stalls for long leaves the
+/// transfers to their deadlines, not to the lane).
+const LAST_BACKOFF: Duration = Duration::from_millis(1);
 
 /// A request of a refused doorbell, waiting to be posted alone.
 #[derive(Debug, Clone, Copy)]
@@ -136,6 +149,8 @@ impl Lane {
             refused: VecDeque::new(),
             refused_entries: VecDeque::new(),
             retrying: None,
+            full_until: None,
+            backoff: Duration::ZERO,
         }
     }
 
@@ -173,17 +188,44 @@ impl Lane {
         self.outstanding_bytes + batch_bytes < self.cap() || self.in_flight.is_empty()
     }
 
-    /// Whether a doorbell may be built on the lane now.
+    /// Whether a doorbell of new blocks may be built on the lane now (none overtakes a
+    /// refused request: a transfer's notifying block must not land before its others).
     pub(super) fn available(&self) -> bool {
         self.dead.is_none()
             && !self.posting
+            && self.refused.is_empty()
             && self.in_flight.len() < self.window as usize
             && self.has_room(0)
     }
 
-    /// A refused request waits to be posted again, and the lane may take it now.
-    pub(super) fn retry_ready(&self) -> bool {
-        !self.refused.is_empty() && self.dead.is_none() && !self.posting
+    /// A refused request waits to be posted again (now, or once the lane's wait on a full
+    /// queue ends).
+    pub(super) fn has_refused(&self) -> bool {
+        !self.refused.is_empty() && self.dead.is_none()
+    }
+
+    /// A refused request waits to be posted again, and the lane may take it at `now`.
+    pub(super) fn retry_ready(&self, now: Instant) -> bool {
+        self.has_refused() && !self.posting && self.full_until.is_none_or(|at| now >= at)
+    }
+
+    /// When the lane's wait on a full queue ends, while a refused request waits for it.
+    pub(super) fn retry_at(&self) -> Option<Instant> {
+        self.full_until.filter(|_| self.has_refused())
+    }
+
+    /// The transport answered `QueueFull` at `now`: the lane waits before it tries again,
+    /// twice as long as the last time in a row.
+    pub(super) fn back_off(&mut self, now: Instant) {
+        self.backoff = (self.backoff * 2).clamp(FIRST_BACKOFF, LAST_BACKOFF);
+        self.full_until = Some(now + self.backoff);
+    }
+
+    /// The transport took a post: the next `QueueFull` waits the shortest time again.
+    pub(super) fn took_a_post(&mut self) {
+        if self.full_until.is_some() {
+            (self.full_until, self.backoff) = (None, Duration::ZERO);
+        }
     }
 
     /// The lane starts a doorbell while empty: neither the wait for a stall nor a rate sample

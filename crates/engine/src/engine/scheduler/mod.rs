@@ -115,7 +115,7 @@ struct Peer {
 
 impl Peer {
     fn queued(&self) -> bool {
-        !self.latency.is_empty() || !self.bulk.is_empty() || self.lanes.iter().any(Lane::retry_ready)
+        !self.latency.is_empty() || !self.bulk.is_empty() || self.lanes.iter().any(Lane::has_refused)
     }
 }
 
@@ -718,16 +718,18 @@ impl Scheduler {
         ended
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) next has something to end, if anything
-    /// runs: the earliest deadline of a running transfer or stall of a busy lane.
-    /// Looks at no slot (a scan of thousands is what `handle_timeout` does once per
-    /// millisecond): the earliest deadline is kept as transfers come and scans pass.
+    /// When [`handle_timeout`](Self::handle_timeout) next has something to end (the earliest
+    /// deadline of a running transfer or stall of a busy lane), or a lane waiting on a full
+    /// queue tries again (at its own time, not the scan's). Looks at no slot (a scan of
+    /// thousands is what `handle_timeout` does once per millisecond): the earliest deadline is
+    /// kept as transfers come and scans pass.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let stalls = self.peers.iter().flat_map(|peer| &peer.lanes);
-        let stalls = stalls.filter(|lane| lane.dead.is_none() && !lane.in_flight.is_empty());
+        let lanes = || self.peers.iter().flat_map(|peer| &peer.lanes);
+        let stalls = lanes().filter(|lane| lane.dead.is_none() && !lane.in_flight.is_empty());
         // Checked: `Duration::MAX` (no stall watch) must not overflow the instant.
         let stalls = stalls.filter_map(|lane| lane.progress_at.checked_add(self.lane_stall));
-        stalls.chain(self.earliest_deadline).min().map(|at| at.max(self.next_timeout_scan))
+        let scan = stalls.chain(self.earliest_deadline).min().map(|at| at.max(self.next_timeout_scan));
+        lanes().filter_map(Lane::retry_at).chain(scan).min()
     }
 
     /// Whether some live lane has requests in flight (the driver polls them).

@@ -1,8 +1,9 @@
 //! The scheduler driven by random scripts of everything that can happen to it (submits,
-//! doorbells rung, refused or failed, doorbells still ringing while other things happen,
-//! completions in any order, lanes lost, deadlines, cancels, collects): every transfer ends
-//! once, a delivered one with its bytes, a failed one with no more confirmed than asked for,
-//! every hold ends once and only after its result was handed out, and nothing is lost.
+//! doorbells rung, refused, answered a full queue or failed, doorbells still ringing while
+//! other things happen, completions in any order, lanes lost, deadlines, cancels, collects):
+//! every transfer ends once, a delivered one with its bytes, a failed one with no more
+//! confirmed than asked for, every hold ends once and only after its result was handed out,
+//! and nothing is lost.
 
 use super::{Event, LaneConfig, LinkId, Poster, Scheduler};
 use crate::engine::{Class, Delivered, TransferId, TransferRequest};
@@ -186,6 +187,7 @@ impl Harness {
                     0 => Err(TransportError::UnregisteredRegion(RegionId(1))),
                     1 => Err(TransportError::PeerGone("reset".into())),
                     2 => Err(TransportError::TooManyEntries { given: 4, max_sges: 1 }),
+                    3 => Err(TransportError::QueueFull { given: 4, max: 0 }),
                     _ => Ok(()),
                 };
                 if rung.is_ok() {

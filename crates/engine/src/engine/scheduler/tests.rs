@@ -642,3 +642,76 @@ fn a_lone_one_block_transfer_takes_the_lone_path_and_others_the_loop() {
     post(&mut sched, now);
     assert_eq!(sched.lone_built, Some(1), "two blocks, or two transfers: the loop");
 }
+
+#[test]
+fn a_full_queue_waits_longer_each_time_then_posts_the_same_requests_in_order_and_fails_nothing() {
+    let start = Instant::now();
+    let mut sched = scheduler(1, false, start);
+    let id = submit(&mut sched, single(0, 3 * BLOCK).notify(7), start + Duration::from_secs(1));
+    let mut doorbell = sched.next_doorbell(start).unwrap();
+    let first = writes(&mut doorbell);
+    assert_eq!(first.len(), 3, "one lane keeps its order: the notifying block goes with them");
+    let full = || Err(TransportError::QueueFull { given: 3, max: 0 });
+    sched.finish_doorbell(doorbell, full());
+    assert!(sched.queued() && sched.is_running(id), "nothing fails, nothing is lost");
+    // A transfer submitted meanwhile would find the lane free: it must not overtake them.
+    let other = submit_at(&mut sched, single(4 * BLOCK, 4096), start + Duration::from_secs(1), start);
+    // It waits 16 us, then 32 us after a second refusal: no doorbell before, and the driver's
+    // next timeout is that moment, not the next scan.
+    let mut at = start;
+    for wait in [16, 32] {
+        assert_eq!(sched.next_timeout(), Some(at + Duration::from_micros(wait)));
+        assert!(sched.next_doorbell(at + Duration::from_micros(wait - 1)).is_none(), "too early");
+        at += Duration::from_micros(wait);
+        let mut retry = sched.next_doorbell(at).expect("the retry, once waited");
+        assert_eq!(writes(&mut retry)[0].remote_offset, 0, "the oldest request first");
+        sched.finish_doorbell(retry, full());
+    }
+    // Taken now: the requests go again in their order, one a doorbell, numbered afresh, the
+    // notice last, and the newer transfer after them.
+    at += Duration::from_micros(64);
+    let retried: Vec<WriteOp> = (0..4).flat_map(|_| post(&mut sched, at).1).collect();
+    let offsets: Vec<u64> = retried.iter().map(|op| op.remote_offset).collect();
+    assert_eq!(offsets, [0, BLOCK, 2 * BLOCK, 4 * BLOCK]);
+    assert_eq!(retried[2].imm, Some(7), "the notice still comes last");
+    let numbers: Vec<u64> = retried.iter().map(|op| op.wr_id).collect();
+    assert_eq!(numbers, (first[0].wr_id..first[0].wr_id + 4).collect::<Vec<_>>());
+    sched.handle_completions(lane(0, 0), &[done(retried[3].wr_id)], at);
+    assert!(matches!(sched.collect(other), Some(Ok(_))));
+    assert!(matches!(sched.collect(id), Some(Ok(Delivered { bytes, blocks: 3 })) if bytes == 3 * BLOCK));
+    assert!(sched.lane_stats(0).unwrap()[0].failed.is_none());
+}
+
+#[test]
+fn a_transfer_whose_deadline_passes_while_the_queue_stays_full_ends_and_nothing_of_it_is_posted_after() {
+    let start = Instant::now();
+    let mut sched = scheduler(1, false, start);
+    let deadline = start + Duration::from_millis(5);
+    let id = submit_at(&mut sched, single(0, 2 * BLOCK), deadline, start);
+    let doorbell = sched.next_doorbell(start).unwrap();
+    sched.finish_doorbell(doorbell, Err(TransportError::QueueFull { given: 2, max: 0 }));
+    let mut at = start;
+    while at < deadline {
+        at = sched.next_timeout().expect("a retry or the deadline to wake for");
+        sched.handle_timeout(at);
+        if let Some(retry) = sched.next_doorbell(at) {
+            sched.finish_doorbell(retry, Err(TransportError::QueueFull { given: 1, max: 0 }));
+        }
+    }
+    assert!(matches!(
+        sched.collect(id),
+        Some(Err(TransferError::DeadlineExceeded { confirmed_bytes: 0, .. }))
+    ));
+    assert!(
+        sched.next_doorbell(at + Duration::from_millis(2)).is_none(),
+        "its refused blocks are not posted"
+    );
+    assert!(!sched.queued(), "they were counted out");
+    assert!(sched.lane_stats(0).unwrap()[0].failed.is_none(), "a full queue loses no lane");
+    // The slot came free: a new transfer takes it and goes at once.
+    let next = submit_at(&mut sched, single(0, 4096), at + Duration::from_secs(1), at);
+    let (_, ops) = post(&mut sched, at);
+    assert_eq!(ops.len(), 1);
+    sched.handle_completions(lane(0, 0), &[done(ops[0].wr_id)], at);
+    assert!(matches!(sched.collect(next), Some(Ok(_))));
+}
