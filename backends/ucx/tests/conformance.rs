@@ -97,3 +97,59 @@ fn deregistering_a_source_waits_out_its_unsignalled_puts() {
     p.receiver.read_region(p.target.id, 0, &mut arrived).unwrap();
     assert!(arrived == data, "deregister returned before the unsignalled puts had landed");
 }
+
+/// A peer that leaves its notice ring full (its application takes no arrivals for a while)
+/// makes a post answer `QueueFull` at once; the transfer engine waits and posts the same
+/// requests again, so nothing fails and no lane is lost: once the peer takes its arrivals,
+/// every transfer is delivered, every notice arrives once, and the bytes are where they belong.
+#[test]
+fn an_engine_whose_peer_leaves_its_notice_ring_full_waits_and_delivers_everything() {
+    use rdma_hint_backend_core::blocking::block_on;
+    use rdma_hint_core::{Arrival, SourceId, WaitMode};
+    use rdma_hint_engine::{BlockSpec, Engine, EngineConfig, TransferRequest, TransferStatus};
+    let _shared = shared();
+    // Past the ring's 4096 slots.
+    const TRANSFERS: u64 = 6000;
+    const BLOCK: u64 = 4096;
+    let len = TRANSFERS * BLOCK;
+    let p = pair(&Ucx("shm,self"), len, "127.0.0.1:0".parse().unwrap());
+    // Only the receiver's own waits take notices off its ring now (no progress thread moving
+    // them into its arrival queue meanwhile).
+    p.receiver.set_wait_mode(WaitMode::BusyPoll);
+    let data = rdma_hint_integration_tests::random_bytes(len as usize, 17);
+    p.sender.write_region(p.source.id, 0, &data).expect("fill the source");
+    let engine =
+        Engine::new(EngineConfig { max_transfers: 8192, ..EngineConfig::default() }).expect("engine");
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, BLOCK).expect("block"));
+    let sender: std::sync::Arc<dyn Transport> = std::sync::Arc::new(p.sender);
+    let peer = engine.add_peer(vec![sender.clone()], &[p.remote]).expect("peer");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let ids: Vec<_> = (0..TRANSFERS)
+        .map(|k| {
+            let request = TransferRequest::single(&p.source, k * BLOCK, &p.remote, k * BLOCK, BLOCK);
+            engine.submit(peer, request.notify(k as u32), deadline).expect("submit")
+        })
+        .collect();
+    // The ring fills: the last transfers wait, none fails, the lane lives.
+    std::thread::sleep(Duration::from_millis(300));
+    let lost = engine.lane_stats(peer).unwrap()[0].failed.clone();
+    assert!(lost.is_none(), "a full ring lost the lane: {lost:?}");
+    let last = engine.status(*ids.last().unwrap());
+    assert!(matches!(last, TransferStatus::Running { .. }), "{last:?}: the ring never filled");
+    let mut arrivals = vec![Arrival::EMPTY; 256];
+    let mut imms = Vec::with_capacity(TRANSFERS as usize);
+    while imms.len() < TRANSFERS as usize {
+        let got = block_on(p.receiver.wait_arrivals(&mut arrivals, deadline))
+            .unwrap_or_else(|e| panic!("after {} arrivals: {e}", imms.len()));
+        imms.extend(arrivals[..got].iter().map(|arrival| arrival.imm));
+    }
+    for (k, id) in ids.into_iter().enumerate() {
+        let delivered = engine.wait_blocking(id, deadline).unwrap_or_else(|e| panic!("transfer {k}: {e}"));
+        assert_eq!(delivered.bytes, BLOCK);
+    }
+    imms.sort_unstable();
+    assert_eq!(imms, (0..TRANSFERS as u32).collect::<Vec<_>>(), "every notice once");
+    let mut landed = vec![0u8; len as usize];
+    p.receiver.read_region(p.target.id, 0, &mut landed).expect("read the target");
+    assert!(landed == data, "the bytes landed where they belong");
+}
