@@ -217,8 +217,9 @@ pub(crate) fn capabilities(id: TransportId, estimate: &Estimate, max_outstanding
         memory_kinds: vec![MemoryKind::Host],
         caller_memory,
         // A post copies (direct) or hands UCX non-blocking puts, under the worker's lock,
-        // which the progress thread holds for one bounded `ucp_worker_progress`; a full notice
-        // ring on the peer answers `QueueFull` at once.
+        // which the progress thread holds for one bounded `ucp_worker_progress` (or while it
+        // takes in a region the peer exposes, which is rare); a full notice ring on the peer
+        // answers `QueueFull` at once.
         posts_without_waiting: true,
     }
 }

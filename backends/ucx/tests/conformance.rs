@@ -122,7 +122,7 @@ fn an_engine_whose_peer_leaves_its_notice_ring_full_waits_and_delivers_everythin
         Engine::new(EngineConfig { max_transfers: 8192, ..EngineConfig::default() }).expect("engine");
     engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, BLOCK).expect("block"));
     let sender: std::sync::Arc<dyn Transport> = std::sync::Arc::new(p.sender);
-    let peer = engine.add_peer(vec![sender.clone()], &[p.remote]).expect("peer");
+    let peer = engine.add_peer(vec![sender], &[p.remote]).expect("peer");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let ids: Vec<_> = (0..TRANSFERS)
         .map(|k| {

@@ -211,8 +211,13 @@ impl Scheduler {
             if poster != Poster::Driver {
                 return None;
             }
-            return self.build_retry(LinkId { peer: peer_index, lane: lane as u32 }, now);
+            let retry = self.build_retry(LinkId { peer: peer_index, lane: lane as u32 }, now);
+            if retry.is_some() {
+                return retry;
+            }
+            // Every request waiting there belonged to a transfer that ended: new blocks go.
         }
+        let peer = &self.peers[peer_index as usize];
         if peer.latency.is_empty() && peer.bulk.is_empty() {
             return None;
         }
