@@ -464,6 +464,9 @@ impl Scheduler {
                 doorbell.count = refused.pieces as usize;
             }
         }
+        // Time spent waiting on a full queue is no unanswered request's: the stall watch
+        // counts from this try, as from any doorbell built on an empty lane.
+        lane.wake_up(now);
         lane.in_flight.push_back(Posted { seq: doorbell.first_seq, ..refused.posted });
         lane.retrying = Some(refused);
         lane.reading = refused.read;

@@ -116,7 +116,9 @@ pub(crate) struct Refused {
 impl Lane {
     pub(super) fn new(caps: &Capabilities, config: &LaneConfig, now: Instant) -> Lane {
         let policy = config.policy.fitted_to(caps);
-        let max_pieces = caps.max_sges.clamp(1, config.gather_entries);
+        // A packed request the lane must split (a transport that refuses its gathers) goes as
+        // one post of its pieces, which must fit one.
+        let max_pieces = caps.max_sges.clamp(1, config.gather_entries).min(caps.max_wrs_per_post.max(1));
         Lane {
             window: policy.window,
             per_post: policy.wrs_per_doorbell,
@@ -297,7 +299,9 @@ fn shortest_sample(queue_time: Duration) -> Duration {
 const RATE_DECAY: f64 = 0.95;
 
 /// The live lane with room and the fewest outstanding bytes; ties go round, starting after
-/// `last` (a channel that completes inside the post always has none outstanding).
+/// `last` (a channel that completes inside the post always has none outstanding). A lane
+/// whose transport answered `QueueFull` and has taken no post since goes last: it has no
+/// bytes outstanding, and would otherwise take every doorbell only to hold it.
 pub(super) fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
     if let [only] = lanes {
         return only.available().then_some(0);
@@ -306,7 +310,7 @@ pub(super) fn pick_lane(lanes: &[Lane], last: usize) -> Option<usize> {
     (1..=count)
         .map(|step| ((last + step) % count, &lanes[(last + step) % count]))
         .filter(|(_, lane)| lane.available())
-        .min_by_key(|(_, lane)| lane.outstanding_bytes)
+        .min_by_key(|(_, lane)| (lane.full_until.is_some(), lane.outstanding_bytes))
         .map(|(index, _)| index)
 }
 
@@ -384,6 +388,22 @@ mod tests {
         }
         // Counted over wall time it would read 0.1 GB/s.
         assert!((lane.rate - 1e10).abs() < 1e6, "{} B/s", lane.rate);
+    }
+
+    #[test]
+    fn a_packed_request_has_no_more_pieces_than_one_post_takes() {
+        // Split into its pieces (a transport that refuses gathers), it must still fit a post:
+        // a larger one would be answered `QueueFull` at every try.
+        let mut caps = crate::engine::scheduler::tests::caps(32);
+        caps.max_wrs_per_post = 4;
+        let config = LaneConfig {
+            policy: crate::policy::PostPolicy::default(),
+            bytes_in_flight: 1 << 20,
+            queue_time: Duration::from_micros(200),
+            gather_entries: 64,
+        };
+        let lane = Lane::new(&caps, &config, crate::engine::scheduler::tests::clock());
+        assert_eq!(lane.max_pieces, 4);
     }
 
     #[test]

@@ -710,3 +710,47 @@ fn a_transfer_whose_deadline_passes_while_the_queue_stays_full_ends_and_nothing_
     sched.handle_completions(lane(0, 0), &[done(ops[0].wr_id)], at);
     assert!(matches!(sched.collect(next), Some(Ok(_))));
 }
+
+#[test]
+fn a_queue_full_for_longer_than_the_stall_watch_is_a_wait_not_a_lost_lane() {
+    let start = Instant::now();
+    let mut sched = scheduler(1, false, start);
+    let id = submit_at(&mut sched, single(0, 2 * BLOCK), start + Duration::from_secs(60), start);
+    let doorbell = sched.next_doorbell(start).unwrap();
+    sched.finish_doorbell(doorbell, Err(TransportError::QueueFull { given: 2, max: 0 }));
+    // Past the 10 s stall watch, trying every millisecond; the driver looks at the timeouts
+    // between building a doorbell and ringing it.
+    let mut at = start;
+    while at < start + Duration::from_secs(11) {
+        at += Duration::from_millis(1);
+        let retry = sched.next_doorbell(at);
+        sched.handle_timeout(at);
+        if let Some(retry) = retry {
+            sched.finish_doorbell(retry, Err(TransportError::QueueFull { given: 1, max: 0 }));
+        }
+        assert!(sched.lane_stats(0).unwrap()[0].failed.is_none(), "lost after {:?}", at - start);
+    }
+    assert!(sched.is_running(id));
+}
+
+#[test]
+fn a_lane_whose_queue_was_full_goes_last_among_the_lanes_with_room() {
+    let start = Instant::now();
+    let mut sched = scheduler(2, false, start);
+    // One lane carries a block in flight; the other answers the next doorbell `QueueFull`.
+    submit_at(&mut sched, single(0, BLOCK), start + Duration::from_secs(60), start);
+    let (busy, _) = post(&mut sched, start);
+    let doomed = submit_at(&mut sched, single(BLOCK, BLOCK), start + Duration::from_millis(5), start);
+    let refused = sched.next_doorbell(start).unwrap();
+    let full = refused.link;
+    assert_ne!(full, busy, "the lane with nothing outstanding");
+    sched.finish_doorbell(refused, Err(TransportError::QueueFull { given: 1, max: 0 }));
+    let at = start + Duration::from_millis(5);
+    sched.handle_timeout(at);
+    assert!(matches!(sched.collect(doomed), Some(Err(TransferError::DeadlineExceeded { .. }))));
+    // Its refused block counted out, the full lane has nothing outstanding; still, the next
+    // transfer goes to the lane that takes posts.
+    submit_at(&mut sched, single(2 * BLOCK, BLOCK), at + Duration::from_secs(60), at);
+    let (link, ops) = post(&mut sched, at);
+    assert_eq!((link, ops[0].remote_offset), (busy, 2 * BLOCK));
+}
