@@ -52,11 +52,14 @@ fn write(
     };
     // A peer that takes its arrivals slower than this side completes writes (the completion
     // phase) fills its notice ring: a full queue moved nothing, so the write goes again, and
-    // its time counts.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // its time counts. The clock is read only then: a timed write pays for no extra call.
+    let mut deadline = None;
     loop {
         match transport.post_writes(&[op]) {
-            Err(rdma_hint::TransportError::QueueFull { .. }) if Instant::now() < deadline => {
+            Err(rdma_hint::TransportError::QueueFull { .. })
+                if *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(10))
+                    > Instant::now() =>
+            {
                 std::hint::spin_loop()
             }
             posted => return posted.expect("post"),
