@@ -42,6 +42,18 @@ fn connection(lanes: usize, len: u64, seed: u8) -> Connection {
     Connection { lanes: all, src, dst, remote }
 }
 
+/// A source and a target of `len` bytes on `lane`, the source filled with `pattern(len, seed)`,
+/// and the lane connected to itself: (source, target, the source's bytes, the remote list).
+fn wrapped(lane: &Wrapper, len: u64, seed: u8) -> (LocalRegion, LocalRegion, Vec<u8>, Vec<RemoteRegion>) {
+    let src = lane.register(MemoryKind::Host, len).unwrap();
+    let dst = lane.register(MemoryKind::Host, len).unwrap();
+    let bytes = pattern(len, seed);
+    lane.write_region(src.id, 0, &bytes).unwrap();
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    (src, dst, bytes, remote)
+}
+
 fn pattern(len: u64, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()
 }
@@ -332,12 +344,7 @@ fn a_lane_that_promises_gathers_it_does_not_take_stops_packing_and_loses_nothing
     let lane =
         Arc::new(Wrapper { inner: LoopbackTransport::new(256), silent: false, gate: None, pollers: None });
     let len = 4 << 20;
-    let src = lane.register(MemoryKind::Host, len).unwrap();
-    let dst = lane.register(MemoryKind::Host, len).unwrap();
-    let bytes = pattern(len, 13);
-    lane.write_region(src.id, 0, &bytes).unwrap();
-    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    let (src, dst, bytes, remote) = wrapped(&lane, len, 13);
     let engine = engine(16);
     let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
     let page = 16 * 1024;
@@ -365,12 +372,7 @@ fn a_lane_whose_queue_is_full_now_and_then_delivers_every_transfer_and_goes_on()
     let gate = Arc::new(Gate { full_every: 3.into(), ..Gate::default() });
     gate.open();
     let lane = Arc::new(Wrapper::gated(&gate));
-    let src = lane.register(MemoryKind::Host, len).unwrap();
-    let dst = lane.register(MemoryKind::Host, len).unwrap();
-    let bytes = pattern(len, 29);
-    lane.write_region(src.id, 0, &bytes).unwrap();
-    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    let (src, dst, bytes, remote) = wrapped(&lane, len, 29);
     let engine = engine(64);
     let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
     // Transfers of one to four blocks (and a short one), many in flight at once, each
