@@ -83,7 +83,7 @@ fuzz_target!(|data: &[u8]| {
             };
         assert!(!owed_answer || received.is_ok(), "the awaited answer {frame:?} was refused");
         match received {
-            Ok(Received::Write { region, offset, len, owed }) => {
+            Ok(Received::Write { region, offset, len, owed, .. }) => {
                 assert!(inside_exposed(region, offset, len));
                 assert!(
                     matches!(checked, Ok(Inbound::Write { payload_follows, .. }) if payload_follows == (channel == ChannelKind::Tcp))

@@ -3,7 +3,8 @@
 //! `staged_frames` drives it with arbitrary frame sequences.
 
 use crate::wire::{
-    ChannelKind, Frame, FrameKind, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_WORDS, MAX_REGIONS,
+    ChannelKind, Frame, FrameKind, FLAG_ACKS, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_WORDS,
+    MAX_REGIONS,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,6 +27,8 @@ pub enum Inbound {
         arrival: Option<u32>,
         /// Writer's tag to acknowledge.
         ack: Option<u64>,
+        /// TCP: acks the write carries, for as many of our oldest signalled writes.
+        acked: u16,
     },
     /// A signalled write of ours landed.
     Ack {
@@ -68,6 +71,8 @@ pub enum Inbound {
 pub struct Awaited {
     /// The next acknowledgement's tag.
     pub ack: Option<u64>,
+    /// Acknowledgements awaited in all (a write may carry up to this many).
+    pub acks: usize,
     /// The next read answer's tag and length.
     pub read: Option<(u64, u64)>,
 }
@@ -114,7 +119,7 @@ impl Inbox {
     /// protocol error whose text starts with `protocol error`.
     pub fn admit(&self, frame: &Frame, awaited: Awaited) -> Result<Inbound, String> {
         match frame.kind {
-            FrameKind::Write => self.write(frame),
+            FrameKind::Write => self.write(frame, awaited),
             FrameKind::ReadRequest => self.read_request(frame),
             FrameKind::ReadData => match awaited.read {
                 Some((wr_id, len))
@@ -169,6 +174,7 @@ impl Inbox {
             && first as u8 == FrameKind::Write as u8
             && flags & !(FLAG_PLACED | FLAG_IMM) == 0
             && flags & FLAG_PLACED != 0
+            && (first >> 16) as u16 == 0
             && last >> 32 == 0;
         let fits = self.region_len(region).is_some_and(|region_len| self.fits(region_len, offset, len));
         (shaped && fits).then(|| Inbound::Write {
@@ -178,6 +184,7 @@ impl Inbox {
             payload_follows: false,
             arrival: (flags & FLAG_IMM != 0).then_some(last as u32),
             ack: None,
+            acked: 0,
         })
     }
 
@@ -197,7 +204,7 @@ impl Inbox {
     fn admit_slot_decoded(&self, words: [u64; HEADER_WORDS]) -> Result<Inbound, String> {
         let frame = Frame::from_words(words).map_err(|e| format!("protocol error: a ring slot: {e}"))?;
         match self.admit(&frame, Awaited::default())? {
-            write @ Inbound::Write { payload_follows: false, ack: None, .. } => Ok(write),
+            write @ Inbound::Write { payload_follows: false, ack: None, acked: 0, .. } => Ok(write),
             other => Err(format!("protocol error: a ring slot asks for {other:?}")),
         }
     }
@@ -224,7 +231,7 @@ impl Inbox {
         })
     }
 
-    fn write(&self, frame: &Frame) -> Result<Inbound, String> {
+    fn write(&self, frame: &Frame, awaited: Awaited) -> Result<Inbound, String> {
         let Some(region_len) = self.region_len(frame.region) else {
             return Err(format!("protocol error: write to region {} which is not exposed", frame.region));
         };
@@ -239,6 +246,15 @@ impl Inbox {
             (ChannelKind::Shm, true) => false,
             _ => return Err("protocol error: write framing does not match the channel".into()),
         };
+        let acked = frame.acks_carried();
+        if frame.flags & FLAG_ACKS != 0
+            && (self.channel != ChannelKind::Tcp || usize::from(acked) > awaited.acks)
+        {
+            return Err(format!(
+                "protocol error: a write carries {acked} acks where {} of our writes wait for one",
+                awaited.acks
+            ));
+        }
         Ok(Inbound::Write {
             region: frame.region,
             offset: frame.offset,
@@ -246,6 +262,7 @@ impl Inbox {
             payload_follows,
             arrival: (frame.flags & FLAG_IMM != 0).then_some(frame.imm),
             ack: (frame.flags & FLAG_SIGNALLED != 0).then_some(frame.wr_id),
+            acked,
         })
     }
 }
@@ -269,7 +286,7 @@ mod tests {
         }
         assert!(inbox.admit(&write(0, 0, 16, FLAG_PLACED), none).is_err(), "shm framing on tcp");
         let ack = Frame::ack(0, 3);
-        let awaiting = |wr_id| Awaited { ack: Some(wr_id), read: None };
+        let awaiting = |wr_id| Awaited { ack: Some(wr_id), acks: 1, read: None };
         assert!(inbox.admit(&ack, none).is_err(), "never asked for");
         assert!(inbox.admit(&ack, awaiting(3)).is_ok());
         assert!(inbox.admit(&ack, awaiting(4)).is_err(), "not the write that is next");
@@ -277,6 +294,27 @@ mod tests {
 
     fn read(kind: FrameKind, region: u32, offset: u64, len: u64, wr_id: u64) -> Frame {
         Frame { kind, flags: 0, status: 0, region, offset, len, wr_id, imm: 0 }
+    }
+
+    /// A write may carry acks for as many of our signalled writes as wait for one, on TCP
+    /// only: a peer can neither complete a write it never got nor one twice.
+    #[test]
+    fn a_write_carries_no_more_acks_than_our_writes_await() {
+        let inbox = Inbox::new(ChannelKind::Tcp, &[(0, 4096)], 1 << 20);
+        let waiting = |acks| Awaited { ack: (acks > 0).then_some(7), acks, read: None };
+        let carrying = write(0, 0, 64, FLAG_IMM).carrying(2);
+        assert!(matches!(inbox.admit(&carrying, waiting(2)), Ok(Inbound::Write { acked: 2, .. })));
+        assert!(matches!(inbox.admit(&carrying, waiting(5)), Ok(Inbound::Write { acked: 2, .. })));
+        for acks in [0, 1] {
+            let refused = inbox.admit(&carrying, waiting(acks)).unwrap_err();
+            assert!(refused.starts_with("protocol error"), "{refused}");
+        }
+        assert!(matches!(inbox.admit(&write(0, 0, 64, 0), waiting(2)), Ok(Inbound::Write { acked: 0, .. })));
+        let shm = Inbox::new(ChannelKind::Shm, &[(0, 4096)], 1 << 20);
+        assert!(
+            shm.admit(&write(0, 0, 64, FLAG_PLACED).carrying(1), waiting(1)).is_err(),
+            "shm completes locally"
+        );
     }
 
     /// A peer reads only what this side exposed, and answers only the read that is next, at
@@ -299,7 +337,7 @@ mod tests {
         let shm = Inbox::new(ChannelKind::Shm, &[(0, 4096)], 1 << 20);
         assert!(shm.admit(&read(FrameKind::ReadRequest, 0, 0, 64, 1), none).is_err(), "reads map over shm");
         let answer = read(FrameKind::ReadData, 0, 0, 4096, 9);
-        let reading = |wr_id, len| Awaited { ack: None, read: Some((wr_id, len)) };
+        let reading = |wr_id, len| Awaited { ack: None, acks: 0, read: Some((wr_id, len)) };
         assert!(inbox.admit(&answer, none).is_err(), "never asked for");
         assert_eq!(inbox.admit(&answer, reading(9, 4096)), Ok(Inbound::ReadData { wr_id: 9, len: 4096 }));
         assert!(inbox.admit(&answer, reading(8, 4096)).is_err(), "not the read that is next");

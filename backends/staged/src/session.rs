@@ -34,6 +34,7 @@
 
 use crate::protocol::{Awaited, Inbound, Inbox};
 use crate::wire::{Frame, FrameKind};
+use held_acks::{AckTiming, HeldAcks};
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -68,7 +69,8 @@ impl AwaitedRead for (u64, u64) {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Received<R> {
     /// Place the write's `len` bytes (they follow the header) at `offset` of the exposed
-    /// `region`, then send what it `owed`.
+    /// `region`, then complete the `acked` writes of ours it acknowledges
+    /// ([`Session::acknowledged`]) and send what it `owed`.
     Write {
         /// Target region id (this side's).
         region: u32,
@@ -78,6 +80,8 @@ pub enum Received<R> {
         len: u64,
         /// Its ack and its arrival, once placed.
         owed: Owed,
+        /// Acks it carries for our oldest signalled writes.
+        acked: u16,
     },
     /// A signalled write of ours landed (or failed at the peer): its completion.
     Completed(Completion),
@@ -149,6 +153,8 @@ pub struct Session<R> {
     window: usize,
     /// When the peer last showed life, or when we started waiting on it, whichever is later.
     since: Instant,
+    /// The acks this side owes the peer and has not sent yet.
+    held: HeldAcks,
     ended: bool,
 }
 
@@ -163,6 +169,7 @@ impl<R: AwaitedRead> Session<R> {
             reserved_reads: 0,
             window,
             since: now,
+            held: HeldAcks::default(),
             ended: false,
         }
     }
@@ -171,6 +178,7 @@ impl<R: AwaitedRead> Session<R> {
     fn awaited(&self) -> Awaited {
         Awaited {
             ack: self.acks.front().copied(),
+            acks: self.acks.len(),
             read: self.reads.front().map(|read| (read.wr_id(), read.asked_bytes())),
         }
     }
@@ -188,8 +196,8 @@ impl<R: AwaitedRead> Session<R> {
         let inbound = self.check(frame)?;
         self.heard(now);
         Ok(match inbound {
-            Inbound::Write { region, offset, len, arrival, ack, .. } => {
-                Received::Write { region, offset, len, owed: Owed::of(region, len, arrival, ack) }
+            Inbound::Write { region, offset, len, arrival, ack, acked, .. } => {
+                Received::Write { region, offset, len, owed: Owed::of(region, len, arrival, ack), acked }
             }
             Inbound::Ack { wr_id, status } => {
                 self.acks.pop_front();
@@ -217,6 +225,24 @@ impl<R: AwaitedRead> Session<R> {
             }
             Inbound::Control { len } => Received::Control { len },
         })
+    }
+
+    /// The `count` acks a write carried (admitted: no more than wait) complete our oldest
+    /// signalled writes, each handed to `done`; called once the write is off the socket.
+    pub fn acknowledged(&mut self, count: u16, mut done: impl FnMut(Completion)) {
+        for wr_id in self.acks.drain(..usize::from(count).min(self.acks.len())) {
+            done(Completion { wr_id, status: CompletionStatus::Success });
+        }
+    }
+
+    /// A placed write owes the peer `ack` at `now` (see [`held_acks`]).
+    pub fn owe_ack(&mut self, ack: Frame, may_hold: bool, now: Instant) -> AckTiming {
+        self.held.owe(ack, may_hold, now)
+    }
+
+    /// The acks owed and not sent yet.
+    pub fn held_acks(&mut self) -> &mut HeldAcks {
+        &mut self.held
     }
 
     /// The peer showed life at `now` (a frame's end: a long body is life too). Never moves
@@ -322,6 +348,7 @@ impl<R: AwaitedRead> Session<R> {
     /// The link ended: everything still awaited, to flush; nothing is recorded after this.
     pub fn end(&mut self) -> Ended<R> {
         self.ended = true;
+        self.held.clear();
         let flushed = (self.acks.drain(..))
             .map(|wr_id| Completion { wr_id, status: CompletionStatus::Failed { code: FLUSHED } })
             .collect();
@@ -341,5 +368,6 @@ pub enum NotRecorded {
     },
 }
 
+pub mod held_acks;
 #[cfg(test)]
 mod tests;

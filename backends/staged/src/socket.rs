@@ -26,9 +26,10 @@ pub(crate) fn waiting_bytes(socket: &TcpStream) -> u64 {
     }
 }
 
-/// Copies the next `out.len()` waiting bytes into `out` without taking them off the socket and
-/// without waiting; whether they were all there.
-pub(crate) fn peek(socket: &TcpStream, out: &mut [u8]) -> bool {
+/// Copies up to `out.len()` of the bytes waiting into `out` without taking them off the socket
+/// and without waiting: how many it copied, `Ok(0)` once the peer closed its end, and
+/// `WouldBlock` while nothing waits.
+pub(crate) fn peek(socket: &TcpStream, out: &mut [u8]) -> std::io::Result<usize> {
     // SAFETY: `out` is writable for its length; MSG_PEEK leaves the bytes queued.
     let got = unsafe {
         libc::recv(
@@ -38,7 +39,7 @@ pub(crate) fn peek(socket: &TcpStream, out: &mut [u8]) -> bool {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    usize::try_from(got).is_ok_and(|got| got == out.len())
+    usize::try_from(got).map_err(|_| std::io::Error::last_os_error())
 }
 
 /// Sends what of `bytes` the socket's buffer takes now, without waiting: 0 when it is full.

@@ -196,7 +196,11 @@ pub const FLAG_SIGNALLED: u8 = 1;
 pub const FLAG_IMM: u8 = 2;
 /// Flag (shm channel): the payload is already in the mapped region; no bytes follow.
 pub const FLAG_PLACED: u8 = 4;
-const KNOWN_FLAGS: u8 = FLAG_SIGNALLED | FLAG_IMM | FLAG_PLACED;
+/// Flag (TCP write): `status` is a count of acks carried, each completing the receiver's
+/// oldest signalled write still waiting for one (each landed): the acks of a peer that answers
+/// a write with a write ride in the answer instead of a frame and a system call each.
+pub const FLAG_ACKS: u8 = 8;
+const KNOWN_FLAGS: u8 = FLAG_SIGNALLED | FLAG_IMM | FLAG_PLACED | FLAG_ACKS;
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +209,8 @@ pub struct Frame {
     pub kind: FrameKind,
     /// `FLAG_*` bits.
     pub flags: u8,
-    /// Completion status for `Ack` (0 = success).
+    /// Completion status for `Ack` (0 = success); for a write with [`FLAG_ACKS`], the acks it
+    /// carries (at least one); 0 in every other frame.
     pub status: u16,
     /// Target region id (on the receiver).
     pub region: u32,
@@ -235,6 +240,23 @@ impl Frame {
     /// The header of a control frame of `len` bytes.
     pub fn control(len: u64) -> Frame {
         Frame { kind: FrameKind::Control, flags: 0, status: 0, region: 0, offset: 0, len, wr_id: 0, imm: 0 }
+    }
+
+    /// This write carrying `acks` acks (none: unchanged).
+    pub fn carrying(self, acks: u16) -> Frame {
+        match acks {
+            0 => self,
+            acks => Frame { flags: self.flags | FLAG_ACKS, status: acks, ..self },
+        }
+    }
+
+    /// The acks a write carries (0 for every other frame).
+    pub fn acks_carried(&self) -> u16 {
+        if self.kind == FrameKind::Write && self.flags & FLAG_ACKS != 0 {
+            self.status
+        } else {
+            0
+        }
     }
 
     /// Encodes into a fixed header.
@@ -302,6 +324,9 @@ impl Frame {
         };
         if kind == FrameKind::Ack && (flags != 0 || frame.len != 0) {
             return Err(handshake("an ack carries no flags and no payload"));
+        }
+        if kind == FrameKind::Write && (flags & FLAG_ACKS != 0) != (frame.status != 0) {
+            return Err(handshake("a write's status counts the acks it carries, and only with their flag"));
         }
         if matches!(kind, FrameKind::ReadRequest | FrameKind::ReadData) && (flags != 0 || frame.status != 0) {
             return Err(handshake("a read's frames carry no flags and no status"));
@@ -379,7 +404,7 @@ mod tests {
         bad_magic[0] = b'X';
         cases.push((bad_magic, "magic"));
         let mut bad_version = good.clone();
-        bad_version[8] = 9; // the version before this one
+        bad_version[8] = 11; // the version before this one
         cases.push((bad_version, "version"));
         let mut bad_channel = good.clone();
         bad_channel[blob_at()] = 7;
@@ -442,7 +467,7 @@ mod tests {
     fn frame_layout_is_fixed() {
         let frame = Frame {
             kind: FrameKind::Write,
-            flags: FLAG_SIGNALLED | FLAG_PLACED,
+            flags: FLAG_SIGNALLED | FLAG_PLACED | FLAG_ACKS,
             status: 0x0102,
             region: 0x0304_0506,
             offset: 0x0708_090a_0b0c_0d0e,
@@ -450,7 +475,7 @@ mod tests {
             wr_id: 0x2021_2223_2425_2627,
             imm: 0x3031_3233,
         };
-        let mut expected = vec![1, FLAG_SIGNALLED | FLAG_PLACED];
+        let mut expected = vec![1, FLAG_SIGNALLED | FLAG_PLACED | FLAG_ACKS];
         expected.extend_from_slice(&frame.status.to_le_bytes());
         expected.extend_from_slice(&frame.region.to_le_bytes());
         expected.extend_from_slice(&frame.offset.to_le_bytes());
@@ -487,6 +512,35 @@ mod tests {
         assert!(Frame::decode(&bytes).is_err());
         let ack = Frame { kind: FrameKind::Ack, flags: FLAG_IMM, ..frame };
         assert!(Frame::decode(&ack.encode()).is_err());
+    }
+
+    /// A write's status is the count of acks it carries, present exactly when its flag is:
+    /// a status without the flag (or the flag without acks) is garbage, not an ack.
+    #[test]
+    fn a_write_carries_acks_only_under_their_flag() {
+        let write = Frame {
+            kind: FrameKind::Write,
+            flags: FLAG_IMM,
+            status: 0,
+            region: 1,
+            offset: 0,
+            len: 8,
+            wr_id: 3,
+            imm: 4,
+        };
+        assert_eq!(write.carrying(0), write);
+        let carrying = write.carrying(3);
+        assert_eq!((carrying.flags, carrying.status, carrying.acks_carried()), (FLAG_IMM | FLAG_ACKS, 3, 3));
+        assert_eq!(Frame::decode(&carrying.encode()).unwrap(), carrying);
+        assert_eq!(write.acks_carried(), 0);
+        for bad in [Frame { status: 2, ..write }, Frame { flags: FLAG_IMM | FLAG_ACKS, ..write }] {
+            assert!(Frame::decode(&bad.encode()).is_err(), "{bad:?}");
+        }
+        let ack = Frame::ack(1, 3);
+        assert!(
+            Frame::decode(&Frame { flags: FLAG_ACKS, status: 1, ..ack }.encode()).is_err(),
+            "only writes carry acks"
+        );
     }
 
     /// A control frame's header holds its length, bounded before anything is read for it, and

@@ -256,6 +256,54 @@ fn a_peer_that_answers_nothing_is_gone_after_thirty_seconds_of_silence() {
     assert!(silent.join().unwrap() > 0, "the peer was sent the write and the request");
 }
 
+/// A peer that takes a signalled write and closes its socket without acknowledging it: a sender
+/// in `BusyPoll`, whose own polls take the socket, learns the end at once (its poll hands the
+/// end to the reader thread), not at the silence bound, and the write is flushed.
+#[test]
+fn a_busy_polling_writer_whose_peer_closes_unanswered_is_flushed_at_once() {
+    let transport = StagedTransport::new(StagedChannel::Tcp);
+    transport.set_wait_mode(rdma_hint_core::WaitMode::BusyPoll);
+    let source = transport.register(MemoryKind::Host, 4096).unwrap();
+    let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closing = std::thread::spawn(move || {
+        let mut stream = raw_dial(address);
+        let region = ExposedRegion { id: 0, len: 4096, notify_each_write: false };
+        let hello = Hello { channel: ChannelKind::Tcp, regions: vec![region], handoff: None };
+        stream.write_all(&hello.encode()).unwrap();
+        Hello::decode(&mut stream).unwrap();
+        let mut frame = [0u8; HEADER_BYTES + 64];
+        stream.read_exact(&mut frame).unwrap();
+        // Closes without an ack.
+    });
+    let connected = rdma_hint_backend_core::blocking::block_on(transport.connect(
+        PeerEndpoint::Listen(address),
+        &[],
+        deadline(10),
+    ));
+    connected.unwrap();
+    let write = WriteOp {
+        wr_id: 1,
+        local: source.id,
+        remote: RegionId(0),
+        len: 64,
+        signalled: true,
+        ..WriteOp::EMPTY
+    };
+    transport.post_writes(&[write]).unwrap();
+    closing.join().unwrap();
+    let started = Instant::now();
+    let mut completions = [Completion::EMPTY; 2];
+    let waited = rdma_hint_backend_core::blocking::block_on(
+        transport.wait_completions(&mut completions, deadline(60)),
+    );
+    let count = waited.unwrap_or_else(|e| panic!("after {:?}: {e}", started.elapsed()));
+    assert_eq!(
+        completions[..count],
+        [Completion { wr_id: 1, status: CompletionStatus::Failed { code: FLUSHED_STATUS } }]
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "the end was seen after {:?}", started.elapsed());
+}
+
 /// A peer that answers a withdrawal and writes the region anyway, in the same breath: the write
 /// behind its answer is a breach that ends the link, and not one byte of it lands in the region
 /// the application was told it has back (nor may a read behind it take the region's bytes).

@@ -261,7 +261,7 @@ mod tests {
         bad_magic[0] ^= 1;
         assert!(decode(&bad_magic).unwrap_err().to_string().contains("magic"));
         let mut bad_version = good.clone();
-        bad_version[8] = 9; // the version before this one
+        bad_version[8] = 11; // the version before this one
         assert!(decode(&bad_version).unwrap_err().to_string().contains("version"));
         // Every truncation is a typed error (the peer went away mid-hello), never a panic.
         for cut in 0..good.len() {

@@ -25,7 +25,7 @@ macro_rules! fake_peer_common {
     () => {
         r#"
 import fcntl, os, socket, struct, sys, time
-VERSION = 11
+VERSION = 12
 RING_BYTES = 266240
 def staged_hello(regions, name=b"", cookie=bytes(32)):
     """A staged hello on the shm channel exposing `regions`, each (id, len, flags)."""

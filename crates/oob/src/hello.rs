@@ -23,8 +23,9 @@ pub const HELLO_MAGIC: [u8; 8] = *b"RDMAHINT";
 /// how many of the peer's reads it serves at once; 9: control frames after the hello, for
 /// regions exposed and withdrawn after connect; 10: the staged backend's too, its TCP `Control`
 /// frames and its shm socket no longer silent; 11: the lanes of one connection carry its tag
-/// in their authentication nonces, and a listening connection takes one peer's lanes only).
-pub const WIRE_VERSION: u16 = 11;
+/// in their authentication nonces, and a listening connection takes one peer's lanes only; 12: a
+/// staged TCP write may carry acks for the peer's writes).
+pub const WIRE_VERSION: u16 = 12;
 
 /// What a listener sends instead of its hello to a peer whose hello it refused (it sends its
 /// own only to the peer it picks, after that peer's): this magic, a u16 length, then why, in

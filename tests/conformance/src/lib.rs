@@ -25,6 +25,7 @@
 //! tests re-run the binary as.
 #![forbid(unsafe_code)]
 
+mod answers;
 mod backend;
 pub mod contract;
 mod exposure;
@@ -85,6 +86,7 @@ macro_rules! suite {
                 the_engine_connects_a_peers_lanes_in_one_call_and_takes_regions_exposed_later,
                 a_source_an_engine_transfer_names_is_held_until_collected,
                 a_post_that_never_waits_answers_while_the_peer_stalls,
+                an_answered_write_and_one_taken_just_before_a_drop_both_complete,
                 reads_fetch_the_peers_exposed_bytes_exactly,
                 bad_reads_fail_before_posting,
                 reads_from_a_peer_that_went_away_end_in_time,

@@ -19,8 +19,9 @@ use crate::reads::{request_frame, PendingRead};
 use crate::region::{copy_to_peer, Staging};
 use crate::request::{Pieces, Request};
 use crate::ring::{self, Consumer, Producer, RingView, RING_BYTES};
+use crate::session::held_acks::{AckTiming, MAX_HELD};
 use crate::session::{NotRecorded, Owed, Received, Session, ANSWER_PATIENCE, FLUSHED};
-use crate::socket::{peek, readable, waiting_bytes};
+use crate::socket::{peek, readable, send_now, waiting_bytes};
 use crate::wire::{
     ChannelKind, Frame, FrameKind, CONTROL_LIMITS, FLAG_IMM, FLAG_PLACED, FLAG_SIGNALLED, HEADER_BYTES,
     MAX_REGIONS,
@@ -71,8 +72,15 @@ const RING_PATIENCE: Duration = Duration::from_secs(30);
 const APP_POLL_GRACE: Duration = Duration::from_millis(2);
 /// TCP in `BusyPoll`: frames one poll of the application takes off the socket at most.
 const PUMP_FRAMES: usize = 64;
+/// TCP: bytes past a frame's header a poll's peek takes in too: a write no larger is seen whole
+/// without asking the socket how much waits (a system call less; the bytes are copied twice).
+const PEEK_PAST_HEADER: usize = 64;
 /// TCP in `BusyPoll`: writes up to this size are sent by the posting thread itself.
 const DIRECT_SEND_MAX: u64 = 64 << 10;
+/// TCP in `BusyPoll`: how long a poll leaves a write whose bytes are on their way for the next
+/// poll before it hands it to the reader thread (a peer that stops mid-frame, or a frame the
+/// socket's buffer cannot hold whole).
+const PARTIAL_PATIENCE: Duration = Duration::from_micros(200);
 /// TCP: a frame whose body took longer than this to arrive restarts the peer's silence clock at
 /// its end too (a long body is life; a short one's start says as much).
 const LONG_BODY: Duration = Duration::from_millis(100);
@@ -169,6 +177,11 @@ struct Shared {
     /// GPU memory).
     app_polled_us: AtomicU64,
     reader_needed: AtomicBool,
+    /// TCP: the session holds acks for a write to carry (read on every poll without its lock).
+    acks_held: AtomicBool,
+    /// TCP: since when (µs since `born`, 0: not) a poll has seen the write at the socket's head
+    /// not wholly there; only the holder of `reading` touches it.
+    partial_since_us: AtomicU64,
     born: Instant,
     lane: Arc<StagedLane>,
 }
@@ -214,6 +227,53 @@ impl Shared {
 
     fn send_frame(&self, frame: &Frame) -> std::io::Result<()> {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner).write_all(&frame.encode())
+    }
+
+    /// Sends every ack owed, oldest first, as frames. The writer is held throughout: owed acks
+    /// leave only under it (here, or inside a write), so none is sent twice or out of order.
+    fn send_owed_acks(&self) -> std::io::Result<()> {
+        let writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        self.send_owed_acks_with(|bytes| (&*writer).write_all(bytes))
+    }
+
+    /// The acks owed, [`MAX_HELD`] + 1 at a time, through `send` (which holds the writer).
+    fn send_owed_acks_with(&self, mut send: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        let mut bytes = [0u8; (MAX_HELD + 1) * HEADER_BYTES];
+        loop {
+            let count = {
+                let mut session = self.session();
+                let owed = session.held_acks().owed();
+                let count = owed.len().min(MAX_HELD + 1);
+                for (slot, ack) in bytes.chunks_exact_mut(HEADER_BYTES).zip(owed) {
+                    slot.copy_from_slice(&ack.encode());
+                }
+                count
+            };
+            if count == 0 {
+                return Ok(());
+            }
+            send(&bytes[..count * HEADER_BYTES])?;
+            self.acks_went(&mut self.session(), count);
+        }
+    }
+
+    /// `count` owed acks went on the wire (as frames, or inside a write).
+    fn acks_went(&self, session: &mut Session<PendingRead>, count: usize) {
+        let held = session.held_acks();
+        held.went(count);
+        self.acks_held.store(held.owed_since().is_some(), Ordering::Release);
+    }
+
+    /// Held acks that waited too long for an answer to carry them are sent now (`direct`: by
+    /// this thread where no delivery waits before them, else through the sender thread).
+    fn send_overdue_acks(&self, now: Instant, direct: bool) -> Result<(), String> {
+        if !self.acks_held.load(Ordering::Acquire) || !self.session().held_acks().overdue(now) {
+            return Ok(());
+        }
+        if direct && self.queued_deliveries.load(Ordering::Acquire) == 0 {
+            return self.send_owed_acks().map_err(|e| format!("sending an ack: {e}"));
+        }
+        tcp::hand_over(self, Some(Outgoing::Acks { then: None }))
     }
 }
 
@@ -265,13 +325,7 @@ impl Link {
         let exposed: Vec<(u32, u64)> = (targets.iter().enumerate())
             .filter_map(|(id, entry)| entry.as_ref().map(|e| (id as u32, e.memory.len())))
             .collect();
-        let bounced: Box<[AtomicBool]> = (0..MAX_REGIONS)
-            .map(|id| {
-                AtomicBool::new(
-                    targets.get(id).is_some_and(|e| e.as_ref().is_some_and(|e| e.bounce.is_some())),
-                )
-            })
-            .collect();
+        let bounced = bounced_targets(&targets);
         let threads = if rings.is_some() { 3 } else { 2 };
         let inbox = Arc::new(Inbox::new(channel, &exposed, max_msg_bytes));
         let writer = Arc::new(Mutex::new(socket.try_clone()?));
@@ -308,6 +362,8 @@ impl Link {
             queued_deliveries: AtomicUsize::new(0),
             app_polled_us: AtomicU64::new(0),
             reader_needed: AtomicBool::new(false),
+            acks_held: AtomicBool::new(false),
+            partial_since_us: AtomicU64::new(0),
             born: Instant::now(),
             lane: lane.clone(),
         });
@@ -392,6 +448,15 @@ impl Drop for Link {
         if self.shared.channel == ChannelKind::Shm {
             self.shared.control.say_goodbye();
         }
+        // Acks held for an answer go before the close: the peer's writes that landed complete.
+        if self.shared.acks_held.load(Ordering::Acquire) {
+            if let Ok(writer) = self.shared.writer.try_lock() {
+                let _ = self.shared.send_owed_acks_with(|bytes| match send_now(&writer, bytes)? {
+                    sent if sent == bytes.len() => Ok(()),
+                    _ => Err(std::io::ErrorKind::WouldBlock.into()),
+                });
+            }
+        }
         let _ = self.socket.shutdown(Shutdown::Both);
         if let Some(rings) = &self.shared.rings {
             ring::wake(&rings.inbound());
@@ -417,6 +482,15 @@ fn exposed_targets(local: &LocalRegions, expose: &[RegionId]) -> Vec<Option<Loca
         targets[index] = Some(entry.clone());
     }
     targets
+}
+
+/// Which of `targets` sit behind a bounce, by id.
+fn bounced_targets(targets: &[Option<LocalEntry>]) -> Box<[AtomicBool]> {
+    (0..MAX_REGIONS)
+        .map(|id| {
+            AtomicBool::new(targets.get(id).is_some_and(|e| e.as_ref().is_some_and(|e| e.bounce.is_some())))
+        })
+        .collect()
 }
 
 /// Runs `apply` on an admitted write's target (admitted writes name exposed regions only,

@@ -5,11 +5,10 @@
 use super::shm::announcement;
 use super::*;
 
-/// What the reader hands the sender thread, in arrival order: an acknowledgement to write
-/// (and the arrival to publish once it is on the wire), or an arrival alone.
+/// What the reader hands the sender thread, in arrival order: the acks owed to write (and the
+/// arrival to publish once they are on the wire), or an arrival alone.
 pub(super) enum Outgoing {
-    Ack {
-        ack: Frame,
+    Acks {
         then: Option<Arrival>,
     },
     Arrival(Arrival),
@@ -27,12 +26,12 @@ pub(super) enum Outgoing {
     Control(Vec<u8>),
 }
 
-/// Writes an ack before publishing the arrival it precedes: an application that exits as soon
-/// as it sees the arrival must not strand the writer's completions.
+/// Writes the acks owed before publishing the arrival they precede: an application that exits
+/// as soon as it sees the arrival must not strand the writer's completions.
 pub(super) fn deliver(shared: &Shared, outgoing: Outgoing, staging: &mut Staging) -> Result<(), String> {
     let arrival = match outgoing {
-        Outgoing::Ack { ack, then } => {
-            shared.send_frame(&ack).map_err(|e| format!("sending an ack: {e}"))?;
+        Outgoing::Acks { then } => {
+            shared.send_owed_acks().map_err(|e| format!("sending an ack: {e}"))?;
             then
         }
         Outgoing::Arrival(arrival) => Some(arrival),
@@ -149,7 +148,7 @@ pub(super) fn send_loop(
         flush(&op, &shared.completions);
     }
     while let Ok(outgoing) = acks.try_recv() {
-        if let Outgoing::Ack { then: Some(arrival), .. } | Outgoing::Arrival(arrival) = outgoing {
+        if let Outgoing::Acks { then: Some(arrival) } | Outgoing::Arrival(arrival) = outgoing {
             let _ = shared.arrivals.try_send(arrival);
         }
     }

@@ -72,6 +72,10 @@ pub(super) fn read_loop(shared: &Shared, watched: &TcpStream) -> String {
         if let Some(reason) = shared.lane.gone.why() {
             return reason.to_string();
         }
+        // Acks held for an answer that did not come, where the application stopped polling.
+        if let Err(reason) = shared.send_overdue_acks(Instant::now(), false) {
+            return reason;
+        }
         let overdue = shared.session().overdue(Instant::now(), ANSWER_PATIENCE);
         if let Some(silent) = overdue {
             return format!(
@@ -106,6 +110,7 @@ pub(super) fn read_loop(shared: &Shared, watched: &TcpStream) -> String {
 /// Reads one frame (waiting for its bytes), has the session take it and does what it asks;
 /// its ack and arrival go to the sender thread.
 fn read_frame(shared: &Shared, socket: &mut TcpStream, staging: &mut Staging) -> Result<(), String> {
+    shared.partial_since_us.store(0, Ordering::Relaxed);
     let mut header = [0u8; HEADER_BYTES];
     if let Err(e) = socket.read_exact(&mut header) {
         return Err(match e.kind() {
@@ -137,12 +142,13 @@ fn apply(
     staging: &mut Staging,
 ) -> Result<(), String> {
     match received {
-        Received::Write { region, offset, len, owed } => {
+        Received::Write { region, offset, len, owed, acked } => {
             with_target(shared, region, |target| {
                 (target.memory.over_socket(Direction::Receive, offset, len, socket, staging))
                     .map_err(|e| format!("the peer vanished mid-write: {e}"))
             })?;
-            hand_over(shared, outgoing(owed))
+            acknowledged(shared, acked)?;
+            hand_over(shared, owe(shared, owed, false))
         }
         Received::Completed(done) => shared.complete(done),
         Received::ReadRequest { region, offset, len, answer } => {
@@ -163,18 +169,35 @@ fn apply(
     }
 }
 
-/// What a placed write owes, for the sender thread: its ack (before its arrival, see
-/// [`deliver`]) and its arrival.
-fn outgoing(owed: Owed) -> Option<Outgoing> {
-    match owed.ack {
-        Some(ack) => Some(Outgoing::Ack { ack, then: owed.arrival }),
-        None => owed.arrival.map(Outgoing::Arrival),
+/// What a placed write owes: its ack joins those the session owes (held there for a write to
+/// carry where `may_hold`, see [`crate::session::held_acks`]); what is left to deliver: the acks
+/// owed, sent before the arrival (see [`deliver`]), or the arrival alone.
+fn owe(shared: &Shared, owed: Owed, may_hold: bool) -> Option<Outgoing> {
+    let Some(ack) = owed.ack else { return owed.arrival.map(Outgoing::Arrival) };
+    let timing = shared.session().owe_ack(ack, may_hold, Instant::now());
+    match timing {
+        AckTiming::Hold => {
+            shared.acks_held.store(true, Ordering::Release);
+            owed.arrival.map(Outgoing::Arrival)
+        }
+        AckTiming::SendNow => Some(Outgoing::Acks { then: owed.arrival }),
     }
+}
+
+/// The acks a write carried (its bytes are off the socket) complete our oldest writes.
+fn acknowledged(shared: &Shared, acked: u16) -> Result<(), String> {
+    let mut overflow = Ok(());
+    if acked > 0 {
+        shared.session().acknowledged(acked, |done| {
+            overflow = overflow.clone().and(shared.complete(done));
+        });
+    }
+    overflow
 }
 
 /// Queues `outgoing` for the sender thread (a reader never writes to the socket itself: two
 /// links writing to each other at once cannot deadlock).
-fn hand_over(shared: &Shared, outgoing: Option<Outgoing>) -> Result<(), String> {
+pub(super) fn hand_over(shared: &Shared, outgoing: Option<Outgoing>) -> Result<(), String> {
     let Some(outgoing) = outgoing else { return Ok(()) };
     shared.queued_deliveries.fetch_add(1, Ordering::AcqRel);
     shared.outgoing.try_send(outgoing).map_err(|_| {
@@ -200,51 +223,34 @@ impl Link {
         if shared.channel != ChannelKind::Tcp || shared.lane.gone.is_gone() {
             return Ok(());
         }
-        shared.app_polled_us.store(shared.born.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        let polled_us = now.saturating_duration_since(shared.born).as_micros() as u64;
+        shared.app_polled_us.store(polled_us, Ordering::Relaxed);
+        if let Err(reason) = shared.send_overdue_acks(now, true) {
+            return Err(self.break_with(reason));
+        }
         let Ok(mut socket) = shared.reading.try_lock() else { return Ok(()) };
         for _ in 0..PUMP_FRAMES {
-            let mut header = [0u8; HEADER_BYTES];
-            if !peek(&socket, &mut header) {
-                break;
-            }
-            let step = match Frame::decode(&header) {
-                Err(e) => Err(format!("protocol error: {e}")),
-                // Reads are the reader thread's: it answers through the sender thread and
-                // places answers into memory a poll does not hold; control frames too, which
-                // it hands the sender thread in order with those answers.
-                Ok(frame)
-                    if matches!(
-                        frame.kind,
-                        FrameKind::ReadRequest | FrameKind::ReadData | FrameKind::Control
-                    ) =>
-                {
-                    Ok(false)
-                }
-                // An ack is off the socket before the session takes its write off what waits:
-                // nothing taken is lost to a failed read.
-                Ok(frame) if frame.kind == FrameKind::Ack => (socket.read_exact(&mut header))
-                    .map_err(|e| format!("reading from the peer: {e}"))
-                    .and_then(|()| shared.session().receive(&frame, Instant::now()))
-                    .and_then(|received| apply(shared, received, &mut socket, &mut Staging::default()))
-                    .map(|()| true),
-                // A write takes nothing off what waits: the session takes it before its bytes
-                // are, which may be left to the reader thread (which takes it again).
-                Ok(frame) => {
-                    let received = shared.session().receive(&frame, Instant::now());
-                    match received {
-                        Ok(Received::Write { region, offset, len, owed }) => {
-                            take_whole_write(shared, &socket, &mut header, (region, offset, len), owed)
-                        }
-                        Ok(other) => {
-                            apply(shared, other, &mut socket, &mut Staging::default()).map(|()| true)
-                        }
-                        Err(reason) => Err(reason),
-                    }
+            // The header and, where they are there, the first bytes after it: a small write
+            // seen whole here needs no second look at what waits.
+            let mut seen = [0u8; HEADER_BYTES + PEEK_PAST_HEADER];
+            let waiting = match peek(&socket, &mut seen) {
+                Ok(waiting) if waiting >= HEADER_BYTES => waiting,
+                // A header on its way, or nothing.
+                Ok(1..) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // The peer closed, or the socket failed: the reader thread reads why and ends
+                // the link (flushing what waits), where a poll would only look again.
+                Ok(0) | Err(_) => {
+                    self.leave_to_reader();
+                    break;
                 }
             };
-            match step {
-                Ok(true) => {}
-                Ok(false) => {
+            let mut header: [u8; HEADER_BYTES] = seen[..HEADER_BYTES].try_into().expect("a header's bytes");
+            match self.pump_frame(&mut socket, &mut header, (polled_us, waiting)) {
+                Ok(Pumped::Took) => {}
+                Ok(Pumped::NotYet) => break,
+                Ok(Pumped::Reader) => {
                     self.leave_to_reader();
                     break;
                 }
@@ -255,6 +261,43 @@ impl Link {
             }
         }
         Ok(())
+    }
+
+    /// Takes the frame whose `header` waits at the socket's head, or says who will.
+    fn pump_frame(
+        &self,
+        socket: &mut TcpStream,
+        header: &mut [u8; HEADER_BYTES],
+        (polled_us, seen): (u64, usize),
+    ) -> Result<Pumped, String> {
+        let shared = &*self.shared;
+        let frame = Frame::decode(header).map_err(|e| format!("protocol error: {e}"))?;
+        match frame.kind {
+            // Reads are the reader thread's: it answers through the sender thread and places
+            // answers into memory a poll does not hold; control frames too, which it hands the
+            // sender thread in order with those answers.
+            FrameKind::ReadRequest | FrameKind::ReadData | FrameKind::Control => Ok(Pumped::Reader),
+            // An ack is off the socket before the session takes its write off what waits:
+            // nothing taken is lost to a failed read.
+            FrameKind::Ack => {
+                socket.read_exact(header).map_err(|e| format!("reading from the peer: {e}"))?;
+                let received = shared.session().receive(&frame, Instant::now())?;
+                apply(shared, received, socket, &mut Staging::default())?;
+                Ok(Pumped::Took)
+            }
+            // A write takes nothing off what waits: the session takes it before its bytes are,
+            // which may be left to the reader thread (which takes it again).
+            FrameKind::Write => {
+                let received = shared.session().receive(&frame, Instant::now())?;
+                match received {
+                    Received::Write { region, offset, len, owed, acked } => {
+                        let write = WholeWrite { region, offset, len, owed, acked };
+                        take_whole_write(shared, socket, header, write, (polled_us, seen))
+                    }
+                    other => apply(shared, other, socket, &mut Staging::default()).map(|()| Pumped::Took),
+                }
+            }
+        }
     }
 
     /// TCP: the frame at the socket's head is the reader thread's (not wholly there yet, bound
@@ -297,7 +340,14 @@ impl Link {
         // for the writes that never leave. The writer held meanwhile keeps the reader's end
         // (which flushes what waits) out until then.
         let signalled = ops.iter().map(|request| request.head()).filter(|op| op.signalled).map(|op| op.wr_id);
-        let recorded = shared.session().sent_writes(signalled, Instant::now());
+        // The acks this side owes ride in the first write (owed acks leave only under the
+        // writer, held here: none goes twice).
+        let (recorded, carried) = {
+            let mut session = shared.session();
+            let now = Instant::now();
+            let recorded = session.sent_writes(signalled, now);
+            (recorded, session.held_acks().write_leaving(now))
+        };
         match recorded {
             Ok(()) => {}
             Err(NotRecorded::Full { room }) => {
@@ -306,7 +356,11 @@ impl Link {
             Err(NotRecorded::Closed) => return Err(self.break_with("link already broken".into())),
         }
         for (index, request) in ops.iter().enumerate() {
-            let sent = send_direct(request, regions, &writer);
+            let carrying = if index == 0 { carried } else { 0 };
+            let sent = send_direct(request, regions, &writer, carrying);
+            if sent.is_ok() && carrying > 0 {
+                shared.acks_went(&mut shared.session(), usize::from(carrying));
+            }
             if let Err(failure) = sent {
                 // Neither it nor any after it was posted (those before it were).
                 let mut session = shared.session();
@@ -332,14 +386,16 @@ enum DirectFailure {
     Send(std::io::Error),
 }
 
-/// Sends one write, header and payload (every piece of a gather), in one system call.
+/// Sends one write, header (carrying `acks` acks) and payload (every piece of a gather), in
+/// one system call.
 fn send_direct(
     request: &impl Pieces,
     regions: &RegionTable<LocalEntry>,
     writer: &TcpStream,
+    acks: u16,
 ) -> Result<(), DirectFailure> {
     let op = request.head();
-    let mut frame = write_frame(&op);
+    let mut frame = write_frame(&op).carrying(acks);
     if op.signalled {
         frame.flags |= FLAG_SIGNALLED;
     }
@@ -353,29 +409,74 @@ fn send_direct(
     send.send(writer).map_err(DirectFailure::Send)
 }
 
+/// What a poll did with the frame at the socket's head.
+enum Pumped {
+    /// Took it off the socket.
+    Took,
+    /// A write whose bytes are not all there yet: the next poll looks again.
+    NotYet,
+    /// The reader thread's to take.
+    Reader,
+}
+
+/// A write the session admitted, as a poll takes it.
+struct WholeWrite {
+    region: u32,
+    offset: u64,
+    len: u64,
+    owed: Owed,
+    acked: u16,
+}
+
 /// A poll's write: taken off the socket with its payload in one read when every byte of it is
-/// waiting and it lands in host memory (then what it owes is delivered, or queued behind what
-/// the sender thread has yet to deliver); `Ok(false)` leaves it to the reader thread.
+/// waiting and it lands in host memory (then the acks it carries complete, and what it owes
+/// is delivered, or queued behind what the sender thread has yet to deliver). A write into
+/// host memory no larger than a poster sends at once, whose bytes are on their way, waits for
+/// the next poll (a thread's wake-up costs more than the rest of the bytes take to come) up to
+/// [`PARTIAL_PATIENCE`]; anything else is the reader thread's.
 fn take_whole_write(
     shared: &Shared,
     socket: &TcpStream,
     header: &mut [u8; HEADER_BYTES],
-    (region, offset, len): (u32, u64, u64),
-    owed: Owed,
-) -> Result<bool, String> {
-    let whole = (HEADER_BYTES as u64).checked_add(len).is_some_and(|bytes| waiting_bytes(socket) >= bytes);
+    write: WholeWrite,
+    (polled_us, seen): (u64, usize),
+) -> Result<Pumped, String> {
+    let WholeWrite { region, offset, len, owed, acked } = write;
+    let total = (HEADER_BYTES as u64).checked_add(len);
+    // What the peek saw answers for a small write; a larger one asks the socket.
+    let whole = total.is_some_and(|bytes| seen as u64 >= bytes || waiting_bytes(socket) >= bytes);
     let received = with_target(shared, region, |target| match target.memory.host() {
         // Every byte of the frame is waiting: one read that returns at once.
         Some(host) if whole => (host.receive_framed(socket, header, (offset, len)))
-            .map(|()| true)
+            .map(|()| Pumped::Took)
             .map_err(|e| format!("reading from the peer: {e}")),
-        _ => Ok(false),
-    })?;
-    if received {
-        match (outgoing(owed), shared.queued_deliveries.load(Ordering::Acquire)) {
-            (Some(owed), 0) => deliver(shared, owed, &mut Staging::default())?,
-            (owed, _) => hand_over(shared, owed)?,
+        Some(_) if total.is_some_and(|bytes| bytes <= HEADER_BYTES as u64 + DIRECT_SEND_MAX) => {
+            let since = match shared.partial_since_us.load(Ordering::Relaxed) {
+                0 => {
+                    shared.partial_since_us.store(polled_us.max(1), Ordering::Relaxed);
+                    polled_us
+                }
+                since => since,
+            };
+            if polled_us.saturating_sub(since) < PARTIAL_PATIENCE.as_micros() as u64 {
+                return Ok(Pumped::NotYet);
+            }
+            shared.partial_since_us.store(0, Ordering::Relaxed);
+            Ok(Pumped::Reader)
         }
+        _ => Ok(Pumped::Reader),
+    })?;
+    if !matches!(received, Pumped::Took) {
+        return Ok(received);
     }
-    Ok(received)
+    shared.partial_since_us.store(0, Ordering::Relaxed);
+    acknowledged(shared, acked)?;
+    let direct = shared.queued_deliveries.load(Ordering::Acquire) == 0;
+    // Held only where the application's polls take the socket and nothing waits to go first.
+    let may_hold = direct && shared.wait_mode.get() == WaitMode::BusyPoll;
+    match owe(shared, owed, may_hold) {
+        Some(owed) if direct => deliver(shared, owed, &mut Staging::default())?,
+        owed => hand_over(shared, owed)?,
+    }
+    Ok(Pumped::Took)
 }

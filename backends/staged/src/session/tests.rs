@@ -32,6 +32,8 @@ struct Side {
     memory: Vec<u8>,
     completions: Vec<Completion>,
     arrivals: Vec<Arrival>,
+    /// Whether its acks may be held for its answers to carry (the link: `BusyPoll`).
+    may_hold: bool,
 }
 
 /// Two sides; `wires[i]` carries what side `i` sent, header and payload, in order.
@@ -53,6 +55,7 @@ impl Pair {
             memory: vec![fill; REGION_BYTES as usize],
             completions: Vec::new(),
             arrivals: Vec::new(),
+            may_hold: false,
         };
         Pair { sides: [side(0xa0), side(0xb0)], wires: Default::default(), now }
     }
@@ -75,7 +78,11 @@ impl Pair {
             imm: imm.unwrap_or(0),
             ..frame(FrameKind::Write, flags, offset, data.len() as u64, wr_id)
         };
-        self.wires[from].push_back((frame, data.to_vec()));
+        // The acks this side owes ride in its write.
+        let held = self.sides[from].session.held_acks();
+        let carried = held.write_leaving(self.now);
+        held.went(usize::from(carried));
+        self.wires[from].push_back((frame.carrying(carried), data.to_vec()));
     }
 
     /// Side `from` reads `len` bytes at `offset` of its peer's region into its own memory at `at`.
@@ -92,13 +99,17 @@ impl Pair {
         let now = self.now;
         let side = &mut self.sides[to];
         match side.session.receive(&frame, now)? {
-            Received::Write { offset, len, owed, .. } => {
+            Received::Write { offset, len, owed, acked, .. } => {
                 assert_eq!(payload.len() as u64, len);
                 side.memory[offset as usize..(offset + len) as usize].copy_from_slice(&payload);
-                if let Some(ack) = owed.ack {
-                    self.wires[to].push_back((ack, Vec::new()));
-                }
+                side.session.acknowledged(acked, |done| side.completions.push(done));
+                let send_now = owed
+                    .ack
+                    .is_some_and(|ack| side.session.owe_ack(ack, side.may_hold, now) == AckTiming::SendNow);
                 side.arrivals.extend(owed.arrival);
+                if send_now {
+                    self.send_owed_acks(to);
+                }
             }
             Received::Completed(done) => side.completions.push(done),
             Received::ReadRequest { offset, len, answer, .. } => {
@@ -113,6 +124,14 @@ impl Pair {
             Received::Control { .. } => unreachable!("these sessions send no control frames"),
         }
         Ok(())
+    }
+
+    /// Side `from` sends every ack it owes as a frame of its own.
+    fn send_owed_acks(&mut self, from: usize) {
+        let held = self.sides[from].session.held_acks();
+        let frames: Vec<Frame> = held.owed().copied().collect();
+        held.went(frames.len());
+        self.wires[from].extend(frames.into_iter().map(|ack| (ack, Vec::new())));
     }
 
     /// Delivers until both wires are empty.
@@ -162,6 +181,57 @@ fn writes_land_in_order_and_each_signalled_one_completes_once_after_its_ack() {
     assert_eq!(writer.arrivals, [Arrival { imm: 90, region: RegionId(0), len: 8 }]);
     assert_eq!(receiver.completions, [success(9)]);
     assert!(!writer.session.awaits_answers() && !receiver.session.awaits_answers());
+}
+
+/// A side that answers each write with a write sends its acks inside the answers: after the
+/// first, no ack travels as a frame of its own, and every write still completes once, in
+/// order. Once it stops answering, the ack it holds goes on its own after `HOLD`.
+#[test]
+fn acks_ride_in_the_answers_of_a_side_that_answers_and_go_alone_once_it_stops() {
+    let mut pair = Pair::new();
+    pair.sides.iter_mut().for_each(|side| side.may_hold = true);
+    let mut lone_acks = 0;
+    let lone =
+        |wire: &VecDeque<(Frame, Vec<u8>)>| wire.iter().filter(|(f, _)| f.kind == FrameKind::Ack).count();
+    for round in 0..8u64 {
+        pair.write(0, 10 + round, 0, &[round as u8; 16], true, Some(1));
+        lone_acks += lone(&pair.wires[0]);
+        while !pair.wires[0].is_empty() {
+            pair.deliver(1).unwrap();
+        }
+        pair.write(1, 20 + round, 0, &[round as u8 + 100; 16], true, Some(2));
+        lone_acks += lone(&pair.wires[1]);
+        while !pair.wires[1].is_empty() {
+            pair.deliver(0).unwrap();
+        }
+    }
+    assert!(lone_acks <= 2, "{lone_acks} acks went as frames of their own (the first of each side may)");
+    let [writer, answerer] = &pair.sides;
+    let ours: Vec<u64> = writer.completions.iter().map(|done| done.wr_id).collect();
+    assert_eq!(ours, (10..18).collect::<Vec<_>>(), "each write of side 0 completes once, in order");
+    assert_eq!(answerer.completions.len(), 7, "side 1's last answer waits for side 0's next write");
+    assert_eq!(&answerer.memory[..16], &[7; 16][..]);
+    assert_eq!(&writer.memory[..16], &[107; 16][..]);
+    // Side 0 stops answering: its ack for side 1's last write goes alone once overdue.
+    pair.wires[0].clear();
+    let held = pair.sides[0].session.held_acks();
+    assert!(!held.overdue(pair.now));
+    assert!(held.overdue(pair.now + held_acks::HOLD));
+    pair.send_owed_acks(0);
+    pair.settle();
+    assert_eq!(pair.sides[1].completions.last(), Some(&success(27)));
+}
+
+/// A write carrying more acks than our writes await is a protocol error, not a completion.
+#[test]
+fn a_write_carrying_an_ack_nobody_awaits_breaks_the_session() {
+    let mut pair = Pair::new();
+    pair.write(0, 1, 0, &[1; 8], true, None);
+    pair.settle();
+    let forged = frame(FrameKind::Write, 0, 0, 8, 2).carrying(1);
+    pair.wires[1].push_back((forged, vec![2; 8]));
+    assert!(pair.deliver(0).unwrap_err().starts_with("protocol error"));
+    assert_eq!(pair.sides[0].completions, [success(1)]);
 }
 
 #[test]
