@@ -83,12 +83,17 @@ fuzz_target!(|data: &[u8]| {
             };
         assert!(!owed_answer || received.is_ok(), "the awaited answer {frame:?} was refused");
         match received {
-            Ok(Received::Write { region, offset, len, owed, .. }) => {
+            Ok(Received::Write { region, offset, len, owed, acked }) => {
                 assert!(inside_exposed(region, offset, len));
                 assert!(
                     matches!(checked, Ok(Inbound::Write { payload_follows, .. }) if payload_follows == (channel == ChannelKind::Tcp))
                 );
                 assert_eq!(owed.ack.map(|ack| ack.wr_id), (frame.flags & 1 != 0).then_some(frame.wr_id));
+                // Carried acks complete exactly the oldest writes awaited, once each.
+                assert!(usize::from(acked) <= awaiting.len(), "{acked} acks carried for {} writes", awaiting.len());
+                session.acknowledged(acked, |done| {
+                    assert_eq!(awaiting.pop_front(), Some(done.wr_id), "a carried ack out of order");
+                });
             }
             Ok(Received::Completed(done)) => {
                 assert_eq!(channel, ChannelKind::Tcp);
