@@ -30,6 +30,33 @@ fn raw_dial(address: SocketAddr) -> TcpStream {
     stream
 }
 
+/// A hand-written TCP peer past the handshake, exposing one region of 4 KiB (id 0).
+fn raw_peer_of_one_region(address: SocketAddr) -> TcpStream {
+    let mut stream = raw_dial(address);
+    let region = ExposedRegion { id: 0, len: 4096, notify_each_write: false };
+    let hello = Hello { channel: ChannelKind::Tcp, regions: vec![region], handoff: None };
+    stream.write_all(&hello.encode()).unwrap();
+    Hello::decode(&mut stream).unwrap();
+    stream
+}
+
+/// `transport` takes the peer dialling `address`, exposing nothing.
+fn accept(transport: &StagedTransport, address: SocketAddr) {
+    let connected = rdma_hint_backend_core::blocking::block_on(transport.connect(
+        PeerEndpoint::Listen(address),
+        &[],
+        deadline(10),
+    ));
+    connected.unwrap();
+}
+
+/// Posts write 1: 64 signalled bytes of `source` into the peer's region 0.
+fn post_signalled_write(transport: &StagedTransport, source: RegionId) {
+    let write =
+        WriteOp { wr_id: 1, local: source, remote: RegionId(0), len: 64, signalled: true, ..WriteOp::EMPTY };
+    transport.post_writes(&[write]).unwrap();
+}
+
 /// Entry point of the peer processes; does nothing in a normal test run.
 #[test]
 #[ignore = "runs only as a peer process spawned by the other tests"]
@@ -193,11 +220,7 @@ fn a_peer_that_answers_nothing_is_gone_after_thirty_seconds_of_silence() {
     let destination = transport.register(MemoryKind::Host, 4096).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let silent = std::thread::spawn(move || {
-        let mut stream = raw_dial(address);
-        let region = ExposedRegion { id: 0, len: 4096, notify_each_write: false };
-        let hello = Hello { channel: ChannelKind::Tcp, regions: vec![region], handoff: None };
-        stream.write_all(&hello.encode()).unwrap();
-        Hello::decode(&mut stream).unwrap();
+        let mut stream = raw_peer_of_one_region(address);
         stream.set_read_timeout(None).unwrap();
         // Takes the write and the read request, answers neither, until the link ends.
         let mut taken = 0;
@@ -207,21 +230,8 @@ fn a_peer_that_answers_nothing_is_gone_after_thirty_seconds_of_silence() {
         }
         taken
     });
-    let connected = rdma_hint_backend_core::blocking::block_on(transport.connect(
-        PeerEndpoint::Listen(address),
-        &[],
-        deadline(10),
-    ));
-    connected.unwrap();
-    let write = WriteOp {
-        wr_id: 1,
-        local: source.id,
-        remote: RegionId(0),
-        len: 64,
-        signalled: true,
-        ..WriteOp::EMPTY
-    };
-    transport.post_writes(&[write]).unwrap();
+    accept(&transport, address);
+    post_signalled_write(&transport, source.id);
     let read = ReadOp {
         wr_id: 2,
         local: destination.id,
@@ -266,30 +276,13 @@ fn a_busy_polling_writer_whose_peer_closes_unanswered_is_flushed_at_once() {
     let source = transport.register(MemoryKind::Host, 4096).unwrap();
     let address = transport.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let closing = std::thread::spawn(move || {
-        let mut stream = raw_dial(address);
-        let region = ExposedRegion { id: 0, len: 4096, notify_each_write: false };
-        let hello = Hello { channel: ChannelKind::Tcp, regions: vec![region], handoff: None };
-        stream.write_all(&hello.encode()).unwrap();
-        Hello::decode(&mut stream).unwrap();
+        let mut stream = raw_peer_of_one_region(address);
         let mut frame = [0u8; HEADER_BYTES + 64];
         stream.read_exact(&mut frame).unwrap();
         // Closes without an ack.
     });
-    let connected = rdma_hint_backend_core::blocking::block_on(transport.connect(
-        PeerEndpoint::Listen(address),
-        &[],
-        deadline(10),
-    ));
-    connected.unwrap();
-    let write = WriteOp {
-        wr_id: 1,
-        local: source.id,
-        remote: RegionId(0),
-        len: 64,
-        signalled: true,
-        ..WriteOp::EMPTY
-    };
-    transport.post_writes(&[write]).unwrap();
+    accept(&transport, address);
+    post_signalled_write(&transport, source.id);
     closing.join().unwrap();
     let started = Instant::now();
     let mut completions = [Completion::EMPTY; 2];
