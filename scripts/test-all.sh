@@ -115,8 +115,8 @@ for target in fuzz/fuzz_targets/*.rs; do
     grep -q "\`$(basename "$target" .rs)\`" docs/testing.md ||
         { echo "docs/testing.md does not name the fuzz target $(basename "$target" .rs)" >&2; exit 1; }
 done
-echo "== fuzz smoke (20 s per target)"
-./fuzz/smoke.sh 20
+echo "== fuzz smoke (15 s per target)"
+./fuzz/smoke.sh 15
 echo "== rdma-hint probe --json on this machine"
 cargo run -q --locked -p rdma-hint-cli --all-features -- probe --json >/dev/null
 echo "== the main job (quick sizes, the debug binary): its files land in target/, and it says where"
