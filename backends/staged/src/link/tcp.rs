@@ -92,8 +92,12 @@ pub(super) fn read_loop(shared: &Shared, watched: &TcpStream) -> String {
             {
                 continue;
             }
-        } else if !readable(watched, RING_NAP) {
-            continue;
+        } else {
+            // Acks held from `BusyPoll` wait no longer than they would have there.
+            let nap = if shared.acks_held.load(Ordering::Acquire) { RING_TICK } else { RING_NAP };
+            if !readable(watched, nap) {
+                continue;
+            }
         }
         let mut socket = shared.reading.lock().unwrap_or_else(PoisonError::into_inner);
         shared.reader_needed.store(false, Ordering::Release);
