@@ -179,6 +179,8 @@ struct Shared {
     reader_needed: AtomicBool,
     /// TCP: the session holds acks for a write to carry (read on every poll without its lock).
     acks_held: AtomicBool,
+    /// TCP: a flush of the acks owed waits in the sender thread's queue (one is enough).
+    acks_flush_queued: AtomicBool,
     /// TCP: since when (µs since `born`, 0: not) a poll has seen the write at the socket's head
     /// not wholly there; only the holder of `reading` touches it.
     partial_since_us: AtomicU64,
@@ -264,16 +266,41 @@ impl Shared {
         self.acks_held.store(held.owed_since().is_some(), Ordering::Release);
     }
 
-    /// Held acks that waited too long for an answer to carry them are sent now (`direct`: by
-    /// this thread where no delivery waits before them, else through the sender thread).
+    /// Held acks that waited too long for an answer to carry them are sent now: by this thread
+    /// where `direct`, no delivery waits before them and the writer is free (a poll never
+    /// waits behind a send), else through the sender thread, one flush queued at a time.
     fn send_overdue_acks(&self, now: Instant, direct: bool) -> Result<(), String> {
         if !self.acks_held.load(Ordering::Acquire) || !self.session().held_acks().overdue(now) {
             return Ok(());
         }
         if direct && self.queued_deliveries.load(Ordering::Acquire) == 0 {
-            return self.send_owed_acks().map_err(|e| format!("sending an ack: {e}"));
+            if let Ok(writer) = self.writer.try_lock() {
+                let sent = self.send_owed_acks_with(|bytes| (&*writer).write_all(bytes));
+                return sent.map_err(|e| format!("sending an ack: {e}"));
+            }
+        }
+        if self.acks_flush_queued.swap(true, Ordering::AcqRel) {
+            return Ok(());
         }
         tcp::hand_over(self, Some(Outgoing::Acks { then: None }))
+    }
+
+    /// A poll has waited since `polled_us` (µs since `born`) for the rest of the frame at the
+    /// socket's head longer than [`PARTIAL_PATIENCE`]: the reader thread's to take (the clock
+    /// starts at the first such look, and starts again then).
+    fn partial_for_too_long(&self, polled_us: u64) -> bool {
+        let since = match self.partial_since_us.load(Ordering::Relaxed) {
+            0 => {
+                self.partial_since_us.store(polled_us.max(1), Ordering::Relaxed);
+                polled_us
+            }
+            since => since,
+        };
+        let too_long = polled_us.saturating_sub(since) >= PARTIAL_PATIENCE.as_micros() as u64;
+        if too_long {
+            self.partial_since_us.store(0, Ordering::Relaxed);
+        }
+        too_long
     }
 }
 
@@ -363,6 +390,7 @@ impl Link {
             app_polled_us: AtomicU64::new(0),
             reader_needed: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
+            acks_flush_queued: AtomicBool::new(false),
             partial_since_us: AtomicU64::new(0),
             born: Instant::now(),
             lane: lane.clone(),
@@ -442,13 +470,9 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.lane.gone.set("transport dropped");
-        // The peer hears a close on purpose, not a vanished process (shm: a write that never
-        // blocks; TCP's end of stream says as much already).
-        if self.shared.channel == ChannelKind::Shm {
-            self.shared.control.say_goodbye();
-        }
-        // Acks held for an answer go before the close: the peer's writes that landed complete.
+        // Acks held for an answer go before the close (and before the link reads as gone, whose
+        // end drops them): the peer's writes that landed complete. Not where the writer is busy
+        // with a send or the socket's buffer is full: a drop does not wait on the peer.
         if self.shared.acks_held.load(Ordering::Acquire) {
             if let Ok(writer) = self.shared.writer.try_lock() {
                 let _ = self.shared.send_owed_acks_with(|bytes| match send_now(&writer, bytes)? {
@@ -456,6 +480,12 @@ impl Drop for Link {
                     _ => Err(std::io::ErrorKind::WouldBlock.into()),
                 });
             }
+        }
+        self.lane.gone.set("transport dropped");
+        // The peer hears a close on purpose, not a vanished process (shm: a write that never
+        // blocks; TCP's end of stream says as much already).
+        if self.shared.channel == ChannelKind::Shm {
+            self.shared.control.say_goodbye();
         }
         let _ = self.socket.shutdown(Shutdown::Both);
         if let Some(rings) = &self.shared.rings {

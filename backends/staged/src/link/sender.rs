@@ -31,6 +31,8 @@ pub(super) enum Outgoing {
 pub(super) fn deliver(shared: &Shared, outgoing: Outgoing, staging: &mut Staging) -> Result<(), String> {
     let arrival = match outgoing {
         Outgoing::Acks { then } => {
+            // Cleared first: acks owed after this look queue another flush.
+            shared.acks_flush_queued.store(false, Ordering::Release);
             shared.send_owed_acks().map_err(|e| format!("sending an ack: {e}"))?;
             then
         }
@@ -228,13 +230,15 @@ fn send_one(shared: &Shared, request: &Request, staging: &mut Staging) -> Result
     match shared.channel {
         ChannelKind::Tcp => {
             let mut frame = write_frame(&op);
+            // Recorded under the writer, as a poster sending its own batch records: the order
+            // writes are awaited in is the order they leave in (a peer's acks are matched to it).
+            let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             if op.signalled {
                 frame.flags |= FLAG_SIGNALLED;
                 // Recorded before the frame leaves, so its ack cannot overtake it. Not waiting
                 // once the reader ended: the sender flushes it.
                 shared.session().sent_write(op.wr_id, Instant::now()).map_err(|_| "link already broken")?;
             }
-            let mut writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
             let header = frame.encode();
             let all_host = sources.iter().flatten().all(|(_, entry)| entry.memory.host().is_some());
             let sent = if all_host {

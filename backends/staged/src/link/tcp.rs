@@ -240,8 +240,14 @@ impl Link {
             let mut seen = [0u8; HEADER_BYTES + PEEK_PAST_HEADER];
             let waiting = match peek(&socket, &mut seen) {
                 Ok(waiting) if waiting >= HEADER_BYTES => waiting,
-                // A header on its way, or nothing.
-                Ok(1..) => break,
+                // A header on its way: the next poll looks again, up to the patience a write's
+                // bytes get (a peer that stops there, or closes, is the reader thread's).
+                Ok(1..) => {
+                    if shared.partial_for_too_long(polled_us) {
+                        self.leave_to_reader();
+                    }
+                    break;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // The peer closed, or the socket failed: the reader thread reads why and ends
                 // the link (flushing what waits), where a poll would only look again.
@@ -252,7 +258,7 @@ impl Link {
             };
             let mut header: [u8; HEADER_BYTES] = seen[..HEADER_BYTES].try_into().expect("a header's bytes");
             match self.pump_frame(&mut socket, &mut header, (polled_us, waiting)) {
-                Ok(Pumped::Took) => {}
+                Ok(Pumped::Took) => shared.partial_since_us.store(0, Ordering::Relaxed),
                 Ok(Pumped::NotYet) => break,
                 Ok(Pumped::Reader) => {
                     self.leave_to_reader();
@@ -455,25 +461,13 @@ fn take_whole_write(
             .map(|()| Pumped::Took)
             .map_err(|e| format!("reading from the peer: {e}")),
         Some(_) if total.is_some_and(|bytes| bytes <= HEADER_BYTES as u64 + DIRECT_SEND_MAX) => {
-            let since = match shared.partial_since_us.load(Ordering::Relaxed) {
-                0 => {
-                    shared.partial_since_us.store(polled_us.max(1), Ordering::Relaxed);
-                    polled_us
-                }
-                since => since,
-            };
-            if polled_us.saturating_sub(since) < PARTIAL_PATIENCE.as_micros() as u64 {
-                return Ok(Pumped::NotYet);
-            }
-            shared.partial_since_us.store(0, Ordering::Relaxed);
-            Ok(Pumped::Reader)
+            Ok(if shared.partial_for_too_long(polled_us) { Pumped::Reader } else { Pumped::NotYet })
         }
         _ => Ok(Pumped::Reader),
     })?;
     if !matches!(received, Pumped::Took) {
         return Ok(received);
     }
-    shared.partial_since_us.store(0, Ordering::Relaxed);
     acknowledged(shared, acked)?;
     let direct = shared.queued_deliveries.load(Ordering::Acquire) == 0;
     // Held only where the application's polls take the socket and nothing waits to go first.
