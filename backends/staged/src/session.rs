@@ -34,7 +34,7 @@
 
 use crate::protocol::{Awaited, Inbound, Inbox};
 use crate::wire::{Frame, FrameKind};
-use held_acks::{AckTiming, HeldAcks};
+use held_acks::HeldAcks;
 use rdma_hint_core::{Arrival, Completion, CompletionStatus, RegionId};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -235,12 +235,7 @@ impl<R: AwaitedRead> Session<R> {
         }
     }
 
-    /// A placed write owes the peer `ack` at `now` (see [`held_acks`]).
-    pub fn owe_ack(&mut self, ack: Frame, may_hold: bool, now: Instant) -> AckTiming {
-        self.held.owe(ack, may_hold, now)
-    }
-
-    /// The acks owed and not sent yet.
+    /// The acks owed and not sent yet (see [`held_acks`]).
     pub fn held_acks(&mut self) -> &mut HeldAcks {
         &mut self.held
     }

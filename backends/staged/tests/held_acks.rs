@@ -21,6 +21,8 @@ const BIG: u64 = 32 << 20;
 /// `stall`.
 fn peer(address: SocketAddr, target: u32, sent: mpsc::Sender<()>, stall: Duration) {
     let mut stream = TcpStream::connect(address).unwrap();
+    // Every read of this peer has a deadline: a side that never answers fails the test.
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     rdma_hint_oob::authenticate(&mut stream, None, rdma_hint_oob::Role::Dialer).unwrap();
     let regions = vec![
         ExposedRegion { id: 0, len: 4096, notify_each_write: false },

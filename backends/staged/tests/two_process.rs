@@ -33,6 +33,7 @@ fn raw_dial(address: SocketAddr) -> TcpStream {
 /// A hand-written TCP peer past the handshake, exposing one region of 4 KiB (id 0).
 fn raw_peer_of_one_region(address: SocketAddr) -> TcpStream {
     let mut stream = raw_dial(address);
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let region = ExposedRegion { id: 0, len: 4096, notify_each_write: false };
     let hello = Hello { channel: ChannelKind::Tcp, regions: vec![region], handoff: None };
     stream.write_all(&hello.encode()).unwrap();

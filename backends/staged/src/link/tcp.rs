@@ -178,7 +178,7 @@ fn apply(
 /// owed, sent before the arrival (see [`deliver`]), or the arrival alone.
 fn owe(shared: &Shared, owed: Owed, may_hold: bool) -> Option<Outgoing> {
     let Some(ack) = owed.ack else { return owed.arrival.map(Outgoing::Arrival) };
-    let timing = shared.session().owe_ack(ack, may_hold, Instant::now());
+    let timing = shared.session().held_acks().owe(ack, may_hold, Instant::now());
     match timing {
         AckTiming::Hold => {
             shared.acks_held.store(true, Ordering::Release);
@@ -190,13 +190,15 @@ fn owe(shared: &Shared, owed: Owed, may_hold: bool) -> Option<Outgoing> {
 
 /// The acks a write carried (its bytes are off the socket) complete our oldest writes.
 fn acknowledged(shared: &Shared, acked: u16) -> Result<(), String> {
-    let mut overflow = Ok(());
+    let mut queued = Ok(());
     if acked > 0 {
         shared.session().acknowledged(acked, |done| {
-            overflow = overflow.clone().and(shared.complete(done));
+            if queued.is_ok() {
+                queued = shared.complete(done);
+            }
         });
     }
-    overflow
+    queued
 }
 
 /// Queues `outgoing` for the sender thread (a reader never writes to the socket itself: two

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::wire::{ChannelKind, FLAG_IMM, FLAG_SIGNALLED};
+use held_acks::AckTiming;
 
 /// The one region each side exposes.
 const REGION_BYTES: u64 = 4096;
@@ -103,9 +104,9 @@ impl Pair {
                 assert_eq!(payload.len() as u64, len);
                 side.memory[offset as usize..(offset + len) as usize].copy_from_slice(&payload);
                 side.session.acknowledged(acked, |done| side.completions.push(done));
-                let send_now = owed
-                    .ack
-                    .is_some_and(|ack| side.session.owe_ack(ack, side.may_hold, now) == AckTiming::SendNow);
+                let send_now = owed.ack.is_some_and(|ack| {
+                    side.session.held_acks().owe(ack, side.may_hold, now) == AckTiming::SendNow
+                });
                 side.arrivals.extend(owed.arrival);
                 if send_now {
                     self.send_owed_acks(to);
