@@ -11,13 +11,17 @@
 # Needs ucx-utils (ucx_perftest) and libucx-dev; installs them when missing (Debian, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for package in ucx-utils libucx-dev clang libclang-dev; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
-        apt-get install -y -qq --no-install-recommends "$package" >/dev/null
-done
 export PATH="$HOME/.cargo/bin:$PATH"
 ours=${UCX_PUT_BW:-target/release/examples/ucx_put_bw}
-[ -n "${UCX_PUT_BW:-}" ] || cargo build -q --release -p rdma-hint-benches --features ucx --example ucx_put_bw
+# With UCX_PUT_BW given (a machine without cargo or apt, ucx_perftest on PATH) nothing is built
+# or installed.
+if [ -z "${UCX_PUT_BW:-}" ]; then
+    for package in ucx-utils libucx-dev clang libclang-dev; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+            apt-get install -y -qq --no-install-recommends "$package" >/dev/null
+    done
+    cargo build -q --release -p rdma-hint-benches --features ucx --example ucx_put_bw
+fi
 case ${OPS:-put} in
     put) test=ucp_put_bw ours_run=run ;;
     get) test=ucp_get ours_run=read ;;
