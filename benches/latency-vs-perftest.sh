@@ -17,6 +17,7 @@
 # of ours to the first peer. sockperf's smallest message is 14 B (its header): it runs 14 B
 # where the others run 8 B, and at most 65000 B (its largest) where they run 64 KiB.
 # Usage: benches/latency-vs-perftest.sh [local|verbs|all]   (raw output: benches/results/latency-*.txt)
+# IDS="staged:tcp" runs the local part for those transports only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
@@ -71,7 +72,7 @@ if [ "$which" = local ] || [ "$which" = all ]; then
         "$ours" "$1" "$2" run "127.0.0.1:$port" "$iterations"
         wait || true
     }
-    for id in ucx:shm staged:shm staged:tcp; do
+    for id in ${IDS:-ucx:shm staged:shm staged:tcp}; do
         case $id in
             ucx:shm) peers="put_lat am_lat" ;;
             staged:shm) peers="put_lat" ;;
