@@ -11,6 +11,7 @@ pub use request::{validate_segments, Class, RequestError, Segment, TransferReque
 pub use scheduler::{LaneStats, TransferStatus, MAX_LANES, MAX_PEERS};
 
 use crate::error::{PlanError, TransferError};
+use crate::events::{ArrivalsTaken, Subscriber};
 use crate::plan::BlockSpec;
 use crate::policy::PostPolicy;
 use driver::{Core, Refusal, Shared};
@@ -81,6 +82,14 @@ const LATENCY_FIRST_POLL: Duration = Duration::from_micros(100);
 /// A connection of an [`Engine`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerId(u32);
+
+impl PeerId {
+    /// The connection's number in its engine: 0 for the first peer added, then 1, 2, …
+    /// (a label for metrics and logs).
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
 
 /// A submitted transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -207,6 +216,16 @@ impl Engine {
             BlockSpec::from_hint(hint)?,
         );
         Ok(())
+    }
+
+    /// Has `subscriber` take the engine's events from now on (see [`events`](crate::events)):
+    /// doorbells, completions with their post-to-completion time, transfers' ends, lost lanes,
+    /// arrivals handed out. Subscribers add up; none is ever removed.
+    pub fn subscribe(&self, subscriber: Arc<dyn Subscriber>) {
+        let mut core = self.shared.lock();
+        core.subscribers.push(subscriber);
+        core.sched.observe();
+        self.shared.observed.store(true, Ordering::Release);
     }
 
     /// Which NUMA node's hint host regions take (node 0 unless set).
@@ -462,6 +481,20 @@ impl Engine {
     /// Receiver side: writes-with-immediate that arrived from `peer` on any of its lanes, at
     /// least one, or [`TransportError::DeadlineExceeded`].
     pub async fn wait_arrivals(
+        &self,
+        peer: PeerId,
+        out: &mut [Arrival],
+        deadline: Instant,
+    ) -> Result<usize, TransportError> {
+        let taken = self.take_arrivals(peer, out, deadline).await?;
+        if self.shared.observed.load(Ordering::Acquire) {
+            let event = ArrivalsTaken { peer, count: taken as u32 };
+            self.shared.lock().subscribers.iter().for_each(|subscriber| subscriber.arrivals_taken(&event));
+        }
+        Ok(taken)
+    }
+
+    async fn take_arrivals(
         &self,
         peer: PeerId,
         out: &mut [Arrival],

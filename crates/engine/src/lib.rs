@@ -48,6 +48,7 @@
 mod chunker;
 mod engine;
 mod error;
+pub mod events;
 mod loopback;
 mod plan;
 mod policy;

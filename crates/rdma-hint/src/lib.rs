@@ -82,6 +82,8 @@ mod estimate;
 mod loopback;
 mod margins;
 mod measured;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod open;
 mod probe;
 mod profiles;
@@ -123,6 +125,18 @@ pub mod engine {
         LoopbackTransport, PeerId, PlanError, PostPolicy, RequestError, Segment, TransferError, TransferId,
         TransferRequest, TransferStatus, MAX_LANES, MAX_PEERS, MAX_SEGMENTS, MAX_TRANSFERS,
     };
+
+    /// What the engine does, as typed events for subscribers ([`Engine::subscribe`]): a
+    /// trait whose methods do nothing unless overridden, a `tracing` subscriber, and (feature
+    /// `metrics`) Prometheus metrics served on loopback.
+    pub mod events {
+        #[cfg(feature = "metrics")]
+        pub use crate::metrics::{MetricsEndpoint, MetricsSubscriber};
+        pub use rdma_hint_engine::events::{
+            ArrivalsTaken, BlocksCompleted, DoorbellRung, LaneLost, Subscriber, TracingSubscriber,
+            TransferEnded,
+        };
+    }
 }
 
 /// Measuring the path instead of modelling it: calibration (a loopback or a peer), recorded

@@ -5,7 +5,8 @@
 
 use super::request::{RequestError, TransferRequest};
 use super::scheduler::{Doorbell, Event, LinkId, Scheduler, MAX_PEERS};
-use super::TransferId;
+use super::{PeerId, TransferId};
+use crate::events::{BlocksCompleted, DoorbellRung, LaneLost, Subscriber};
 use rdma_hint_core::{Completion, RegionId, RemoteRegion, Transport, TransportError};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,6 +31,8 @@ pub(super) struct Core {
     /// Per transfer slot, the task waiting for it.
     wakers: Vec<Option<Waker>>,
     room_waiters: Vec<Waker>,
+    /// Who takes the engine's events (none: no event is built).
+    pub(super) subscribers: Vec<Arc<dyn Subscriber>>,
 }
 
 struct LinkIo {
@@ -43,7 +46,7 @@ struct LinkIo {
 impl Core {
     pub(super) fn new(sched: Scheduler) -> Core {
         let wakers = (0..sched.max_transfers()).map(|_| None).collect();
-        Core { sched, links: Vec::new(), wakers, room_waiters: Vec::new() }
+        Core { sched, links: Vec::new(), wakers, room_waiters: Vec::new(), subscribers: Vec::new() }
     }
 
     pub(super) fn add_peer(
@@ -122,6 +125,16 @@ impl Core {
     /// Records how ringing a doorbell went; whether blocks of its peer are left to post.
     pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) -> bool {
         let peer = doorbell.link.peer;
+        if !self.subscribers.is_empty() {
+            let event = DoorbellRung {
+                peer: PeerId(peer),
+                lane: doorbell.link.lane,
+                requests: doorbell.requests(),
+                bytes: doorbell.bytes(),
+                refused: rung.as_ref().err().map(TransportError::kind),
+            };
+            self.subscribers.iter().for_each(|subscriber| subscriber.doorbell_rung(&event));
+        }
         self.sched.finish_doorbell(doorbell, rung);
         self.settle();
         self.sched.peer_queued(peer)
@@ -206,10 +219,24 @@ impl Core {
                     if let Some(waker) = self.wakers[slot as usize].take() {
                         waker.wake();
                     }
+                    if let Some(ended) =
+                        self.subscribers.first().and_then(|_| self.sched.ended(slot, Instant::now()))
+                    {
+                        self.subscribers.iter().for_each(|subscriber| subscriber.transfer_ended(&ended));
+                    }
                 }
                 Event::Room => self.room_waiters.drain(..).for_each(Waker::wake),
                 Event::Unhold { peer, region } => {
                     self.links[peer as usize].iter().for_each(|link| link.transport.unhold(region));
+                }
+                Event::Completed { link, requests, bytes, took, bytes_ahead } => {
+                    let (peer, lane) = (PeerId(link.peer), link.lane);
+                    let event = BlocksCompleted { peer, lane, requests, bytes, took, bytes_ahead };
+                    self.subscribers.iter().for_each(|subscriber| subscriber.blocks_completed(&event));
+                }
+                Event::LaneLost { link, error } => {
+                    let event = LaneLost { peer: PeerId(link.peer), lane: link.lane, error };
+                    self.subscribers.iter().for_each(|subscriber| subscriber.lane_lost(&event));
                 }
             }
         }
@@ -250,6 +277,8 @@ pub(super) struct Shared {
     /// A submit posted a whole transfer without waking the driver: the next look that needs
     /// it (a waiter going to sleep, `status`, a submitter waiting for room) wakes it.
     kick_pending: AtomicBool,
+    /// A subscriber was registered: arrivals handed out are events too.
+    pub(super) observed: AtomicBool,
     pub(super) stop: AtomicBool,
     pub(super) driver: OnceLock<Thread>,
 }
@@ -261,6 +290,7 @@ impl Shared {
             lanes: (0..MAX_PEERS).map(|_| OnceLock::new()).collect(),
             contenders: AtomicUsize::new(0),
             kick_pending: AtomicBool::new(false),
+            observed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             driver: OnceLock::new(),
         }

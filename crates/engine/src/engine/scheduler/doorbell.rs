@@ -40,6 +40,11 @@ impl Doorbell {
         self.bytes
     }
 
+    /// Work requests it posts.
+    pub(crate) fn requests(&self) -> u32 {
+        self.count as u32
+    }
+
     /// The call to make: plain writes, or the gather or read forms written into the lane's room.
     pub(crate) fn ring(&mut self) -> Ring<'_> {
         let count = self.count;
@@ -147,7 +152,14 @@ fn put_block(
         signalled: block.last,
         imm: if block.last { slot.notify } else { None },
     };
-    lane.in_flight.push_back(Posted { seq, slot: index, generation: slot.generation, bytes: block.len });
+    lane.in_flight.push_back(Posted {
+        seq,
+        slot: index,
+        generation: slot.generation,
+        bytes: block.len,
+        posted_at: doorbell.built_at,
+        bytes_ahead: lane.outstanding_bytes,
+    });
     doorbell.ops.pieces[count] = block.pieces;
     slot.lanes_used |= 1u16 << lane_index;
     lane.note_block(block.len);

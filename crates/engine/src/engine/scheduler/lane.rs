@@ -382,7 +382,10 @@ mod tests {
         for round in 0..20 {
             let began = 1010 * round;
             lane.wake_up(at(began));
-            lane.in_flight.push_back(Posted { seq: round + 1, slot: 0, generation: 0, bytes: 100_000 });
+            let posted_at = at(began);
+            let posted =
+                Posted { seq: round + 1, slot: 0, generation: 0, bytes: 100_000, posted_at, bytes_ahead: 0 };
+            lane.in_flight.push_back(posted);
             lane.in_flight.pop_front();
             lane.retired(100_000, at(began + 10));
         }

@@ -94,11 +94,15 @@ struct Tracked {
     ended: u32,
     collected: bool,
     unholds: u32,
+    /// Its result said every byte was delivered.
+    delivered: bool,
 }
 
 struct Harness {
     sched: Scheduler,
     now: Instant,
+    /// The script's first instant: no block was posted before it.
+    started: Instant,
     ids: Vec<TransferId>,
     tracked: HashMap<TransferId, Tracked>,
     /// The transfer each slot holds now.
@@ -109,6 +113,9 @@ struct Harness {
     /// What the scheduler built, answered and handed out, step by step (see
     /// `a_lone_blocks_doorbell_is_what_the_queues_loop_builds`).
     trace: Vec<String>,
+    /// Payload bytes the subscribers' completion events reported, and lanes reported lost.
+    completed_bytes: u64,
+    lanes_lost: Vec<LinkId>,
 }
 
 const LOCAL: LocalRegion = LocalRegion { id: RegionId(1), kind: MemoryKind::Host, len: 1 << 30 };
@@ -129,6 +136,7 @@ impl Harness {
             gather_entries: 4,
         };
         let mut sched = Scheduler::new(SLOTS, config, Duration::from_millis(30), control_lane, now);
+        sched.observe();
         sched.set_hint(SourceId::Host(0), None, BlockSpec::new(BLOCK, 4096).unwrap());
         // The policy below keeps 16 requests outstanding and 4 per doorbell.
         let caps = super::tests::caps(4);
@@ -136,12 +144,15 @@ impl Harness {
         Harness {
             sched,
             now,
+            started: now,
             ids: Vec::new(),
             tracked: HashMap::new(),
             slot_owner: HashMap::new(),
             ringing: Vec::new(),
             posted: Vec::new(),
             trace: Vec::new(),
+            completed_bytes: 0,
+            lanes_lost: Vec::new(),
         }
     }
 
@@ -295,7 +306,8 @@ impl Harness {
                 self.sched.queue(admitted, request, self.now + Duration::from_millis(deadline_ms), self.now);
             self.slot_owner.insert(id.slot, id);
             self.ids.push(id);
-            self.tracked.insert(id, Tracked { total, ended: 0, collected: false, unholds: 0 });
+            self.tracked
+                .insert(id, Tracked { total, ended: 0, collected: false, unholds: 0, delivered: false });
         }
     }
 
@@ -315,7 +327,10 @@ impl Harness {
                 assert_eq!(tracked.ended, 1, "handed out without having ended once");
                 tracked.collected = true;
                 match result {
-                    Ok(Delivered { bytes, .. }) => assert_eq!(bytes, tracked.total),
+                    Ok(Delivered { bytes, .. }) => {
+                        assert_eq!(bytes, tracked.total);
+                        tracked.delivered = true;
+                    }
                     Err(error) => assert!(error.confirmed_bytes() <= tracked.total, "{error}"),
                 }
             }
@@ -348,6 +363,12 @@ impl Harness {
                     self.tracked.get_mut(&id).unwrap().unholds += 1;
                 }
                 Event::Room => {}
+                Event::Completed { requests, bytes, took, .. } => {
+                    assert!(requests > 0 && bytes > 0, "a completion retires blocks");
+                    assert!(took <= self.now.saturating_duration_since(self.started), "{took:?}");
+                    self.completed_bytes += bytes;
+                }
+                Event::LaneLost { link, .. } => self.lanes_lost.push(link),
             }
         }
     }
@@ -367,6 +388,19 @@ impl Harness {
                 self.collect(id);
             }
             self.drain();
+        }
+        // What completion events reported is what was posted and confirmed: no more than the
+        // lanes took, no less than the transfers delivered.
+        let posted: u64 = self.sched.lane_stats(0).unwrap().iter().map(|lane| lane.posted_bytes).sum();
+        let delivered: u64 = self.tracked.values().filter(|t| t.delivered).map(|t| t.total).sum();
+        assert!(
+            delivered <= self.completed_bytes && self.completed_bytes <= posted,
+            "{delivered} <= {} <= {posted}",
+            self.completed_bytes
+        );
+        // Each lane was reported lost once per loss (a lane is lost again only once revived).
+        for lane in 0..LANES {
+            assert!(self.lanes_lost.contains(&LinkId { peer: 0, lane }), "lane {lane} lost unreported");
         }
         for (id, tracked) in &self.tracked {
             assert!(

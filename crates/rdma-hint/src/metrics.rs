@@ -1,0 +1,380 @@
+//! The engine's events as Prometheus metrics ([`MetricsSubscriber`]) and a loopback endpoint
+//! that serves them as text ([`MetricsEndpoint`]), behind the `metrics` feature.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use rdma_hint_core::{ErrorKind, TransportError};
+use rdma_hint_engine::events::{
+    ArrivalsTaken, BlocksCompleted, DoorbellRung, LaneLost, Subscriber, TransferEnded,
+};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A lane of a peer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabels {
+    peer: u32,
+    lane: u32,
+}
+
+/// A lane's blocks, by whether their doorbell queued behind bytes in flight.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BlockLabels {
+    peer: u32,
+    lane: u32,
+    /// "yes": bytes were in flight ahead of the doorbell; "no": the lane was idle, and the
+    /// time is the path's own.
+    queued: &'static str,
+}
+
+/// A peer's transfers, by class and outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransferLabels {
+    peer: u32,
+    class: &'static str,
+    outcome: &'static str,
+}
+
+/// A failure on a lane, by what the caller can do about it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    peer: u32,
+    lane: u32,
+    kind: &'static str,
+}
+
+/// A peer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    peer: u32,
+}
+
+/// Post-to-completion of a block: 250 ns, doubling, to about 2 s.
+fn block_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(250e-9, 2.0, 24))
+}
+
+/// Submit to end of a transfer: 1 µs, doubling, to about 2 minutes.
+fn transfer_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(1e-6, 2.0, 28))
+}
+
+/// The engine's events as Prometheus metrics: histograms of block and transfer latency,
+/// bytes, blocks and doorbells per lane, refusals, lost lanes and arrivals. Register it with
+/// [`Engine::subscribe`](crate::engine::Engine::subscribe) (of as many engines as you like),
+/// read it with [`encode`](MetricsSubscriber::encode) or serve it with [`MetricsEndpoint`].
+/// Label sets are bounded by the engine's own limits (peers × lanes × a few classes).
+///
+/// ```
+/// use rdma_hint::engine::events::MetricsSubscriber;
+/// use rdma_hint::engine::{Engine, EngineConfig};
+/// use std::sync::Arc;
+///
+/// let metrics = Arc::new(MetricsSubscriber::new());
+/// let engine = Engine::new(EngineConfig::default()).unwrap();
+/// engine.subscribe(metrics.clone());
+/// // A family shows once it has a sample: the engine has moved nothing yet.
+/// assert_eq!(metrics.encode(), "# EOF\n");
+/// ```
+pub struct MetricsSubscriber {
+    registry: Registry,
+    block_seconds: Family<BlockLabels, Histogram, fn() -> Histogram>,
+    transfer_seconds: Family<TransferLabels, Histogram, fn() -> Histogram>,
+    completed_bytes: Family<LaneLabels, Counter>,
+    completed_blocks: Family<LaneLabels, Counter>,
+    posted_bytes: Family<LaneLabels, Counter>,
+    doorbells: Family<LaneLabels, Counter>,
+    refused_doorbells: Family<FailureLabels, Counter>,
+    lanes_lost: Family<FailureLabels, Counter>,
+    arrivals: Family<PeerLabels, Counter>,
+}
+
+impl std::fmt::Debug for MetricsSubscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsSubscriber").finish_non_exhaustive()
+    }
+}
+
+impl Default for MetricsSubscriber {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MetricsSubscriber {
+    /// Empty metrics, registered under the prefix `rdma_hint`.
+    pub fn new() -> MetricsSubscriber {
+        let mut registry = Registry::with_prefix("rdma_hint");
+        let block_seconds = Family::new_with_constructor(block_seconds as fn() -> Histogram);
+        let transfer_seconds = Family::new_with_constructor(transfer_seconds as fn() -> Histogram);
+        let (completed_bytes, completed_blocks, posted_bytes, doorbells) =
+            (Family::default(), Family::default(), Family::default(), Family::default());
+        let (refused_doorbells, lanes_lost, arrivals) =
+            (Family::default(), Family::default(), Family::default());
+        registry.register(
+            "block_seconds",
+            "Post-to-completion time of a signalled block, per lane (queued: whether bytes were in flight ahead of it)",
+            block_seconds.clone(),
+        );
+        registry.register(
+            "transfer_seconds",
+            "Submit-to-end time of a transfer, per peer, class and outcome",
+            transfer_seconds.clone(),
+        );
+        registry.register(
+            "completed_bytes",
+            "Payload bytes confirmed delivered, per lane",
+            completed_bytes.clone(),
+        );
+        registry.register(
+            "completed_blocks",
+            "Blocks (work requests) confirmed, per lane",
+            completed_blocks.clone(),
+        );
+        registry.register(
+            "posted_bytes",
+            "Payload bytes handed to the transport, per lane",
+            posted_bytes.clone(),
+        );
+        registry.register(
+            "doorbells",
+            "Doorbells rung (posts of one or more blocks), per lane",
+            doorbells.clone(),
+        );
+        registry.register(
+            "refused_doorbells",
+            "Doorbells the transport refused, per lane and error kind (QueueFull is Busy, tried again)",
+            refused_doorbells.clone(),
+        );
+        registry.register("lanes_lost", "Lanes that failed, per error kind", lanes_lost.clone());
+        registry.register(
+            "arrivals",
+            "Writes-with-immediate handed to the receiver, per peer",
+            arrivals.clone(),
+        );
+        MetricsSubscriber {
+            registry,
+            block_seconds,
+            transfer_seconds,
+            completed_bytes,
+            completed_blocks,
+            posted_bytes,
+            doorbells,
+            refused_doorbells,
+            lanes_lost,
+            arrivals,
+        }
+    }
+
+    /// The metrics in Prometheus' text exposition format (ending `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing into a String cannot fail");
+        text
+    }
+}
+
+fn kind_label(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::InvalidInput => "invalid_input",
+        ErrorKind::Unsupported => "unsupported",
+        ErrorKind::Busy => "busy",
+        ErrorKind::Exhausted => "exhausted",
+        ErrorKind::Deadline => "deadline",
+        ErrorKind::Peer => "peer",
+        ErrorKind::Cancelled => "cancelled",
+        _ => "system",
+    }
+}
+
+impl Subscriber for MetricsSubscriber {
+    fn doorbell_rung(&self, event: &DoorbellRung) {
+        let (peer, lane) = (event.peer.index(), event.lane);
+        match event.refused {
+            None => {
+                let labels = LaneLabels { peer, lane };
+                self.doorbells.get_or_create(&labels).inc();
+                self.posted_bytes.get_or_create(&labels).inc_by(event.bytes);
+            }
+            Some(kind) => {
+                let labels = FailureLabels { peer, lane, kind: kind_label(kind) };
+                self.refused_doorbells.get_or_create(&labels).inc();
+            }
+        }
+    }
+
+    fn blocks_completed(&self, event: &BlocksCompleted) {
+        let (peer, lane) = (event.peer.index(), event.lane);
+        let queued = if event.bytes_ahead == 0 { "no" } else { "yes" };
+        self.block_seconds
+            .get_or_create(&BlockLabels { peer, lane, queued })
+            .observe(event.took.as_secs_f64());
+        let labels = LaneLabels { peer, lane };
+        self.completed_bytes.get_or_create(&labels).inc_by(event.bytes);
+        self.completed_blocks.get_or_create(&labels).inc_by(u64::from(event.requests));
+    }
+
+    fn transfer_ended(&self, event: &TransferEnded) {
+        let class = if event.latency_first { "latency_first" } else { "bulk" };
+        let outcome = event.failed.map_or("delivered", kind_label);
+        let labels = TransferLabels { peer: event.peer.index(), class, outcome };
+        self.transfer_seconds.get_or_create(&labels).observe(event.took.as_secs_f64());
+    }
+
+    fn lane_lost(&self, event: &LaneLost) {
+        let labels =
+            FailureLabels { peer: event.peer.index(), lane: event.lane, kind: kind_label(event.error) };
+        self.lanes_lost.get_or_create(&labels).inc();
+    }
+
+    fn arrivals_taken(&self, event: &ArrivalsTaken) {
+        self.arrivals.get_or_create(&PeerLabels { peer: event.peer.index() }).inc_by(u64::from(event.count));
+    }
+}
+
+/// The longest a scraper may take to send its request or read the answer.
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
+/// The most request bytes read (a `GET /metrics` with its headers fits many times over).
+const MAX_REQUEST_BYTES: usize = 8 << 10;
+/// The most bytes of a refused request read on (and discarded) before its connection closes.
+const LINGER_BYTES: usize = 256 << 10;
+/// How often the endpoint's thread looks whether it should stop, between connections.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Serves a [`MetricsSubscriber`] over HTTP on a loopback address (`GET /metrics`; anything
+/// else is 404), one scrape at a time, each within 2 s; stops when dropped.
+///
+/// ```
+/// use rdma_hint::engine::events::{MetricsEndpoint, MetricsSubscriber};
+/// use std::sync::Arc;
+///
+/// let metrics = Arc::new(MetricsSubscriber::new());
+/// let endpoint = MetricsEndpoint::serve(metrics, "127.0.0.1:0".parse().unwrap()).unwrap();
+/// println!("scrape http://{}/metrics", endpoint.local_addr());
+/// // A non-loopback address is refused: the metrics say what the machine moves, and to whom.
+/// assert!(MetricsEndpoint::serve(Arc::new(MetricsSubscriber::new()), "0.0.0.0:0".parse().unwrap()).is_err());
+/// ```
+#[derive(Debug)]
+pub struct MetricsEndpoint {
+    address: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsEndpoint {
+    /// Listens on `address` (a loopback one: `TransportError::InvalidArgument` otherwise) and
+    /// answers scrapes on a thread of its own.
+    pub fn serve(
+        metrics: Arc<MetricsSubscriber>,
+        address: SocketAddr,
+    ) -> Result<MetricsEndpoint, TransportError> {
+        if !address.ip().is_loopback() {
+            return Err(TransportError::InvalidArgument {
+                what: "metrics address",
+                why: format!("{address} is not a loopback address: the metrics are served on loopback only"),
+            });
+        }
+        let listener = TcpListener::bind(address)?;
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("rdma-hint-metrics".into())
+            .spawn(move || answer_scrapes(&listener, &metrics, &stopping))?;
+        Ok(MetricsEndpoint { address, stop, thread: Some(thread) })
+    }
+
+    /// Where it listens (the port the system chose, for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+impl Drop for MetricsEndpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn answer_scrapes(listener: &TcpListener, metrics: &MetricsSubscriber, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(error) = answer(stream, metrics) {
+                    tracing::debug!(target: "rdma_hint::metrics", %error, "a scrape failed");
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(STOP_POLL),
+            Err(error) => {
+                tracing::debug!(target: "rdma_hint::metrics", %error, "accept failed");
+                std::thread::sleep(STOP_POLL);
+            }
+        }
+    }
+}
+
+/// Reads one request (up to the end of its headers, at most [`MAX_REQUEST_BYTES`]) and answers it.
+fn answer(mut stream: TcpStream, metrics: &MetricsSubscriber) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(SCRAPE_DEADLINE))?;
+    stream.set_write_timeout(Some(SCRAPE_DEADLINE))?;
+    let mut request = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !request.windows(4).any(|end| end == b"\r\n\r\n") {
+        if request.len() >= MAX_REQUEST_BYTES {
+            respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "request too large\n")?;
+            return linger(stream);
+        }
+        let read = stream.read(&mut chunk)?;
+        if read == 0 {
+            return Ok(());
+        }
+        request.extend_from_slice(&chunk[..read]);
+    }
+    let line = request.split(|b| *b == b'\r').next().unwrap_or_default();
+    match line {
+        b"GET /metrics HTTP/1.1" | b"GET /metrics HTTP/1.0" => respond(
+            &mut stream,
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            &metrics.encode(),
+        ),
+        _ => respond(&mut stream, "404 Not Found", "text/plain", "GET /metrics\n"),
+    }
+}
+
+/// Closes a connection whose request was not read whole without resetting it (which could
+/// lose the answer): reads on, discarding, up to [`LINGER_BYTES`] or the deadline.
+fn linger(mut stream: TcpStream) -> std::io::Result<()> {
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let mut discard = [0u8; 4096];
+    let mut left = LINGER_BYTES;
+    while left > 0 {
+        match stream.read(&mut discard)? {
+            0 => break,
+            read => left = left.saturating_sub(read),
+        }
+    }
+    Ok(())
+}
+
+fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())
+}
