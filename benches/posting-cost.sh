@@ -5,8 +5,9 @@
 # Needs valgrind (apt-get install -y --no-install-recommends valgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build -q --release -p rdma-hint-benches --example posting_cost
-bin=target/release/examples/posting_cost
+# POSTING_COST: a posting_cost built elsewhere (another revision, for a before/after).
+bin=${POSTING_COST:-target/release/examples/posting_cost}
+[ -n "${POSTING_COST:-}" ] || cargo build -q --release -p rdma-hint-benches --example posting_cost
 
 instructions() { # mode block transfers
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$@" 2>&1 >/dev/null |

@@ -486,31 +486,17 @@ impl Engine {
         out: &mut [Arrival],
         deadline: Instant,
     ) -> Result<usize, TransportError> {
-        let taken = self.take_arrivals(peer, out, deadline).await?;
-        if self.shared.observed.load(Ordering::Acquire) {
-            let event = ArrivalsTaken { peer, count: taken as u32 };
-            self.shared.lock().subscribers.iter().for_each(|subscriber| subscriber.arrivals_taken(&event));
-        }
-        Ok(taken)
-    }
-
-    async fn take_arrivals(
-        &self,
-        peer: PeerId,
-        out: &mut [Arrival],
-        deadline: Instant,
-    ) -> Result<usize, TransportError> {
         let Some(lanes) = self.shared.transports(peer.0) else { return Err(TransportError::NotConnected) };
         // What is there already is taken without a wait's future (a transport's async call is
         // a boxed future: an allocation per call).
         for lane in lanes {
             match lane.poll_arrivals(&mut *out)? {
                 0 => {}
-                got => return Ok(got),
+                got => return Ok(self.arrived(peer, got)),
             }
         }
         if let [only] = lanes {
-            return only.wait_arrivals(out, deadline).await;
+            return only.wait_arrivals(out, deadline).await.map(|got| self.arrived(peer, got));
         }
         // Each poll gives every lane's wait one look (registering this task's waker with each);
         // whichever lane hears first wakes the task.
@@ -533,6 +519,17 @@ impl Engine {
             Poll::Pending
         })
         .await
+        .map(|got| self.arrived(peer, got))
+    }
+
+    /// Tells the subscribers, if any, that a wait handed out `count` arrivals of `peer`.
+    #[inline]
+    fn arrived(&self, peer: PeerId, count: usize) -> usize {
+        if self.shared.observed.load(Ordering::Relaxed) {
+            let event = ArrivalsTaken { peer, count: count as u32 };
+            self.shared.lock().subscribers.iter().for_each(|subscriber| subscriber.arrivals_taken(&event));
+        }
+        count
     }
 }
 

@@ -59,11 +59,20 @@ pub struct BlocksCompleted {
     pub requests: u32,
     /// Their payload bytes, in bytes.
     pub bytes: u64,
-    /// From the doorbell that posted the signalled block to this completion: the block's
-    /// post-to-completion time, queueing behind `bytes_ahead` included.
+    /// How long the completed request took, `None` for one posted before the first
+    /// subscriber came.
+    pub timing: Option<BlockTiming>,
+}
+
+/// How long a completed request took from its doorbell, and behind what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BlockTiming {
+    /// From the doorbell that posted the request the completion answers to the completion:
+    /// its post-to-completion time, queueing behind `bytes_ahead` included.
     pub took: Duration,
-    /// Payload bytes the lane had in flight before the doorbell that posted the signalled
-    /// block (0: the block went to an idle lane, and `took` is the path's own time).
+    /// Payload bytes the lane had in flight before that doorbell (0: it went to an idle lane,
+    /// and `took` is the path's own time).
     pub bytes_ahead: u64,
 }
 
@@ -143,8 +152,9 @@ impl Subscriber for TracingSubscriber {
             bytes = e.bytes, refused = ?e.refused, "doorbell rung");
     }
     fn blocks_completed(&self, e: &BlocksCompleted) {
+        let (took_ns, bytes_ahead) = e.timing.map(|t| (t.took.as_nanos() as u64, t.bytes_ahead)).unzip();
         tracing::trace!(target: "rdma_hint::engine", peer = e.peer.index(), lane = e.lane, requests = e.requests,
-            bytes = e.bytes, took_ns = e.took.as_nanos() as u64, bytes_ahead = e.bytes_ahead, "blocks completed");
+            bytes = e.bytes, took_ns, bytes_ahead, "blocks completed");
     }
     fn transfer_ended(&self, e: &TransferEnded) {
         tracing::debug!(target: "rdma_hint::engine", peer = e.peer.index(), bytes = e.bytes, blocks = e.blocks,

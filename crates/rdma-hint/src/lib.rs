@@ -133,8 +133,8 @@ pub mod engine {
         #[cfg(feature = "metrics")]
         pub use crate::metrics::{MetricsEndpoint, MetricsSubscriber};
         pub use rdma_hint_engine::events::{
-            ArrivalsTaken, BlocksCompleted, DoorbellRung, LaneLost, Subscriber, TracingSubscriber,
-            TransferEnded,
+            ArrivalsTaken, BlockTiming, BlocksCompleted, DoorbellRung, LaneLost, Subscriber,
+            TracingSubscriber, TransferEnded,
         };
     }
 }

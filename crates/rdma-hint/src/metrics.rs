@@ -120,7 +120,7 @@ impl MetricsSubscriber {
             (Family::default(), Family::default(), Family::default());
         registry.register(
             "block_seconds",
-            "Post-to-completion time of a signalled block, per lane (queued: whether bytes were in flight ahead of it)",
+            "Post-to-completion time of a completed request, per lane (queued: whether bytes were in flight ahead of it)",
             block_seconds.clone(),
         );
         registry.register(
@@ -213,10 +213,11 @@ impl Subscriber for MetricsSubscriber {
 
     fn blocks_completed(&self, event: &BlocksCompleted) {
         let (peer, lane) = (event.peer.index(), event.lane);
-        let queued = if event.bytes_ahead == 0 { "no" } else { "yes" };
-        self.block_seconds
-            .get_or_create(&BlockLabels { peer, lane, queued })
-            .observe(event.took.as_secs_f64());
+        if let Some(timing) = event.timing {
+            let queued = if timing.bytes_ahead == 0 { "no" } else { "yes" };
+            let labels = BlockLabels { peer, lane, queued };
+            self.block_seconds.get_or_create(&labels).observe(timing.took.as_secs_f64());
+        }
         let labels = LaneLabels { peer, lane };
         self.completed_bytes.get_or_create(&labels).inc_by(event.bytes);
         self.completed_blocks.get_or_create(&labels).inc_by(u64::from(event.requests));

@@ -6,7 +6,7 @@
 use super::request::{RequestError, TransferRequest};
 use super::scheduler::{Doorbell, Event, LinkId, Scheduler, MAX_PEERS};
 use super::{PeerId, TransferId};
-use crate::events::{BlocksCompleted, DoorbellRung, LaneLost, Subscriber};
+use crate::events::{BlockTiming, BlocksCompleted, DoorbellRung, LaneLost, Subscriber};
 use rdma_hint_core::{Completion, RegionId, RemoteRegion, Transport, TransportError};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -213,6 +213,13 @@ impl Core {
     }
 
     fn settle_events(&mut self) {
+        while let Some(done) = self.sched.poll_completed() {
+            let (peer, lane, requests, bytes) =
+                (PeerId(done.link.peer), done.link.lane, done.requests, done.bytes);
+            let timing = done.timed.map(|(took, bytes_ahead)| BlockTiming { took, bytes_ahead });
+            let event = BlocksCompleted { peer, lane, requests, bytes, timing };
+            self.subscribers.iter().for_each(|subscriber| subscriber.blocks_completed(&event));
+        }
         while let Some(event) = self.sched.poll_event() {
             match event {
                 Event::Ended { slot } => {
@@ -228,11 +235,6 @@ impl Core {
                 Event::Room => self.room_waiters.drain(..).for_each(Waker::wake),
                 Event::Unhold { peer, region } => {
                     self.links[peer as usize].iter().for_each(|link| link.transport.unhold(region));
-                }
-                Event::Completed { link, requests, bytes, took, bytes_ahead } => {
-                    let (peer, lane) = (PeerId(link.peer), link.lane);
-                    let event = BlocksCompleted { peer, lane, requests, bytes, took, bytes_ahead };
-                    self.subscribers.iter().for_each(|subscriber| subscriber.blocks_completed(&event));
                 }
                 Event::LaneLost { link, error } => {
                     let event = LaneLost { peer: PeerId(link.peer), lane: link.lane, error };

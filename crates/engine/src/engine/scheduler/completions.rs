@@ -3,7 +3,7 @@
 
 use super::super::Delivered;
 use super::slot::{Phase, Posted};
-use super::{Event, LinkId, Scheduler};
+use super::{Completed, Event, LinkId, Scheduler};
 use crate::TransferError;
 use rdma_hint_core::{Completion, CompletionStatus, ErrorKind, TransportError};
 use std::time::Instant;
@@ -27,6 +27,7 @@ impl Scheduler {
             // longer in flight (lost with its lane, or a late answer to one an earlier
             // failure already took out) is not this lane's news any more.
             let posted = completion.wr_id < lane.next_seq;
+            let (in_flight_before, retired_before) = (lane.in_flight.len(), retired_bytes);
             let in_flight = lane.in_flight.front().is_some_and(|oldest| oldest.seq <= completion.wr_id);
             match completion.status {
                 _ if !posted => continue,
@@ -39,7 +40,6 @@ impl Scheduler {
             }
             // A run of one transfer's blocks at a time: a bulk transfer's window retires in a
             // few steps, not a step per block.
-            let (mut requests, mut completed_bytes, mut signalled) = (0u32, 0u64, None);
             loop {
                 let lane = self.lane_mut(link);
                 let Some(first) = lane.in_flight.front().copied().filter(|p| p.seq <= completion.wr_id)
@@ -51,10 +51,8 @@ impl Scheduler {
                     p.seq <= completion.wr_id && p.slot == first.slot && p.generation == first.generation
                 }) {
                     (blocks, bytes) = (blocks + 1, bytes + posted.bytes);
-                    signalled = Some(*posted);
                     lane.in_flight.pop_front();
                 }
-                (requests, completed_bytes) = (requests + blocks as u32, completed_bytes + bytes);
                 lane.outstanding_bytes -= bytes;
                 retired_bytes += bytes;
                 worked = true;
@@ -62,14 +60,9 @@ impl Scheduler {
                     self.learn_latency(first.slot, now);
                 }
             }
-            if let Some(posted) = signalled.filter(|_| self.observed) {
-                self.events.push_back(Event::Completed {
-                    link,
-                    requests,
-                    bytes: completed_bytes,
-                    took: now.saturating_duration_since(posted.posted_at),
-                    bytes_ahead: posted.bytes_ahead,
-                });
+            if self.observed {
+                let requests = in_flight_before - self.lane(link).in_flight.len();
+                self.record_completion(link, completion.wr_id, requests, retired_bytes - retired_before, now);
             }
         }
         if retired_bytes > 0 {
@@ -92,6 +85,17 @@ impl Scheduler {
                 self.lose_link(link, error);
                 true
             }
+        }
+    }
+
+    /// Observed: what completion `wr_id` of `link` retired (nothing, for one that retired
+    /// none), timed from its doorbell's stamp (none for a doorbell built before the
+    /// scheduler was observed).
+    fn record_completion(&mut self, link: LinkId, wr_id: u64, requests: usize, bytes: u64, now: Instant) {
+        let stamp = self.lane_mut(link).stamp_of(wr_id);
+        if requests > 0 {
+            let timed = stamp.map(|stamp| (now.saturating_duration_since(stamp.at), stamp.bytes_ahead));
+            self.completed.push_back(Completed { link, requests: requests as u32, bytes, timed });
         }
     }
 
@@ -148,6 +152,9 @@ impl Scheduler {
         }
         lane.dead = Some(reason.clone());
         lane.outstanding_bytes = 0;
+        if let Some(stamps) = &mut lane.stamps {
+            stamps.clear();
+        }
         if self.observed {
             self.events.push_back(Event::LaneLost {
                 link,

@@ -11,19 +11,19 @@ use std::time::Instant;
 /// ops live in the lane's [`DoorbellOps`], lent to it while it rings.
 pub(crate) struct Doorbell {
     pub(crate) link: LinkId,
-    first_seq: u64,
+    pub(super) first_seq: u64,
     /// Work requests in `ops`.
     count: usize,
     /// Sequence numbers it takes: `count`, or 1 for a refused request posted as its pieces.
-    requests: u64,
+    pub(super) requests: u64,
     /// Payload bytes of its requests.
-    bytes: u64,
+    pub(super) bytes: u64,
     /// The lane's room for the ops (one doorbell per lane rings at a time).
     ops: Box<DoorbellOps>,
     /// Its requests are reads (`ops` hold their fields; no immediate, no gather).
     reads: bool,
     /// When it was built: a lane whose transport answers it `QueueFull` waits from then.
-    built_at: Instant,
+    pub(super) built_at: Instant,
 }
 
 /// What the transport is handed: plain writes, gather writes where a request packs several
@@ -152,14 +152,7 @@ fn put_block(
         signalled: block.last,
         imm: if block.last { slot.notify } else { None },
     };
-    lane.in_flight.push_back(Posted {
-        seq,
-        slot: index,
-        generation: slot.generation,
-        bytes: block.len,
-        posted_at: doorbell.built_at,
-        bytes_ahead: lane.outstanding_bytes,
-    });
+    lane.in_flight.push_back(Posted { seq, slot: index, generation: slot.generation, bytes: block.len });
     doorbell.ops.pieces[count] = block.pieces;
     slot.lanes_used |= 1u16 << lane_index;
     lane.note_block(block.len);
@@ -339,6 +332,7 @@ impl Scheduler {
         // Its transfer's last block: signalled, and announced if the transfer is.
         put_block(&mut doorbell, lane, lane_index, slot, index, &block, 0);
         seal(&mut doorbell, lane, 1);
+        lane.stamp(doorbell.first_seq + doorbell.requests - 1, doorbell.built_at, doorbell.bytes);
         Some(doorbell)
     }
 
@@ -446,6 +440,7 @@ impl Scheduler {
             return None;
         }
         seal(&mut doorbell, lane, count);
+        lane.stamp(doorbell.first_seq + doorbell.requests - 1, doorbell.built_at, doorbell.bytes);
         Some(doorbell)
     }
 
@@ -485,6 +480,7 @@ impl Scheduler {
         lane.next_seq += 1;
         lane.outstanding_bytes += doorbell.bytes;
         lane.posting = true;
+        lane.stamp(doorbell.first_seq + doorbell.requests - 1, doorbell.built_at, doorbell.bytes);
         Some(doorbell)
     }
 

@@ -93,6 +93,19 @@ pub(crate) struct Lane {
     /// How long the lane waits after its next `QueueFull`: doubled by each in a row, from
     /// [`FIRST_BACKOFF`] to [`LAST_BACKOFF`]; zero once a post is taken.
     backoff: Duration,
+    /// While the engine has subscribers, a [`Stamp`] per doorbell in flight, oldest first
+    /// (`None` otherwise).
+    pub(super) stamps: Option<VecDeque<Stamp>>,
+}
+
+/// When a doorbell was built and what was in flight ahead of it: what a completion's
+/// post-to-completion time and queueing are read from, for subscribers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamp {
+    /// The doorbell's last sequence number.
+    pub(super) last_seq: u64,
+    pub(super) at: Instant,
+    pub(super) bytes_ahead: u64,
 }
 
 /// The first wait after a transport's `QueueFull`: about what a peer polling in a loop takes
@@ -153,6 +166,7 @@ impl Lane {
             retrying: None,
             full_until: None,
             backoff: Duration::ZERO,
+            stamps: None,
         }
     }
 
@@ -232,6 +246,47 @@ impl Lane {
 
     /// The lane starts a doorbell while empty: neither the wait for a stall nor a rate sample
     /// counts the time it stood idle.
+    /// Observed: remembers the doorbell just sealed on this lane (its numbers, up to
+    /// `last_seq`, and its `bytes` taken), built `at`. Values, not the doorbell: a doorbell
+    /// whose address is taken leaves the registers on the path without subscribers too.
+    #[inline]
+    pub(super) fn stamp(&mut self, last_seq: u64, at: Instant, bytes: u64) {
+        if self.stamps.is_some() {
+            self.push_stamp(last_seq, at, bytes);
+        }
+    }
+
+    /// Out of line: a doorbell's path without subscribers stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn push_stamp(&mut self, last_seq: u64, at: Instant, bytes: u64) {
+        let bytes_ahead = self.outstanding_bytes - bytes;
+        if let Some(stamps) = &mut self.stamps {
+            stamps.push_back(Stamp { last_seq, at, bytes_ahead });
+        }
+    }
+
+    /// The stamp of the doorbell that posted request `seq`, dropping those of doorbells
+    /// wholly before it (and its own, when `seq` is its last).
+    pub(super) fn stamp_of(&mut self, seq: u64) -> Option<Stamp> {
+        let stamps = self.stamps.as_mut()?;
+        while stamps.front().is_some_and(|stamp| stamp.last_seq < seq) {
+            stamps.pop_front();
+        }
+        let stamp = *stamps.front()?;
+        if stamp.last_seq == seq {
+            stamps.pop_front();
+        }
+        Some(stamp)
+    }
+
+    /// From now on each doorbell leaves a stamp (room for a window of them).
+    pub(super) fn observe(&mut self) {
+        if self.stamps.is_none() {
+            self.stamps = Some(VecDeque::with_capacity(self.window as usize));
+        }
+    }
+
     pub(super) fn wake_up(&mut self, now: Instant) {
         if self.in_flight.is_empty() {
             self.progress_at = now;
@@ -382,10 +437,7 @@ mod tests {
         for round in 0..20 {
             let began = 1010 * round;
             lane.wake_up(at(began));
-            let posted_at = at(began);
-            let posted =
-                Posted { seq: round + 1, slot: 0, generation: 0, bytes: 100_000, posted_at, bytes_ahead: 0 };
-            lane.in_flight.push_back(posted);
+            lane.in_flight.push_back(Posted { seq: round + 1, slot: 0, generation: 0, bytes: 100_000 });
             lane.in_flight.pop_front();
             lane.retired(100_000, at(began + 10));
         }

@@ -58,12 +58,19 @@ pub(crate) enum Event {
     Room,
     /// A transfer's hold on its source ends: unhold `region` on every lane of `peer`.
     Unhold { peer: u32, region: RegionId },
-    /// Observed only ([`Scheduler::observe`]): a completion retired `requests` blocks of
-    /// `bytes` on `link`, the signalled one posted `took` before it with `bytes_ahead` in
-    /// flight ahead of its doorbell.
-    Completed { link: LinkId, requests: u32, bytes: u64, took: Duration, bytes_ahead: u64 },
-    /// Observed only: `link` failed.
+    /// Observed only ([`Scheduler::observe`]): `link` failed.
     LaneLost { link: LinkId, error: ErrorKind },
+}
+
+/// What one completion retired, while observed: `requests` blocks of `bytes` on `link`, and
+/// (where its doorbell was stamped) how long before it the completion's own request was
+/// posted and the bytes in flight ahead of its doorbell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Completed {
+    pub(crate) link: LinkId,
+    pub(crate) requests: u32,
+    pub(crate) bytes: u64,
+    pub(crate) timed: Option<(Duration, u64)>,
 }
 
 /// Who builds a doorbell: the driver thread, or a caller's `submit` of a transfer of that
@@ -151,8 +158,12 @@ pub(crate) struct Scheduler {
     /// A submitter waits for a free slot (see [`want_room`](Self::want_room)): only then does
     /// a freed slot cost an event.
     room_wanted: bool,
-    /// Someone subscribed to what the engine does: completions and lost lanes are events too.
+    /// Someone subscribed to what the engine does: lost lanes are events too, and each
+    /// completion leaves a record in `completed`.
     observed: bool,
+    /// Observed: what each completion retired, for [`poll_completed`](Self::poll_completed)
+    /// (kept apart from `events`, whose entries stay small).
+    completed: VecDeque<Completed>,
     /// Tests: how many doorbells `build_lone` built, or `None` to build every one with the
     /// queues' loop (to check `build_lone` against it).
     #[cfg(test)]
@@ -185,6 +196,7 @@ impl Scheduler {
             room_pending: false,
             room_wanted: false,
             observed: false,
+            completed: VecDeque::new(),
             #[cfg(test)]
             lone_built: Some(0),
         }
@@ -240,6 +252,9 @@ impl Scheduler {
         }
         let max_block = lanes.iter().map(|caps| caps.facts.max_msg_bytes.max(1)).min().unwrap_or(1);
         let mut built: Vec<Lane> = lanes.iter().map(|caps| Lane::new(caps, &self.lanes, now)).collect();
+        if self.observed {
+            built.iter_mut().for_each(Lane::observe);
+        }
         let count = built.len();
         if self.control_lane && count > 1 {
             built[count - 1].make_control();
@@ -443,6 +458,12 @@ impl Scheduler {
     /// [`Event::LaneLost`]), for the engine's subscribers.
     pub(crate) fn observe(&mut self) {
         self.observed = true;
+        self.peers.iter_mut().flat_map(|peer| peer.lanes.iter_mut()).for_each(Lane::observe);
+    }
+
+    /// The next completion's record, while observed (see [`Completed`]).
+    pub(crate) fn poll_completed(&mut self) -> Option<Completed> {
+        self.completed.pop_front()
     }
 
     /// What a subscriber learns of the transfer in `index` that just ended ([`Event::Ended`]):
@@ -469,7 +490,7 @@ impl Scheduler {
     /// Whether [`poll_event`](Self::poll_event) has one to give.
     #[inline]
     pub(crate) fn has_events(&self) -> bool {
-        !self.events.is_empty()
+        !self.events.is_empty() || !self.completed.is_empty()
     }
 
     /// The next thing the driver must do, in the order they happened.

@@ -338,6 +338,12 @@ impl Harness {
     }
 
     fn drain(&mut self) {
+        while let Some(done) = self.sched.poll_completed() {
+            assert!(done.requests > 0 && done.bytes > 0, "a completion retires blocks: {done:?}");
+            let (took, _) = done.timed.expect("observed from the start: every doorbell was stamped");
+            assert!(took <= self.now.saturating_duration_since(self.started), "{took:?}");
+            self.completed_bytes += done.bytes;
+        }
         while let Some(event) = self.sched.poll_event() {
             self.trace.push(format!("{event:?}"));
             match event {
@@ -363,11 +369,6 @@ impl Harness {
                     self.tracked.get_mut(&id).unwrap().unholds += 1;
                 }
                 Event::Room => {}
-                Event::Completed { requests, bytes, took, .. } => {
-                    assert!(requests > 0 && bytes > 0, "a completion retires blocks");
-                    assert!(took <= self.now.saturating_duration_since(self.started), "{took:?}");
-                    self.completed_bytes += bytes;
-                }
                 Event::LaneLost { link, .. } => self.lanes_lost.push(link),
             }
         }

@@ -13,10 +13,6 @@ pub(crate) struct Posted {
     pub(super) slot: u32,
     pub(super) generation: u64,
     pub(super) bytes: u64,
-    /// When its doorbell was built (what a subscriber's post-to-completion time runs from).
-    pub(super) posted_at: Instant,
-    /// Payload bytes its lane had in flight before its doorbell.
-    pub(super) bytes_ahead: u64,
 }
 
 /// Where a transfer stands.
