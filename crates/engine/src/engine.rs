@@ -527,7 +527,7 @@ impl Engine {
     fn arrived(&self, peer: PeerId, count: usize) -> usize {
         if self.shared.observed.load(Ordering::Relaxed) {
             let event = ArrivalsTaken { peer, count: count as u32 };
-            self.shared.lock().subscribers.iter().for_each(|subscriber| subscriber.arrivals_taken(&event));
+            self.shared.lock().tell(|subscriber| subscriber.arrivals_taken(&event));
         }
         count
     }

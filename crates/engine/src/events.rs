@@ -6,7 +6,8 @@
 //!
 //! Subscribers are called on the thread that saw the event (the driver, or a caller's
 //! `submit` or `wait`), with the engine's lock held: a subscriber keeps each call short (a
-//! counter, a histogram, a line to a channel) and never calls back into the engine.
+//! counter, a histogram, a line to a channel) and never calls back into the engine (it would
+//! wait for the lock it is called under). One that panics is dropped, and the engine goes on.
 //!
 //! [`TracingSubscriber`] writes each event as a `tracing` event (target `rdma_hint::engine`).
 //!
@@ -29,7 +30,10 @@ use rdma_hint_core::ErrorKind;
 use std::time::Duration;
 
 /// A doorbell went to a lane's transport: `requests` blocks (work requests) of `bytes` in
-/// all, in one post.
+/// all, in one post. One the transport refused (`refused`) is posted again later and told
+/// again then. A doorbell rung outside the engine's lock (over 16 KiB, or on a lane whose
+/// posts may wait) is told once the engine has it back, which may be after a completion of
+/// its own blocks was told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DoorbellRung {
@@ -41,6 +45,8 @@ pub struct DoorbellRung {
     pub requests: u32,
     /// Payload bytes posted, in bytes.
     pub bytes: u64,
+    /// Its requests are reads (the peer's bytes into ours), not writes.
+    pub reads: bool,
     /// What the transport answered, where it refused the post (`QueueFull` is tried again;
     /// other refusals fail the transfers or the lane).
     pub refused: Option<ErrorKind>,
@@ -59,6 +65,8 @@ pub struct BlocksCompleted {
     pub requests: u32,
     /// Their payload bytes, in bytes.
     pub bytes: u64,
+    /// They were reads, not writes.
+    pub reads: bool,
     /// How long the completed request took, `None` for one posted before the first
     /// subscriber came.
     pub timing: Option<BlockTiming>,

@@ -138,3 +138,41 @@ fn a_lane_that_stops_answering_is_an_event_and_so_is_its_failed_transfer() {
     assert!(recorder.completions.lock().unwrap().is_empty(), "nothing completed");
     assert_eq!(ended[0].failed, Some(lost[0].error), "the lane's failure is the transfer's");
 }
+
+/// Panics at its first completion.
+struct Faulty;
+
+impl Subscriber for Faulty {
+    fn blocks_completed(&self, _: &BlocksCompleted) {
+        panic!("a subscriber's bug");
+    }
+}
+
+#[test]
+fn a_subscriber_that_panics_is_dropped_and_the_engine_goes_on() {
+    let lane = Arc::new(LoopbackTransport::new(256));
+    let len = 16 * BLOCK;
+    let src = lane.register(MemoryKind::Host, len).unwrap();
+    let dst = lane.register(MemoryKind::Host, len).unwrap();
+    lane.write_region(src.id, 0, &pattern(len)).unwrap();
+    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
+    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
+    let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
+    engine.subscribe(Arc::new(Faulty));
+    let recorder = Arc::new(Recorder::default());
+    engine.subscribe(recorder.clone());
+    // Past the lane's first requests (the driver thread's): a panic there ended the driver
+    // for good, and every later transfer waited out its deadline.
+    for round in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let id = engine.submit(peer, TransferRequest::single(&src, 0, &remote[0], 0, len), deadline).unwrap();
+        let delivered = engine.wait_blocking(id, deadline);
+        assert!(matches!(delivered, Ok(d) if d.bytes == len), "round {round}: {delivered:?}");
+    }
+    let mut landed = vec![0u8; len as usize];
+    lane.read_region(dst.id, 0, &mut landed).unwrap();
+    assert!(landed == pattern(len));
+    assert_eq!(recorder.ended.lock().unwrap().len(), 3, "the other subscriber was told of every transfer");
+}

@@ -15,13 +15,23 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// A lane of a peer.
+/// A lane of a peer, one direction.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LaneLabels {
     peer: u32,
     lane: u32,
+    /// "write" or "read".
+    op: &'static str,
+}
+
+fn op_label(reads: bool) -> &'static str {
+    if reads {
+        "read"
+    } else {
+        "write"
+    }
 }
 
 /// A lane's blocks, by whether their doorbell queued behind bytes in flight.
@@ -29,6 +39,7 @@ struct LaneLabels {
 struct BlockLabels {
     peer: u32,
     lane: u32,
+    op: &'static str,
     /// "yes": bytes were in flight ahead of the doorbell; "no": the lane was idle, and the
     /// time is the path's own.
     queued: &'static str,
@@ -67,10 +78,13 @@ fn transfer_seconds() -> Histogram {
 }
 
 /// The engine's events as Prometheus metrics: histograms of block and transfer latency,
-/// bytes, blocks and doorbells per lane, refusals, lost lanes and arrivals. Register it with
-/// [`Engine::subscribe`](crate::engine::Engine::subscribe) (of as many engines as you like),
+/// bytes, blocks and doorbells per lane and direction, refusals, lost lanes and arrivals.
+/// Register it with one engine's [`Engine::subscribe`](crate::engine::Engine::subscribe)
+/// (peers are labelled by their number in that engine: two engines' peer 0 would add up),
 /// read it with [`encode`](MetricsSubscriber::encode) or serve it with [`MetricsEndpoint`].
-/// Label sets are bounded by the engine's own limits (peers × lanes × a few classes).
+/// Label sets are bounded by the engine's limits: at most 1024 peers × 16 lanes × 2
+/// directions × 2 (queued or not) block histograms, where a scrape's text grows with the
+/// peers and lanes that moved something.
 ///
 /// ```
 /// use rdma_hint::engine::events::MetricsSubscriber;
@@ -200,7 +214,7 @@ impl Subscriber for MetricsSubscriber {
         let (peer, lane) = (event.peer.index(), event.lane);
         match event.refused {
             None => {
-                let labels = LaneLabels { peer, lane };
+                let labels = LaneLabels { peer, lane, op: op_label(event.reads) };
                 self.doorbells.get_or_create(&labels).inc();
                 self.posted_bytes.get_or_create(&labels).inc_by(event.bytes);
             }
@@ -215,10 +229,10 @@ impl Subscriber for MetricsSubscriber {
         let (peer, lane) = (event.peer.index(), event.lane);
         if let Some(timing) = event.timing {
             let queued = if timing.bytes_ahead == 0 { "no" } else { "yes" };
-            let labels = BlockLabels { peer, lane, queued };
+            let labels = BlockLabels { peer, lane, op: op_label(event.reads), queued };
             self.block_seconds.get_or_create(&labels).observe(timing.took.as_secs_f64());
         }
-        let labels = LaneLabels { peer, lane };
+        let labels = LaneLabels { peer, lane, op: op_label(event.reads) };
         self.completed_bytes.get_or_create(&labels).inc_by(event.bytes);
         self.completed_blocks.get_or_create(&labels).inc_by(u64::from(event.requests));
     }
@@ -241,17 +255,22 @@ impl Subscriber for MetricsSubscriber {
     }
 }
 
-/// The longest a scraper may take to send its request or read the answer.
-const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
+/// How long one connection may hold the endpoint, from its accept: to send its request,
+/// take its answer and close (a client that trickles its bytes is cut off then, however it
+/// paces them).
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(2);
 /// The most request bytes read (a `GET /metrics` with its headers fits many times over).
 const MAX_REQUEST_BYTES: usize = 8 << 10;
-/// The most bytes of a refused request read on (and discarded) before its connection closes.
+/// The most bytes read on (and discarded) after the answer, before the close: a request's
+/// body or a pipelined request, read so that the close sends no reset the answer could be
+/// lost to.
 const LINGER_BYTES: usize = 256 << 10;
 /// How often the endpoint's thread looks whether it should stop, between connections.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// Serves a [`MetricsSubscriber`] over HTTP on a loopback address (`GET /metrics`; anything
-/// else is 404), one scrape at a time, each within 2 s; stops when dropped.
+/// else is 404, a `Host` other than a loopback name is 403), one connection at a time, each
+/// for 2 s at most from its accept; stops when dropped (within those 2 s).
 ///
 /// ```
 /// use rdma_hint::engine::events::{MetricsEndpoint, MetricsSubscriber};
@@ -313,7 +332,8 @@ fn answer_scrapes(listener: &TcpListener, metrics: &MetricsSubscriber, stop: &At
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if let Err(error) = answer(stream, metrics) {
+                let deadline = Instant::now() + CONNECTION_DEADLINE;
+                if let Err(error) = answer(Connection { stream, deadline }, metrics) {
                     tracing::debug!(target: "rdma_hint::metrics", %error, "a scrape failed");
                 }
             }
@@ -326,56 +346,125 @@ fn answer_scrapes(listener: &TcpListener, metrics: &MetricsSubscriber, stop: &At
     }
 }
 
-/// Reads one request (up to the end of its headers, at most [`MAX_REQUEST_BYTES`]) and answers it.
-fn answer(mut stream: TcpStream, metrics: &MetricsSubscriber) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(SCRAPE_DEADLINE))?;
-    stream.set_write_timeout(Some(SCRAPE_DEADLINE))?;
+/// A scraper's connection, under one deadline for all of it.
+struct Connection {
+    stream: TcpStream,
+    deadline: Instant,
+}
+
+impl Connection {
+    /// What is left of the deadline, or `TimedOut`: every read and write waits that long at most.
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the scrape's 2 s are up"));
+        }
+        Ok(left)
+    }
+
+    fn read(&mut self, into: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        self.stream.read(into)
+    }
+
+    fn write_all(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            self.stream.set_write_timeout(Some(self.left()?))?;
+            match self.stream.write(bytes)? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                written => bytes = &bytes[written..],
+            }
+        }
+        Ok(())
+    }
+
+    fn respond(&mut self, status: &str, content_type: &str, body: &str) -> std::io::Result<()> {
+        let head = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        self.write_all(head.as_bytes())?;
+        self.write_all(body.as_bytes())?;
+        self.linger()
+    }
+
+    /// Closes without resetting: sends the end, then reads on, discarding, up to
+    /// [`LINGER_BYTES`], the peer's end or the deadline.
+    fn linger(&mut self) -> std::io::Result<()> {
+        self.stream.shutdown(std::net::Shutdown::Write)?;
+        let mut discard = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match self.read(&mut discard) {
+                Ok(0) | Err(_) => break,
+                Ok(read) => left = left.saturating_sub(read),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads one request's head (up to its blank line, CRLF or bare LF, at most
+/// [`MAX_REQUEST_BYTES`]) and answers it.
+fn answer(mut connection: Connection, metrics: &MetricsSubscriber) -> std::io::Result<()> {
+    connection.stream.set_nonblocking(false)?;
     let mut request = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    while !request.windows(4).any(|end| end == b"\r\n\r\n") {
-        if request.len() >= MAX_REQUEST_BYTES {
-            respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "request too large\n")?;
-            return linger(stream);
+    let head_end = loop {
+        if let Some(end) = head_end(&request) {
+            break end;
         }
-        let read = stream.read(&mut chunk)?;
+        if request.len() >= MAX_REQUEST_BYTES {
+            return connection.respond(
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "request too large\n",
+            );
+        }
+        let read = connection.read(&mut chunk)?;
         if read == 0 {
             return Ok(());
         }
         request.extend_from_slice(&chunk[..read]);
+    };
+    let mut lines =
+        request[..head_end].split(|b| *b == b'\n').map(|line| line.strip_suffix(b"\r").unwrap_or(line));
+    let first = lines.next().unwrap_or_default();
+    if !lines.all(host_is_loopback) {
+        return connection.respond("403 Forbidden", "text/plain", "the metrics answer loopback names only\n");
     }
-    let line = request.split(|b| *b == b'\r').next().unwrap_or_default();
-    match line {
-        b"GET /metrics HTTP/1.1" | b"GET /metrics HTTP/1.0" => respond(
-            &mut stream,
+    match first {
+        b"GET /metrics HTTP/1.1" | b"GET /metrics HTTP/1.0" => connection.respond(
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             &metrics.encode(),
         ),
-        _ => respond(&mut stream, "404 Not Found", "text/plain", "GET /metrics\n"),
+        _ => connection.respond("404 Not Found", "text/plain", "GET /metrics\n"),
     }
 }
 
-/// Closes a connection whose request was not read whole without resetting it (which could
-/// lose the answer): reads on, discarding, up to [`LINGER_BYTES`] or the deadline.
-fn linger(mut stream: TcpStream) -> std::io::Result<()> {
-    stream.shutdown(std::net::Shutdown::Write)?;
-    let mut discard = [0u8; 4096];
-    let mut left = LINGER_BYTES;
-    while left > 0 {
-        match stream.read(&mut discard)? {
-            0 => break,
-            read => left = left.saturating_sub(read),
-        }
-    }
-    Ok(())
+/// Where a request's head ends (its blank line), if it is all there.
+fn head_end(request: &[u8]) -> Option<usize> {
+    let crlf = request.windows(4).position(|end| end == b"\r\n\r\n");
+    let lf = request.windows(2).position(|end| end == b"\n\n");
+    crlf.into_iter().chain(lf).min()
 }
 
-fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())
+/// Whether a header line is anything but a `Host` naming another machine: a page in a
+/// browser on this host that a rebinding DNS name points at 127.0.0.1 sends its own name,
+/// and is refused.
+fn host_is_loopback(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|b| *b == b':') else { return true };
+    if !line[..colon].eq_ignore_ascii_case(b"host") {
+        return true;
+    }
+    let value = String::from_utf8_lossy(&line[colon + 1..]);
+    let value = value.trim();
+    // The name without its port: `[::1]:9464`, `127.0.0.1:9464`, `localhost`.
+    let name = match value.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => value.rsplit_once(':').map_or(value, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }

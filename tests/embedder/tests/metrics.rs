@@ -110,7 +110,7 @@ fn the_metrics_endpoint_is_scraped_by_curl_and_says_what_the_engine_moved() {
         let (status, body) = curl(&format!("http://{}/metrics", endpoint.local_addr()));
         assert_eq!(status, 200, "{id}: {body}");
         let samples = parse(&body);
-        let lane = r#"{peer="0",lane="0"}"#;
+        let lane = r#"{peer="0",lane="0",op="write"}"#;
         assert_eq!(samples.get(&format!("rdma_hint_completed_bytes_total{lane}")), Some(&((LEN + 4096) as f64)), "{id}: {body}");
         assert_eq!(samples.get(&format!("rdma_hint_completed_blocks_total{lane}")), Some(&(blocks as f64)), "{id}");
         assert_eq!(samples.get(&format!("rdma_hint_posted_bytes_total{lane}")), Some(&((LEN + 4096) as f64)), "{id}");
@@ -129,8 +129,20 @@ fn the_metrics_endpoint_is_scraped_by_curl_and_says_what_the_engine_moved() {
     }
 }
 
+/// Sends `request` as is and reads the whole answer (the endpoint closes after it): (status,
+/// answer). A reset before the answer was read is an error, as a client would report it.
+fn raw(at: SocketAddr, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(at).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap_or_else(|e| panic!("{e} after {answer:?}"));
+    let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    (status, answer)
+}
+
 #[test]
-fn the_endpoint_refuses_what_it_does_not_serve_and_outlasts_a_silent_client() {
+fn the_endpoint_refuses_what_it_does_not_serve_and_no_client_holds_it_past_its_two_seconds() {
     let endpoint = MetricsEndpoint::serve(Arc::new(MetricsSubscriber::new()), "127.0.0.1:0".parse().unwrap())
         .expect("serve");
     let at = endpoint.local_addr();
@@ -148,6 +160,38 @@ fn the_endpoint_refuses_what_it_does_not_serve_and_outlasts_a_silent_client() {
     let started = Instant::now();
     assert_eq!(curl(&format!("http://{at}/metrics")).0, 200);
     assert!(started.elapsed() < Duration::from_secs(5), "answered after {:?}", started.elapsed());
+    // Nor does one that trickles a byte every 0.5 s (each read's own timeout never fires):
+    // the connection's 2 s are counted from its accept.
+    let trickling = std::thread::spawn(move || {
+        let mut slow = TcpStream::connect(at).unwrap();
+        for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: 1234567890\r\n\r\n" {
+            if slow.write_all(&[*byte]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    assert_eq!(curl(&format!("http://{at}/metrics")).0, 200);
+    assert!(started.elapsed() < Duration::from_secs(5), "answered after {:?} behind a trickler", started.elapsed());
+    trickling.join().unwrap();
+    // A page a rebinding DNS name points here sends its own name: refused.
+    assert_eq!(raw(at, "GET /metrics HTTP/1.1\r\nHost: attacker.example:9464\r\n\r\n").0, 403);
+    assert_eq!(raw(at, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").0, 200);
+    assert_eq!(raw(at, "GET /metrics HTTP/1.1\r\nHost: [::1]:80\r\n\r\n").0, 200);
+    // A bare-LF request is answered; a second request pipelined behind the first, or a body,
+    // does not reset the connection before the answer is read.
+    assert_eq!(raw(at, "GET /metrics HTTP/1.0\n\n").0, 200);
+    let (status, answer) = raw(at, "GET /metrics HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!(status, 200, "{answer}");
+    // Dropping the endpoint while a client trickles returns within the connection's 2 s.
+    let trickler = TcpStream::connect(at).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    drop(endpoint);
+    assert!(started.elapsed() < Duration::from_secs(4), "dropped after {:?}", started.elapsed());
+    drop(trickler);
     // Metrics are served on loopback only.
     let public: SocketAddr = "0.0.0.0:0".parse().unwrap();
     let refused = MetricsEndpoint::serve(Arc::new(MetricsSubscriber::new()), public).unwrap_err();

@@ -125,19 +125,34 @@ impl Core {
     /// Records how ringing a doorbell went; whether blocks of its peer are left to post.
     pub(super) fn finish(&mut self, doorbell: Doorbell, rung: Result<(), TransportError>) -> bool {
         let peer = doorbell.link.peer;
-        if !self.subscribers.is_empty() {
-            let event = DoorbellRung {
-                peer: PeerId(peer),
-                lane: doorbell.link.lane,
-                requests: doorbell.requests(),
-                bytes: doorbell.bytes(),
-                refused: rung.as_ref().err().map(TransportError::kind),
-            };
-            self.subscribers.iter().for_each(|subscriber| subscriber.doorbell_rung(&event));
-        }
+        // Told once the scheduler has the doorbell back (a subscriber's panic cannot leave the
+        // lane ringing for ever).
+        let event = (!self.subscribers.is_empty()).then(|| DoorbellRung {
+            peer: PeerId(peer),
+            lane: doorbell.link.lane,
+            requests: doorbell.requests(),
+            bytes: doorbell.bytes(),
+            reads: doorbell.reads(),
+            refused: rung.as_ref().err().map(TransportError::kind),
+        });
         self.sched.finish_doorbell(doorbell, rung);
+        if let Some(event) = event {
+            self.tell(|subscriber| subscriber.doorbell_rung(&event));
+        }
         self.settle();
         self.sched.peer_queued(peer)
+    }
+
+    /// Calls every subscriber; one that panics is dropped (and said so at `ERROR`), so a bug
+    /// in it can neither end the driver's thread nor leave the engine half-way through a step.
+    pub(super) fn tell(&mut self, call: impl Fn(&dyn Subscriber)) {
+        self.subscribers.retain(|subscriber| {
+            let told = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(&**subscriber)));
+            if told.is_err() {
+                tracing::error!(target: "rdma_hint::engine", "a subscriber panicked: it is dropped");
+            }
+            told.is_ok()
+        });
     }
 
     /// Polls every lane with requests in flight; whether anything was retired or failed.
@@ -217,8 +232,8 @@ impl Core {
             let (peer, lane, requests, bytes) =
                 (PeerId(done.link.peer), done.link.lane, done.requests, done.bytes);
             let timing = done.timed.map(|(took, bytes_ahead)| BlockTiming { took, bytes_ahead });
-            let event = BlocksCompleted { peer, lane, requests, bytes, timing };
-            self.subscribers.iter().for_each(|subscriber| subscriber.blocks_completed(&event));
+            let event = BlocksCompleted { peer, lane, requests, bytes, reads: done.reads, timing };
+            self.tell(|subscriber| subscriber.blocks_completed(&event));
         }
         while let Some(event) = self.sched.poll_event() {
             match event {
@@ -229,7 +244,7 @@ impl Core {
                     if let Some(ended) =
                         self.subscribers.first().and_then(|_| self.sched.ended(slot, Instant::now()))
                     {
-                        self.subscribers.iter().for_each(|subscriber| subscriber.transfer_ended(&ended));
+                        self.tell(|subscriber| subscriber.transfer_ended(&ended));
                     }
                 }
                 Event::Room => self.room_waiters.drain(..).for_each(Waker::wake),
@@ -238,7 +253,7 @@ impl Core {
                 }
                 Event::LaneLost { link, error } => {
                     let event = LaneLost { peer: PeerId(link.peer), lane: link.lane, error };
-                    self.subscribers.iter().for_each(|subscriber| subscriber.lane_lost(&event));
+                    self.tell(|subscriber| subscriber.lane_lost(&event));
                 }
             }
         }

@@ -95,7 +95,8 @@ impl Scheduler {
         let stamp = self.lane_mut(link).stamp_of(wr_id);
         if requests > 0 {
             let timed = stamp.map(|stamp| (now.saturating_duration_since(stamp.at), stamp.bytes_ahead));
-            self.completed.push_back(Completed { link, requests: requests as u32, bytes, timed });
+            let reads = self.lane(link).reading;
+            self.completed.push_back(Completed { link, requests: requests as u32, bytes, reads, timed });
         }
     }
 

@@ -40,9 +40,15 @@ impl Doorbell {
         self.bytes
     }
 
-    /// Work requests it posts.
+    /// Requests it posts, as their completions count them (a refused request posted again as
+    /// its pieces is one).
     pub(crate) fn requests(&self) -> u32 {
-        self.count as u32
+        self.requests as u32
+    }
+
+    /// Its requests are reads.
+    pub(crate) fn reads(&self) -> bool {
+        self.reads
     }
 
     /// The call to make: plain writes, or the gather or read forms written into the lane's room.
@@ -332,7 +338,11 @@ impl Scheduler {
         // Its transfer's last block: signalled, and announced if the transfer is.
         put_block(&mut doorbell, lane, lane_index, slot, index, &block, 0);
         seal(&mut doorbell, lane, 1);
-        lane.stamp(doorbell.first_seq + doorbell.requests - 1, doorbell.built_at, doorbell.bytes);
+        lane.stamp(
+            (doorbell.first_seq, doorbell.first_seq + doorbell.requests - 1),
+            doorbell.built_at,
+            doorbell.bytes,
+        );
         Some(doorbell)
     }
 
@@ -440,7 +450,11 @@ impl Scheduler {
             return None;
         }
         seal(&mut doorbell, lane, count);
-        lane.stamp(doorbell.first_seq + doorbell.requests - 1, doorbell.built_at, doorbell.bytes);
+        lane.stamp(
+            (doorbell.first_seq, doorbell.first_seq + doorbell.requests - 1),
+            doorbell.built_at,
+            doorbell.bytes,
+        );
         Some(doorbell)
     }
 
@@ -480,7 +494,11 @@ impl Scheduler {
         lane.next_seq += 1;
         lane.outstanding_bytes += doorbell.bytes;
         lane.posting = true;
-        lane.stamp(doorbell.first_seq + doorbell.requests - 1, doorbell.built_at, doorbell.bytes);
+        lane.stamp(
+            (doorbell.first_seq, doorbell.first_seq + doorbell.requests - 1),
+            doorbell.built_at,
+            doorbell.bytes,
+        );
         Some(doorbell)
     }
 
@@ -585,6 +603,7 @@ impl Scheduler {
 /// Puts a retry's request, which the transport did not take, back at the front of its lane's
 /// refused queue, its entries with it, and hands its sequence number out again.
 fn take_back_retry(lane: &mut Lane, doorbell: &Doorbell, refused: Refused) {
+    lane.unstamp(doorbell.first_seq);
     lane.in_flight.pop_back();
     lane.next_seq -= 1;
     lane.outstanding_bytes -= doorbell.bytes;
@@ -595,6 +614,7 @@ fn take_back_retry(lane: &mut Lane, doorbell: &Doorbell, refused: Refused) {
 /// Puts the requests of `doorbell`, which the transport refused whole, back on its lane's
 /// refused queue in order, and hands their sequence numbers out again.
 fn take_back(lane: &mut Lane, doorbell: &Doorbell) {
+    lane.unstamp(doorbell.first_seq);
     lane.next_seq = doorbell.first_seq;
     lane.outstanding_bytes -= doorbell.bytes;
     let kept = lane.in_flight.len() - doorbell.count;

@@ -102,7 +102,8 @@ pub(crate) struct Lane {
 /// post-to-completion time and queueing are read from, for subscribers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Stamp {
-    /// The doorbell's last sequence number.
+    /// The doorbell's sequence numbers, first to last.
+    pub(super) first_seq: u64,
     pub(super) last_seq: u64,
     pub(super) at: Instant,
     pub(super) bytes_ahead: u64,
@@ -244,36 +245,45 @@ impl Lane {
         }
     }
 
-    /// The lane starts a doorbell while empty: neither the wait for a stall nor a rate sample
-    /// counts the time it stood idle.
-    /// Observed: remembers the doorbell just sealed on this lane (its numbers, up to
-    /// `last_seq`, and its `bytes` taken), built `at`. Values, not the doorbell: a doorbell
+    /// Observed: remembers the doorbell just sealed on this lane (its numbers `first_seq` to
+    /// `last_seq`, and its `bytes`, taken), built `at`. Values, not the doorbell: a doorbell
     /// whose address is taken leaves the registers on the path without subscribers too.
     #[inline]
-    pub(super) fn stamp(&mut self, last_seq: u64, at: Instant, bytes: u64) {
+    pub(super) fn stamp(&mut self, (first_seq, last_seq): (u64, u64), at: Instant, bytes: u64) {
         if self.stamps.is_some() {
-            self.push_stamp(last_seq, at, bytes);
+            self.push_stamp((first_seq, last_seq), at, bytes);
         }
     }
 
     /// Out of line: a doorbell's path without subscribers stays as it was.
     #[cold]
     #[inline(never)]
-    fn push_stamp(&mut self, last_seq: u64, at: Instant, bytes: u64) {
+    fn push_stamp(&mut self, (first_seq, last_seq): (u64, u64), at: Instant, bytes: u64) {
         let bytes_ahead = self.outstanding_bytes - bytes;
         if let Some(stamps) = &mut self.stamps {
-            stamps.push_back(Stamp { last_seq, at, bytes_ahead });
+            stamps.push_back(Stamp { first_seq, last_seq, at, bytes_ahead });
         }
     }
 
-    /// The stamp of the doorbell that posted request `seq`, dropping those of doorbells
-    /// wholly before it (and its own, when `seq` is its last).
+    /// A doorbell the transport refused whole gives its numbers back: its stamp goes too (the
+    /// requests are stamped again when they are posted again).
+    pub(super) fn unstamp(&mut self, first_seq: u64) {
+        if let Some(stamps) = &mut self.stamps {
+            if stamps.back().is_some_and(|stamp| stamp.first_seq == first_seq) {
+                stamps.pop_back();
+            }
+        }
+    }
+
+    /// The stamp of the doorbell that posted request `seq` (`None` for a request posted
+    /// before the lane was observed), dropping those of doorbells wholly before it (and its
+    /// own, when `seq` is its last).
     pub(super) fn stamp_of(&mut self, seq: u64) -> Option<Stamp> {
         let stamps = self.stamps.as_mut()?;
         while stamps.front().is_some_and(|stamp| stamp.last_seq < seq) {
             stamps.pop_front();
         }
-        let stamp = *stamps.front()?;
+        let stamp = *stamps.front().filter(|stamp| stamp.first_seq <= seq)?;
         if stamp.last_seq == seq {
             stamps.pop_front();
         }
@@ -287,6 +297,8 @@ impl Lane {
         }
     }
 
+    /// The lane starts a doorbell while empty: neither the wait for a stall nor a rate sample
+    /// counts the time it stood idle.
     pub(super) fn wake_up(&mut self, now: Instant) {
         if self.in_flight.is_empty() {
             self.progress_at = now;

@@ -9,6 +9,8 @@ mod completions;
 mod doorbell;
 mod lane;
 #[cfg(test)]
+mod observed_tests;
+#[cfg(test)]
 mod random_scripts;
 mod slot;
 #[cfg(test)]
@@ -70,6 +72,8 @@ pub(crate) struct Completed {
     pub(crate) link: LinkId,
     pub(crate) requests: u32,
     pub(crate) bytes: u64,
+    /// They were reads.
+    pub(crate) reads: bool,
     pub(crate) timed: Option<(Duration, u64)>,
 }
 
@@ -152,7 +156,7 @@ pub(crate) struct Scheduler {
     /// submit since; it may be a transfer's that ended, which only wakes the driver early).
     earliest_deadline: Option<Instant>,
     /// Reserved for two per slot and one `Room`: each slot ends and unholds at most once
-    /// between two drains.
+    /// between two drains (observed, a lost lane adds one more, at most one a lane).
     events: VecDeque<Event>,
     room_pending: bool,
     /// A submitter waits for a free slot (see [`want_room`](Self::want_room)): only then does

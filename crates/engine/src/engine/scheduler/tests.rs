@@ -45,7 +45,7 @@ pub(super) fn clock() -> Instant {
 }
 
 /// A scheduler with one peer of `lanes` lanes, blocks of [`BLOCK`], and a roomy cap.
-fn scheduler(lanes: usize, control_lane: bool, now: Instant) -> Scheduler {
+pub(super) fn scheduler(lanes: usize, control_lane: bool, now: Instant) -> Scheduler {
     scheduler_of(lanes, control_lane, 1, now)
 }
 
@@ -70,7 +70,7 @@ fn submit(sched: &mut Scheduler, request: TransferRequest, deadline: Instant) ->
     submit_at(sched, request, deadline, deadline - Duration::from_secs(1))
 }
 
-fn submit_at(
+pub(super) fn submit_at(
     sched: &mut Scheduler,
     mut request: TransferRequest,
     deadline: Instant,
@@ -80,12 +80,12 @@ fn submit_at(
     sched.queue(admitted, request, deadline, now)
 }
 
-fn single(offset: u64, len: u64) -> TransferRequest {
+pub(super) fn single(offset: u64, len: u64) -> TransferRequest {
     TransferRequest::single(&LOCAL, offset, &REMOTE, offset, len)
 }
 
 /// The ops of the next doorbell the driver would ring, rung successfully.
-fn post(sched: &mut Scheduler, now: Instant) -> (LinkId, Vec<WriteOp>) {
+pub(super) fn post(sched: &mut Scheduler, now: Instant) -> (LinkId, Vec<WriteOp>) {
     let mut doorbell = sched.next_doorbell(now).expect("a doorbell to ring");
     let link = doorbell.link;
     let ops = writes(&mut doorbell);
@@ -93,7 +93,7 @@ fn post(sched: &mut Scheduler, now: Instant) -> (LinkId, Vec<WriteOp>) {
     (link, ops)
 }
 
-fn writes(doorbell: &mut super::Doorbell) -> Vec<WriteOp> {
+pub(super) fn writes(doorbell: &mut super::Doorbell) -> Vec<WriteOp> {
     match doorbell.ring() {
         super::Ring::Writes(ops) => ops.to_vec(),
         other => panic!("plain writes expected: {}", describe(&other)),
@@ -108,7 +108,7 @@ fn describe(ring: &super::Ring<'_>) -> String {
     }
 }
 
-fn done(wr_id: u64) -> Completion {
+pub(super) fn done(wr_id: u64) -> Completion {
     Completion { wr_id, status: CompletionStatus::Success }
 }
 
@@ -116,7 +116,7 @@ fn events(sched: &mut Scheduler) -> Vec<Event> {
     std::iter::from_fn(|| sched.poll_event()).collect()
 }
 
-fn lane(peer: u32, lane: u32) -> LinkId {
+pub(super) fn lane(peer: u32, lane: u32) -> LinkId {
     LinkId { peer, lane }
 }
 
