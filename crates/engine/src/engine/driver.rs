@@ -402,15 +402,17 @@ pub(super) fn drive(shared: &Shared) {
     let mut scratch = vec![Completion::EMPTY; 1024];
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::SeqCst) {
-        let now = Instant::now();
-        let (doorbell, mut worked, in_flight, running) = {
+        let (now, doorbell, mut worked, in_flight, running) = {
             let mut core = shared.lock_for_driver();
+            // Read under the lock: a doorbell built now is stamped with it, and the wait for
+            // the lock is no part of its post-to-completion time.
+            let now = Instant::now();
             let doorbell = core.sched.next_doorbell(now);
             let mut worked = core.poll_all(now);
             worked |= core.sched.handle_timeout(now);
             core.settle();
             let in_flight = core.sched.in_flight();
-            (doorbell, worked, in_flight, in_flight || core.sched.queued())
+            (now, doorbell, worked, in_flight, in_flight || core.sched.queued())
         };
         // Rung without the lock: the staged shm channel copies the blocks inside the post, and
         // a post may wait (UCX for room on the peer's notice ring, staged tcp for its socket).
