@@ -53,7 +53,10 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
         let value: f64 = value.parse().unwrap_or_else(|_| panic!("a number: {line}"));
         let name = series.split('{').next().unwrap();
         if let Some(labels) = series.strip_prefix(name) {
-            let inner = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}')).unwrap_or_else(|| panic!("{line}"));
+            let inner = labels
+                .strip_prefix('{')
+                .and_then(|l| l.strip_suffix('}'))
+                .unwrap_or_else(|| panic!("{line}"));
             for pair in inner.split(',') {
                 let (key, quoted) = pair.split_once('=').unwrap_or_else(|| panic!("label=\"value\": {line}"));
                 assert!(key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{line}");
@@ -84,7 +87,9 @@ fn the_metrics_endpoint_is_scraped_by_curl_and_says_what_the_engine_moved() {
         let address = receiver.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
         let accepting = {
             let receiver = receiver.clone();
-            std::thread::spawn(move || block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline)))
+            std::thread::spawn(move || {
+                block_on(receiver.connect(PeerEndpoint::Listen(address), &[target.id], deadline))
+            })
         };
         let remote = block_on(sender.connect(PeerEndpoint::Dial(address), &[], deadline)).expect("dial");
         accepting.join().unwrap().expect("accept");
@@ -97,7 +102,8 @@ fn the_metrics_endpoint_is_scraped_by_curl_and_says_what_the_engine_moved() {
         engine.subscribe(metrics.clone());
         engine.subscribe(Arc::new(TracingSubscriber));
         let peer = engine.add_peer(vec![sender.clone()], &remote).expect("peer");
-        let bulk = engine.submit(peer, TransferRequest::single(&source, 0, &remote[0], 0, LEN), deadline).unwrap();
+        let bulk =
+            engine.submit(peer, TransferRequest::single(&source, 0, &remote[0], 0, LEN), deadline).unwrap();
         let small = TransferRequest::single(&source, 0, &remote[0], 0, 4096).latency_first();
         let small = engine.submit(peer, small, deadline).unwrap();
         let blocks = engine.wait_blocking(bulk, deadline).expect("bulk").blocks
@@ -111,12 +117,27 @@ fn the_metrics_endpoint_is_scraped_by_curl_and_says_what_the_engine_moved() {
         assert_eq!(status, 200, "{id}: {body}");
         let samples = parse(&body);
         let lane = r#"{peer="0",lane="0",op="write"}"#;
-        assert_eq!(samples.get(&format!("rdma_hint_completed_bytes_total{lane}")), Some(&((LEN + 4096) as f64)), "{id}: {body}");
-        assert_eq!(samples.get(&format!("rdma_hint_completed_blocks_total{lane}")), Some(&(blocks as f64)), "{id}");
-        assert_eq!(samples.get(&format!("rdma_hint_posted_bytes_total{lane}")), Some(&((LEN + 4096) as f64)), "{id}");
+        assert_eq!(
+            samples.get(&format!("rdma_hint_completed_bytes_total{lane}")),
+            Some(&((LEN + 4096) as f64)),
+            "{id}: {body}"
+        );
+        assert_eq!(
+            samples.get(&format!("rdma_hint_completed_blocks_total{lane}")),
+            Some(&(blocks as f64)),
+            "{id}"
+        );
+        assert_eq!(
+            samples.get(&format!("rdma_hint_posted_bytes_total{lane}")),
+            Some(&((LEN + 4096) as f64)),
+            "{id}"
+        );
         let transfers: f64 = samples
             .iter()
-            .filter(|(series, _)| series.starts_with("rdma_hint_transfer_seconds_count{") && series.contains(r#"outcome="delivered""#))
+            .filter(|(series, _)| {
+                series.starts_with("rdma_hint_transfer_seconds_count{")
+                    && series.contains(r#"outcome="delivered""#)
+            })
             .map(|(_, count)| count)
             .sum();
         assert_eq!(transfers, 2.0, "{id}: two transfers delivered");
@@ -125,7 +146,10 @@ fn the_metrics_endpoint_is_scraped_by_curl_and_says_what_the_engine_moved() {
             .filter(|(series, _)| series.starts_with("rdma_hint_block_seconds_count{"))
             .map(|(_, count)| count)
             .sum();
-        assert!(timed >= 1.0 && timed <= blocks as f64, "{id}: {timed} completions timed for {blocks} blocks");
+        assert!(
+            timed >= 1.0 && timed <= blocks as f64,
+            "{id}: {timed} completions timed for {blocks} blocks"
+        );
     }
 }
 
@@ -174,7 +198,11 @@ fn the_endpoint_refuses_what_it_does_not_serve_and_no_client_holds_it_past_its_t
     std::thread::sleep(Duration::from_millis(100));
     let started = Instant::now();
     assert_eq!(curl(&format!("http://{at}/metrics")).0, 200);
-    assert!(started.elapsed() < Duration::from_secs(5), "answered after {:?} behind a trickler", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered after {:?} behind a trickler",
+        started.elapsed()
+    );
     trickling.join().unwrap();
     // A page a rebinding DNS name points here sends its own name: refused.
     assert_eq!(raw(at, "GET /metrics HTTP/1.1\r\nHost: attacker.example:9464\r\n\r\n").0, 403);
