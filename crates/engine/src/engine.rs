@@ -220,7 +220,8 @@ impl Engine {
 
     /// Has `subscriber` take the engine's events from now on (see [`events`](crate::events)):
     /// doorbells, completions with their post-to-completion time, transfers' ends, lost lanes,
-    /// arrivals handed out. Subscribers add up; none is ever removed.
+    /// arrivals handed out. Subscribers add up; none is removed, but one that panics (see
+    /// [`events`](crate::events)).
     pub fn subscribe(&self, subscriber: Arc<dyn Subscriber>) {
         let mut core = self.shared.lock();
         core.subscribers.push(subscriber);

@@ -41,7 +41,8 @@ pub struct DoorbellRung {
     pub peer: crate::PeerId,
     /// The lane of the peer it went to.
     pub lane: u32,
-    /// Work requests posted.
+    /// Requests posted, as completions count them (a refused gather posted again as its
+    /// pieces is one).
     pub requests: u32,
     /// Payload bytes posted, in bytes.
     pub bytes: u64,
@@ -157,12 +158,12 @@ pub struct TracingSubscriber;
 impl Subscriber for TracingSubscriber {
     fn doorbell_rung(&self, e: &DoorbellRung) {
         tracing::trace!(target: "rdma_hint::engine", peer = e.peer.index(), lane = e.lane, requests = e.requests,
-            bytes = e.bytes, refused = ?e.refused, "doorbell rung");
+            bytes = e.bytes, reads = e.reads, refused = ?e.refused, "doorbell rung");
     }
     fn blocks_completed(&self, e: &BlocksCompleted) {
         let (took_ns, bytes_ahead) = e.timing.map(|t| (t.took.as_nanos() as u64, t.bytes_ahead)).unzip();
         tracing::trace!(target: "rdma_hint::engine", peer = e.peer.index(), lane = e.lane, requests = e.requests,
-            bytes = e.bytes, took_ns, bytes_ahead, "blocks completed");
+            bytes = e.bytes, reads = e.reads, took_ns, bytes_ahead, "blocks completed");
     }
     fn transfer_ended(&self, e: &TransferEnded) {
         tracing::debug!(target: "rdma_hint::engine", peer = e.peer.index(), bytes = e.bytes, blocks = e.blocks,
