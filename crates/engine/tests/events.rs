@@ -3,11 +3,13 @@
 //! moved checked where they landed.
 
 use rdma_hint_backend_core::blocking::block_on;
-use rdma_hint_core::{Arrival, MemoryKind, PeerEndpoint, SourceId, Transport};
+use rdma_hint_core::{Arrival, LocalRegion, MemoryKind, PeerEndpoint, RemoteRegion, SourceId, Transport};
 use rdma_hint_engine::events::{
     ArrivalsTaken, BlocksCompleted, DoorbellRung, LaneLost, Subscriber, TracingSubscriber, TransferEnded,
 };
-use rdma_hint_engine::{BlockSpec, Engine, EngineConfig, LoopbackTransport, TransferError, TransferRequest};
+use rdma_hint_engine::{
+    BlockSpec, Engine, EngineConfig, LoopbackTransport, PeerId, TransferError, TransferRequest,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,10 +54,17 @@ fn pattern(len: u64) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(13) ^ (i >> 10) as u8).collect()
 }
 
-#[test]
-fn a_subscriber_sees_every_block_posted_and_completed_and_each_transfers_end() {
-    let lane = Arc::new(LoopbackTransport::new(256));
-    let len = 3 * BLOCK + 100;
+/// A loopback lane connected to itself, as an engine's one peer: a source of `len` bytes
+/// holding `pattern(len)` and a destination as large.
+struct Connected {
+    src: LocalRegion,
+    dst: LocalRegion,
+    remote: Vec<RemoteRegion>,
+    engine: Engine,
+    peer: PeerId,
+}
+
+fn connected(lane: &Arc<LoopbackTransport>, len: u64) -> Connected {
     let src = lane.register(MemoryKind::Host, len).unwrap();
     let dst = lane.register(MemoryKind::Host, len).unwrap();
     lane.write_region(src.id, 0, &pattern(len)).unwrap();
@@ -64,6 +73,14 @@ fn a_subscriber_sees_every_block_posted_and_completed_and_each_transfers_end() {
     let engine = Engine::new(EngineConfig::default()).unwrap();
     engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
     let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
+    Connected { src, dst, remote, engine, peer }
+}
+
+#[test]
+fn a_subscriber_sees_every_block_posted_and_completed_and_each_transfers_end() {
+    let lane = Arc::new(LoopbackTransport::new(256));
+    let len = 3 * BLOCK + 100;
+    let Connected { src, dst, remote, engine, peer } = connected(&lane, len);
     let recorder = Arc::new(Recorder::default());
     engine.subscribe(recorder.clone());
     engine.subscribe(Arc::new(TracingSubscriber));
@@ -152,14 +169,7 @@ impl Subscriber for Faulty {
 fn a_subscriber_that_panics_is_dropped_and_the_engine_goes_on() {
     let lane = Arc::new(LoopbackTransport::new(256));
     let len = 16 * BLOCK;
-    let src = lane.register(MemoryKind::Host, len).unwrap();
-    let dst = lane.register(MemoryKind::Host, len).unwrap();
-    lane.write_region(src.id, 0, &pattern(len)).unwrap();
-    let listen = PeerEndpoint::Listen("127.0.0.1:0".parse().unwrap());
-    let remote = block_on(lane.connect(listen, &[dst.id], soon())).unwrap();
-    let engine = Engine::new(EngineConfig::default()).unwrap();
-    engine.set_hint(SourceId::Host(0), BlockSpec::new(BLOCK, 4096).unwrap());
-    let peer = engine.add_peer(vec![lane.clone() as Arc<dyn Transport>], &remote).unwrap();
+    let Connected { src, dst, remote, engine, peer } = connected(&lane, len);
     engine.subscribe(Arc::new(Faulty));
     let recorder = Arc::new(Recorder::default());
     engine.subscribe(recorder.clone());
